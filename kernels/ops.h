@@ -27,7 +27,7 @@
  *
  * Ownership: memory from alloc() belongs to the caller until free(). A
  * pointer from wrap_host() borrows the host memory, which must outlive it;
- * free() on it releases only the backend's side.
+ * it is never passed to free(), but to unwrap() where the backend has one.
  */
 #ifndef KERN_OPS_H
 #define KERN_OPS_H
@@ -82,6 +82,8 @@ typedef struct kern_ops {
 	 * same pointer. */
 	int (*wrap_host)(kern_ctx *ctx, const void *host, size_t bytes,
 			 void **out);
+	/* Optional (NULL: nothing to release). Ends a wrap_host(). */
+	void (*unwrap)(kern_ctx *ctx, void *p);
 	int (*upload)(kern_queue *q, void *dst, const void *src, size_t n);
 	/* Synchronises: on return dst holds the bytes. */
 	int (*download)(kern_queue *q, void *dst, const void *src, size_t n);
