@@ -11,7 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt.h"
+#include "config.h"
 #include "moor.h"
+#include "ops.h"
 
 static int lt_failures;
 
@@ -150,6 +153,115 @@ static inline void lt_write_st_raw(const char *dir, const char *name,
 	memset(b + 8 + hl, 0xA5, data_len);
 	lt_write(dir, name, b, total);
 	free(b);
+}
+
+/* ---- SPEC §2, written out independently of mktiny.c ---------------------- */
+
+#define LT_MAX_TENSORS 4096
+
+struct lt_tensor {
+	char name[128];
+	int ndim;
+	int64_t shape[3];
+	int small_f32; /* A_log, dt_bias, linear_attn.norm.weight */
+	int dtype;     /* the caller's expectation; -1: any of the three */
+};
+
+/* Every tensor SPEC §2 names for config c, under `prefix` ("model." or
+ * "model.language_model."), plus lm_head.weight when untied. dtype is -1. */
+static inline int lt_spec_tensors(const qwen35_config *c, const char *prefix,
+				  struct lt_tensor *out)
+{
+	int n = 0;
+	const int64_t H = c->hidden, I = c->inter, V = c->vocab,
+		      D = c->head_dim, Hq = c->n_heads, Hkv = c->n_kv_heads,
+		      Hv = c->lin_v_heads, dv = c->lin_v_dim,
+		      kd = (int64_t)c->lin_k_heads * c->lin_k_dim,
+		      vd = Hv * dv, cd = 2 * kd + vd, Kc = c->conv_kernel;
+#define E(f32, nd, s0, s1, s2, ...)                                           \
+	do {                                                                  \
+		struct lt_tensor *t = &out[n++];                              \
+		snprintf(t->name, sizeof t->name, __VA_ARGS__);               \
+		t->small_f32 = f32;                                           \
+		t->dtype = -1;                                                \
+		t->ndim = nd;                                                 \
+		t->shape[0] = s0;                                             \
+		t->shape[1] = s1;                                             \
+		t->shape[2] = s2;                                             \
+	} while (0)
+	const char *p = prefix;
+	E(0, 2, V, H, 0, "%sembed_tokens.weight", p);
+	E(0, 1, H, 0, 0, "%snorm.weight", p);
+	if (!c->tie)
+		E(0, 2, V, H, 0, "lm_head.weight");
+	for (int l = 0; l < c->layers; l++) {
+		E(0, 1, H, 0, 0, "%slayers.%d.input_layernorm.weight", p, l);
+		E(0, 1, H, 0, 0, "%slayers.%d.post_attention_layernorm.weight",
+		  p, l);
+		E(0, 2, I, H, 0, "%slayers.%d.mlp.gate_proj.weight", p, l);
+		E(0, 2, I, H, 0, "%slayers.%d.mlp.up_proj.weight", p, l);
+		E(0, 2, H, I, 0, "%slayers.%d.mlp.down_proj.weight", p, l);
+		if (c->is_full[l]) {
+			E(0, 2, Hq * D * 2, H, 0,
+			  "%slayers.%d.self_attn.q_proj.weight", p, l);
+			E(0, 2, Hkv * D, H, 0,
+			  "%slayers.%d.self_attn.k_proj.weight", p, l);
+			E(0, 2, Hkv * D, H, 0,
+			  "%slayers.%d.self_attn.v_proj.weight", p, l);
+			E(0, 2, H, Hq * D, 0,
+			  "%slayers.%d.self_attn.o_proj.weight", p, l);
+			E(0, 1, D, 0, 0, "%slayers.%d.self_attn.q_norm.weight",
+			  p, l);
+			E(0, 1, D, 0, 0, "%slayers.%d.self_attn.k_norm.weight",
+			  p, l);
+		} else {
+			E(0, 2, cd, H, 0,
+			  "%slayers.%d.linear_attn.in_proj_qkv.weight", p, l);
+			E(0, 2, vd, H, 0,
+			  "%slayers.%d.linear_attn.in_proj_z.weight", p, l);
+			E(0, 2, Hv, H, 0,
+			  "%slayers.%d.linear_attn.in_proj_b.weight", p, l);
+			E(0, 2, Hv, H, 0,
+			  "%slayers.%d.linear_attn.in_proj_a.weight", p, l);
+			E(0, 3, cd, 1, Kc,
+			  "%slayers.%d.linear_attn.conv1d.weight", p, l);
+			E(1, 1, Hv, 0, 0, "%slayers.%d.linear_attn.dt_bias", p,
+			  l);
+			E(1, 1, Hv, 0, 0, "%slayers.%d.linear_attn.A_log", p, l);
+			E(1, 1, dv, 0, 0,
+			  "%slayers.%d.linear_attn.norm.weight", p, l);
+			E(0, 2, H, vd, 0,
+			  "%slayers.%d.linear_attn.out_proj.weight", p, l);
+		}
+	}
+#undef E
+	return n;
+}
+
+/* The checkpoint holds exactly the n tensors of ts, each found by
+ * eng_ckpt_get at its shape and, where ts says, of its dtype. */
+static inline int lt_check_tensors(const eng_ckpt *ck,
+				   const struct lt_tensor *ts, int n)
+{
+	char err[MOOR_ERRLEN] = "";
+	int ok = 1;
+	if (eng_ckpt_count(ck) != (size_t)n) {
+		fprintf(stderr, "checkpoint has %zu tensors, expected %d\n",
+			eng_ckpt_count(ck), n);
+		ok = 0;
+	}
+	for (int i = 0; i < n; i++) {
+		const eng_tensor *t;
+		int rc = eng_ckpt_get(ck, ts[i].name, ts[i].ndim, ts[i].shape,
+				      &t, err);
+		if (rc || (ts[i].dtype >= 0 && t->dtype != ts[i].dtype)) {
+			fprintf(stderr, "%s: rc %d dtype %d, want %d: %s\n",
+				ts[i].name, rc, rc ? -9 : t->dtype,
+				ts[i].dtype, err);
+			ok = 0;
+		}
+	}
+	return ok;
 }
 
 static inline int lt_finish(const char *name)

@@ -25,8 +25,6 @@ static uint64_t fnv64(const unsigned char *p, size_t n)
 	return h;
 }
 
-static int expected_tensors(const qwen35_config *c, struct tspec *out);
-
 static char dir1[4096], dir2[4096];
 
 static void test_same_bytes_twice(void)
@@ -76,20 +74,13 @@ static void test_loads_with_spec_shapes(void)
 
 	eng_ckpt *ck;
 	ASSERT_RC(eng_ckpt_open(dir1, &ck, err), 0, err);
-	struct tspec *ts = calloc(1024, sizeof *ts);
-	int n = expected_tensors(&c, ts);
+	/* bf16, but the three small GDN tensors f32. */
+	struct lt_tensor *ts = calloc(LT_MAX_TENSORS, sizeof *ts);
+	int n = lt_spec_tensors(&c, "model.", ts);
 	ASSERT(n == 2 + 8 * 5 + 2 * 6 + 6 * 9);
-	int ok = eng_ckpt_count(ck) == (size_t)n;
-	for (int i = 0; ok && i < n; i++) {
-		const eng_tensor *t;
-		int rc = eng_ckpt_get(ck, ts[i].name, ts[i].ndim, ts[i].shape,
-				      &t, err);
-		if (rc || t->dtype != ts[i].dtype) {
-			fprintf(stderr, "%s: rc %d dtype %d: %s\n", ts[i].name,
-				rc, rc ? -1 : t->dtype, err);
-			ok = 0;
-		}
-	}
+	for (int i = 0; i < n; i++)
+		ts[i].dtype = ts[i].small_f32 ? KERN_F32 : KERN_BF16;
+	int ok = lt_check_tensors(ck, ts, n);
 	ASSERT(!eng_ckpt_find(ck, "lm_head.weight"));
 	/* The scales, roughly: embedding std 1, A_log in [-1, 1), the GDN
 	 * norm around 1, q_proj std 1/sqrt(256). */
@@ -120,72 +111,6 @@ static void test_loads_with_spec_shapes(void)
 	for (int i = 0; i < 64; i++)
 		m += nw[i];
 	ASSERT(m / 64 > 0.95 && m / 64 < 1.05);
-}
-
-/* SPEC §2, written out again here rather than taken from mktiny.c. */
-static int expected_tensors(const qwen35_config *c, struct tspec *out)
-{
-	int n = 0;
-	const int64_t H = c->hidden, I = c->inter, V = c->vocab,
-		      D = c->head_dim, Hq = c->n_heads, Hkv = c->n_kv_heads,
-		      Hv = c->lin_v_heads, dv = c->lin_v_dim,
-		      kd = (int64_t)c->lin_k_heads * c->lin_k_dim,
-		      vd = Hv * dv, cd = 2 * kd + vd, Kc = c->conv_kernel;
-#define E(dt, nd, s0, s1, s2, ...)                                            \
-	do {                                                                  \
-		struct tspec *t = &out[n++];                                  \
-		snprintf(t->name, sizeof t->name, __VA_ARGS__);               \
-		t->dtype = dt;                                                \
-		t->ndim = nd;                                                 \
-		t->shape[0] = s0;                                             \
-		t->shape[1] = s1;                                             \
-		t->shape[2] = s2;                                             \
-	} while (0)
-	E(KERN_BF16, 2, V, H, 0, "model.embed_tokens.weight");
-	E(KERN_BF16, 1, H, 0, 0, "model.norm.weight");
-	for (int l = 0; l < c->layers; l++) {
-		const char *p = "model.layers";
-		E(KERN_BF16, 1, H, 0, 0, "%s.%d.input_layernorm.weight", p, l);
-		E(KERN_BF16, 1, H, 0, 0, "%s.%d.post_attention_layernorm.weight",
-		  p, l);
-		E(KERN_BF16, 2, I, H, 0, "%s.%d.mlp.gate_proj.weight", p, l);
-		E(KERN_BF16, 2, I, H, 0, "%s.%d.mlp.up_proj.weight", p, l);
-		E(KERN_BF16, 2, H, I, 0, "%s.%d.mlp.down_proj.weight", p, l);
-		if (c->is_full[l]) {
-			E(KERN_BF16, 2, Hq * D * 2, H, 0,
-			  "%s.%d.self_attn.q_proj.weight", p, l);
-			E(KERN_BF16, 2, Hkv * D, H, 0,
-			  "%s.%d.self_attn.k_proj.weight", p, l);
-			E(KERN_BF16, 2, Hkv * D, H, 0,
-			  "%s.%d.self_attn.v_proj.weight", p, l);
-			E(KERN_BF16, 2, H, Hq * D, 0,
-			  "%s.%d.self_attn.o_proj.weight", p, l);
-			E(KERN_BF16, 1, D, 0, 0, "%s.%d.self_attn.q_norm.weight",
-			  p, l);
-			E(KERN_BF16, 1, D, 0, 0, "%s.%d.self_attn.k_norm.weight",
-			  p, l);
-		} else {
-			E(KERN_BF16, 2, cd, H, 0,
-			  "%s.%d.linear_attn.in_proj_qkv.weight", p, l);
-			E(KERN_BF16, 2, vd, H, 0,
-			  "%s.%d.linear_attn.in_proj_z.weight", p, l);
-			E(KERN_BF16, 2, Hv, H, 0,
-			  "%s.%d.linear_attn.in_proj_b.weight", p, l);
-			E(KERN_BF16, 2, Hv, H, 0,
-			  "%s.%d.linear_attn.in_proj_a.weight", p, l);
-			E(KERN_BF16, 3, cd, 1, Kc,
-			  "%s.%d.linear_attn.conv1d.weight", p, l);
-			E(KERN_F32, 1, Hv, 0, 0, "%s.%d.linear_attn.dt_bias", p,
-			  l);
-			E(KERN_F32, 1, Hv, 0, 0, "%s.%d.linear_attn.A_log", p, l);
-			E(KERN_F32, 1, dv, 0, 0,
-			  "%s.%d.linear_attn.norm.weight", p, l);
-			E(KERN_BF16, 2, H, vd, 0,
-			  "%s.%d.linear_attn.out_proj.weight", p, l);
-		}
-	}
-#undef E
-	return n;
 }
 
 int main(void)
