@@ -618,6 +618,7 @@ void eng_ckpt_close(eng_ckpt *c)
 int eng_ckpt_get(const eng_ckpt *c, const char *name, int ndim,
 		 const int64_t *shape, const eng_tensor **out, char *err)
 {
+	MOOR_ASSERT(c && name && out && (shape || !ndim));
 	MOOR_ASSERT(ndim >= 0 && ndim <= ENG_MAX_DIMS);
 	*out = NULL;
 	const eng_tensor *t = eng_ckpt_find(c, name);

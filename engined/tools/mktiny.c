@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "moor.h"
@@ -356,6 +357,17 @@ static int copy_file(const char *src, const char *dst, char *err)
 static int mktiny_write(const char *outdir, const char *tokdir, char *err)
 {
 	char path[4096];
+	static const char *const tok[] = {"tokenizer.json",
+					  "tokenizer_config.json"};
+	/* Fail before writing anything if the tokenizer is not there. */
+	for (size_t i = 0; tokdir && i < 2; i++) {
+		snprintf(path, sizeof path, "%s/%s", tokdir, tok[i]);
+		if (access(path, R_OK) < 0) {
+			int e = errno;
+			moor_errf(err, "%s: %s", path, strerror(e));
+			return -e;
+		}
+	}
 	if (mkdir(outdir, 0755) < 0 && errno != EEXIST) {
 		int e = errno;
 		moor_errf(err, "%s: mkdir: %s", outdir, strerror(e));
@@ -398,8 +410,6 @@ static int mktiny_write(const char *outdir, const char *tokdir, char *err)
 	if ((rc = st_write(path, es, n, err)))
 		goto out;
 	if (tokdir) {
-		static const char *const tok[] = {"tokenizer.json",
-						  "tokenizer_config.json"};
 		for (size_t i = 0; i < 2 && !rc; i++) {
 			char src[4096];
 			snprintf(src, sizeof src, "%s/%s", tokdir, tok[i]);
@@ -448,7 +458,7 @@ int main(int argc, char **argv)
 	double t0 = moor_now();
 	int rc = mktiny_write(out, tok, err);
 	if (rc) {
-		moor_err("%s (%s)", err, moor_strerror(rc));
+		moor_err("%s", err);
 		return 1;
 	}
 	moor_info("wrote %s in %.2f s", out, moor_now() - t0);
