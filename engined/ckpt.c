@@ -30,9 +30,9 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 #define NDIM_MAX 16
 
 struct shard {
-	char *path;         /* DIR/name */
+	char *path;	    /* DIR/name */
 	const uint8_t *map; /* the whole file, PROT_READ */
-	size_t size;        /* bytes of the file */
+	size_t size;	    /* bytes of the file */
 	size_t data_start;  /* 8 + N */
 };
 
@@ -45,7 +45,7 @@ struct eng_ckpt {
 	eng_tensor *t; /* [n], sorted shard by shard, then by data offset */
 	size_t n, cap;
 	uint32_t *slot; /* [nslot] open addressing: index + 1, 0 = empty */
-	size_t nslot;   /* a power of two >= 2 n */
+	size_t nslot;	/* a power of two >= 2 n */
 };
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -81,15 +81,23 @@ static size_t st_dtype_size(const char *s, int *kdt)
 		int kdt;
 		size_t size;
 	} tab[] = {
-		{"BF16", KERN_BF16, 2},         {"F16", KERN_F16, 2},
-		{"F32", KERN_F32, 4},           {"F64", ENG_DTYPE_OTHER, 8},
-		{"I64", ENG_DTYPE_OTHER, 8},    {"U64", ENG_DTYPE_OTHER, 8},
-		{"I32", ENG_DTYPE_OTHER, 4},    {"U32", ENG_DTYPE_OTHER, 4},
-		{"I16", ENG_DTYPE_OTHER, 2},    {"U16", ENG_DTYPE_OTHER, 2},
-		{"I8", ENG_DTYPE_OTHER, 1},     {"U8", ENG_DTYPE_OTHER, 1},
-		{"BOOL", ENG_DTYPE_OTHER, 1},   {"F8_E4M3", ENG_DTYPE_OTHER, 1},
-		{"F8_E5M2", ENG_DTYPE_OTHER, 1}, {"F8_E8M0", ENG_DTYPE_OTHER, 1},
-		{"C64", ENG_DTYPE_OTHER, 8},
+	    {"BF16", KERN_BF16, 2},
+	    {"F16", KERN_F16, 2},
+	    {"F32", KERN_F32, 4},
+	    {"F64", ENG_DTYPE_OTHER, 8},
+	    {"I64", ENG_DTYPE_OTHER, 8},
+	    {"U64", ENG_DTYPE_OTHER, 8},
+	    {"I32", ENG_DTYPE_OTHER, 4},
+	    {"U32", ENG_DTYPE_OTHER, 4},
+	    {"I16", ENG_DTYPE_OTHER, 2},
+	    {"U16", ENG_DTYPE_OTHER, 2},
+	    {"I8", ENG_DTYPE_OTHER, 1},
+	    {"U8", ENG_DTYPE_OTHER, 1},
+	    {"BOOL", ENG_DTYPE_OTHER, 1},
+	    {"F8_E4M3", ENG_DTYPE_OTHER, 1},
+	    {"F8_E5M2", ENG_DTYPE_OTHER, 1},
+	    {"F8_E8M0", ENG_DTYPE_OTHER, 1},
+	    {"C64", ENG_DTYPE_OTHER, 8},
 	};
 	for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
 		if (!strcmp(s, tab[i].name)) {
@@ -110,8 +118,8 @@ static void fmt_shape(char *buf, size_t len, int ndim, const int64_t *shape)
 		o += (size_t)snprintf(buf + o, len - o, "%s%" PRId64,
 				      i ? ", " : "", shape[i]);
 	if (ndim > k && o < len)
-		o += (size_t)snprintf(buf + o, len - o, ", ... (%d dims)",
-				      ndim);
+		o +=
+		    (size_t)snprintf(buf + o, len - o, ", ... (%d dims)", ndim);
 	if (o < len)
 		snprintf(buf + o, len - o, "]");
 }
@@ -269,8 +277,7 @@ static int cmp_by_data(const void *a, const void *b)
 }
 
 /* Maps shard si, validates its header and appends its tensors. */
-static int shard_load(eng_ckpt *c, size_t si, const char *named_by,
-		      char *err)
+static int shard_load(eng_ckpt *c, size_t si, const char *named_by, char *err)
 {
 	struct shard *sh = &c->shards[si];
 	const char *path = sh->path;

@@ -62,15 +62,15 @@
 #define ENG_DTYPE_OTHER (-1)
 
 typedef struct eng_tensor {
-	const char *name;          /* full name as stored */
-	int dtype;                 /* KERN_F32, KERN_BF16, KERN_F16, or
-				      ENG_DTYPE_OTHER */
-	const char *dtype_name;    /* as stored: "BF16", "I64", ... */
-	int ndim;                  /* true rank; may exceed ENG_MAX_DIMS */
+	const char *name;	     /* full name as stored */
+	int dtype;		     /* KERN_F32, KERN_BF16, KERN_F16, or
+					ENG_DTYPE_OTHER */
+	const char *dtype_name;	     /* as stored: "BF16", "I64", ... */
+	int ndim;		     /* true rank; may exceed ENG_MAX_DIMS */
 	int64_t shape[ENG_MAX_DIMS]; /* the first min(ndim, 4) dims */
-	const void *data;          /* into the mapping; no alignment promised */
+	const void *data; /* into the mapping; no alignment promised */
 	size_t nbytes;
-	const char *file;          /* the shard's path (DIR/name) */
+	const char *file; /* the shard's path (DIR/name) */
 } eng_tensor;
 
 typedef struct eng_ckpt eng_ckpt;

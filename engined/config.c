@@ -16,8 +16,8 @@
  * derived size below (Hq·D·2, conv_dim, V·H) fits its type. */
 #define DIM_MAX (1 << 20)   /* hidden, intermediate */
 #define VOCAB_MAX (1 << 24) /* vocabulary */
-#define HEAD_MAX 4096       /* head counts and head dims */
-#define KC_MAX 64           /* conv kernel */
+#define HEAD_MAX 4096	    /* head counts and head dims */
+#define KC_MAX 64	    /* conv kernel */
 
 #define REQUIRED 1
 #define OPTIONAL 0
@@ -136,16 +136,14 @@ static int read_rope(const struct rd *r, json_t *tc, qwen35_config *c)
 		}
 	}
 	double theta, prf;
-	json_t *src = json_is_object(rp) &&
-				      json_object_get(rp, "rope_theta")
-			      ? rp
-			      : tc;
+	json_t *src =
+	    json_is_object(rp) && json_object_get(rp, "rope_theta") ? rp : tc;
 	int rc = get_pos_num(r, src, "rope_theta", 10000.0, &theta);
 	if (rc)
 		return rc;
 	src = json_is_object(rp) && json_object_get(rp, "partial_rotary_factor")
-		      ? rp
-		      : tc;
+		  ? rp
+		  : tc;
 	if ((rc = get_pos_num(r, src, "partial_rotary_factor", 0.25, &prf)))
 		return rc;
 	if (prf > 1) {
@@ -192,7 +190,8 @@ static int read_layer_types(const struct rd *r, json_t *tc, qwen35_config *c)
 		return MOOR_ERANGE;
 	}
 	for (int i = 0; i < c->layers; i++) {
-		const char *s = json_string_value(json_array_get(lt, (size_t)i));
+		const char *s =
+		    json_string_value(json_array_get(lt, (size_t)i));
 		if (s && !strcmp(s, "full_attention")) {
 			c->is_full[i] = 1;
 		} else if (s && !strcmp(s, "linear_attention")) {
@@ -315,23 +314,21 @@ static int parse(const struct rd *r, json_t *top, qwen35_config *c)
 		int req, def, hi;
 		size_t off;
 	} ints[] = {
-#define F(k, req, def, hi, field)                                             \
+#define F(k, req, def, hi, field)                                              \
 	{k, req, def, hi, offsetof(qwen35_config, field)}
-		F("vocab_size", REQUIRED, 0, VOCAB_MAX, vocab),
-		F("hidden_size", REQUIRED, 0, DIM_MAX, hidden),
-		F("num_hidden_layers", REQUIRED, 0, QWEN35_MAX_LAYERS, layers),
-		F("intermediate_size", REQUIRED, 0, DIM_MAX, inter),
-		F("num_attention_heads", REQUIRED, 0, HEAD_MAX, n_heads),
-		F("num_key_value_heads", REQUIRED, 0, HEAD_MAX, n_kv_heads),
-		F("head_dim", OPTIONAL, 256, HEAD_MAX, head_dim),
-		F("linear_num_key_heads", OPTIONAL, 16, HEAD_MAX, lin_k_heads),
-		F("linear_num_value_heads", OPTIONAL, 32, HEAD_MAX,
-		  lin_v_heads),
-		F("linear_key_head_dim", OPTIONAL, 128, HEAD_MAX, lin_k_dim),
-		F("linear_value_head_dim", OPTIONAL, 128, HEAD_MAX, lin_v_dim),
-		F("linear_conv_kernel_dim", OPTIONAL, 4, KC_MAX, conv_kernel),
-		F("max_position_embeddings", OPTIONAL, 32768, INT_MAX,
-		  max_pos),
+	    F("vocab_size", REQUIRED, 0, VOCAB_MAX, vocab),
+	    F("hidden_size", REQUIRED, 0, DIM_MAX, hidden),
+	    F("num_hidden_layers", REQUIRED, 0, QWEN35_MAX_LAYERS, layers),
+	    F("intermediate_size", REQUIRED, 0, DIM_MAX, inter),
+	    F("num_attention_heads", REQUIRED, 0, HEAD_MAX, n_heads),
+	    F("num_key_value_heads", REQUIRED, 0, HEAD_MAX, n_kv_heads),
+	    F("head_dim", OPTIONAL, 256, HEAD_MAX, head_dim),
+	    F("linear_num_key_heads", OPTIONAL, 16, HEAD_MAX, lin_k_heads),
+	    F("linear_num_value_heads", OPTIONAL, 32, HEAD_MAX, lin_v_heads),
+	    F("linear_key_head_dim", OPTIONAL, 128, HEAD_MAX, lin_k_dim),
+	    F("linear_value_head_dim", OPTIONAL, 128, HEAD_MAX, lin_v_dim),
+	    F("linear_conv_kernel_dim", OPTIONAL, 4, KC_MAX, conv_kernel),
+	    F("max_position_embeddings", OPTIONAL, 32768, INT_MAX, max_pos),
 #undef F
 	};
 	int rc;

@@ -45,17 +45,17 @@
 #define QWEN35_MAX_LAYERS 256
 
 typedef struct qwen35_config {
-	int vocab, hidden, layers, inter; /* V, H, L, I */
+	int vocab, hidden, layers, inter;   /* V, H, L, I */
 	uint8_t is_full[QWEN35_MAX_LAYERS]; /* [L]: 1 full attention, 0 GDN */
-	int n_heads, n_kv_heads, head_dim; /* Hq, Hkv, D */
+	int n_heads, n_kv_heads, head_dim;  /* Hq, Hkv, D */
 	int lin_k_heads, lin_v_heads, lin_k_dim, lin_v_dim, conv_kernel;
 	/* Hk, Hv, dk, dv, Kc */
 	float eps, rope_theta, partial_rotary;
-	int rot_dim;     /* partial_rotary * head_dim, even, <= D */
-	int tie;         /* lm_head is embed_tokens */
-	int max_pos;     /* max_position_embeddings */
-	int dtype;       /* KERN_BF16 / KERN_F16 / KERN_F32 (default bf16) */
-	int eos_id;      /* the first eos_token_id, or -1 */
+	int rot_dim; /* partial_rotary * head_dim, even, <= D */
+	int tie;     /* lm_head is embed_tokens */
+	int max_pos; /* max_position_embeddings */
+	int dtype;   /* KERN_BF16 / KERN_F16 / KERN_F32 (default bf16) */
+	int eos_id;  /* the first eos_token_id, or -1 */
 	char model_type[64]; /* the top-level model_type */
 } qwen35_config;
 

@@ -151,10 +151,10 @@ static const char *dtype_string(const st_entry *e, size_t *elsize)
 		const char *name;
 		size_t size;
 	} other[] = {
-		{"F64", 8},     {"I64", 8},     {"U64", 8},     {"I32", 4},
-		{"U32", 4},     {"I16", 2},     {"U16", 2},     {"I8", 1},
-		{"U8", 1},      {"BOOL", 1},    {"F8_E4M3", 1}, {"F8_E5M2", 1},
-		{"BF16", 2},    {"F16", 2},     {"F32", 4},
+	    {"F64", 8},	 {"I64", 8},  {"U64", 8},     {"I32", 4},
+	    {"U32", 4},	 {"I16", 2},  {"U16", 2},     {"I8", 1},
+	    {"U8", 1},	 {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1},
+	    {"BF16", 2}, {"F16", 2},  {"F32", 4},
 	};
 	if (e->dtype_name) {
 		for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)

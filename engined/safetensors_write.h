@@ -24,13 +24,13 @@
 
 typedef struct st_entry {
 	const char *name;
-	int dtype;              /* KERN_F32 / KERN_BF16 / KERN_F16 */
+	int dtype;		/* KERN_F32 / KERN_BF16 / KERN_F16 */
 	const char *dtype_name; /* optional: overrides dtype with a safetensors
 				   dtype string ("I64", "F8_E4M3", ...); tests
 				   use it to write dtypes moor cannot load */
-	int ndim;               /* 0..8 */
-	const int64_t *shape;   /* [ndim] */
-	const void *data;       /* prod(shape) elements of the dtype */
+	int ndim;		/* 0..8 */
+	const int64_t *shape;	/* [ndim] */
+	const void *data;	/* prod(shape) elements of the dtype */
 } st_entry;
 
 int st_write(const char *path, const st_entry *entries, size_t n, char *err);

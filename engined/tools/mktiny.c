@@ -88,9 +88,9 @@ static char *mktiny_config_json(const qwen35_config *c)
 	if (!o || !lt || !rope || !arch)
 		goto fail;
 	for (int i = 0; i < c->layers; i++)
-		json_array_append_new(lt, json_string(c->is_full[i]
-							      ? "full_attention"
-							      : "linear_attention"));
+		json_array_append_new(
+		    lt, json_string(c->is_full[i] ? "full_attention"
+						  : "linear_attention"));
 	json_array_append_new(arch, json_string("Qwen3_5ForCausalLM"));
 	json_object_set_new(rope, "rope_type", json_string("default"));
 	json_object_set_new(rope, "rope_theta",
@@ -118,8 +118,8 @@ static char *mktiny_config_json(const qwen35_config *c)
 	/* 1e-6 as written by Python, not the float's 17 digits. */
 	bad |= json_object_set_new(o, "rms_norm_eps", json_real(1e-6));
 	bad |= json_object_set_new(o, "rope_parameters", rope);
-	bad |= json_object_set_new(o, "tie_word_embeddings",
-				   json_boolean(c->tie));
+	bad |=
+	    json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tie));
 	SETI("max_position_embeddings", c->max_pos);
 	bad |= json_object_set_new(o, "dtype", json_string("bfloat16"));
 	SETI("bos_token_id", MKTINY_BOS);
@@ -130,7 +130,7 @@ static char *mktiny_config_json(const qwen35_config *c)
 		return NULL;
 	}
 	char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
-					JSON_REAL_PRECISION(15));
+				    JSON_REAL_PRECISION(15));
 	json_decref(o);
 	return s;
 fail:
@@ -228,25 +228,26 @@ static size_t mktiny_tensors(const qwen35_config *c, struct tspec *ts)
 	const int64_t kd = qwen35_key_dim(c), vd = qwen35_value_dim(c);
 	const int64_t cd = qwen35_conv_dim(c), Kc = c->conv_kernel;
 	const int64_t dv = c->lin_v_dim;
-#define T(nm_fmt, nm_arg, dt, nd, s0, s1, s2, kd_, a_, b_)                    \
-	do {                                                                  \
-		MOOR_ASSERT(n < MKTINY_MAX_TENSORS);                          \
-		struct tspec *t = &ts[n++];                                   \
-		snprintf(t->name, sizeof t->name, nm_fmt, nm_arg);            \
-		t->dtype = dt;                                                \
-		t->ndim = nd;                                                 \
-		t->shape[0] = s0;                                             \
-		t->shape[1] = s1;                                             \
-		t->shape[2] = s2;                                             \
-		t->kind = kd_;                                                \
-		t->a = a_;                                                    \
-		t->b = b_;                                                    \
+#define T(nm_fmt, nm_arg, dt, nd, s0, s1, s2, kd_, a_, b_)                     \
+	do {                                                                   \
+		MOOR_ASSERT(n < MKTINY_MAX_TENSORS);                           \
+		struct tspec *t = &ts[n++];                                    \
+		snprintf(t->name, sizeof t->name, nm_fmt, nm_arg);             \
+		t->dtype = dt;                                                 \
+		t->ndim = nd;                                                  \
+		t->shape[0] = s0;                                              \
+		t->shape[1] = s1;                                              \
+		t->shape[2] = s2;                                              \
+		t->kind = kd_;                                                 \
+		t->a = a_;                                                     \
+		t->b = b_;                                                     \
 	} while (0)
 /* A matrix [o, i] ~ N(0, 1/sqrt(i)); a zero-centred norm [d] ~ 0.1 N. */
-#define MAT(fmt, arg, o, i)                                                   \
-	T(fmt, arg, KERN_BF16, 2, o, i, 0, INIT_NORMAL, 0.0,                  \
+#define MAT(fmt, arg, o, i)                                                    \
+	T(fmt, arg, KERN_BF16, 2, o, i, 0, INIT_NORMAL, 0.0,                   \
 	  1.0 / sqrt((double)(i)))
-#define NORM(fmt, arg, d) T(fmt, arg, KERN_BF16, 1, d, 0, 0, INIT_NORMAL, 0.0, 0.1)
+#define NORM(fmt, arg, d)                                                      \
+	T(fmt, arg, KERN_BF16, 1, d, 0, 0, INIT_NORMAL, 0.0, 0.1)
 	T("model.embed_tokens.weight%s", "", KERN_BF16, 2, c->vocab, H, 0,
 	  INIT_NORMAL, 0.0, 1.0);
 	NORM("model.norm.weight%s", "", H);
@@ -302,8 +303,8 @@ static void fill(const struct tspec *t, void *buf)
 	int64_t n = tspec_numel(t);
 	for (int64_t i = 0; i < n; i++) {
 		double v = t->kind == INIT_NORMAL
-				   ? t->a + t->b * normal4(&r)
-				   : t->a + (t->b - t->a) * unif(&r);
+			       ? t->a + t->b * normal4(&r)
+			       : t->a + (t->b - t->a) * unif(&r);
 		float f = (float)v;
 		if (t->dtype == KERN_F32)
 			memcpy((char *)buf + 4 * i, &f, 4);
@@ -387,8 +388,8 @@ static int mktiny_write(const char *outdir, const char *tokdir, char *err)
 	}
 	n = mktiny_tensors(&c, ts);
 	for (size_t i = 0; i < n; i++) {
-		size_t nb = (size_t)tspec_numel(&ts[i]) *
-			    kern_dtype_size(ts[i].dtype);
+		size_t nb =
+		    (size_t)tspec_numel(&ts[i]) * kern_dtype_size(ts[i].dtype);
 		void *buf = malloc(nb);
 		if (!buf) {
 			moor_errf(err, "%s: out of memory", outdir);
@@ -396,8 +397,8 @@ static int mktiny_write(const char *outdir, const char *tokdir, char *err)
 			goto out;
 		}
 		fill(&ts[i], buf);
-		es[i] = (st_entry){ts[i].name, ts[i].dtype, NULL, ts[i].ndim,
-				   ts[i].shape, buf};
+		es[i] = (st_entry){ts[i].name, ts[i].dtype, NULL,
+				   ts[i].ndim, ts[i].shape, buf};
 	}
 	snprintf(path, sizeof path, "%s/config.json", outdir);
 	size_t jl = strlen(js);

@@ -18,48 +18,48 @@
 
 static int lt_failures;
 
-#define ASSERT(x)                                                             \
-	do {                                                                  \
-		if (!(x)) {                                                   \
-			fprintf(stderr, "%s:%d: ASSERT failed: %s\n",         \
-				__FILE__, __LINE__, #x);                      \
-			lt_failures++;                                        \
-			return;                                               \
-		}                                                             \
+#define ASSERT(x)                                                              \
+	do {                                                                   \
+		if (!(x)) {                                                    \
+			fprintf(stderr, "%s:%d: ASSERT failed: %s\n",          \
+				__FILE__, __LINE__, #x);                       \
+			lt_failures++;                                         \
+			return;                                                \
+		}                                                              \
 	} while (0)
 
 /* rc must be `want`; prints both codes and err otherwise. */
-#define ASSERT_RC(rc, want, err)                                              \
-	do {                                                                  \
-		int rc_ = (rc), want_ = (want);                               \
-		if (rc_ != want_) {                                           \
-			fprintf(stderr,                                       \
-				"%s:%d: rc %d (%s), want %d (%s); err: %s\n", \
-				__FILE__, __LINE__, rc_, moor_strerror(rc_),  \
-				want_, moor_strerror(want_), (err));          \
-			lt_failures++;                                        \
-			return;                                               \
-		}                                                             \
+#define ASSERT_RC(rc, want, err)                                               \
+	do {                                                                   \
+		int rc_ = (rc), want_ = (want);                                \
+		if (rc_ != want_) {                                            \
+			fprintf(stderr,                                        \
+				"%s:%d: rc %d (%s), want %d (%s); err: %s\n",  \
+				__FILE__, __LINE__, rc_, moor_strerror(rc_),   \
+				want_, moor_strerror(want_), (err));           \
+			lt_failures++;                                         \
+			return;                                                \
+		}                                                              \
 	} while (0)
 
 /* err must contain s. */
-#define ASSERT_HAS(err, s)                                                    \
-	do {                                                                  \
-		if (!strstr((err), (s))) {                                    \
-			fprintf(stderr,                                       \
-				"%s:%d: error message lacks \"%s\": %s\n",    \
-				__FILE__, __LINE__, (s), (err));              \
-			lt_failures++;                                        \
-			return;                                               \
-		}                                                             \
+#define ASSERT_HAS(err, s)                                                     \
+	do {                                                                   \
+		if (!strstr((err), (s))) {                                     \
+			fprintf(stderr,                                        \
+				"%s:%d: error message lacks \"%s\": %s\n",     \
+				__FILE__, __LINE__, (s), (err));               \
+			lt_failures++;                                         \
+			return;                                                \
+		}                                                              \
 	} while (0)
 
-#define RUN(fn)                                                               \
-	do {                                                                  \
-		int before_ = lt_failures;                                    \
-		fn();                                                         \
-		fprintf(stderr, "%s %s\n",                                    \
-			lt_failures == before_ ? "ok  " : "FAIL", #fn);       \
+#define RUN(fn)                                                                \
+	do {                                                                   \
+		int before_ = lt_failures;                                     \
+		fn();                                                          \
+		fprintf(stderr, "%s %s\n",                                     \
+			lt_failures == before_ ? "ok  " : "FAIL", #fn);        \
 	} while (0)
 
 /* A fresh directory under $TMPDIR (or /tmp), into out[4096]. */
@@ -74,7 +74,7 @@ static inline void lt_tmpdir(char *out)
 }
 
 static inline int lt_rm_one(const char *p, const struct stat *sb, int flag,
-		     struct FTW *ftw)
+			    struct FTW *ftw)
 {
 	(void)sb;
 	(void)flag;
@@ -97,7 +97,7 @@ static inline void lt_path(char *out, const char *dir, const char *name)
 
 /* Writes len bytes to dir/name; exits on failure (a test bug). */
 static inline void lt_write(const char *dir, const char *name, const void *p,
-		     size_t len)
+			    size_t len)
 {
 	char path[4096];
 	lt_path(path, dir, name);
@@ -108,13 +108,15 @@ static inline void lt_write(const char *dir, const char *name, const void *p,
 	}
 }
 
-static inline void lt_write_str(const char *dir, const char *name, const char *s)
+static inline void lt_write_str(const char *dir, const char *name,
+				const char *s)
 {
 	lt_write(dir, name, s, strlen(s));
 }
 
 /* The whole of dir/name, malloc'd; *len its size. Exits on failure. */
-static inline unsigned char *lt_read(const char *dir, const char *name, size_t *len)
+static inline unsigned char *lt_read(const char *dir, const char *name,
+				     size_t *len)
 {
 	char path[4096];
 	lt_path(path, dir, name);
@@ -139,8 +141,8 @@ static inline unsigned char *lt_read(const char *dir, const char *name, size_t *
 /* A safetensors file from a literal header (padded to 8 with spaces) and
  * data_len bytes of data (0xA5); hlen_claim != 0 overrides the length. */
 static inline void lt_write_st_raw(const char *dir, const char *name,
-			    const char *header, size_t data_len,
-			    uint64_t hlen_claim)
+				   const char *header, size_t data_len,
+				   uint64_t hlen_claim)
 {
 	size_t jl = strlen(header), hl = (jl + 7) & ~(size_t)7;
 	size_t total = 8 + hl + data_len;
@@ -176,18 +178,18 @@ static inline int lt_spec_tensors(const qwen35_config *c, const char *prefix,
 	const int64_t H = c->hidden, I = c->inter, V = c->vocab,
 		      D = c->head_dim, Hq = c->n_heads, Hkv = c->n_kv_heads,
 		      Hv = c->lin_v_heads, dv = c->lin_v_dim,
-		      kd = (int64_t)c->lin_k_heads * c->lin_k_dim,
-		      vd = Hv * dv, cd = 2 * kd + vd, Kc = c->conv_kernel;
-#define E(f32, nd, s0, s1, s2, ...)                                           \
-	do {                                                                  \
-		struct lt_tensor *t = &out[n++];                              \
-		snprintf(t->name, sizeof t->name, __VA_ARGS__);               \
-		t->small_f32 = f32;                                           \
-		t->dtype = -1;                                                \
-		t->ndim = nd;                                                 \
-		t->shape[0] = s0;                                             \
-		t->shape[1] = s1;                                             \
-		t->shape[2] = s2;                                             \
+		      kd = (int64_t)c->lin_k_heads * c->lin_k_dim, vd = Hv * dv,
+		      cd = 2 * kd + vd, Kc = c->conv_kernel;
+#define E(f32, nd, s0, s1, s2, ...)                                            \
+	do {                                                                   \
+		struct lt_tensor *t = &out[n++];                               \
+		snprintf(t->name, sizeof t->name, __VA_ARGS__);                \
+		t->small_f32 = f32;                                            \
+		t->dtype = -1;                                                 \
+		t->ndim = nd;                                                  \
+		t->shape[0] = s0;                                              \
+		t->shape[1] = s1;                                              \
+		t->shape[2] = s2;                                              \
 	} while (0)
 	const char *p = prefix;
 	E(0, 2, V, H, 0, "%sembed_tokens.weight", p);
@@ -227,9 +229,10 @@ static inline int lt_spec_tensors(const qwen35_config *c, const char *prefix,
 			  "%slayers.%d.linear_attn.conv1d.weight", p, l);
 			E(1, 1, Hv, 0, 0, "%slayers.%d.linear_attn.dt_bias", p,
 			  l);
-			E(1, 1, Hv, 0, 0, "%slayers.%d.linear_attn.A_log", p, l);
-			E(1, 1, dv, 0, 0,
-			  "%slayers.%d.linear_attn.norm.weight", p, l);
+			E(1, 1, Hv, 0, 0, "%slayers.%d.linear_attn.A_log", p,
+			  l);
+			E(1, 1, dv, 0, 0, "%slayers.%d.linear_attn.norm.weight",
+			  p, l);
 			E(0, 2, H, vd, 0,
 			  "%slayers.%d.linear_attn.out_proj.weight", p, l);
 		}
@@ -256,8 +259,8 @@ static inline int lt_check_tensors(const eng_ckpt *ck,
 				      &t, err);
 		if (rc || (ts[i].dtype >= 0 && t->dtype != ts[i].dtype)) {
 			fprintf(stderr, "%s: rc %d dtype %d, want %d: %s\n",
-				ts[i].name, rc, rc ? -9 : t->dtype,
-				ts[i].dtype, err);
+				ts[i].name, rc, rc ? -9 : t->dtype, ts[i].dtype,
+				err);
 			ok = 0;
 		}
 	}

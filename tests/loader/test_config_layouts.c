@@ -14,52 +14,52 @@
 
 /* A Qwen3.5-27B config.json as published (abridged: vision_config cut). */
 static const char *cfg_27b =
-	"{\n"
-	"  \"architectures\": [\"Qwen3_5ForConditionalGeneration\"],\n"
-	"  \"image_token_id\": 248056,\n"
-	"  \"model_type\": \"qwen3_5\",\n"
-	"  \"text_config\": {\n"
-	"    \"attention_bias\": false,\n"
-	"    \"attention_dropout\": 0.0,\n"
-	"    \"attn_output_gate\": true,\n"
-	"    \"dtype\": \"bfloat16\",\n"
-	"    \"eos_token_id\": 248044,\n"
-	"    \"full_attention_interval\": 4,\n"
-	"    \"head_dim\": 256,\n"
-	"    \"hidden_act\": \"silu\",\n"
-	"    \"hidden_size\": 5120,\n"
-	"    \"initializer_range\": 0.02,\n"
-	"    \"intermediate_size\": 17408,\n"
-	"    \"layer_types\": [%s],\n"
-	"    \"linear_conv_kernel_dim\": 4,\n"
-	"    \"linear_key_head_dim\": 128,\n"
-	"    \"linear_num_key_heads\": 16,\n"
-	"    \"linear_num_value_heads\": 48,\n"
-	"    \"linear_value_head_dim\": 128,\n"
-	"    \"max_position_embeddings\": 262144,\n"
-	"    \"mamba_ssm_dtype\": \"float32\",\n"
-	"    \"model_type\": \"qwen3_5_text\",\n"
-	"    \"mtp_num_hidden_layers\": 1,\n"
-	"    \"num_attention_heads\": 24,\n"
-	"    \"num_hidden_layers\": 64,\n"
-	"    \"num_key_value_heads\": 4,\n"
-	"    \"rms_norm_eps\": 1e-06,\n"
-	"    \"rope_parameters\": {\n"
-	"      \"mrope_interleaved\": true,\n"
-	"      \"mrope_section\": [11, 11, 10],\n"
-	"      \"rope_type\": \"default\",\n"
-	"      \"rope_theta\": 10000000,\n"
-	"      \"partial_rotary_factor\": 0.25\n"
-	"    },\n"
-	"    \"tie_word_embeddings\": %s,\n"
-	"    \"use_cache\": true,\n"
-	"    \"vocab_size\": 248320\n"
-	"  },\n"
-	"  \"tie_word_embeddings\": %s,\n"
-	"  \"transformers_version\": \"4.57.0.dev0\",\n"
-	"  \"video_token_id\": 248057,\n"
-	"  \"vision_config\": {\"depth\": 27, \"hidden_size\": 1152}\n"
-	"}\n";
+    "{\n"
+    "  \"architectures\": [\"Qwen3_5ForConditionalGeneration\"],\n"
+    "  \"image_token_id\": 248056,\n"
+    "  \"model_type\": \"qwen3_5\",\n"
+    "  \"text_config\": {\n"
+    "    \"attention_bias\": false,\n"
+    "    \"attention_dropout\": 0.0,\n"
+    "    \"attn_output_gate\": true,\n"
+    "    \"dtype\": \"bfloat16\",\n"
+    "    \"eos_token_id\": 248044,\n"
+    "    \"full_attention_interval\": 4,\n"
+    "    \"head_dim\": 256,\n"
+    "    \"hidden_act\": \"silu\",\n"
+    "    \"hidden_size\": 5120,\n"
+    "    \"initializer_range\": 0.02,\n"
+    "    \"intermediate_size\": 17408,\n"
+    "    \"layer_types\": [%s],\n"
+    "    \"linear_conv_kernel_dim\": 4,\n"
+    "    \"linear_key_head_dim\": 128,\n"
+    "    \"linear_num_key_heads\": 16,\n"
+    "    \"linear_num_value_heads\": 48,\n"
+    "    \"linear_value_head_dim\": 128,\n"
+    "    \"max_position_embeddings\": 262144,\n"
+    "    \"mamba_ssm_dtype\": \"float32\",\n"
+    "    \"model_type\": \"qwen3_5_text\",\n"
+    "    \"mtp_num_hidden_layers\": 1,\n"
+    "    \"num_attention_heads\": 24,\n"
+    "    \"num_hidden_layers\": 64,\n"
+    "    \"num_key_value_heads\": 4,\n"
+    "    \"rms_norm_eps\": 1e-06,\n"
+    "    \"rope_parameters\": {\n"
+    "      \"mrope_interleaved\": true,\n"
+    "      \"mrope_section\": [11, 11, 10],\n"
+    "      \"rope_type\": \"default\",\n"
+    "      \"rope_theta\": 10000000,\n"
+    "      \"partial_rotary_factor\": 0.25\n"
+    "    },\n"
+    "    \"tie_word_embeddings\": %s,\n"
+    "    \"use_cache\": true,\n"
+    "    \"vocab_size\": 248320\n"
+    "  },\n"
+    "  \"tie_word_embeddings\": %s,\n"
+    "  \"transformers_version\": \"4.57.0.dev0\",\n"
+    "  \"video_token_id\": 248057,\n"
+    "  \"vision_config\": {\"depth\": 27, \"hidden_size\": 1152}\n"
+    "}\n";
 
 static void test_wrapper_27b(void)
 {
@@ -67,10 +67,9 @@ static void test_wrapper_27b(void)
 	lt_tmpdir(dir);
 	size_t o = 0;
 	for (int i = 0; i < 64; i++)
-		o += (size_t)snprintf(lt + o, sizeof lt - o, "%s\"%s\"",
-				      i ? ", " : "",
-				      (i + 1) % 4 ? "linear_attention"
-						  : "full_attention");
+		o += (size_t)snprintf(
+		    lt + o, sizeof lt - o, "%s\"%s\"", i ? ", " : "",
+		    (i + 1) % 4 ? "linear_attention" : "full_attention");
 	snprintf(buf, sizeof buf, cfg_27b, lt, "false", "true");
 	lt_write_str(dir, "config.json", buf);
 	qwen35_config c;
@@ -132,15 +131,16 @@ static void test_bare_text_defaults_and_old_rope(void)
 
 	/* rope_scaling, when an object, is where the parameters are read
 	 * (transformers' precedence); "mrope" is plain RoPE for text. */
-	lt_write_str(dir, "config.json",
-		     "{\"model_type\": \"qwen3_5_text\", \"vocab_size\": 1000, "
-		     "\"hidden_size\": 64, \"num_hidden_layers\": 4, "
-		     "\"intermediate_size\": 128, \"num_attention_heads\": 8, "
-		     "\"num_key_value_heads\": 2, \"head_dim\": 32, "
-		     "\"rope_theta\": 1.0, \"rope_parameters\": {\"rope_theta\": "
-		     "2.0}, \"rope_scaling\": {\"type\": \"mrope\", "
-		     "\"rope_theta\": 123456, \"mrope_section\": [2, 1, 1]}, "
-		     "\"dtype\": \"float32\"}");
+	lt_write_str(
+	    dir, "config.json",
+	    "{\"model_type\": \"qwen3_5_text\", \"vocab_size\": 1000, "
+	    "\"hidden_size\": 64, \"num_hidden_layers\": 4, "
+	    "\"intermediate_size\": 128, \"num_attention_heads\": 8, "
+	    "\"num_key_value_heads\": 2, \"head_dim\": 32, "
+	    "\"rope_theta\": 1.0, \"rope_parameters\": {\"rope_theta\": "
+	    "2.0}, \"rope_scaling\": {\"type\": \"mrope\", "
+	    "\"rope_theta\": 123456, \"mrope_section\": [2, 1, 1]}, "
+	    "\"dtype\": \"float32\"}");
 	ASSERT_RC(qwen35_config_load(dir, &c, err), 0, err);
 	ASSERT(c.rope_theta == 123456.0f && c.rot_dim == 8);
 	ASSERT(c.dtype == KERN_F32 && c.eos_id == -1);

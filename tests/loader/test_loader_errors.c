@@ -16,14 +16,14 @@
 
 /* Opens dir expecting failure `want`; err must name `file` and, if given,
  * `what` (a tensor or field; "" for none). */
-#define EXPECT_OPEN_FAIL(dir, want, file, what)                               \
-	do {                                                                  \
-		eng_ckpt *c_ = (eng_ckpt *)1;                                 \
-		char err_[MOOR_ERRLEN] = "";                                  \
-		ASSERT_RC(eng_ckpt_open(dir, &c_, err_), want, err_);         \
-		ASSERT(c_ == NULL);                                           \
-		ASSERT_HAS(err_, file);                                       \
-		ASSERT_HAS(err_, what);                                       \
+#define EXPECT_OPEN_FAIL(dir, want, file, what)                                \
+	do {                                                                   \
+		eng_ckpt *c_ = (eng_ckpt *)1;                                  \
+		char err_[MOOR_ERRLEN] = "";                                   \
+		ASSERT_RC(eng_ckpt_open(dir, &c_, err_), want, err_);          \
+		ASSERT(c_ == NULL);                                            \
+		ASSERT_HAS(err_, file);                                        \
+		ASSERT_HAS(err_, what);                                        \
 	} while (0)
 
 static void test_missing_dir_and_file(void)
@@ -89,11 +89,12 @@ static void test_malformed_header(void)
 			4, 0);
 	EXPECT_OPEN_FAIL(dir, MOOR_EFORMAT, ST, "model.w");
 	/* Duplicate keys would make the tensor ambiguous. */
-	lt_write_st_raw(dir, ST,
-			"{\"a\": {\"dtype\": \"F32\", \"shape\": [1], "
-			"\"data_offsets\": [0, 4]}, \"a\": {\"dtype\": \"F32\", "
-			"\"shape\": [1], \"data_offsets\": [4, 8]}}",
-			8, 0);
+	lt_write_st_raw(
+	    dir, ST,
+	    "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], "
+	    "\"data_offsets\": [0, 4]}, \"a\": {\"dtype\": \"F32\", "
+	    "\"shape\": [1], \"data_offsets\": [4, 8]}}",
+	    8, 0);
 	EXPECT_OPEN_FAIL(dir, MOOR_EFORMAT, ST, "duplicate");
 	/* Shape whose product overflows. */
 	lt_write_st_raw(dir, ST,
@@ -157,10 +158,9 @@ static void test_get_shape_dtype_missing(void)
 	int64_t ids[3] = {1, 2, 3};
 	uint8_t f8[3] = {1, 2, 3};
 	const st_entry e[] = {
-		{"model.layers.3.mlp.up_proj.weight", KERN_BF16, NULL, 2, s,
-		 w},
-		{"model.ids", 0, "I64", 1, s3, ids},
-		{"model.f8", 0, "F8_E4M3", 1, s3, f8},
+	    {"model.layers.3.mlp.up_proj.weight", KERN_BF16, NULL, 2, s, w},
+	    {"model.ids", 0, "I64", 1, s3, ids},
+	    {"model.f8", 0, "F8_E4M3", 1, s3, f8},
 	};
 	lt_path(path, dir, ST);
 	ASSERT_RC(st_write(path, e, 3, err), 0, err);
@@ -280,10 +280,10 @@ static void test_bad_index(void)
  */
 
 static const char *good_cfg =
-	"{\"model_type\": \"qwen3_5_text\", \"vocab_size\": 1000, "
-	"\"hidden_size\": 64, \"num_hidden_layers\": 4, "
-	"\"intermediate_size\": 128, \"num_attention_heads\": 4, "
-	"\"num_key_value_heads\": 2, \"head_dim\": 16, %s}";
+    "{\"model_type\": \"qwen3_5_text\", \"vocab_size\": 1000, "
+    "\"hidden_size\": 64, \"num_hidden_layers\": 4, "
+    "\"intermediate_size\": 128, \"num_attention_heads\": 4, "
+    "\"num_key_value_heads\": 2, \"head_dim\": 16, %s}";
 
 static void write_cfg(const char *dir, const char *extra)
 {
@@ -292,14 +292,14 @@ static void write_cfg(const char *dir, const char *extra)
 	lt_write_str(dir, "config.json", buf);
 }
 
-#define EXPECT_CFG_FAIL(dir, want, what)                                      \
-	do {                                                                  \
-		qwen35_config cfg_;                                           \
-		char err_[MOOR_ERRLEN] = "";                                  \
-		ASSERT_RC(qwen35_config_load(dir, &cfg_, err_), want, err_);  \
-		ASSERT_HAS(err_, "config.json");                              \
-		ASSERT_HAS(err_, what);                                       \
-		ASSERT(cfg_.layers == 0);                                     \
+#define EXPECT_CFG_FAIL(dir, want, what)                                       \
+	do {                                                                   \
+		qwen35_config cfg_;                                            \
+		char err_[MOOR_ERRLEN] = "";                                   \
+		ASSERT_RC(qwen35_config_load(dir, &cfg_, err_), want, err_);   \
+		ASSERT_HAS(err_, "config.json");                               \
+		ASSERT_HAS(err_, what);                                        \
+		ASSERT(cfg_.layers == 0);                                      \
 	} while (0)
 
 static void test_config_errors(void)
@@ -315,8 +315,9 @@ static void test_config_errors(void)
 	EXPECT_CFG_FAIL(dir, MOOR_EUNSUP,
 			"config.json: model_type \"llama\" is not supported "
 			"(qwen3_5, qwen3_5_text)");
-	lt_write_str(dir, "config.json",
-		     "{\"model_type\": \"qwen3_5_text\",\n \"vocab_size\": 1,,}");
+	lt_write_str(
+	    dir, "config.json",
+	    "{\"model_type\": \"qwen3_5_text\",\n \"vocab_size\": 1,,}");
 	EXPECT_CFG_FAIL(dir, MOOR_EFORMAT, "line 2");
 	lt_write_str(dir, "config.json", "[]");
 	EXPECT_CFG_FAIL(dir, MOOR_EFORMAT, "not a JSON object");
@@ -387,9 +388,9 @@ static void write_valid(const char *dir, char *err, int *ok)
 	uint16_t h[2] = {7, 8};
 	static const int64_t sa[] = {2, 3}, sb[] = {3}, sh[] = {2};
 	const st_entry e[] = {
-		{"model.embed_tokens.weight", KERN_BF16, NULL, 2, sa, a},
-		{"model.layers.0.linear_attn.A_log", KERN_F32, NULL, 1, sb, b},
-		{"model.norm.weight", KERN_F16, NULL, 1, sh, h},
+	    {"model.embed_tokens.weight", KERN_BF16, NULL, 2, sa, a},
+	    {"model.layers.0.linear_attn.A_log", KERN_F32, NULL, 1, sb, b},
+	    {"model.norm.weight", KERN_F16, NULL, 1, sh, h},
 	};
 	lt_path(path, dir, ST);
 	*ok = st_write(path, e, 3, err) == 0;
@@ -464,7 +465,7 @@ static void test_header_byte_flips(void)
 					volatile uint8_t sink = 0;
 					for (size_t b = 0; b < t->nbytes; b++)
 						sink ^= ((const uint8_t *)
-								 t->data)[b];
+							     t->data)[b];
 					(void)sink;
 				}
 				eng_ckpt_close(c);

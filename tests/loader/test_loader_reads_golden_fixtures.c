@@ -10,15 +10,14 @@ static void check_fixture(const char *name, int layers, int tie, int dtype,
 {
 	const char *src = getenv("MOOR_SRC");
 	char dir[4096], err[MOOR_ERRLEN] = "";
-	snprintf(dir, sizeof dir, "%s/tests/golden/%s", src ? src : ".",
-		 name);
+	snprintf(dir, sizeof dir, "%s/tests/golden/%s", src ? src : ".", name);
 	qwen35_config c;
 	ASSERT_RC(qwen35_config_load(dir, &c, err), 0, err);
 	ASSERT(c.vocab == 512 && c.hidden == 64 && c.inter == 128);
 	ASSERT(c.layers == layers && c.tie == tie && c.dtype == dtype);
 	ASSERT(c.n_heads == 4 && c.n_kv_heads == 2 && c.head_dim == 32);
-	ASSERT(c.lin_k_heads == 2 && c.lin_v_heads == hv &&
-	       c.lin_k_dim == 32 && c.lin_v_dim == 32 && c.conv_kernel == 4);
+	ASSERT(c.lin_k_heads == 2 && c.lin_v_heads == hv && c.lin_k_dim == 32 &&
+	       c.lin_v_dim == 32 && c.conv_kernel == 4);
 	ASSERT(c.rot_dim == 8 && c.rope_theta == 1e7f && c.eps == 1e-6f);
 	ASSERT(c.eos_id == -1); /* "eos_token_id": null */
 	for (int i = 0; i < layers; i++)

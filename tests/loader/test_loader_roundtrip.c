@@ -18,7 +18,7 @@ static int same(const eng_tensor *t, const st_entry *e)
 		if (t->shape[i] != e->shape[i])
 			return 0;
 	if (e->dtype_name ? t->dtype != ENG_DTYPE_OTHER ||
-				    strcmp(t->dtype_name, e->dtype_name)
+				strcmp(t->dtype_name, e->dtype_name)
 			  : t->dtype != e->dtype)
 		return 0;
 	int64_t nb = st_entry_nbytes(e);
@@ -43,22 +43,22 @@ static void test_single_file(void)
 		f4d[i] = (float)(i * i);
 	for (int i = 0; i < 3; i++)
 		odd[i] = moor_f32_to_bf16((float)(i + 1));
-	static const int64_t s_bf[] = {5, 3}, s_f16[] = {2, 3, 4}, s_f32[] = {7},
-			     s_empty[] = {0, 4}, s_4d[] = {2, 1, 2, 3},
-			     s_odd[] = {3}, s_i64[] = {2};
+	static const int64_t s_bf[] = {5, 3}, s_f16[] = {2, 3, 4},
+			     s_f32[] = {7}, s_empty[] = {0, 4},
+			     s_4d[] = {2, 1, 2, 3}, s_odd[] = {3},
+			     s_i64[] = {2};
 	/* Sorted by name, "model.a_odd" (6 bytes) puts "model.b_after_odd"
 	 * (f32) at an offset that is 2 mod 4: unaligned. */
 	const st_entry e[] = {
-		{"model.embed_tokens.weight", KERN_BF16, NULL, 2, s_bf, bf},
-		{"model.layers.0.f16", KERN_F16, NULL, 3, s_f16, f16},
-		{"model.layers.0.linear_attn.A_log", KERN_F32, NULL, 1, s_f32,
-		 f32},
-		{"model.scalar", KERN_F32, NULL, 0, NULL, &scalar},
-		{"model.empty", KERN_BF16, NULL, 2, s_empty, NULL},
-		{"model.four_d", KERN_F32, NULL, 4, s_4d, f4d},
-		{"model.a_odd", KERN_BF16, NULL, 1, s_odd, odd},
-		{"model.b_after_odd", KERN_F32, NULL, 1, s_f32, f32},
-		{"model.position_ids", 0, "I64", 1, s_i64, i64},
+	    {"model.embed_tokens.weight", KERN_BF16, NULL, 2, s_bf, bf},
+	    {"model.layers.0.f16", KERN_F16, NULL, 3, s_f16, f16},
+	    {"model.layers.0.linear_attn.A_log", KERN_F32, NULL, 1, s_f32, f32},
+	    {"model.scalar", KERN_F32, NULL, 0, NULL, &scalar},
+	    {"model.empty", KERN_BF16, NULL, 2, s_empty, NULL},
+	    {"model.four_d", KERN_F32, NULL, 4, s_4d, f4d},
+	    {"model.a_odd", KERN_BF16, NULL, 1, s_odd, odd},
+	    {"model.b_after_odd", KERN_F32, NULL, 1, s_f32, f32},
+	    {"model.position_ids", 0, "I64", 1, s_i64, i64},
 	};
 	const size_t n = sizeof e / sizeof e[0];
 	char path[4096];
@@ -75,8 +75,10 @@ static void test_single_file(void)
 	ASSERT((8 + hl) % 8 == 0 && 8 + hl <= len);
 	ASSERT(!memcmp(raw + 8, "{\"__metadata__\":{\"format\":\"pt\"}", 31));
 	const char *hdr = (const char *)raw + 8;
-	ASSERT(strstr(hdr, "\"model.a_odd\"") < strstr(hdr, "\"model.b_after_odd\""));
-	ASSERT(strstr(hdr, "\"model.b_after_odd\"") < strstr(hdr, "\"model.embed_tokens.weight\""));
+	ASSERT(strstr(hdr, "\"model.a_odd\"") <
+	       strstr(hdr, "\"model.b_after_odd\""));
+	ASSERT(strstr(hdr, "\"model.b_after_odd\"") <
+	       strstr(hdr, "\"model.embed_tokens.weight\""));
 	free(raw);
 
 	eng_ckpt *c;
@@ -101,9 +103,9 @@ static void test_single_file(void)
 	ASSERT(eng_ckpt_find(c, "model.nope") == NULL);
 
 	const eng_tensor *t;
-	ASSERT_RC(eng_ckpt_get(c, "model.embed_tokens.weight", 2, s_bf, &t,
-			       err),
-		  0, err);
+	ASSERT_RC(
+	    eng_ckpt_get(c, "model.embed_tokens.weight", 2, s_bf, &t, err), 0,
+	    err);
 	ASSERT(t->dtype == KERN_BF16);
 	ASSERT_RC(eng_ckpt_get(c, "model.scalar", 0, NULL, &t, err), 0, err);
 	ASSERT(eng_tensor_numel(t) == 1);
@@ -150,14 +152,13 @@ static void test_sharded_both_prefixes(void)
 		d[i] = (float)i * -0.5f;
 	static const int64_t sa[] = {2, 4}, sb[] = {6}, sc[] = {4}, sd[] = {5};
 	const st_entry s1[] = {
-		{"model.embed_tokens.weight", KERN_BF16, NULL, 2, sa, a},
-		{"model.layers.0.input_layernorm.weight", KERN_F16, NULL, 1,
-		 sb, b},
+	    {"model.embed_tokens.weight", KERN_BF16, NULL, 2, sa, a},
+	    {"model.layers.0.input_layernorm.weight", KERN_F16, NULL, 1, sb, b},
 	};
 	const st_entry s2[] = {
-		{"model.language_model.layers.0.linear_attn.dt_bias", KERN_F32,
-		 NULL, 1, sc, cc},
-		{"model.language_model.norm.weight", KERN_F32, NULL, 1, sd, d},
+	    {"model.language_model.layers.0.linear_attn.dt_bias", KERN_F32,
+	     NULL, 1, sc, cc},
+	    {"model.language_model.norm.weight", KERN_F32, NULL, 1, sd, d},
 	};
 	lt_path(path, dir, "model-00001-of-00002.safetensors");
 	ASSERT_RC(st_write(path, s1, 2, err), 0, err);
@@ -185,9 +186,9 @@ static void test_sharded_both_prefixes(void)
 		ASSERT(strstr(t->file, "model-00002-of-00002.safetensors"));
 	}
 	const eng_tensor *t;
-	ASSERT_RC(eng_ckpt_get(c, "model.language_model.norm.weight", 1, sd,
-			       &t, err),
-		  0, err);
+	ASSERT_RC(
+	    eng_ckpt_get(c, "model.language_model.norm.weight", 1, sd, &t, err),
+	    0, err);
 	eng_ckpt_close(c);
 
 	/* With a model.safetensors beside the index, the single file wins

@@ -43,8 +43,8 @@ static void test_same_bytes_twice(void)
 	int same = l1 == l2 && !memcmp(a, b, l1);
 	int same_cfg = c1 == c2 && !memcmp(ca, cb, c1);
 	uint64_t h = fnv64(a, l1);
-	fprintf(stderr, "model.safetensors: %zu bytes, fnv1a64 0x%016llx\n",
-		l1, (unsigned long long)h);
+	fprintf(stderr, "model.safetensors: %zu bytes, fnv1a64 0x%016llx\n", l1,
+		(unsigned long long)h);
 	free(a);
 	free(b);
 	free(ca);
@@ -95,9 +95,9 @@ static void test_loads_with_spec_shapes(void)
 	s2 /= 1 << 20;
 	float al[4], nw[64];
 	const eng_tensor *ta =
-		eng_ckpt_find(ck, "model.layers.0.linear_attn.A_log");
+	    eng_ckpt_find(ck, "model.layers.0.linear_attn.A_log");
 	const eng_tensor *tn =
-		eng_ckpt_find(ck, "model.layers.0.linear_attn.norm.weight");
+	    eng_ckpt_find(ck, "model.layers.0.linear_attn.norm.weight");
 	int cv = ta && tn && !eng_tensor_to_f32(ta, al, 4) &&
 		 !eng_tensor_to_f32(tn, nw, 64);
 	eng_ckpt_close(ck);
