@@ -8,7 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Errors: 0 is success; system errors are -errno; project errors are a
+/* Errors: 0 is success; system errors are -errno; project errors are the
+ * negative constants below (return MOOR_EFORMAT, not -MOOR_EFORMAT), a
  * reserved negative band below MOOR_EBASE, named by moor_strerror(). */
 enum {
 	MOOR_EBASE = -30000,

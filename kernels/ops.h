@@ -94,7 +94,7 @@ typedef struct kern_ops {
 	/* ---- ops ---- */
 
 	/* out[T,H] = table[ids[t], :] converted to fp32. ids: device i32[T],
-	 * each < V (an id >= V is -MOOR_ERANGE, nothing written). */
+	 * each < V (an id >= V is MOOR_ERANGE, nothing written). */
 	int (*embed)(kern_queue *q, float *out, const void *table, int wdt,
 		     const int32_t *ids, int T, int H, int V);
 

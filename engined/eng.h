@@ -1,0 +1,134 @@
+/* eng.h: the engine's model interface (`eng_`).
+ *
+ * A model adapter turns a checkpoint into a forward pass and describes the
+ * state of one sequence to the caches, which know no model:
+ *
+ *   sections  recurrent tensors that absorb every token (for Qwen3.5 each
+ *             GDN layer's delta-rule state and its conv tail), copied whole;
+ *   views     position-indexed buffers with a token axis (each attention
+ *             layer's K and V), valid up to the sequence's length.
+ *
+ * The buffers of a sequence (eng_seq) are device pointers that the caller
+ * owns: the engine allocates them in tests and one-shot runs, and cached's
+ * arena holds them when the daemons run. The engine only computes into them.
+ *
+ * Prefill runs on a grid of absolute positions (eng_opts.grid, 1,024 by
+ * default): a prefill from length b forwards the chunks [b, next line),
+ * [line, line + grid), ..., so a resume at a grid line forwards exactly the
+ * chunks a cold prefill forwards after it, and its logits, state and rows
+ * equal the cold prefill's bit for bit.
+ */
+#ifndef ENG_H
+#define ENG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops.h"
+
+#define ENG_NAME_MAX 48
+#define ENG_MAX_DIMS 4
+
+/* One recurrent section: `bytes` of `dtype`, shape dims (row-major). */
+typedef struct eng_section {
+	char name[ENG_NAME_MAX]; /* "gdn.S", "gdn.conv", ... */
+	int layer;               /* model layer, or -1 */
+	int dtype;               /* kern_dtype */
+	int ndim;
+	int64_t dims[ENG_MAX_DIMS];
+	size_t bytes;
+} eng_section;
+
+/* One view: a tensor of `dtype` with dims, one of which (token_axis) is the
+ * token axis of length `window`; dims[token_axis] is 1 here and the buffer
+ * holds `window` along it. row_bytes is the bytes of one token's slice. */
+typedef struct eng_view {
+	char name[ENG_NAME_MAX]; /* "attn.K", "attn.V", ... */
+	int layer;
+	int dtype;
+	int ndim;
+	int64_t dims[ENG_MAX_DIMS];
+	int token_axis;
+	size_t row_bytes;
+} eng_view;
+
+#define ENG_MAX_SECTIONS 512
+#define ENG_MAX_VIEWS 512
+
+typedef struct eng_layout {
+	int n_sections;
+	eng_section sec[ENG_MAX_SECTIONS];
+	int n_views;
+	eng_view view[ENG_MAX_VIEWS];
+	int64_t window; /* tokens a view holds */
+	int grid;       /* prefill grid, tokens */
+	size_t section_bytes; /* all sections together */
+	size_t row_bytes;     /* one token across all views */
+} eng_layout;
+
+/* A sequence's buffers: one device pointer per section and per view, in the
+ * layout's order, and the number of tokens the state has absorbed. */
+typedef struct eng_seq {
+	void **sec;
+	void **view;
+	int64_t len;
+} eng_seq;
+
+typedef struct eng_opts {
+	int grid;       /* prefill grid (a multiple of 64); 0 = 1024 */
+	int64_t window; /* max tokens per sequence; 0 = min(max_pos, 32768) */
+	int threads;    /* CPU backend threads; 0 = 1 */
+} eng_opts;
+
+typedef struct eng_model eng_model;
+
+/* Loads DIR (config.json + safetensors) onto the backend. On failure returns
+ * a negative code and fills err (naming the file and tensor). The model
+ * borrows ops and ctx, which must outlive it. */
+int eng_model_load(const char *dir, const kern_ops *ops, kern_ctx *ctx,
+		   const eng_opts *opts, eng_model **out, char *err);
+void eng_model_free(eng_model *m); /* safe on NULL */
+
+const eng_layout *eng_model_layout(const eng_model *m);
+int eng_model_vocab(const eng_model *m);
+int eng_model_eos(const eng_model *m); /* -1 if none */
+
+/* Engine-owned sequence buffers, zeroed (for tests and one-shot runs). */
+int eng_seq_alloc(eng_model *m, eng_seq *s);
+void eng_seq_free(eng_model *m, eng_seq *s); /* safe on zeroed */
+/* Resets the sequence to length 0 (zeroes its sections). */
+int eng_seq_reset(eng_model *m, eng_seq *s);
+
+enum { ENG_LOGITS_NONE = 0, ENG_LOGITS_LAST = 1, ENG_LOGITS_ALL = 2 };
+
+/* Prefills ids[0..n) at positions s->len.. on the grid, advancing s->len.
+ * logits (host memory): NONE; LAST, [vocab] for the last token; or ALL,
+ * [n, vocab]. Fails with MOOR_ERANGE past the window; on failure the
+ * sequence's state is undefined from s->len on (the caller restores). */
+int eng_prefill(eng_model *m, eng_seq *s, const int32_t *ids, int64_t n,
+		float *logits, int mode);
+
+/* One decode step (the recurrent form): forwards id at position s->len and
+ * writes its logits [vocab] to host memory. */
+int eng_decode(eng_model *m, eng_seq *s, int32_t id, float *logits);
+
+/* ---- sampler (host) ---- */
+
+typedef struct eng_sampling {
+	float temperature; /* 0: greedy */
+	int top_k;         /* 0: off */
+	float top_p;       /* 1: off */
+	float min_p;       /* 0: off */
+	uint64_t seed;
+} eng_sampling;
+
+typedef struct eng_sampler eng_sampler;
+
+/* The sampler keeps a scratch of vocab entries and an RNG seeded once. */
+eng_sampler *eng_sampler_new(int vocab, const eng_sampling *p);
+void eng_sampler_free(eng_sampler *s);
+/* Picks a token from logits [vocab]. Greedy takes the lowest index among
+ * equal maxima. The same seed and logits give the same tokens. */
+int32_t eng_sample(eng_sampler *s, const float *logits);
+
+#endif

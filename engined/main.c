@@ -1,0 +1,175 @@
+/* main.c: engined. Until the daemon arrives (the cached issue) it runs one
+ * prompt: loads a model directory, prefills the ids on the grid, decodes and
+ * prints the generated ids on stdout.
+ *
+ *   engined --model DIR --prompt-ids 1,2,3 [--max-tokens N] [--threads N]
+ *           [--grid N] [--window N] [--temperature T] [--top-k K]
+ *           [--top-p P] [--min-p P] [--seed S] [--ignore-eos]
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eng.h"
+#include "moor.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: engined --model DIR --prompt-ids ID,ID,... [options]\n"
+		"  --max-tokens N    tokens to generate (default 16)\n"
+		"  --threads N       CPU threads (default 1)\n"
+		"  --grid N          prefill grid, a multiple of 64 (default 1024)\n"
+		"  --window N        tokens per sequence (default 32768)\n"
+		"  --temperature T   0 = greedy (default 0)\n"
+		"  --top-k K  --top-p P  --min-p P  --seed S\n"
+		"  --ignore-eos      do not stop at the end-of-sequence token\n");
+}
+
+static int parse_ids(const char *s, int32_t **out, int64_t *n)
+{
+	int64_t cap = 64, k = 0;
+	int32_t *ids = malloc((size_t)cap * sizeof *ids);
+	if (!ids)
+		return -ENOMEM;
+	while (*s) {
+		char *end;
+		errno = 0;
+		long v = strtol(s, &end, 10);
+		if (end == s || errno || v < 0 || v > INT32_MAX) {
+			free(ids);
+			return MOOR_EFORMAT;
+		}
+		if (k == cap) {
+			cap *= 2;
+			int32_t *n2 = realloc(ids, (size_t)cap * sizeof *ids);
+			if (!n2) {
+				free(ids);
+				return -ENOMEM;
+			}
+			ids = n2;
+		}
+		ids[k++] = (int32_t)v;
+		s = end;
+		while (*s == ',' || *s == ' ')
+			s++;
+	}
+	if (k == 0) {
+		free(ids);
+		return MOOR_EFORMAT;
+	}
+	*out = ids;
+	*n = k;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	moor_log_set_name("engined");
+	const char *model = NULL, *ids_s = NULL;
+	int max_tokens = 16, ignore_eos = 0;
+	eng_opts o = {0};
+	eng_sampling sp = {.temperature = 0, .top_p = 1};
+	static const struct option lo[] = {
+		{"model", 1, 0, 'm'},	    {"prompt-ids", 1, 0, 'p'},
+		{"max-tokens", 1, 0, 'n'},  {"threads", 1, 0, 't'},
+		{"grid", 1, 0, 'g'},	    {"window", 1, 0, 'w'},
+		{"temperature", 1, 0, 'T'}, {"top-k", 1, 0, 'k'},
+		{"top-p", 1, 0, 'P'},	    {"min-p", 1, 0, 'M'},
+		{"seed", 1, 0, 's'},	    {"ignore-eos", 0, 0, 'e'},
+		{"help", 0, 0, 'h'},	    {0, 0, 0, 0},
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (c) {
+		case 'm': model = optarg; break;
+		case 'p': ids_s = optarg; break;
+		case 'n': max_tokens = atoi(optarg); break;
+		case 't': o.threads = atoi(optarg); break;
+		case 'g': o.grid = atoi(optarg); break;
+		case 'w': o.window = atoll(optarg); break;
+		case 'T': sp.temperature = strtof(optarg, NULL); break;
+		case 'k': sp.top_k = atoi(optarg); break;
+		case 'P': sp.top_p = strtof(optarg, NULL); break;
+		case 'M': sp.min_p = strtof(optarg, NULL); break;
+		case 's': sp.seed = strtoull(optarg, NULL, 10); break;
+		case 'e': ignore_eos = 1; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!model || !ids_s || max_tokens < 0) {
+		usage(stderr);
+		return 2;
+	}
+	int32_t *ids;
+	int64_t n;
+	if (parse_ids(ids_s, &ids, &n)) {
+		moor_err("--prompt-ids: expected comma-separated token ids");
+		return 2;
+	}
+	kern_config kc = {.threads = o.threads > 0 ? o.threads : 1};
+	kern_ctx *ctx;
+	int rc = kern_cpu_ops.create(&kc, &ctx);
+	if (rc) {
+		moor_err("backend %s: %s", kern_cpu_ops.name, moor_strerror(rc));
+		return 1;
+	}
+	char err[MOOR_ERRLEN] = "";
+	eng_model *m;
+	double t0 = moor_now();
+	rc = eng_model_load(model, &kern_cpu_ops, ctx, &o, &m, err);
+	if (rc) {
+		moor_err("%s: %s", model, err[0] ? err : moor_strerror(rc));
+		kern_cpu_ops.destroy(ctx);
+		free(ids);
+		return 1;
+	}
+	int V = eng_model_vocab(m), eos = eng_model_eos(m);
+	for (int64_t i = 0; i < n; i++) {
+		if (ids[i] >= V) {
+			moor_err("--prompt-ids: id %d is outside the vocabulary "
+				 "(%d)", ids[i], V);
+			rc = MOOR_ERANGE;
+		}
+	}
+	eng_seq s;
+	float *logits = malloc((size_t)V * sizeof *logits);
+	eng_sampler *smp = eng_sampler_new(V, &sp);
+	if (rc == 0 && (!logits || !smp))
+		rc = -ENOMEM;
+	if (rc == 0 && (rc = eng_seq_alloc(m, &s)) != 0)
+		moor_err("sequence buffers: %s", moor_strerror(rc));
+	if (rc == 0) {
+		double t1 = moor_now();
+		rc = eng_prefill(m, &s, ids, n, logits, ENG_LOGITS_LAST);
+		double t2 = moor_now();
+		int produced = 0;
+		while (rc == 0 && produced < max_tokens) {
+			int32_t t = eng_sample(smp, logits);
+			printf(produced ? " %d" : "%d", t);
+			produced++;
+			if ((t == eos && !ignore_eos) || produced == max_tokens)
+				break;
+			rc = eng_decode(m, &s, t, logits);
+		}
+		printf("\n");
+		double t3 = moor_now();
+		if (rc)
+			moor_err("forward: %s", moor_strerror(rc));
+		else
+			moor_info("load %.2fs, prefill %lld tokens %.3fs (%.0f "
+				  "tok/s), decode %d tokens %.3fs",
+				  t1 - t0, (long long)n, t2 - t1,
+				  (double)n / (t2 - t1), produced, t3 - t2);
+		eng_seq_free(m, &s);
+	}
+	eng_sampler_free(smp);
+	free(logits);
+	free(ids);
+	eng_model_free(m);
+	kern_cpu_ops.destroy(ctx);
+	return rc ? 1 : 0;
+}

@@ -1,0 +1,278 @@
+/* proto.h: every message between moor's processes (`proto_`).
+ *
+ * A message is a fixed 24-byte header and a typed payload. All fields are
+ * fixed-width little-endian; strings are u16 length + bytes (no NUL on the
+ * wire); arrays are u32 count + elements. Messages are encoded and decoded
+ * only through the functions here, which check every length against the
+ * buffer: a decode never reads past the payload, and a payload with bytes
+ * left over after its last field is malformed too.
+ *
+ * Bulk bytes never travel in messages: state stays in the arenas and
+ * messages carry offsets into them. Token ids do travel (4 bytes each).
+ *
+ * Versions: a peer whose header carries another PROTO_VERSION is refused
+ * with PROTO_ERROR (code MOOR_EVERSION) naming both versions; the refusing
+ * side keeps serving.
+ *
+ * Ownership: decoded structs may hold heap arrays (ids, slots, text); the
+ * caller releases them with proto_msg_fini(), which is safe on a zeroed or
+ * partly decoded struct. Encoders borrow their input.
+ */
+#ifndef PROTO_H
+#define PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROTO_MAGIC 0x524f4f4du /* "MOOR" little-endian */
+#define PROTO_VERSION 1
+#define PROTO_HDR_SIZE 24
+/* Largest payload accepted: a 256k-token prompt of ids plus slack. */
+#define PROTO_MAX_PAYLOAD (4u << 20)
+#define PROTO_MAX_STR 4096
+#define PROTO_MAX_IDS (1u << 20)
+#define PROTO_MAX_SLOTS 1024
+#define PROTO_MAX_SECTIONS 512
+#define PROTO_MAX_VIEWS 512
+#define PROTO_NAME_MAX 48
+
+typedef struct proto_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t length; /* payload bytes after the header */
+	uint32_t flags;  /* reserved, 0 */
+	uint64_t req;    /* request id, echoed in replies */
+} proto_hdr;
+
+enum proto_type {
+	PROTO_ERROR = 1, /* any direction: a request failed */
+	PROTO_OK = 2,    /* an empty success */
+
+	/* engined -> cached (cached.sock, REQ/REP) */
+	PROTO_HELLO = 10,
+	PROTO_HELLO_OK = 11,
+	PROTO_PLAN = 12,
+	PROTO_PLAN_OK = 13,
+	PROTO_COMMIT = 14, /* answered with PROTO_OK */
+	PROTO_ABORT = 15,  /* answered with PROTO_OK */
+
+	/* client (gatewayd, tests) -> engined (engined.sock, PAIR1 poly) */
+	PROTO_GENERATE = 30,
+	PROTO_STEP = 31, /* engined -> client: one decode step's tokens */
+	PROTO_DONE = 32, /* engined -> client: a request ended */
+	PROTO_CANCEL = 33,
+
+	/* operators, gatewayd -> cached (admin.sock, REQ/REP) */
+	PROTO_STATS = 50,
+	PROTO_STATS_OK = 51, /* JSON text */
+	PROTO_CLEAR = 52,    /* answered with PROTO_OK */
+
+	PROTO_TYPE_MAX = 64,
+};
+
+/* ---- payloads ---- */
+
+typedef struct proto_error {
+	int32_t code; /* a moor.h code */
+	char *msg;    /* heap, NUL-terminated after decode */
+} proto_error;
+
+typedef struct proto_section {
+	char name[PROTO_NAME_MAX];
+	int32_t layer;
+	uint32_t dtype;
+	uint32_t ndim;
+	int64_t dims[4];
+	uint64_t bytes;
+} proto_section;
+
+typedef struct proto_view {
+	char name[PROTO_NAME_MAX];
+	int32_t layer;
+	uint32_t dtype;
+	uint32_t ndim;
+	int64_t dims[4];
+	uint32_t token_axis;
+	uint64_t row_bytes;
+} proto_view;
+
+/* engined's identity and its adapter's state layout. */
+typedef struct proto_hello {
+	uint8_t fingerprint[32]; /* what computes stored rows (weights, code) */
+	uint32_t pid;
+	uint32_t grid;
+	uint64_t window;
+	uint64_t workspace_bytes; /* the prefill workspace estimate */
+	uint32_t n_sections;
+	proto_section *sec;
+	uint32_t n_views;
+	proto_view *view;
+} proto_hello;
+
+typedef struct proto_hello_ok {
+	char *dev_arena;  /* shm name of the device arena */
+	uint64_t dev_size;
+	char *host_arena; /* shm name of the host arena */
+	uint64_t host_size;
+	uint8_t adopted;  /* 1: the state of an earlier engined is handed back */
+	uint64_t resident_len;
+	uint32_t n_sec;   /* offsets of the live sequence's buffers in the */
+	uint64_t *sec_off; /* device arena, in the layout's order */
+	uint32_t n_view;
+	uint64_t *view_off;
+} proto_hello_ok;
+
+/* Where should this prompt resume? cached restores the state into the live
+ * sequence before answering. */
+typedef struct proto_plan {
+	char *session;       /* session key; empty: none */
+	uint32_t max_tokens;
+	uint32_t flags;      /* PROTO_PLAN_* */
+	uint32_t n_ids;
+	int32_t *ids;        /* key_ids of the prompt */
+} proto_plan;
+
+enum { PROTO_PLAN_NO_CACHE = 1 }; /* cold prefill, keep nothing */
+
+enum proto_tier {
+	PROTO_TIER_NONE = 0,
+	PROTO_TIER_RESIDENT = 1, /* an anchor of the rows in place */
+	PROTO_TIER_END = 2,      /* the end anchor */
+	PROTO_TIER_PIN = 3,
+	PROTO_TIER_PARK = 4,
+	PROTO_TIER_STORE = 5,    /* state store snapshot */
+	PROTO_TIER_STASH = 6,    /* guest stash (rows put back) */
+};
+
+typedef struct proto_slot {
+	uint64_t line;   /* grid line whose state goes here */
+	uint64_t offset; /* device arena offset of section_bytes */
+} proto_slot;
+
+typedef struct proto_plan_ok {
+	uint64_t start;   /* prefill starts here; state restored up to it */
+	uint64_t cached;  /* tokens not forwarded (= start) */
+	uint64_t taint;   /* lowest row not written by a cold grid prefill */
+	uint32_t tier;    /* proto_tier of the source */
+	uint32_t n_slots;
+	proto_slot *slots; /* anchor slots to fill during the prefill */
+} proto_plan_ok;
+
+typedef struct proto_commit {
+	uint32_t n_filled; /* slots filled, a prefix of the plan's list */
+	uint32_t n_ids;
+	int32_t *ids;      /* generated tokens the state absorbed */
+} proto_commit;
+
+typedef struct proto_abort {
+	uint32_t n_filled;
+	uint64_t valid;    /* rows valid (the prefill reached this line) */
+} proto_abort;
+
+enum proto_finish {
+	PROTO_FINISH_NONE = 0, /* still running (in STEP) */
+	PROTO_FINISH_STOP = 1,
+	PROTO_FINISH_LENGTH = 2,
+	PROTO_FINISH_CANCEL = 3,
+	PROTO_FINISH_ERROR = 4,
+};
+
+typedef struct proto_generate {
+	char *session;
+	uint32_t max_tokens;
+	float temperature, top_p, min_p;
+	int32_t top_k;
+	uint64_t seed;
+	uint32_t flags; /* PROTO_PLAN_* passed through */
+	uint32_t n_ids;
+	int32_t *ids;
+	uint32_t n_stop;
+	int32_t *stop_ids; /* token ids that end the generation */
+} proto_generate;
+
+/* One decode step, every sequence it advanced. */
+typedef struct proto_step_entry {
+	uint64_t req;
+	int32_t token;
+	uint32_t finish; /* proto_finish; NONE while running */
+} proto_step_entry;
+
+typedef struct proto_step {
+	uint32_t n;
+	proto_step_entry *e;
+} proto_step;
+
+typedef struct proto_done {
+	uint32_t finish;
+	int32_t code;       /* 0, or the error */
+	uint32_t tier;
+	uint64_t prompt_tokens;
+	uint64_t cached_tokens;
+	uint64_t completion_tokens;
+	uint64_t prefill_us, decode_us;
+	char *msg;          /* error text, or empty */
+} proto_done;
+
+typedef struct proto_cancel {
+	uint64_t target; /* the request to cancel */
+} proto_cancel;
+
+typedef struct proto_text { /* STATS_OK */
+	char *text;
+} proto_text;
+
+typedef struct proto_clear {
+	char *tier; /* "all", "resident", "end", "stash", "pin", "park", "store" */
+} proto_clear;
+
+/* A decoded message: the header and the payload of its type. */
+typedef struct proto_msg {
+	proto_hdr h;
+	union {
+		proto_error error;
+		proto_hello hello;
+		proto_hello_ok hello_ok;
+		proto_plan plan;
+		proto_plan_ok plan_ok;
+		proto_commit commit;
+		proto_abort abort_;
+		proto_generate gen;
+		proto_step step;
+		proto_done done;
+		proto_cancel cancel;
+		proto_text text;
+		proto_clear clear;
+	} u;
+} proto_msg;
+
+/* ---- buffers ---- */
+
+/* A growable output buffer. */
+typedef struct proto_buf {
+	uint8_t *p;
+	size_t len, cap;
+	int err; /* sticky: the first failure (-ENOMEM, MOOR_ERANGE) */
+} proto_buf;
+
+void proto_buf_fini(proto_buf *b);
+
+/* Encodes header + payload of m (m->h.type selects the union member;
+ * magic, version and length are filled in) into b, replacing its contents.
+ * Returns 0 or a negative code (a field over its limit: MOOR_ERANGE). */
+int proto_encode(proto_buf *b, const proto_msg *m);
+
+/* Decodes a whole message. Returns 0, or MOOR_EFORMAT (bad magic, short or
+ * long payload, a count over its limit, an unknown type), MOOR_EVERSION
+ * (another protocol version; out->h is still filled so the caller can
+ * answer). On failure out holds nothing to free beyond proto_msg_fini. */
+int proto_decode(const void *buf, size_t len, proto_msg *out);
+
+/* Header only: checks magic, version, length against len. */
+int proto_peek_hdr(const void *buf, size_t len, proto_hdr *out);
+
+void proto_msg_fini(proto_msg *m);
+
+const char *proto_type_name(uint16_t type);
+
+#endif

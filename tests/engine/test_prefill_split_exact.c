@@ -1,0 +1,104 @@
+/* test_prefill_split_exact: the grid makes prefill reproducible bit for bit.
+ *   - a prompt prefilled in one call equals the same prompt prefilled in
+ *     calls split at grid lines: logits of every position, every GDN state
+ *     and conv tail, every KV row (memcmp);
+ *   - a resume at a grid line from a snapshot of the sections, with the rows
+ *     above the line overwritten by another prompt's, equals the cold
+ *     prefill (the resident prefix's premise);
+ *   - the last-token logits of a LAST prefill equal row n-1 of an ALL one.
+ * argv[1]: a model directory; argv[2]: the grid (default 128). */
+#include "eng.h"
+#include "moor.h"
+#include "state.h"
+#include "t.h"
+
+int main(int argc, char **argv)
+{
+	REQUIRE(argc >= 2, "usage: %s MODEL_DIR [GRID]", argv[0]);
+	int grid = argc > 2 ? atoi(argv[2]) : 128;
+	char err[MOOR_ERRLEN] = "";
+	kern_config kc = {.threads = 2};
+	kern_ctx *ctx;
+	REQUIRE(kern_cpu_ops.create(&kc, &ctx) == 0, "backend");
+	eng_opts o = {.grid = grid, .window = 8 * grid};
+	eng_model *m;
+	REQUIRE(eng_model_load(argv[1], &kern_cpu_ops, ctx, &o, &m, err) == 0,
+		"load: %s", err);
+	const eng_layout *y = eng_model_layout(m);
+	int V = eng_model_vocab(m);
+	int64_t n = 5 * grid + grid / 2 + 7; /* ends inside a chunk */
+	int32_t *ids = malloc(n * sizeof *ids), *other = malloc(n * sizeof *other);
+	make_ids(ids, n, V, 1);
+	make_ids(other, n, V, 2);
+	float *la = malloc((size_t)n * V * 4), *lb = malloc((size_t)n * V * 4),
+	      *lc = malloc((size_t)V * 4);
+	REQUIRE(ids && other && la && lb && lc, "oom");
+
+	/* A: one call */
+	eng_seq a, b;
+	REQUIRE(eng_seq_alloc(m, &a) == 0 && eng_seq_alloc(m, &b) == 0, "seq");
+	REQUIRE(eng_prefill(m, &a, ids, n, la, ENG_LOGITS_ALL) == 0, "prefill A");
+	host_state ha = state_read(&kern_cpu_ops, ctx, y, &a, n);
+
+	/* B: split at grid lines 2g and 3g (calls of 2g, g, rest) */
+	int64_t cut[] = {0, 2 * grid, 3 * grid, n};
+	for (int i = 0; i < 3; i++)
+		REQUIRE(eng_prefill(m, &b, ids + cut[i], cut[i + 1] - cut[i],
+				    lb + (size_t)cut[i] * V, ENG_LOGITS_ALL) == 0,
+			"prefill B part %d", i);
+	host_state hb = state_read(&kern_cpu_ops, ctx, y, &b, n);
+	CHECK(b.len == n, "length %lld", (long long)b.len);
+	CHECK(memcmp(la, lb, (size_t)n * V * 4) == 0,
+	      "split prefill: logits differ");
+	state_equal(y, &ha, &hb, n, "split prefill");
+
+	/* C: resume at line 4g from a snapshot; rows above the line hold
+	 * another prompt's rows first */
+	int64_t line = 4 * grid;
+	REQUIRE(eng_seq_reset(m, &b) == 0, "reset");
+	REQUIRE(eng_prefill(m, &b, ids, line, NULL, ENG_LOGITS_NONE) == 0, "head");
+	host_state snap = state_read(&kern_cpu_ops, ctx, y, &b, 0);
+	REQUIRE(eng_seq_reset(m, &b) == 0, "reset");
+	REQUIRE(eng_prefill(m, &b, other, n, NULL, ENG_LOGITS_NONE) == 0, "other");
+	/* put the head's rows back as the resident prefix keeps them: the
+	 * rows below the line are the head's; restore sections from snap */
+	kern_queue *q = kern_cpu_ops.queue(ctx);
+	size_t off = 0;
+	for (int i = 0; i < y->n_sections; i++) {
+		kern_cpu_ops.upload(q, b.sec[i], snap.bytes + off, y->sec[i].bytes);
+		off += y->sec[i].bytes;
+	}
+	for (int i = 0; i < y->n_views; i++)
+		kern_cpu_ops.copy(q, b.view[i], a.view[i],
+				  y->view[i].row_bytes * (size_t)line);
+	b.len = line;
+	REQUIRE(eng_prefill(m, &b, ids + line, n - line, lb + (size_t)line * V,
+			    ENG_LOGITS_ALL) == 0,
+		"resume");
+	host_state hc = state_read(&kern_cpu_ops, ctx, y, &b, n);
+	CHECK(memcmp(la + (size_t)line * V, lb + (size_t)line * V,
+		     (size_t)(n - line) * V * 4) == 0,
+	      "resume: logits differ");
+	state_equal(y, &ha, &hc, n, "resume at a grid line");
+
+	/* LAST equals the last row of ALL */
+	REQUIRE(eng_seq_reset(m, &b) == 0, "reset");
+	REQUIRE(eng_prefill(m, &b, ids, n, lc, ENG_LOGITS_LAST) == 0, "last");
+	CHECK(memcmp(lc, la + (size_t)(n - 1) * V, (size_t)V * 4) == 0,
+	      "LAST logits differ from row n-1 of ALL");
+
+	state_free(&ha);
+	state_free(&hb);
+	state_free(&hc);
+	state_free(&snap);
+	eng_seq_free(m, &a);
+	eng_seq_free(m, &b);
+	free(ids);
+	free(other);
+	free(la);
+	free(lb);
+	free(lc);
+	eng_model_free(m);
+	kern_cpu_ops.destroy(ctx);
+	return t_done("test_prefill_split_exact");
+}
