@@ -1,0 +1,314 @@
+/* attn.c: rope and causal GQA attention.
+ *
+ * attention computes each (token, query head) row on its own terms: scores
+ * s_j = scale * kcpu_dot(q, k_j) for j <= pos, the max, e_j = exp(s_j - max),
+ * their sum in order j = 0.., p_j = rnd(e_j / sum), out = rnd(sum_j p_j v_j)
+ * as a sequential sum over j (kcpu_mm). Nothing in it depends on the rows
+ * around it, so a task may take a group of rows that share a KV head and
+ * stream each K and V row once for all of them (the rows only share loads).
+ *
+ * A group keeps its scores in a stack buffer when they fit. When they do not
+ * (long contexts) it makes three passes over the keys in chunks: the max,
+ * then the sum, then p and p V, recomputing the scores each time. The scores
+ * are the same function of the same inputs each time, so both ways give the
+ * same bits; only the speed differs. */
+#include "cpu.h"
+
+#include <limits.h>
+
+/* rope keeps a token's cos/sin on the stack. */
+#define ROPE_ROT_MAX 1024
+/* attention: head_dim bound, score buffer, V block buffer, rows per group,
+ * keys per converted K block. */
+#define ATT_DMAX 512
+#define ATT_SBUF 32768
+#define ATT_VBUF 16384
+#define ATT_RG 8
+#define ATT_KB 16
+
+/* ---- rope ---- */
+
+struct rope_job {
+	float *x;
+	int64_t pos0;
+	int ld, T, heads, D, rot, act, tpt;
+	float theta;
+};
+
+static void rope_task(void *arg, int task)
+{
+	const struct rope_job *j = arg;
+	int t0 = task * j->tpt, t1 = t0 + j->tpt < j->T ? t0 + j->tpt : j->T;
+	int half = j->rot / 2, act = j->act;
+	float cs[ROPE_ROT_MAX / 2], sn[ROPE_ROT_MAX / 2];
+	for (int t = t0; t < t1; t++) {
+		float p = (float)(j->pos0 + t);
+		for (int i = 0; i < half; i++) {
+			/* as transformers: inv_freq = 1 / theta^(2i / rot),
+			 * angle = inv_freq * pos, all fp32 */
+			float inv = 1.0f / powf(j->theta,
+						(float)(2 * i) / (float)j->rot);
+			float a = inv * p;
+			cs[i] = kcpu_rnd(cosf(a), act);
+			sn[i] = kcpu_rnd(sinf(a), act);
+		}
+		for (int h = 0; h < j->heads; h++) {
+			float *x = j->x + (size_t)t * j->ld + (size_t)h * j->D;
+			for (int i = 0; i < half; i++) {
+				float x1 = x[i], x2 = x[i + half];
+				x[i] = kcpu_rnd(kcpu_rnd(x1 * cs[i], act) -
+							kcpu_rnd(x2 * sn[i], act),
+						act);
+				x[i + half] =
+					kcpu_rnd(kcpu_rnd(x2 * cs[i], act) +
+							 kcpu_rnd(x1 * sn[i], act),
+						 act);
+			}
+		}
+	}
+}
+
+int kcpu_rope(kern_queue *q, float *x, int ld, int T, int heads, int D,
+	      int rot, int64_t pos0, float theta, int act)
+{
+	if (!q || !x || T < 0 || heads < 0 || D < 0 || rot < 0 || rot > D ||
+	    rot % 2 || rot > ROPE_ROT_MAX || pos0 < 0 ||
+	    (int64_t)ld < (int64_t)heads * D)
+		return -MOOR_ERANGE;
+	if (!kcpu_act_ok(act))
+		return -MOOR_EDTYPE;
+	if (T == 0 || heads == 0 || rot == 0)
+		return 0;
+	struct rope_job j = {.x = x, .pos0 = pos0, .ld = ld, .T = T,
+			     .heads = heads, .D = D, .rot = rot, .act = act,
+			     .tpt = 16, .theta = theta};
+	moor_pool_run(kcpu_pool(q), (T + j.tpt - 1) / j.tpt, rope_task, &j);
+	return 0;
+}
+
+/* ---- attention ---- */
+
+struct att_job {
+	float *out;
+	const float *qv;
+	const void *K, *V;
+	int64_t pos0;
+	int ldq, kvdt, T, Hq, Hkv, D, act, r;
+	float scale;
+	int tpt, hpt; /* tokens and query heads per task */
+	int nhb;      /* head blocks */
+};
+
+/* A group of rows sharing KV head g: row i is token t[i], query head h[i],
+ * with len[i] = pos0 + t[i] + 1 keys, nondecreasing in i. */
+struct att_group {
+	int n, g;
+	int t[ATT_RG], h[ATT_RG], len[ATT_RG];
+	const float *q[ATT_RG];
+};
+
+/* Key j of KV head g as fp32: a pointer into K itself (F32) or into buf. */
+static const float *kv_row(const struct att_job *jb, const void *base,
+			   int64_t j, int g, float *buf)
+{
+	size_t off = ((size_t)j * jb->Hkv + g) * jb->D;
+	if (jb->kvdt == KERN_F32)
+		return (const float *)base + off;
+	kcpu_wrow(buf, base, jb->kvdt, off, jb->D);
+	return buf;
+}
+
+/* sc[i * ldsc + j - ja] = s_ij for ja <= j < min(jb, len[i]). */
+static void att_scores(const struct att_job *jb, const struct att_group *gr,
+		       int ja, int je, float *sc, int ldsc)
+{
+	float kbuf[ATT_KB * ATT_DMAX];
+	int D = jb->D;
+	for (int j0 = ja; j0 < je; j0 += ATT_KB) {
+		int nb = je - j0 < ATT_KB ? je - j0 : ATT_KB;
+		for (int jj = 0; jj < nb; jj++) {
+			int j = j0 + jj;
+			const float *kj = kv_row(jb, jb->K, j, gr->g,
+						 kbuf + jj * D);
+			/* rows needing key j: a suffix, lens nondecrease */
+			int i = 0;
+			while (i < gr->n && gr->len[i] <= j)
+				i++;
+			float s[4];
+			for (; i + 4 <= gr->n; i += 4) {
+				kcpu_dot4(gr->q[i], gr->q[i + 1], gr->q[i + 2],
+					  gr->q[i + 3], kj, D, s);
+				for (int r = 0; r < 4; r++)
+					sc[(i + r) * ldsc + j - ja] =
+						jb->scale * s[r];
+			}
+			for (; i < gr->n; i++)
+				sc[i * ldsc + j - ja] =
+					jb->scale * kcpu_dot(gr->q[i], kj, D);
+		}
+	}
+}
+
+/* acc[i][.] += sum_{ja <= j < min(je, len[i])} p[i * ldp + j - ja] v_j,
+ * in order j. */
+static void att_pv(const struct att_job *jb, const struct att_group *gr,
+		   int ja, int je, const float *p, int ldp, float *acc)
+{
+	float vbuf[ATT_VBUF];
+	int D = jb->D, vb = ATT_VBUF / D;
+	int klen[ATT_RG];
+	for (int j0 = ja; j0 < je; j0 += vb) {
+		int nb = je - j0 < vb ? je - j0 : vb;
+		const float *B;
+		ptrdiff_t ldb;
+		if (jb->kvdt == KERN_F32) {
+			B = (const float *)jb->V +
+			    ((size_t)j0 * jb->Hkv + gr->g) * D;
+			ldb = (ptrdiff_t)jb->Hkv * D;
+		} else {
+			for (int jj = 0; jj < nb; jj++)
+				kv_row(jb, jb->V, j0 + jj, gr->g,
+				       vbuf + jj * D);
+			B = vbuf;
+			ldb = D;
+		}
+		for (int i = 0; i < gr->n; i++)
+			klen[i] = gr->len[i] - j0;
+		kcpu_mm(gr->n, D, nb, p + (j0 - ja), ldp, B, ldb, acc, D, klen,
+			1);
+	}
+}
+
+static void att_group_run(const struct att_job *jb, const struct att_group *gr)
+{
+	float sc[ATT_SBUF];
+	float acc[ATT_RG * ATT_DMAX];
+	float mx[ATT_RG], sum[ATT_RG];
+	int n = gr->n, D = jb->D, act = jb->act;
+	int lmax = gr->len[n - 1];
+	for (int i = 0; i < n * D; i++)
+		acc[i] = 0.0f;
+	if (n * lmax <= ATT_SBUF) {
+		att_scores(jb, gr, 0, lmax, sc, lmax);
+		for (int i = 0; i < n; i++) {
+			float *s = sc + i * lmax;
+			int len = gr->len[i];
+			float m = s[0], e = 0.0f;
+			for (int j = 1; j < len; j++)
+				m = s[j] > m ? s[j] : m;
+			for (int j = 0; j < len; j++) {
+				s[j] = expf(s[j] - m);
+				e += s[j];
+			}
+			for (int j = 0; j < len; j++)
+				s[j] = kcpu_rnd(s[j] / e, act);
+		}
+		att_pv(jb, gr, 0, lmax, sc, lmax, acc);
+	} else {
+		int ch = ATT_SBUF / n;
+		for (int i = 0; i < n; i++) {
+			mx[i] = -INFINITY;
+			sum[i] = 0.0f;
+		}
+		for (int pass = 0; pass < 3; pass++)
+			for (int ja = 0; ja < lmax; ja += ch) {
+				int je = lmax - ja < ch ? lmax : ja + ch;
+				att_scores(jb, gr, ja, je, sc, ch);
+				for (int i = 0; i < n; i++) {
+					float *s = sc + i * ch;
+					int e = gr->len[i] < je ? gr->len[i] - ja
+								: je - ja;
+					for (int j = 0; j < e; j++) {
+						if (pass == 0)
+							mx[i] = s[j] > mx[i]
+									? s[j]
+									: mx[i];
+						else if (pass == 1)
+							sum[i] += expf(s[j] -
+								       mx[i]);
+						else
+							s[j] = kcpu_rnd(
+								expf(s[j] -
+								     mx[i]) /
+									sum[i],
+								act);
+					}
+				}
+				if (pass == 2)
+					att_pv(jb, gr, ja, je, sc, ch, acc);
+			}
+	}
+	for (int i = 0; i < n; i++) {
+		float *o = jb->out + ((size_t)gr->t[i] * jb->Hq + gr->h[i]) * D;
+		for (int d = 0; d < D; d++)
+			o[d] = kcpu_rnd(acc[i * D + d], act);
+	}
+}
+
+static void att_task(void *arg, int task)
+{
+	const struct att_job *jb = arg;
+	int t0 = (task / jb->nhb) * jb->tpt;
+	int h0 = (task % jb->nhb) * jb->hpt;
+	int t1 = t0 + jb->tpt < jb->T ? t0 + jb->tpt : jb->T;
+	struct att_group gr;
+	gr.n = 0;
+	gr.g = h0 / jb->r;
+	for (int t = t0; t < t1; t++)
+		for (int h = h0; h < h0 + jb->hpt; h++) {
+			int len = (int)(jb->pos0 + t + 1);
+			/* A group keeps its scores on the stack while they
+			 * fit; rows too long for that go in groups of
+			 * ATT_RG through the three passes. */
+			if (gr.n > 0 && (len > ATT_SBUF
+						 ? gr.len[0] <= ATT_SBUF
+						 : (gr.n + 1) * len > ATT_SBUF)) {
+				att_group_run(jb, &gr);
+				gr.n = 0;
+			}
+			int i = gr.n++;
+			gr.t[i] = t;
+			gr.h[i] = h;
+			gr.len[i] = len;
+			gr.q[i] = jb->qv + (size_t)t * jb->ldq + (size_t)h * jb->D;
+			if (gr.n == ATT_RG) {
+				att_group_run(jb, &gr);
+				gr.n = 0;
+			}
+		}
+	if (gr.n > 0)
+		att_group_run(jb, &gr);
+}
+
+int kcpu_attention(kern_queue *q, float *out, const float *qv, int ldq,
+		   const void *K, const void *V, int kvdt, int T, int64_t pos0,
+		   int Hq, int Hkv, int D, float scale, int act)
+{
+	if (!q || !out || !qv || !K || !V || T < 0 || pos0 < 0 || Hq <= 0 ||
+	    Hkv <= 0 || Hq % Hkv || D <= 0 || D > ATT_DMAX ||
+	    (int64_t)ldq < (int64_t)Hq * D || pos0 + T > INT_MAX / 2)
+		return -MOOR_ERANGE;
+	if (!kcpu_dtype_ok(kvdt) || !kcpu_act_ok(act))
+		return -MOOR_EDTYPE;
+	if (T == 0)
+		return 0;
+	struct att_job jb = {.out = out, .qv = qv, .K = K, .V = V,
+			     .pos0 = pos0, .ldq = ldq, .kvdt = kvdt, .T = T,
+			     .Hq = Hq, .Hkv = Hkv, .D = D, .act = act,
+			     .r = Hq / Hkv, .scale = scale};
+	/* A task is a block of tokens times the query heads of one KV head,
+	 * or times one query head when that leaves the threads idle. */
+	int threads = moor_pool_threads(kcpu_pool(q));
+	jb.hpt = jb.r;
+	if ((int64_t)T * Hkv < 4 * threads)
+		jb.hpt = 1;
+	if (jb.hpt > ATT_RG)
+		jb.hpt = 1;
+	jb.nhb = Hq / jb.hpt;
+	jb.tpt = ATT_RG / jb.hpt;
+	if ((int64_t)T * jb.nhb < 4 * threads || jb.tpt < 1)
+		jb.tpt = 1;
+	moor_pool_run(kcpu_pool(q), ((T + jb.tpt - 1) / jb.tpt) * jb.nhb,
+		      att_task, &jb);
+	return 0;
+}

@@ -1,0 +1,214 @@
+/* cpu.h: what the files of the portable CPU backend share (`kcpu_`,
+ * internal; ops.h is the public contract).
+ *
+ * Exactness. Every reduction below has one fixed order that depends only on
+ * its length, so that partitions and batch shapes never change bits:
+ *
+ *  - products of matrices (matmul, attention's p·V, the delta rule's block
+ *    products) sum each output element *sequentially* over the reduced index,
+ *    starting from +0: s = ((0 + a0 b0) + a1 b1) + ...  Each product is
+ *    rounded to fp32 before its add (-ffp-contract=off), so a SIMD kernel that
+ *    keeps four outputs in a vector register computes the same bits as a
+ *    scalar loop, and a reduction cut into k-blocks (the partial parked in
+ *    fp32 memory) equals an uncut one. The vectorisation runs across output
+ *    columns, never across the reduced index.
+ *  - dot products of two rows (norms, attention scores, the delta rule's
+ *    k·k and q·k) use kcpu_dot: 8 lanes over i mod 8, combined in a fixed
+ *    tree, then the tail in order (see kcpu_dot).
+ *
+ * Vectors are GCC/Clang vector extensions (v4f): plain C that every target
+ * compiles (SSE2 on x86-64, NEON on arm64, scalar code elsewhere), so the
+ * backend needs no -march flag and no intrinsics.
+ */
+#ifndef KCPU_H
+#define KCPU_H
+
+#include "moor.h"
+#include "ops.h"
+#include "pool.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+struct kern_queue {
+	kern_ctx *ctx;
+};
+
+struct kern_ctx {
+	moor_pool *pool; /* cfg->threads threads (the caller counts as one) */
+	kern_queue q;    /* the default (and only) queue */
+};
+
+static inline moor_pool *kcpu_pool(kern_queue *q)
+{
+	return q->ctx->pool;
+}
+
+/* ---- vectors ---- */
+
+/* Four fp32 lanes; aligned(4) so that loads and stores through memcpy may
+ * be unaligned. */
+typedef float v4f __attribute__((vector_size(16), aligned(4)));
+
+static inline v4f v4_load(const float *p)
+{
+	v4f v;
+	memcpy(&v, p, sizeof v);
+	return v;
+}
+
+static inline void v4_store(float *p, v4f v)
+{
+	memcpy(p, &v, sizeof v);
+}
+
+static inline v4f v4_splat(float x)
+{
+	return (v4f){x, x, x, x};
+}
+
+/* ---- elements ---- */
+
+static inline int kcpu_dtype_ok(int dt)
+{
+	return dt == KERN_F32 || dt == KERN_BF16 || dt == KERN_F16;
+}
+
+static inline int kcpu_act_ok(int act)
+{
+	return act == KERN_ACT_F32 || act == KERN_ACT_BF16;
+}
+
+/* Element i of a weight vector of dtype dt, as fp32 (exact). */
+static inline float kcpu_wget(const void *w, int dt, size_t i)
+{
+	if (dt == KERN_F32)
+		return ((const float *)w)[i];
+	if (dt == KERN_BF16)
+		return moor_bf16_to_f32(((const uint16_t *)w)[i]);
+	return moor_f16_to_f32(((const uint16_t *)w)[i]);
+}
+
+/* n elements of w (dtype dt) from element i0 into dst as fp32 (exact). */
+void kcpu_wrow(float *dst, const void *w, int dt, size_t i0, int n);
+
+/* The rounding point of an activation: to bf16 and back when act is BF16. */
+static inline float kcpu_rnd(float x, int act)
+{
+	return act == KERN_ACT_BF16 ? moor_round_bf16(x) : x;
+}
+
+static inline float kcpu_sigmoid(float x)
+{
+	return 1.0f / (1.0f + expf(-x));
+}
+
+static inline float kcpu_silu(float x)
+{
+	return x / (1.0f + expf(-x));
+}
+
+/* ---- reductions ---- */
+
+/* sum_i a[i] * b[i], fp32, in the order this function fixes for n: lane l
+ * (0..7) sums the products of i = l, l + 8, ... below n - n % 8 in order;
+ * the lanes combine as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7));
+ * the tail i = n - n % 8 .. n - 1 is then added in order. */
+static inline float kcpu_dot(const float *a, const float *b, int n)
+{
+	v4f s0 = v4_splat(0.0f), s1 = v4_splat(0.0f);
+	int i = 0;
+	for (; i + 8 <= n; i += 8) {
+		s0 += v4_load(a + i) * v4_load(b + i);
+		s1 += v4_load(a + i + 4) * v4_load(b + i + 4);
+	}
+	v4f t = s0 + s1;
+	float r = (t[0] + t[2]) + (t[1] + t[3]);
+	for (; i < n; i++)
+		r += a[i] * b[i];
+	return r;
+}
+
+/* kcpu_dot for four rows a0..a3 against one b: r[j] = kcpu_dot(aj, b, n),
+ * bit for bit; b's loads are shared. */
+static inline void kcpu_dot4(const float *a0, const float *a1, const float *a2,
+			     const float *a3, const float *b, int n, float *r)
+{
+	v4f s0[4], s1[4];
+	const float *a[4] = {a0, a1, a2, a3};
+	for (int j = 0; j < 4; j++)
+		s0[j] = s1[j] = v4_splat(0.0f);
+	int i = 0;
+	for (; i + 8 <= n; i += 8) {
+		v4f b0 = v4_load(b + i), b1 = v4_load(b + i + 4);
+		for (int j = 0; j < 4; j++) {
+			s0[j] += v4_load(a[j] + i) * b0;
+			s1[j] += v4_load(a[j] + i + 4) * b1;
+		}
+	}
+	for (int j = 0; j < 4; j++) {
+		v4f t = s0[j] + s1[j];
+		float x = (t[0] + t[2]) + (t[1] + t[3]);
+		for (int k = i; k < n; k++)
+			x += a[j][k] * b[k];
+		r[j] = x;
+	}
+}
+
+/* The block product with sequential sums (see the top of this file):
+ * for i < M, n < N:
+ *   C[i, n] = (acc ? C[i, n] : +0) + sum_{k < K_i} A[i, k] * B[k, n]
+ * in order k = 0, 1, ..., where K_i = klen ? min(klen[i], K) : K (a negative
+ * klen[i] counts as 0). Row strides lda, ldb, ldc in elements. C must not
+ * overlap A or B. */
+void kcpu_mm(int M, int N, int K, const float *A, ptrdiff_t lda,
+	     const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc,
+	     const int *klen, int acc);
+
+/* ---- ops (one file each group) ---- */
+
+int kcpu_embed(kern_queue *q, float *out, const void *table, int wdt,
+	       const int32_t *ids, int T, int H, int V);
+int kcpu_matmul(kern_queue *q, float *y, int ldy, const float *x, int ldx,
+		const void *W, int wdt, int T, int N, int K, int act);
+int kcpu_add(kern_queue *q, float *y, const float *x, size_t n, int act);
+int kcpu_rmsnorm(kern_queue *q, float *y, int ldy, const float *x, int ldx,
+		 const void *w, int wdt, int rows, int dim, float eps,
+		 int plus_one, int act);
+int kcpu_gated_rmsnorm(kern_queue *q, float *y, const float *x,
+		       const float *z, const void *w, int wdt, int rows,
+		       int dim, float eps, int act);
+int kcpu_conv1d(kern_queue *q, float *out, const float *in, int ldin,
+		float *tail, const void *w, int wdt, int T, int C, int Kc,
+		int act);
+int kcpu_gdn_gates(kern_queue *q, float *beta, float *g, const float *b,
+		   int ldb, const float *a, int lda, const float *A_log,
+		   const float *dt_bias, int T, int Hv);
+int kcpu_l2norm(kern_queue *q, float *x, int ld, int T, int heads, int dim,
+		float eps, float scale, int act);
+int kcpu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
+		       const float *k, int ldqk, const float *v, int ldv,
+		       const float *g, const float *beta, int T, int Hk,
+		       int Hv, int dk, int dv, void *ws, int act);
+size_t kcpu_delta_ws_bytes(int Hv, int dk, int dv);
+int kcpu_delta_recurrent(kern_queue *q, float *o, float *S, const float *qq,
+			 const float *k, int ldqk, const float *v, int ldv,
+			 const float *g, const float *beta, int T, int Hk,
+			 int Hv, int dk, int dv, int act);
+int kcpu_rope(kern_queue *q, float *x, int ld, int T, int heads, int D,
+	      int rot, int64_t pos0, float theta, int act);
+int kcpu_attention(kern_queue *q, float *out, const float *qv, int ldq,
+		   const void *K, const void *V, int kvdt, int T, int64_t pos0,
+		   int Hq, int Hkv, int D, float scale, int act);
+int kcpu_kv_write(kern_queue *q, void *dst, int kvdt, int64_t row0,
+		  const float *src, int ld, int T, int width);
+int kcpu_swiglu(kern_queue *q, float *y, const float *gate, const float *up,
+		size_t n, int act);
+int kcpu_split_qgate(kern_queue *q, float *qo, float *go, const float *qg,
+		     int T, int Hq, int D);
+int kcpu_sigmoid_mul(kern_queue *q, float *y, const float *x,
+		     const float *gate, size_t n, int act);
+
+#endif

@@ -1,0 +1,195 @@
+/* misc.c: the element-wise and data-movement ops (embed, add, swiglu,
+ * sigmoid_mul, split_qgate, kv_write). Each output element depends on its own
+ * inputs only, so any partition gives the same bits; tasks are fixed blocks
+ * of elements or rows. */
+#include "cpu.h"
+
+/* Elements per task of the element-wise ops. */
+#define EW_BLOCK 16384
+
+void kcpu_wrow(float *dst, const void *w, int dt, size_t i0, int n)
+{
+	if (dt == KERN_F32) {
+		memcpy(dst, (const float *)w + i0, (size_t)n * 4);
+	} else if (dt == KERN_BF16) {
+		const uint16_t *s = (const uint16_t *)w + i0;
+		for (int i = 0; i < n; i++)
+			dst[i] = moor_bf16_to_f32(s[i]);
+	} else {
+		const uint16_t *s = (const uint16_t *)w + i0;
+		for (int i = 0; i < n; i++)
+			dst[i] = moor_f16_to_f32(s[i]);
+	}
+}
+
+static int ew_tasks(size_t n)
+{
+	return (int)((n + EW_BLOCK - 1) / EW_BLOCK);
+}
+
+/* ---- embed ---- */
+
+struct embed_job {
+	float *out;
+	const void *table;
+	const int32_t *ids;
+	int wdt, H;
+};
+
+static void embed_task(void *arg, int t)
+{
+	const struct embed_job *j = arg;
+	kcpu_wrow(j->out + (size_t)t * j->H, j->table, j->wdt,
+		  (size_t)j->ids[t] * j->H, j->H);
+}
+
+int kcpu_embed(kern_queue *q, float *out, const void *table, int wdt,
+	       const int32_t *ids, int T, int H, int V)
+{
+	if (!q || !out || !table || !ids || T < 0 || H < 0 || V < 0)
+		return -MOOR_ERANGE;
+	if (!kcpu_dtype_ok(wdt))
+		return -MOOR_EDTYPE;
+	for (int t = 0; t < T; t++)
+		if (ids[t] < 0 || ids[t] >= V)
+			return -MOOR_ERANGE; /* before anything is written */
+	struct embed_job j = {out, table, ids, wdt, H};
+	moor_pool_run(kcpu_pool(q), H ? T : 0, embed_task, &j);
+	return 0;
+}
+
+/* ---- element-wise ---- */
+
+enum { EW_ADD, EW_SWIGLU, EW_SIGMUL };
+
+struct ew_job {
+	float *y;
+	const float *a, *b;
+	size_t n;
+	int kind, act;
+};
+
+static void ew_task(void *arg, int task)
+{
+	const struct ew_job *j = arg;
+	size_t i0 = (size_t)task * EW_BLOCK;
+	size_t i1 = j->n - i0 < EW_BLOCK ? j->n : i0 + EW_BLOCK;
+	float *y = j->y;
+	const float *a = j->a, *b = j->b;
+	int act = j->act;
+	switch (j->kind) {
+	case EW_ADD: /* y = x + y; a = x */
+		for (size_t i = i0; i < i1; i++)
+			y[i] = kcpu_rnd(a[i] + y[i], act);
+		break;
+	case EW_SWIGLU: /* a = gate, b = up */
+		for (size_t i = i0; i < i1; i++)
+			y[i] = kcpu_rnd(kcpu_rnd(kcpu_silu(a[i]), act) * b[i],
+					act);
+		break;
+	default: /* EW_SIGMUL: a = x, b = gate */
+		for (size_t i = i0; i < i1; i++)
+			y[i] = kcpu_rnd(a[i] * kcpu_rnd(kcpu_sigmoid(b[i]), act),
+					act);
+		break;
+	}
+}
+
+static int ew_run(kern_queue *q, float *y, const float *a, const float *b,
+		  size_t n, int kind, int act)
+{
+	if (!q || !y || !a || !b)
+		return -MOOR_ERANGE;
+	if (!kcpu_act_ok(act))
+		return -MOOR_EDTYPE;
+	struct ew_job j = {y, a, b, n, kind, act};
+	moor_pool_run(kcpu_pool(q), ew_tasks(n), ew_task, &j);
+	return 0;
+}
+
+int kcpu_add(kern_queue *q, float *y, const float *x, size_t n, int act)
+{
+	return ew_run(q, y, x, x, n, EW_ADD, act);
+}
+
+int kcpu_swiglu(kern_queue *q, float *y, const float *gate, const float *up,
+		size_t n, int act)
+{
+	return ew_run(q, y, gate, up, n, EW_SWIGLU, act);
+}
+
+int kcpu_sigmoid_mul(kern_queue *q, float *y, const float *x,
+		     const float *gate, size_t n, int act)
+{
+	return ew_run(q, y, x, gate, n, EW_SIGMUL, act);
+}
+
+/* ---- split_qgate ---- */
+
+struct split_job {
+	float *qo, *go;
+	const float *qg;
+	int Hq, D;
+};
+
+static void split_task(void *arg, int t)
+{
+	const struct split_job *j = arg;
+	size_t D = (size_t)j->D;
+	for (int h = 0; h < j->Hq; h++) {
+		size_t r = (size_t)t * j->Hq + h;
+		memcpy(j->qo + r * D, j->qg + r * 2 * D, D * 4);
+		memcpy(j->go + r * D, j->qg + r * 2 * D + D, D * 4);
+	}
+}
+
+int kcpu_split_qgate(kern_queue *q, float *qo, float *go, const float *qg,
+		     int T, int Hq, int D)
+{
+	if (!q || !qo || !go || !qg || T < 0 || Hq < 0 || D < 0)
+		return -MOOR_ERANGE;
+	struct split_job j = {qo, go, qg, Hq, D};
+	moor_pool_run(kcpu_pool(q), T, split_task, &j);
+	return 0;
+}
+
+/* ---- kv_write ---- */
+
+struct kvw_job {
+	void *dst;
+	const float *src;
+	int64_t row0;
+	int kvdt, ld, width;
+};
+
+static void kvw_task(void *arg, int t)
+{
+	const struct kvw_job *j = arg;
+	const float *s = j->src + (size_t)t * j->ld;
+	size_t off = (size_t)(j->row0 + t) * (size_t)j->width;
+	int w = j->width;
+	if (j->kvdt == KERN_F32) {
+		memcpy((float *)j->dst + off, s, (size_t)w * 4);
+	} else if (j->kvdt == KERN_BF16) {
+		uint16_t *d = (uint16_t *)j->dst + off;
+		for (int i = 0; i < w; i++)
+			d[i] = moor_f32_to_bf16(s[i]);
+	} else {
+		uint16_t *d = (uint16_t *)j->dst + off;
+		for (int i = 0; i < w; i++)
+			d[i] = moor_f32_to_f16(s[i]);
+	}
+}
+
+int kcpu_kv_write(kern_queue *q, void *dst, int kvdt, int64_t row0,
+		  const float *src, int ld, int T, int width)
+{
+	if (!q || !dst || !src || row0 < 0 || T < 0 || width < 0 ||
+	    ld < width)
+		return -MOOR_ERANGE;
+	if (!kcpu_dtype_ok(kvdt))
+		return -MOOR_EDTYPE;
+	struct kvw_job j = {dst, src, row0, kvdt, ld, width};
+	moor_pool_run(kcpu_pool(q), T, kvw_task, &j);
+	return 0;
+}
