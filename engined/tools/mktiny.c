@@ -19,7 +19,9 @@
  * uniforms, centred and scaled to unit variance; no libm transcendental is
  * called. Rounding to bf16 is integer code (moor_f32_to_bf16).
  *
- * Scales: matrices N(0, 1/sqrt(fan_in)) (std), embedding N(0, 1), the
+ * Scales: matrices N(0, 1/sqrt(fan_in)) (std; out_proj, o_proj and
+ * down_proj, which write into the residual stream, 3x that), embedding
+ * N(0, 1), the
  * zero-centred RMSNorm weights 0.1 N (the model applies 1 + w), the GDN
  * output norm 1 + 0.1 N (plain weight), A_log U(-1, 1), dt_bias 0.5 N,
  * conv1d.weight 0.5 N.
@@ -246,6 +248,12 @@ static size_t mktiny_tensors(const qwen35_config *c, struct tspec *ts)
 #define MAT(fmt, arg, o, i)                                                    \
 	T(fmt, arg, KERN_BF16, 2, o, i, 0, INIT_NORMAL, 0.0,                   \
 	  1.0 / sqrt((double)(i)))
+/* A matrix that writes into the residual stream, with gain 3: at plain
+ * scale the stream stays the current token's embedding and the tied head
+ * answers the token it was fed, so greedy text would repeat one token. */
+#define MATG(fmt, arg, o, i)                                                   \
+	T(fmt, arg, KERN_BF16, 2, o, i, 0, INIT_NORMAL, 0.0,                   \
+	  3.0 / sqrt((double)(i)))
 #define NORM(fmt, arg, d)                                                      \
 	T(fmt, arg, KERN_BF16, 1, d, 0, 0, INIT_NORMAL, 0.0, 0.1)
 	T("model.embed_tokens.weight%s", "", KERN_BF16, 2, c->vocab, H, 0,
@@ -256,7 +264,7 @@ static size_t mktiny_tensors(const qwen35_config *c, struct tspec *ts)
 		NORM("model.layers.%d.post_attention_layernorm.weight", l, H);
 		MAT("model.layers.%d.mlp.gate_proj.weight", l, I, H);
 		MAT("model.layers.%d.mlp.up_proj.weight", l, I, H);
-		MAT("model.layers.%d.mlp.down_proj.weight", l, H, I);
+		MATG("model.layers.%d.mlp.down_proj.weight", l, H, I);
 		if (c->is_full[l]) {
 			MAT("model.layers.%d.self_attn.q_proj.weight", l,
 			    Hq * D * 2, H);
@@ -264,8 +272,8 @@ static size_t mktiny_tensors(const qwen35_config *c, struct tspec *ts)
 			    Hkv * D, H);
 			MAT("model.layers.%d.self_attn.v_proj.weight", l,
 			    Hkv * D, H);
-			MAT("model.layers.%d.self_attn.o_proj.weight", l, H,
-			    Hq * D);
+			MATG("model.layers.%d.self_attn.o_proj.weight", l, H,
+			     Hq * D);
 			NORM("model.layers.%d.self_attn.q_norm.weight", l, D);
 			NORM("model.layers.%d.self_attn.k_norm.weight", l, D);
 		} else {
@@ -285,13 +293,14 @@ static size_t mktiny_tensors(const qwen35_config *c, struct tspec *ts)
 			  Hv, 0, 0, INIT_UNIFORM, -1.0, 1.0);
 			T("model.layers.%d.linear_attn.norm.weight", l,
 			  KERN_F32, 1, dv, 0, 0, INIT_NORMAL, 1.0, 0.1);
-			MAT("model.layers.%d.linear_attn.out_proj.weight", l, H,
-			    vd);
+			MATG("model.layers.%d.linear_attn.out_proj.weight", l,
+			     H, vd);
 		}
 	}
 	(void)kd;
 #undef NORM
 #undef MAT
+#undef MATG
 #undef T
 	return n;
 }
