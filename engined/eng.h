@@ -108,6 +108,21 @@ enum { ENG_LOGITS_NONE = 0, ENG_LOGITS_LAST = 1, ENG_LOGITS_ALL = 2 };
 int eng_prefill(eng_model *m, eng_seq *s, const int32_t *ids, int64_t n,
 		float *logits, int mode);
 
+/* An anchor slot: when the prefill reaches `line` (the end of a chunk),
+ * every section is copied to dst, back to back in the layout's order
+ * (layout.section_bytes in all). dst is a device pointer (cached's arena). */
+typedef struct eng_slot {
+	int64_t line;
+	void *dst;
+} eng_slot;
+
+/* eng_prefill that also fills the slots whose lines it passes, in order;
+ * *n_filled counts the slots filled (a prefix of the list: slots must be in
+ * ascending line order; a slot whose line is not a chunk end is left). */
+int eng_prefill_slots(eng_model *m, eng_seq *s, const int32_t *ids,
+		      int64_t n, float *logits, int mode, const eng_slot *slots,
+		      int n_slots, int *n_filled);
+
 /* One decode step (the recurrent form): forwards id at position s->len and
  * writes its logits [vocab] to host memory. */
 int eng_decode(eng_model *m, eng_seq *s, int32_t id, float *logits);

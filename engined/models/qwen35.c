@@ -705,9 +705,31 @@ static int forward_chunk(eng_model *m, eng_seq *s, const int32_t *ids, int T,
 	return head_rows(m, r0, n, logits);
 }
 
+/* Copies the live sections to a slot, back to back in layout order. */
+static int fill_slot(eng_model *m, const eng_seq *s, void *dst)
+{
+	size_t off = 0;
+	for (int i = 0; i < m->lay.n_sections; i++) {
+		CK(m->ops->copy(m->q, kern_at(dst, off), s->sec[i],
+				m->lay.sec[i].bytes));
+		off += m->lay.sec[i].bytes;
+	}
+	return 0;
+}
+
 int eng_prefill(eng_model *m, eng_seq *s, const int32_t *ids, int64_t n,
 		float *logits, int mode)
 {
+	return eng_prefill_slots(m, s, ids, n, logits, mode, NULL, 0, NULL);
+}
+
+int eng_prefill_slots(eng_model *m, eng_seq *s, const int32_t *ids,
+		      int64_t n, float *logits, int mode, const eng_slot *slots,
+		      int n_slots, int *n_filled)
+{
+	int filled = 0;
+	if (n_filled)
+		*n_filled = 0;
 	if (n <= 0)
 		return MOOR_ERANGE;
 	if (s->len < 0 || s->len + n > m->lay.window)
@@ -730,6 +752,12 @@ int eng_prefill(eng_model *m, eng_seq *s, const int32_t *ids, int64_t n,
 				     : logits;
 		CK(forward_chunk(m, s, ids + done, (int)T, dst, cm, 0));
 		done += T;
+		if (filled < n_slots && slots[filled].line == s->len) {
+			CK(fill_slot(m, s, slots[filled].dst));
+			filled++;
+			if (n_filled)
+				*n_filled = filled;
+		}
 	}
 	return 0;
 }

@@ -1,0 +1,224 @@
+/* cache.h: the state broker's core (`cache_`): arenas, the live sequence,
+ * and every RAM cache of the seed (resident prefix and its anchors, guest
+ * stash, pin, park, end anchor, state store), the planner and the budgets.
+ *
+ * This library knows no model and no process. The cached daemon wraps it in
+ * NNG (cached/main.c); tests drive it in-process, with an engine computing
+ * into the same arena memory. It is single-threaded: the daemon calls it from
+ * one thread.
+ *
+ * ---------------------------------------------------------------------------
+ * Memory
+ *
+ * Two arenas, each one POSIX shm object that every process maps:
+ *   device arena  live sequence buffers, resident anchors, the end anchor,
+ *                 the guest stash. (CPU backend: shm; the CUDA backend will
+ *                 back it with cudaMalloc + an IPC handle behind arena.h.)
+ *   host arena    pin, park, state store (pinned host memory on CUDA).
+ * Everything inside an arena is addressed by byte offset; offsets, never
+ * pointers, cross processes. Bytes move with memcpy through arena.h's mover
+ * (a CUDA mover later), always by cached, except the anchor slots the
+ * engine fills during a prefill.
+ *
+ * The state of a sequence, for the caches, is the layout (cache_layout):
+ * sections copied whole, views with a token axis. An anchor holds the
+ * sections; a pin, park, stash or store entry holds the sections it needs
+ * and view rows [a, b). A view's buffer in the live sequence is its dims
+ * with dims[token_axis] = window; its rows [a, b) are, for each index of
+ * the axes before the token axis, one contiguous run of (b - a) * inner
+ * bytes (cache_view_copy does this strided copy for any token axis).
+ *
+ * ---------------------------------------------------------------------------
+ * The live sequence and the resident prompt
+ *
+ * One live sequence (side slots come later). cached keeps the token ids its
+ * rows hold (`resident`, key ids), `valid` (rows [0, valid) are the
+ * resident ids' rows), the anchors of the resident prompt (line -> slot),
+ * the end anchor, and `taint`: the lowest row a decode wrote (or a prefill
+ * that resumed above an earlier taint); rows and anchors at or below taint
+ * are a cold grid prefill's bits, above it they are held to the greedy gate.
+ *
+ * ---------------------------------------------------------------------------
+ * A turn
+ *
+ *   cache_plan(ids, session, max_tokens)
+ *     1. c = the common prefix of ids and the resident ids, compared element
+ *        by element (a hash is never trusted).
+ *     2. Every source offers a start s < n (at least one token is always
+ *        forwarded, for the logits): the resident anchors (largest line <=
+ *        c), the end anchor (its length <= c), the pin, the park, the state
+ *        store. The latest start wins; on a tie the cheaper restore
+ *        (resident, end, stash, pin, park, store).
+ *     3. Before the rows are overwritten: a guest (n <= guest_max and
+ *        n < resident_len / 4) stashes the rows it can write; otherwise a
+ *        request of the same session that parts (c < resident_len) pins the
+ *        old head; a request of another session (or, with no session keys,
+ *        any prompt that parts) parks the rows from where they part.
+ *     4. The source is restored into the live buffers; anchor slots are
+ *        reserved for every grid line in (start, n]; the memory policy
+ *        makes room for the prefill's workspace or refuses (MOOR_ENOSPACE).
+ *   the engine prefills [start, n), copying the sections into each slot as
+ *   it passes the slot's line, then decodes;
+ *   cache_commit(n_filled, generated ids the state absorbed)
+ *     the resident ids become ids + absorbed; the filled slots become
+ *     anchors; the end anchor is copied from the live sections; the state
+ *     store takes its prefix snapshot and session snapshot; budgets evict.
+ *   cache_abort(n_filled, valid) when the prefill or decode failed: rows
+ *     [0, valid) and the filled anchors stay; the live sections are not
+ *     trusted (the next plan restores from an anchor or starts cold).
+ *
+ * A guest's turn commits nothing to the resident prompt; the stash is put
+ * back at the next plan, before anything else.
+ */
+#ifndef CACHE_H
+#define CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CACHE_NAME_MAX 48
+#define CACHE_MAX_SECTIONS 512
+#define CACHE_MAX_VIEWS 512
+#define CACHE_MAX_DIMS 4
+
+typedef struct cache_section {
+	char name[CACHE_NAME_MAX];
+	int32_t layer;
+	uint64_t bytes;
+} cache_section;
+
+typedef struct cache_view {
+	char name[CACHE_NAME_MAX];
+	int32_t layer;
+	uint32_t elt;  /* bytes per element */
+	uint32_t ndim;
+	int64_t dims[CACHE_MAX_DIMS]; /* dims[token_axis] ignored (= window) */
+	uint32_t token_axis;
+} cache_view;
+
+typedef struct cache_layout {
+	uint32_t n_sections;
+	cache_section sec[CACHE_MAX_SECTIONS];
+	uint32_t n_views;
+	cache_view view[CACHE_MAX_VIEWS];
+	uint64_t window;
+	uint32_t grid;
+	uint64_t workspace_floor;     /* prefill workspace, bytes */
+	uint64_t workspace_per_token; /* and its growth per prompt token */
+	uint8_t fingerprint[32];
+} cache_layout;
+
+/* Bytes of one token's rows across every view; of all sections. */
+uint64_t cache_layout_row_bytes(const cache_layout *l);
+uint64_t cache_layout_section_bytes(const cache_layout *l);
+
+/* Defaults are the seed's (cache_cfg_defaults). Sizes in bytes. */
+typedef struct cache_cfg {
+	char arena_prefix[64];   /* shm names: "/<prefix>.dev", "/<prefix>.host" */
+	uint64_t device_bytes;   /* device arena size */
+	uint64_t host_bytes;     /* host arena size */
+	uint64_t mem_ceiling;    /* device arena bytes caches may grow to */
+	uint64_t mem_peak;       /* device bytes during a prefill, workspace incl. */
+	uint64_t resident_bytes; /* --resident-gb 2.5: body anchors */
+	uint32_t resident_keep;  /* newest anchors never evicted: 4 */
+	uint32_t pin_every;      /* anchors kept for the pin: every 4096 */
+	uint32_t pin_upto;       /* ... up to 32768 */
+	uint32_t guest_max;      /* --resident-guest-max 8192 */
+	uint32_t guest_margin;   /* 512 rows, twice */
+	uint64_t stash_bytes;    /* --resident-stash-gb 1 */
+	uint64_t pin_bytes;      /* --resident-pin-gb 4 */
+	uint32_t pin_anchors;    /* up to 8 */
+	uint64_t park_bytes;     /* --resident-park-gb 4 */
+	uint32_t park_anchors;   /* newest 4 */
+	int end_anchor;          /* --end-anchor, on */
+	uint64_t store_bytes;    /* CACHE_GB 2 */
+	uint64_t store_entry_bytes; /* --store-entry-gb 1 */
+	int store_boundaries;    /* --store-boundaries 1 (0: every boundary) */
+	int store_sessions;      /* session snapshots, on */
+} cache_cfg;
+
+void cache_cfg_defaults(cache_cfg *c);
+
+typedef struct cache cache;
+
+/* Creates both arenas (shm, unlinked at cache_free). err: MOOR_ERRLEN. */
+int cache_new(const cache_cfg *cfg, cache **out, char *err);
+void cache_free(cache *c); /* safe on NULL */
+
+/* Arena identity for the engine to map. */
+typedef struct cache_arena_info {
+	char dev_name[80], host_name[80];
+	uint64_t dev_size, host_size;
+} cache_arena_info;
+void cache_arena_info_get(const cache *c, cache_arena_info *out);
+/* In-process access (tests, the mover): the mapped bases. */
+void *cache_dev_base(cache *c);
+void *cache_host_base(cache *c);
+
+typedef struct cache_hello_out {
+	int adopted;            /* the live state of an earlier engine is kept */
+	uint64_t resident_len;
+	uint64_t sec_off[CACHE_MAX_SECTIONS];  /* device arena offsets */
+	uint64_t view_off[CACHE_MAX_VIEWS];
+} cache_hello_out;
+
+/* An engine attaches. Same fingerprint and layout as the state held: the
+ * live buffers and every cache are handed back untouched (adopted). Another
+ * fingerprint or layout: every cache is dropped (logged), new buffers are
+ * carved. Fails with MOOR_ENOSPACE when the live buffers do not fit. */
+int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
+		char *err);
+
+enum cache_tier {
+	CACHE_TIER_NONE = 0,
+	CACHE_TIER_RESIDENT = 1,
+	CACHE_TIER_END = 2,
+	CACHE_TIER_PIN = 3,
+	CACHE_TIER_PARK = 4,
+	CACHE_TIER_STORE = 5,
+	CACHE_TIER_STASH = 6,
+};
+const char *cache_tier_name(int tier);
+
+typedef struct cache_req {
+	const int32_t *ids; /* key ids */
+	uint64_t n;
+	const char *session; /* NULL or "" : none */
+	uint32_t max_tokens;
+	int no_cache;        /* cold, and keep nothing */
+} cache_req;
+
+#define CACHE_MAX_SLOTS 1024
+typedef struct cache_slot {
+	uint64_t line;
+	uint64_t offset; /* device arena offset: sections, in layout order */
+} cache_slot;
+
+typedef struct cache_plan_out {
+	uint64_t start;  /* state restored to here; prefill [start, n) */
+	uint64_t taint;
+	int tier;
+	int guest;
+	uint32_t n_slots;
+	cache_slot slots[CACHE_MAX_SLOTS];
+} cache_plan_out;
+
+int cache_plan(cache *c, const cache_req *req, cache_plan_out *out,
+	       char *err);
+int cache_commit(cache *c, uint32_t n_filled, const int32_t *gen,
+		 uint64_t n_gen);
+int cache_abort(cache *c, uint32_t n_filled, uint64_t valid);
+
+/* Counters and bytes of every cache as one JSON object (heap string). */
+char *cache_stats_json(cache *c);
+/* tier: "all", "resident", "end", "stash", "pin", "park", "store". */
+int cache_clear(cache *c, const char *tier);
+
+/* Strided row copy of one view between two buffers laid out as the live
+ * sequence's (windows may differ: a compact buffer of n rows has window n).
+ * Copies rows [src_row, src_row + n) to [dst_row, ...). */
+void cache_view_copy(const cache_view *v, void *dst, uint64_t dst_window,
+		     uint64_t dst_row, const void *src, uint64_t src_window,
+		     uint64_t src_row, uint64_t n);
+
+#endif
