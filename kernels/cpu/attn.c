@@ -74,9 +74,9 @@ int kcpu_rope(kern_queue *q, float *x, int ld, int T, int heads, int D,
 	if (!q || !x || T < 0 || heads < 0 || D < 0 || rot < 0 || rot > D ||
 	    rot % 2 || rot > ROPE_ROT_MAX || pos0 < 0 ||
 	    (int64_t)ld < (int64_t)heads * D)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	if (!kcpu_act_ok(act))
-		return -MOOR_EDTYPE;
+		return MOOR_EDTYPE;
 	if (T == 0 || heads == 0 || rot == 0)
 		return 0;
 	struct rope_job j = {.x = x, .pos0 = pos0, .ld = ld, .T = T,
@@ -287,9 +287,9 @@ int kcpu_attention(kern_queue *q, float *out, const float *qv, int ldq,
 	if (!q || !out || !qv || !K || !V || T < 0 || pos0 < 0 || Hq <= 0 ||
 	    Hkv <= 0 || Hq % Hkv || D <= 0 || D > ATT_DMAX ||
 	    (int64_t)ldq < (int64_t)Hq * D || pos0 + T > INT_MAX / 2)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	if (!kcpu_dtype_ok(kvdt) || !kcpu_act_ok(act))
-		return -MOOR_EDTYPE;
+		return MOOR_EDTYPE;
 	if (T == 0)
 		return 0;
 	struct att_job jb = {.out = out, .qv = qv, .K = K, .V = V,

@@ -8,11 +8,11 @@
 static int cpu_create(const kern_config *cfg, kern_ctx **out)
 {
 	if (!out)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	*out = NULL;
 	int threads = cfg ? cfg->threads : 0;
 	if (threads < 0)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	if (threads == 0)
 		threads = 1;
 	kern_ctx *ctx = calloc(1, sizeof *ctx);
@@ -44,7 +44,7 @@ static kern_queue *cpu_queue(kern_ctx *ctx)
 static int cpu_alloc(kern_ctx *ctx, size_t bytes, void **out)
 {
 	if (!ctx || !out)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	/* aligned_alloc wants a multiple of the alignment; never 0 bytes */
 	size_t n = (bytes + 63) & ~(size_t)63;
 	if (n < bytes)
@@ -63,7 +63,7 @@ static int cpu_wrap_host(kern_ctx *ctx, const void *host, size_t bytes,
 			 void **out)
 {
 	if (!ctx || !out || (!host && bytes))
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	*out = (void *)host;
 	return 0;
 }
@@ -71,7 +71,7 @@ static int cpu_wrap_host(kern_ctx *ctx, const void *host, size_t bytes,
 static int cpu_memcpy(kern_queue *q, void *dst, const void *src, size_t n)
 {
 	if (!q || (n && (!dst || !src)))
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	if (n)
 		memmove(dst, src, n);
 	return 0;
@@ -80,7 +80,7 @@ static int cpu_memcpy(kern_queue *q, void *dst, const void *src, size_t n)
 static int cpu_zero(kern_queue *q, void *dst, size_t n)
 {
 	if (!q || (n && !dst))
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	if (n)
 		memset(dst, 0, n);
 	return 0;
@@ -88,7 +88,7 @@ static int cpu_zero(kern_queue *q, void *dst, size_t n)
 
 static int cpu_sync(kern_queue *q)
 {
-	return q ? 0 : -MOOR_ERANGE;
+	return q ? 0 : MOOR_ERANGE;
 }
 
 const kern_ops kern_cpu_ops = {

@@ -73,9 +73,9 @@ int kcpu_conv1d(kern_queue *q, float *out, const float *in, int ldin,
 {
 	if (!q || !out || !in || !w || (Kc > 1 && !tail) || T < 0 || C_ < 0 ||
 	    Kc < 1 || Kc > CONV_KMAX || ldin < C_)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	if (!kcpu_dtype_ok(wdt) || !kcpu_act_ok(act))
-		return -MOOR_EDTYPE;
+		return MOOR_EDTYPE;
 	if (T == 0 || C_ == 0)
 		return 0;
 	struct conv_job j = {.out = out, .tail = tail, .in = in, .w = w,
@@ -111,7 +111,7 @@ int kcpu_gdn_gates(kern_queue *q, float *beta, float *g, const float *b,
 {
 	if (!q || !beta || !g || !b || !a || !A_log || !dt_bias || T < 0 ||
 	    Hv < 0 || ldb < Hv || lda < Hv)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	/* [T, Hv] is tiny next to everything around it: one thread. */
 	return gates(beta, g, b, ldb, a, lda, A_log, dt_bias, T, Hv,
 		     KERN_ACT_BF16);
@@ -308,9 +308,9 @@ static int delta_check(float *o, float *S, const float *qq, const float *k,
 	if (!o || !S || !qq || !k || !v || !g || !beta || T < 0 || Hk <= 0 ||
 	    Hv <= 0 || Hv % Hk || dk <= 0 || dv <= 0 ||
 	    (int64_t)ldqk < (int64_t)Hk * dk || (int64_t)ldv < (int64_t)Hv * dv)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	if (!kcpu_act_ok(act))
-		return -MOOR_EDTYPE;
+		return MOOR_EDTYPE;
 	return 0;
 }
 
@@ -320,7 +320,7 @@ int kcpu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 		       int Hv, int dk, int dv, void *ws, int act)
 {
 	if (!q || !ws)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	int rc = delta_check(o, S, qq, k, ldqk, v, ldv, g, beta, T, Hk, Hv, dk,
 			     dv, act);
 	if (rc || T == 0)
@@ -337,7 +337,7 @@ int kcpu_delta_recurrent(kern_queue *q, float *o, float *S, const float *qq,
 			 int Hv, int dk, int dv, int act)
 {
 	if (!q)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	int rc = delta_check(o, S, qq, k, ldqk, v, ldv, g, beta, T, Hk, Hv, dk,
 			     dv, act);
 	if (rc || T == 0)

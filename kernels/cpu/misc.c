@@ -47,12 +47,12 @@ int kcpu_embed(kern_queue *q, float *out, const void *table, int wdt,
 	       const int32_t *ids, int T, int H, int V)
 {
 	if (!q || !out || !table || !ids || T < 0 || H < 0 || V < 0)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	if (!kcpu_dtype_ok(wdt))
-		return -MOOR_EDTYPE;
+		return MOOR_EDTYPE;
 	for (int t = 0; t < T; t++)
 		if (ids[t] < 0 || ids[t] >= V)
-			return -MOOR_ERANGE; /* before anything is written */
+			return MOOR_ERANGE; /* before anything is written */
 	struct embed_job j = {out, table, ids, wdt, H};
 	moor_pool_run(kcpu_pool(q), H ? T : 0, embed_task, &j);
 	return 0;
@@ -99,9 +99,9 @@ static int ew_run(kern_queue *q, float *y, const float *a, const float *b,
 		  size_t n, int kind, int act)
 {
 	if (!q || !y || !a || !b)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	if (!kcpu_act_ok(act))
-		return -MOOR_EDTYPE;
+		return MOOR_EDTYPE;
 	struct ew_job j = {y, a, b, n, kind, act};
 	moor_pool_run(kcpu_pool(q), ew_tasks(n), ew_task, &j);
 	return 0;
@@ -147,7 +147,7 @@ int kcpu_split_qgate(kern_queue *q, float *qo, float *go, const float *qg,
 		     int T, int Hq, int D)
 {
 	if (!q || !qo || !go || !qg || T < 0 || Hq < 0 || D < 0)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	struct split_job j = {qo, go, qg, Hq, D};
 	moor_pool_run(kcpu_pool(q), T, split_task, &j);
 	return 0;
@@ -186,9 +186,9 @@ int kcpu_kv_write(kern_queue *q, void *dst, int kvdt, int64_t row0,
 {
 	if (!q || !dst || !src || row0 < 0 || T < 0 || width < 0 ||
 	    ld < width)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	if (!kcpu_dtype_ok(kvdt))
-		return -MOOR_EDTYPE;
+		return MOOR_EDTYPE;
 	struct kvw_job j = {dst, src, row0, kvdt, ld, width};
 	moor_pool_run(kcpu_pool(q), T, kvw_task, &j);
 	return 0;

@@ -225,9 +225,9 @@ int kcpu_matmul(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 {
 	if (!q || !y || !x || !W || T < 0 || N < 0 || K < 0 || ldy < N ||
 	    ldx < K)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	if (!kcpu_dtype_ok(wdt) || !kcpu_act_ok(act))
-		return -MOOR_EDTYPE;
+		return MOOR_EDTYPE;
 	if (T == 0 || N == 0)
 		return 0;
 	struct mm_job jb = {.y = y, .x = x, .W = W, .ldy = ldy, .ldx = ldx,

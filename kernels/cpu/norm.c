@@ -46,9 +46,9 @@ int kcpu_rmsnorm(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 {
 	if (!q || !y || !x || !w || rows < 0 || dim < 0 || ldy < dim ||
 	    ldx < dim)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	if (!kcpu_dtype_ok(wdt) || !kcpu_act_ok(act))
-		return -MOOR_EDTYPE;
+		return MOOR_EDTYPE;
 	if (rows == 0 || dim == 0)
 		return 0;
 	struct rms_job j = {.y = y, .x = x, .w = w, .ldy = ldy, .ldx = ldx,
@@ -95,9 +95,9 @@ int kcpu_gated_rmsnorm(kern_queue *q, float *y, const float *x,
 		       int dim, float eps, int act)
 {
 	if (!q || !y || !x || !z || !w || rows < 0 || dim < 0)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	if (!kcpu_dtype_ok(wdt) || !kcpu_act_ok(act))
-		return -MOOR_EDTYPE;
+		return MOOR_EDTYPE;
 	if (rows == 0 || dim == 0)
 		return 0;
 	struct grms_job j = {.y = y, .x = x, .z = z, .w = w, .wdt = wdt,
@@ -134,9 +134,9 @@ int kcpu_l2norm(kern_queue *q, float *x, int ld, int T, int heads, int dim,
 {
 	if (!q || !x || T < 0 || heads < 0 || dim < 0 ||
 	    (int64_t)ld < (int64_t)heads * dim)
-		return -MOOR_ERANGE;
+		return MOOR_ERANGE;
 	if (!kcpu_act_ok(act))
-		return -MOOR_EDTYPE;
+		return MOOR_EDTYPE;
 	if (T == 0 || heads == 0 || dim == 0)
 		return 0;
 	int64_t per = (int64_t)heads * dim;
