@@ -7,11 +7,12 @@
  * around it, so a task may take a group of rows that share a KV head and
  * stream each K and V row once for all of them (the rows only share loads).
  *
- * A group keeps its scores in a stack buffer when they fit. When they do not
- * (long contexts) it makes three passes over the keys in chunks: the max,
- * then the sum, then p and p V, recomputing the scores each time. The scores
- * are the same function of the same inputs each time, so both ways give the
- * same bits; only the speed differs. */
+ * A group keeps its scores in the task's scratch slot (cpu.h) when they fit:
+ * up to ATT_RG rows of 128k keys. When they do not it makes three passes over
+ * the keys in chunks: the max, then the sum, then p and p V, recomputing the
+ * scores each time. The scores, e_j (v4_exp, the same bits in any lane) and
+ * the sums (in order j) are the same function of the same inputs either way,
+ * so both give the same bits; only the speed differs. */
 #include "cpu.h"
 
 #include <limits.h>
@@ -21,9 +22,8 @@
 /* attention: head_dim bound, score buffer, V block buffer, rows per group,
  * keys per converted K block. */
 #define ATT_DMAX 512
-#define ATT_SBUF 32768
 #define ATT_VBUF 16384
-#define ATT_RG 8
+#define ATT_RG 16
 #define ATT_KB 16
 
 /* ---- rope ---- */
@@ -89,6 +89,7 @@ int kcpu_rope(kern_queue *q, float *x, int ld, int T, int heads, int D,
 /* ---- attention ---- */
 
 struct att_job {
+	kern_ctx *ctx;
 	float *out;
 	const float *qv;
 	const void *K, *V;
@@ -179,65 +180,105 @@ static void att_pv(const struct att_job *jb, const struct att_group *gr,
 	}
 }
 
-static void att_group_run(const struct att_job *jb, const struct att_group *gr)
+/* e_j = exp(s_j - m) in place for j < n, through v4_exp four at a time
+ * (the tail padded), so an element's bits do not depend on its position. */
+static void exp_shift(float *s, int n, float m)
 {
-	float sc[ATT_SBUF];
+	v4f mv = v4_splat(m);
+	int j = 0;
+	for (; j + 4 <= n; j += 4)
+		v4_store(s + j, v4_exp(v4_load(s + j) - mv));
+	if (j < n) {
+		float t[4] = {0, 0, 0, 0};
+		memcpy(t, s + j, (size_t)(n - j) * 4);
+		v4_store(t, v4_exp(v4_load(t) - mv));
+		memcpy(s + j, t, (size_t)(n - j) * 4);
+	}
+}
+
+static float max_of(const float *s, int n, float m)
+{
+	for (int j = 0; j < n; j++)
+		m = s[j] > m ? s[j] : m;
+	return m;
+}
+
+/* sum[i] += e[i * ld + j] for j < len[i], in order j; four rows' chains
+ * interleaved, so the adds are not one long latency chain. */
+static void sum_rows(int n, const float *e, int ld, const int *len,
+		     float *sum)
+{
+	int i = 0;
+	for (; i + 4 <= n; i += 4) {
+		int c = len[i];
+		for (int r = 1; r < 4; r++)
+			c = len[i + r] < c ? len[i + r] : c;
+		const float *e0 = e + (size_t)i * ld;
+		float s0 = sum[i], s1 = sum[i + 1], s2 = sum[i + 2],
+		      s3 = sum[i + 3];
+		for (int j = 0; j < c; j++) {
+			s0 += e0[j];
+			s1 += e0[ld + j];
+			s2 += e0[2 * ld + j];
+			s3 += e0[3 * ld + j];
+		}
+		sum[i] = s0;
+		sum[i + 1] = s1;
+		sum[i + 2] = s2;
+		sum[i + 3] = s3;
+		for (int r = 0; r < 4; r++)
+			for (int j = c; j < len[i + r]; j++)
+				sum[i + r] += e0[(size_t)r * ld + j];
+	}
+	for (; i < n; i++)
+		for (int j = 0; j < len[i]; j++)
+			sum[i] += e[(size_t)i * ld + j];
+}
+
+static void att_group_run(const struct att_job *jb, const struct att_group *gr,
+			  float *sc, size_t cap)
+{
 	float acc[ATT_RG * ATT_DMAX];
 	float mx[ATT_RG], sum[ATT_RG];
+	int rel[ATT_RG];
 	int n = gr->n, D = jb->D, act = jb->act;
 	int lmax = gr->len[n - 1];
 	for (int i = 0; i < n * D; i++)
 		acc[i] = 0.0f;
-	if (n * lmax <= ATT_SBUF) {
-		att_scores(jb, gr, 0, lmax, sc, lmax);
-		for (int i = 0; i < n; i++) {
-			float *s = sc + i * lmax;
-			int len = gr->len[i];
-			float m = s[0], e = 0.0f;
-			for (int j = 1; j < len; j++)
-				m = s[j] > m ? s[j] : m;
-			for (int j = 0; j < len; j++) {
-				s[j] = expf(s[j] - m);
-				e += s[j];
-			}
-			for (int j = 0; j < len; j++)
-				s[j] = kcpu_rnd(s[j] / e, act);
-		}
-		att_pv(jb, gr, 0, lmax, sc, lmax, acc);
-	} else {
-		int ch = ATT_SBUF / n;
-		for (int i = 0; i < n; i++) {
-			mx[i] = -INFINITY;
-			sum[i] = 0.0f;
-		}
-		for (int pass = 0; pass < 3; pass++)
-			for (int ja = 0; ja < lmax; ja += ch) {
-				int je = lmax - ja < ch ? lmax : ja + ch;
-				att_scores(jb, gr, ja, je, sc, ch);
-				for (int i = 0; i < n; i++) {
-					float *s = sc + i * ch;
-					int e = gr->len[i] < je ? gr->len[i] - ja
-								: je - ja;
-					for (int j = 0; j < e; j++) {
-						if (pass == 0)
-							mx[i] = s[j] > mx[i]
-									? s[j]
-									: mx[i];
-						else if (pass == 1)
-							sum[i] += expf(s[j] -
-								       mx[i]);
-						else
-							s[j] = kcpu_rnd(
-								expf(s[j] -
-								     mx[i]) /
-									sum[i],
-								act);
-					}
-				}
-				if (pass == 2)
-					att_pv(jb, gr, ja, je, sc, ch, acc);
-			}
+	for (int i = 0; i < n; i++) {
+		mx[i] = -INFINITY;
+		sum[i] = 0.0f;
 	}
+	/* one pass when the group's scores fit, else three over chunks */
+	int ch = (size_t)n * lmax <= cap ? lmax : (int)(cap / n);
+	int passes = ch == lmax ? 1 : 3;
+	for (int pass = 0; pass < passes; pass++)
+		for (int ja = 0; ja < lmax; ja += ch) {
+			int je = lmax - ja < ch ? lmax : ja + ch;
+			att_scores(jb, gr, ja, je, sc, ch);
+			for (int i = 0; i < n; i++) {
+				int e = gr->len[i] < je ? gr->len[i] - ja : je - ja;
+				rel[i] = e < 0 ? 0 : e;
+			}
+			if (passes == 1 || pass == 0)
+				for (int i = 0; i < n; i++)
+					mx[i] = max_of(sc + (size_t)i * ch, rel[i],
+						       mx[i]);
+			if (passes == 3 && pass == 0)
+				continue;
+			for (int i = 0; i < n; i++)
+				exp_shift(sc + (size_t)i * ch, rel[i], mx[i]);
+			if (passes == 1 || pass == 1)
+				sum_rows(n, sc, ch, rel, sum);
+			if (passes == 3 && pass == 1)
+				continue;
+			for (int i = 0; i < n; i++) {
+				float *p = sc + (size_t)i * ch;
+				for (int j = 0; j < rel[i]; j++)
+					p[j] = kcpu_rnd(p[j] / sum[i], act);
+			}
+			att_pv(jb, gr, ja, je, sc, ch, acc);
+		}
 	for (int i = 0; i < n; i++) {
 		float *o = jb->out + ((size_t)gr->t[i] * jb->Hq + gr->h[i]) * D;
 		for (int d = 0; d < D; d++)
@@ -251,19 +292,22 @@ static void att_task(void *arg, int task)
 	int t0 = (task / jb->nhb) * jb->tpt;
 	int h0 = (task % jb->nhb) * jb->hpt;
 	int t1 = t0 + jb->tpt < jb->T ? t0 + jb->tpt : jb->T;
+	int slot;
+	float *sc = kcpu_scratch_get(jb->ctx, &slot);
+	const size_t cap = KCPU_SCRATCH;
 	struct att_group gr;
 	gr.n = 0;
 	gr.g = h0 / jb->r;
 	for (int t = t0; t < t1; t++)
 		for (int h = h0; h < h0 + jb->hpt; h++) {
 			int len = (int)(jb->pos0 + t + 1);
-			/* A group keeps its scores on the stack while they
-			 * fit; rows too long for that go in groups of
+			/* A group keeps its scores in the scratch slot while
+			 * they fit; rows too long for that go in groups of
 			 * ATT_RG through the three passes. */
-			if (gr.n > 0 && (len > ATT_SBUF
-						 ? gr.len[0] <= ATT_SBUF
-						 : (gr.n + 1) * len > ATT_SBUF)) {
-				att_group_run(jb, &gr);
+			if (gr.n > 0 && ((size_t)len > cap
+						 ? (size_t)gr.len[0] <= cap
+						 : (size_t)(gr.n + 1) * len > cap)) {
+				att_group_run(jb, &gr, sc, cap);
 				gr.n = 0;
 			}
 			int i = gr.n++;
@@ -272,12 +316,13 @@ static void att_task(void *arg, int task)
 			gr.len[i] = len;
 			gr.q[i] = jb->qv + (size_t)t * jb->ldq + (size_t)h * jb->D;
 			if (gr.n == ATT_RG) {
-				att_group_run(jb, &gr);
+				att_group_run(jb, &gr, sc, cap);
 				gr.n = 0;
 			}
 		}
 	if (gr.n > 0)
-		att_group_run(jb, &gr);
+		att_group_run(jb, &gr, sc, cap);
+	kcpu_scratch_put(jb->ctx, slot);
 }
 
 int kcpu_attention(kern_queue *q, float *out, const float *qv, int ldq,
@@ -292,7 +337,7 @@ int kcpu_attention(kern_queue *q, float *out, const float *qv, int ldq,
 		return MOOR_EDTYPE;
 	if (T == 0)
 		return 0;
-	struct att_job jb = {.out = out, .qv = qv, .K = K, .V = V,
+	struct att_job jb = {.ctx = q->ctx, .out = out, .qv = qv, .K = K, .V = V,
 			     .pos0 = pos0, .ldq = ldq, .kvdt = kvdt, .T = T,
 			     .Hq = Hq, .Hkv = Hkv, .D = D, .act = act,
 			     .r = Hq / Hkv, .scale = scale};

@@ -5,6 +5,16 @@
 
 #include <stdlib.h>
 
+static void cpu_destroy(kern_ctx *ctx)
+{
+	if (!ctx)
+		return;
+	moor_pool_free(ctx->pool);
+	free(ctx->scratch);
+	free(ctx->busy);
+	free(ctx);
+}
+
 static int cpu_create(const kern_config *cfg, kern_ctx **out)
 {
 	if (!out)
@@ -19,21 +29,18 @@ static int cpu_create(const kern_config *cfg, kern_ctx **out)
 	if (!ctx)
 		return -ENOMEM;
 	ctx->pool = moor_pool_new(threads);
-	if (!ctx->pool) {
-		free(ctx);
+	ctx->nslot = threads;
+	ctx->scratch = aligned_alloc(64, (size_t)threads * KCPU_SCRATCH * 4);
+	ctx->busy = calloc((size_t)threads, sizeof *ctx->busy);
+	if (!ctx->pool || !ctx->scratch || !ctx->busy) {
+		cpu_destroy(ctx);
 		return -ENOMEM;
 	}
+	for (int i = 0; i < threads; i++)
+		atomic_init(&ctx->busy[i], 0);
 	ctx->q.ctx = ctx;
 	*out = ctx;
 	return 0;
-}
-
-static void cpu_destroy(kern_ctx *ctx)
-{
-	if (!ctx)
-		return;
-	moor_pool_free(ctx->pool);
-	free(ctx);
 }
 
 static kern_queue *cpu_queue(kern_ctx *ctx)

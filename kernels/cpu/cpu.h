@@ -28,6 +28,7 @@
 #include "pool.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -36,14 +37,44 @@ struct kern_queue {
 	kern_ctx *ctx;
 };
 
+/* Floats of one scratch slot (4 MiB): attention keeps a group's scores
+ * there. */
+#define KCPU_SCRATCH ((size_t)1 << 20)
+
 struct kern_ctx {
 	moor_pool *pool; /* cfg->threads threads (the caller counts as one) */
 	kern_queue q;    /* the default (and only) queue */
+	/* One scratch slot per thread, allocated at create: at most that
+	 * many tasks run at once. A task takes a free slot and gives it back;
+	 * which slot it gets changes nothing it computes. */
+	int nslot;
+	float *scratch;     /* [nslot, KCPU_SCRATCH] */
+	atomic_int *busy;   /* [nslot] */
 };
 
 static inline moor_pool *kcpu_pool(kern_queue *q)
 {
 	return q->ctx->pool;
+}
+
+/* A free scratch slot of KCPU_SCRATCH floats; *slot names it for
+ * kcpu_scratch_put. */
+static inline float *kcpu_scratch_get(kern_ctx *c, int *slot)
+{
+	for (;;)
+		for (int i = 0; i < c->nslot; i++)
+			if (!atomic_load_explicit(&c->busy[i],
+						  memory_order_relaxed) &&
+			    !atomic_exchange_explicit(&c->busy[i], 1,
+						      memory_order_acquire)) {
+				*slot = i;
+				return c->scratch + (size_t)i * KCPU_SCRATCH;
+			}
+}
+
+static inline void kcpu_scratch_put(kern_ctx *c, int slot)
+{
+	atomic_store_explicit(&c->busy[slot], 0, memory_order_release);
 }
 
 /* ---- vectors ---- */
@@ -67,6 +98,80 @@ static inline void v4_store(float *p, v4f v)
 static inline v4f v4_splat(float x)
 {
 	return (v4f){x, x, x, x};
+}
+
+typedef int32_t v4i __attribute__((vector_size(16)));
+typedef uint32_t v4u __attribute__((vector_size(16)));
+typedef uint16_t v4h __attribute__((vector_size(8), aligned(2)));
+
+/* Lanes of a where mask (all ones), else of b. */
+static inline v4f v4_sel(v4i mask, v4f a, v4f b)
+{
+	return (v4f)((mask & (v4i)a) | (~mask & (v4i)b));
+}
+
+/* Four bf16 values to fp32 (exact). */
+static inline v4f v4_bf16(const uint16_t *p)
+{
+	v4h h;
+	memcpy(&h, p, sizeof h);
+	return (v4f)(__builtin_convertvector(h, v4u) << 16);
+}
+
+/* e^x per lane, fp32, a fixed sequence of fp32 operations (so the same x
+ * gives the same bits in any lane and any call): x = n ln2 + r with n
+ * rounded to nearest and |r| <= ln2 / 2 (Cody-Waite, ln2 in two parts),
+ * e^r from Cephes' expf polynomial, 2^n from the exponent bits. Relative
+ * error below 1.4 u (measured over the range); x < -87.3 gives 0 (libm would
+ * give a denormal, below 2^-126), x > 88.3 gives +inf (libm: inf above
+ * 88.72). */
+static inline v4f v4_exp(v4f x)
+{
+	const v4f lo = v4_splat(-87.3f), hi = v4_splat(88.3f);
+	v4i under = x < lo, over = x > hi;
+	x = v4_sel(under, lo, x);
+	x = v4_sel(over, hi, x);
+	const v4f magic = v4_splat(12582912.0f); /* 1.5 * 2^23 */
+	v4f n = (x * v4_splat(1.44269504088896341f) + magic) - magic;
+	v4f r = x - n * v4_splat(0.693359375f);
+	r = r - n * v4_splat(-2.12194440e-4f);
+	v4f p = v4_splat(1.9875691500e-4f);
+	p = p * r + v4_splat(1.3981999507e-3f);
+	p = p * r + v4_splat(8.3334519073e-3f);
+	p = p * r + v4_splat(4.1665795894e-2f);
+	p = p * r + v4_splat(1.6666665459e-1f);
+	p = p * r + v4_splat(5.0000001201e-1f);
+	v4f y = (p * (r * r) + r) + v4_splat(1.0f);
+	v4i e = (__builtin_convertvector(n, v4i) + 127) << 23;
+	y = y * (v4f)e;
+	y = v4_sel(over, v4_splat(INFINITY), y);
+	return v4_sel(under, v4_splat(0.0f), y);
+}
+
+static inline v4f v4_sigmoid(v4f x)
+{
+	return v4_splat(1.0f) / (v4_splat(1.0f) + v4_exp(-x));
+}
+
+static inline v4f v4_silu(v4f x)
+{
+	return x / (v4_splat(1.0f) + v4_exp(-x));
+}
+
+/* moor_round_bf16 per lane, bit for bit (nearest even; a NaN stays a quiet
+ * NaN). */
+static inline v4f v4_round_bf16(v4f x)
+{
+	v4u u = (v4u)x;
+	v4i nan = (v4i)(u & 0x7fffffffu) > 0x7f800000;
+	v4u r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+	v4u q = (u & 0xffff0000u) | 0x00400000u;
+	return v4_sel(nan, (v4f)q, (v4f)r);
+}
+
+static inline v4f v4_rnd(v4f x, int act)
+{
+	return act == KERN_ACT_BF16 ? v4_round_bf16(x) : x;
 }
 
 /* ---- elements ---- */
@@ -100,14 +205,16 @@ static inline float kcpu_rnd(float x, int act)
 	return act == KERN_ACT_BF16 ? moor_round_bf16(x) : x;
 }
 
+/* The scalar forms are the vector ones on lane 0, so a tail element gets
+ * the bits its neighbours in a vector get. */
 static inline float kcpu_sigmoid(float x)
 {
-	return 1.0f / (1.0f + expf(-x));
+	return v4_sigmoid(v4_splat(x))[0];
 }
 
 static inline float kcpu_silu(float x)
 {
-	return x / (1.0f + expf(-x));
+	return v4_silu(v4_splat(x))[0];
 }
 
 /* ---- reductions ---- */

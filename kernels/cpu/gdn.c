@@ -33,7 +33,7 @@ static void conv_task(void *arg, int task)
 	int cb = j->Cn - c0 < CONV_CB ? j->Cn - c0 : CONV_CB;
 	int Kc = j->Kc, T = j->T, act = j->act;
 	float wt[CONV_KMAX][CONV_CB]; /* [tap][channel] */
-	float acc[CONV_CB];
+	float acc[CONV_CB] = {0};
 	for (int c = 0; c < cb; c++)
 		for (int k = 0; k < Kc; k++)
 			wt[k][c] = kcpu_wget(j->w, j->wdt,
@@ -50,9 +50,15 @@ static void conv_task(void *arg, int task)
 			for (int c = 0; c < cb; c++)
 				acc[c] += wt[k][c] * x[c];
 		}
+		/* acc has CONV_CB lanes: the tail lanes beyond cb compute
+		 * garbage that is never stored */
 		float *o = j->out + (size_t)t * j->Cn + c0;
-		for (int c = 0; c < cb; c++)
-			o[c] = kcpu_rnd(kcpu_silu(kcpu_rnd(acc[c], act)), act);
+		float r[CONV_CB];
+		for (int c = 0; c < cb; c += 4)
+			v4_store(r + c,
+				 v4_rnd(v4_silu(v4_rnd(v4_load(acc + c), act)),
+					act));
+		memcpy(o, r, (size_t)cb * 4);
 	}
 	/* The new tail is rows T .. T + Kc - 2 of [old tail; in]; ascending i
 	 * reads old row T + i > i before anything overwrites it. */
@@ -164,6 +170,8 @@ static void delta_chunk(const struct delta_job *jb, int h, int t0, int n,
 	int tri[C];
 	const float *kr[C], *qr[C];
 
+	for (int i = 0; i < C; i++)
+		tri[i] = i + 1; /* row i sums over rows 0..i */
 	for (int i = 0; i < n; i++) {
 		size_t t = (size_t)(t0 + i);
 		const float *gi = jb->g + t * Hv + h;
@@ -172,7 +180,6 @@ static void delta_chunk(const struct delta_job *jb, int h, int t0, int n,
 		bt[i] = jb->beta[t * Hv + h];
 		kr[i] = jb->k + t * ldqk + (size_t)kh * dk;
 		qr[i] = jb->q + t * ldqk + (size_t)kh * dk;
-		tri[i] = i + 1;
 		const float *vi = jb->v + t * ldv + (size_t)h * dv;
 		for (int d = 0; d < dv; d++)
 			BV[i * dv + d] = vi[d] * bt[i];

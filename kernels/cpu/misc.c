@@ -13,7 +13,10 @@ void kcpu_wrow(float *dst, const void *w, int dt, size_t i0, int n)
 		memcpy(dst, (const float *)w + i0, (size_t)n * 4);
 	} else if (dt == KERN_BF16) {
 		const uint16_t *s = (const uint16_t *)w + i0;
-		for (int i = 0; i < n; i++)
+		int i = 0;
+		for (; i + 4 <= n; i += 4)
+			v4_store(dst + i, v4_bf16(s + i));
+		for (; i < n; i++)
 			dst[i] = moor_bf16_to_f32(s[i]);
 	} else {
 		const uint16_t *s = (const uint16_t *)w + i0;
@@ -69,30 +72,50 @@ struct ew_job {
 	int kind, act;
 };
 
+static inline __attribute__((always_inline)) v4f ew_op(const int kind,
+							 int act, v4f a, v4f b,
+							 v4f y)
+{
+	if (kind == EW_ADD) /* y = x + y; a = x */
+		return v4_rnd(a + y, act);
+	if (kind == EW_SWIGLU) /* a = gate, b = up */
+		return v4_rnd(v4_rnd(v4_silu(a), act) * b, act);
+	return v4_rnd(a * v4_rnd(v4_sigmoid(b), act), act); /* a = x, b = gate */
+}
+
+/* Four lanes at a time; the tail goes through the same vector code in a
+ * padded buffer, so an element's bits do not depend on its index. */
+static inline __attribute__((always_inline)) void
+ew_loop(const int kind, int act, float *y, const float *a, const float *b,
+	size_t i0, size_t i1)
+{
+	size_t i = i0;
+	for (; i + 4 <= i1; i += 4)
+		v4_store(y + i, ew_op(kind, act, v4_load(a + i), v4_load(b + i),
+				      v4_load(y + i)));
+	if (i < i1) {
+		float ta[4] = {0}, tb[4] = {0}, ty[4] = {0};
+		size_t n = i1 - i;
+		memcpy(ta, a + i, n * 4);
+		memcpy(tb, b + i, n * 4);
+		memcpy(ty, y + i, n * 4);
+		v4_store(ty, ew_op(kind, act, v4_load(ta), v4_load(tb),
+				   v4_load(ty)));
+		memcpy(y + i, ty, n * 4);
+	}
+}
+
 static void ew_task(void *arg, int task)
 {
 	const struct ew_job *j = arg;
 	size_t i0 = (size_t)task * EW_BLOCK;
 	size_t i1 = j->n - i0 < EW_BLOCK ? j->n : i0 + EW_BLOCK;
-	float *y = j->y;
-	const float *a = j->a, *b = j->b;
-	int act = j->act;
-	switch (j->kind) {
-	case EW_ADD: /* y = x + y; a = x */
-		for (size_t i = i0; i < i1; i++)
-			y[i] = kcpu_rnd(a[i] + y[i], act);
-		break;
-	case EW_SWIGLU: /* a = gate, b = up */
-		for (size_t i = i0; i < i1; i++)
-			y[i] = kcpu_rnd(kcpu_rnd(kcpu_silu(a[i]), act) * b[i],
-					act);
-		break;
-	default: /* EW_SIGMUL: a = x, b = gate */
-		for (size_t i = i0; i < i1; i++)
-			y[i] = kcpu_rnd(a[i] * kcpu_rnd(kcpu_sigmoid(b[i]), act),
-					act);
-		break;
-	}
+	if (j->kind == EW_ADD)
+		ew_loop(EW_ADD, j->act, j->y, j->a, j->b, i0, i1);
+	else if (j->kind == EW_SWIGLU)
+		ew_loop(EW_SWIGLU, j->act, j->y, j->a, j->b, i0, i1);
+	else
+		ew_loop(EW_SIGMUL, j->act, j->y, j->a, j->b, i0, i1);
 }
 
 static int ew_run(kern_queue *q, float *y, const float *a, const float *b,

@@ -172,12 +172,14 @@ static void mm_task(void *arg, int task)
 			const float *pp = P + (size_t)p * kc * MM_NP;
 			int c0 = n0 + p * MM_NP;
 			int cw = nc - p * MM_NP < MM_NP ? nc - p * MM_NP : MM_NP;
-			for (int t = 0; t < tn; t += MM_MR) {
-				int mr = tn - t < MM_MR ? tn - t : MM_MR;
+			for (int t = 0; t < tn;) {
+				/* MM_MR rows at a time, then single rows */
+				int mr = tn - t < MM_MR ? 1 : MM_MR;
 				const float *a[MM_MR];
 				for (int i = 0; i < mr; i++)
 					a[i] = jb->x + (t0 + t + i) * ldx + k0;
 				float *yt = jb->y + (t0 + t) * ldy + c0;
+				t += mr;
 				if (cw == MM_NP) {
 					if (mr == MM_MR)
 						mk(MM_MR, MM_NV, a, pp, MM_NP,

@@ -20,21 +20,36 @@ struct rms_job {
 	float eps;
 };
 
+/* Weights up to this many elements are converted once per task. */
+#define NORM_WMAX 4096
+
 static void rms_task(void *arg, int task)
 {
 	const struct rms_job *j = arg;
 	int r0 = task * j->rpt, r1 = r0 + j->rpt < j->rows ? r0 + j->rpt
 							   : j->rows;
 	int dim = j->dim;
+	float wf[NORM_WMAX];
+	int pre = dim <= NORM_WMAX;
+	if (pre)
+		for (int i = 0; i < dim; i++) {
+			float w = kcpu_wget(j->w, j->wdt, (size_t)i);
+			wf[i] = j->plus_one ? 1.0f + w : w;
+		}
 	for (int r = r0; r < r1; r++) {
 		const float *x = j->x + (size_t)r * j->ldx;
 		float *y = j->y + (size_t)r * j->ldy;
 		float ss = kcpu_dot(x, x, dim);
 		float inv = 1.0f / sqrtf(ss / (float)dim + j->eps);
 		for (int i = 0; i < dim; i++) {
-			float w = kcpu_wget(j->w, j->wdt, (size_t)i);
-			if (j->plus_one)
-				w = 1.0f + w;
+			float w;
+			if (pre) {
+				w = wf[i];
+			} else {
+				w = kcpu_wget(j->w, j->wdt, (size_t)i);
+				if (j->plus_one)
+					w = 1.0f + w;
+			}
 			y[i] = kcpu_rnd((x[i] * inv) * w, j->act);
 		}
 	}
@@ -75,16 +90,26 @@ static void grms_task(void *arg, int task)
 	int r0 = task * j->rpt, r1 = r0 + j->rpt < j->rows ? r0 + j->rpt
 							   : j->rows;
 	int dim = j->dim, act = j->act;
+	float wf[NORM_WMAX];
+	int pre = dim <= NORM_WMAX;
+	if (pre)
+		kcpu_wrow(wf, j->w, j->wdt, 0, dim);
 	for (int r = r0; r < r1; r++) {
 		const float *x = j->x + (size_t)r * dim;
 		const float *z = j->z + (size_t)r * dim;
 		float *y = j->y + (size_t)r * dim;
 		float ss = kcpu_dot(x, x, dim);
 		float inv = 1.0f / sqrtf(ss / (float)dim + j->eps);
-		for (int i = 0; i < dim; i++) {
+		int i = 0;
+		for (; i + 4 <= dim && pre; i += 4) {
+			v4f n = v4_rnd(v4_load(x + i) * v4_splat(inv), act);
+			v4f p = v4_rnd(v4_load(wf + i) * n, act);
+			v4_store(y + i, v4_rnd(p * v4_silu(v4_load(z + i)), act));
+		}
+		for (; i < dim; i++) {
+			float w = pre ? wf[i] : kcpu_wget(j->w, j->wdt, (size_t)i);
 			float n = kcpu_rnd(x[i] * inv, act);
-			float p = kcpu_rnd(kcpu_wget(j->w, j->wdt, (size_t)i) * n,
-					   act);
+			float p = kcpu_rnd(w * n, act);
 			y[i] = kcpu_rnd(p * kcpu_silu(z[i]), act);
 		}
 	}

@@ -5,9 +5,10 @@
  *  2. A row does not depend on the rows around it, where ops.h promises it:
  *     matmul, rmsnorm, l2norm and rope rows computed alone (T = 1, at an
  *     offset) or in a sub-range equal the rows of one large call; attention
- *     rows alone at pos0 + t equal the rows of one call at pos0, in a short
- *     context and in one longer than the score buffer; conv1d over T equals
- *     two calls with the tail carried between them.
+ *     rows alone at pos0 + t equal the rows of one call at pos0, in short
+ *     contexts and in long ones (33k keys; 2^20 + keys, where the rows take
+ *     three passes over chunks of a size that depends on the group); conv1d
+ *     over T equals three calls with the tail carried between them.
  *  3. The chunked delta rule over 256 tokens equals two calls over 128 + 128
  *     (o and the state), because sub-chunks are aligned to each call's start
  *     and 128 is a multiple of 64; and the rows of a partial last chunk
@@ -267,8 +268,9 @@ static void test_conv1d(int act)
 
 /* ---- attention ---- */
 
+/* nb backends (1, 2, 3 threads); rows alone every `step` tokens */
 static void test_attention(int T, int64_t pos0, int Hq, int Hkv, int D,
-			   int kvdt, int act)
+			   int kvdt, int act, int nb, int step)
 {
 	int ldq = Hq * D + 3;
 	size_t L = (size_t)pos0 + T, nkv = L * Hkv * D;
@@ -281,7 +283,7 @@ static void test_attention(int T, int64_t pos0, int Hq, int Hkv, int D,
 	float sc = 1.0f / sqrtf((float)D);
 	char what[80];
 	snprintf(what, sizeof what, "attention T%d pos%lld", T, (long long)pos0);
-	for (int i = 0; i < NB; i++) {
+	for (int i = 0; i < nb; i++) {
 		out[i] = malloc(no * 4);
 		kt_poison(out[i], no);
 		ASSERT(be[i].o->attention(be[i].q, out[i], qv, ldq, K, V, kvdt,
@@ -290,7 +292,7 @@ static void test_attention(int T, int64_t pos0, int Hq, int Hkv, int D,
 		if (i)
 			same(what, out[0], out[i], no * 4);
 	}
-	for (int t = 0; t < T; t += (T > 8 ? 11 : 1)) {
+	for (int t = step - 1; t < T; t += step) {
 		kt_poison(r, (size_t)Hq * D);
 		ASSERT(be[1].o->attention(be[1].q, r, qv + (size_t)t * ldq, ldq, K,
 					  V, kvdt, 1, pos0 + t, Hq, Hkv, D, sc,
@@ -299,7 +301,7 @@ static void test_attention(int T, int64_t pos0, int Hq, int Hkv, int D,
 		same("attention row alone", r, out[0] + (size_t)t * Hq * D,
 		     (size_t)Hq * D * 4);
 	}
-	for (int i = 0; i < NB; i++)
+	for (int i = 0; i < nb; i++)
 		free(out[i]);
 	free(r);
 	free(qv);
@@ -423,13 +425,15 @@ int main(void)
 		test_rows(act);
 		test_elementwise(act);
 		test_conv1d(act);
-		test_attention(67, 13, 4, 2, 64, KERN_BF16, act);
-		test_attention(9, 0, 6, 1, 40, KERN_F32, act);
+		test_attention(67, 13, 4, 2, 64, KERN_BF16, act, NB, 11);
+		test_attention(9, 0, 6, 1, 40, KERN_F32, act, NB, 1);
 		test_delta(act);
 	}
-	/* longer than the score buffer (32768): the three-pass path, rows in
-	 * groups and alone */
-	test_attention(5, 33000, 2, 1, 16, KERN_BF16, KERN_ACT_BF16);
+	/* long contexts: 33k keys in one pass, and more than a scratch slot
+	 * holds (2^20 floats): the three-pass path, whose chunks depend on
+	 * the group (1 thread: 3 rows; 2 threads: 1) */
+	test_attention(5, 33000, 2, 1, 16, KERN_BF16, KERN_ACT_BF16, NB, 2);
+	test_attention(3, 1048580, 2, 1, 8, KERN_BF16, KERN_ACT_BF16, 2, 3);
 	test_misc();
 	for (int i = 0; i < NB; i++)
 		kt_close_be(&be[i]);

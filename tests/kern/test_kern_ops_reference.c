@@ -844,8 +844,11 @@ int main(void)
 		test_attention(67, 0, 4, 2, 16, KERN_BF16, a);
 		test_attention(3, 3, 6, 1, 64, KERN_F32, a);
 	}
-	/* a context longer than the score buffer: the three-pass path */
+	/* long contexts: 33k keys (one pass, scores of several rows in the
+	 * scratch slot), and more keys than a slot holds (2^20): the three
+	 * passes over chunks */
 	test_attention(3, 33000, 2, 1, 16, KERN_BF16, KERN_ACT_BF16);
+	test_attention(2, 1048580, 2, 1, 8, KERN_BF16, KERN_ACT_F32);
 	for (int w = 0; w < 3; w++)
 		test_embed(wdts[w]);
 	test_gdn_gates();
