@@ -1,0 +1,60 @@
+/* net.h: proto messages over NNG sockets (`proto_`).
+ *
+ * The only place where NNG's error codes are seen: every function here
+ * returns 0 or a negative moor code (-errno for transport failures, the
+ * proto_decode codes for malformed messages), converted by proto_nng_err.
+ *
+ * Sockets are the caller's: these helpers open, dial and listen nothing.
+ * They are safe to call from several threads on one socket as far as NNG
+ * is (timeouts are per call, through an aio; no socket option is changed).
+ */
+#ifndef PROTO_NET_H
+#define PROTO_NET_H
+
+#include "proto.h"
+
+#include <nng/nng.h>
+
+/* An NNG return value as a moor code: 0 stays 0; NNG_ETIMEDOUT ->
+ * -ETIMEDOUT, NNG_ECLOSED -> -EPIPE, NNG_ECONNREFUSED -> -ECONNREFUSED,
+ * NNG_ENOMEM -> -ENOMEM, NNG_EADDRINUSE -> -EADDRINUSE, NNG_ENOENT ->
+ * -ENOENT, NNG_EAGAIN -> -EAGAIN, NNG_EINVAL and NNG_EADDRINVAL -> -EINVAL,
+ * NNG_ECONNRESET and NNG_ECONNSHUT -> -ECONNRESET, NNG_EPERM -> -EPERM, an
+ * NNG system error -> its -errno; anything else -> -EIO. */
+int proto_nng_err(int nng_rv);
+
+/* Encodes m and sends it on s. A pipe with id 0 (NNG_PIPE_INITIALIZER)
+ * means none; otherwise the message goes to that pipe (PAIR1 poly sockets
+ * route by it; a pipe that has gone away drops the message silently, as
+ * NNG does). Blocks as the socket's NNG_OPT_SENDTIMEO says. m is borrowed.
+ * Returns 0, an encode error (MOOR_ERANGE) or a transport error. */
+int proto_send(nng_socket s, const proto_msg *m, nng_pipe pipe);
+
+/* Receives and decodes one message into out (overwritten, not freed first).
+ * timeout_ms < 0 blocks; 0 only takes a message already queued. pipe_out
+ * (may be NULL) gets the pipe it came on, on decode errors too. Returns 0,
+ * a transport error (-ETIMEDOUT, -EPIPE when s is closed; out zeroed) or
+ * proto_decode's result: on MOOR_EFORMAT / MOOR_EVERSION out->h holds
+ * the header as read (when there were 24 bytes), so the caller can answer
+ * PROTO_ERROR with the same req. The caller frees out with proto_msg_fini
+ * in every case (a no-op where nothing was decoded). */
+int proto_recv(nng_socket s, proto_msg *out, nng_pipe *pipe_out,
+	       int timeout_ms);
+
+/* One request on a REQ socket: sends q, waits for the reply; the whole call
+ * takes at most timeout_ms (< 0: no bound). Returns 0 with the reply in
+ * reply; if the reply is PROTO_ERROR, its code (negative; MOOR_EFORMAT if
+ * the peer sent a code >= 0) with the reply kept for its message; a reply
+ * with another req than q's: MOOR_EFORMAT. The caller frees reply with
+ * proto_msg_fini in every case. On -ETIMEDOUT the request is abandoned: NNG
+ * discards its late reply when the next request is sent. */
+int proto_call(nng_socket req_sock, const proto_msg *q, proto_msg *reply,
+	       int timeout_ms);
+
+/* Sends PROTO_ERROR{code, printf-formatted message, truncated to
+ * PROTO_MAX_STR bytes} with request id req, to pipe (id 0: none). */
+int proto_send_error(nng_socket s, nng_pipe pipe, uint64_t req, int code,
+		     const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+#endif
