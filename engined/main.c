@@ -1,10 +1,18 @@
-/* main.c: engined. Until the daemon arrives (the cached issue) it runs one
- * prompt: loads a model directory, prefills the ids on the grid, decodes and
- * prints the generated ids on stdout.
+/* main.c: engined. Two modes:
+ *
+ * one-shot, when --prompt-ids is given: loads a model directory, prefills
+ * the ids on the grid in its own buffers, decodes and prints the generated
+ * ids on stdout;
  *
  *   engined --model DIR --prompt-ids 1,2,3 [--max-tokens N] [--threads N]
  *           [--grid N] [--window N] [--temperature T] [--top-k K]
  *           [--top-p P] [--min-p P] [--seed S] [--ignore-eos]
+ *
+ * the daemon otherwise (serve.h): attaches to cached in the run directory
+ * and serves GENERATE requests on its engined.sock.
+ *
+ *   engined --model DIR [--run-dir DIR] [--threads N] [--grid N]
+ *           [--window N] [--connect-timeout S] [--queue N]
  */
 #include <errno.h>
 #include <getopt.h>
@@ -14,18 +22,40 @@
 
 #include "eng.h"
 #include "moor.h"
+#include "serve.h"
 
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: engined --model DIR --prompt-ids ID,ID,... [options]\n"
+		"       engined --model DIR [--run-dir DIR] [daemon options]\n"
+		"one-shot options:\n"
 		"  --max-tokens N    tokens to generate (default 16)\n"
 		"  --threads N       CPU threads (default 1)\n"
 		"  --grid N          prefill grid, a multiple of 64 (default 1024)\n"
 		"  --window N        tokens per sequence (default 32768)\n"
 		"  --temperature T   0 = greedy (default 0)\n"
 		"  --top-k K  --top-p P  --min-p P  --seed S\n"
-		"  --ignore-eos      do not stop at the end-of-sequence token\n");
+		"  --ignore-eos      do not stop at the end-of-sequence token\n"
+		"daemon options (no --prompt-ids):\n"
+		"  --run-dir DIR         sockets of cached and engined (default\n"
+		"                        $XDG_RUNTIME_DIR/moor or /tmp/moor-$UID)\n"
+		"  --connect-timeout S   wait for cached at start (default 30)\n"
+		"  --call-timeout S      one round trip to cached (default 30)\n"
+		"  --queue N             requests waiting behind the running one\n"
+		"                        (default 4; more are answered busy)\n"
+		"  --threads N  --grid N  --window N   as above\n");
+}
+
+/* A positive integer flag, or -1. */
+static long parse_pos(const char *s)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (end == s || *end || errno || v < 0)
+		return -1;
+	return v;
 }
 
 static int parse_ids(const char *s, int32_t **out, int64_t *n)
@@ -79,8 +109,13 @@ int main(int argc, char **argv)
 		{"temperature", 1, 0, 'T'}, {"top-k", 1, 0, 'k'},
 		{"top-p", 1, 0, 'P'},	    {"min-p", 1, 0, 'M'},
 		{"seed", 1, 0, 's'},	    {"ignore-eos", 0, 0, 'e'},
+		{"run-dir", 1, 0, 'R'},	    {"connect-timeout", 1, 0, 'C'},
+		{"call-timeout", 1, 0, 'L'}, {"queue", 1, 0, 'Q'},
+		{"test-step-delay-ms", 1, 0, 'D'},
 		{"help", 0, 0, 'h'},	    {0, 0, 0, 0},
 	};
+	eng_serve_cfg sc = {
+		.connect_timeout_s = 30, .call_timeout_s = 30, .queue_max = 4};
 	int c;
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (c) {
@@ -96,9 +131,30 @@ int main(int argc, char **argv)
 		case 'M': sp.min_p = strtof(optarg, NULL); break;
 		case 's': sp.seed = strtoull(optarg, NULL, 10); break;
 		case 'e': ignore_eos = 1; break;
+		case 'R': sc.run_dir = optarg; break;
+		case 'C': sc.connect_timeout_s = (int)parse_pos(optarg); break;
+		case 'L': sc.call_timeout_s = (int)parse_pos(optarg); break;
+		case 'Q': sc.queue_max = (int)parse_pos(optarg); break;
+		case 'D': sc.test_step_delay_ms = (int)parse_pos(optarg); break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
+	}
+	if (optind < argc) {
+		moor_err("unexpected argument '%s'", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	if (model && !ids_s) {
+		if (sc.connect_timeout_s < 0 || sc.call_timeout_s <= 0 ||
+		    sc.queue_max < 0 || sc.test_step_delay_ms < 0) {
+			moor_err("--connect-timeout, --call-timeout, --queue: "
+				 "expected a non-negative number");
+			return 2;
+		}
+		sc.model_dir = model;
+		sc.opts = o;
+		return eng_serve(&sc) ? 1 : 0;
 	}
 	if (!model || !ids_s || max_tokens < 0) {
 		usage(stderr);

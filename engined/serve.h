@@ -1,0 +1,58 @@
+/* serve.h: engined's daemon mode (`eng_serve_`): attach to cached, compute
+ * into its arenas, serve GENERATE requests on engined.sock.
+ *
+ * One request runs at a time (side slots come later). A turn:
+ *
+ *   client --GENERATE--> engined --PLAN--> cached   (restores the state,
+ *                                    <--PLAN_OK--    answers start + slots)
+ *   engined prefills [start, n) on the grid, filling the slots, then
+ *   decodes: one STEP per decode step --> client
+ *   engined --COMMIT (n_filled, absorbed ids)--> cached  <--OK--
+ *   engined --DONE--> client
+ *
+ * A failure after the PLAN sends ABORT instead of COMMIT and DONE carries
+ * the error. A CANCEL (or the client's pipe going away) ends the decode at
+ * the next step; what the state absorbed is still committed.
+ *
+ * The sequence's buffers are cached's: every section and view pointer of
+ * the eng_seq is the device arena's base plus an offset HELLO_OK gave, so a
+ * SIGKILL of engined loses the request in flight and nothing else.
+ */
+#ifndef ENG_SERVE_H
+#define ENG_SERVE_H
+
+#include <stdint.h>
+
+#include "eng.h"
+
+/* GENERATE flags beyond the PROTO_PLAN_* ones that pass through to the
+ * plan: engined's own, in the high half (proto.h names none yet). */
+#define ENG_GEN_IGNORE_EOS (1u << 16) /* do not stop at the model's eos */
+
+typedef struct eng_serve_cfg {
+	const char *model_dir;
+	const char *run_dir;	/* NULL: eng_serve_run_dir_default */
+	eng_opts opts;
+	int connect_timeout_s;	/* wait for cached at start: 30 */
+	int call_timeout_s;	/* one PLAN/COMMIT/HELLO round trip: 30 */
+	int queue_max;		/* requests waiting behind the one running: 4 */
+	int test_step_delay_ms; /* test seam: sleep before each decode step */
+} eng_serve_cfg;
+
+/* The run directory when none is given: $XDG_RUNTIME_DIR/moor, else
+ * /tmp/moor-$UID. Writes at most n bytes (NUL included). */
+void eng_serve_run_dir_default(char *out, size_t n);
+
+/* Runs the daemon until SIGTERM or SIGINT (the request in flight finishes,
+ * queued ones get DONE with -ESHUTDOWN). Returns 0 on a clean stop, or a
+ * negative code when it could not start (logged). */
+int eng_serve(const eng_serve_cfg *cfg);
+
+/* The 32-byte fingerprint of what computes stored rows: config.json, every
+ * *.safetensors file's header bytes (name order), the grid, the backend's
+ * name and contract version, and the engine's build version. Two XXH3-128
+ * digests of the same stream under two seeds. err: MOOR_ERRLEN. */
+int eng_serve_fingerprint(const char *model_dir, int grid,
+			  const char *backend, uint8_t out[32], char *err);
+
+#endif
