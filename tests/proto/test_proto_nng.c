@@ -165,7 +165,7 @@ static void test_reqrep(void)
 	rv = proto_call(req, &q, &r, 100);
 	double dt = moor_now() - t0;
 	CHECK(rv == -ETIMEDOUT, "slow CLEAR: %s", moor_strerror(rv));
-	CHECK(dt >= 0.09 && dt < 0.4, "timed out after %.3f s", dt);
+	CHECK(dt >= 0.09 && dt < 0.6, "timed out after %.3f s", dt);
 	proto_msg_fini(&r);
 
 	/* the server still serves, and its late OK is not taken as ours */
@@ -219,7 +219,7 @@ static void test_no_peer_times_out(void)
 	rv = proto_call(req, &q, &r, 150);
 	double dt = moor_now() - t0;
 	CHECK(rv == -ETIMEDOUT, "no peer: %s", moor_strerror(rv));
-	CHECK(dt >= 0.14 && dt < 0.5, "timed out after %.3f s", dt);
+	CHECK(dt >= 0.14 && dt < 0.65, "timed out after %.3f s", dt);
 	proto_msg_fini(&r);
 	nng_close(req);
 }
@@ -242,7 +242,7 @@ static void test_pair_poly(void)
 	proto_msg m;
 	double t0 = moor_now();
 	int rv = proto_recv(srv, &m, NULL, 0);
-	CHECK(rv == -ETIMEDOUT && moor_now() - t0 < 0.05, "empty poll: %s",
+	CHECK(rv == -ETIMEDOUT && moor_now() - t0 < 0.2, "empty poll: %s",
 	      moor_strerror(rv));
 
 	for (int round = 0; round < 10; round++) {
