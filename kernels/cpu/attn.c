@@ -1,14 +1,15 @@
 /* attn.c: rope and causal GQA attention.
  *
  * attention computes each (token, query head) row on its own terms: scores
- * s_j = scale * kcpu_dot(q, k_j) for j <= pos, the max, e_j = exp(s_j - max),
- * their sum in order j = 0.., p_j = rnd(e_j / sum), out = rnd(sum_j p_j v_j)
- * as a sequential sum over j (kcpu_mm). Nothing in it depends on the rows
- * around it, so a task may take a group of rows that share a KV head and
- * stream each K and V row once for all of them (the rows only share loads).
+ * s_j = scale * (q . k_j) for j <= pos, q . k_j a sequential sum over d
+ * (kcpu_mk, cpu.h), the max, e_j = v4_exp(s_j - max), their sum in order
+ * j = 0.., p_j = rnd(e_j / sum), out = rnd(sum_j p_j v_j) as a sequential sum
+ * over j (kcpu_mm). Nothing in it depends on the rows around it, so a task
+ * takes a group of up to ATT_RG rows that share a KV head and streams each K
+ * and V row once for all of them (the rows share only loads).
  *
  * A group keeps its scores in the task's scratch slot (cpu.h) when they fit:
- * up to ATT_RG rows of 128k keys. When they do not it makes three passes over
+ * up to ATT_RG rows of 32k keys. When they do not it makes three passes over
  * the keys in chunks: the max, then the sum, then p and p V, recomputing the
  * scores each time. The scores, e_j (v4_exp, the same bits in any lane) and
  * the sums (in order j) are the same function of the same inputs either way,
@@ -23,8 +24,8 @@
  * keys per converted K block. */
 #define ATT_DMAX 512
 #define ATT_VBUF 16384
-#define ATT_RG 16
-#define ATT_KB 16
+#define ATT_RG 32
+#define ATT_KB 16 /* a multiple of 4, at most 24 (kcpu_mk) */
 
 /* ---- rope ---- */
 
@@ -119,33 +120,89 @@ static const float *kv_row(const struct att_job *jb, const void *base,
 	return buf;
 }
 
-/* sc[i * ldsc + j - ja] = s_ij for ja <= j < min(jb, len[i]). */
+#if defined(__clang__) || __GNUC__ >= 12
+#define AT_SHUF(a, b, i, j, k, l) __builtin_shufflevector(a, b, i, j, k, l)
+#else
+#define AT_SHUF(a, b, i, j, k, l) __builtin_shuffle(a, b, (v4i){i, j, k, l})
+#endif
+
+/* Keys [j0, j0 + nb) of KV head g as fp32, transposed: kt[d * ATT_KB + jj]
+ * = k_{j0 + jj}[d]; columns from nb on are zero. */
+static void k_block_t(const struct att_job *jb, int g, int j0, int nb,
+		      float *kt)
+{
+	int D = jb->D, jj = 0;
+	size_t rs = (size_t)jb->Hkv * D; /* elements between keys */
+	size_t base = ((size_t)j0 * jb->Hkv + g) * D;
+	for (; jj + 4 <= nb && jb->kvdt != KERN_F16; jj += 4) {
+		size_t o = base + jj * rs;
+		int d = 0;
+		for (; d + 4 <= D; d += 4) {
+			v4f r[4];
+			for (int i = 0; i < 4; i++)
+				r[i] = jb->kvdt == KERN_BF16
+					       ? v4_bf16((const uint16_t *)jb->K +
+							 o + i * rs + d)
+					       : v4_load((const float *)jb->K + o +
+							 i * rs + d);
+			v4f t0 = AT_SHUF(r[0], r[1], 0, 4, 1, 5);
+			v4f t1 = AT_SHUF(r[0], r[1], 2, 6, 3, 7);
+			v4f t2 = AT_SHUF(r[2], r[3], 0, 4, 1, 5);
+			v4f t3 = AT_SHUF(r[2], r[3], 2, 6, 3, 7);
+			float *dst = kt + d * ATT_KB + jj;
+			v4_store(dst, AT_SHUF(t0, t2, 0, 1, 4, 5));
+			v4_store(dst + ATT_KB, AT_SHUF(t0, t2, 2, 3, 6, 7));
+			v4_store(dst + 2 * ATT_KB, AT_SHUF(t1, t3, 0, 1, 4, 5));
+			v4_store(dst + 3 * ATT_KB, AT_SHUF(t1, t3, 2, 3, 6, 7));
+		}
+		for (; d < D; d++)
+			for (int i = 0; i < 4; i++)
+				kt[d * ATT_KB + jj + i] =
+					kcpu_wget(jb->K, jb->kvdt, o + i * rs + d);
+	}
+	for (; jj < ATT_KB; jj++)
+		for (int d = 0; d < D; d++)
+			kt[d * ATT_KB + jj] =
+				jj < nb ? kcpu_wget(jb->K, jb->kvdt,
+						    base + jj * rs + d)
+					: 0.0f;
+}
+
+/* sc[i * ldsc + j - ja] = s_ij for ja <= j < min(je, len[i]): q . k_j as a
+ * sequential sum over d (kcpu_mk: rows in pairs, ATT_KB keys per call), then
+ * times scale. */
 static void att_scores(const struct att_job *jb, const struct att_group *gr,
 		       int ja, int je, float *sc, int ldsc)
 {
-	float kbuf[ATT_KB * ATT_DMAX];
+	float kt[ATT_DMAX * ATT_KB];
+	float s[2 * ATT_KB];
 	int D = jb->D;
 	for (int j0 = ja; j0 < je; j0 += ATT_KB) {
 		int nb = je - j0 < ATT_KB ? je - j0 : ATT_KB;
-		for (int jj = 0; jj < nb; jj++) {
-			int j = j0 + jj;
-			const float *kj = kv_row(jb, jb->K, j, gr->g,
-						 kbuf + jj * D);
-			/* rows needing key j: a suffix, lens nondecrease */
-			int i = 0;
-			while (i < gr->n && gr->len[i] <= j)
-				i++;
-			float s[4];
-			for (; i + 4 <= gr->n; i += 4) {
-				kcpu_dot4(gr->q[i], gr->q[i + 1], gr->q[i + 2],
-					  gr->q[i + 3], kj, D, s);
-				for (int r = 0; r < 4; r++)
-					sc[(i + r) * ldsc + j - ja] =
-						jb->scale * s[r];
+		k_block_t(jb, gr->g, j0, nb, kt);
+		/* rows needing keys of this block: a suffix (lens
+		 * nondecrease) */
+		int i = 0;
+		while (i < gr->n && gr->len[i] <= j0)
+			i++;
+		while (i < gr->n) {
+			int mr = gr->n - i >= 2 ? 2 : 1;
+			const float *a[2] = {gr->q[i], mr > 1 ? gr->q[i + 1]
+							      : gr->q[i]};
+			if (mr == 2)
+				kcpu_mk(2, ATT_KB / 4, a, kt, ATT_KB, D, s, ATT_KB,
+					0);
+			else
+				kcpu_mk(1, ATT_KB / 4, a, kt, ATT_KB, D, s, ATT_KB,
+					0);
+			for (int r = 0; r < mr; r++) {
+				int e = gr->len[i + r] - j0;
+				e = e < nb ? e : nb;
+				float *dst = sc + (size_t)(i + r) * ldsc + (j0 - ja);
+				for (int jj = 0; jj < e; jj++)
+					dst[jj] = jb->scale * s[r * ATT_KB + jj];
 			}
-			for (; i < gr->n; i++)
-				sc[i * ldsc + j - ja] =
-					jb->scale * kcpu_dot(gr->q[i], kj, D);
+			i += mr;
 		}
 	}
 }
@@ -196,9 +253,18 @@ static void exp_shift(float *s, int n, float m)
 	}
 }
 
+/* max(m, s[0 .. n)); a max is exact, so its order is free */
 static float max_of(const float *s, int n, float m)
 {
-	for (int j = 0; j < n; j++)
+	v4f mv = v4_splat(m);
+	int j = 0;
+	for (; j + 4 <= n; j += 4) {
+		v4f x = v4_load(s + j);
+		mv = v4_sel(x > mv, x, mv);
+	}
+	for (int l = 0; l < 4; l++)
+		m = mv[l] > m ? mv[l] : m;
+	for (; j < n; j++)
 		m = s[j] > m ? s[j] : m;
 	return m;
 }

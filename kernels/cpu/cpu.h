@@ -4,15 +4,16 @@
  * Exactness. Every reduction below has one fixed order that depends only on
  * its length, so that partitions and batch shapes never change bits:
  *
- *  - products of matrices (matmul, attention's p·V, the delta rule's block
- *    products) sum each output element *sequentially* over the reduced index,
+ *  - products of matrices (matmul, attention's q·K and p·V, the delta rule's
+ *    block products) sum each output element *sequentially* over the reduced
+ *    index,
  *    starting from +0: s = ((0 + a0 b0) + a1 b1) + ...  Each product is
  *    rounded to fp32 before its add (-ffp-contract=off), so a SIMD kernel that
  *    keeps four outputs in a vector register computes the same bits as a
  *    scalar loop, and a reduction cut into k-blocks (the partial parked in
  *    fp32 memory) equals an uncut one. The vectorisation runs across output
  *    columns, never across the reduced index.
- *  - dot products of two rows (norms, attention scores, the delta rule's
+ *  - dot products of two rows (the norms' sums of squares, the delta rule's
  *    k·k and q·k) use kcpu_dot: 8 lanes over i mod 8, combined in a fixed
  *    tree, then the tail in order (see kcpu_dot).
  *
@@ -238,30 +239,33 @@ static inline float kcpu_dot(const float *a, const float *b, int n)
 	return r;
 }
 
-/* kcpu_dot for four rows a0..a3 against one b: r[j] = kcpu_dot(aj, b, n),
- * bit for bit; b's loads are shared. */
-static inline void kcpu_dot4(const float *a0, const float *a1, const float *a2,
-			     const float *a3, const float *b, int n, float *r)
+/* acc[i][0 .. 4 nv) (+)= sum_{k < K} a[i][k] * b[k * ldb + 0 .. 4 nv) for
+ * i < mr, in order k = 0, 1, ...; c (row stride ldc) holds the accumulators
+ * on entry when acc, and receives them. mr <= 4, nv <= 6; both are constants
+ * at every call, so each call site compiles to its own unrolled kernel. */
+static inline __attribute__((always_inline)) void
+kcpu_mk(const int mr, const int nv, const float *const *a, const float *b,
+   ptrdiff_t ldb, int K, float *c, ptrdiff_t ldc, int acc)
 {
-	v4f s0[4], s1[4];
-	const float *a[4] = {a0, a1, a2, a3};
-	for (int j = 0; j < 4; j++)
-		s0[j] = s1[j] = v4_splat(0.0f);
-	int i = 0;
-	for (; i + 8 <= n; i += 8) {
-		v4f b0 = v4_load(b + i), b1 = v4_load(b + i + 4);
-		for (int j = 0; j < 4; j++) {
-			s0[j] += v4_load(a[j] + i) * b0;
-			s1[j] += v4_load(a[j] + i + 4) * b1;
+	v4f r[4][6];
+	for (int i = 0; i < mr; i++)
+		for (int j = 0; j < nv; j++)
+			r[i][j] = acc ? v4_load(c + i * ldc + 4 * j)
+				      : v4_splat(0.0f);
+	for (int k = 0; k < K; k++) {
+		const float *bk = b + (ptrdiff_t)k * ldb;
+		v4f bv[6];
+		for (int j = 0; j < nv; j++)
+			bv[j] = v4_load(bk + 4 * j);
+		for (int i = 0; i < mr; i++) {
+			v4f av = v4_splat(a[i][k]);
+			for (int j = 0; j < nv; j++)
+				r[i][j] += av * bv[j];
 		}
 	}
-	for (int j = 0; j < 4; j++) {
-		v4f t = s0[j] + s1[j];
-		float x = (t[0] + t[2]) + (t[1] + t[3]);
-		for (int k = i; k < n; k++)
-			x += a[j][k] * b[k];
-		r[j] = x;
-	}
+	for (int i = 0; i < mr; i++)
+		for (int j = 0; j < nv; j++)
+			v4_store(c + i * ldc + 4 * j, r[i][j]);
 }
 
 /* The block product with sequential sums (see the top of this file):

@@ -12,35 +12,6 @@
 
 #include <stdlib.h>
 
-/* acc[i][0 .. 4 nv) (+)= sum_{k < K} a[i][k] * b[k * ldb + 0 .. 4 nv) for
- * i < mr, in order k = 0, 1, ...; c (row stride ldc) holds the accumulators
- * on entry when acc, and receives them. mr <= 4, nv <= 6; both are constants
- * at every call, so each call site compiles to its own unrolled kernel. */
-static inline __attribute__((always_inline)) void
-mk(const int mr, const int nv, const float *const *a, const float *b,
-   ptrdiff_t ldb, int K, float *c, ptrdiff_t ldc, int acc)
-{
-	v4f r[4][6];
-	for (int i = 0; i < mr; i++)
-		for (int j = 0; j < nv; j++)
-			r[i][j] = acc ? v4_load(c + i * ldc + 4 * j)
-				      : v4_splat(0.0f);
-	for (int k = 0; k < K; k++) {
-		const float *bk = b + (ptrdiff_t)k * ldb;
-		v4f bv[6];
-		for (int j = 0; j < nv; j++)
-			bv[j] = v4_load(bk + 4 * j);
-		for (int i = 0; i < mr; i++) {
-			v4f av = v4_splat(a[i][k]);
-			for (int j = 0; j < nv; j++)
-				r[i][j] += av * bv[j];
-		}
-	}
-	for (int i = 0; i < mr; i++)
-		for (int j = 0; j < nv; j++)
-			v4_store(c + i * ldc + 4 * j, r[i][j]);
-}
-
 /* Rows a[0 .. mr) (mr <= 2) times B over k < K into C[.., 0 .. N): blocks
  * of 16 columns, then of 4, then single columns, all the same sum. */
 static void mm_rows(int mr, const float *const *a, int K, const float *B,
@@ -49,14 +20,14 @@ static void mm_rows(int mr, const float *const *a, int K, const float *B,
 	int n = 0;
 	if (mr == 2) {
 		for (; n + 16 <= N; n += 16)
-			mk(2, 4, a, B + n, ldb, K, C + n, ldc, acc);
+			kcpu_mk(2, 4, a, B + n, ldb, K, C + n, ldc, acc);
 		for (; n + 4 <= N; n += 4)
-			mk(2, 1, a, B + n, ldb, K, C + n, ldc, acc);
+			kcpu_mk(2, 1, a, B + n, ldb, K, C + n, ldc, acc);
 	} else {
 		for (; n + 16 <= N; n += 16)
-			mk(1, 4, a, B + n, ldb, K, C + n, ldc, acc);
+			kcpu_mk(1, 4, a, B + n, ldb, K, C + n, ldc, acc);
 		for (; n + 4 <= N; n += 4)
-			mk(1, 1, a, B + n, ldb, K, C + n, ldc, acc);
+			kcpu_mk(1, 1, a, B + n, ldb, K, C + n, ldc, acc);
 	}
 	for (; n < N; n++) {
 		for (int i = 0; i < mr; i++) {
@@ -118,37 +89,68 @@ struct mm_job {
 	int tb, ntb; /* rows per task, T-blocks */
 };
 
+/* Four consecutive elements of a W row as fp32 (exact). */
+static inline v4f w4(const void *W, int wdt, size_t off)
+{
+	if (wdt == KERN_BF16)
+		return v4_bf16((const uint16_t *)W + off);
+	if (wdt == KERN_F32)
+		return v4_load((const float *)W + off);
+	const uint16_t *h = (const uint16_t *)W + off;
+	return (v4f){moor_f16_to_f32(h[0]), moor_f16_to_f32(h[1]),
+		     moor_f16_to_f32(h[2]), moor_f16_to_f32(h[3])};
+}
+
+#if defined(__clang__) || __GNUC__ >= 12
+#define MM_SHUF(a, b, i, j, k, l) __builtin_shufflevector(a, b, i, j, k, l)
+#else
+#define MM_SHUF(a, b, i, j, k, l) __builtin_shuffle(a, b, (v4i){i, j, k, l})
+#endif
+
 /* W rows [n0, n0 + nc) x k [k0, k0 + kc) as fp32 panels P[p][k][MM_NP],
- * columns beyond nc zero. */
+ * columns beyond nc zero. Four rows by four k at a time, transposed in
+ * registers. */
 static void mm_pack(float *P, const void *W, int wdt, int K, int n0, int nc,
 		    int k0, int kc)
 {
 	int np = (nc + MM_NP - 1) / MM_NP;
 	for (int p = 0; p < np; p++) {
 		float *pp = P + (size_t)p * kc * MM_NP;
-		for (int j = 0; j < MM_NP; j++) {
+		for (int j = 0; j < MM_NP; j += 4) {
 			int c = p * MM_NP + j;
-			if (c >= nc) {
-				for (int k = 0; k < kc; k++)
-					pp[k * MM_NP + j] = 0.0f;
+			if (c + 4 > nc) { /* the last rows: one by one */
+				for (int jj = 0; jj < 4; jj++) {
+					size_t off = (size_t)(n0 + c + jj) * K + k0;
+					for (int k = 0; k < kc; k++)
+						pp[k * MM_NP + j + jj] =
+							c + jj < nc
+								? kcpu_wget(W, wdt,
+									    off + k)
+								: 0.0f;
+				}
 				continue;
 			}
 			size_t off = (size_t)(n0 + c) * K + k0;
-			if (wdt == KERN_BF16) {
-				const uint16_t *w = (const uint16_t *)W + off;
-				for (int k = 0; k < kc; k++)
-					pp[k * MM_NP + j] =
-						moor_bf16_to_f32(w[k]);
-			} else if (wdt == KERN_F32) {
-				const float *w = (const float *)W + off;
-				for (int k = 0; k < kc; k++)
-					pp[k * MM_NP + j] = w[k];
-			} else {
-				const uint16_t *w = (const uint16_t *)W + off;
-				for (int k = 0; k < kc; k++)
-					pp[k * MM_NP + j] =
-						moor_f16_to_f32(w[k]);
+			int k = 0;
+			for (; k + 4 <= kc; k += 4) {
+				v4f r0 = w4(W, wdt, off + k);
+				v4f r1 = w4(W, wdt, off + K + k);
+				v4f r2 = w4(W, wdt, off + 2 * (size_t)K + k);
+				v4f r3 = w4(W, wdt, off + 3 * (size_t)K + k);
+				v4f t0 = MM_SHUF(r0, r1, 0, 4, 1, 5);
+				v4f t1 = MM_SHUF(r0, r1, 2, 6, 3, 7);
+				v4f t2 = MM_SHUF(r2, r3, 0, 4, 1, 5);
+				v4f t3 = MM_SHUF(r2, r3, 2, 6, 3, 7);
+				float *d = pp + k * MM_NP + j;
+				v4_store(d, MM_SHUF(t0, t2, 0, 1, 4, 5));
+				v4_store(d + MM_NP, MM_SHUF(t0, t2, 2, 3, 6, 7));
+				v4_store(d + 2 * MM_NP, MM_SHUF(t1, t3, 0, 1, 4, 5));
+				v4_store(d + 3 * MM_NP, MM_SHUF(t1, t3, 2, 3, 6, 7));
 			}
+			for (; k < kc; k++)
+				for (int jj = 0; jj < 4; jj++)
+					pp[k * MM_NP + j + jj] = kcpu_wget(
+						W, wdt, off + (size_t)jj * K + k);
 		}
 	}
 }
@@ -182,10 +184,10 @@ static void mm_task(void *arg, int task)
 				t += mr;
 				if (cw == MM_NP) {
 					if (mr == MM_MR)
-						mk(MM_MR, MM_NV, a, pp, MM_NP,
+						kcpu_mk(MM_MR, MM_NV, a, pp, MM_NP,
 						   kc, yt, ldy, acc);
 					else
-						mk(1, MM_NV, a, pp, MM_NP, kc,
+						kcpu_mk(1, MM_NV, a, pp, MM_NP, kc,
 						   yt, ldy, acc);
 					continue;
 				}
@@ -198,10 +200,10 @@ static void mm_task(void *arg, int task)
 								? yt[i * ldy + j]
 								: 0.0f;
 				if (mr == MM_MR)
-					mk(MM_MR, MM_NV, a, pp, MM_NP, kc, tmp,
+					kcpu_mk(MM_MR, MM_NV, a, pp, MM_NP, kc, tmp,
 					   MM_NP, 1);
 				else
-					mk(1, MM_NV, a, pp, MM_NP, kc, tmp,
+					kcpu_mk(1, MM_NV, a, pp, MM_NP, kc, tmp,
 					   MM_NP, 1);
 				for (int i = 0; i < mr; i++)
 					for (int j = 0; j < cw; j++)
