@@ -41,15 +41,15 @@ static void rope_task(void *arg, int task)
 	const struct rope_job *j = arg;
 	int t0 = task * j->tpt, t1 = t0 + j->tpt < j->T ? t0 + j->tpt : j->T;
 	int half = j->rot / 2, act = j->act;
-	float cs[ROPE_ROT_MAX / 2], sn[ROPE_ROT_MAX / 2];
+	float cs[ROPE_ROT_MAX / 2], sn[ROPE_ROT_MAX / 2], inv[ROPE_ROT_MAX / 2];
+	/* as transformers: inv_freq = 1 / theta^(2i / rot), angle = inv_freq
+	 * * pos, all fp32 */
+	for (int i = 0; i < half; i++)
+		inv[i] = 1.0f / powf(j->theta, (float)(2 * i) / (float)j->rot);
 	for (int t = t0; t < t1; t++) {
 		float p = (float)(j->pos0 + t);
 		for (int i = 0; i < half; i++) {
-			/* as transformers: inv_freq = 1 / theta^(2i / rot),
-			 * angle = inv_freq * pos, all fp32 */
-			float inv = 1.0f / powf(j->theta,
-						(float)(2 * i) / (float)j->rot);
-			float a = inv * p;
+			float a = inv[i] * p;
 			cs[i] = kcpu_rnd(cosf(a), act);
 			sn[i] = kcpu_rnd(sinf(a), act);
 		}
@@ -253,6 +253,18 @@ static void exp_shift(float *s, int n, float m)
 	}
 }
 
+/* p_j = rnd(e_j / sum) in place, four at a time (each lane one IEEE
+ * division), the tail through the same code. */
+static void normalize(float *p, int n, float sum, int act)
+{
+	v4f sv = v4_splat(sum);
+	int j = 0;
+	for (; j + 4 <= n; j += 4)
+		v4_store(p + j, v4_rnd(v4_load(p + j) / sv, act));
+	for (; j < n; j++)
+		p[j] = kcpu_rnd(p[j] / sum, act);
+}
+
 /* max(m, s[0 .. n)); a max is exact, so its order is free */
 static float max_of(const float *s, int n, float m)
 {
@@ -338,11 +350,8 @@ static void att_group_run(const struct att_job *jb, const struct att_group *gr,
 				sum_rows(n, sc, ch, rel, sum);
 			if (passes == 3 && pass == 1)
 				continue;
-			for (int i = 0; i < n; i++) {
-				float *p = sc + (size_t)i * ch;
-				for (int j = 0; j < rel[i]; j++)
-					p[j] = kcpu_rnd(p[j] / sum[i], act);
-			}
+			for (int i = 0; i < n; i++)
+				normalize(sc + (size_t)i * ch, rel[i], sum[i], act);
 			att_pv(jb, gr, ja, je, sc, ch, acc);
 		}
 	for (int i = 0; i < n; i++) {
