@@ -715,14 +715,45 @@ static void dec_cancel(rd *r, proto_msg *m)
 	m->u.cancel.target = get_u64(r);
 }
 
+/* A long text (STATS_OK's JSON): u32 length + bytes, at most
+ * PROTO_MAX_TEXT, no NUL inside. */
 static void enc_text(proto_buf *b, const proto_msg *m)
 {
-	put_str(b, m->u.text.text);
+	const char *s = m->u.text.text;
+	size_t n = s ? strnlen(s, PROTO_MAX_TEXT + 1) : 0;
+	if (n > PROTO_MAX_TEXT) {
+		wr_fail(b, MOOR_ERANGE);
+		return;
+	}
+	put_u32(b, (uint32_t)n);
+	put_bytes(b, s, n);
 }
 
 static void dec_text(rd *r, proto_msg *m)
 {
-	get_str(r, &m->u.text.text);
+	uint32_t n = get_u32(r);
+	if (r->err)
+		return;
+	if (n > PROTO_MAX_TEXT) {
+		rd_fail(r, MOOR_EFORMAT);
+		return;
+	}
+	const uint8_t *q = rd_take(r, n);
+	if (!q && n)
+		return;
+	if (n && memchr(q, 0, n)) {
+		rd_fail(r, MOOR_EFORMAT);
+		return;
+	}
+	char *t = malloc((size_t)n + 1);
+	if (!t) {
+		rd_fail(r, -ENOMEM);
+		return;
+	}
+	if (n)
+		memcpy(t, q, n);
+	t[n] = 0;
+	m->u.text.text = t;
 }
 
 static void fini_text(proto_msg *m)

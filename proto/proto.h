@@ -30,6 +30,7 @@
 /* Largest payload accepted: a 256k-token prompt of ids plus slack. */
 #define PROTO_MAX_PAYLOAD (4u << 20)
 #define PROTO_MAX_STR 4096
+#define PROTO_MAX_TEXT (1u << 20) /* STATS_OK's JSON: u32 length */
 #define PROTO_MAX_IDS (1u << 20)
 #define PROTO_MAX_SLOTS 1024
 #define PROTO_MAX_SECTIONS 512
@@ -218,7 +219,7 @@ typedef struct proto_cancel {
 	uint64_t target; /* the request to cancel */
 } proto_cancel;
 
-typedef struct proto_text { /* STATS_OK */
+typedef struct proto_text { /* STATS_OK: u32 length, <= PROTO_MAX_TEXT */
 	char *text;
 } proto_text;
 

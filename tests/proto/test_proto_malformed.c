@@ -441,7 +441,6 @@ static void test_strings_at_encode(void)
 	LONG(PROTO_PLAN, plan.session);
 	LONG(PROTO_GENERATE, gen.session);
 	LONG(PROTO_DONE, done.msg);
-	LONG(PROTO_STATS_OK, text.text);
 	LONG(PROTO_CLEAR, clear.tier);
 #undef LONG
 
@@ -484,7 +483,7 @@ static const struct {
 } strs[] = {
     {PROTO_ERROR, 4},	 {PROTO_HELLO_OK, 0}, {PROTO_HELLO_OK, 10},
     {PROTO_PLAN, 0},	 {PROTO_GENERATE, 0}, {PROTO_DONE, 52},
-    {PROTO_STATS_OK, 0}, {PROTO_CLEAR, 0},
+    {PROTO_CLEAR, 0},
 };
 
 /* A copy of the S_EMPTY sample of type whose string at off has n bytes of
@@ -581,6 +580,38 @@ static void test_strings_at_decode(void)
 	}
 }
 
+/* STATS_OK carries a long text: u32 length, at most PROTO_MAX_TEXT. */
+static void test_long_text(void)
+{
+	proto_buf b = {0};
+	proto_msg m, d;
+	char *big = xmalloc(PROTO_MAX_TEXT + 2);
+	memset(big, 'j', PROTO_MAX_TEXT + 1);
+	big[PROTO_MAX_TEXT] = 0;
+	memset(&m, 0, sizeof m);
+	m.h.type = PROTO_STATS_OK;
+	m.u.text.text = big;
+	CHECK(proto_encode(&b, &m) == 0, "text of PROTO_MAX_TEXT");
+	CHECK(proto_decode(b.p, b.len, &d) == 0 &&
+		      strlen(d.u.text.text) == PROTO_MAX_TEXT,
+	      "text of PROTO_MAX_TEXT decodes");
+	proto_msg_fini(&d);
+	/* one byte more: refused at decode, patched length */
+	uint32_t n = PROTO_MAX_TEXT + 1;
+	uint8_t *p = xmalloc(b.len + 1);
+	memcpy(p, b.p, b.len);
+	p[b.len] = 'j';
+	memcpy(p + PROTO_HDR_SIZE, &n, 4); /* little-endian host */
+	fix_length(p, b.len + 1);
+	EXPECT(decode_rv(p, b.len + 1), MOOR_EFORMAT, "text over the limit");
+	free(p);
+	big[PROTO_MAX_TEXT] = 'j';
+	big[PROTO_MAX_TEXT + 1] = 0;
+	CHECK(proto_encode(&b, &m) == MOOR_ERANGE, "text over PROTO_MAX_TEXT");
+	free(big);
+	proto_buf_fini(&b);
+}
+
 /* ---- headers ---- */
 
 static void test_headers(void)
@@ -592,7 +623,8 @@ static void test_headers(void)
 	raw_hdr(&r, PROTO_STATS_OK, 1);
 	memcpy(p, r.p, PROTO_HDR_SIZE);
 	fix_length(p, len);
-	put16(p, PROTO_HDR_SIZE, PROTO_MAX_STR);
+	uint32_t tl = PROTO_MAX_PAYLOAD;
+	memcpy(p + PROTO_HDR_SIZE, &tl, 4);
 	EXPECT(decode_rv(p, len), MOOR_EFORMAT, "payload over 4 MiB");
 	proto_hdr h;
 	EXPECT(proto_peek_hdr(p, len, &h), MOOR_EFORMAT, "peek over 4 MiB");
@@ -628,6 +660,7 @@ int main(void)
 	test_counts_at_encode();
 	test_strings_at_encode();
 	test_strings_at_decode();
+	test_long_text();
 	test_headers();
 	return t_done("test_proto_malformed");
 }
