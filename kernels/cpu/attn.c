@@ -58,19 +58,19 @@ static void rope_task(void *arg, int task)
 			for (int i = 0; i < half; i++) {
 				float x1 = x[i], x2 = x[i + half];
 				x[i] = kcpu_rnd(kcpu_rnd(x1 * cs[i], act) -
-							kcpu_rnd(x2 * sn[i], act),
+						    kcpu_rnd(x2 * sn[i], act),
 						act);
 				x[i + half] =
-					kcpu_rnd(kcpu_rnd(x2 * cs[i], act) +
-							 kcpu_rnd(x1 * sn[i], act),
-						 act);
+				    kcpu_rnd(kcpu_rnd(x2 * cs[i], act) +
+						 kcpu_rnd(x1 * sn[i], act),
+					     act);
 			}
 		}
 	}
 }
 
-int kcpu_rope(kern_queue *q, float *x, int ld, int T, int heads, int D,
-	      int rot, int64_t pos0, float theta, int act)
+int kcpu_rope(kern_queue *q, float *x, int ld, int T, int heads, int D, int rot,
+	      int64_t pos0, float theta, int act)
 {
 	if (!q || !x || T < 0 || heads < 0 || D < 0 || rot < 0 || rot > D ||
 	    rot % 2 || rot > ROPE_ROT_MAX || pos0 < 0 ||
@@ -80,9 +80,16 @@ int kcpu_rope(kern_queue *q, float *x, int ld, int T, int heads, int D,
 		return MOOR_EDTYPE;
 	if (T == 0 || heads == 0 || rot == 0)
 		return 0;
-	struct rope_job j = {.x = x, .pos0 = pos0, .ld = ld, .T = T,
-			     .heads = heads, .D = D, .rot = rot, .act = act,
-			     .tpt = 16, .theta = theta};
+	struct rope_job j = {.x = x,
+			     .pos0 = pos0,
+			     .ld = ld,
+			     .T = T,
+			     .heads = heads,
+			     .D = D,
+			     .rot = rot,
+			     .act = act,
+			     .tpt = 16,
+			     .theta = theta};
 	moor_pool_run(kcpu_pool(q), (T + j.tpt - 1) / j.tpt, rope_task, &j);
 	return 0;
 }
@@ -141,10 +148,10 @@ static void k_block_t(const struct att_job *jb, int g, int j0, int nb,
 			v4f r[4];
 			for (int i = 0; i < 4; i++)
 				r[i] = jb->kvdt == KERN_BF16
-					       ? v4_bf16((const uint16_t *)jb->K +
-							 o + i * rs + d)
-					       : v4_load((const float *)jb->K + o +
-							 i * rs + d);
+					   ? v4_bf16((const uint16_t *)jb->K +
+						     o + i * rs + d)
+					   : v4_load((const float *)jb->K + o +
+						     i * rs + d);
 			v4f t0 = AT_SHUF(r[0], r[1], 0, 4, 1, 5);
 			v4f t1 = AT_SHUF(r[0], r[1], 2, 6, 3, 7);
 			v4f t2 = AT_SHUF(r[2], r[3], 0, 4, 1, 5);
@@ -158,14 +165,14 @@ static void k_block_t(const struct att_job *jb, int g, int j0, int nb,
 		for (; d < D; d++)
 			for (int i = 0; i < 4; i++)
 				kt[d * ATT_KB + jj + i] =
-					kcpu_wget(jb->K, jb->kvdt, o + i * rs + d);
+				    kcpu_wget(jb->K, jb->kvdt, o + i * rs + d);
 	}
 	for (; jj < ATT_KB; jj++)
 		for (int d = 0; d < D; d++)
 			kt[d * ATT_KB + jj] =
-				jj < nb ? kcpu_wget(jb->K, jb->kvdt,
-						    base + jj * rs + d)
-					: 0.0f;
+			    jj < nb
+				? kcpu_wget(jb->K, jb->kvdt, base + jj * rs + d)
+				: 0.0f;
 }
 
 /* sc[i * ldsc + j - ja] = s_ij for ja <= j < min(je, len[i]): q . k_j as a
@@ -187,20 +194,22 @@ static void att_scores(const struct att_job *jb, const struct att_group *gr,
 			i++;
 		while (i < gr->n) {
 			int mr = gr->n - i >= 2 ? 2 : 1;
-			const float *a[2] = {gr->q[i], mr > 1 ? gr->q[i + 1]
-							      : gr->q[i]};
+			const float *a[2] = {gr->q[i],
+					     mr > 1 ? gr->q[i + 1] : gr->q[i]};
 			if (mr == 2)
-				kcpu_mk(2, ATT_KB / 4, a, kt, ATT_KB, D, s, ATT_KB,
-					0);
+				kcpu_mk(2, ATT_KB / 4, a, kt, ATT_KB, D, s,
+					ATT_KB, 0);
 			else
-				kcpu_mk(1, ATT_KB / 4, a, kt, ATT_KB, D, s, ATT_KB,
-					0);
+				kcpu_mk(1, ATT_KB / 4, a, kt, ATT_KB, D, s,
+					ATT_KB, 0);
 			for (int r = 0; r < mr; r++) {
 				int e = gr->len[i + r] - j0;
 				e = e < nb ? e : nb;
-				float *dst = sc + (size_t)(i + r) * ldsc + (j0 - ja);
+				float *dst =
+				    sc + (size_t)(i + r) * ldsc + (j0 - ja);
 				for (int jj = 0; jj < e; jj++)
-					dst[jj] = jb->scale * s[r * ATT_KB + jj];
+					dst[jj] =
+					    jb->scale * s[r * ATT_KB + jj];
 			}
 			i += mr;
 		}
@@ -209,8 +218,8 @@ static void att_scores(const struct att_job *jb, const struct att_group *gr,
 
 /* acc[i][.] += sum_{ja <= j < min(je, len[i])} p[i * ldp + j - ja] v_j,
  * in order j. */
-static void att_pv(const struct att_job *jb, const struct att_group *gr,
-		   int ja, int je, const float *p, int ldp, float *acc)
+static void att_pv(const struct att_job *jb, const struct att_group *gr, int ja,
+		   int je, const float *p, int ldp, float *acc)
 {
 	float vbuf[ATT_VBUF];
 	int D = jb->D, vb = ATT_VBUF / D;
@@ -283,8 +292,7 @@ static float max_of(const float *s, int n, float m)
 
 /* sum[i] += e[i * ld + j] for j < len[i], in order j; four rows' chains
  * interleaved, so the adds are not one long latency chain. */
-static void sum_rows(int n, const float *e, int ld, const int *len,
-		     float *sum)
+static void sum_rows(int n, const float *e, int ld, const int *len, float *sum)
 {
 	int i = 0;
 	for (; i + 4 <= n; i += 4) {
@@ -335,13 +343,14 @@ static void att_group_run(const struct att_job *jb, const struct att_group *gr,
 			int je = lmax - ja < ch ? lmax : ja + ch;
 			att_scores(jb, gr, ja, je, sc, ch);
 			for (int i = 0; i < n; i++) {
-				int e = gr->len[i] < je ? gr->len[i] - ja : je - ja;
+				int e =
+				    gr->len[i] < je ? gr->len[i] - ja : je - ja;
 				rel[i] = e < 0 ? 0 : e;
 			}
 			if (passes == 1 || pass == 0)
 				for (int i = 0; i < n; i++)
-					mx[i] = max_of(sc + (size_t)i * ch, rel[i],
-						       mx[i]);
+					mx[i] = max_of(sc + (size_t)i * ch,
+						       rel[i], mx[i]);
 			if (passes == 3 && pass == 0)
 				continue;
 			for (int i = 0; i < n; i++)
@@ -351,7 +360,8 @@ static void att_group_run(const struct att_job *jb, const struct att_group *gr,
 			if (passes == 3 && pass == 1)
 				continue;
 			for (int i = 0; i < n; i++)
-				normalize(sc + (size_t)i * ch, rel[i], sum[i], act);
+				normalize(sc + (size_t)i * ch, rel[i], sum[i],
+					  act);
 			att_pv(jb, gr, ja, je, sc, ch, acc);
 		}
 	for (int i = 0; i < n; i++) {
@@ -379,9 +389,10 @@ static void att_task(void *arg, int task)
 			/* A group keeps its scores in the scratch slot while
 			 * they fit; rows too long for that go in groups of
 			 * ATT_RG through the three passes. */
-			if (gr.n > 0 && ((size_t)len > cap
-						 ? (size_t)gr.len[0] <= cap
-						 : (size_t)(gr.n + 1) * len > cap)) {
+			if (gr.n > 0 &&
+			    ((size_t)len > cap
+				 ? (size_t)gr.len[0] <= cap
+				 : (size_t)(gr.n + 1) * len > cap)) {
 				att_group_run(jb, &gr, sc, cap);
 				gr.n = 0;
 			}
@@ -389,7 +400,8 @@ static void att_task(void *arg, int task)
 			gr.t[i] = t;
 			gr.h[i] = h;
 			gr.len[i] = len;
-			gr.q[i] = jb->qv + (size_t)t * jb->ldq + (size_t)h * jb->D;
+			gr.q[i] =
+			    jb->qv + (size_t)t * jb->ldq + (size_t)h * jb->D;
 			if (gr.n == ATT_RG) {
 				att_group_run(jb, &gr, sc, cap);
 				gr.n = 0;
@@ -412,10 +424,21 @@ int kcpu_attention(kern_queue *q, float *out, const float *qv, int ldq,
 		return MOOR_EDTYPE;
 	if (T == 0)
 		return 0;
-	struct att_job jb = {.ctx = q->ctx, .out = out, .qv = qv, .K = K, .V = V,
-			     .pos0 = pos0, .ldq = ldq, .kvdt = kvdt, .T = T,
-			     .Hq = Hq, .Hkv = Hkv, .D = D, .act = act,
-			     .r = Hq / Hkv, .scale = scale};
+	struct att_job jb = {.ctx = q->ctx,
+			     .out = out,
+			     .qv = qv,
+			     .K = K,
+			     .V = V,
+			     .pos0 = pos0,
+			     .ldq = ldq,
+			     .kvdt = kvdt,
+			     .T = T,
+			     .Hq = Hq,
+			     .Hkv = Hkv,
+			     .D = D,
+			     .act = act,
+			     .r = Hq / Hkv,
+			     .scale = scale};
 	/* A task is a block of tokens times the query heads of one KV head,
 	 * or times one query head when that leaves the threads idle. */
 	int threads = moor_pool_threads(kcpu_pool(q));

@@ -44,13 +44,13 @@ struct kern_queue {
 
 struct kern_ctx {
 	moor_pool *pool; /* cfg->threads threads (the caller counts as one) */
-	kern_queue q;    /* the default (and only) queue */
+	kern_queue q;	 /* the default (and only) queue */
 	/* One scratch slot per thread, allocated at create: at most that
 	 * many tasks run at once. A task takes a free slot and gives it back;
 	 * which slot it gets changes nothing it computes. */
 	int nslot;
-	float *scratch;     /* [nslot, KCPU_SCRATCH] */
-	atomic_int *busy;   /* [nslot] */
+	float *scratch;	  /* [nslot, KCPU_SCRATCH] */
+	atomic_int *busy; /* [nslot] */
 };
 
 static inline moor_pool *kcpu_pool(kern_queue *q)
@@ -129,7 +129,7 @@ static inline v4f v4_bf16(const uint16_t *p)
 static inline v4f v4_exp(v4f x)
 {
 	const v4f lo = v4_splat(-87.3f), hi = v4_splat(88.3f);
-	v4i under = x < lo, over = x > hi;
+	v4i under = x<lo, over = x> hi;
 	x = v4_sel(under, lo, x);
 	x = v4_sel(over, hi, x);
 	const v4f magic = v4_splat(12582912.0f); /* 1.5 * 2^23 */
@@ -245,13 +245,13 @@ static inline float kcpu_dot(const float *a, const float *b, int n)
  * at every call, so each call site compiles to its own unrolled kernel. */
 static inline __attribute__((always_inline)) void
 kcpu_mk(const int mr, const int nv, const float *const *a, const float *b,
-   ptrdiff_t ldb, int K, float *c, ptrdiff_t ldc, int acc)
+	ptrdiff_t ldb, int K, float *c, ptrdiff_t ldc, int acc)
 {
 	v4f r[4][6];
 	for (int i = 0; i < mr; i++)
 		for (int j = 0; j < nv; j++)
-			r[i][j] = acc ? v4_load(c + i * ldc + 4 * j)
-				      : v4_splat(0.0f);
+			r[i][j] =
+			    acc ? v4_load(c + i * ldc + 4 * j) : v4_splat(0.0f);
 	for (int k = 0; k < K; k++) {
 		const float *bk = b + (ptrdiff_t)k * ldb;
 		v4f bv[6];
@@ -274,9 +274,8 @@ kcpu_mk(const int mr, const int nv, const float *const *a, const float *b,
  * in order k = 0, 1, ..., where K_i = klen ? min(klen[i], K) : K (a negative
  * klen[i] counts as 0). Row strides lda, ldb, ldc in elements. C must not
  * overlap A or B. */
-void kcpu_mm(int M, int N, int K, const float *A, ptrdiff_t lda,
-	     const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc,
-	     const int *klen, int acc);
+void kcpu_mm(int M, int N, int K, const float *A, ptrdiff_t lda, const float *B,
+	     ptrdiff_t ldb, float *C, ptrdiff_t ldc, const int *klen, int acc);
 
 /* ---- ops (one file each group) ---- */
 
@@ -288,9 +287,9 @@ int kcpu_add(kern_queue *q, float *y, const float *x, size_t n, int act);
 int kcpu_rmsnorm(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 		 const void *w, int wdt, int rows, int dim, float eps,
 		 int plus_one, int act);
-int kcpu_gated_rmsnorm(kern_queue *q, float *y, const float *x,
-		       const float *z, const void *w, int wdt, int rows,
-		       int dim, float eps, int act);
+int kcpu_gated_rmsnorm(kern_queue *q, float *y, const float *x, const float *z,
+		       const void *w, int wdt, int rows, int dim, float eps,
+		       int act);
 int kcpu_conv1d(kern_queue *q, float *out, const float *in, int ldin,
 		float *tail, const void *w, int wdt, int T, int C, int Kc,
 		int act);
@@ -301,15 +300,15 @@ int kcpu_l2norm(kern_queue *q, float *x, int ld, int T, int heads, int dim,
 		float eps, float scale, int act);
 int kcpu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 		       const float *k, int ldqk, const float *v, int ldv,
-		       const float *g, const float *beta, int T, int Hk,
-		       int Hv, int dk, int dv, void *ws, int act);
+		       const float *g, const float *beta, int T, int Hk, int Hv,
+		       int dk, int dv, void *ws, int act);
 size_t kcpu_delta_ws_bytes(int Hv, int dk, int dv);
 int kcpu_delta_recurrent(kern_queue *q, float *o, float *S, const float *qq,
 			 const float *k, int ldqk, const float *v, int ldv,
 			 const float *g, const float *beta, int T, int Hk,
 			 int Hv, int dk, int dv, int act);
-int kcpu_rope(kern_queue *q, float *x, int ld, int T, int heads, int D,
-	      int rot, int64_t pos0, float theta, int act);
+int kcpu_rope(kern_queue *q, float *x, int ld, int T, int heads, int D, int rot,
+	      int64_t pos0, float theta, int act);
 int kcpu_attention(kern_queue *q, float *out, const float *qv, int ldq,
 		   const void *K, const void *V, int kvdt, int T, int64_t pos0,
 		   int Hq, int Hkv, int D, float scale, int act);
@@ -319,7 +318,7 @@ int kcpu_swiglu(kern_queue *q, float *y, const float *gate, const float *up,
 		size_t n, int act);
 int kcpu_split_qgate(kern_queue *q, float *qo, float *go, const float *qg,
 		     int T, int Hq, int D);
-int kcpu_sigmoid_mul(kern_queue *q, float *y, const float *x,
-		     const float *gate, size_t n, int act);
+int kcpu_sigmoid_mul(kern_queue *q, float *y, const float *x, const float *gate,
+		     size_t n, int act);
 
 #endif

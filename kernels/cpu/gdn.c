@@ -36,17 +36,17 @@ static void conv_task(void *arg, int task)
 	float acc[CONV_CB] = {0};
 	for (int c = 0; c < cb; c++)
 		for (int k = 0; k < Kc; k++)
-			wt[k][c] = kcpu_wget(j->w, j->wdt,
-					     (size_t)(c0 + c) * Kc + k);
+			wt[k][c] =
+			    kcpu_wget(j->w, j->wdt, (size_t)(c0 + c) * Kc + k);
 	for (int t = 0; t < T; t++) {
 		for (int c = 0; c < cb; c++)
 			acc[c] = 0.0f;
 		for (int k = 0; k < Kc; k++) {
 			int s = t - (Kc - 1) + k; /* input row; < 0: the tail */
 			const float *x =
-				s >= 0 ? j->in + (size_t)s * j->ldin + c0
-				       : j->tail + (size_t)(Kc - 1 + s) * j->Cn +
-						 c0;
+			    s >= 0
+				? j->in + (size_t)s * j->ldin + c0
+				: j->tail + (size_t)(Kc - 1 + s) * j->Cn + c0;
 			for (int c = 0; c < cb; c++)
 				acc[c] += wt[k][c] * x[c];
 		}
@@ -65,8 +65,8 @@ static void conv_task(void *arg, int task)
 	for (int i = 0; i < Kc - 1; i++) {
 		int s = T + i;
 		const float *x =
-			s < Kc - 1 ? j->tail + (size_t)s * j->Cn + c0
-				   : j->in + (size_t)(s - (Kc - 1)) * j->ldin + c0;
+		    s < Kc - 1 ? j->tail + (size_t)s * j->Cn + c0
+			       : j->in + (size_t)(s - (Kc - 1)) * j->ldin + c0;
 		float *d = j->tail + (size_t)i * j->Cn + c0;
 		if (d != x)
 			memmove(d, x, (size_t)cb * 4);
@@ -84,9 +84,16 @@ int kcpu_conv1d(kern_queue *q, float *out, const float *in, int ldin,
 		return MOOR_EDTYPE;
 	if (T == 0 || C_ == 0)
 		return 0;
-	struct conv_job j = {.out = out, .tail = tail, .in = in, .w = w,
-			     .ldin = ldin, .wdt = wdt, .T = T, .Cn = C_,
-			     .Kc = Kc, .act = act};
+	struct conv_job j = {.out = out,
+			     .tail = tail,
+			     .in = in,
+			     .w = w,
+			     .ldin = ldin,
+			     .wdt = wdt,
+			     .T = T,
+			     .Cn = C_,
+			     .Kc = Kc,
+			     .act = act};
 	moor_pool_run(kcpu_pool(q), (C_ + CONV_CB - 1) / CONV_CB, conv_task,
 		      &j);
 	return 0;
@@ -96,16 +103,17 @@ int kcpu_conv1d(kern_queue *q, float *out, const float *in, int ldin,
 
 /* ops.h's gdn_gates takes no act; beta is rounded to bf16 as the reference
  * does for the bf16 models this serves (see kcpu_gdn_gates). */
-static int gates(float *beta, float *g, const float *b, int ldb,
-		 const float *a, int lda, const float *A_log,
-		 const float *dt_bias, int T, int Hv, int act)
+static int gates(float *beta, float *g, const float *b, int ldb, const float *a,
+		 int lda, const float *A_log, const float *dt_bias, int T,
+		 int Hv, int act)
 {
 	for (int t = 0; t < T; t++)
 		for (int h = 0; h < Hv; h++) {
 			float bv = b[(size_t)t * ldb + h];
 			float x = a[(size_t)t * lda + h] + dt_bias[h];
 			float sp = x > 20.0f ? x : log1pf(expf(x));
-			beta[(size_t)t * Hv + h] = kcpu_rnd(kcpu_sigmoid(bv), act);
+			beta[(size_t)t * Hv + h] =
+			    kcpu_rnd(kcpu_sigmoid(bv), act);
 			g[(size_t)t * Hv + h] = -expf(A_log[h]) * sp;
 		}
 	return 0;
@@ -156,16 +164,16 @@ static void delta_chunk(const struct delta_job *jb, int h, int t0, int n,
 	const ptrdiff_t ldqk = jb->ldqk, ldv = jb->ldv;
 	float *S = jb->S + (size_t)h * dk * dv;
 	float *G = ws, *eG = G + C, *bt = eG + C;
-	float *Dm = bt + C;       /* [C, C] e^(G_i - G_j), j <= i */
-	float *Tm = Dm + C * C;   /* [C, C] -A, then (I + A)^-1 */
-	float *Am = Tm + C * C;   /* [C, C] (Q K^T) o decay, j <= i */
-	float *BV = Am + C * C;   /* [C, dv] beta v; later A V' */
-	float *U = BV + C * dv;   /* [C, dv] Tm beta V, then V' */
-	float *X = U + C * dv;    /* [C, dv] W S, then Q e^G S */
-	float *KB = X + C * dv;   /* [C, dk] beta k, then beta e^G k */
-	float *Wm = KB + C * dk;  /* [C, dk] Tm beta e^G K */
-	float *QE = Wm + C * dk;  /* [C, dk] q e^G */
-	float *KDt = QE + C * dk; /* [dk, C] (k e^(G_last - G))^T */
+	float *Dm = bt + C;		   /* [C, C] e^(G_i - G_j), j <= i */
+	float *Tm = Dm + C * C;		   /* [C, C] -A, then (I + A)^-1 */
+	float *Am = Tm + C * C;		   /* [C, C] (Q K^T) o decay, j <= i */
+	float *BV = Am + C * C;		   /* [C, dv] beta v; later A V' */
+	float *U = BV + C * dv;		   /* [C, dv] Tm beta V, then V' */
+	float *X = U + C * dv;		   /* [C, dv] W S, then Q e^G S */
+	float *KB = X + C * dv;		   /* [C, dk] beta k, then beta e^G k */
+	float *Wm = KB + C * dk;	   /* [C, dk] Tm beta e^G K */
+	float *QE = Wm + C * dk;	   /* [C, dk] q e^G */
+	float *KDt = QE + C * dk;	   /* [dk, C] (k e^(G_last - G))^T */
 	float *tmp = KDt + (size_t)dk * C; /* [2, dv] */
 	int tri[C];
 	const float *kr[C], *qr[C];
@@ -193,8 +201,8 @@ static void delta_chunk(const struct delta_job *jb, int h, int t0, int n,
 	/* -A: A_ij = (beta_i k_i . k_j) e^(G_i - G_j), j < i */
 	for (int i = 0; i < n; i++)
 		for (int j = 0; j < i; j++)
-			Tm[i * C + j] = -(kcpu_dot(KB + i * dk, kr[j], dk) *
-					  Dm[i * C + j]);
+			Tm[i * C + j] =
+			    -(kcpu_dot(KB + i * dk, kr[j], dk) * Dm[i * C + j]);
 	/* Forward substitution: row i of the strictly lower part L of
 	 * (I + A)^-1 is L_ij = -A_ij + sum_{j < m < i} (-A_im) L_mj, the sum in
 	 * order m = j + 1 .. i - 1, then added to -A_ij (as the reference
@@ -236,14 +244,16 @@ static void delta_chunk(const struct delta_job *jb, int h, int t0, int n,
 		for (int d = 0; d < dk; d++)
 			QE[i * dk + d] = qr[i][d] * eG[i];
 		for (int j = 0; j <= i; j++)
-			Am[i * C + j] = kcpu_dot(qr[i], kr[j], dk) * Dm[i * C + j];
+			Am[i * C + j] =
+			    kcpu_dot(qr[i], kr[j], dk) * Dm[i * C + j];
 	}
 	kcpu_mm(n, dv, dk, QE, dk, S, dv, X, dv, NULL, 0);
 	kcpu_mm(n, dv, n, Am, C, U, dv, BV, dv, tri, 0);
 	for (int i = 0; i < n; i++) {
 		float *o = jb->o + ((size_t)(t0 + i) * Hv + h) * dv;
 		for (int d = 0; d < dv; d++)
-			o[d] = kcpu_rnd(X[i * dv + d] + BV[i * dv + d], jb->act);
+			o[d] =
+			    kcpu_rnd(X[i * dv + d] + BV[i * dv + d], jb->act);
 	}
 
 	/* S <- e^(G_last) S + (k e^(G_last - G))^T V' */
@@ -283,8 +293,10 @@ static void recurrent_task(void *arg, int h)
 	float *S = jb->S + (size_t)h * dk * dv;
 	size_t nS = (size_t)dk * dv;
 	for (int t = 0; t < jb->T; t++) {
-		const float *kt = jb->k + (size_t)t * jb->ldqk + (size_t)kh * dk;
-		const float *qt = jb->q + (size_t)t * jb->ldqk + (size_t)kh * dk;
+		const float *kt =
+		    jb->k + (size_t)t * jb->ldqk + (size_t)kh * dk;
+		const float *qt =
+		    jb->q + (size_t)t * jb->ldqk + (size_t)kh * dk;
 		const float *vt = jb->v + (size_t)t * jb->ldv + (size_t)h * dv;
 		float *o = jb->o + ((size_t)t * Hv + h) * dv;
 		float eg = expf(jb->g[(size_t)t * Hv + h]);
@@ -323,8 +335,8 @@ static int delta_check(float *o, float *S, const float *qq, const float *k,
 
 int kcpu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 		       const float *k, int ldqk, const float *v, int ldv,
-		       const float *g, const float *beta, int T, int Hk,
-		       int Hv, int dk, int dv, void *ws, int act)
+		       const float *g, const float *beta, int T, int Hk, int Hv,
+		       int dk, int dv, void *ws, int act)
 {
 	if (!q || !ws)
 		return MOOR_ERANGE;
@@ -332,8 +344,8 @@ int kcpu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			     dv, act);
 	if (rc || T == 0)
 		return rc;
-	struct delta_job jb = {o,  S,  qq, k,  v,  g,  beta, ws, ldqk,
-			       ldv, T, Hk, Hv, dk, dv, act};
+	struct delta_job jb = {o,    S,	  qq, k,  v,  g,  beta, ws,
+			       ldqk, ldv, T,  Hk, Hv, dk, dv,	act};
 	moor_pool_run(kcpu_pool(q), Hv, chunked_task, &jb);
 	return 0;
 }
@@ -349,8 +361,8 @@ int kcpu_delta_recurrent(kern_queue *q, float *o, float *S, const float *qq,
 			     dv, act);
 	if (rc || T == 0)
 		return rc;
-	struct delta_job jb = {o,  S,  qq, k,  v,  g,  beta, NULL, ldqk,
-			       ldv, T, Hk, Hv, dk, dv, act};
+	struct delta_job jb = {o,    S,	  qq, k,  v,  g,  beta, NULL,
+			       ldqk, ldv, T,  Hk, Hv, dk, dv,	act};
 	moor_pool_run(kcpu_pool(q), Hv, recurrent_task, &jb);
 	return 0;
 }

@@ -72,15 +72,15 @@ struct ew_job {
 	int kind, act;
 };
 
-static inline __attribute__((always_inline)) v4f ew_op(const int kind,
-							 int act, v4f a, v4f b,
-							 v4f y)
+static inline __attribute__((always_inline)) v4f ew_op(const int kind, int act,
+						       v4f a, v4f b, v4f y)
 {
 	if (kind == EW_ADD) /* y = x + y; a = x */
 		return v4_rnd(a + y, act);
 	if (kind == EW_SWIGLU) /* a = gate, b = up */
 		return v4_rnd(v4_rnd(v4_silu(a), act) * b, act);
-	return v4_rnd(a * v4_rnd(v4_sigmoid(b), act), act); /* a = x, b = gate */
+	return v4_rnd(a * v4_rnd(v4_sigmoid(b), act),
+		      act); /* a = x, b = gate */
 }
 
 /* Four lanes at a time; the tail goes through the same vector code in a
@@ -141,8 +141,8 @@ int kcpu_swiglu(kern_queue *q, float *y, const float *gate, const float *up,
 	return ew_run(q, y, gate, up, n, EW_SWIGLU, act);
 }
 
-int kcpu_sigmoid_mul(kern_queue *q, float *y, const float *x,
-		     const float *gate, size_t n, int act)
+int kcpu_sigmoid_mul(kern_queue *q, float *y, const float *x, const float *gate,
+		     size_t n, int act)
 {
 	return ew_run(q, y, x, gate, n, EW_SIGMUL, act);
 }
@@ -207,8 +207,7 @@ static void kvw_task(void *arg, int t)
 int kcpu_kv_write(kern_queue *q, void *dst, int kvdt, int64_t row0,
 		  const float *src, int ld, int T, int width)
 {
-	if (!q || !dst || !src || row0 < 0 || T < 0 || width < 0 ||
-	    ld < width)
+	if (!q || !dst || !src || row0 < 0 || T < 0 || width < 0 || ld < width)
 		return MOOR_ERANGE;
 	if (!kcpu_dtype_ok(kvdt))
 		return MOOR_EDTYPE;

@@ -47,17 +47,16 @@ static int row_len(const int *klen, int i, int K)
 	return l < 0 ? 0 : l > K ? K : l;
 }
 
-void kcpu_mm(int M, int N, int K, const float *A, ptrdiff_t lda,
-	     const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc,
-	     const int *klen, int acc)
+void kcpu_mm(int M, int N, int K, const float *A, ptrdiff_t lda, const float *B,
+	     ptrdiff_t ldb, float *C, ptrdiff_t ldc, const int *klen, int acc)
 {
 	for (int i = 0; i < M; i += 2) {
 		int mr = M - i < 2 ? M - i : 2;
 		int len[2] = {row_len(klen, i, K),
 			      mr > 1 ? row_len(klen, i + 1, K) : 0};
 		int kc = mr > 1 && len[1] < len[0] ? len[1] : len[0];
-		const float *a[2] = {A + i * lda, mr > 1 ? A + (i + 1) * lda
-							  : NULL};
+		const float *a[2] = {A + i * lda,
+				     mr > 1 ? A + (i + 1) * lda : NULL};
 		mm_rows(mr, a, kc, B, ldb, C + i * ldc, ldc, N, acc);
 		/* A row longer than the pair's common prefix goes on alone,
 		 * from where the pair stopped, in the same order. */
@@ -120,13 +119,14 @@ static void mm_pack(float *P, const void *W, int wdt, int K, int n0, int nc,
 			int c = p * MM_NP + j;
 			if (c + 4 > nc) { /* the last rows: one by one */
 				for (int jj = 0; jj < 4; jj++) {
-					size_t off = (size_t)(n0 + c + jj) * K + k0;
+					size_t off =
+					    (size_t)(n0 + c + jj) * K + k0;
 					for (int k = 0; k < kc; k++)
 						pp[k * MM_NP + j + jj] =
-							c + jj < nc
-								? kcpu_wget(W, wdt,
-									    off + k)
-								: 0.0f;
+						    c + jj < nc
+							? kcpu_wget(W, wdt,
+								    off + k)
+							: 0.0f;
 				}
 				continue;
 			}
@@ -143,14 +143,17 @@ static void mm_pack(float *P, const void *W, int wdt, int K, int n0, int nc,
 				v4f t3 = MM_SHUF(r2, r3, 2, 6, 3, 7);
 				float *d = pp + k * MM_NP + j;
 				v4_store(d, MM_SHUF(t0, t2, 0, 1, 4, 5));
-				v4_store(d + MM_NP, MM_SHUF(t0, t2, 2, 3, 6, 7));
-				v4_store(d + 2 * MM_NP, MM_SHUF(t1, t3, 0, 1, 4, 5));
-				v4_store(d + 3 * MM_NP, MM_SHUF(t1, t3, 2, 3, 6, 7));
+				v4_store(d + MM_NP,
+					 MM_SHUF(t0, t2, 2, 3, 6, 7));
+				v4_store(d + 2 * MM_NP,
+					 MM_SHUF(t1, t3, 0, 1, 4, 5));
+				v4_store(d + 3 * MM_NP,
+					 MM_SHUF(t1, t3, 2, 3, 6, 7));
 			}
 			for (; k < kc; k++)
 				for (int jj = 0; jj < 4; jj++)
 					pp[k * MM_NP + j + jj] = kcpu_wget(
-						W, wdt, off + (size_t)jj * K + k);
+					    W, wdt, off + (size_t)jj * K + k);
 		}
 	}
 }
@@ -173,7 +176,8 @@ static void mm_task(void *arg, int task)
 		for (int p = 0; p < np; p++) {
 			const float *pp = P + (size_t)p * kc * MM_NP;
 			int c0 = n0 + p * MM_NP;
-			int cw = nc - p * MM_NP < MM_NP ? nc - p * MM_NP : MM_NP;
+			int cw =
+			    nc - p * MM_NP < MM_NP ? nc - p * MM_NP : MM_NP;
 			for (int t = 0; t < tn;) {
 				/* MM_MR rows at a time, then single rows */
 				int mr = tn - t < MM_MR ? 1 : MM_MR;
@@ -184,11 +188,12 @@ static void mm_task(void *arg, int task)
 				t += mr;
 				if (cw == MM_NP) {
 					if (mr == MM_MR)
-						kcpu_mk(MM_MR, MM_NV, a, pp, MM_NP,
-						   kc, yt, ldy, acc);
+						kcpu_mk(MM_MR, MM_NV, a, pp,
+							MM_NP, kc, yt, ldy,
+							acc);
 					else
-						kcpu_mk(1, MM_NV, a, pp, MM_NP, kc,
-						   yt, ldy, acc);
+						kcpu_mk(1, MM_NV, a, pp, MM_NP,
+							kc, yt, ldy, acc);
 					continue;
 				}
 				/* a partial panel: through tmp, so the
@@ -196,19 +201,19 @@ static void mm_task(void *arg, int task)
 				for (int i = 0; i < mr; i++)
 					for (int j = 0; j < MM_NP; j++)
 						tmp[i * MM_NP + j] =
-							acc && j < cw
-								? yt[i * ldy + j]
-								: 0.0f;
+						    acc && j < cw
+							? yt[i * ldy + j]
+							: 0.0f;
 				if (mr == MM_MR)
-					kcpu_mk(MM_MR, MM_NV, a, pp, MM_NP, kc, tmp,
-					   MM_NP, 1);
+					kcpu_mk(MM_MR, MM_NV, a, pp, MM_NP, kc,
+						tmp, MM_NP, 1);
 				else
 					kcpu_mk(1, MM_NV, a, pp, MM_NP, kc, tmp,
-					   MM_NP, 1);
+						MM_NP, 1);
 				for (int i = 0; i < mr; i++)
 					for (int j = 0; j < cw; j++)
 						yt[i * ldy + j] =
-							tmp[i * MM_NP + j];
+						    tmp[i * MM_NP + j];
 			}
 		}
 	}
@@ -234,8 +239,16 @@ int kcpu_matmul(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 		return MOOR_EDTYPE;
 	if (T == 0 || N == 0)
 		return 0;
-	struct mm_job jb = {.y = y, .x = x, .W = W, .ldy = ldy, .ldx = ldx,
-			    .wdt = wdt, .T = T, .N = N, .K = K, .act = act};
+	struct mm_job jb = {.y = y,
+			    .x = x,
+			    .W = W,
+			    .ldy = ldy,
+			    .ldx = ldx,
+			    .wdt = wdt,
+			    .T = T,
+			    .N = N,
+			    .K = K,
+			    .act = act};
 	/* Rows per task: long enough to amortise the packing of W, short
 	 * enough that every thread gets several tasks. */
 	jb.tb = T >= 2048 ? 256 : T >= 256 ? 128 : T >= 64 ? 64 : T;

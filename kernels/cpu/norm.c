@@ -26,8 +26,8 @@ struct rms_job {
 static void rms_task(void *arg, int task)
 {
 	const struct rms_job *j = arg;
-	int r0 = task * j->rpt, r1 = r0 + j->rpt < j->rows ? r0 + j->rpt
-							   : j->rows;
+	int r0 = task * j->rpt,
+	    r1 = r0 + j->rpt < j->rows ? r0 + j->rpt : j->rows;
 	int dim = j->dim;
 	float wf[NORM_WMAX];
 	int pre = dim <= NORM_WMAX;
@@ -66,10 +66,18 @@ int kcpu_rmsnorm(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 		return MOOR_EDTYPE;
 	if (rows == 0 || dim == 0)
 		return 0;
-	struct rms_job j = {.y = y, .x = x, .w = w, .ldy = ldy, .ldx = ldx,
-			    .wdt = wdt, .rows = rows, .dim = dim,
-			    .plus_one = plus_one, .act = act,
-			    .rpt = rows_per_task(dim), .eps = eps};
+	struct rms_job j = {.y = y,
+			    .x = x,
+			    .w = w,
+			    .ldy = ldy,
+			    .ldx = ldx,
+			    .wdt = wdt,
+			    .rows = rows,
+			    .dim = dim,
+			    .plus_one = plus_one,
+			    .act = act,
+			    .rpt = rows_per_task(dim),
+			    .eps = eps};
 	moor_pool_run(kcpu_pool(q), (rows + j.rpt - 1) / j.rpt, rms_task, &j);
 	return 0;
 }
@@ -87,8 +95,8 @@ struct grms_job {
 static void grms_task(void *arg, int task)
 {
 	const struct grms_job *j = arg;
-	int r0 = task * j->rpt, r1 = r0 + j->rpt < j->rows ? r0 + j->rpt
-							   : j->rows;
+	int r0 = task * j->rpt,
+	    r1 = r0 + j->rpt < j->rows ? r0 + j->rpt : j->rows;
 	int dim = j->dim, act = j->act;
 	float wf[NORM_WMAX];
 	int pre = dim <= NORM_WMAX;
@@ -104,10 +112,12 @@ static void grms_task(void *arg, int task)
 		for (; i + 4 <= dim && pre; i += 4) {
 			v4f n = v4_rnd(v4_load(x + i) * v4_splat(inv), act);
 			v4f p = v4_rnd(v4_load(wf + i) * n, act);
-			v4_store(y + i, v4_rnd(p * v4_silu(v4_load(z + i)), act));
+			v4_store(y + i,
+				 v4_rnd(p * v4_silu(v4_load(z + i)), act));
 		}
 		for (; i < dim; i++) {
-			float w = pre ? wf[i] : kcpu_wget(j->w, j->wdt, (size_t)i);
+			float w =
+			    pre ? wf[i] : kcpu_wget(j->w, j->wdt, (size_t)i);
 			float n = kcpu_rnd(x[i] * inv, act);
 			float p = kcpu_rnd(w * n, act);
 			y[i] = kcpu_rnd(p * kcpu_silu(z[i]), act);
@@ -115,9 +125,9 @@ static void grms_task(void *arg, int task)
 	}
 }
 
-int kcpu_gated_rmsnorm(kern_queue *q, float *y, const float *x,
-		       const float *z, const void *w, int wdt, int rows,
-		       int dim, float eps, int act)
+int kcpu_gated_rmsnorm(kern_queue *q, float *y, const float *x, const float *z,
+		       const void *w, int wdt, int rows, int dim, float eps,
+		       int act)
 {
 	if (!q || !y || !x || !z || !w || rows < 0 || dim < 0)
 		return MOOR_ERANGE;
@@ -125,9 +135,16 @@ int kcpu_gated_rmsnorm(kern_queue *q, float *y, const float *x,
 		return MOOR_EDTYPE;
 	if (rows == 0 || dim == 0)
 		return 0;
-	struct grms_job j = {.y = y, .x = x, .z = z, .w = w, .wdt = wdt,
-			     .rows = rows, .dim = dim, .act = act,
-			     .rpt = rows_per_task(dim), .eps = eps};
+	struct grms_job j = {.y = y,
+			     .x = x,
+			     .z = z,
+			     .w = w,
+			     .wdt = wdt,
+			     .rows = rows,
+			     .dim = dim,
+			     .act = act,
+			     .rpt = rows_per_task(dim),
+			     .eps = eps};
 	moor_pool_run(kcpu_pool(q), (rows + j.rpt - 1) / j.rpt, grms_task, &j);
 	return 0;
 }
@@ -165,10 +182,15 @@ int kcpu_l2norm(kern_queue *q, float *x, int ld, int T, int heads, int dim,
 	if (T == 0 || heads == 0 || dim == 0)
 		return 0;
 	int64_t per = (int64_t)heads * dim;
-	struct l2_job j = {.x = x, .ld = ld, .T = T, .heads = heads,
-			   .dim = dim, .act = act,
+	struct l2_job j = {.x = x,
+			   .ld = ld,
+			   .T = T,
+			   .heads = heads,
+			   .dim = dim,
+			   .act = act,
 			   .tpt = (int)(per >= 16384 ? 1 : 16384 / per),
-			   .eps = eps, .scale = scale};
+			   .eps = eps,
+			   .scale = scale};
 	moor_pool_run(kcpu_pool(q), (T + j.tpt - 1) / j.tpt, l2_task, &j);
 	return 0;
 }

@@ -15,16 +15,16 @@
 
 static int kt_failed, kt_checks;
 
-#define ASSERT(cond, ...)                                                     \
-	do {                                                                  \
-		kt_checks++;                                                  \
-		if (!(cond)) {                                                \
-			kt_failed++;                                          \
-			fprintf(stderr, "%s:%d: failed: %s: ", __FILE__,      \
-				__LINE__, #cond);                             \
-			fprintf(stderr, __VA_ARGS__);                         \
-			fputc('\n', stderr);                                  \
-		}                                                             \
+#define ASSERT(cond, ...)                                                      \
+	do {                                                                   \
+		kt_checks++;                                                   \
+		if (!(cond)) {                                                 \
+			kt_failed++;                                           \
+			fprintf(stderr, "%s:%d: failed: %s: ", __FILE__,       \
+				__LINE__, #cond);                              \
+			fprintf(stderr, __VA_ARGS__);                          \
+			fputc('\n', stderr);                                   \
+		}                                                              \
 	} while (0)
 
 static inline int kt_done(const char *name)
@@ -58,7 +58,8 @@ static inline uint64_t kt_next(void)
 static inline float kt_unif(float lo, float hi)
 {
 	for (;;) {
-		double u = (double)(kt_next() >> 11) * (1.0 / 9007199254740992.0);
+		double u =
+		    (double)(kt_next() >> 11) * (1.0 / 9007199254740992.0);
 		float x = (float)(lo + (hi - lo) * u);
 		if (x != 0.0f)
 			return x;
@@ -106,8 +107,7 @@ static inline void *kt_pack(const float *src, size_t n, int dt)
 
 /* Weights: n random values in [lo, hi) representable in dt; *w gets the
  * packed buffer, the return value the fp32 copy. */
-static inline float *kt_weights(size_t n, int dt, float lo, float hi,
-				void **w)
+static inline float *kt_weights(size_t n, int dt, float lo, float hi, void **w)
 {
 	float *f = malloc(n * 4 + 4);
 	for (size_t i = 0; i < n; i++) {
@@ -155,7 +155,8 @@ static inline int kt_close(const char *what, size_t i, float got, double ref,
 	if (d <= tol)
 		return 1;
 	if (kt_close_fails++ < 8)
-		fprintf(stderr, "  %s[%zu]: got %.9g ref %.9g diff %.3g tol %.3g\n",
+		fprintf(stderr,
+			"  %s[%zu]: got %.9g ref %.9g diff %.3g tol %.3g\n",
 			what, i, got, ref, d, tol);
 	return 0;
 }

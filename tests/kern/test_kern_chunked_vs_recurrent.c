@@ -43,11 +43,13 @@ static void run(kt_be *B, int T, int Hk, int Hv, int dk, int dv, int act)
 			double ss = 0;
 			for (int i = 0; i < dk; i++)
 				ss += (double)x[i] * x[i];
-			double f = (w < Hk ? 1 / sqrt((double)dk) : 1) / sqrt(ss);
+			double f =
+			    (w < Hk ? 1 / sqrt((double)dk) : 1) / sqrt(ss);
 			for (int i = 0; i < dk; i++)
 				x[i] = (float)(x[i] * f);
 		}
-	float *g = malloc((size_t)T * Hv * 4), *beta = malloc((size_t)T * Hv * 4);
+	float *g = malloc((size_t)T * Hv * 4),
+	      *beta = malloc((size_t)T * Hv * 4);
 	kt_fill(g, (size_t)T * Hv, -2.0f, -0.001f);
 	kt_fill(beta, (size_t)T * Hv, 0.01f, 0.99f);
 	size_t nS = (size_t)Hv * dk * dv, no = (size_t)T * Hv * dv;
@@ -61,9 +63,10 @@ static void run(kt_be *B, int T, int Hk, int Hv, int dk, int dv, int act)
 	void *ws;
 	ASSERT(B->o->alloc(B->ctx, B->o->delta_ws_bytes(Hv, dk, dv), &ws) == 0,
 	       "alloc");
-	const float *q = u, *k = u + (size_t)Hk * dk, *v = u + (size_t)2 * Hk * dk;
-	ASSERT(B->o->delta_chunked(B->q, oc, Sc, q, k, ld, v, ld, g, beta, T, Hk,
-				   Hv, dk, dv, ws, act) == 0,
+	const float *q = u, *k = u + (size_t)Hk * dk,
+		    *v = u + (size_t)2 * Hk * dk;
+	ASSERT(B->o->delta_chunked(B->q, oc, Sc, q, k, ld, v, ld, g, beta, T,
+				   Hk, Hv, dk, dv, ws, act) == 0,
 	       "delta_chunked");
 	ASSERT(B->o->delta_recurrent(B->q, orr, Sr, q, k, ld, v, ld, g, beta, T,
 				     Hk, Hv, dk, dv, act) == 0,
@@ -73,8 +76,10 @@ static void run(kt_be *B, int T, int Hk, int Hv, int dk, int dv, int act)
 	double otol = 1e-4 + (act == KERN_ACT_BF16 ? KT_BF16_ULP : 0);
 	printf("T %d act %d: o max|diff|/max %.3g, S %.3g\n", T, act, od / om,
 	       sd / sm);
-	ASSERT(om > 0.05 && sm > 0.05, "degenerate inputs (o %g, S %g)", om, sm);
-	ASSERT(od <= otol * om, "o: max|diff| %.3g > %.3g * %.3g", od, otol, om);
+	ASSERT(om > 0.05 && sm > 0.05, "degenerate inputs (o %g, S %g)", om,
+	       sm);
+	ASSERT(od <= otol * om, "o: max|diff| %.3g > %.3g * %.3g", od, otol,
+	       om);
 	ASSERT(sd <= 1e-4 * sm, "S: max|diff| %.3g > 1e-4 * %.3g", sd, sm);
 	B->o->free(B->ctx, ws);
 	free(u);
@@ -93,7 +98,7 @@ int main(void)
 	kt_be B = kt_open(2);
 	run(&B, 200, 2, 4, 32, 32, KERN_ACT_F32);
 	run(&B, 200, 2, 4, 32, 32, KERN_ACT_BF16);
-	run(&B, 1, 2, 4, 32, 32, KERN_ACT_F32);  /* one padded chunk */
+	run(&B, 1, 2, 4, 32, 32, KERN_ACT_F32);	 /* one padded chunk */
 	run(&B, 64, 1, 3, 24, 40, KERN_ACT_F32); /* exactly one chunk */
 	kt_close_be(&B);
 	return kt_done("test_kern_chunked_vs_recurrent");

@@ -58,8 +58,10 @@ static void test_matmul(int wdt, int act)
 	const int rows[] = {0, 1, 127, 128, 200, 299};
 	for (int i = 0; i < 6; i++) {
 		int t = rows[i];
-		mm_run(&be[1], r, N, x + (size_t)t * ld, ld, W, wdt, 1, N, K, act);
-		same("matmul row alone", r, y[0] + (size_t)t * N, (size_t)N * 4);
+		mm_run(&be[1], r, N, x + (size_t)t * ld, ld, W, wdt, 1, N, K,
+		       act);
+		same("matmul row alone", r, y[0] + (size_t)t * N,
+		     (size_t)N * 4);
 	}
 	mm_run(&be[1], r, N, x + (size_t)101 * ld, ld, W, wdt, 37, N, K, act);
 	same("matmul rows 101..137", r, y[0] + (size_t)101 * N,
@@ -92,8 +94,9 @@ static void test_rows(int act)
 			same("rmsnorm threads", y[0], y[i], n * 4);
 	}
 	for (int t = 0; t < rows; t += 333) {
-		ASSERT(be[1].o->rmsnorm(be[1].q, r, ld, x + (size_t)t * ld, ld, w,
-					KERN_BF16, 1, dim, 1e-6f, 1, act) == 0,
+		ASSERT(be[1].o->rmsnorm(be[1].q, r, ld, x + (size_t)t * ld, ld,
+					w, KERN_BF16, 1, dim, 1e-6f, 1,
+					act) == 0,
 		       "rmsnorm");
 		same("rmsnorm row alone", r, y[0] + (size_t)t * ld,
 		     (size_t)dim * 4);
@@ -115,18 +118,18 @@ static void test_rows(int act)
 		const char *nm = op ? "rope" : "l2norm";
 		for (int i = 0; i < NB; i++) {
 			memcpy(y[i], x, n * 4);
-			int rc = op ? be[i].o->rope(be[i].q, y[i], ld, rows, 2, 32,
-						    16, 1000, 1e7f, act)
-				    : be[i].o->l2norm(be[i].q, y[i], ld, rows, 2,
-						      32, 1e-6f, 0.17f, act);
+			int rc = op ? be[i].o->rope(be[i].q, y[i], ld, rows, 2,
+						    32, 16, 1000, 1e7f, act)
+				    : be[i].o->l2norm(be[i].q, y[i], ld, rows,
+						      2, 32, 1e-6f, 0.17f, act);
 			ASSERT(rc == 0, "%s", nm);
 			if (i)
 				same(nm, y[0], y[i], n * 4);
 		}
 		for (int t = 0; t < rows; t += 333) {
 			memcpy(r, x + (size_t)t * ld, (size_t)ld * 4);
-			int rc = op ? be[1].o->rope(be[1].q, r, ld, 1, 2, 32, 16,
-						    1000 + t, 1e7f, act)
+			int rc = op ? be[1].o->rope(be[1].q, r, ld, 1, 2, 32,
+						    16, 1000 + t, 1e7f, act)
 				    : be[1].o->l2norm(be[1].q, r, ld, 1, 2, 32,
 						      1e-6f, 0.17f, act);
 			ASSERT(rc == 0, "%s", nm);
@@ -155,10 +158,11 @@ static void test_elementwise(int act)
 			y[i] = malloc(n * 4);
 			memcpy(y[i], b, n * 4);
 			const kern_ops *o = be[i].o;
-			int rc = op == 0   ? o->add(be[i].q, y[i], a, n, act)
-				 : op == 1 ? o->swiglu(be[i].q, y[i], a, b, n, act)
-					   : o->sigmoid_mul(be[i].q, y[i], a, b,
-							    n, act);
+			int rc =
+			    op == 0 ? o->add(be[i].q, y[i], a, n, act)
+			    : op == 1
+				? o->swiglu(be[i].q, y[i], a, b, n, act)
+				: o->sigmoid_mul(be[i].q, y[i], a, b, n, act);
 			ASSERT(rc == 0, "element-wise op %d", op);
 			if (i)
 				same("element-wise threads", y[0], y[i], n * 4);
@@ -185,8 +189,8 @@ static void test_misc(void)
 	float dtb[8] = {0.5f, -0.1f, 0.3f, 1, -2, 0.2f, 0.1f, -0.4f};
 	/* per backend: embed, split q, split gate, kv_write, beta, g */
 	enum { NOUT = 6 };
-	static const char *const nm[NOUT] = {"embed",    "split q",  "split gate",
-					     "kv_write", "gdn beta", "gdn g"};
+	static const char *const nm[NOUT] = {
+	    "embed", "split q", "split gate", "kv_write", "gdn beta", "gdn g"};
 	float *y[NB][NOUT];
 	for (int i = 0; i < NB; i++) {
 		const kern_ops *o = be[i].o;
@@ -194,8 +198,8 @@ static void test_misc(void)
 			y[i][j] = malloc(n * 4);
 			memset(y[i][j], 0, n * 4);
 		}
-		ASSERT(o->embed(be[i].q, y[i][0], tab, KERN_BF16, ids, T, H, V) ==
-			       0,
+		ASSERT(o->embed(be[i].q, y[i][0], tab, KERN_BF16, ids, T, H,
+				V) == 0,
 		       "embed");
 		ASSERT(o->split_qgate(be[i].q, y[i][1], y[i][2], src, T, 4,
 				      H / 4) == 0,
@@ -282,7 +286,8 @@ static void test_attention(int T, int64_t pos0, int Hq, int Hkv, int D,
 	float *out[NB], *r = malloc((size_t)Hq * D * 4);
 	float sc = 1.0f / sqrtf((float)D);
 	char what[80];
-	snprintf(what, sizeof what, "attention T%d pos%lld", T, (long long)pos0);
+	snprintf(what, sizeof what, "attention T%d pos%lld", T,
+		 (long long)pos0);
 	for (int i = 0; i < nb; i++) {
 		out[i] = malloc(no * 4);
 		kt_poison(out[i], no);
@@ -294,9 +299,9 @@ static void test_attention(int T, int64_t pos0, int Hq, int Hkv, int D,
 	}
 	for (int t = step - 1; t < T; t += step) {
 		kt_poison(r, (size_t)Hq * D);
-		ASSERT(be[1].o->attention(be[1].q, r, qv + (size_t)t * ldq, ldq, K,
-					  V, kvdt, 1, pos0 + t, Hq, Hkv, D, sc,
-					  act) == 0,
+		ASSERT(be[1].o->attention(be[1].q, r, qv + (size_t)t * ldq, ldq,
+					  K, V, kvdt, 1, pos0 + t, Hq, Hkv, D,
+					  sc, act) == 0,
 		       "attention");
 		same("attention row alone", r, out[0] + (size_t)t * Hq * D,
 		     (size_t)Hq * D * 4);
@@ -320,7 +325,11 @@ struct dr {
 
 static void dr_make(struct dr *d, int T, int Hk, int Hv, int dk, int dv)
 {
-	*d = (struct dr){.T = T, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv,
+	*d = (struct dr){.T = T,
+			 .Hk = Hk,
+			 .Hv = Hv,
+			 .dk = dk,
+			 .dv = dv,
 			 .ld = 2 * Hk * dk + Hv * dv};
 	d->u = fmk((size_t)T * d->ld, -0.3f, 0.3f);
 	d->g = fmk((size_t)T * Hv, -1.0f, -0.01f);

@@ -2,11 +2,11 @@
  * ops.h and moor.h document, and write nothing. The codes are moor.h's
  * negative band as they are (ops.h writes "-MOOR_ERANGE", but MOOR_ERANGE is
  * itself negative, and every caller tests rc < 0 / rc != 0 with the value
- * moor.h defines): an unknown dtype or act is MOOR_EDTYPE; a NULL pointer, a negative size, a stride shorter than its
- * row, an id >= V (or < 0), heads that do not divide, an odd rotary width
- * are MOOR_ERANGE. Also the memory calls: alloc, wrap_host (the same
- * pointer), upload/download/copy/zero round trips, sync, and destroy/free on
- * NULL. */
+ * moor.h defines): an unknown dtype or act is MOOR_EDTYPE; a NULL pointer, a
+ * negative size, a stride shorter than its row, an id >= V (or < 0), heads that
+ * do not divide, an odd rotary width are MOOR_ERANGE. Also the memory calls:
+ * alloc, wrap_host (the same pointer), upload/download/copy/zero round trips,
+ * sync, and destroy/free on NULL. */
 #include "kt.h"
 
 #define ER MOOR_ERANGE
@@ -98,7 +98,8 @@ int main(void)
 	       "matmul dtype");
 	ASSERT(o->matmul(q, out, 8, x, 8, tab16, KERN_BF16, 4, 8, 8, 2) == ED,
 	       "matmul act");
-	ASSERT(o->matmul(q, out, 8, NULL, 8, tab16, KERN_BF16, 4, 8, 8, 0) == ER,
+	ASSERT(o->matmul(q, out, 8, NULL, 8, tab16, KERN_BF16, 4, 8, 8, 0) ==
+		   ER,
 	       "matmul NULL x");
 	ASSERT(o->matmul(q, out, 8, x, 8, tab16, KERN_BF16, -4, 8, 8, 0) == ER,
 	       "matmul T < 0");
@@ -106,7 +107,8 @@ int main(void)
 	       "matmul ldx < K");
 	ASSERT(o->matmul(q, out, 7, x, 8, tab16, KERN_BF16, 4, 8, 8, 0) == ER,
 	       "matmul ldy < N");
-	ASSERT(o->matmul(NULL, out, 8, x, 8, tab16, KERN_BF16, 4, 8, 8, 0) == ER,
+	ASSERT(o->matmul(NULL, out, 8, x, 8, tab16, KERN_BF16, 4, 8, 8, 0) ==
+		   ER,
 	       "matmul NULL queue");
 	ASSERT(untouched(out, 4096), "matmul wrote on error");
 	ASSERT(o->matmul(q, out, 8, x, 8, tab16, KERN_BF16, 0, 8, 8, 0) == 0,
@@ -134,21 +136,26 @@ int main(void)
 	/* conv1d */
 	float tail[3 * 8];
 	kt_fill(tail, 24, -1, 1);
-	ASSERT(o->conv1d(q, out, x, 8, tail, tab16, KERN_BF16, 4, 8, 0, 0) == ER,
+	ASSERT(o->conv1d(q, out, x, 8, tail, tab16, KERN_BF16, 4, 8, 0, 0) ==
+		   ER,
 	       "conv1d Kc = 0");
-	ASSERT(o->conv1d(q, out, x, 8, NULL, tab16, KERN_BF16, 4, 8, 4, 0) == ER,
+	ASSERT(o->conv1d(q, out, x, 8, NULL, tab16, KERN_BF16, 4, 8, 4, 0) ==
+		   ER,
 	       "conv1d NULL tail");
 	ASSERT(o->conv1d(q, out, x, 8, tail, tab16, 11, 4, 8, 4, 0) == ED,
 	       "conv1d dtype");
-	ASSERT(o->conv1d(q, out, x, 6, tail, tab16, KERN_BF16, 4, 8, 4, 0) == ER,
+	ASSERT(o->conv1d(q, out, x, 6, tail, tab16, KERN_BF16, 4, 8, 4, 0) ==
+		   ER,
 	       "conv1d ldin < C");
 	ASSERT(untouched(out, 4096), "conv1d wrote on error");
 
 	/* gates, delta rule */
 	float A_log[4] = {0}, dtb[4] = {0};
-	ASSERT(o->gdn_gates(q, out, out + 64, x, 4, x, 4, NULL, dtb, 4, 4) == ER,
+	ASSERT(o->gdn_gates(q, out, out + 64, x, 4, x, 4, NULL, dtb, 4, 4) ==
+		   ER,
 	       "gdn_gates NULL A_log");
-	ASSERT(o->gdn_gates(q, out, out + 64, x, 3, x, 4, A_log, dtb, 4, 4) == ER,
+	ASSERT(o->gdn_gates(q, out, out + 64, x, 3, x, 4, A_log, dtb, 4, 4) ==
+		   ER,
 	       "gdn_gates ldb < Hv");
 	ASSERT(o->delta_ws_bytes(0, 8, 8) == 0, "delta_ws_bytes(0 heads)");
 	void *ws;
@@ -163,17 +170,18 @@ int main(void)
 	ASSERT(o->delta_chunked(q, out, S, x, x, 64, x, 64, x, x, 4, 1, 3, 8, 8,
 				ws, 9) == ED,
 	       "delta_chunked act");
-	ASSERT(o->delta_recurrent(q, out, S, x, x, 4, x, 64, x, x, 4, 1, 3, 8, 8,
-				  0) == ER,
+	ASSERT(o->delta_recurrent(q, out, S, x, x, 4, x, 64, x, x, 4, 1, 3, 8,
+				  8, 0) == ER,
 	       "delta_recurrent ldqk < Hk * dk");
-	ASSERT(o->delta_recurrent(q, out, S, x, x, 64, x, 64, x, x, 4, 1, 3, 0, 8,
-				  0) == ER,
+	ASSERT(o->delta_recurrent(q, out, S, x, x, 64, x, 64, x, x, 4, 1, 3, 0,
+				  8, 0) == ER,
 	       "delta_recurrent dk = 0");
 	ASSERT(untouched(out, 4096), "delta wrote on error");
 	o->free(ctx, ws);
 
 	/* rope, attention */
-	ASSERT(o->rope(q, out, 16, 4, 2, 8, 5, 0, 1e4f, 0) == ER, "rope odd rot");
+	ASSERT(o->rope(q, out, 16, 4, 2, 8, 5, 0, 1e4f, 0) == ER,
+	       "rope odd rot");
 	ASSERT(o->rope(q, out, 16, 4, 2, 8, 10, 0, 1e4f, 0) == ER,
 	       "rope rot > D");
 	ASSERT(o->rope(q, out, 16, 4, 2, 8, 4, -1, 1e4f, 0) == ER,
@@ -181,7 +189,8 @@ int main(void)
 	ASSERT(o->attention(q, out, x, 24, x, x, KERN_F32, 2, 0, 3, 2, 8, 0.3f,
 			    0) == ER,
 	       "attention Hq %% Hkv");
-	ASSERT(o->attention(q, out, x, 32, x, x, 6, 2, 0, 4, 2, 8, 0.3f, 0) == ED,
+	ASSERT(o->attention(q, out, x, 32, x, x, 6, 2, 0, 4, 2, 8, 0.3f, 0) ==
+		   ED,
 	       "attention kvdt");
 	ASSERT(o->attention(q, out, x, 32, x, x, KERN_F32, 2, -3, 4, 2, 8, 0.3f,
 			    0) == ER,
@@ -207,7 +216,7 @@ int main(void)
 	ASSERT(untouched(out, 4096), "wrote on error");
 
 	ASSERT(ER < 0 && ED < 0 &&
-		       strcmp(moor_strerror(ER), moor_strerror(ED)) != 0,
+		   strcmp(moor_strerror(ER), moor_strerror(ED)) != 0,
 	       "negative codes with distinct messages");
 	o->destroy(ctx);
 	return kt_done("test_kern_error_codes");

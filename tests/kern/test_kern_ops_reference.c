@@ -49,8 +49,8 @@ static void cmp_one(struct cmp *c, float got, double ref, double tol)
 
 static void cmp_end(struct cmp *c)
 {
-	ASSERT(c->bad == 0, "%s: %zu of %zu outside tolerance", c->what,
-	       c->bad, c->n);
+	ASSERT(c->bad == 0, "%s: %zu of %zu outside tolerance", c->what, c->bad,
+	       c->n);
 	/* two elements of slack for the small comparisons */
 	if (c->bf16 && c->n >= 32)
 		ASSERT((c->exact + 2) * 100 >= c->n * (size_t)c->pct,
@@ -106,7 +106,8 @@ static void test_matmul(int T, int N, int K, int wdt, int act)
 		for (int n = 0; n < N; n++) {
 			double s = 0, mag = 0;
 			for (int k = 0; k < K; k++) {
-				double p = (double)x[t * ldx + k] * wf[n * K + k];
+				double p =
+				    (double)x[t * ldx + k] * wf[n * K + k];
 				s += p;
 				mag += fabs(p);
 			}
@@ -149,7 +150,8 @@ static void test_elementwise(int act)
 	for (size_t i = 0; i < n; i++) {
 		double s = (double)a[i] + y0[i];
 		/* one fp32 rounding: u |s|; then the bf16 rounding */
-		double tol = KT_U * fabs(s) + (c.bf16 ? KT_BF16_ULP * fabs(s) : 0);
+		double tol =
+		    KT_U * fabs(s) + (c.bf16 ? KT_BF16_ULP * fabs(s) : 0);
 		cmp_one(&c, y[i], kt_rnd(s, act), tol);
 	}
 	cmp_end(&c);
@@ -233,7 +235,8 @@ static void test_rmsnorm(int rows, int dim, int wdt, int plus_one, int act,
 			double tol = (dim / 2.0 + 8) * KT_U * fabs(s);
 			if (c.bf16)
 				tol = tol * 1.01 + KT_BF16_ULP * fabs(s);
-			cmp_one(&c, y[(size_t)r * ldy + i], kt_rnd(s, act), tol);
+			cmp_one(&c, y[(size_t)r * ldy + i], kt_rnd(s, act),
+				tol);
 		}
 		if (!inplace)
 			for (int i = dim; i < ldy; i++)
@@ -259,7 +262,8 @@ static void test_gated_rmsnorm(int rows, int dim, int wdt, int act)
 	void *w;
 	float *wf = kt_weights(dim, wdt, -1.5f, 1.5f, &w);
 	float eps = 1e-6f;
-	ASSERT(B.o->gated_rmsnorm(B.q, y, x, z, w, wdt, rows, dim, eps, act) == 0,
+	ASSERT(B.o->gated_rmsnorm(B.q, y, x, z, w, wdt, rows, dim, eps, act) ==
+		   0,
 	       "gated_rmsnorm");
 	char what[96];
 	snprintf(what, sizeof what, "gated_rmsnorm r%d d%d %s act%d", rows, dim,
@@ -275,7 +279,8 @@ static void test_gated_rmsnorm(int rows, int dim, int wdt, int act)
 		for (int i = 0; i < dim; i++) {
 			double nn = kt_rnd(xr[i] * inv, act);
 			double p = kt_rnd(wf[i] * nn, act);
-			double s = kt_rnd(p * kt_silu(z[(size_t)r * dim + i]), act);
+			double s =
+			    kt_rnd(p * kt_silu(z[(size_t)r * dim + i]), act);
 			/* fp32: the norm (dim / 2 + 8) u, the weight, silu
 			 * and the product 8 u more; bf16: n and p may each
 			 * round to the other side (2^-7 each), then the final
@@ -322,9 +327,11 @@ static void test_conv1d(int T, int C, int Kc, int wdt, int act)
 			double s = 0, mag = 0;
 			for (int j = 0; j < Kc; j++) {
 				int r = t + j; /* row of the joined sequence */
-				double xv = r < Kc - 1
-						    ? tail0[(size_t)r * C + ch]
-						    : in[(size_t)(r - (Kc - 1)) * ldin + ch];
+				double xv =
+				    r < Kc - 1
+					? tail0[(size_t)r * C + ch]
+					: in[(size_t)(r - (Kc - 1)) * ldin +
+					     ch];
 				double p = wf[(size_t)ch * Kc + j] * xv;
 				s += p;
 				mag += fabs(p);
@@ -337,7 +344,8 @@ static void test_conv1d(int T, int C, int Kc, int wdt, int act)
 			double es = (Kc + 2) * KT_U * mag;
 			double tol = 1.1 * es + 6 * KT_U * fabs(ref);
 			if (c.bf16)
-				tol += 1.1 * fabs(s) / 128 + KT_BF16_ULP * fabs(ref);
+				tol += 1.1 * fabs(s) / 128 +
+				       KT_BF16_ULP * fabs(ref);
 			cmp_one(&c, out[(size_t)t * C + ch], ref, tol);
 		}
 	cmp_end(&c);
@@ -346,8 +354,9 @@ static void test_conv1d(int T, int C, int Kc, int wdt, int act)
 	for (int i = 0; i < Kc - 1; i++) {
 		int r = T + i;
 		for (int ch = 0; ch < C; ch++) {
-			float e = r < Kc - 1 ? tail0[(size_t)r * C + ch]
-					     : in[(size_t)(r - (Kc - 1)) * ldin + ch];
+			float e = r < Kc - 1
+				      ? tail0[(size_t)r * C + ch]
+				      : in[(size_t)(r - (Kc - 1)) * ldin + ch];
 			bad += tail[(size_t)i * C + ch] != e;
 		}
 	}
@@ -365,7 +374,8 @@ static void test_conv1d(int T, int C, int Kc, int wdt, int act)
 static void test_gdn_gates(void)
 {
 	int T = 67, Hv = 6, ldb = 9, lda = 11;
-	float *b = malloc((size_t)T * ldb * 4), *a = malloc((size_t)T * lda * 4);
+	float *b = malloc((size_t)T * ldb * 4),
+	      *a = malloc((size_t)T * lda * 4);
 	kt_fill(b, (size_t)T * ldb, -6, 6);
 	kt_fill(a, (size_t)T * lda, -8, 8);
 	/* a few a + dt_bias above 20: the softplus threshold */
@@ -374,7 +384,8 @@ static void test_gdn_gates(void)
 	float A_log[6], dt_bias[6];
 	kt_fill(A_log, 6, -2, 2);
 	kt_fill(dt_bias, 6, -1, 1);
-	float *beta = malloc((size_t)T * Hv * 4), *g = malloc((size_t)T * Hv * 4);
+	float *beta = malloc((size_t)T * Hv * 4),
+	      *g = malloc((size_t)T * Hv * 4);
 	kt_poison(beta, (size_t)T * Hv);
 	kt_poison(g, (size_t)T * Hv);
 	ASSERT(B.o->gdn_gates(B.q, beta, g, b, ldb, a, lda, A_log, dt_bias, T,
@@ -391,13 +402,15 @@ static void test_gdn_gates(void)
 			double rb = kt_rnd(sb, KERN_ACT_BF16);
 			cmp_one(&cb, beta[(size_t)t * Hv + h], rb,
 				8 * KT_U * sb + KT_BF16_ULP * sb);
-			double x = (double)(a[(size_t)t * lda + h] + dt_bias[h]);
+			double x =
+			    (double)(a[(size_t)t * lda + h] + dt_bias[h]);
 			double sp = x > 20 ? x : log1p(exp(x));
 			double rg = -exp((double)A_log[h]) * sp;
 			/* expf, log1pf, the add before them (its rounding is
 			 * part of the contract: x is an fp32 sum), the
 			 * product: 8 u relative */
-			cmp_one(&cg, g[(size_t)t * Hv + h], rg, 8 * KT_U * fabs(rg));
+			cmp_one(&cg, g[(size_t)t * Hv + h], rg,
+				8 * KT_U * fabs(rg));
 		}
 	cmp_end(&cb);
 	cmp_end(&cg);
@@ -439,7 +452,8 @@ static void test_l2norm(int T, int heads, int dim, int act)
 				double tol = (dim / 2.0 + 8) * KT_U * fabs(ref);
 				if (c.bf16)
 					tol += KT_BF16_ULP * fabs(r0) * scale;
-				cmp_one(&c, x[(size_t)t * ld + (size_t)h * dim + i],
+				cmp_one(&c,
+					x[(size_t)t * ld + (size_t)h * dim + i],
 					ref, tol);
 			}
 		}
@@ -479,7 +493,8 @@ static void dr_make(struct dr_in *d, int T, int Hk, int Hv, int dk, int dv)
 			double ss = 0;
 			for (int i = 0; i < dk; i++)
 				ss += (double)x[i] * x[i];
-			double f = 1.0 / sqrt(ss) * (w < Hk ? 1.0 / sqrt(dk) : 1.0);
+			double f =
+			    1.0 / sqrt(ss) * (w < Hk ? 1.0 / sqrt(dk) : 1.0);
 			for (int i = 0; i < dk; i++)
 				x[i] = (float)(x[i] * f);
 		}
@@ -511,7 +526,8 @@ static void dr_ref(const struct dr_in *d, double *o, double *S)
 			const float *u = d->u + (size_t)t * d->ld;
 			const float *q = u + (size_t)(h / r) * dk;
 			const float *k = u + (size_t)(d->Hk + h / r) * dk;
-			const float *v = u + (size_t)2 * d->Hk * dk + (size_t)h * dv;
+			const float *v =
+			    u + (size_t)2 * d->Hk * dk + (size_t)h * dv;
 			double *Sh = S + (size_t)h * dk * dv;
 			double eg = exp((double)d->g[t * d->Hv + h]);
 			double b = d->beta[t * d->Hv + h];
@@ -567,8 +583,9 @@ static void test_delta(int T, int Hk, int Hv, int dk, int dv, int act)
 						   dk, dv, ws, act);
 		ASSERT(rc == 0, "delta: %d", rc);
 		char what[96];
-		snprintf(what, sizeof what, "delta_%s T%d Hk%d Hv%d dk%d dv%d act%d",
-			 form ? "recurrent" : "chunked", T, Hk, Hv, dk, dv, act);
+		snprintf(
+		    what, sizeof what, "delta_%s T%d Hk%d Hv%d dk%d dv%d act%d",
+		    form ? "recurrent" : "chunked", T, Hk, Hv, dk, dv, act);
 		struct cmp c;
 		cmp_init(&c, what, act);
 		/* fp32 against the exact recurrence: every output is a
@@ -622,7 +639,8 @@ static void test_rope(int T, int heads, int D, int rot, int64_t pos0,
 			 * (inv_freq = 1 / theta^(2i/rot), times the position);
 			 * cos and sin from it in double */
 			float e = (float)(2 * i) / (float)rot;
-			float inv = (float)(1.0 / pow((double)theta, (double)e));
+			float inv =
+			    (float)(1.0 / pow((double)theta, (double)e));
 			float a = inv * (float)(pos0 + t);
 			double cs = kt_rnd(cos((double)a), act);
 			double sn = kt_rnd(sin((double)a), act);
@@ -630,10 +648,10 @@ static void test_rope(int T, int heads, int D, int rot, int64_t pos0,
 				size_t o = (size_t)t * ld + (size_t)h * D;
 				double x1 = x0[o + i], x2 = x0[o + i + half];
 				double r1 = kt_rnd(kt_rnd(x1 * cs, act) -
-							   kt_rnd(x2 * sn, act),
+						       kt_rnd(x2 * sn, act),
 						   act);
 				double r2 = kt_rnd(kt_rnd(x2 * cs, act) +
-							   kt_rnd(x1 * sn, act),
+						       kt_rnd(x1 * sn, act),
 						   act);
 				/* fp32: inv_freq's powf and division may
 				 * differ by 2 u, moving the angle by 2 u |a|,
@@ -644,7 +662,8 @@ static void test_rope(int T, int heads, int D, int rot, int64_t pos0,
 				double tol = (2 * fabs((double)a) + 6) * KT_U *
 					     (fabs(x1) + fabs(x2));
 				if (c.bf16)
-					tol += (3.0 / 128) * (fabs(x1) + fabs(x2));
+					tol +=
+					    (3.0 / 128) * (fabs(x1) + fabs(x2));
 				cmp_one(&c, x[o + i], r1, tol);
 				cmp_one(&c, x[o + i + half], r2, tol);
 			}
@@ -652,8 +671,9 @@ static void test_rope(int T, int heads, int D, int rot, int64_t pos0,
 		for (int h = 0; h < heads; h++)
 			for (int i = rot; i < D; i++) {
 				size_t o = (size_t)t * ld + (size_t)h * D + i;
-				ASSERT(x[o] == x0[o], "%s: pass-through dim %d "
-						      "changed",
+				ASSERT(x[o] == x0[o],
+				       "%s: pass-through dim %d "
+				       "changed",
 				       what, i);
 			}
 		for (int i = heads * D; i < ld; i++)
@@ -685,8 +705,9 @@ static void test_attention(int T, int64_t pos0, int Hq, int Hkv, int D,
 				D, scale, act);
 	ASSERT(rc == 0, "attention: %d", rc);
 	char what[96];
-	snprintf(what, sizeof what, "attention T%d pos%lld Hq%d Hkv%d D%d %s act%d",
-		 T, (long long)pos0, Hq, Hkv, D, kt_dtname(kvdt), act);
+	snprintf(what, sizeof what,
+		 "attention T%d pos%lld Hq%d Hkv%d D%d %s act%d", T,
+		 (long long)pos0, Hq, Hkv, D, kt_dtname(kvdt), act);
 	struct cmp c;
 	cmp_init(&c, what, act);
 	if (L > 10000)
@@ -731,8 +752,8 @@ static void test_attention(int T, int64_t pos0, int Hq, int Hkv, int D,
 				 * all relative to sum_j p_j |v_j|. bf16: a p_j
 				 * may round to the other side (2^-7 of it),
 				 * then the final rounding. */
-				double rel = (2 * (D + 2) * qk + 2.0 * len + 10) *
-					     KT_U;
+				double rel =
+				    (2 * (D + 2) * qk + 2.0 * len + 10) * KT_U;
 				double tol = rel * mag[i];
 				if (c.bf16)
 					tol += mag[i] / 128 +
@@ -772,8 +793,9 @@ static void test_kv_write(int kvdt)
 			if (kvdt == KERN_F32) {
 				memcpy(ref + o, &x, 4);
 			} else {
-				uint16_t h = kvdt == KERN_BF16 ? moor_f32_to_bf16(x)
-							       : moor_f32_to_f16(x);
+				uint16_t h = kvdt == KERN_BF16
+						 ? moor_f32_to_bf16(x)
+						 : moor_f32_to_f16(x);
 				memcpy(ref + o, &h, 2);
 			}
 		}
