@@ -35,8 +35,9 @@
  * rows hold (`resident`, key ids), `valid` (rows [0, valid) are the
  * resident ids' rows), the anchors of the resident prompt (line -> slot),
  * the end anchor, and `taint`: the lowest row a decode wrote (or a prefill
- * that resumed above an earlier taint); rows and anchors at or below taint
- * are a cold grid prefill's bits, above it they are held to the greedy gate.
+ * that resumed above an earlier taint, or off the grid); rows below taint
+ * and anchors at lines at or below it are a cold grid prefill's bits, the
+ * rest are held to the greedy gate. No such row: CACHE_NO_TAINT.
  *
  * ---------------------------------------------------------------------------
  * A turn
@@ -49,14 +50,20 @@
  *        c), the end anchor (its length <= c), the pin, the park, the state
  *        store. The latest start wins; on a tie the cheaper restore
  *        (resident, end, stash, pin, park, store).
- *     3. Before the rows are overwritten: a guest (n <= guest_max and
+ *     3. The memory policy makes room for the prefill's workspace
+ *        (workspace_floor + workspace_per_token * n under mem_peak), giving
+ *        back cheapest first (state store, body anchors, end anchor, guest
+ *        stash, park, pin), or refuses with MOOR_ENOSPACE having changed
+ *        nothing.
+ *     4. Before the rows are overwritten: a guest (n <= guest_max and
  *        n < resident_len / 4) stashes the rows it can write; otherwise a
- *        request of the same session that parts (c < resident_len) pins the
- *        old head; a request of another session (or, with no session keys,
- *        any prompt that parts) parks the rows from where they part.
- *     4. The source is restored into the live buffers; anchor slots are
- *        reserved for every grid line in (start, n]; the memory policy
- *        makes room for the prefill's workspace or refuses (MOOR_ENOSPACE).
+ *        request of the same session whose prompt parts inside the head a
+ *        pin would hold pins the old head; a request of another session
+ *        (or, with no session keys, any prompt that parts) parks the rows
+ *        from where the new prefill starts writing.
+ *     5. The source is restored into the live buffers; anchor slots are
+ *        reserved for the grid lines in (start, n] the anchor budget keeps
+ *        (and the state store's prefix line).
  *   the engine prefills [start, n), copying the sections into each slot as
  *   it passes the slot's line, then decodes;
  *   cache_commit(n_filled, generated ids the state absorbed)
@@ -135,6 +142,10 @@ typedef struct cache_cfg {
 	uint64_t store_entry_bytes; /* --store-entry-gb 1 */
 	int store_boundaries;    /* --store-boundaries 1 (0: every boundary) */
 	int store_sessions;      /* session snapshots, on */
+	int unified;             /* both arenas are one memory (the CPU
+				  * backend, a unified-memory board): the
+				  * memory limits count the host arena too;
+				  * 0: they count the device arena only */
 } cache_cfg;
 
 void cache_cfg_defaults(cache_cfg *c);
@@ -194,6 +205,8 @@ typedef struct cache_slot {
 	uint64_t offset; /* device arena offset: sections, in layout order */
 } cache_slot;
 
+#define CACHE_NO_TAINT UINT64_MAX
+
 typedef struct cache_plan_out {
 	uint64_t start;  /* state restored to here; prefill [start, n) */
 	uint64_t taint;
@@ -207,6 +220,12 @@ int cache_plan(cache *c, const cache_req *req, cache_plan_out *out,
 	       char *err);
 int cache_commit(cache *c, uint32_t n_filled, const int32_t *gen,
 		 uint64_t n_gen);
+/* cache_commit where the engine also says how many positions its state
+ * absorbed (state_len; cache_commit assumes n + n_gen). A state ahead of
+ * its key (a verify block that stopped part way) keeps no end anchor and
+ * no session snapshot (declined_short); behind it is MOOR_ERANGE. */
+int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
+		    uint64_t n_gen, uint64_t state_len);
 int cache_abort(cache *c, uint32_t n_filled, uint64_t valid);
 
 /* Counters and bytes of every cache as one JSON object (heap string). */

@@ -371,13 +371,27 @@ static void test_conv1d(int T, int C, int Kc, int wdt, int act)
 
 /* ---- gdn_gates ---- */
 
-static void test_gdn_gates(void)
+/* b in fp32 (an fp32 model: beta not rounded) or holding bf16 values (a
+ * bf16 model, b from a rounding matmul: beta rounded); see gdn.c on why the
+ * op tells them apart by the values. */
+static void test_gdn_gates(int bf16_b)
 {
 	int T = 67, Hv = 6, ldb = 9, lda = 11;
 	float *b = malloc((size_t)T * ldb * 4),
 	      *a = malloc((size_t)T * lda * 4);
 	kt_fill(b, (size_t)T * ldb, -6, 6);
 	kt_fill(a, (size_t)T * lda, -8, 8);
+	for (int i = 0; i < T * ldb; i++) {
+		if (bf16_b)
+			b[i] = moor_round_bf16(b[i]);
+		else if (moor_round_bf16(b[i]) == b[i]) /* 1 in 65536 */
+			b[i] = nextafterf(b[i], 0.0f);
+	}
+	/* one fp32 row with a single non-bf16 value: not rounded */
+	if (!bf16_b)
+		for (int h = 0; h < Hv; h++)
+			b[5 * ldb + h] = moor_round_bf16(b[5 * ldb + h]) *
+					 (h ? 1.0f : 1.0001f);
 	/* a few a + dt_bias above 20: the softplus threshold */
 	for (int t = 0; t < T; t += 7)
 		a[(size_t)t * lda] = 25.0f + (float)t;
@@ -391,17 +405,18 @@ static void test_gdn_gates(void)
 	ASSERT(B.o->gdn_gates(B.q, beta, g, b, ldb, a, lda, A_log, dt_bias, T,
 			      Hv) == 0,
 	       "gdn_gates");
+	int act = bf16_b ? KERN_ACT_BF16 : KERN_ACT_F32;
 	struct cmp cb, cg;
-	/* ops.h's gdn_gates has no act: the CPU backend rounds beta to bf16,
-	 * as the reference does for bf16 models */
-	cmp_init(&cb, "gdn_gates beta", KERN_ACT_BF16);
+	cmp_init(&cb, bf16_b ? "gdn_gates beta (bf16 b)" : "gdn_gates beta",
+		 act);
 	cmp_init(&cg, "gdn_gates g", KERN_ACT_F32);
 	for (int t = 0; t < T; t++)
 		for (int h = 0; h < Hv; h++) {
 			double sb = kt_sigmoid(b[(size_t)t * ldb + h]);
-			double rb = kt_rnd(sb, KERN_ACT_BF16);
-			cmp_one(&cb, beta[(size_t)t * Hv + h], rb,
-				8 * KT_U * sb + KT_BF16_ULP * sb);
+			/* expf, the add, the division: 8 u; bf16: one ulp */
+			cmp_one(&cb, beta[(size_t)t * Hv + h], kt_rnd(sb, act),
+				8 * KT_U * sb +
+				    (bf16_b ? KT_BF16_ULP * sb : 0));
 			double x =
 			    (double)(a[(size_t)t * lda + h] + dt_bias[h]);
 			double sp = x > 20 ? x : log1p(exp(x));
@@ -873,7 +888,8 @@ int main(void)
 	test_attention(2, 1048580, 2, 1, 8, KERN_BF16, KERN_ACT_F32);
 	for (int w = 0; w < 3; w++)
 		test_embed(wdts[w]);
-	test_gdn_gates();
+	test_gdn_gates(0);
+	test_gdn_gates(1);
 	test_split_qgate();
 	kt_close_be(&B);
 	return kt_done("test_kern_ops_reference");

@@ -1,0 +1,81 @@
+/* arena.h: a shared-memory arena (`arena_`), its offset allocator and the
+ * mover that copies bytes between arenas.
+ *
+ * An arena is one POSIX shm object. The owner (cached) creates it with
+ * arena_create (shm_open O_CREAT|O_EXCL, ftruncate, mmap) and unlinks the
+ * name at arena_close; any other process maps it by name with arena_map and
+ * sees the same bytes. Offsets, never pointers, cross processes: a mapping's
+ * base differs from one process to the next.
+ *
+ * The allocator runs in the owner only: a first-fit free list of extents,
+ * kept sorted by offset in the owner's private memory (never in the shared
+ * bytes, so a peer that scribbles over the arena cannot corrupt it), every
+ * block 64-byte aligned and rounded up to 64 bytes, neighbours coalesced on
+ * release. A mapping made with arena_map has no allocator.
+ *
+ * The mover copies between addresses inside mapped arenas. The memcpy mover
+ * serves the CPU backend (both arenas are host memory); a CUDA mover
+ * (cudaMemcpy / cudaMemcpy2D on an IPC-mapped device arena and a registered
+ * host arena) replaces it behind the same vtable.
+ *
+ * Sizes are bytes. The tmpfs object is sparse: ftruncate reserves nothing,
+ * pages are taken when first touched.
+ */
+#ifndef ARENA_H
+#define ARENA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ARENA_ALIGN 64
+#define ARENA_NAME_MAX 80
+
+typedef struct arena arena;
+
+/* Creates the shm object `name` ("/moor.dev") of `size` bytes and maps it.
+ * Fails with -EEXIST when the name is taken (a stale object of a crashed
+ * owner: the error says which name to remove). err: MOOR_ERRLEN or NULL. */
+int arena_create(const char *name, uint64_t size, arena **out, char *err);
+/* Maps an existing arena by name (its size from fstat); no allocator. */
+int arena_map(const char *name, arena **out, char *err);
+/* Unmaps; the owner also unlinks the name. Safe on NULL. */
+void arena_close(arena *a);
+
+void *arena_base(const arena *a);
+uint64_t arena_size(const arena *a);
+const char *arena_name(const arena *a);
+
+/* A block of at least `bytes` (rounded up to ARENA_ALIGN), its offset in
+ * *off. MOOR_ENOSPACE when no free extent is large enough; MOOR_EUNSUP on a
+ * mapping without an allocator; MOOR_ERANGE for 0 bytes. */
+int arena_alloc(arena *a, uint64_t bytes, uint64_t *off);
+/* Returns the block at `off` (an offset arena_alloc gave; anything else is
+ * a bug and asserts). */
+void arena_release(arena *a, uint64_t off);
+/* Bytes in allocated blocks (rounded sizes); the largest free extent; the
+ * number of blocks; the size of the block at off (0 if none). */
+uint64_t arena_used(const arena *a);
+uint64_t arena_largest_free(const arena *a);
+uint32_t arena_blocks(const arena *a);
+uint64_t arena_block_size(const arena *a, uint64_t off);
+
+/* ---- the mover ---- */
+
+typedef struct arena_mover {
+	const char *name;
+	void *ctx;
+	/* n bytes from src to dst; the ranges do not overlap. */
+	int (*copy)(void *ctx, void *dst, const void *src, size_t n);
+	/* `height` runs of `width` bytes; run i at dst + i * dpitch and
+	 * src + i * spitch (the shape of cudaMemcpy2D). */
+	int (*copy2d)(void *ctx, void *dst, size_t dpitch, const void *src,
+		      size_t spitch, size_t width, size_t height);
+	int (*zero)(void *ctx, void *dst, size_t n);
+	/* Optional (NULL: copies are complete on return). */
+	int (*sync)(void *ctx);
+} arena_mover;
+
+/* memcpy between host-mapped arenas; every call is complete on return. */
+extern const arena_mover arena_mover_memcpy;
+
+#endif

@@ -1,0 +1,206 @@
+/* budget.c: the memory policy (Budget of the seed). Three limits, counted
+ * over the arenas' allocated bytes (the live buffers included; the host
+ * arena too when the memories are one, cfg.unified):
+ *
+ *   mem_ceiling  a cache grows only while the counted bytes stay under it;
+ *                a more valuable cache may take the room of cheaper ones;
+ *   mem_peak     before a prefill the counted bytes plus its estimated
+ *                workspace (workspace_floor + workspace_per_token * n)
+ *                must fit under it: the caches give back, cheapest first,
+ *                until it does, and a prefill that cannot fit even with
+ *                every cache given back is refused before anything is
+ *                touched;
+ *   per-cache    each cache's own budget (resident_bytes, stash_bytes,
+ *                pin_bytes, park_bytes, store_bytes), kept by the cache.
+ *
+ * The levels, cheapest first: state store, body anchors, end anchor, guest
+ * stash, parked session, pinned head.
+ */
+#include "cache_int.h"
+#include "moor.h"
+
+uint64_t held_bytes(cache *c)
+{
+	return arena_used(c->dev) + (c->cfg.unified ? arena_used(c->host) : 0);
+}
+
+int lv_on_host(int lv)
+{
+	return lv == LV_STORE || lv == LV_PARK || lv == LV_PIN;
+}
+
+int lv_counts(cache *c, int lv)
+{
+	return c->cfg.unified || !lv_on_host(lv);
+}
+
+uint64_t lv_bytes(cache *c, int lv)
+{
+	switch (lv) {
+	case LV_STORE:
+		return c->st_bytes;
+	case LV_ANCHORS:
+		return (uint64_t)c->n_anc * anchor_bytes(c);
+	case LV_END:
+		return c->end.buf ? anchor_bytes(c) : 0;
+	case LV_STASH:
+		return c->stash.have ? arena_block_size(c->dev, c->stash.off)
+				     : 0;
+	case LV_PARK:
+		return c->park.have ? c->park.bytes : 0;
+	case LV_PIN:
+		return c->pin.have ? c->pin.bytes : 0;
+	}
+	return 0;
+}
+
+uint64_t give_back_one(cache *c, int lv)
+{
+	uint64_t b = 0;
+	int i;
+	switch (lv) {
+	case LV_STORE:
+		i = store_lru(c);
+		if (i < 0)
+			return 0;
+		b = c->st[i].bytes;
+		store_evict(c, (uint32_t)i);
+		break;
+	case LV_ANCHORS:
+		if (c->protect_anchors)
+			return 0;
+		i = anchor_victim(c, 1);
+		if (i < 0)
+			return 0;
+		b = anchor_bytes(c);
+		anchor_drop(c, (uint32_t)i);
+		c->k.evictions++;
+		break;
+	case LV_END:
+		if (!c->end.buf || c->end.busy)
+			return 0;
+		b = anchor_bytes(c);
+		end_release(c);
+		break;
+	case LV_STASH:
+		if (!c->stash.have)
+			return 0;
+		b = lv_bytes(c, LV_STASH);
+		stash_drop(c);
+		break;
+	case LV_PARK:
+		if (!c->park.have || c->park.busy)
+			return 0;
+		b = c->park.bytes;
+		park_drop(c);
+		break;
+	case LV_PIN:
+		if (!c->pin.have || c->pin.busy)
+			return 0;
+		b = c->pin.bytes;
+		pin_drop(c);
+		break;
+	}
+	if (b) {
+		c->k.shed[lv]++;
+		c->k.shed_bytes[lv] += b;
+	}
+	return b;
+}
+
+/* One unit of the cheapest level below lv that passes the filter (host:
+ * -1 any counted level, 0/1 levels of that arena). */
+static int shed_cheaper(cache *c, int lv, int host)
+{
+	for (int l = 0; l < lv; l++) {
+		if (host < 0 ? !lv_counts(c, l) : lv_on_host(l) != host)
+			continue;
+		if (give_back_one(c, l))
+			return 1;
+	}
+	return 0;
+}
+
+int budget_grow(cache *c, int lv, int host, uint64_t bytes, uint64_t limit,
+		uint64_t *off)
+{
+	arena *a = host ? c->host : c->dev;
+	uint64_t need = round_up(bytes, ARENA_ALIGN);
+	int counted = c->cfg.unified || !host;
+	for (;;) {
+		if (!counted || held_bytes(c) + need <= limit) {
+			int rc = arena_alloc(a, bytes, off);
+			if (rc != MOOR_ENOSPACE)
+				return rc;
+			if (!shed_cheaper(c, lv, host))
+				return MOOR_ENOSPACE;
+			continue;
+		}
+		if (!shed_cheaper(c, lv, -1))
+			return MOOR_ENOSPACE;
+	}
+}
+
+void budget_release(cache *c, int host, uint64_t off)
+{
+	arena_release(host ? c->host : c->dev, off);
+}
+
+uint64_t plan_limit(cache *c, uint64_t ws)
+{
+	uint64_t peak = c->cfg.mem_peak > ws ? c->cfg.mem_peak - ws : 0;
+	return min64(c->cfg.mem_ceiling, peak);
+}
+
+static double gib(uint64_t b)
+{
+	return (double)b / (1024.0 * 1024.0 * 1024.0);
+}
+
+int policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
+	       char *err)
+{
+	uint64_t peak = c->cfg.mem_peak, held = held_bytes(c), giv = 0;
+	*gave = 0;
+	for (int l = 0; l < LV_N; l++)
+		if (lv_counts(c, l))
+			giv += lv_bytes(c, l);
+	uint64_t floor = held > giv ? held - giv : 0;
+	if (floor + ws > peak || ws > peak) {
+		moor_errf(err, "cache: a prefill needing %.3f GiB of workspace "
+			       "does not fit under mem_peak %.3f GiB: the live "
+			       "buffers hold %.3f GiB that no cache can give "
+			       "back (caches hold %.3f GiB)",
+			  gib(ws), gib(peak), gib(floor), gib(giv));
+		moor_warn("%s", err ? err : "cache: prefill refused");
+		return MOOR_ENOSPACE;
+	}
+	static const int first[] = {LV_STORE, LV_ANCHORS, LV_END};
+	static const int last[] = {LV_STASH, LV_PARK, LV_PIN};
+	while (held_bytes(c) + ws + *stash_need > peak) {
+		int done = 0;
+		for (int i = 0; i < 3 && !done; i++)
+			if (lv_counts(c, first[i]) && give_back_one(c, first[i]))
+				done = 1;
+		if (!done && *stash_need) {
+			/* the guest's stash is the level that gives: the
+			 * guest runs without one (the rows it writes are cut
+			 * from the resident prompt) */
+			*stash_need = 0;
+			c->k.shed[LV_STASH]++;
+			done = 1;
+		}
+		for (int i = 0; i < 3 && !done; i++)
+			if (lv_counts(c, last[i]) && give_back_one(c, last[i]))
+				done = 1;
+		if (!done) {
+			moor_errf(err, "cache: a prefill needing %.3f GiB of "
+				       "workspace does not fit under mem_peak "
+				       "%.3f GiB (%.3f GiB held)",
+				  gib(ws), gib(peak), gib(held_bytes(c)));
+			return MOOR_ENOSPACE;
+		}
+		(*gave)++;
+	}
+	return 0;
+}

@@ -1,0 +1,721 @@
+/* cache.c: the cache's lifecycle (new, free, hello), the copies between
+ * the live buffers and arena memory, the counters (stats JSON) and clear.
+ * The turn (plan, commit, abort) is planner.c's. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache_int.h"
+#include "moor.h"
+
+#define GiB (1024ull * 1024 * 1024)
+#define MiB (1024ull * 1024)
+
+void cache_cfg_defaults(cache_cfg *c)
+{
+	memset(c, 0, sizeof *c);
+	snprintf(c->arena_prefix, sizeof c->arena_prefix, "moor");
+	c->device_bytes = 24 * GiB;
+	c->host_bytes = 12 * GiB;
+	c->mem_ceiling = 70 * GiB;
+	c->mem_peak = 77 * GiB;
+	c->resident_bytes = 5 * GiB / 2;
+	c->resident_keep = 4;
+	c->pin_every = 4096;
+	c->pin_upto = 32768;
+	c->guest_max = 8192;
+	c->guest_margin = 512;
+	c->stash_bytes = 1 * GiB;
+	c->pin_bytes = 4 * GiB;
+	c->pin_anchors = 8;
+	c->park_bytes = 4 * GiB;
+	c->park_anchors = 4;
+	c->end_anchor = 1;
+	c->store_bytes = 2 * GiB;
+	c->store_entry_bytes = 1 * GiB;
+	c->store_boundaries = 1;
+	c->store_sessions = 1;
+	c->unified = 1;
+}
+
+/* ---- layout ---- */
+
+static void view_geom(const cache_view *v, vgeom *g)
+{
+	uint64_t outer = 1, inner = v->elt;
+	for (uint32_t d = 0; d < v->ndim; d++) {
+		if (d < v->token_axis)
+			outer *= (uint64_t)v->dims[d];
+		else if (d > v->token_axis)
+			inner *= (uint64_t)v->dims[d];
+	}
+	g->outer = outer;
+	g->inner = inner;
+	g->rowb = outer * inner;
+}
+
+uint64_t cache_layout_row_bytes(const cache_layout *l)
+{
+	uint64_t n = 0;
+	for (uint32_t i = 0; i < l->n_views; i++) {
+		vgeom g;
+		view_geom(&l->view[i], &g);
+		n += g.rowb;
+	}
+	return n;
+}
+
+uint64_t cache_layout_section_bytes(const cache_layout *l)
+{
+	uint64_t n = 0;
+	for (uint32_t i = 0; i < l->n_sections; i++)
+		n += l->sec[i].bytes;
+	return n;
+}
+
+static int layout_check(const cache_layout *l, char *err)
+{
+	if (l->n_sections > CACHE_MAX_SECTIONS || l->n_views > CACHE_MAX_VIEWS) {
+		moor_errf(err, "layout: %u sections, %u views (at most %d, %d)",
+			  l->n_sections, l->n_views, CACHE_MAX_SECTIONS,
+			  CACHE_MAX_VIEWS);
+		return MOOR_ERANGE;
+	}
+	if (l->n_sections == 0 && l->n_views == 0) {
+		moor_errf(err, "layout: no section and no view");
+		return MOOR_ERANGE;
+	}
+	if (l->window == 0 || l->grid == 0) {
+		moor_errf(err, "layout: window %llu, grid %u (both must be > 0)",
+			  (unsigned long long)l->window, l->grid);
+		return MOOR_ERANGE;
+	}
+	for (uint32_t i = 0; i < l->n_sections; i++)
+		if (l->sec[i].bytes == 0) {
+			moor_errf(err, "layout: section %u (%.*s) has 0 bytes", i,
+				  CACHE_NAME_MAX, l->sec[i].name);
+			return MOOR_ERANGE;
+		}
+	for (uint32_t i = 0; i < l->n_views; i++) {
+		const cache_view *v = &l->view[i];
+		if (v->elt == 0 || v->ndim == 0 || v->ndim > CACHE_MAX_DIMS ||
+		    v->token_axis >= v->ndim) {
+			moor_errf(err, "layout: view %u (%.*s): elt %u, ndim %u, "
+				       "token axis %u",
+				  i, CACHE_NAME_MAX, v->name, v->elt, v->ndim,
+				  v->token_axis);
+			return MOOR_ERANGE;
+		}
+		for (uint32_t d = 0; d < v->ndim; d++)
+			if (d != v->token_axis && v->dims[d] <= 0) {
+				moor_errf(err, "layout: view %u (%.*s): dim %u "
+					       "is %lld",
+					  i, CACHE_NAME_MAX, v->name, d,
+					  (long long)v->dims[d]);
+				return MOOR_ERANGE;
+			}
+	}
+	return 0;
+}
+
+/* Same fingerprint and the same state layout (the workspace figures may
+ * change without touching a stored byte). */
+static int layout_same(const cache_layout *a, const cache_layout *b)
+{
+	if (memcmp(a->fingerprint, b->fingerprint, sizeof a->fingerprint) ||
+	    a->n_sections != b->n_sections || a->n_views != b->n_views ||
+	    a->window != b->window || a->grid != b->grid)
+		return 0;
+	for (uint32_t i = 0; i < a->n_sections; i++)
+		if (strncmp(a->sec[i].name, b->sec[i].name, CACHE_NAME_MAX) ||
+		    a->sec[i].layer != b->sec[i].layer ||
+		    a->sec[i].bytes != b->sec[i].bytes)
+			return 0;
+	for (uint32_t i = 0; i < a->n_views; i++) {
+		const cache_view *x = &a->view[i], *y = &b->view[i];
+		if (strncmp(x->name, y->name, CACHE_NAME_MAX) ||
+		    x->layer != y->layer || x->elt != y->elt ||
+		    x->ndim != y->ndim || x->token_axis != y->token_axis)
+			return 0;
+		for (uint32_t d = 0; d < x->ndim; d++)
+			if (d != x->token_axis && x->dims[d] != y->dims[d])
+				return 0;
+	}
+	return 1;
+}
+
+/* ---- small helpers ---- */
+
+void *dev_at(cache *c, uint64_t off)
+{
+	return (char *)arena_base(c->dev) + off;
+}
+
+void *host_at(cache *c, uint64_t off)
+{
+	return (char *)arena_base(c->host) + off;
+}
+
+int secs_out(cache *c, void *dst)
+{
+	uint64_t o = 0;
+	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
+		int rc = c->mv->copy(c->mv->ctx, (char *)dst + o,
+				     dev_at(c, c->sec_off[i]),
+				     c->lay->sec[i].bytes);
+		if (rc)
+			return rc;
+		o += c->lay->sec[i].bytes;
+	}
+	return 0;
+}
+
+int secs_in(cache *c, const void *src)
+{
+	uint64_t o = 0;
+	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
+		int rc = c->mv->copy(c->mv->ctx, dev_at(c, c->sec_off[i]),
+				     (const char *)src + o,
+				     c->lay->sec[i].bytes);
+		if (rc)
+			return rc;
+		o += c->lay->sec[i].bytes;
+	}
+	return 0;
+}
+
+int secs_zero(cache *c)
+{
+	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
+		int rc = c->mv->zero(c->mv->ctx, dev_at(c, c->sec_off[i]),
+				     c->lay->sec[i].bytes);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* One view's rows: `outer` runs of n * inner bytes. */
+static int view_rows(const arena_mover *mv, const vgeom *g, void *dst,
+		     uint64_t dwin, uint64_t drow, const void *src,
+		     uint64_t swin, uint64_t srow, uint64_t n)
+{
+	if (!n)
+		return 0;
+	return mv->copy2d(mv->ctx, (char *)dst + drow * g->inner,
+			  dwin * g->inner, (const char *)src + srow * g->inner,
+			  swin * g->inner, n * g->inner, g->outer);
+}
+
+static int rows_xfer(cache *c, int out, void *buf, uint64_t bwin,
+		     uint64_t brow, uint64_t live_row, uint64_t n)
+{
+	uint64_t o = 0, W = c->lay->window;
+	MOOR_ASSERT(live_row + n <= W && brow + n <= bwin);
+	for (uint32_t i = 0; i < c->lay->n_views; i++) {
+		const vgeom *g = &c->vg[i];
+		void *live = dev_at(c, c->view_off[i]);
+		char *b = (char *)buf + o;
+		int rc = out ? view_rows(c->mv, g, b, bwin, brow, live, W,
+					 live_row, n)
+			     : view_rows(c->mv, g, live, W, live_row, b, bwin,
+					 brow, n);
+		if (rc)
+			return rc;
+		o += bwin * g->rowb;
+	}
+	return 0;
+}
+
+int rows_out(cache *c, void *buf, uint64_t bwin, uint64_t brow,
+	     uint64_t live_row, uint64_t n)
+{
+	return rows_xfer(c, 1, buf, bwin, brow, live_row, n);
+}
+
+int rows_in(cache *c, const void *buf, uint64_t bwin, uint64_t brow,
+	    uint64_t live_row, uint64_t n)
+{
+	return rows_xfer(c, 0, (void *)buf, bwin, brow, live_row, n);
+}
+
+void cache_view_copy(const cache_view *v, void *dst, uint64_t dst_window,
+		     uint64_t dst_row, const void *src, uint64_t src_window,
+		     uint64_t src_row, uint64_t n)
+{
+	vgeom g;
+	view_geom(v, &g);
+	MOOR_ASSERT(dst_row + n <= dst_window && src_row + n <= src_window);
+	view_rows(&arena_mover_memcpy, &g, dst, dst_window, dst_row, src,
+		  src_window, src_row, n);
+}
+
+uint64_t common_prefix(const int32_t *a, uint64_t na, const int32_t *b,
+		       uint64_t nb)
+{
+	uint64_t n = min64(na, nb), i = 0;
+	while (i < n && a[i] == b[i])
+		i++;
+	return i;
+}
+
+uint64_t ids_hash(const int32_t *ids, uint64_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (uint64_t i = 0; i < n; i++) {
+		h ^= (uint32_t)ids[i];
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+int session_none(const char *s)
+{
+	return !s || !s[0];
+}
+
+int session_same(const char *a, const char *b)
+{
+	return !session_none(a) && !session_none(b) && strcmp(a, b) == 0;
+}
+
+char *str_dup(const char *s)
+{
+	if (session_none(s))
+		return NULL;
+	size_t n = strlen(s) + 1;
+	char *d = malloc(n);
+	if (d)
+		memcpy(d, s, n);
+	return d;
+}
+
+const char *cache_tier_name(int tier)
+{
+	static const char *const names[] = {"none", "resident", "end", "pin",
+					    "park", "store",    "stash"};
+	if (tier < 0 || tier > CACHE_TIER_STASH)
+		return "unknown";
+	return names[tier];
+}
+
+/* ---- lifecycle ---- */
+
+int cache_new(const cache_cfg *cfg, cache **out, char *err)
+{
+	*out = NULL;
+	if (cfg->device_bytes < ARENA_ALIGN || cfg->host_bytes < ARENA_ALIGN) {
+		moor_errf(err, "cache: arena sizes %llu and %llu are too small",
+			  (unsigned long long)cfg->device_bytes,
+			  (unsigned long long)cfg->host_bytes);
+		return MOOR_ERANGE;
+	}
+	cache *c = calloc(1, sizeof *c);
+	if (!c)
+		return -ENOMEM;
+	c->cfg = *cfg;
+	c->cfg.arena_prefix[sizeof c->cfg.arena_prefix - 1] = 0;
+	c->mv = &arena_mover_memcpy;
+	c->taint = NO_TAINT;
+	c->lay = calloc(1, sizeof *c->lay);
+	if (!c->lay) {
+		free(c);
+		return -ENOMEM;
+	}
+	char name[ARENA_NAME_MAX];
+	snprintf(name, sizeof name, "/%s.dev", c->cfg.arena_prefix);
+	int rc = arena_create(name, round_up(cfg->device_bytes, ARENA_ALIGN),
+			      &c->dev, err);
+	if (!rc) {
+		snprintf(name, sizeof name, "/%s.host", c->cfg.arena_prefix);
+		rc = arena_create(name, round_up(cfg->host_bytes, ARENA_ALIGN),
+				  &c->host, err);
+	}
+	if (rc) {
+		cache_free(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+/* Drops every cache and the resident prompt; the live buffers stay. */
+static void drop_all(cache *c)
+{
+	if (c->t.active)
+		turn_abort(c, 0, 0);
+	if (c->stash.have)
+		stash_drop(c);
+	anchors_clear(c);
+	end_release(c);
+	pin_drop(c);
+	park_drop(c);
+	store_clear(c);
+	c->valid = 0;
+	c->taint = NO_TAINT;
+	free(c->res_session);
+	c->res_session = NULL;
+}
+
+static void layout_release(cache *c)
+{
+	if (!c->have_layout)
+		return;
+	drop_all(c);
+	for (uint32_t i = 0; i < c->lay->n_sections; i++)
+		if (c->sec_off[i] != UINT64_MAX)
+			arena_release(c->dev, c->sec_off[i]);
+	for (uint32_t i = 0; i < c->lay->n_views; i++)
+		if (c->view_off[i] != UINT64_MAX)
+			arena_release(c->dev, c->view_off[i]);
+	free(c->sec_off);
+	free(c->view_off);
+	free(c->vg);
+	free(c->res_ids);
+	free(c->t.ids);
+	free(c->ph);
+	c->sec_off = c->view_off = NULL;
+	c->vg = NULL;
+	c->res_ids = c->t.ids = NULL;
+	c->ph = NULL;
+	c->have_layout = 0;
+}
+
+void cache_free(cache *c)
+{
+	if (!c)
+		return;
+	layout_release(c);
+	free(c->anc);
+	free(c->st);
+	free(c->lay);
+	arena_close(c->dev);
+	arena_close(c->host);
+	free(c);
+}
+
+void cache_arena_info_get(const cache *c, cache_arena_info *out)
+{
+	memset(out, 0, sizeof *out);
+	snprintf(out->dev_name, sizeof out->dev_name, "%s", arena_name(c->dev));
+	snprintf(out->host_name, sizeof out->host_name, "%s",
+		 arena_name(c->host));
+	out->dev_size = arena_size(c->dev);
+	out->host_size = arena_size(c->host);
+}
+
+void *cache_dev_base(cache *c)
+{
+	return arena_base(c->dev);
+}
+
+void *cache_host_base(cache *c)
+{
+	return arena_base(c->host);
+}
+
+static void hello_fill(cache *c, cache_hello_out *out, int adopted)
+{
+	memset(out, 0, sizeof *out);
+	out->adopted = adopted;
+	out->resident_len = c->valid;
+	for (uint32_t i = 0; i < c->lay->n_sections; i++)
+		out->sec_off[i] = c->sec_off[i];
+	for (uint32_t i = 0; i < c->lay->n_views; i++)
+		out->view_off[i] = c->view_off[i];
+}
+
+int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
+		char *err)
+{
+	int rc = layout_check(lay, err);
+	if (rc)
+		return rc;
+	if (c->have_layout && layout_same(c->lay, lay)) {
+		/* the engine died mid-turn: its slots and the rows past the
+		 * start are not trusted */
+		if (c->t.active)
+			turn_abort(c, 0, c->t.start);
+		c->lay->workspace_floor = lay->workspace_floor;
+		c->lay->workspace_per_token = lay->workspace_per_token;
+		moor_info("cache: engine attached with the same fingerprint "
+			  "and layout: adopted (%llu resident tokens, %u "
+			  "anchors)",
+			  (unsigned long long)c->valid, c->n_anc);
+		hello_fill(c, out, 1);
+		return 0;
+	}
+	if (c->have_layout) {
+		moor_info("cache: engine attached with another %s: dropping "
+			  "every cache (%llu resident tokens, %u anchors, %u "
+			  "store entries) and carving new live buffers",
+			  memcmp(c->lay->fingerprint, lay->fingerprint,
+				 sizeof lay->fingerprint)
+				  ? "fingerprint"
+				  : "state layout",
+			  (unsigned long long)c->valid, c->n_anc, c->n_st);
+		layout_release(c);
+	}
+	*c->lay = *lay;
+	uint32_t ns = lay->n_sections, nv = lay->n_views;
+	uint64_t W = lay->window;
+	c->sec_off = malloc((ns + 1) * sizeof *c->sec_off);
+	c->view_off = malloc((nv + 1) * sizeof *c->view_off);
+	c->vg = calloc(nv + 1, sizeof *c->vg);
+	c->res_ids = malloc(W * sizeof *c->res_ids);
+	c->t.ids = malloc(W * sizeof *c->t.ids);
+	c->ph = malloc((W + 1) * sizeof *c->ph);
+	c->have_layout = 1; /* layout_release frees what follows */
+	if (!c->sec_off || !c->view_off || !c->vg || !c->res_ids || !c->t.ids ||
+	    !c->ph) {
+		for (uint32_t i = 0; c->sec_off && i < ns; i++)
+			c->sec_off[i] = UINT64_MAX;
+		for (uint32_t i = 0; c->view_off && i < nv; i++)
+			c->view_off[i] = UINT64_MAX;
+		if (!c->sec_off || !c->view_off) {
+			free(c->sec_off);
+			free(c->view_off);
+			c->sec_off = c->view_off = NULL;
+			c->lay->n_sections = c->lay->n_views = 0;
+		}
+		layout_release(c);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < ns; i++)
+		c->sec_off[i] = UINT64_MAX;
+	for (uint32_t i = 0; i < nv; i++)
+		c->view_off[i] = UINT64_MAX;
+	c->sec_bytes = cache_layout_section_bytes(lay);
+	c->row_bytes = cache_layout_row_bytes(lay);
+	uint64_t live = 0;
+	for (uint32_t i = 0; i < nv; i++) {
+		view_geom(&lay->view[i], &c->vg[i]);
+		live += c->vg[i].rowb * W;
+	}
+	live += c->sec_bytes;
+	for (uint32_t i = 0; i < ns && !rc; i++)
+		rc = arena_alloc(c->dev, lay->sec[i].bytes, &c->sec_off[i]);
+	for (uint32_t i = 0; i < nv && !rc; i++)
+		rc = arena_alloc(c->dev, c->vg[i].rowb * W, &c->view_off[i]);
+	if (rc) {
+		moor_errf(err, "cache: the live buffers (%llu bytes: %u "
+			       "sections, %u views of %llu tokens) do not fit "
+			       "the device arena (%llu bytes)",
+			  (unsigned long long)live, ns, nv,
+			  (unsigned long long)W,
+			  (unsigned long long)arena_size(c->dev));
+		layout_release(c);
+		return rc == -ENOMEM ? rc : MOOR_ENOSPACE;
+	}
+	c->valid = 0;
+	c->taint = NO_TAINT;
+	rc = secs_zero(c);
+	if (rc) {
+		layout_release(c);
+		return rc;
+	}
+	moor_info("cache: live buffers carved: %u sections (%llu bytes), %u "
+		  "views (%llu bytes a token, window %llu), grid %u",
+		  ns, (unsigned long long)c->sec_bytes, nv,
+		  (unsigned long long)c->row_bytes, (unsigned long long)W,
+		  lay->grid);
+	hello_fill(c, out, 0);
+	return 0;
+}
+
+/* ---- stats ---- */
+
+static json_t *span_json(const span *s, uint64_t budget)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "bytes", json_integer((json_int_t)s->bytes));
+	json_object_set_new(o, "budget", json_integer((json_int_t)budget));
+	json_object_set_new(o, "tokens",
+			    json_integer((json_int_t)(s->have ? s->top : 0)));
+	json_object_set_new(o, "base",
+			    json_integer((json_int_t)(s->have ? s->base : 0)));
+	json_object_set_new(o, "blocks", json_integer(s->have ? s->n_blk : 0));
+	json_t *lines = json_array();
+	for (uint32_t i = 0; s->have && i < s->n_anc; i++)
+		json_array_append_new(lines,
+				      json_integer((json_int_t)s->anc[i].line));
+	json_object_set_new(o, "lines", lines);
+	json_object_set_new(o, "end", json_boolean(s->have && s->n_anc &&
+						   s->anc[s->n_anc - 1].end));
+	json_object_set_new(o, "taint",
+			    s->have && s->taint != NO_TAINT
+				    ? json_integer((json_int_t)s->taint)
+				    : json_null());
+	json_object_set_new(o, "session",
+			    s->have && s->session ? json_string(s->session)
+						  : json_null());
+	return o;
+}
+
+#define SETI(o, k, v) json_object_set_new(o, k, json_integer((json_int_t)(v)))
+
+char *cache_stats_json(cache *c)
+{
+	const cache_counters *k = &c->k;
+	json_t *r = json_object();
+	SETI(r, "plans", k->plans);
+	SETI(r, "commits", k->commits);
+	SETI(r, "aborts", k->aborts);
+	json_t *tiers = json_object();
+	for (int t = 0; t <= CACHE_TIER_STASH; t++)
+		SETI(tiers, cache_tier_name(t), k->tier_hits[t]);
+	json_object_set_new(r, "tiers", tiers);
+
+	json_t *o = json_object();
+	SETI(o, "hits", k->res_hits);
+	SETI(o, "misses", k->res_misses);
+	SETI(o, "anchors", c->n_anc);
+	SETI(o, "anchors_made", k->anchors_made);
+	SETI(o, "evictions", k->evictions);
+	SETI(o, "bytes", (uint64_t)c->n_anc * anchor_bytes(c));
+	SETI(o, "budget", c->cfg.resident_bytes);
+	SETI(o, "tokens", c->valid);
+	SETI(o, "tokens_saved", k->tokens_saved);
+	json_object_set_new(o, "taint", c->taint != NO_TAINT
+						? json_integer((json_int_t)c->taint)
+						: json_null());
+	json_t *lines = json_array();
+	for (uint32_t i = 0; i < c->n_anc; i++)
+		json_array_append_new(lines,
+				      json_integer((json_int_t)c->anc[i].line));
+	json_object_set_new(o, "lines", lines);
+	json_object_set_new(o, "session", c->res_session
+						  ? json_string(c->res_session)
+						  : json_null());
+	json_object_set_new(r, "resident", o);
+
+	o = json_object();
+	SETI(o, "kept", k->end_kept);
+	SETI(o, "hits", k->end_hits);
+	SETI(o, "dropped", k->end_dropped);
+	SETI(o, "skipped", k->end_skipped);
+	SETI(o, "bytes", c->end.buf ? anchor_bytes(c) : 0);
+	SETI(o, "len", c->end.have ? c->end.len : 0);
+	json_object_set_new(o, "have", json_boolean(c->end.have));
+	json_object_set_new(o, "taint", c->end.have && c->end.taint != NO_TAINT
+						? json_integer((json_int_t)c->end.taint)
+						: json_null());
+	json_object_set_new(r, "end", o);
+
+	o = json_object();
+	SETI(o, "stashes", k->stashes);
+	SETI(o, "restores", k->stash_restores);
+	SETI(o, "declined", k->stash_declined);
+	SETI(o, "dropped", k->stash_dropped);
+	SETI(o, "bytes", lv_bytes(c, LV_STASH));
+	SETI(o, "budget", c->cfg.stash_bytes);
+	SETI(o, "rows", c->stash.have ? c->stash.hi - c->stash.lo : 0);
+	json_object_set_new(r, "stash", o);
+
+	o = span_json(&c->pin, c->cfg.pin_bytes);
+	SETI(o, "pins", k->pins);
+	SETI(o, "hits", k->pin_hits);
+	SETI(o, "dropped", k->pin_dropped);
+	json_object_set_new(r, "pin", o);
+
+	o = span_json(&c->park, c->cfg.park_bytes);
+	SETI(o, "parks", k->parks);
+	SETI(o, "park_hits", k->park_hits);
+	SETI(o, "dropped", k->park_dropped);
+	SETI(o, "blocks_swapped", k->park_blocks_swapped);
+	json_object_set_new(r, "park", o);
+
+	o = json_object();
+	SETI(o, "hits", k->st_hits);
+	SETI(o, "misses", k->st_misses);
+	SETI(o, "puts_prefix", k->st_puts_prefix);
+	SETI(o, "puts_session", k->st_puts_session);
+	SETI(o, "declined_big", k->st_declined_big);
+	SETI(o, "declined_short", k->st_declined_short);
+	SETI(o, "declined_room", k->st_declined_room);
+	SETI(o, "duplicates", k->st_dup);
+	SETI(o, "evictions", k->st_evictions);
+	SETI(o, "entries", c->n_st);
+	SETI(o, "bytes", c->st_bytes);
+	SETI(o, "budget", c->cfg.store_bytes);
+	SETI(o, "entry_budget", c->cfg.store_entry_bytes);
+	json_t *ent = json_array();
+	for (uint32_t i = 0; i < c->n_st; i++) {
+		json_t *e = json_object();
+		json_object_set_new(e, "kind",
+				    json_string(c->st[i].kind == ENTRY_SESSION
+							? "session"
+							: "prefix"));
+		SETI(e, "tokens", c->st[i].len);
+		SETI(e, "bytes", c->st[i].bytes);
+		SETI(e, "hits", c->st[i].hits);
+		json_array_append_new(ent, e);
+	}
+	json_object_set_new(o, "list", ent);
+	json_object_set_new(r, "store", o);
+
+	o = json_object();
+	static const char *const lvn[LV_N] = {"store", "anchors", "end",
+					      "stash", "park",    "pin"};
+	SETI(o, "held", held_bytes(c));
+	SETI(o, "ceiling", c->cfg.mem_ceiling);
+	SETI(o, "peak", c->cfg.mem_peak);
+	SETI(o, "refused", k->refused);
+	json_object_set_new(o, "unified", json_boolean(c->cfg.unified));
+	json_t *shed = json_object(), *shedb = json_object();
+	uint64_t total = 0;
+	for (int l = 0; l < LV_N; l++) {
+		SETI(shed, lvn[l], k->shed[l]);
+		SETI(shedb, lvn[l], k->shed_bytes[l]);
+		total += k->shed[l];
+	}
+	SETI(o, "shed_total", total);
+	json_object_set_new(o, "shed", shed);
+	json_object_set_new(o, "shed_bytes", shedb);
+	SETI(o, "dev_used", arena_used(c->dev));
+	SETI(o, "dev_size", arena_size(c->dev));
+	SETI(o, "host_used", arena_used(c->host));
+	SETI(o, "host_size", arena_size(c->host));
+	json_object_set_new(r, "memory", o);
+
+	char *s = json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(r);
+	return s;
+}
+
+int cache_clear(cache *c, const char *tier)
+{
+	if (!tier)
+		return MOOR_ERANGE;
+	int all = strcmp(tier, "all") == 0;
+	if (!all && strcmp(tier, "resident") && strcmp(tier, "end") &&
+	    strcmp(tier, "stash") && strcmp(tier, "pin") &&
+	    strcmp(tier, "park") && strcmp(tier, "store"))
+		return MOOR_ERANGE;
+	if (!c->have_layout)
+		return 0;
+	if (all || !strcmp(tier, "store"))
+		store_clear(c);
+	if (all || !strcmp(tier, "pin"))
+		pin_drop(c);
+	if (all || !strcmp(tier, "park"))
+		park_drop(c);
+	if ((all || !strcmp(tier, "stash")) && c->stash.have)
+		stash_drop(c);
+	if (all || !strcmp(tier, "end"))
+		end_release(c);
+	if (all || !strcmp(tier, "resident")) {
+		/* a turn in flight keeps its slots: they become the anchors
+		 * of the prompt it commits */
+		anchors_clear(c);
+		end_release(c);
+		if (c->stash.have)
+			stash_drop(c);
+		if (!c->t.active || c->t.guest) {
+			c->valid = 0;
+			c->taint = NO_TAINT;
+		}
+	}
+	return 0;
+}

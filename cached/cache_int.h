@@ -1,0 +1,324 @@
+/* cache_int.h: what the files of cached's core share (not installed, not
+ * seen by the daemon's other parts): the cache struct, the tiers' records
+ * and the helpers that move a sequence's bytes.
+ *
+ * Files: cache.c (lifecycle, hello, stats, clear, copies), planner.c (a
+ * turn: plan, commit, abort), resident.c (anchors, their eviction order,
+ * the end anchor), stash.c, pin.c, park.c (with span.c, the row blocks both
+ * hold), store.c, budget.c (levels and the memory policy).
+ */
+#ifndef CACHE_INT_H
+#define CACHE_INT_H
+
+#include <stdint.h>
+
+#include "arena.h"
+#include "cache.h"
+
+#define NO_TAINT CACHE_NO_TAINT
+
+static inline uint64_t min64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+static inline uint64_t max64(uint64_t a, uint64_t b)
+{
+	return a > b ? a : b;
+}
+
+static inline uint64_t round_up(uint64_t x, uint64_t a)
+{
+	return (x + a - 1) / a * a;
+}
+
+/* A view's geometry: `outer` runs (the axes before the token axis), each
+ * `inner` bytes a token (the axes after it times elt); rowb = outer*inner
+ * bytes a token. */
+typedef struct vgeom {
+	uint64_t outer, inner, rowb;
+} vgeom;
+
+/* A resident anchor: the sections at `line` in the device arena. */
+typedef struct anchor {
+	uint64_t line;
+	uint64_t off;
+	int busy; /* the current plan's source: not given back */
+} anchor;
+
+/* An anchor a span holds (host arena); end: the end anchor's state. */
+typedef struct held_anchor {
+	uint64_t line;
+	uint64_t off;
+	int end;
+} held_anchor;
+
+#define SPAN_MAX_ANCHORS 16
+
+/* Rows [base, top) of a prompt, kept aside in blocks of `blk` rows (block
+ * j holds rows [base + j*blk, base + (j+1)*blk) as a compact rows buffer of
+ * window blk, in the host arena), and the anchors above base that resume
+ * it. ids[0, top) are the prompt's key ids (the head [0, base) included: a
+ * hit compares them all). The pin (base 0) and the park are spans. */
+typedef struct span {
+	int have;
+	int busy;
+	int32_t *ids;
+	uint64_t base, top;
+	uint32_t n_blk;
+	uint64_t *blk;
+	held_anchor anc[SPAN_MAX_ANCHORS];
+	uint32_t n_anc;
+	uint64_t taint;
+	char *session;
+	uint64_t bytes; /* blocks and anchors */
+} span;
+
+enum { ENTRY_PREFIX = 0, ENTRY_SESSION = 1 };
+
+/* A state store snapshot: sections, then rows [0, len) as a compact rows
+ * buffer of window len, in the host arena. */
+typedef struct store_entry {
+	int kind;
+	int32_t *ids;
+	uint64_t len, hash;
+	uint64_t off, bytes;
+	uint64_t taint;
+	uint64_t tick;
+	uint64_t hits;
+	int busy;
+} store_entry;
+
+/* A slot of the turn in flight. */
+typedef struct tslot {
+	uint64_t line, off;
+	int anchor; /* becomes a resident anchor at commit */
+	int store;  /* the prefix snapshot's sections */
+} tslot;
+
+typedef struct turn {
+	int active, guest, no_cache;
+	int32_t *ids; /* [window] */
+	uint64_t n;
+	char *session;
+	uint32_t max_tokens;
+	uint64_t start, taint, cut;
+	int tier;
+	uint32_t n_slots;
+	tslot slot[CACHE_MAX_SLOTS];
+} turn;
+
+/* Levels of the memory policy, cheapest first (Budget.LEVELS). */
+enum {
+	LV_STORE = 0,
+	LV_ANCHORS,
+	LV_END,
+	LV_STASH,
+	LV_PARK,
+	LV_PIN,
+	LV_N
+};
+
+typedef struct cache_counters {
+	uint64_t plans, commits, aborts, refused, cold;
+	uint64_t tier_hits[8];
+	/* resident */
+	uint64_t res_hits, res_misses, anchors_made, evictions, tokens_saved;
+	/* end */
+	uint64_t end_kept, end_hits, end_dropped, end_skipped;
+	/* stash */
+	uint64_t stashes, stash_restores, stash_declined, stash_dropped;
+	/* pin */
+	uint64_t pins, pin_hits, pin_dropped;
+	/* park */
+	uint64_t parks, park_hits, park_dropped, park_blocks_swapped;
+	/* store */
+	uint64_t st_hits, st_misses, st_puts_prefix, st_puts_session,
+		st_declined_big, st_declined_short, st_declined_room,
+		st_evictions, st_dup;
+	/* memory */
+	uint64_t shed[LV_N], shed_bytes[LV_N];
+} cache_counters;
+
+struct cache {
+	cache_cfg cfg;
+	arena *dev, *host;
+	const arena_mover *mv;
+
+	int have_layout;
+	cache_layout *lay;
+	uint64_t sec_bytes, row_bytes;
+	vgeom *vg;
+	uint64_t *sec_off, *view_off; /* live buffers, device arena */
+
+	/* the resident prompt: rows [0, valid) hold res_ids[0, valid) */
+	int32_t *res_ids; /* [window] */
+	uint64_t valid;
+	uint64_t taint;
+	char *res_session;
+	anchor *anc; /* ascending lines */
+	uint32_t n_anc, cap_anc;
+	int protect_anchors; /* a pin or park is copying them */
+
+	struct {
+		int have;   /* holds the state at len */
+		int buf;    /* off is allocated */
+		int busy;
+		uint64_t len, taint, off;
+	} end;
+
+	struct {
+		int have;
+		uint64_t lo, hi, off;
+	} stash;
+
+	span pin, park;
+
+	store_entry *st;
+	uint32_t n_st, cap_st;
+	uint64_t st_bytes, tick;
+	uint64_t *ph; /* [window + 1] prefix hashes of the prompt planned */
+	uint64_t declined_hash; /* the last conversation whose decline was
+				 * logged (said once per conversation) */
+
+	turn t;
+	cache_counters k;
+};
+
+/* ---- cache.c: byte movement between live buffers and arena memory ---- */
+void *dev_at(cache *c, uint64_t off);
+void *host_at(cache *c, uint64_t off);
+/* Live sections to dst (back to back, layout order), or from src. */
+int secs_out(cache *c, void *dst);
+int secs_in(cache *c, const void *src);
+int secs_zero(cache *c);
+/* Rows [live_row, live_row + n) of every view to (out) or from (in) a
+ * compact rows buffer of window bwin, at its row brow. */
+int rows_out(cache *c, void *buf, uint64_t bwin, uint64_t brow,
+	     uint64_t live_row, uint64_t n);
+int rows_in(cache *c, const void *buf, uint64_t bwin, uint64_t brow,
+	    uint64_t live_row, uint64_t n);
+uint64_t common_prefix(const int32_t *a, uint64_t na, const int32_t *b,
+		       uint64_t nb);
+uint64_t ids_hash(const int32_t *ids, uint64_t n);
+int session_same(const char *a, const char *b);
+int session_none(const char *s);
+char *str_dup(const char *s);
+
+/* ---- budget.c ---- */
+uint64_t held_bytes(cache *c);
+int lv_counts(cache *c, int lv);
+int lv_on_host(int lv);
+uint64_t lv_bytes(cache *c, int lv);
+/* Gives back one unit of level lv (an entry, an anchor, a whole span);
+ * returns the bytes freed, 0 when nothing of it can go. */
+uint64_t give_back_one(cache *c, int lv);
+/* Allocates `bytes` for a cache of level lv in the device (host = 0) or
+ * host arena while the counted bytes stay under `limit`, giving back
+ * cheaper levels first (a more valuable cache takes the room of cheaper
+ * ones). MOOR_ENOSPACE when it cannot. */
+int budget_grow(cache *c, int lv, int host, uint64_t bytes, uint64_t limit,
+		uint64_t *off);
+void budget_release(cache *c, int host, uint64_t off);
+/* The memory policy before a prefill needing ws bytes of workspace (and,
+ * for a guest, *stash_need bytes of stash): gives back cheapest first;
+ * sets *stash_need to 0 when the stash is the level that gives. Nothing is
+ * given back when the prefill cannot fit at all: MOOR_ENOSPACE. *gave
+ * counts the units given back. */
+int policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
+	       char *err);
+uint64_t plan_limit(cache *c, uint64_t ws);
+
+/* ---- resident.c ---- */
+uint64_t anchor_bytes(cache *c);
+uint32_t anchor_budget(cache *c); /* anchors resident_bytes holds */
+int anchor_pin_kept(cache *c, uint64_t line);
+/* The index of the largest anchor line <= lim, or -1. */
+int anchor_le(cache *c, uint64_t lim);
+int anchor_find(cache *c, uint64_t line);
+void anchor_drop(cache *c, uint32_t i);
+void anchors_drop_above(cache *c, uint64_t line);
+void anchors_clear(cache *c);
+/* Inserts an anchor at line whose sections are at off (device). */
+int anchor_insert(cache *c, uint64_t line, uint64_t off);
+/* Next anchor to evict: the budget's order (others lowest first, then the
+ * pin's lines highest first); with all = 1 also the newest `keep` (the
+ * memory policy). -1 when none may go. */
+int anchor_victim(cache *c, int all);
+/* Which of the candidate new lines (ascending, all above every anchor)
+ * get a slot: the budget keeps the newest `keep`, then the pin's lines,
+ * then the highest others; evicts the anchors that lose. keep[i] = 1 for
+ * the lines that get one. */
+void anchors_plan_slots(cache *c, const uint64_t *lines, uint32_t n,
+			int *keep);
+/* A copy of src (host or device memory the mover reaches) as an anchor. */
+int anchor_adopt(cache *c, uint64_t line, const void *src, uint64_t limit);
+uint64_t anchor_top(cache *c); /* the largest line, 0 if none */
+/* The resident prompt keeps rows [0, line): anchors above, and the end
+ * anchor past it, go. */
+void resident_cut(cache *c, uint64_t line);
+void end_drop(cache *c);
+void end_release(cache *c);
+int end_keep(cache *c, uint64_t len, uint64_t taint);
+
+/* ---- stash.c ---- */
+int stash_make(cache *c, uint64_t lo, uint64_t hi, uint64_t limit);
+int stash_restore(cache *c);
+void stash_drop(cache *c); /* rows not put back: the resident is cut */
+
+/* ---- span.c ---- */
+uint64_t span_blk_rows(cache *c);
+uint64_t span_blk_bytes(cache *c);
+uint32_t span_blocks(cache *c, uint64_t rows);
+void span_free(cache *c, span *s);
+int span_alloc_blocks(cache *c, span *s, uint32_t n, int lv,
+		      uint64_t limit);
+/* Copies the span's rows [a, b) (base <= a <= b <= top) into the live
+ * buffers, or the live rows into the span's blocks. */
+int span_rows_in(cache *c, const span *s, uint64_t a, uint64_t b);
+int span_rows_out(cache *c, const span *s, uint64_t a, uint64_t b);
+/* The largest held anchor line <= lim (index), -1 if none. */
+int span_anchor_le(const span *s, uint64_t lim, int with_end);
+
+/* ---- pin.c ---- */
+/* The head a pin of the rows in place would hold: its length and the
+ * anchors (indices into c->anc, ascending) it takes. */
+uint64_t pin_head(cache *c, uint32_t *idx, uint32_t *n_idx);
+int pin_make(cache *c, uint64_t limit);
+void pin_drop(cache *c);
+
+/* ---- park.c ---- */
+/* What a park of the rows in place from `base` would hold: its top (0:
+ * nothing worth parking), the anchors (indices into c->anc) and whether
+ * the end anchor goes along. */
+uint64_t park_choose(cache *c, uint64_t base, uint32_t *idx,
+		     uint32_t *n_idx, int *with_end);
+int park_make(cache *c, uint64_t base, uint64_t limit);
+/* The park comes back: parks the rows in place from its base (block by
+ * block), and restores the state at the park anchor hi. */
+int park_swap(cache *c, int hi, uint64_t limit);
+void park_drop(cache *c);
+
+/* ---- store.c ---- */
+void store_prefix_hashes(cache *c, const int32_t *ids, uint64_t n);
+/* The longest entry whose ids are a prefix of ids[0, n) and shorter than
+ * n (ph filled first), or -1. */
+int store_find(cache *c, const int32_t *ids, uint64_t n);
+int store_has(cache *c, const int32_t *ids, uint64_t len);
+int store_restore(cache *c, int i, uint64_t k);
+/* Puts a snapshot of sections `secs` (device or host memory; NULL: the
+ * live sections) and the live rows [0, len). */
+int store_put(cache *c, int kind, const int32_t *ids, uint64_t len,
+	      uint64_t taint, const void *secs, const char *session);
+uint64_t store_entry_size(cache *c, uint64_t len);
+void store_evict(cache *c, uint32_t i);
+int store_lru(cache *c);
+void store_clear(cache *c);
+void store_declined(cache *c, const char *why, uint64_t len,
+		    uint64_t bytes, const char *session);
+
+/* ---- planner.c ---- */
+void turn_abort(cache *c, uint32_t n_filled, uint64_t valid);
+void turn_release_slots(cache *c, uint32_t from);
+
+#endif

@@ -1,0 +1,278 @@
+/* park.c: the parked session. Two sessions used in turn (A, B, A) share
+ * their head and nothing after it. When a request of another session (the
+ * session keys differ; with no keys, a prompt that parts from the rows in
+ * place) replaces the resident prompt, the rows it would overwrite, from
+ * where its prefill starts up to the replaced prompt's newest anchor that
+ * fits park_bytes, are parked with its newest park_anchors (4) anchors; when
+ * the rows up to the end anchor fit, they go whole and the end anchor moves
+ * with them (taking one of the four places). A later request that shares
+ * more with the park than with the rows in place, with the shared head in
+ * place, gets them back: the parked rows and the rows in place are swapped
+ * a block at a time, so B is parked while A comes back. One conversation
+ * is parked at a time; a third session gives it up. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache_int.h"
+#include "moor.h"
+
+static uint64_t park_bytes_for(cache *c, uint64_t base, uint64_t top,
+			       uint32_t n_anc)
+{
+	return (uint64_t)span_blocks(c, top - base) * span_blk_bytes(c) +
+	       (uint64_t)n_anc * anchor_bytes(c);
+}
+
+uint64_t park_choose(cache *c, uint64_t base, uint32_t *idx,
+		     uint32_t *n_idx, int *with_end)
+{
+	uint32_t places = c->cfg.park_anchors;
+	if (places > SPAN_MAX_ANCHORS - 1)
+		places = SPAN_MAX_ANCHORS - 1;
+	*n_idx = 0;
+	*with_end = 0;
+	if (c->valid <= base || places == 0)
+		return 0;
+	if (c->end.have && c->end.len > base && c->end.len <= c->valid) {
+		uint64_t e = c->end.len;
+		uint32_t n = 0;
+		for (uint32_t i = c->n_anc; i-- > 0 && n + 1 < places;)
+			if (c->anc[i].line > base && c->anc[i].line <= e)
+				n++;
+		if (park_bytes_for(c, base, e, n + 1) <= c->cfg.park_bytes) {
+			uint32_t k = 0;
+			for (uint32_t i = 0; i < c->n_anc; i++)
+				if (c->anc[i].line > base && c->anc[i].line <= e)
+					k++;
+			/* the newest n of the k above base */
+			uint32_t skip = k - n, m = 0;
+			for (uint32_t i = 0; i < c->n_anc; i++)
+				if (c->anc[i].line > base && c->anc[i].line <= e) {
+					if (skip) {
+						skip--;
+						continue;
+					}
+					idx[m++] = i;
+				}
+			*n_idx = m;
+			*with_end = 1;
+			return e;
+		}
+	}
+	for (uint32_t t = c->n_anc; t-- > 0;) {
+		uint64_t T = c->anc[t].line;
+		if (T <= base)
+			break;
+		uint32_t n = 0;
+		for (uint32_t i = t + 1; i-- > 0 && n < places;)
+			if (c->anc[i].line > base)
+				n++;
+		if (park_bytes_for(c, base, T, n) > c->cfg.park_bytes)
+			continue;
+		for (uint32_t j = 0; j < n; j++)
+			idx[j] = t + 1 - n + j;
+		*n_idx = n;
+		return T;
+	}
+	return 0;
+}
+
+void park_drop(cache *c)
+{
+	if (!c->park.have)
+		return;
+	span_free(c, &c->park);
+	c->k.park_dropped++;
+}
+
+/* A span of the rows in place [base, T) with the chosen anchors, its
+ * blocks from `reuse` (n_reuse of them, already holding nothing needed)
+ * and new ones; allocation only, nothing copied. */
+static int park_alloc(cache *c, span *s, uint64_t base, uint64_t T,
+		      uint32_t n_anc, uint64_t limit)
+{
+	memset(s, 0, sizeof *s);
+	for (uint32_t i = 0; i < SPAN_MAX_ANCHORS; i++)
+		s->anc[i].off = UINT64_MAX;
+	s->base = base;
+	s->top = T;
+	s->ids = malloc(T * sizeof *s->ids);
+	if (!s->ids)
+		return -ENOMEM;
+	memcpy(s->ids, c->res_ids, T * sizeof *s->ids);
+	int rc = 0;
+	for (uint32_t i = 0; i < n_anc && !rc; i++) {
+		rc = budget_grow(c, LV_PARK, 1, c->sec_bytes, limit,
+				 &s->anc[i].off);
+		if (!rc)
+			s->n_anc = i + 1;
+	}
+	return rc;
+}
+
+/* Copies the chosen anchors (and the end anchor) of the rows in place. */
+static int park_copy_anchors(cache *c, span *s, const uint32_t *idx,
+			     uint32_t n, int with_end)
+{
+	int rc = 0;
+	for (uint32_t i = 0; i < n && !rc; i++) {
+		s->anc[i].line = c->anc[idx[i]].line;
+		s->anc[i].end = 0;
+		rc = c->mv->copy(c->mv->ctx, host_at(c, s->anc[i].off),
+				 dev_at(c, c->anc[idx[i]].off), c->sec_bytes);
+	}
+	if (with_end && !rc) {
+		s->anc[n].line = c->end.len;
+		s->anc[n].end = 1;
+		rc = c->mv->copy(c->mv->ctx, host_at(c, s->anc[n].off),
+				 dev_at(c, c->end.off), c->sec_bytes);
+	}
+	return rc;
+}
+
+static void park_finish(cache *c, span *s, uint64_t taint, char *session)
+{
+	s->taint = taint < s->top ? taint : NO_TAINT;
+	s->session = session;
+	s->bytes = (uint64_t)s->n_blk * span_blk_bytes(c) +
+		   (uint64_t)s->n_anc * anchor_bytes(c);
+	s->have = 1;
+}
+
+int park_make(cache *c, uint64_t base, uint64_t limit)
+{
+	uint32_t idx[SPAN_MAX_ANCHORS], n;
+	int with_end;
+	uint64_t T = park_choose(c, base, idx, &n, &with_end);
+	if (!T)
+		return 0;
+	park_drop(c);
+	span s;
+	c->protect_anchors = 1;
+	int busy = c->end.busy;
+	c->end.busy = 1;
+	int rc = park_alloc(c, &s, base, T, n + (uint32_t)with_end, limit);
+	if (!rc)
+		rc = span_alloc_blocks(c, &s, span_blocks(c, T - base), LV_PARK,
+				       limit);
+	c->protect_anchors = 0;
+	c->end.busy = busy;
+	if (!rc)
+		rc = park_copy_anchors(c, &s, idx, n, with_end);
+	if (!rc)
+		rc = span_rows_out(c, &s, base, T);
+	if (rc) {
+		span_free(c, &s);
+		moor_info("cache: rows [%llu, %llu) were not parked (%s)",
+			  (unsigned long long)base, (unsigned long long)T,
+			  moor_strerror(rc));
+		return rc;
+	}
+	park_finish(c, &s, c->taint, str_dup(c->res_session));
+	c->park = s;
+	c->k.parks++;
+	return 0;
+}
+
+int park_swap(cache *c, int hi, uint64_t limit)
+{
+	span *A = &c->park;
+	MOOR_ASSERT(A->have && hi >= 0 && (uint32_t)hi < A->n_anc);
+	uint64_t b = A->base, blk = span_blk_rows(c), bb = span_blk_bytes(c);
+	held_anchor src = A->anc[hi];
+	uint32_t idx[SPAN_MAX_ANCHORS], n = 0;
+	int with_end = 0;
+	uint64_t TB = c->valid > b ? park_choose(c, b, idx, &n, &with_end) : 0;
+	uint32_t nbA = A->n_blk, nbB = TB ? span_blocks(c, TB - b) : 0;
+	uint32_t both = nbA < nbB ? nbA : nbB;
+	span B;
+	memset(&B, 0, sizeof B);
+	uint64_t bounce = UINT64_MAX;
+	int rc = 0;
+
+	A->busy = 1;
+	if (TB) {
+		c->protect_anchors = 1;
+		int busy = c->end.busy;
+		c->end.busy = 1;
+		rc = park_alloc(c, &B, b, TB, n + (uint32_t)with_end, limit);
+		if (!rc) {
+			B.blk = malloc((size_t)nbB * sizeof *B.blk);
+			rc = B.blk ? 0 : -ENOMEM;
+		}
+		for (uint32_t j = 0; j < nbB && !rc; j++) {
+			B.blk[j] = UINT64_MAX;
+			B.n_blk = j + 1;
+			if (j >= nbA)
+				rc = budget_grow(c, LV_PARK, 1, bb, limit,
+						 &B.blk[j]);
+		}
+		if (!rc && both)
+			rc = budget_grow(c, LV_PARK, 1, bb, limit, &bounce);
+		c->protect_anchors = 0;
+		c->end.busy = busy;
+		if (!rc)
+			rc = park_copy_anchors(c, &B, idx, n, with_end);
+		if (rc) {
+			/* the rows in place are not parked; A comes back */
+			span_free(c, &B);
+			if (bounce != UINT64_MAX)
+				arena_release(c->host, bounce);
+			bounce = UINT64_MAX;
+			TB = 0;
+			nbB = 0;
+			both = 0;
+			rc = 0;
+		}
+	}
+	/* B keeps what it holds; the rows in place above b go */
+	uint64_t taint_B = c->taint;
+	char *session_B = TB ? str_dup(c->res_session) : NULL;
+	resident_cut(c, b);
+	uint32_t nb = nbA > nbB ? nbA : nbB;
+	for (uint32_t j = 0; j < nb && !rc; j++) {
+		uint64_t r0 = b + (uint64_t)j * blk;
+		uint64_t ra = j < nbA ? min64(blk, A->top - r0) : 0;
+		uint64_t rb = j < nbB ? min64(blk, TB - r0) : 0;
+		if (ra && rb) {
+			/* B's block out to the bounce, A's in, and the
+			 * bounce into A's storage, which is now B's */
+			rc = rows_out(c, host_at(c, bounce), blk, 0, r0, rb);
+			if (!rc)
+				rc = rows_in(c, host_at(c, A->blk[j]), blk, 0,
+					     r0, ra);
+			if (!rc)
+				rc = c->mv->copy(c->mv->ctx,
+						 host_at(c, A->blk[j]),
+						 host_at(c, bounce), bb);
+			B.blk[j] = A->blk[j];
+			A->blk[j] = UINT64_MAX;
+		} else if (rb) {
+			rc = rows_out(c, host_at(c, B.blk[j]), blk, 0, r0, rb);
+		} else if (ra) {
+			rc = rows_in(c, host_at(c, A->blk[j]), blk, 0, r0, ra);
+		}
+		c->k.park_blocks_swapped++;
+	}
+	if (bounce != UINT64_MAX)
+		arena_release(c->host, bounce);
+	if (!rc)
+		rc = secs_in(c, host_at(c, src.off));
+	/* A's grid anchors up to the resume line are the resident's again */
+	for (uint32_t i = 0; i < A->n_anc && !rc; i++)
+		if (!A->anc[i].end && A->anc[i].line <= src.line &&
+		    A->anc[i].line > b)
+			(void)anchor_adopt(c, A->anc[i].line,
+					   host_at(c, A->anc[i].off), limit);
+	A->busy = 0;
+	span_free(c, A);
+	if (TB) {
+		park_finish(c, &B, taint_B, session_B);
+		c->park = B;
+		c->k.parks++;
+	}
+	if (rc)
+		park_drop(c);
+	c->k.park_hits++;
+	return rc;
+}

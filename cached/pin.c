@@ -1,0 +1,100 @@
+/* pin.c: the pinned head. A request too long to be a guest, of the same
+ * session, whose prompt parts inside the head (opencode's compaction:
+ * sharing nothing with the conversation, whose next turn starts with the
+ * same tool block and system text again) would cut rows the next turn
+ * needs. Before it does, the old prompt's head is copied aside: its rows
+ * [0, H) and up to pin_anchors (8) anchors over it, the ones at every
+ * pin_every (4,096) up to pin_upto (32,768) that eviction keeps for this,
+ * as long a head as pin_bytes holds with its anchors. A later request that
+ * shares more with it than with the rows in place gets the rows copied back
+ * and resumes at the largest pinned anchor it shares (planner.c). The pin
+ * carries its rows' taint line. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache_int.h"
+#include "moor.h"
+
+uint64_t pin_head(cache *c, uint32_t *idx, uint32_t *n_idx)
+{
+	uint32_t n = 0, max = c->cfg.pin_anchors;
+	if (max > SPAN_MAX_ANCHORS)
+		max = SPAN_MAX_ANCHORS;
+	*n_idx = 0;
+	for (uint32_t i = 0; i < c->n_anc && n < max; i++)
+		if (anchor_pin_kept(c, c->anc[i].line) &&
+		    c->anc[i].line <= c->valid)
+			idx[n++] = i;
+	for (uint32_t j = n; j >= 1; j--) {
+		uint64_t H = c->anc[idx[j - 1]].line;
+		uint64_t bytes = (uint64_t)span_blocks(c, H) * span_blk_bytes(c) +
+				 (uint64_t)j * anchor_bytes(c);
+		if (bytes <= c->cfg.pin_bytes) {
+			*n_idx = j;
+			return H;
+		}
+	}
+	return 0;
+}
+
+void pin_drop(cache *c)
+{
+	if (!c->pin.have)
+		return;
+	span_free(c, &c->pin);
+	c->k.pin_dropped++;
+}
+
+int pin_make(cache *c, uint64_t limit)
+{
+	uint32_t idx[SPAN_MAX_ANCHORS], n;
+	uint64_t H = pin_head(c, idx, &n);
+	if (!H)
+		return 0;
+	span *p = &c->pin;
+	if (p->have && p->top >= H &&
+	    common_prefix(p->ids, p->top, c->res_ids, H) >= H)
+		return 0; /* this head is pinned already */
+	pin_drop(c);
+	span s = {0};
+	s.base = 0;
+	s.top = H;
+	for (uint32_t i = 0; i < SPAN_MAX_ANCHORS; i++)
+		s.anc[i].off = UINT64_MAX;
+	s.ids = malloc(H * sizeof *s.ids);
+	if (!s.ids)
+		return -ENOMEM;
+	memcpy(s.ids, c->res_ids, H * sizeof *s.ids);
+	c->protect_anchors = 1;
+	int rc = span_alloc_blocks(c, &s, span_blocks(c, H), LV_PIN, limit);
+	for (uint32_t i = 0; i < n && !rc; i++) {
+		rc = budget_grow(c, LV_PIN, 1, c->sec_bytes, limit,
+				 &s.anc[i].off);
+		if (!rc)
+			s.n_anc = i + 1;
+	}
+	c->protect_anchors = 0;
+	if (!rc)
+		rc = span_rows_out(c, &s, 0, H);
+	for (uint32_t i = 0; i < n && !rc; i++) {
+		const anchor *a = &c->anc[idx[i]];
+		s.anc[i].line = a->line;
+		s.anc[i].end = 0;
+		rc = c->mv->copy(c->mv->ctx, host_at(c, s.anc[i].off),
+				 dev_at(c, a->off), c->sec_bytes);
+	}
+	if (rc) {
+		span_free(c, &s);
+		moor_info("cache: the head of %llu tokens was not pinned (%s)",
+			  (unsigned long long)H, moor_strerror(rc));
+		return rc;
+	}
+	s.taint = c->taint < H ? c->taint : NO_TAINT;
+	s.session = str_dup(c->res_session);
+	s.bytes = (uint64_t)s.n_blk * span_blk_bytes(c) +
+		  (uint64_t)s.n_anc * anchor_bytes(c);
+	s.have = 1;
+	*p = s;
+	c->k.pins++;
+	return 0;
+}

@@ -1,0 +1,552 @@
+/* planner.c: a turn (cache_plan, cache_commit, cache_abort).
+ *
+ * The plan asks every tier where the prompt could resume and takes the
+ * source that starts latest (a tie goes to the cheaper restore: resident,
+ * end, pin, park, store). Every offer is a line s < n (one token at least
+ * is forwarded, for the logits) whose tokens were compared with the
+ * prompt's element by element: the rows in place by their ids, the pin and
+ * the park by theirs, the store by each entry's (its hash only picks which
+ * to compare).
+ *
+ * Exactness (the taint line). Rows below taint and anchors at lines at or
+ * below it are a cold grid prefill's bits; a resume there forwards exactly
+ * the chunks a cold prefill forwards after it. A resume above taint, or at
+ * a line off the grid (the end anchor), writes rows held to the greedy gate
+ * from there, so the plan's taint is the lowest of the source's taint and,
+ * off the grid, the start. A pin or store restore copies rows from
+ * k = min(shared, taint in place, s), so rows it keeps in place are clean
+ * and the ones it copies carry the source's line.
+ *
+ * Order inside a plan: the stash of the previous guest goes back; the plan
+ * is worked out without touching anything (analyze); the memory policy
+ * makes room for the prefill (or refuses, having changed nothing); the
+ * sources that moved are looked at again; then the rows in place are
+ * protected (stash, pin, park), the cut is made, the source restored, and
+ * the slots reserved.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache_int.h"
+#include "moor.h"
+
+enum { ACT_NONE = 0, ACT_PIN, ACT_PARK };
+
+typedef struct plan_a {
+	uint64_t n, c_res;
+	int guest, guest_declined;
+	int tier;
+	uint64_t start, cut, taint, k;
+	int src; /* span anchor index (pin, park) */
+	uint64_t src_line;
+	int store_seen;
+	uint64_t stash_lo, stash_hi, stash_bytes;
+	int act;
+} plan_a;
+
+static void analyze(cache *c, const cache_req *r, int allow_guest,
+		    plan_a *A)
+{
+	memset(A, 0, sizeof *A);
+	uint64_t n = r->n, t_res = c->taint;
+	A->n = n;
+	A->c_res = common_prefix(r->ids, n, c->res_ids, c->valid);
+	uint64_t lim = min64(A->c_res, n - 1);
+	A->guest = allow_guest && c->valid > 0 && n <= c->cfg.guest_max &&
+		   4 * n < c->valid;
+	A->tier = CACHE_TIER_NONE;
+	A->start = 0;
+	A->src = -1;
+	if (!r->no_cache) {
+		int i = anchor_le(c, lim);
+		if (i >= 0) {
+			A->tier = CACHE_TIER_RESIDENT;
+			A->start = c->anc[i].line;
+		}
+		if (c->end.have && c->end.len <= lim && c->end.len > A->start) {
+			A->tier = CACHE_TIER_END;
+			A->start = c->end.len;
+		}
+		if (c->pin.have) {
+			uint64_t cp = common_prefix(r->ids, n, c->pin.ids,
+						    c->pin.top);
+			int j = span_anchor_le(&c->pin, min64(cp, n - 1), 0);
+			if (j >= 0 && c->pin.anc[j].line > A->start) {
+				A->tier = CACHE_TIER_PIN;
+				A->start = c->pin.anc[j].line;
+				A->src = j;
+			}
+		}
+		if (c->park.have && !A->guest && A->c_res >= c->park.base) {
+			uint64_t ck = common_prefix(r->ids, n, c->park.ids,
+						    c->park.top);
+			int j = span_anchor_le(&c->park, min64(ck, n - 1), 1);
+			if (j >= 0 && c->park.anc[j].line > A->start &&
+			    ck > A->c_res) {
+				A->tier = CACHE_TIER_PARK;
+				A->start = c->park.anc[j].line;
+				A->src = j;
+			}
+		}
+		store_prefix_hashes(c, r->ids, n);
+		int s = store_find(c, r->ids, n);
+		A->store_seen = s >= 0;
+		if (s >= 0 && c->st[s].len > A->start) {
+			A->tier = CACHE_TIER_STORE;
+			A->start = c->st[s].len;
+			A->src = s;
+		}
+	}
+	A->src_line = A->start;
+	uint64_t s = A->start, t = NO_TAINT;
+	switch (A->tier) {
+	case CACHE_TIER_NONE:
+		/* a cold prefill rewrites rows [0, min(shared, taint)) with
+		 * the same bits: for a request that keeps nothing, they and
+		 * the anchors there stay */
+		A->cut = r->no_cache ? min64(A->c_res, t_res) : 0;
+		break;
+	case CACHE_TIER_RESIDENT:
+		A->cut = s;
+		t = t_res < s ? t_res : NO_TAINT;
+		break;
+	case CACHE_TIER_END:
+		A->cut = s;
+		t = min64(c->end.taint, t_res);
+		t = t < s ? t : NO_TAINT;
+		break;
+	case CACHE_TIER_PIN:
+		A->k = min64(min64(A->c_res, t_res), s);
+		A->cut = A->k;
+		t = c->pin.taint < s ? c->pin.taint : NO_TAINT;
+		break;
+	case CACHE_TIER_STORE:
+		A->k = min64(min64(A->c_res, t_res), s);
+		A->cut = A->k;
+		t = c->st[A->src].taint < s ? c->st[A->src].taint : NO_TAINT;
+		break;
+	case CACHE_TIER_PARK:
+		A->cut = c->park.base;
+		t = min64(t_res < c->park.base ? t_res : NO_TAINT,
+			  c->park.taint < s ? c->park.taint : NO_TAINT);
+		break;
+	}
+	if (s % c->lay->grid)
+		t = min64(t, s);
+	A->taint = t;
+
+	if (A->guest) {
+		A->stash_lo = A->cut;
+		A->stash_hi = min64(c->valid, n + r->max_tokens +
+						      2ull * c->cfg.guest_margin);
+		if (A->stash_lo < A->stash_hi)
+			A->stash_bytes =
+				(A->stash_hi - A->stash_lo) * c->row_bytes;
+		else
+			A->stash_lo = A->stash_hi = 0;
+		if (A->stash_bytes > c->cfg.stash_bytes) {
+			analyze(c, r, 0, A);
+			A->guest_declined = 1;
+			return;
+		}
+		return;
+	}
+	/* what happens to the rows in place */
+	A->act = ACT_NONE;
+	if (session_same(r->session, c->res_session)) {
+		uint32_t idx[SPAN_MAX_ANCHORS], m;
+		uint64_t H = pin_head(c, idx, &m);
+		if (A->tier != CACHE_TIER_PIN && H && A->c_res < H && A->cut < H)
+			A->act = ACT_PIN;
+	} else if (A->tier != CACHE_TIER_PARK && A->c_res < c->valid &&
+		   A->cut < c->valid) {
+		A->act = ACT_PARK;
+	}
+}
+
+static void set_busy(cache *c, const plan_a *A, int on)
+{
+	int i;
+	switch (A->tier) {
+	case CACHE_TIER_RESIDENT:
+		i = anchor_find(c, A->src_line);
+		if (i >= 0)
+			c->anc[i].busy = on;
+		break;
+	case CACHE_TIER_END:
+		c->end.busy = on;
+		break;
+	case CACHE_TIER_PIN:
+		c->pin.busy = on;
+		break;
+	case CACHE_TIER_PARK:
+		c->park.busy = on;
+		break;
+	case CACHE_TIER_STORE:
+		if (!on)
+			for (uint32_t j = 0; j < c->n_st; j++)
+				c->st[j].busy = 0;
+		else
+			c->st[A->src].busy = 1;
+		break;
+	}
+}
+
+/* The source's state into the live buffers. */
+static int restore(cache *c, const plan_a *A, uint64_t limit)
+{
+	int i;
+	switch (A->tier) {
+	case CACHE_TIER_NONE:
+		return secs_zero(c);
+	case CACHE_TIER_RESIDENT:
+		i = anchor_find(c, A->start);
+		MOOR_ASSERT(i >= 0);
+		return secs_in(c, dev_at(c, c->anc[i].off));
+	case CACHE_TIER_END:
+		MOOR_ASSERT(c->end.have && c->end.len == A->start);
+		c->k.end_hits++;
+		return secs_in(c, dev_at(c, c->end.off));
+	case CACHE_TIER_PIN: {
+		MOOR_ASSERT(c->pin.have);
+		int rc = span_rows_in(c, &c->pin, A->k, A->start);
+		if (!rc)
+			rc = secs_in(c, host_at(c, c->pin.anc[A->src].off));
+		c->k.pin_hits++;
+		return rc;
+	}
+	case CACHE_TIER_STORE:
+		for (uint32_t j = 0; j < c->n_st; j++)
+			if (c->st[j].busy) {
+				c->k.st_hits++;
+				return store_restore(c, (int)j, A->k);
+			}
+		MOOR_ASSERT(0);
+		return MOOR_ERANGE;
+	case CACHE_TIER_PARK:
+		return park_swap(c, A->src, limit);
+	}
+	return MOOR_ERANGE;
+}
+
+void turn_release_slots(cache *c, uint32_t from)
+{
+	for (uint32_t i = from; i < c->t.n_slots; i++)
+		arena_release(c->dev, c->t.slot[i].off);
+	c->t.n_slots = from;
+}
+
+/* Slots for the grid lines in (start, n]: the ones the anchor budget keeps
+ * (not for a guest, which keeps no anchor) and the state store's prefix
+ * line(s). */
+static void reserve_slots(cache *c, uint64_t limit)
+{
+	turn *t = &c->t;
+	uint64_t g = c->lay->grid;
+	uint64_t lines[CACHE_MAX_SLOTS];
+	int keep[CACHE_MAX_SLOTS], store[CACHE_MAX_SLOTS];
+	uint32_t n = 0;
+	for (uint64_t L = (t->start / g + 1) * g; L <= t->n && n < CACHE_MAX_SLOTS;
+	     L += g)
+		lines[n++] = L;
+	t->n_slots = 0;
+	if (!n)
+		return;
+	if (t->guest)
+		memset(keep, 0, n * sizeof *keep);
+	else
+		anchors_plan_slots(c, lines, n, keep);
+	memset(store, 0, n * sizeof *store);
+	if (c->cfg.store_bytes && c->cfg.store_entry_bytes) {
+		int clean = 0, best = -1;
+		for (uint32_t j = 0; j < n; j++) {
+			uint64_t L = lines[j];
+			if (t->taint != NO_TAINT && L > t->taint)
+				break;
+			clean = 1;
+			if (store_entry_size(c, L) > c->cfg.store_entry_bytes)
+				break;
+			best = (int)j;
+			if (c->cfg.store_boundaries == 0)
+				store[j] = store_has(c, t->ids, L) < 0;
+		}
+		/* the longest that fits; none when it is held already */
+		if (best >= 0 && c->cfg.store_boundaries != 0) {
+			int d = store_has(c, t->ids, lines[best]);
+			if (d < 0)
+				store[best] = 1;
+			else
+				c->st[d].tick = ++c->tick;
+		}
+		if (clean && best < 0) {
+			c->k.st_declined_big++;
+			store_declined(c, "over the entry cap at every line of "
+					  "the prefill",
+				       lines[0], store_entry_size(c, lines[0]),
+				       t->session);
+		}
+	}
+	for (uint32_t j = 0; j < n; j++) {
+		if (!keep[j] && !store[j])
+			continue;
+		uint64_t off;
+		int rc = MOOR_ENOSPACE;
+		if (keep[j])
+			rc = budget_grow(c, LV_ANCHORS, 0, c->sec_bytes, limit,
+					 &off);
+		if (rc && store[j])
+			rc = budget_grow(c, LV_STORE, 0, c->sec_bytes, limit,
+					 &off);
+		if (rc)
+			continue;
+		tslot *s = &t->slot[t->n_slots++];
+		s->line = lines[j];
+		s->off = off;
+		s->anchor = keep[j];
+		s->store = store[j];
+	}
+}
+
+int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
+{
+	if (!c->have_layout) {
+		moor_errf(err, "cache: no engine attached (cache_hello first)");
+		return MOOR_ERANGE;
+	}
+	if (!r || !r->ids || r->n == 0 || r->n > c->lay->window) {
+		moor_errf(err, "cache: a prompt of %llu tokens (the window "
+			       "holds %llu)",
+			  (unsigned long long)(r ? r->n : 0),
+			  (unsigned long long)c->lay->window);
+		return MOOR_ERANGE;
+	}
+	if (c->t.active) {
+		moor_warn("cache: a plan while a turn is in flight: the "
+			  "earlier turn is aborted");
+		turn_abort(c, 0, c->t.start);
+	}
+	c->k.plans++;
+	uint64_t stash_lo = UINT64_MAX;
+	if (c->stash.have) {
+		stash_lo = c->stash.lo;
+		int rc = stash_restore(c);
+		if (rc) {
+			moor_errf(err, "cache: the guest stash could not be "
+				       "put back: %s",
+				  moor_strerror(rc));
+			return rc;
+		}
+	}
+	uint64_t n = r->n;
+	uint64_t ws = c->lay->workspace_floor + c->lay->workspace_per_token * n;
+	plan_a A;
+	analyze(c, r, 1, &A);
+	uint64_t need = A.guest ? A.stash_bytes : 0;
+	int gave = 0, rc = policy_fit(c, ws, &need, &gave, err);
+	if (rc) {
+		c->k.refused++;
+		return rc;
+	}
+	int allow_guest = !(A.guest && A.stash_bytes && !need);
+	if (gave || !allow_guest)
+		analyze(c, r, allow_guest, &A);
+	if (A.guest_declined)
+		c->k.stash_declined++;
+	uint64_t limit = plan_limit(c, ws);
+
+	set_busy(c, &A, 1);
+	if (A.guest) {
+		rc = stash_make(c, A.stash_lo, A.stash_hi, limit);
+		if (rc) {
+			c->k.stash_declined++;
+			set_busy(c, &A, 0);
+			analyze(c, r, 0, &A);
+			set_busy(c, &A, 1);
+		}
+	}
+	if (!A.guest) {
+		if (A.act == ACT_PIN) {
+			(void)pin_make(c, limit);
+			/* a compaction drops its session's parked rows */
+			if (c->park.have && !c->park.busy &&
+			    session_same(c->park.session, r->session))
+				park_drop(c);
+		} else if (A.act == ACT_PARK) {
+			(void)park_make(c, A.cut, limit);
+		}
+		if (A.tier != CACHE_TIER_PARK)
+			resident_cut(c, A.cut);
+	}
+	rc = restore(c, &A, limit);
+	set_busy(c, &A, 0);
+	if (rc) {
+		moor_errf(err, "cache: restoring from the %s failed: %s",
+			  cache_tier_name(A.tier), moor_strerror(rc));
+		if (!A.guest)
+			resident_cut(c, 0);
+		return rc;
+	}
+	if (!A.guest) {
+		memcpy(c->res_ids, r->ids, n * sizeof *r->ids);
+		c->valid = r->no_cache ? A.cut : A.start;
+		c->taint = r->no_cache ? NO_TAINT : A.taint;
+		free(c->res_session);
+		c->res_session = str_dup(r->session);
+	}
+	turn *t = &c->t;
+	t->active = 1;
+	t->guest = A.guest;
+	t->no_cache = r->no_cache;
+	memcpy(t->ids, r->ids, n * sizeof *r->ids);
+	t->n = n;
+	free(t->session);
+	t->session = str_dup(r->session);
+	t->max_tokens = r->max_tokens;
+	t->start = A.start;
+	t->taint = A.taint;
+	t->cut = A.cut;
+	t->tier = A.tier;
+	t->n_slots = 0;
+	if (!r->no_cache)
+		reserve_slots(c, limit);
+
+	int tier = A.tier;
+	if (stash_lo != UINT64_MAX &&
+	    (tier == CACHE_TIER_RESIDENT || tier == CACHE_TIER_END) &&
+	    A.start > stash_lo)
+		tier = CACHE_TIER_STASH;
+	memset(out, 0, sizeof *out);
+	out->start = A.start;
+	out->taint = A.taint;
+	out->tier = tier;
+	out->guest = A.guest;
+	out->n_slots = t->n_slots;
+	for (uint32_t i = 0; i < t->n_slots; i++) {
+		out->slots[i].line = t->slot[i].line;
+		out->slots[i].offset = t->slot[i].off;
+	}
+	c->k.tier_hits[tier]++;
+	c->k.tokens_saved += A.start;
+	if (A.tier == CACHE_TIER_RESIDENT)
+		c->k.res_hits++;
+	else
+		c->k.res_misses++;
+	if (!r->no_cache && !A.store_seen)
+		c->k.st_misses++;
+	if (A.tier == CACHE_TIER_NONE)
+		c->k.cold++;
+	moor_debug("cache: plan %llu tokens: %s at %llu (taint %lld), %s%u "
+		   "slots",
+		   (unsigned long long)n, cache_tier_name(tier),
+		   (unsigned long long)A.start,
+		   A.taint == NO_TAINT ? -1ll : (long long)A.taint,
+		   A.guest ? "guest, " : "", t->n_slots);
+	return 0;
+}
+
+int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
+		    uint64_t n_gen, uint64_t state_len)
+{
+	turn *t = &c->t;
+	if (!t->active || n_filled > t->n_slots || (n_gen && !gen) ||
+	    n_gen > c->lay->window - t->n || state_len < t->n + n_gen)
+		return MOOR_ERANGE;
+	uint64_t n = t->n, e = n + n_gen;
+	int ahead = state_len > e;
+	c->k.commits++;
+	if (t->no_cache) {
+		turn_release_slots(c, 0);
+		t->active = 0;
+		return 0;
+	}
+	uint64_t taint = n_gen ? min64(t->taint, n) : t->taint;
+	/* prefix snapshots from the slots the prefill filled */
+	for (uint32_t i = 0; i < n_filled; i++)
+		if (t->slot[i].store)
+			(void)store_put(c, ENTRY_PREFIX, t->ids, t->slot[i].line,
+					t->taint, dev_at(c, t->slot[i].off),
+					t->session);
+	memcpy(t->ids + n, gen, n_gen * sizeof *gen);
+	if (t->guest) {
+		if (c->cfg.store_sessions && ahead)
+			c->k.st_declined_short++;
+		else if (c->cfg.store_sessions)
+			(void)store_put(c, ENTRY_SESSION, t->ids, e, taint, NULL,
+					t->session);
+		turn_release_slots(c, 0);
+		t->active = 0;
+		return 0;
+	}
+	/* the filled slots become anchors; the rest go */
+	for (uint32_t i = 0; i < t->n_slots; i++) {
+		tslot *s = &t->slot[i];
+		if (i < n_filled && s->anchor &&
+		    anchor_insert(c, s->line, s->off) == 0) {
+			c->k.anchors_made++;
+			continue;
+		}
+		arena_release(c->dev, s->off);
+	}
+	t->n_slots = 0;
+	memcpy(c->res_ids + n, gen, n_gen * sizeof *gen);
+	c->valid = e;
+	c->taint = taint < e ? taint : NO_TAINT;
+	/* the end anchor first: a declined store put costs it nothing */
+	if (c->cfg.end_anchor && !ahead && e > anchor_top(c))
+		(void)end_keep(c, e, c->taint);
+	if (c->cfg.store_sessions) {
+		if (ahead)
+			c->k.st_declined_short++;
+		else
+			(void)store_put(c, ENTRY_SESSION, c->res_ids, e, c->taint,
+					NULL, t->session);
+	}
+	t->active = 0;
+	return 0;
+}
+
+int cache_commit(cache *c, uint32_t n_filled, const int32_t *gen,
+		 uint64_t n_gen)
+{
+	if (!c->t.active)
+		return MOOR_ERANGE;
+	return cache_commit_at(c, n_filled, gen, n_gen, c->t.n + n_gen);
+}
+
+void turn_abort(cache *c, uint32_t n_filled, uint64_t valid)
+{
+	turn *t = &c->t;
+	if (!t->active)
+		return;
+	c->k.aborts++;
+	if (t->guest) {
+		turn_release_slots(c, 0);
+		t->active = 0;
+		return;
+	}
+	uint64_t v = min64(valid, t->n);
+	if (t->no_cache)
+		v = min64(v, t->cut);
+	for (uint32_t i = 0; i < t->n_slots; i++) {
+		tslot *s = &t->slot[i];
+		if (i < n_filled && s->anchor && s->line <= v &&
+		    anchor_insert(c, s->line, s->off) == 0) {
+			c->k.anchors_made++;
+			continue;
+		}
+		arena_release(c->dev, s->off);
+	}
+	t->n_slots = 0;
+	c->valid = v;
+	c->taint = t->no_cache ? NO_TAINT : t->taint;
+	resident_cut(c, v);
+	t->active = 0;
+}
+
+int cache_abort(cache *c, uint32_t n_filled, uint64_t valid)
+{
+	if (!c->t.active || n_filled > c->t.n_slots)
+		return MOOR_ERANGE;
+	turn_abort(c, n_filled, valid);
+	return 0;
+}

@@ -1,0 +1,262 @@
+/* resident.c: the resident prefix's anchors and the end anchor.
+ *
+ * The rows of the resident prompt stay where the prefill wrote them (the
+ * live buffers); an anchor is a copy of the sections at a grid line of a
+ * prefill (engine-filled slots, never decode state). Anchors are kept in
+ * ascending line order, all at or below the resident length.
+ *
+ * Eviction (resident_bytes): the newest `resident_keep` (4) are never
+ * evicted, since the next turn resumes near the end; then the anchors at
+ * every pin_every (4,096) up to pin_upto (32,768) are kept for the pin
+ * (given up highest first: the pin takes a head, so its low lines matter
+ * most); the others go lowest first, so what remains is the pin's lines
+ * and a tail of lines just under the newest.
+ *
+ * The end anchor is one more buffer of sections: the state at the last
+ * position the engine forwarded, at commit. Its taint is the resident's
+ * then (the lowest decode-written row).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache_int.h"
+#include "moor.h"
+
+uint64_t anchor_bytes(cache *c)
+{
+	return round_up(c->sec_bytes, ARENA_ALIGN);
+}
+
+uint32_t anchor_budget(cache *c)
+{
+	uint64_t b = anchor_bytes(c);
+	uint64_t n = b ? c->cfg.resident_bytes / b : 0;
+	return n > CACHE_MAX_SLOTS * 4 ? CACHE_MAX_SLOTS * 4 : (uint32_t)n;
+}
+
+int anchor_pin_kept(cache *c, uint64_t line)
+{
+	return c->cfg.pin_every && line % c->cfg.pin_every == 0 &&
+	       line <= c->cfg.pin_upto;
+}
+
+int anchor_le(cache *c, uint64_t lim)
+{
+	int r = -1;
+	for (uint32_t i = 0; i < c->n_anc && c->anc[i].line <= lim; i++)
+		r = (int)i;
+	return r;
+}
+
+int anchor_find(cache *c, uint64_t line)
+{
+	for (uint32_t i = 0; i < c->n_anc; i++)
+		if (c->anc[i].line == line)
+			return (int)i;
+	return -1;
+}
+
+void anchor_drop(cache *c, uint32_t i)
+{
+	MOOR_ASSERT(i < c->n_anc);
+	arena_release(c->dev, c->anc[i].off);
+	memmove(c->anc + i, c->anc + i + 1,
+		(c->n_anc - i - 1) * sizeof *c->anc);
+	c->n_anc--;
+}
+
+void anchors_drop_above(cache *c, uint64_t line)
+{
+	while (c->n_anc && c->anc[c->n_anc - 1].line > line)
+		anchor_drop(c, c->n_anc - 1);
+}
+
+void anchors_clear(cache *c)
+{
+	while (c->n_anc)
+		anchor_drop(c, c->n_anc - 1);
+}
+
+int anchor_insert(cache *c, uint64_t line, uint64_t off)
+{
+	if (c->n_anc == c->cap_anc) {
+		uint32_t cap = c->cap_anc ? c->cap_anc * 2 : 32;
+		anchor *a = realloc(c->anc, cap * sizeof *a);
+		if (!a)
+			return -ENOMEM;
+		c->anc = a;
+		c->cap_anc = cap;
+	}
+	uint32_t i = c->n_anc;
+	while (i > 0 && c->anc[i - 1].line > line)
+		i--;
+	MOOR_ASSERT(i == 0 || c->anc[i - 1].line != line);
+	memmove(c->anc + i + 1, c->anc + i, (c->n_anc - i) * sizeof *c->anc);
+	c->anc[i] = (anchor){.line = line, .off = off, .busy = 0};
+	c->n_anc++;
+	return 0;
+}
+
+uint64_t anchor_top(cache *c)
+{
+	return c->n_anc ? c->anc[c->n_anc - 1].line : 0;
+}
+
+/* The eviction order over lines[0, n) (ascending), among the alive ones
+ * that are not busy: others lowest first, then the pin's lines highest
+ * first, then (all) the newest `keep` lowest first. */
+static int pick_victim(cache *c, const uint64_t *line, const uint8_t *alive,
+		       const uint8_t *busy, uint32_t n, int all)
+{
+	uint32_t keep = c->cfg.resident_keep, seen = 0;
+	/* the newest `keep` alive entries start at index top */
+	uint32_t top = n;
+	while (top > 0 && seen < keep) {
+		top--;
+		if (alive[top])
+			seen++;
+	}
+	if (seen < keep)
+		top = 0;
+	for (uint32_t i = 0; i < top; i++)
+		if (alive[i] && !busy[i] && !anchor_pin_kept(c, line[i]))
+			return (int)i;
+	for (uint32_t i = top; i-- > 0;)
+		if (alive[i] && !busy[i])
+			return (int)i;
+	if (all)
+		for (uint32_t i = top; i < n; i++)
+			if (alive[i] && !busy[i])
+				return (int)i;
+	return -1;
+}
+
+int anchor_victim(cache *c, int all)
+{
+	uint32_t n = c->n_anc;
+	if (!n)
+		return -1;
+	uint64_t line[n];
+	uint8_t alive[n], busy[n];
+	for (uint32_t i = 0; i < n; i++) {
+		line[i] = c->anc[i].line;
+		alive[i] = 1;
+		busy[i] = (uint8_t)c->anc[i].busy;
+	}
+	return pick_victim(c, line, alive, busy, n, all);
+}
+
+void anchors_plan_slots(cache *c, const uint64_t *lines, uint32_t n,
+			int *keep)
+{
+	uint32_t m = c->n_anc, t = m + n, K = anchor_budget(c), alive_n = t;
+	uint64_t *line = malloc((t + 1) * sizeof *line);
+	uint8_t *alive = malloc(t + 1), *busy = calloc(t + 1, 1);
+	if (!line || !alive || !busy) {
+		free(line);
+		free(alive);
+		free(busy);
+		for (uint32_t j = 0; j < n; j++)
+			keep[j] = 0;
+		return;
+	}
+	for (uint32_t i = 0; i < m; i++) {
+		line[i] = c->anc[i].line;
+		busy[i] = (uint8_t)c->anc[i].busy;
+	}
+	for (uint32_t j = 0; j < n; j++) {
+		MOOR_ASSERT(!m || lines[j] > c->anc[m - 1].line);
+		line[m + j] = lines[j];
+	}
+	memset(alive, 1, t);
+	while (alive_n > K) {
+		int v = pick_victim(c, line, alive, busy, t, 0);
+		if (v < 0)
+			break;
+		alive[v] = 0;
+		alive_n--;
+	}
+	for (uint32_t j = 0; j < n; j++)
+		keep[j] = alive[m + j];
+	for (uint32_t i = m; i-- > 0;)
+		if (!alive[i]) {
+			anchor_drop(c, i);
+			c->k.evictions++;
+		}
+	free(line);
+	free(alive);
+	free(busy);
+}
+
+int anchor_adopt(cache *c, uint64_t line, const void *src, uint64_t limit)
+{
+	if (anchor_find(c, line) >= 0)
+		return 0;
+	uint64_t off;
+	int rc = budget_grow(c, LV_ANCHORS, 0, c->sec_bytes, limit, &off);
+	if (rc)
+		return rc;
+	rc = c->mv->copy(c->mv->ctx, dev_at(c, off), src, c->sec_bytes);
+	if (!rc)
+		rc = anchor_insert(c, line, off);
+	if (rc) {
+		arena_release(c->dev, off);
+		return rc;
+	}
+	while (c->n_anc > anchor_budget(c)) {
+		int v = anchor_victim(c, 0);
+		if (v < 0)
+			break;
+		anchor_drop(c, (uint32_t)v);
+		c->k.evictions++;
+	}
+	return 0;
+}
+
+void resident_cut(cache *c, uint64_t line)
+{
+	if (c->valid > line)
+		c->valid = line;
+	anchors_drop_above(c, line);
+	if (c->end.have && c->end.len > line)
+		end_drop(c);
+	if (c->taint >= c->valid)
+		c->taint = NO_TAINT;
+}
+
+void end_drop(cache *c)
+{
+	if (c->end.have)
+		c->k.end_dropped++;
+	c->end.have = 0;
+}
+
+void end_release(cache *c)
+{
+	end_drop(c);
+	if (c->end.buf)
+		arena_release(c->dev, c->end.off);
+	c->end.buf = 0;
+}
+
+int end_keep(cache *c, uint64_t len, uint64_t taint)
+{
+	c->end.have = 0;
+	if (!c->end.buf) {
+		int rc = budget_grow(c, LV_END, 0, c->sec_bytes,
+				     c->cfg.mem_ceiling, &c->end.off);
+		if (rc) {
+			c->k.end_skipped++;
+			return rc;
+		}
+		c->end.buf = 1;
+	}
+	int rc = secs_out(c, dev_at(c, c->end.off));
+	if (rc)
+		return rc;
+	c->end.have = 1;
+	c->end.len = len;
+	c->end.taint = taint;
+	c->k.end_kept++;
+	return 0;
+}

@@ -1,0 +1,96 @@
+/* span.c: rows held aside in blocks, for the pin and the park.
+ *
+ * A span holds rows [base, top) of a prompt in blocks of `grid` rows in
+ * the host arena; block j is a compact rows buffer (every view, window
+ * grid) of rows [base + j*grid, base + (j+1)*grid). Blocks of two spans
+ * with the same base hold the same rows at the same places, which is what
+ * lets the park swap two conversations a block at a time. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache_int.h"
+#include "moor.h"
+
+uint64_t span_blk_rows(cache *c)
+{
+	return c->lay->grid;
+}
+
+uint64_t span_blk_bytes(cache *c)
+{
+	return round_up(span_blk_rows(c) * c->row_bytes, ARENA_ALIGN);
+}
+
+uint32_t span_blocks(cache *c, uint64_t rows)
+{
+	uint64_t b = span_blk_rows(c);
+	return (uint32_t)((rows + b - 1) / b);
+}
+
+void span_free(cache *c, span *s)
+{
+	for (uint32_t j = 0; j < s->n_blk; j++)
+		if (s->blk[j] != UINT64_MAX)
+			arena_release(c->host, s->blk[j]);
+	for (uint32_t i = 0; i < s->n_anc; i++)
+		if (s->anc[i].off != UINT64_MAX)
+			arena_release(c->host, s->anc[i].off);
+	free(s->blk);
+	free(s->ids);
+	free(s->session);
+	memset(s, 0, sizeof *s);
+}
+
+int span_alloc_blocks(cache *c, span *s, uint32_t n, int lv, uint64_t limit)
+{
+	uint64_t *b = realloc(s->blk, (size_t)(n ? n : 1) * sizeof *b);
+	if (!b)
+		return -ENOMEM;
+	s->blk = b;
+	for (uint32_t j = s->n_blk; j < n; j++) {
+		int rc = budget_grow(c, lv, 1, span_blk_bytes(c), limit,
+				     &s->blk[j]);
+		if (rc)
+			return rc; /* span_free releases what was taken */
+		s->n_blk = j + 1;
+	}
+	return 0;
+}
+
+static int span_rows(cache *c, const span *s, uint64_t a, uint64_t b,
+		     int in)
+{
+	uint64_t blk = span_blk_rows(c);
+	MOOR_ASSERT(s->base <= a && a <= b && b <= s->top);
+	for (uint64_t r = a; r < b;) {
+		uint64_t j = (r - s->base) / blk, r0 = s->base + j * blk;
+		uint64_t m = min64(b, r0 + blk) - r;
+		void *p = host_at(c, s->blk[j]);
+		int rc = in ? rows_in(c, p, blk, r - r0, r, m)
+			    : rows_out(c, p, blk, r - r0, r, m);
+		if (rc)
+			return rc;
+		r += m;
+	}
+	return 0;
+}
+
+int span_rows_in(cache *c, const span *s, uint64_t a, uint64_t b)
+{
+	return span_rows(c, s, a, b, 1);
+}
+
+int span_rows_out(cache *c, const span *s, uint64_t a, uint64_t b)
+{
+	return span_rows(c, s, a, b, 0);
+}
+
+int span_anchor_le(const span *s, uint64_t lim, int with_end)
+{
+	int r = -1;
+	for (uint32_t i = 0; s->have && i < s->n_anc; i++)
+		if (s->anc[i].line <= lim && (with_end || !s->anc[i].end) &&
+		    (r < 0 || s->anc[i].line > s->anc[r].line))
+			r = (int)i;
+	return r;
+}

@@ -1,0 +1,64 @@
+/* stash.c: the guest stash. A guest (at most guest_max tokens and under a
+ * quarter of the resident prompt) writes over rows the resident prompt's
+ * next turn needs; before it runs, the rows it can write (from where its
+ * prefill starts to its prompt, its max_tokens and two margins, clipped to
+ * the resident rows) are copied aside into the device arena, and they are
+ * copied back at the next plan, before anything else. The guest changes
+ * neither the resident prompt nor its anchors and keeps no end anchor. */
+#include "cache_int.h"
+#include "moor.h"
+
+int stash_make(cache *c, uint64_t lo, uint64_t hi, uint64_t limit)
+{
+	MOOR_ASSERT(!c->stash.have);
+	if (lo >= hi)
+		return 0;
+	uint64_t rows = hi - lo, bytes = rows * c->row_bytes;
+	if (bytes > c->cfg.stash_bytes)
+		return MOOR_ENOSPACE;
+	if (bytes == 0)
+		return 0;
+	uint64_t off;
+	int rc = budget_grow(c, LV_STASH, 0, bytes, limit, &off);
+	if (rc)
+		return rc;
+	rc = rows_out(c, dev_at(c, off), rows, 0, lo, rows);
+	if (rc) {
+		arena_release(c->dev, off);
+		return rc;
+	}
+	c->stash.have = 1;
+	c->stash.lo = lo;
+	c->stash.hi = hi;
+	c->stash.off = off;
+	c->k.stashes++;
+	return 0;
+}
+
+int stash_restore(cache *c)
+{
+	if (!c->stash.have)
+		return 0;
+	uint64_t rows = c->stash.hi - c->stash.lo;
+	int rc = rows_in(c, dev_at(c, c->stash.off), rows, 0, c->stash.lo,
+			 rows);
+	if (rc) {
+		stash_drop(c);
+		return rc;
+	}
+	arena_release(c->dev, c->stash.off);
+	c->stash.have = 0;
+	c->k.stash_restores++;
+	return 0;
+}
+
+void stash_drop(cache *c)
+{
+	if (!c->stash.have)
+		return;
+	arena_release(c->dev, c->stash.off);
+	c->stash.have = 0;
+	c->k.stash_dropped++;
+	/* the guest's rows stay where the resident prompt's were */
+	resident_cut(c, c->stash.lo);
+}

@@ -1,0 +1,206 @@
+/* store.c: the state store (host arena). Whole snapshots keyed by the
+ * tokens that produced them: the sections, then rows [0, len) as a compact
+ * rows buffer.
+ *
+ *   prefix snapshots  at the longest grid boundary of a prefill that fits
+ *                     store_entry_bytes (store_boundaries 1; 0 takes one at
+ *                     every boundary that fits), never above the taint line:
+ *                     a resume there is a cold grid prefill's, bit for bit;
+ *   session snapshots the end state of a turn (sections and rows), held to
+ *                     the greedy gate like the end anchor.
+ *
+ * Room is made before a snapshot is cloned (reserve, then copy), the least
+ * recently used entry first; a snapshot over the entry cap is declined
+ * (declined_big, said once per conversation in the log), one whose state
+ * is ahead of its key is declined before anything is cloned
+ * (declined_short). A hit resumes at the longest snapshot whose tokens are
+ * a prefix of the prompt; the hash is a hint, the ids are compared element
+ * by element before a byte is restored.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache_int.h"
+#include "moor.h"
+
+void store_prefix_hashes(cache *c, const int32_t *ids, uint64_t n)
+{
+	uint64_t h = ids_hash(ids, 0);
+	c->ph[0] = h;
+	for (uint64_t i = 0; i < n; i++) {
+		h ^= (uint32_t)ids[i];
+		h *= 0x100000001b3ull;
+		c->ph[i + 1] = h;
+	}
+}
+
+static int ids_equal(const int32_t *a, const int32_t *b, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		if (a[i] != b[i])
+			return 0;
+	return 1;
+}
+
+int store_find(cache *c, const int32_t *ids, uint64_t n)
+{
+	int best = -1;
+	for (uint32_t i = 0; i < c->n_st; i++) {
+		const store_entry *e = &c->st[i];
+		if (e->len >= n || (best >= 0 && e->len <= c->st[best].len))
+			continue;
+		if (c->ph[e->len] != e->hash)
+			continue;
+		if (ids_equal(ids, e->ids, e->len))
+			best = (int)i;
+	}
+	return best;
+}
+
+int store_has(cache *c, const int32_t *ids, uint64_t len)
+{
+	uint64_t h = ids_hash(ids, len);
+	for (uint32_t i = 0; i < c->n_st; i++)
+		if (c->st[i].len == len && c->st[i].hash == h &&
+		    ids_equal(ids, c->st[i].ids, len))
+			return (int)i;
+	return -1;
+}
+
+int store_restore(cache *c, int i, uint64_t k)
+{
+	store_entry *e = &c->st[i];
+	MOOR_ASSERT(k <= e->len);
+	int rc = secs_in(c, host_at(c, e->off));
+	if (!rc)
+		rc = rows_in(c, host_at(c, e->off + c->sec_bytes), e->len, k, k,
+			     e->len - k);
+	e->tick = ++c->tick;
+	e->hits++;
+	return rc;
+}
+
+void store_evict(cache *c, uint32_t i)
+{
+	MOOR_ASSERT(i < c->n_st);
+	store_entry *e = &c->st[i];
+	arena_release(c->host, e->off);
+	c->st_bytes -= e->bytes;
+	free(e->ids);
+	c->st[i] = c->st[--c->n_st];
+	c->k.st_evictions++;
+}
+
+int store_lru(cache *c)
+{
+	int r = -1;
+	for (uint32_t i = 0; i < c->n_st; i++)
+		if (!c->st[i].busy && (r < 0 || c->st[i].tick < c->st[r].tick))
+			r = (int)i;
+	return r;
+}
+
+void store_clear(cache *c)
+{
+	while (c->n_st)
+		store_evict(c, c->n_st - 1);
+}
+
+void store_declined(cache *c, const char *why, uint64_t len, uint64_t bytes,
+		    const char *session)
+{
+	uint64_t key = 0;
+	if (!session_none(session)) {
+		key = 0xcbf29ce484222325ull;
+		for (const char *p = session; *p; p++)
+			key = (key ^ (unsigned char)*p) * 0x100000001b3ull;
+	}
+	if (key && key == c->declined_hash)
+		return; /* said once per conversation */
+	c->declined_hash = key;
+	moor_info("cache: state store declined a snapshot of %llu tokens "
+		  "(%llu bytes): %s",
+		  (unsigned long long)len, (unsigned long long)bytes, why);
+}
+
+uint64_t store_entry_size(cache *c, uint64_t len)
+{
+	return round_up(c->sec_bytes + len * c->row_bytes, ARENA_ALIGN);
+}
+
+int store_put(cache *c, int kind, const int32_t *ids, uint64_t len,
+	      uint64_t taint, const void *secs, const char *session)
+{
+	uint64_t bytes = store_entry_size(c, len);
+	if (bytes > c->cfg.store_entry_bytes || bytes > c->cfg.store_bytes) {
+		c->k.st_declined_big++;
+		store_declined(c, "over the entry cap", len, bytes, session);
+		return MOOR_ENOSPACE;
+	}
+	int d = store_has(c, ids, len);
+	if (d >= 0) {
+		c->st[d].tick = ++c->tick;
+		c->k.st_dup++;
+		return 0;
+	}
+	/* reserve: room first, then the clone */
+	while (c->st_bytes + bytes > c->cfg.store_bytes) {
+		int v = store_lru(c);
+		if (v < 0)
+			break;
+		store_evict(c, (uint32_t)v);
+	}
+	uint64_t off;
+	int rc = c->st_bytes + bytes > c->cfg.store_bytes
+			 ? MOOR_ENOSPACE
+			 : budget_grow(c, LV_STORE, 1, bytes,
+				       c->cfg.mem_ceiling, &off);
+	if (rc) {
+		c->k.st_declined_room++;
+		store_declined(c, "no room under the memory ceiling", len,
+			       bytes, session);
+		return rc;
+	}
+	if (c->n_st == c->cap_st) {
+		uint32_t cap = c->cap_st ? c->cap_st * 2 : 16;
+		store_entry *v = realloc(c->st, cap * sizeof *v);
+		if (!v) {
+			arena_release(c->host, off);
+			return -ENOMEM;
+		}
+		c->st = v;
+		c->cap_st = cap;
+	}
+	int32_t *kid = malloc((len ? len : 1) * sizeof *kid);
+	if (!kid) {
+		arena_release(c->host, off);
+		return -ENOMEM;
+	}
+	memcpy(kid, ids, len * sizeof *kid);
+	rc = secs ? c->mv->copy(c->mv->ctx, host_at(c, off), secs,
+				c->sec_bytes)
+		  : secs_out(c, host_at(c, off));
+	if (!rc)
+		rc = rows_out(c, host_at(c, off + c->sec_bytes), len, 0, 0, len);
+	if (rc) {
+		free(kid);
+		arena_release(c->host, off);
+		return rc;
+	}
+	store_entry *e = &c->st[c->n_st++];
+	memset(e, 0, sizeof *e);
+	e->kind = kind;
+	e->ids = kid;
+	e->len = len;
+	e->hash = ids_hash(ids, len);
+	e->off = off;
+	e->bytes = bytes;
+	e->taint = taint < len ? taint : NO_TAINT;
+	e->tick = ++c->tick;
+	c->st_bytes += bytes;
+	if (kind == ENTRY_SESSION)
+		c->k.st_puts_session++;
+	else
+		c->k.st_puts_prefix++;
+	return 0;
+}
