@@ -42,7 +42,8 @@ static void mm_run(kt_be *b, float *y, int ldy, const float *x, int ldx,
 
 static void test_matmul(int wdt, int act)
 {
-	int T = 300, N = 200, K = 300, ld = K + 1;
+	int T = 2100, N = 200, K = 300,
+	    ld = K + 1; /* 256-row tasks, a partial one */
 	float *x = fmk((size_t)T * ld, -1, 1);
 	void *W;
 	float *wf = kt_weights((size_t)N * K, wdt, -1, 1, &W);
@@ -55,7 +56,7 @@ static void test_matmul(int wdt, int act)
 		if (i)
 			same("matmul threads", y[0], y[i], ny * 4);
 	}
-	const int rows[] = {0, 1, 127, 128, 200, 299};
+	const int rows[] = {0, 1, 255, 256, 1300, 2099};
 	for (int i = 0; i < 6; i++) {
 		int t = rows[i];
 		mm_run(&be[1], r, N, x + (size_t)t * ld, ld, W, wdt, 1, N, K,
