@@ -374,6 +374,8 @@ static void layout_release(cache *c)
 	free(c->vg);
 	free(c->res_ids);
 	free(c->t.ids);
+	free(c->t.session);
+	c->t.session = NULL;
 	free(c->ph);
 	c->sec_off = c->view_off = NULL;
 	c->vg = NULL;

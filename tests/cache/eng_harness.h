@@ -200,10 +200,12 @@ static inline int h_turn_run(harness *h, const int32_t *ids, int64_t n,
 		es[i].dst = base + t->plan.slots[i].offset;
 	}
 	h->s.len = (int64_t)st;
-	REQUIRE(eng_prefill_slots(h->m, &h->s, ids + st, n - (int64_t)st,
-				  h->lg + st * (size_t)h->V, ENG_LOGITS_ALL, es,
-				  (int)t->plan.n_slots, &t->n_filled) == 0,
-		"prefill");
+	rc = eng_prefill_slots(h->m, &h->s, ids + st, n - (int64_t)st,
+			       h->lg + st * (size_t)h->V, ENG_LOGITS_ALL, es,
+			       (int)t->plan.n_slots, &t->n_filled);
+	REQUIRE(rc == 0, "prefill [%llu, %lld) with %u slots: %s",
+		(unsigned long long)st, (long long)n, t->plan.n_slots,
+		moor_strerror(rc));
 	REQUIRE(t->n_filled == (int)t->plan.n_slots, "filled %d of %u",
 		t->n_filled, t->plan.n_slots);
 	t->st = state_read(&kern_cpu_ops, h->ctx, h->y, &h->s, n);
