@@ -9,9 +9,9 @@
  * and V row once for all of them (the rows share only loads).
  *
  * A group keeps its scores in the task's scratch slot (cpu.h) when they fit:
- * up to ATT_RG rows of 32k keys. When they do not it makes three passes over
- * the keys in chunks: the max, then the sum, then p and p V, recomputing the
- * scores each time. The scores, e_j (v4_exp, the same bits in any lane) and
+ * up to ATT_RG = 64 rows of 32k keys. When they do not it makes three passes
+ * over the keys in chunks: the max, then the sum, then p and p V, recomputing
+ * the scores each time. The scores, e_j (v4_exp, the same bits in any lane) and
  * the sums (in order j) are the same function of the same inputs either way,
  * so both give the same bits; only the speed differs. */
 #include "cpu.h"
@@ -24,7 +24,7 @@
  * keys per converted K block. */
 #define ATT_DMAX 512
 #define ATT_VBUF 16384
-#define ATT_RG 32
+#define ATT_RG 64
 #define ATT_KB 16 /* a multiple of 4, at most 24 (kcpu_mk) */
 
 /* ---- rope ---- */
@@ -321,10 +321,11 @@ static void sum_rows(int n, const float *e, int ld, const int *len, float *sum)
 			sum[i] += e[(size_t)i * ld + j];
 }
 
+/* sc: the scores, cap floats; acc: ATT_RG * D floats, both from the task's
+ * scratch slot */
 static void att_group_run(const struct att_job *jb, const struct att_group *gr,
-			  float *sc, size_t cap)
+			  float *sc, size_t cap, float *acc)
 {
-	float acc[ATT_RG * ATT_DMAX];
 	float mx[ATT_RG], sum[ATT_RG];
 	int rel[ATT_RG];
 	int n = gr->n, D = jb->D, act = jb->act;
@@ -379,7 +380,9 @@ static void att_task(void *arg, int task)
 	int t1 = t0 + jb->tpt < jb->T ? t0 + jb->tpt : jb->T;
 	int slot;
 	float *sc = kcpu_scratch_get(jb->ctx, &slot);
-	const size_t cap = KCPU_SCRATCH;
+	float *acc = sc + (KCPU_SCRATCH - (size_t)ATT_RG * ATT_DMAX);
+	size_t cap = KCPU_SCRATCH - (size_t)ATT_RG * ATT_DMAX;
+	cap = jb->ctx->att_cap < cap ? jb->ctx->att_cap : cap;
 	struct att_group gr;
 	gr.n = 0;
 	gr.g = h0 / jb->r;
@@ -393,7 +396,7 @@ static void att_task(void *arg, int task)
 			    ((size_t)len > cap
 				 ? (size_t)gr.len[0] <= cap
 				 : (size_t)(gr.n + 1) * len > cap)) {
-				att_group_run(jb, &gr, sc, cap);
+				att_group_run(jb, &gr, sc, cap, acc);
 				gr.n = 0;
 			}
 			int i = gr.n++;
@@ -403,12 +406,12 @@ static void att_task(void *arg, int task)
 			gr.q[i] =
 			    jb->qv + (size_t)t * jb->ldq + (size_t)h * jb->D;
 			if (gr.n == ATT_RG) {
-				att_group_run(jb, &gr, sc, cap);
+				att_group_run(jb, &gr, sc, cap, acc);
 				gr.n = 0;
 			}
 		}
 	if (gr.n > 0)
-		att_group_run(jb, &gr, sc, cap);
+		att_group_run(jb, &gr, sc, cap, acc);
 	kcpu_scratch_put(jb->ctx, slot);
 }
 

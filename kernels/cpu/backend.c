@@ -38,6 +38,7 @@ static int cpu_create(const kern_config *cfg, kern_ctx **out)
 	}
 	for (int i = 0; i < threads; i++)
 		atomic_init(&ctx->busy[i], 0);
+	ctx->att_cap = KCPU_SCRATCH;
 	ctx->q.ctx = ctx;
 	*out = ctx;
 	return 0;

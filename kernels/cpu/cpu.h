@@ -38,9 +38,9 @@ struct kern_queue {
 	kern_ctx *ctx;
 };
 
-/* Floats of one scratch slot (4 MiB): attention keeps a group's scores
- * there. */
-#define KCPU_SCRATCH ((size_t)1 << 20)
+/* Floats of one scratch slot (8 MiB + 128 KiB): attention keeps a group's
+ * scores there (64 rows of 32k keys) and its accumulators after them. */
+#define KCPU_SCRATCH (((size_t)1 << 21) + ((size_t)1 << 15))
 
 struct kern_ctx {
 	moor_pool *pool; /* cfg->threads threads (the caller counts as one) */
@@ -51,6 +51,11 @@ struct kern_ctx {
 	int nslot;
 	float *scratch;	  /* [nslot, KCPU_SCRATCH] */
 	atomic_int *busy; /* [nslot] */
+	/* Floats of a slot attention may fill with scores before it falls
+	 * back to three passes over the keys; create() sets the most. A test
+	 * seam: tests lower it to reach the three-pass path on short contexts
+	 * (the bits must not change). */
+	size_t att_cap;
 };
 
 static inline moor_pool *kcpu_pool(kern_queue *q)

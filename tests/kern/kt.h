@@ -4,6 +4,7 @@
 #ifndef KT_H
 #define KT_H
 
+#include "cpu/cpu.h" /* the CPU backend's context, for its test seam */
 #include "moor.h"
 #include "ops.h"
 
@@ -185,6 +186,16 @@ static inline kt_be kt_open(int threads)
 		exit(1);
 	}
 	b.q = b.o->queue(b.ctx);
+	return b;
+}
+
+/* A backend whose attention keeps at most cap floats of scores per group
+ * (the test seam of cpu/cpu.h), so that short contexts take the three-pass
+ * path. */
+static inline kt_be kt_open_cap(int threads, size_t cap)
+{
+	kt_be b = kt_open(threads);
+	b.ctx->att_cap = cap;
 	return b;
 }
 

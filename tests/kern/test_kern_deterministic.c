@@ -6,8 +6,11 @@
  *     matmul, rmsnorm, l2norm and rope rows computed alone (T = 1, at an
  *     offset) or in a sub-range equal the rows of one large call; attention
  *     rows alone at pos0 + t equal the rows of one call at pos0, in short
- *     contexts and in long ones (33k keys; 2^20 + keys, where the rows take
- *     three passes over chunks of a size that depends on the group); conv1d
+ *     contexts and in long ones (33k keys), and so do the rows of a backend
+ *     whose score buffer is lowered to 3000 floats (its test seam), where
+ *     rows longer than that take three passes over chunks whose size
+ *     depends on the group: the one-pass and three-pass paths agree bit for
+ *     bit; conv1d
  *     over T equals three calls with the tail carried between them.
  *  3. The chunked delta rule over 256 tokens equals two calls over 128 + 128
  *     (o and the state), because sub-chunks are aligned to each call's start
@@ -18,6 +21,7 @@
 
 #define NB 3
 static kt_be be[NB]; /* 1, 2, 3 threads */
+static kt_be bs[2];  /* 1, 2 threads, attention's score cap 3000 floats */
 
 static void same(const char *what, const void *a, const void *b, size_t n)
 {
@@ -298,7 +302,26 @@ static void test_attention(int T, int64_t pos0, int Hq, int Hkv, int D,
 		if (i)
 			same(what, out[0], out[i], no * 4);
 	}
+	/* the small score cap: groups of other sizes, and rows longer than
+	 * the cap take three passes; the bits stay */
+	for (int i = 0; i < 2; i++) {
+		kt_poison(out[nb - 1], no);
+		ASSERT(bs[i].o->attention(bs[i].q, out[nb - 1], qv, ldq, K, V,
+					  kvdt, T, pos0, Hq, Hkv, D, sc,
+					  act) == 0,
+		       "attention");
+		same(i ? "attention small cap, 2 threads"
+		       : "attention small cap, 1 thread",
+		     out[0], out[nb - 1], no * 4);
+	}
 	for (int t = step - 1; t < T; t += step) {
+		kt_poison(r, (size_t)Hq * D);
+		ASSERT(bs[0].o->attention(bs[0].q, r, qv + (size_t)t * ldq, ldq,
+					  K, V, kvdt, 1, pos0 + t, Hq, Hkv, D,
+					  sc, act) == 0,
+		       "attention");
+		same("attention row alone, small cap", r,
+		     out[0] + (size_t)t * Hq * D, (size_t)Hq * D * 4);
 		kt_poison(r, (size_t)Hq * D);
 		ASSERT(be[1].o->attention(be[1].q, r, qv + (size_t)t * ldq, ldq,
 					  K, V, kvdt, 1, pos0 + t, Hq, Hkv, D,
@@ -429,6 +452,8 @@ int main(void)
 	kt_seed(77);
 	for (int i = 0; i < NB; i++)
 		be[i] = kt_open(i + 1);
+	for (int i = 0; i < 2; i++)
+		bs[i] = kt_open_cap(i + 1, 3000);
 	for (int act = 0; act < 2; act++) {
 		test_matmul(KERN_BF16, act);
 		test_matmul(KERN_F32, act);
@@ -439,13 +464,16 @@ int main(void)
 		test_attention(9, 0, 6, 1, 40, KERN_F32, act, NB, 1);
 		test_delta(act);
 	}
-	/* long contexts: 33k keys in one pass, and more than a scratch slot
-	 * holds (2^20 floats): the three-pass path, whose chunks depend on
-	 * the group (1 thread: 3 rows; 2 threads: 1) */
+	/* long contexts: 33k keys in one pass (the small cap: three); 3500
+	 * keys, one pass against three passes in chunks whose size depends
+	 * on the group */
 	test_attention(5, 33000, 2, 1, 16, KERN_BF16, KERN_ACT_BF16, NB, 2);
-	test_attention(3, 1048580, 2, 1, 8, KERN_BF16, KERN_ACT_BF16, 2, 3);
+	for (int act = 0; act < 2; act++)
+		test_attention(20, 3500, 4, 2, 24, KERN_BF16, act, NB, 7);
 	test_misc();
 	for (int i = 0; i < NB; i++)
 		kt_close_be(&be[i]);
+	for (int i = 0; i < 2; i++)
+		kt_close_be(&bs[i]);
 	return kt_done("test_kern_deterministic");
 }
