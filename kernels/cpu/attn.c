@@ -321,13 +321,59 @@ static void sum_rows(int n, const float *e, int ld, const int *len, float *sum)
 			sum[i] += e[(size_t)i * ld + j];
 }
 
+/* The steps of a sweep over keys; each sweep goes through the keys in
+ * blocks of ATT_SWEEP, doing its steps on a block while it is in cache. */
+enum {
+	ST_SCORES = 1, /* compute the scores (else they are in sc already) */
+	ST_MAX = 2,    /* mx[i] = max(mx[i], s) */
+	ST_EXP = 4,    /* s = exp(s - mx[i]) */
+	ST_SUM = 8,    /* sum[i] += s, in order */
+	ST_PV = 16,    /* p = rnd(s / sum[i]); acc[i] += p V */
+};
+#define ATT_SWEEP 256
+
+/* Keys [ja, je) of the group, their scores at sc[i * ld + j - base]. */
+static void att_sweep(const struct att_job *jb, const struct att_group *gr,
+		      int ja, int je, float *sc, int ld, int base, int steps,
+		      float *mx, float *sum, float *acc)
+{
+	int rel[ATT_RG];
+	int n = gr->n;
+	for (int j0 = ja; j0 < je; j0 += ATT_SWEEP) {
+		int j1 = je - j0 < ATT_SWEEP ? je : j0 + ATT_SWEEP;
+		float *blk = sc + (j0 - base);
+		if (steps & ST_SCORES)
+			att_scores(jb, gr, j0, j1, blk, ld);
+		for (int i = 0; i < n; i++) {
+			int e = (gr->len[i] < j1 ? gr->len[i] : j1) - j0;
+			rel[i] = e < 0 ? 0 : e;
+		}
+		for (int i = 0; i < n; i++) {
+			float *s = blk + (size_t)i * ld;
+			if (steps & ST_MAX)
+				mx[i] = max_of(s, rel[i], mx[i]);
+			if (steps & ST_EXP)
+				exp_shift(s, rel[i], mx[i]);
+		}
+		if (steps & ST_SUM)
+			sum_rows(n, blk, ld, rel, sum);
+		if (steps & ST_PV) {
+			for (int i = 0; i < n; i++)
+				normalize(blk + (size_t)i * ld, rel[i], sum[i],
+					  jb->act);
+			att_pv(jb, gr, j0, j1, blk, ld, acc);
+		}
+	}
+}
+
 /* sc: the scores, cap floats; acc: ATT_RG * D floats, both from the task's
- * scratch slot */
+ * scratch slot. One pass when the group's scores fit (three sweeps over the
+ * stored scores: max, exp and sum, p V), else three passes over chunks of
+ * keys, each computing its chunk's scores again. */
 static void att_group_run(const struct att_job *jb, const struct att_group *gr,
 			  float *sc, size_t cap, float *acc)
 {
 	float mx[ATT_RG], sum[ATT_RG];
-	int rel[ATT_RG];
 	int n = gr->n, D = jb->D, act = jb->act;
 	int lmax = gr->len[n - 1];
 	for (int i = 0; i < n * D; i++)
@@ -336,35 +382,24 @@ static void att_group_run(const struct att_job *jb, const struct att_group *gr,
 		mx[i] = -INFINITY;
 		sum[i] = 0.0f;
 	}
-	/* one pass when the group's scores fit, else three over chunks */
-	int ch = (size_t)n * lmax <= cap ? lmax : (int)(cap / n);
-	int passes = ch == lmax ? 1 : 3;
-	for (int pass = 0; pass < passes; pass++)
-		for (int ja = 0; ja < lmax; ja += ch) {
-			int je = lmax - ja < ch ? lmax : ja + ch;
-			att_scores(jb, gr, ja, je, sc, ch);
-			for (int i = 0; i < n; i++) {
-				int e =
-				    gr->len[i] < je ? gr->len[i] - ja : je - ja;
-				rel[i] = e < 0 ? 0 : e;
+	if ((size_t)n * lmax <= cap) {
+		att_sweep(jb, gr, 0, lmax, sc, lmax, 0, ST_SCORES | ST_MAX, mx,
+			  sum, acc);
+		att_sweep(jb, gr, 0, lmax, sc, lmax, 0, ST_EXP | ST_SUM, mx,
+			  sum, acc);
+		att_sweep(jb, gr, 0, lmax, sc, lmax, 0, ST_PV, mx, sum, acc);
+	} else {
+		int ch = (int)(cap / n);
+		static const int pass[3] = {ST_SCORES | ST_MAX,
+					    ST_SCORES | ST_EXP | ST_SUM,
+					    ST_SCORES | ST_EXP | ST_PV};
+		for (int p = 0; p < 3; p++)
+			for (int ja = 0; ja < lmax; ja += ch) {
+				int je = lmax - ja < ch ? lmax : ja + ch;
+				att_sweep(jb, gr, ja, je, sc, ch, ja, pass[p],
+					  mx, sum, acc);
 			}
-			if (passes == 1 || pass == 0)
-				for (int i = 0; i < n; i++)
-					mx[i] = max_of(sc + (size_t)i * ch,
-						       rel[i], mx[i]);
-			if (passes == 3 && pass == 0)
-				continue;
-			for (int i = 0; i < n; i++)
-				exp_shift(sc + (size_t)i * ch, rel[i], mx[i]);
-			if (passes == 1 || pass == 1)
-				sum_rows(n, sc, ch, rel, sum);
-			if (passes == 3 && pass == 1)
-				continue;
-			for (int i = 0; i < n; i++)
-				normalize(sc + (size_t)i * ch, rel[i], sum[i],
-					  act);
-			att_pv(jb, gr, ja, je, sc, ch, acc);
-		}
+	}
 	for (int i = 0; i < n; i++) {
 		float *o = jb->out + ((size_t)gr->t[i] * jb->Hq + gr->h[i]) * D;
 		for (int d = 0; d < D; d++)
