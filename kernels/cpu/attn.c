@@ -20,8 +20,8 @@
 
 /* rope keeps a token's cos/sin on the stack. */
 #define ROPE_ROT_MAX 1024
-/* attention: head_dim bound, score buffer, V block buffer, rows per group,
- * keys per converted K block. */
+/* attention: the head_dim bound, the V block buffer (floats), rows per
+ * group, keys per transposed K block. */
 #define ATT_DMAX 512
 #define ATT_VBUF 16384
 #define ATT_RG 64

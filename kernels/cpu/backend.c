@@ -1,6 +1,8 @@
 /* backend.c: the CPU backend's vtable, lifecycle and memory. Device memory
  * is host memory; every op runs to completion on the context's thread pool
- * before it returns, so sync() has nothing to wait for. */
+ * before it returns, so sync() has nothing to wait for. create() also
+ * allocates the per-thread scratch slots (cpu.h) the ops use instead of
+ * allocating. */
 #include "cpu.h"
 
 #include <stdlib.h>

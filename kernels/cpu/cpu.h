@@ -6,11 +6,10 @@
  *
  *  - products of matrices (matmul, attention's q·K and p·V, the delta rule's
  *    block products) sum each output element *sequentially* over the reduced
- *    index,
- *    starting from +0: s = ((0 + a0 b0) + a1 b1) + ...  Each product is
- *    rounded to fp32 before its add (-ffp-contract=off), so a SIMD kernel that
- *    keeps four outputs in a vector register computes the same bits as a
- *    scalar loop, and a reduction cut into k-blocks (the partial parked in
+ *    index, starting from +0: s = ((0 + a0 b0) + a1 b1) + ...  Each product
+ *    is rounded to fp32 before its add (-ffp-contract=off), so a SIMD kernel
+ *    that keeps four outputs in a vector register computes the same bits as
+ *    a scalar loop, and a reduction cut into k-blocks (the partial parked in
  *    fp32 memory) equals an uncut one. The vectorisation runs across output
  *    columns, never across the reduced index.
  *  - dot products of two rows (the norms' sums of squares, the delta rule's
@@ -134,7 +133,8 @@ static inline v4f v4_bf16(const uint16_t *p)
 static inline v4f v4_exp(v4f x)
 {
 	const v4f lo = v4_splat(-87.3f), hi = v4_splat(88.3f);
-	v4i under = x<lo, over = x> hi;
+	v4i under = x < lo;
+	v4i over = x > hi;
 	x = v4_sel(under, lo, x);
 	x = v4_sel(over, hi, x);
 	const v4f magic = v4_splat(12582912.0f); /* 1.5 * 2^23 */
