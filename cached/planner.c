@@ -212,6 +212,14 @@ static int restore(cache *c, const plan_a *A, uint64_t limit)
 		int rc = span_rows_in(c, &c->pin, A->k, A->start);
 		if (!rc)
 			rc = secs_in(c, host_at(c, c->pin.anc[A->src].off));
+		/* the pinned anchors over the restored rows are the
+		 * resident's again (the pin keeps its copies) */
+		for (uint32_t j = 0; j < c->pin.n_anc && !rc; j++)
+			if (c->pin.anc[j].line > A->k &&
+			    c->pin.anc[j].line <= A->start)
+				(void)anchor_adopt(c, c->pin.anc[j].line,
+						   host_at(c, c->pin.anc[j].off),
+						   limit);
 		c->k.pin_hits++;
 		return rc;
 	}
@@ -435,12 +443,14 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 		c->k.st_misses++;
 	if (A.tier == CACHE_TIER_NONE)
 		c->k.cold++;
-	moor_debug("cache: plan %llu tokens: %s at %llu (taint %lld), %s%u "
-		   "slots",
-		   (unsigned long long)n, cache_tier_name(tier),
-		   (unsigned long long)A.start,
+	moor_debug("cache: plan %llu tokens (shares %llu): %s at %llu (taint "
+		   "%lld), cut %llu, %s%s%u slots",
+		   (unsigned long long)n, (unsigned long long)A.c_res,
+		   cache_tier_name(tier), (unsigned long long)A.start,
 		   A.taint == NO_TAINT ? -1ll : (long long)A.taint,
-		   A.guest ? "guest, " : "", t->n_slots);
+		   (unsigned long long)A.cut, A.guest ? "guest, " : "",
+		   A.act == ACT_PIN ? "pin, " : A.act == ACT_PARK ? "park, " : "",
+		   t->n_slots);
 	return 0;
 }
 

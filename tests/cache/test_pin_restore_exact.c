@@ -8,8 +8,8 @@
  *   - turn 3, session s1: A[:600] + new tokens shares 600 with the pin and
  *     nothing with the rows in place: the rows come back and it resumes at
  *     512, equal to a cold prefill (logits, sections, rows [0, n));
- *   - turn 4: A[:300] + other tokens resumes from the pin at 256 with the
- *     rows in place (no copy), equal to a cold prefill as well;
+ *   - turn 4: A[:300] + other tokens resumes at 256, an anchor that came
+ *     back with the head, equal to a cold prefill as well;
  *   - another session's request that parts is parked, not pinned. */
 #include "eng_harness.h"
 
@@ -55,10 +55,10 @@ int main(void)
 	int32_t *P4 = h_cat(A, 300, N + 300, 400);
 	h_part(P4, A, 300, V);
 	REQUIRE(h_turn_run(&h, P4, 700, "s1", 3, &t) == 0, "turn 4");
-	CHECK(t.plan.tier == CACHE_TIER_PIN && t.plan.start == 256,
-	      "turn 4 resumes from the pin at 256: %s at %llu",
+	CHECK(t.plan.tier == CACHE_TIER_RESIDENT && t.plan.start == 256,
+	      "turn 4 resumes at the restored anchor 256: %s at %llu",
 	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start);
-	h_exact(&h, P4, 700, &t, "turn 4 (pin anchor, rows in place)");
+	h_exact(&h, P4, 700, &t, "turn 4 (a pinned anchor, back in place)");
 	state_free(&t.st);
 
 	/* another session that parts: parked, the pin stays as it was */
