@@ -159,4 +159,66 @@ static inline int32_t *tt_ids(json_t *a, size_t *n)
 	return v;
 }
 
+/* GPT-2's bytes_to_unicode(), to spell a byte-level vocabulary. */
+static inline void tt_byte_char(int b, char out[3])
+{
+	int printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) ||
+			(b >= 0xae && b <= 0xff);
+	int cp = b;
+	if (!printable) {
+		int n = 0;
+		for (int x = 0; x < b; x++)
+			if (!((x >= '!' && x <= '~') ||
+			      (x >= 0xa1 && x <= 0xac) ||
+			      (x >= 0xae && x <= 0xff)))
+				n++;
+		cp = 256 + n;
+	}
+	if (cp < 0x80) {
+		out[0] = (char)cp;
+		out[1] = 0;
+	} else {
+		out[0] = (char)(0xc0 | cp >> 6);
+		out[1] = (char)(0x80 | (cp & 0x3f));
+		out[2] = 0;
+	}
+}
+
+/* A tiny valid tokenizer.json: 256 byte tokens, "he" (256) and "hel"
+ * (257) merged, the special <|end|> (258); NFC; Split \p{L}+|\s+|. */
+static inline json_t *tt_tiny_base(void)
+{
+	json_t *vocab = json_object();
+	for (int b = 0; b < 256; b++) {
+		char c[3];
+		tt_byte_char(b, c);
+		json_object_set_new(vocab, c, json_integer(b));
+	}
+	json_object_set_new(vocab, "he", json_integer(256));
+	json_object_set_new(vocab, "hel", json_integer(257));
+	json_t *j = json_pack(
+	    "{s:s, s:n, s:n, s:[{s:i, s:s, s:b, s:b, s:b, s:b, s:b}],"
+	    " s:{s:s},"
+	    " s:{s:s, s:[{s:s, s:{s:s}, s:s, s:b},"
+	    "            {s:s, s:b, s:b, s:b}]},"
+	    " s:{s:s, s:b, s:b, s:b}, s:{s:s, s:b, s:b, s:b},"
+	    " s:{s:s, s:n, s:n, s:s, s:s, s:b, s:b, s:b, s:o,"
+	    "    s:[[s, s], s]}}",
+	    "version", "1.0", "truncation", "padding", "added_tokens", "id",
+	    258, "content", "<|end|>", "single_word", 0, "lstrip", 0, "rstrip",
+	    0, "normalized", 0, "special", 1, "normalizer", "type", "NFC",
+	    "pre_tokenizer", "type", "Sequence", "pretokenizers", "type",
+	    "Split", "pattern", "Regex", "\\p{L}+|\\s+|.", "behavior",
+	    "Isolated", "invert", 0, "type", "ByteLevel", "add_prefix_space", 0,
+	    "trim_offsets", 0, "use_regex", 0, "post_processor", "type",
+	    "ByteLevel", "add_prefix_space", 0, "trim_offsets", 0, "use_regex",
+	    0, "decoder", "type", "ByteLevel", "add_prefix_space", 0,
+	    "trim_offsets", 0, "use_regex", 0, "model", "type", "BPE",
+	    "dropout", "unk_token", "continuing_subword_prefix", "",
+	    "end_of_word_suffix", "", "fuse_unk", 0, "byte_fallback", 0,
+	    "ignore_merges", 0, "vocab", vocab, "merges", "h", "e", "he l");
+	REQUIRE(j, "json_pack");
+	return j;
+}
+
 #endif
