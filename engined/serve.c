@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -63,20 +64,24 @@ void eng_serve_run_dir_default(char *out, size_t n)
 		snprintf(out, n, "/tmp/moor-%u", (unsigned)getuid());
 }
 
-/* 1 when a process accepts connections on the unix socket at path, 0 when
- * nothing does (absent or stale). */
-static int socket_live(const char *path)
+/* Takes RUN/<name>.lock for the life of the process (the kernel lets go of
+ * it when the process dies, SIGKILL included): held by another process
+ * means another daemon of this kind serves the run dir; taken means any
+ * socket file left there is stale. Never probed by connecting: a stray
+ * connection can stall an NNG listener's next accept. */
+static int run_lock(const char *run_dir, const char *name)
 {
-	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	if (strlen(path) >= sizeof a.sun_path)
-		return 0;
-	strcpy(a.sun_path, path);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	char p[320];
+	snprintf(p, sizeof p, "%s/%s.lock", run_dir, name);
+	int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0)
-		return 0;
-	int live = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
-	close(fd);
-	return live;
+		return -errno;
+	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		int e = errno == EWOULDBLOCK ? -EADDRINUSE : -errno;
+		close(fd);
+		return e;
+	}
+	return fd; /* kept open until exit */
 }
 
 /* ===================================================================== */
@@ -294,6 +299,10 @@ typedef struct srv {
 	float *logits;   /* [vocab] */
 	int32_t *gen;    /* [window] tokens the state absorbed */
 	eng_slot *slots; /* [PROTO_MAX_SLOTS] */
+	proto_step_entry *pend; /* [window + 1] steps not sent yet */
+	uint32_t n_pend;
+	double last_step; /* when the last STEP left */
+	char done_msg[MOOR_ERRLEN]; /* the running request's DONE text */
 } srv;
 
 static int stopping(srv *s)
@@ -546,7 +555,7 @@ static int cached_hello(srv *s, char *err)
 static int cached_attach_first(srv *s)
 {
 	double deadline = moor_now() + s->cfg->connect_timeout_s;
-	double next_log = 0;
+	double next_log = moor_now() + 0.5; /* quiet while the dial lands */
 	char err[MOOR_ERRLEN];
 	for (;;) {
 		if (stopping(s))
@@ -667,6 +676,8 @@ static void on_generate(srv *s, nng_pipe p, proto_msg *m)
 		else {
 			snprintf(msg, sizeof msg,
 				 "busy: %d requests are waiting already", n);
+			moor_info("req %llu: refused: %s",
+				  (unsigned long long)j->m.h.req, msg);
 			send_done(s, p, j->m.h.req, PROTO_FINISH_ERROR, -EBUSY,
 				  msg);
 		}
@@ -699,8 +710,13 @@ static void on_cancel(srv *s, nng_pipe p, const proto_msg *m)
 	pthread_mutex_unlock(&s->mu);
 	/* A CANCEL that finds nothing raced with the DONE: nothing to do. */
 	if (gone) {
+		moor_info("req %llu: cancelled while it waited",
+			  (unsigned long long)target);
 		send_done(s, p, target, PROTO_FINISH_CANCEL, 0, "");
 		job_free(gone);
+	} else {
+		moor_debug("CANCEL of req %llu: not waiting, not running",
+			   (unsigned long long)target);
 	}
 }
 
@@ -774,9 +790,14 @@ static void *receiver_main(void *arg)
 
 static int clients_open(srv *s)
 {
-	if (socket_live(s->eng_path)) {
-		moor_err("another engined serves %s", s->eng_url);
-		return -EADDRINUSE;
+	int lk = run_lock(s->run_dir, "engined");
+	if (lk < 0) {
+		if (lk == -EADDRINUSE)
+			moor_err("another engined serves %s", s->eng_url);
+		else
+			moor_err("%s/engined.lock: %s", s->run_dir,
+				 moor_strerror(lk));
+		return lk;
 	}
 	if (unlink(s->eng_path) == 0)
 		moor_info("replaced a stale %s", s->eng_path);
@@ -864,12 +885,48 @@ static int plan_check(srv *s, const proto_plan_ok *p, uint64_t n, char *msg)
 	return 0;
 }
 
-static void run_job(srv *s, job *j)
+/* PAIR1 poly delivers best effort: NNG keeps two messages per pipe behind
+ * the one being written and drops what comes on top, silently. So a STEP
+ * leaves at most every STEP_GAP_S: decode steps closer together (a small
+ * model on an idle CPU) share one STEP, entries in order, and a real
+ * model's steps, tens of ms apart, go one a message. The last flush waits
+ * out the gap, so the final STEP and the DONE behind it find the pipe's
+ * queue drained. */
+#define STEP_GAP_S 0.001
+
+static void steps_flush(srv *s, const job *j, int last)
+{
+	if (s->n_pend == 0)
+		return;
+	double wait = s->last_step + STEP_GAP_S - moor_now();
+	if (!last && wait > 0)
+		return; /* too soon: keep them for the next flush */
+	if (wait > 0) {
+		struct timespec ts = {0, (long)(wait * 1e9)};
+		nanosleep(&ts, NULL);
+	}
+	proto_msg st = {0};
+	st.h.type = PROTO_STEP;
+	st.h.req = j->m.h.req;
+	st.u.step.n = s->n_pend;
+	st.u.step.e = s->pend;
+	if (proto_send(s->cs, &st, j->pipe))
+		atomic_store(&s->cancel, 2); /* nobody reads it */
+	s->last_step = moor_now();
+	s->n_pend = 0;
+}
+
+/* Runs one request and fills its DONE (d, whose msg points into msg);
+ * the worker sends it once the request no longer counts as running. */
+static void run_job(srv *s, job *j, proto_done *d, char *msg)
 {
 	const proto_generate *g = &j->m.u.gen;
 	const uint64_t req = j->m.h.req, n = g->n_ids;
-	char msg[MOOR_ERRLEN] = "";
 	int rc = 0;
+	msg[0] = 0;
+	memset(d, 0, sizeof *d);
+	d->msg = msg;
+	d->prompt_tokens = n;
 
 	/* A new pipe to cached since the last HELLO: cached restarted (its
 	 * caches are gone) and knows this engine no longer. */
@@ -878,7 +935,8 @@ static void run_job(srv *s, job *j)
 		rc = cached_hello(s, msg);
 		if (rc) {
 			moor_warn("HELLO: %s", msg);
-			send_done(s, j->pipe, req, PROTO_FINISH_ERROR, rc, msg);
+			d->finish = PROTO_FINISH_ERROR;
+			d->code = rc;
 			return;
 		}
 	}
@@ -906,16 +964,20 @@ static void run_job(srv *s, job *j)
 	if (rc) {
 		moor_warn("req %llu: plan: %s", (unsigned long long)req, msg);
 		proto_msg_fini(&rep);
-		send_done(s, j->pipe, req, PROTO_FINISH_ERROR, rc, msg);
+		d->finish = PROTO_FINISH_ERROR;
+		d->code = rc;
 		return;
 	}
 	const proto_plan_ok po = rep.u.plan_ok;
 	rc = plan_check(s, &po, n, msg);
 	int n_slots = (int)po.n_slots, n_filled = 0;
 	proto_msg_fini(&rep);
+	d->tier = po.tier;
+	d->cached_tokens = po.start;
 	if (rc) {
 		cached_abort(s, 0, 0);
-		send_done(s, j->pipe, req, PROTO_FINISH_ERROR, rc, msg);
+		d->finish = PROTO_FINISH_ERROR;
+		d->code = rc;
 		return;
 	}
 
@@ -974,14 +1036,9 @@ static void run_job(srv *s, job *j)
 		else if (produced >= g->max_tokens ||
 			 s->seq.len + 1 > s->lay->window)
 			f = PROTO_FINISH_LENGTH;
-		proto_step_entry e = {.req = req, .token = t, .finish = f};
-		proto_msg st = {0};
-		st.h.type = PROTO_STEP;
-		st.h.req = req;
-		st.u.step.n = 1;
-		st.u.step.e = &e;
-		if (proto_send(s->cs, &st, j->pipe))
-			atomic_store(&s->cancel, 2); /* nobody reads it */
+		s->pend[s->n_pend++] =
+			(proto_step_entry){.req = req, .token = t, .finish = f};
+		steps_flush(s, j, f != 0);
 		if (f) {
 			finish = f;
 			break;
@@ -991,10 +1048,12 @@ static void run_job(srv *s, job *j)
 			moor_errf(msg, "decode at %lld: %s",
 				  (long long)s->seq.len, moor_strerror(rc));
 			eng_sampler_free(smp);
+			steps_flush(s, j, 1);
 			goto fail;
 		}
 		s->gen[absorbed++] = t;
 	}
+	steps_flush(s, j, 1); /* a cancel leaves some behind */
 	eng_sampler_free(smp);
 	uint64_t decode_us = us_since(td);
 
@@ -1011,18 +1070,10 @@ static void run_job(srv *s, job *j)
 			  "this turn)", (unsigned long long)req, cmsg);
 	proto_msg_fini(&rep);
 
-	proto_msg d = {0};
-	d.h.type = PROTO_DONE;
-	d.h.req = req;
-	d.u.done.finish = finish;
-	d.u.done.tier = po.tier;
-	d.u.done.prompt_tokens = n;
-	d.u.done.cached_tokens = po.start;
-	d.u.done.completion_tokens = produced;
-	d.u.done.prefill_us = prefill_us;
-	d.u.done.decode_us = decode_us;
-	d.u.done.msg = "";
-	proto_send(s->cs, &d, j->pipe);
+	d->finish = finish;
+	d->completion_tokens = produced;
+	d->prefill_us = prefill_us;
+	d->decode_us = decode_us;
 	moor_info("req %llu: %llu prompt tokens, %llu cached (tier %u), "
 		  "%llu forwarded in %.3f s, %llu generated in %.3f s, "
 		  "%u anchors filled, finish %s%s",
@@ -1038,7 +1089,8 @@ static void run_job(srv *s, job *j)
 fail:
 	moor_warn("req %llu: %s", (unsigned long long)req, msg);
 	cached_abort(s, n_filled, s->seq.len);
-	send_done(s, j->pipe, req, PROTO_FINISH_ERROR, rc, msg);
+	d->finish = PROTO_FINISH_ERROR;
+	d->code = rc;
 }
 
 /* ===================================================================== */
@@ -1082,11 +1134,17 @@ static void worker_loop(srv *s)
 		atomic_store(&s->cancel, 0);
 		pthread_mutex_unlock(&s->mu);
 
-		run_job(s, j);
+		proto_msg d = {0};
+		d.h.type = PROTO_DONE;
+		d.h.req = j->m.h.req;
+		run_job(s, j, &d.u.done, s->done_msg);
 
+		/* no longer running before the client hears DONE, so its next
+		 * request never finds this one in the way */
 		pthread_mutex_lock(&s->mu);
 		s->cur = NULL;
 		pthread_mutex_unlock(&s->mu);
+		proto_send(s->cs, &d, j->pipe);
 		job_free(j);
 	}
 }
@@ -1175,9 +1233,10 @@ int eng_serve(const eng_serve_cfg *cfg)
 	s->logits = malloc((size_t)s->vocab * sizeof *s->logits);
 	s->gen = malloc((size_t)y->window * sizeof *s->gen);
 	s->slots = calloc(PROTO_MAX_SLOTS, sizeof *s->slots);
+	s->pend = calloc((size_t)y->window + 1, sizeof *s->pend);
 	s->queue = calloc((size_t)cfg->queue_max + 1, sizeof *s->queue);
 	if (!s->seq.sec || !s->seq.view || !s->logits || !s->gen ||
-	    !s->slots || !s->queue) {
+	    !s->slots || !s->pend || !s->queue) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -1240,6 +1299,7 @@ out:
 	free(s->logits);
 	free(s->gen);
 	free(s->slots);
+	free(s->pend);
 	free(s->queue);
 	eng_model_free(s->model);
 	if (s->kctx)
