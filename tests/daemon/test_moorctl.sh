@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# test_moorctl: `moorctl stats` prints JSON with every cache; after one turn
+# the resident prefix holds anchors; `moorctl clear --tier resident` empties
+# it; a bad tier is refused with a clear error and exit 2; no cached at the
+# run dir is exit 1 with a message naming the socket. Every wait is bounded
+# (the polls, the clients' timeouts); meson's timeout bounds the whole.
+set -u
+cached=$1 engined=$2 moorctl=$3 client=$4 model=$5
+run=$(mktemp -d /tmp/moor-moorctl-XXXXXX)
+pids=()
+fail=0
+cleanup() {
+	# SIGTERM first, so cached unlinks its arenas; -9 what is left
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+	for _ in $(seq 20); do
+		alive=0
+		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+		[ $alive -eq 0 ] && break
+		sleep 0.05
+	done
+	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+	[ $fail -ne 0 ] && for f in "$run"/*.log; do echo "---- $f"; cat "$f"; done
+	rm -rf "$run"
+}
+trap cleanup EXIT
+check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; fi; }
+# poll until log $1 says $2 and socket $3 exists, up to $4 polls of 50 ms
+# (never by connecting: a stray connection can stall an NNG listener)
+wait_ready() {
+	for _ in $(seq "$4"); do
+		grep -q "$2" "$1" 2>/dev/null && [ -S "$3" ] && return 0
+		sleep 0.05
+	done
+	return 1
+}
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+
+"$cached" --run-dir "$run" --device-gb 0.25 --host-gb 0.25 --mem-ceiling-gb 0.25 \
+	--mem-peak-gb 0.25 --resident-gb 0.05 --resident-stash-gb 0.02 \
+	--resident-pin-gb 0.02 --resident-park-gb 0.02 --cache-gb 0.05 \
+	--store-entry-gb 0.02 >"$run/cached.log" 2>&1 & pids+=($!)
+wait_ready "$run/cached.log" serving "$run/admin.sock" 400 || { echo "FAIL: cached did not come up"; fail=1; exit 1; }
+
+out=$("$moorctl" --run-dir "$run" stats); rc=$?
+check "stats: exit 0" '[ $rc -eq 0 ]'
+for c in resident end stash pin park store; do
+	check "stats has $c" '[ "$(echo "$out" | json "\"$c\" in d")" = True ]'
+done
+
+"$engined" --model "$model" --run-dir "$run" --grid 64 --window 1024 \
+	>"$run/engined.log" 2>&1 & pids+=($!)
+wait_ready "$run/engined.log" "serving on" "$run/engined.sock" 600 || { echo "FAIL: engined did not come up"; fail=1; exit 1; }
+ids=$(seq -s, 1 150)
+"$client" --run-dir "$run" --ids "$ids" --max-tokens 4 --ignore-eos --timeout-ms 30000 >"$run/turn.out" 2>&1
+check "one turn" 'grep -q "done finish=length" "$run/turn.out"'
+
+out=$("$moorctl" --run-dir "$run" stats)
+check "resident holds anchors after a turn" '[ "$(echo "$out" | json "d[\"resident\"][\"anchors\"] > 0")" = True ]'
+check "end anchor kept" '[ "$(echo "$out" | json "d[\"end\"][\"have\"]")" = True ]'
+
+"$moorctl" --run-dir "$run" clear --tier resident >/dev/null; rc=$?
+check "clear --tier resident: exit 0" '[ $rc -eq 0 ]'
+out=$("$moorctl" --run-dir "$run" stats)
+check "resident empty after clear" '[ "$(echo "$out" | json "d[\"resident\"][\"anchors\"] == 0 and d[\"resident\"][\"bytes\"] == 0")" = True ]'
+
+err=$("$moorctl" --run-dir "$run" clear --tier bogus 2>&1); rc=$?
+check "bad tier: exit 2" '[ $rc -eq 2 ]'
+check "bad tier: names it and the choices" 'echo "$err" | grep -q "unknown tier .bogus." && echo "$err" | grep -q resident'
+"$moorctl" --run-dir "$run" clear >/dev/null; rc=$?
+check "clear (all): exit 0" '[ $rc -eq 0 ]'
+err=$("$moorctl" --run-dir "$run/nowhere" --timeout-ms 500 stats 2>&1); rc=$?
+check "no cached: exit 1, names the socket" '[ $rc -eq 1 ] && echo "$err" | grep -q "nowhere/admin.sock"'
+err=$("$moorctl" frobnicate 2>&1); rc=$?
+check "unknown command: exit 2" '[ $rc -eq 2 ]'
+
+[ $fail -eq 0 ] && echo "test_moorctl: ok"
+exit $fail
