@@ -296,7 +296,9 @@ typedef struct cache_ent {
 	uint32_t ioff, nids; /* in ids */
 } cache_ent;
 
-#define CACHE_MAX_WORD 128	  /* longer pieces are rare; not cached */
+#ifndef CACHE_MAX_WORD	   /* tests may override it, and BPE_SCAN_MAX */
+#define CACHE_MAX_WORD 128 /* longer pieces are rare; not cached */
+#endif
 #define CACHE_MAX_ENTS (1u << 20) /* then it stops growing */
 
 typedef struct enc {
@@ -507,7 +509,9 @@ static void bpe_heap(enc *e, size_t n)
 	}
 }
 
+#ifndef BPE_SCAN_MAX
 #define BPE_SCAN_MAX 48 /* pieces up to this many bytes use bpe_scan */
+#endif
 
 static int bpe_uncached(enc *e, const uint8_t *s, size_t n, int use_heap)
 {

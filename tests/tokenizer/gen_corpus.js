@@ -151,7 +151,7 @@ add('\u0000', 'a\u0000b', '\u0001\u0002\u0003\u001f', '\u007f', '\u0080\u009f',
     '\u202eRTL override\u202c', '\u2066isolate\u2069', '\u{e0061}\u{e0062}', '\ufffe\uffff',
     '\u{10ffff}', '\u{1fffe}', '\\u0041', '&#65;&#x42;', '%E2%82%AC', '\\x00\\xff',
     'ÃƒÂ©', 'Ã©', 'â€™', '\u00ad soft\u00adhyphen', '\u2060word\u2060joiner', '\u034f',
-    '\u180e', '\u061c', '\u3164', '\u115f\u1160', '\ud7ff\ue000', '\u{1d173}\u{1d17a}');
+    '\u180e', '\u061c', '\u3164', '\u115f\u1160', '\uac00\u11a7', '\u1100\u1161\u11a7', '\ud7ff\ue000', '\u{1d173}\u{1d17a}');
 
 // --- random strings -----------------------------------------------------------
 // Alphabets of blocks that Unicode assigned before 14.0 (PCRE2's tables; see
