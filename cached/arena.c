@@ -79,19 +79,21 @@ static void ext_remove(extents *e, uint32_t at)
 	e->n--;
 }
 
-static int arena_open(const char *name, uint64_t size, int create,
-		      arena **out, char *err)
+static int arena_open(const char *name, uint64_t size, int create, arena **out,
+		      char *err)
 {
 	*out = NULL;
 	if (!name || name[0] != '/' || strlen(name) >= ARENA_NAME_MAX) {
-		moor_errf(err, "arena name '%s': must start with '/' and be "
-			       "shorter than %d bytes",
+		moor_errf(err,
+			  "arena name '%s': must start with '/' and be "
+			  "shorter than %d bytes",
 			  name ? name : "(null)", ARENA_NAME_MAX);
 		return MOOR_ERANGE;
 	}
 	if (create && (size == 0 || size % ARENA_ALIGN)) {
-		moor_errf(err, "arena %s: size %llu is not a positive multiple "
-			       "of %d",
+		moor_errf(err,
+			  "arena %s: size %llu is not a positive multiple "
+			  "of %d",
 			  name, (unsigned long long)size, ARENA_ALIGN);
 		return MOOR_ERANGE;
 	}
@@ -99,13 +101,14 @@ static int arena_open(const char *name, uint64_t size, int create,
 	if (!a)
 		return -ENOMEM;
 	snprintf(a->name, sizeof a->name, "%s", name);
-	int fd = shm_open(name, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR,
-			  0600);
+	int fd =
+	    shm_open(name, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
 	if (fd < 0) {
 		int e = errno;
 		if (e == EEXIST)
-			moor_errf(err, "arena %s exists (a stale object of an "
-				       "earlier run? remove /dev/shm%s)",
+			moor_errf(err,
+				  "arena %s exists (a stale object of an "
+				  "earlier run? remove /dev/shm%s)",
 				  name, name);
 		else
 			moor_errf(err, "shm_open %s: %s", name, strerror(e));
@@ -203,7 +206,8 @@ int arena_alloc(arena *a, uint64_t bytes, uint64_t *off)
 		return MOOR_EUNSUP;
 	if (bytes == 0 || bytes > a->size)
 		return bytes ? MOOR_ENOSPACE : MOOR_ERANGE;
-	uint64_t need = (bytes + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
+	uint64_t need =
+	    (bytes + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
 	/* free extents never outnumber the blocks by more than one, so with
 	 * this room a release never needs memory */
 	int rc = ext_reserve(&a->free_, a->used_.n + 2);
@@ -322,10 +326,10 @@ static int mc_zero(void *ctx, void *dst, size_t n)
 }
 
 const arena_mover arena_mover_memcpy = {
-	.name = "memcpy",
-	.ctx = NULL,
-	.copy = mc_copy,
-	.copy2d = mc_copy2d,
-	.zero = mc_zero,
-	.sync = NULL,
+    .name = "memcpy",
+    .ctx = NULL,
+    .copy = mc_copy,
+    .copy2d = mc_copy2d,
+    .zero = mc_zero,
+    .sync = NULL,
 };

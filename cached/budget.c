@@ -167,10 +167,11 @@ int policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
 			giv += lv_bytes(c, l);
 	uint64_t floor = held > giv ? held - giv : 0;
 	if (floor + ws > peak || ws > peak) {
-		moor_errf(err, "cache: a prefill needing %.3f GiB of workspace "
-			       "does not fit under mem_peak %.3f GiB: the live "
-			       "buffers hold %.3f GiB that no cache can give "
-			       "back (caches hold %.3f GiB)",
+		moor_errf(err,
+			  "cache: a prefill needing %.3f GiB of workspace "
+			  "does not fit under mem_peak %.3f GiB: the live "
+			  "buffers hold %.3f GiB that no cache can give "
+			  "back (caches hold %.3f GiB)",
 			  gib(ws), gib(peak), gib(floor), gib(giv));
 		moor_warn("%s", err ? err : "cache: prefill refused");
 		return MOOR_ENOSPACE;
@@ -180,7 +181,8 @@ int policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
 	while (held_bytes(c) + ws + *stash_need > peak) {
 		int done = 0;
 		for (int i = 0; i < 3 && !done; i++)
-			if (lv_counts(c, first[i]) && give_back_one(c, first[i]))
+			if (lv_counts(c, first[i]) &&
+			    give_back_one(c, first[i]))
 				done = 1;
 		if (!done && *stash_need) {
 			/* the guest's stash is the level that gives: the
@@ -194,9 +196,10 @@ int policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
 			if (lv_counts(c, last[i]) && give_back_one(c, last[i]))
 				done = 1;
 		if (!done) {
-			moor_errf(err, "cache: a prefill needing %.3f GiB of "
-				       "workspace does not fit under mem_peak "
-				       "%.3f GiB (%.3f GiB held)",
+			moor_errf(err,
+				  "cache: a prefill needing %.3f GiB of "
+				  "workspace does not fit under mem_peak "
+				  "%.3f GiB (%.3f GiB held)",
 				  gib(ws), gib(peak), gib(held_bytes(c)));
 			return MOOR_ENOSPACE;
 		}

@@ -76,7 +76,8 @@ uint64_t cache_layout_section_bytes(const cache_layout *l)
 
 static int layout_check(const cache_layout *l, char *err)
 {
-	if (l->n_sections > CACHE_MAX_SECTIONS || l->n_views > CACHE_MAX_VIEWS) {
+	if (l->n_sections > CACHE_MAX_SECTIONS ||
+	    l->n_views > CACHE_MAX_VIEWS) {
 		moor_errf(err, "layout: %u sections, %u views (at most %d, %d)",
 			  l->n_sections, l->n_views, CACHE_MAX_SECTIONS,
 			  CACHE_MAX_VIEWS);
@@ -87,30 +88,33 @@ static int layout_check(const cache_layout *l, char *err)
 		return MOOR_ERANGE;
 	}
 	if (l->window == 0 || l->grid == 0) {
-		moor_errf(err, "layout: window %llu, grid %u (both must be > 0)",
+		moor_errf(err,
+			  "layout: window %llu, grid %u (both must be > 0)",
 			  (unsigned long long)l->window, l->grid);
 		return MOOR_ERANGE;
 	}
 	for (uint32_t i = 0; i < l->n_sections; i++)
 		if (l->sec[i].bytes == 0) {
-			moor_errf(err, "layout: section %u (%.*s) has 0 bytes", i,
-				  CACHE_NAME_MAX, l->sec[i].name);
+			moor_errf(err, "layout: section %u (%.*s) has 0 bytes",
+				  i, CACHE_NAME_MAX, l->sec[i].name);
 			return MOOR_ERANGE;
 		}
 	for (uint32_t i = 0; i < l->n_views; i++) {
 		const cache_view *v = &l->view[i];
 		if (v->elt == 0 || v->ndim == 0 || v->ndim > CACHE_MAX_DIMS ||
 		    v->token_axis >= v->ndim) {
-			moor_errf(err, "layout: view %u (%.*s): elt %u, ndim %u, "
-				       "token axis %u",
+			moor_errf(err,
+				  "layout: view %u (%.*s): elt %u, ndim %u, "
+				  "token axis %u",
 				  i, CACHE_NAME_MAX, v->name, v->elt, v->ndim,
 				  v->token_axis);
 			return MOOR_ERANGE;
 		}
 		for (uint32_t d = 0; d < v->ndim; d++)
 			if (d != v->token_axis && v->dims[d] <= 0) {
-				moor_errf(err, "layout: view %u (%.*s): dim %u "
-					       "is %lld",
+				moor_errf(err,
+					  "layout: view %u (%.*s): dim %u "
+					  "is %lld",
 					  i, CACHE_NAME_MAX, v->name, d,
 					  (long long)v->dims[d]);
 				return MOOR_ERANGE;
@@ -161,9 +165,9 @@ int secs_out(cache *c, void *dst)
 {
 	uint64_t o = 0;
 	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
-		int rc = c->mv->copy(c->mv->ctx, (char *)dst + o,
-				     dev_at(c, c->sec_off[i]),
-				     c->lay->sec[i].bytes);
+		int rc =
+		    c->mv->copy(c->mv->ctx, (char *)dst + o,
+				dev_at(c, c->sec_off[i]), c->lay->sec[i].bytes);
 		if (rc)
 			return rc;
 		o += c->lay->sec[i].bytes;
@@ -175,9 +179,9 @@ int secs_in(cache *c, const void *src)
 {
 	uint64_t o = 0;
 	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
-		int rc = c->mv->copy(c->mv->ctx, dev_at(c, c->sec_off[i]),
-				     (const char *)src + o,
-				     c->lay->sec[i].bytes);
+		int rc =
+		    c->mv->copy(c->mv->ctx, dev_at(c, c->sec_off[i]),
+				(const char *)src + o, c->lay->sec[i].bytes);
 		if (rc)
 			return rc;
 		o += c->lay->sec[i].bytes;
@@ -208,8 +212,8 @@ static int view_rows(const arena_mover *mv, const vgeom *g, void *dst,
 			  swin * g->inner, n * g->inner, g->outer);
 }
 
-static int rows_xfer(cache *c, int out, void *buf, uint64_t bwin,
-		     uint64_t brow, uint64_t live_row, uint64_t n)
+static int rows_xfer(cache *c, int out, void *buf, uint64_t bwin, uint64_t brow,
+		     uint64_t live_row, uint64_t n)
 {
 	uint64_t o = 0, W = c->lay->window;
 	MOOR_ASSERT(live_row + n <= W && brow + n <= bwin);
@@ -293,8 +297,8 @@ char *str_dup(const char *s)
 
 const char *cache_tier_name(int tier)
 {
-	static const char *const names[] = {"none", "resident", "end", "pin",
-					    "park", "store",    "stash"};
+	static const char *const names[] = {"none", "resident", "end",	"pin",
+					    "park", "store",	"stash"};
 	if (tier < 0 || tier > CACHE_TIER_STASH)
 		return "unknown";
 	return names[tier];
@@ -454,14 +458,35 @@ int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 			  "store entries) and carving new live buffers",
 			  memcmp(c->lay->fingerprint, lay->fingerprint,
 				 sizeof lay->fingerprint)
-				  ? "fingerprint"
-				  : "state layout",
+			      ? "fingerprint"
+			      : "state layout",
 			  (unsigned long long)c->valid, c->n_anc, c->n_st);
 		layout_release(c);
 	}
 	*c->lay = *lay;
 	uint32_t ns = lay->n_sections, nv = lay->n_views;
 	uint64_t W = lay->window;
+	/* the live buffers must fit before anything sized by the window is
+	 * allocated */
+	uint64_t need = 0;
+	for (uint32_t i = 0; i < ns; i++)
+		need += round_up(lay->sec[i].bytes, ARENA_ALIGN);
+	for (uint32_t i = 0; i < nv; i++) {
+		vgeom g;
+		view_geom(&lay->view[i], &g);
+		need += round_up(g.rowb * W, ARENA_ALIGN);
+	}
+	if (need > arena_size(c->dev) - arena_used(c->dev)) {
+		moor_errf(err, "cache: the live buffers (%llu bytes: %u "
+			       "sections, %u views of %llu tokens) do not fit "
+			       "the device arena (%llu bytes, %llu free)",
+			  (unsigned long long)need, ns, nv,
+			  (unsigned long long)W,
+			  (unsigned long long)arena_size(c->dev),
+			  (unsigned long long)(arena_size(c->dev) -
+					       arena_used(c->dev)));
+		return MOOR_ENOSPACE;
+	}
 	c->sec_off = malloc((ns + 1) * sizeof *c->sec_off);
 	c->view_off = malloc((nv + 1) * sizeof *c->view_off);
 	c->vg = calloc(nv + 1, sizeof *c->vg);
@@ -501,9 +526,10 @@ int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 	for (uint32_t i = 0; i < nv && !rc; i++)
 		rc = arena_alloc(c->dev, c->vg[i].rowb * W, &c->view_off[i]);
 	if (rc) {
-		moor_errf(err, "cache: the live buffers (%llu bytes: %u "
-			       "sections, %u views of %llu tokens) do not fit "
-			       "the device arena (%llu bytes)",
+		moor_errf(err,
+			  "cache: the live buffers (%llu bytes: %u "
+			  "sections, %u views of %llu tokens) do not fit "
+			  "the device arena (%llu bytes)",
 			  (unsigned long long)live, ns, nv,
 			  (unsigned long long)W,
 			  (unsigned long long)arena_size(c->dev));
@@ -543,12 +569,13 @@ static json_t *span_json(const span *s, uint64_t budget)
 		json_array_append_new(lines,
 				      json_integer((json_int_t)s->anc[i].line));
 	json_object_set_new(o, "lines", lines);
-	json_object_set_new(o, "end", json_boolean(s->have && s->n_anc &&
-						   s->anc[s->n_anc - 1].end));
+	json_object_set_new(
+	    o, "end",
+	    json_boolean(s->have && s->n_anc && s->anc[s->n_anc - 1].end));
 	json_object_set_new(o, "taint",
 			    s->have && s->taint != NO_TAINT
-				    ? json_integer((json_int_t)s->taint)
-				    : json_null());
+				? json_integer((json_int_t)s->taint)
+				: json_null());
 	json_object_set_new(o, "session",
 			    s->have && s->session ? json_string(s->session)
 						  : json_null());
@@ -579,17 +606,18 @@ char *cache_stats_json(cache *c)
 	SETI(o, "budget", c->cfg.resident_bytes);
 	SETI(o, "tokens", c->valid);
 	SETI(o, "tokens_saved", k->tokens_saved);
-	json_object_set_new(o, "taint", c->taint != NO_TAINT
-						? json_integer((json_int_t)c->taint)
-						: json_null());
+	json_object_set_new(o, "taint",
+			    c->taint != NO_TAINT
+				? json_integer((json_int_t)c->taint)
+				: json_null());
 	json_t *lines = json_array();
 	for (uint32_t i = 0; i < c->n_anc; i++)
 		json_array_append_new(lines,
 				      json_integer((json_int_t)c->anc[i].line));
 	json_object_set_new(o, "lines", lines);
-	json_object_set_new(o, "session", c->res_session
-						  ? json_string(c->res_session)
-						  : json_null());
+	json_object_set_new(o, "session",
+			    c->res_session ? json_string(c->res_session)
+					   : json_null());
 	json_object_set_new(r, "resident", o);
 
 	o = json_object();
@@ -600,9 +628,10 @@ char *cache_stats_json(cache *c)
 	SETI(o, "bytes", c->end.buf ? anchor_bytes(c) : 0);
 	SETI(o, "len", c->end.have ? c->end.len : 0);
 	json_object_set_new(o, "have", json_boolean(c->end.have));
-	json_object_set_new(o, "taint", c->end.have && c->end.taint != NO_TAINT
-						? json_integer((json_int_t)c->end.taint)
-						: json_null());
+	json_object_set_new(o, "taint",
+			    c->end.have && c->end.taint != NO_TAINT
+				? json_integer((json_int_t)c->end.taint)
+				: json_null());
 	json_object_set_new(r, "end", o);
 
 	o = json_object();
@@ -647,8 +676,8 @@ char *cache_stats_json(cache *c)
 		json_t *e = json_object();
 		json_object_set_new(e, "kind",
 				    json_string(c->st[i].kind == ENTRY_SESSION
-							? "session"
-							: "prefix"));
+						    ? "session"
+						    : "prefix"));
 		SETI(e, "tokens", c->st[i].len);
 		SETI(e, "bytes", c->st[i].bytes);
 		SETI(e, "hits", c->st[i].hits);
@@ -659,7 +688,7 @@ char *cache_stats_json(cache *c)
 
 	o = json_object();
 	static const char *const lvn[LV_N] = {"store", "anchors", "end",
-					      "stash", "park",    "pin"};
+					      "stash", "park",	  "pin"};
 	SETI(o, "held", held_bytes(c));
 	SETI(o, "ceiling", c->cfg.mem_ceiling);
 	SETI(o, "peak", c->cfg.mem_peak);

@@ -109,15 +109,7 @@ typedef struct turn {
 } turn;
 
 /* Levels of the memory policy, cheapest first (Budget.LEVELS). */
-enum {
-	LV_STORE = 0,
-	LV_ANCHORS,
-	LV_END,
-	LV_STASH,
-	LV_PARK,
-	LV_PIN,
-	LV_N
-};
+enum { LV_STORE = 0, LV_ANCHORS, LV_END, LV_STASH, LV_PARK, LV_PIN, LV_N };
 
 typedef struct cache_counters {
 	uint64_t plans, commits, aborts, refused, cold;
@@ -134,8 +126,8 @@ typedef struct cache_counters {
 	uint64_t parks, park_hits, park_dropped, park_blocks_swapped;
 	/* store */
 	uint64_t st_hits, st_misses, st_puts_prefix, st_puts_session,
-		st_declined_big, st_declined_short, st_declined_room,
-		st_evictions, st_dup;
+	    st_declined_big, st_declined_short, st_declined_room, st_evictions,
+	    st_dup;
 	/* memory */
 	uint64_t shed[LV_N], shed_bytes[LV_N];
 } cache_counters;
@@ -161,8 +153,8 @@ struct cache {
 	int protect_anchors; /* a pin or park is copying them */
 
 	struct {
-		int have;   /* holds the state at len */
-		int buf;    /* off is allocated */
+		int have; /* holds the state at len */
+		int buf;  /* off is allocated */
 		int busy;
 		uint64_t len, taint, off;
 	} end;
@@ -249,8 +241,7 @@ int anchor_victim(cache *c, int all);
  * get a slot: the budget keeps the newest `keep`, then the pin's lines,
  * then the highest others; evicts the anchors that lose. keep[i] = 1 for
  * the lines that get one. */
-void anchors_plan_slots(cache *c, const uint64_t *lines, uint32_t n,
-			int *keep);
+void anchors_plan_slots(cache *c, const uint64_t *lines, uint32_t n, int *keep);
 /* A copy of src (host or device memory the mover reaches) as an anchor. */
 int anchor_adopt(cache *c, uint64_t line, const void *src, uint64_t limit);
 uint64_t anchor_top(cache *c); /* the largest line, 0 if none */
@@ -271,8 +262,7 @@ uint64_t span_blk_rows(cache *c);
 uint64_t span_blk_bytes(cache *c);
 uint32_t span_blocks(cache *c, uint64_t rows);
 void span_free(cache *c, span *s);
-int span_alloc_blocks(cache *c, span *s, uint32_t n, int lv,
-		      uint64_t limit);
+int span_alloc_blocks(cache *c, span *s, uint32_t n, int lv, uint64_t limit);
 /* Copies the span's rows [a, b) (base <= a <= b <= top) into the live
  * buffers, or the live rows into the span's blocks. */
 int span_rows_in(cache *c, const span *s, uint64_t a, uint64_t b);
@@ -291,8 +281,8 @@ void pin_drop(cache *c);
 /* What a park of the rows in place from `base` would hold: its top (0:
  * nothing worth parking), the anchors (indices into c->anc) and whether
  * the end anchor goes along. */
-uint64_t park_choose(cache *c, uint64_t base, uint32_t *idx,
-		     uint32_t *n_idx, int *with_end);
+uint64_t park_choose(cache *c, uint64_t base, uint32_t *idx, uint32_t *n_idx,
+		     int *with_end);
 int park_make(cache *c, uint64_t base, uint64_t limit);
 /* The park comes back: parks the rows in place from its base (block by
  * block), and restores the state at the park anchor hi. */
@@ -314,8 +304,8 @@ uint64_t store_entry_size(cache *c, uint64_t len);
 void store_evict(cache *c, uint32_t i);
 int store_lru(cache *c);
 void store_clear(cache *c);
-void store_declined(cache *c, const char *why, uint64_t len,
-		    uint64_t bytes, const char *session);
+void store_declined(cache *c, const char *why, uint64_t len, uint64_t bytes,
+		    const char *session);
 
 /* ---- planner.c ---- */
 void turn_abort(cache *c, uint32_t n_filled, uint64_t valid);

@@ -23,8 +23,8 @@ static uint64_t park_bytes_for(cache *c, uint64_t base, uint64_t top,
 	       (uint64_t)n_anc * anchor_bytes(c);
 }
 
-uint64_t park_choose(cache *c, uint64_t base, uint32_t *idx,
-		     uint32_t *n_idx, int *with_end)
+uint64_t park_choose(cache *c, uint64_t base, uint32_t *idx, uint32_t *n_idx,
+		     int *with_end)
 {
 	uint32_t places = c->cfg.park_anchors;
 	if (places > SPAN_MAX_ANCHORS - 1)
@@ -42,12 +42,14 @@ uint64_t park_choose(cache *c, uint64_t base, uint32_t *idx,
 		if (park_bytes_for(c, base, e, n + 1) <= c->cfg.park_bytes) {
 			uint32_t k = 0;
 			for (uint32_t i = 0; i < c->n_anc; i++)
-				if (c->anc[i].line > base && c->anc[i].line <= e)
+				if (c->anc[i].line > base &&
+				    c->anc[i].line <= e)
 					k++;
 			/* the newest n of the k above base */
 			uint32_t skip = k - n, m = 0;
 			for (uint32_t i = 0; i < c->n_anc; i++)
-				if (c->anc[i].line > base && c->anc[i].line <= e) {
+				if (c->anc[i].line > base &&
+				    c->anc[i].line <= e) {
 					if (skip) {
 						skip--;
 						continue;
@@ -111,8 +113,8 @@ static int park_alloc(cache *c, span *s, uint64_t base, uint64_t T,
 }
 
 /* Copies the chosen anchors (and the end anchor) of the rows in place. */
-static int park_copy_anchors(cache *c, span *s, const uint32_t *idx,
-			     uint32_t n, int with_end)
+static int park_copy_anchors(cache *c, span *s, const uint32_t *idx, uint32_t n,
+			     int with_end)
 {
 	int rc = 0;
 	for (uint32_t i = 0; i < n && !rc; i++) {

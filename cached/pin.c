@@ -27,8 +27,9 @@ uint64_t pin_head(cache *c, uint32_t *idx, uint32_t *n_idx)
 			idx[n++] = i;
 	for (uint32_t j = n; j >= 1; j--) {
 		uint64_t H = c->anc[idx[j - 1]].line;
-		uint64_t bytes = (uint64_t)span_blocks(c, H) * span_blk_bytes(c) +
-				 (uint64_t)j * anchor_bytes(c);
+		uint64_t bytes =
+		    (uint64_t)span_blocks(c, H) * span_blk_bytes(c) +
+		    (uint64_t)j * anchor_bytes(c);
 		if (bytes <= c->cfg.pin_bytes) {
 			*n_idx = j;
 			return H;

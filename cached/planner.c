@@ -44,8 +44,7 @@ typedef struct plan_a {
 	int act;
 } plan_a;
 
-static void analyze(cache *c, const cache_req *r, int allow_guest,
-		    plan_a *A)
+static void analyze(cache *c, const cache_req *r, int allow_guest, plan_a *A)
 {
 	memset(A, 0, sizeof *A);
 	uint64_t n = r->n, t_res = c->taint;
@@ -68,8 +67,8 @@ static void analyze(cache *c, const cache_req *r, int allow_guest,
 			A->start = c->end.len;
 		}
 		if (c->pin.have) {
-			uint64_t cp = common_prefix(r->ids, n, c->pin.ids,
-						    c->pin.top);
+			uint64_t cp =
+			    common_prefix(r->ids, n, c->pin.ids, c->pin.top);
 			int j = span_anchor_le(&c->pin, min64(cp, n - 1), 0);
 			if (j >= 0 && c->pin.anc[j].line > A->start) {
 				A->tier = CACHE_TIER_PIN;
@@ -78,8 +77,8 @@ static void analyze(cache *c, const cache_req *r, int allow_guest,
 			}
 		}
 		if (c->park.have && !A->guest && A->c_res >= c->park.base) {
-			uint64_t ck = common_prefix(r->ids, n, c->park.ids,
-						    c->park.top);
+			uint64_t ck =
+			    common_prefix(r->ids, n, c->park.ids, c->park.top);
 			int j = span_anchor_le(&c->park, min64(ck, n - 1), 1);
 			if (j >= 0 && c->park.anc[j].line > A->start &&
 			    ck > A->c_res) {
@@ -138,10 +137,10 @@ static void analyze(cache *c, const cache_req *r, int allow_guest,
 	if (A->guest) {
 		A->stash_lo = A->cut;
 		A->stash_hi = min64(c->valid, n + r->max_tokens +
-						      2ull * c->cfg.guest_margin);
+						  2ull * c->cfg.guest_margin);
 		if (A->stash_lo < A->stash_hi)
 			A->stash_bytes =
-				(A->stash_hi - A->stash_lo) * c->row_bytes;
+			    (A->stash_hi - A->stash_lo) * c->row_bytes;
 		else
 			A->stash_lo = A->stash_hi = 0;
 		if (A->stash_bytes > c->cfg.stash_bytes) {
@@ -156,7 +155,8 @@ static void analyze(cache *c, const cache_req *r, int allow_guest,
 	if (session_same(r->session, c->res_session)) {
 		uint32_t idx[SPAN_MAX_ANCHORS], m;
 		uint64_t H = pin_head(c, idx, &m);
-		if (A->tier != CACHE_TIER_PIN && H && A->c_res < H && A->cut < H)
+		if (A->tier != CACHE_TIER_PIN && H && A->c_res < H &&
+		    A->cut < H)
 			A->act = ACT_PIN;
 	} else if (A->tier != CACHE_TIER_PARK && A->c_res < c->valid &&
 		   A->cut < c->valid) {
@@ -217,9 +217,9 @@ static int restore(cache *c, const plan_a *A, uint64_t limit)
 		for (uint32_t j = 0; j < c->pin.n_anc && !rc; j++)
 			if (c->pin.anc[j].line > A->k &&
 			    c->pin.anc[j].line <= A->start)
-				(void)anchor_adopt(c, c->pin.anc[j].line,
-						   host_at(c, c->pin.anc[j].off),
-						   limit);
+				(void)anchor_adopt(
+				    c, c->pin.anc[j].line,
+				    host_at(c, c->pin.anc[j].off), limit);
 		c->k.pin_hits++;
 		return rc;
 	}
@@ -254,8 +254,8 @@ static void reserve_slots(cache *c, uint64_t limit)
 	uint64_t lines[CACHE_MAX_SLOTS];
 	int keep[CACHE_MAX_SLOTS], store[CACHE_MAX_SLOTS];
 	uint32_t n = 0;
-	for (uint64_t L = (t->start / g + 1) * g; L <= t->n && n < CACHE_MAX_SLOTS;
-	     L += g)
+	for (uint64_t L = (t->start / g + 1) * g;
+	     L <= t->n && n < CACHE_MAX_SLOTS; L += g)
 		lines[n++] = L;
 	t->n_slots = 0;
 	if (!n)
@@ -288,8 +288,9 @@ static void reserve_slots(cache *c, uint64_t limit)
 		}
 		if (clean && best < 0) {
 			c->k.st_declined_big++;
-			store_declined(c, "over the entry cap at every line of "
-					  "the prefill",
+			store_declined(c,
+				       "over the entry cap at every line of "
+				       "the prefill",
 				       lines[0], store_entry_size(c, lines[0]),
 				       t->session);
 		}
@@ -322,8 +323,9 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 		return MOOR_ERANGE;
 	}
 	if (!r || !r->ids || r->n == 0 || r->n > c->lay->window) {
-		moor_errf(err, "cache: a prompt of %llu tokens (the window "
-			       "holds %llu)",
+		moor_errf(err,
+			  "cache: a prompt of %llu tokens (the window "
+			  "holds %llu)",
 			  (unsigned long long)(r ? r->n : 0),
 			  (unsigned long long)c->lay->window);
 		return MOOR_ERANGE;
@@ -339,8 +341,9 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 		stash_lo = c->stash.lo;
 		int rc = stash_restore(c);
 		if (rc) {
-			moor_errf(err, "cache: the guest stash could not be "
-				       "put back: %s",
+			moor_errf(err,
+				  "cache: the guest stash could not be "
+				  "put back: %s",
 				  moor_strerror(rc));
 			return rc;
 		}
@@ -449,7 +452,9 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 		   cache_tier_name(tier), (unsigned long long)A.start,
 		   A.taint == NO_TAINT ? -1ll : (long long)A.taint,
 		   (unsigned long long)A.cut, A.guest ? "guest, " : "",
-		   A.act == ACT_PIN ? "pin, " : A.act == ACT_PARK ? "park, " : "",
+		   A.act == ACT_PIN    ? "pin, "
+		   : A.act == ACT_PARK ? "park, "
+				       : "",
 		   t->n_slots);
 	return 0;
 }
@@ -473,16 +478,16 @@ int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 	/* prefix snapshots from the slots the prefill filled */
 	for (uint32_t i = 0; i < n_filled; i++)
 		if (t->slot[i].store)
-			(void)store_put(c, ENTRY_PREFIX, t->ids, t->slot[i].line,
-					t->taint, dev_at(c, t->slot[i].off),
-					t->session);
+			(void)store_put(c, ENTRY_PREFIX, t->ids,
+					t->slot[i].line, t->taint,
+					dev_at(c, t->slot[i].off), t->session);
 	memcpy(t->ids + n, gen, n_gen * sizeof *gen);
 	if (t->guest) {
 		if (c->cfg.store_sessions && ahead)
 			c->k.st_declined_short++;
 		else if (c->cfg.store_sessions)
-			(void)store_put(c, ENTRY_SESSION, t->ids, e, taint, NULL,
-					t->session);
+			(void)store_put(c, ENTRY_SESSION, t->ids, e, taint,
+					NULL, t->session);
 		turn_release_slots(c, 0);
 		t->active = 0;
 		return 0;
@@ -508,8 +513,8 @@ int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 		if (ahead)
 			c->k.st_declined_short++;
 		else
-			(void)store_put(c, ENTRY_SESSION, c->res_ids, e, c->taint,
-					NULL, t->session);
+			(void)store_put(c, ENTRY_SESSION, c->res_ids, e,
+					c->taint, NULL, t->session);
 	}
 	t->active = 0;
 	return 0;

@@ -146,10 +146,14 @@ int anchor_victim(cache *c, int all)
 	return pick_victim(c, line, alive, busy, n, all);
 }
 
-void anchors_plan_slots(cache *c, const uint64_t *lines, uint32_t n,
-			int *keep)
+void anchors_plan_slots(cache *c, const uint64_t *lines, uint32_t n, int *keep)
 {
 	uint32_t m = c->n_anc, t = m + n, K = anchor_budget(c), alive_n = t;
+	if (c->cfg.resident_bytes == 0) { /* no anchors at all */
+		for (uint32_t j = 0; j < n; j++)
+			keep[j] = 0;
+		return;
+	}
 	uint64_t *line = malloc((t + 1) * sizeof *line);
 	uint8_t *alive = malloc(t + 1), *busy = calloc(t + 1, 1);
 	if (!line || !alive || !busy) {
@@ -190,7 +194,7 @@ void anchors_plan_slots(cache *c, const uint64_t *lines, uint32_t n,
 
 int anchor_adopt(cache *c, uint64_t line, const void *src, uint64_t limit)
 {
-	if (anchor_find(c, line) >= 0)
+	if (anchor_find(c, line) >= 0 || c->cfg.resident_bytes == 0)
 		return 0;
 	uint64_t off;
 	int rc = budget_grow(c, LV_ANCHORS, 0, c->sec_bytes, limit, &off);

@@ -48,8 +48,8 @@ int span_alloc_blocks(cache *c, span *s, uint32_t n, int lv, uint64_t limit)
 		return -ENOMEM;
 	s->blk = b;
 	for (uint32_t j = s->n_blk; j < n; j++) {
-		int rc = budget_grow(c, lv, 1, span_blk_bytes(c), limit,
-				     &s->blk[j]);
+		int rc =
+		    budget_grow(c, lv, 1, span_blk_bytes(c), limit, &s->blk[j]);
 		if (rc)
 			return rc; /* span_free releases what was taken */
 		s->n_blk = j + 1;
@@ -57,8 +57,7 @@ int span_alloc_blocks(cache *c, span *s, uint32_t n, int lv, uint64_t limit)
 	return 0;
 }
 
-static int span_rows(cache *c, const span *s, uint64_t a, uint64_t b,
-		     int in)
+static int span_rows(cache *c, const span *s, uint64_t a, uint64_t b, int in)
 {
 	uint64_t blk = span_blk_rows(c);
 	MOOR_ASSERT(s->base <= a && a <= b && b <= s->top);

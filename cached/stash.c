@@ -40,8 +40,8 @@ int stash_restore(cache *c)
 	if (!c->stash.have)
 		return 0;
 	uint64_t rows = c->stash.hi - c->stash.lo;
-	int rc = rows_in(c, dev_at(c, c->stash.off), rows, 0, c->stash.lo,
-			 rows);
+	int rc =
+	    rows_in(c, dev_at(c, c->stash.off), rows, 0, c->stash.lo, rows);
 	if (rc) {
 		stash_drop(c);
 		return rc;

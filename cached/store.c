@@ -151,10 +151,10 @@ int store_put(cache *c, int kind, const int32_t *ids, uint64_t len,
 		store_evict(c, (uint32_t)v);
 	}
 	uint64_t off;
-	int rc = c->st_bytes + bytes > c->cfg.store_bytes
-			 ? MOOR_ENOSPACE
-			 : budget_grow(c, LV_STORE, 1, bytes,
-				       c->cfg.mem_ceiling, &off);
+	int rc =
+	    c->st_bytes + bytes > c->cfg.store_bytes
+		? MOOR_ENOSPACE
+		: budget_grow(c, LV_STORE, 1, bytes, c->cfg.mem_ceiling, &off);
 	if (rc) {
 		c->k.st_declined_room++;
 		store_declined(c, "no room under the memory ceiling", len,
@@ -177,11 +177,11 @@ int store_put(cache *c, int kind, const int32_t *ids, uint64_t len,
 		return -ENOMEM;
 	}
 	memcpy(kid, ids, len * sizeof *kid);
-	rc = secs ? c->mv->copy(c->mv->ctx, host_at(c, off), secs,
-				c->sec_bytes)
+	rc = secs ? c->mv->copy(c->mv->ctx, host_at(c, off), secs, c->sec_bytes)
 		  : secs_out(c, host_at(c, off));
 	if (!rc)
-		rc = rows_out(c, host_at(c, off + c->sec_bytes), len, 0, 0, len);
+		rc =
+		    rows_out(c, host_at(c, off + c->sec_bytes), len, 0, 0, len);
 	if (rc) {
 		free(kid);
 		arena_release(c->host, off);

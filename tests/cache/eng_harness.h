@@ -191,8 +191,8 @@ static inline int h_turn_run(harness *h, const int32_t *ids, int64_t n,
 	if (rc)
 		return rc;
 	uint64_t st = t->plan.start;
-	REQUIRE(st < (uint64_t)n, "start %llu of %lld",
-		(unsigned long long)st, (long long)n);
+	REQUIRE(st < (uint64_t)n, "start %llu of %lld", (unsigned long long)st,
+		(long long)n);
 	static eng_slot es[CACHE_MAX_SLOTS];
 	char *base = cache_dev_base(h->c);
 	for (uint32_t i = 0; i < t->plan.n_slots; i++) {
@@ -234,8 +234,8 @@ static inline void h_cold(harness *h, const int32_t *ids, int64_t n,
 
 /* The turn's prefill against a cold one: logits of rows [start, n), every
  * section, every view's rows [0, n), and the greedy tokens; bit for bit. */
-static inline int h_exact(harness *h, const int32_t *ids, int64_t n,
-			  h_turn *t, const char *what)
+static inline int h_exact(harness *h, const int32_t *ids, int64_t n, h_turn *t,
+			  const char *what)
 {
 	h_cold_out o;
 	h_cold(h, ids, n, t->n_gen, &o);
@@ -243,8 +243,9 @@ static inline int h_exact(harness *h, const int32_t *ids, int64_t n,
 	size_t st = t->plan.start;
 	if (memcmp(h->lg + st * h->V, h->lc + st * h->V,
 		   (size_t)(n - (int64_t)st) * h->V * sizeof(float))) {
-		CHECK(0, "%s: logits of rows [%zu, %lld) differ from a cold "
-			 "prefill's",
+		CHECK(0,
+		      "%s: logits of rows [%zu, %lld) differ from a cold "
+		      "prefill's",
 		      what, st, (long long)n);
 		ok = 0;
 	}
@@ -278,16 +279,15 @@ static inline long long h_stat(cache *c, const char *path)
 	json_t *v = json_object_get(o, dot ? dot + 1 : buf);
 	REQUIRE(v, "no %s in the stats", path);
 	long long x = json_is_integer(v) ? json_integer_value(v)
-		      : json_is_true(v)  ? 1
-		      : json_is_null(v)  ? -1
+		      : json_is_true(v)	 ? 1
+		      : json_is_null(v)	 ? -1
 					 : 0;
 	json_decref(r);
 	return x;
 }
 
 /* The resident anchors' lines, as the stats report them. */
-static inline int h_lines(cache *c, const char *tier, uint64_t *lines,
-			  int max)
+static inline int h_lines(cache *c, const char *tier, uint64_t *lines, int max)
 {
 	char *s = cache_stats_json(c);
 	json_t *r = json_loads(s, 0, NULL);

@@ -164,8 +164,8 @@ static void test_view_copy_axis(uint32_t ndim, uint32_t ta, uint32_t elt)
 			memcpy(di, idx, sizeof di);
 			si[ta] += (int64_t)sr;
 			di[ta] += (int64_t)dr;
-			memcpy(ref + elt_off(&v, di, dw), src + elt_off(&v, si, sw),
-			       elt);
+			memcpy(ref + elt_off(&v, di, dw),
+			       src + elt_off(&v, si, sw), elt);
 		}
 		uint32_t d = ndim;
 		while (d-- > 0) {

@@ -39,7 +39,7 @@ static long long st(cache *c, const char *path)
 		REQUIRE(o, "no %s in the stats", path);
 	}
 	long long v = json_is_integer(o) ? json_integer_value(o)
-		      : json_is_true(o)  ? 1
+		      : json_is_true(o)	 ? 1
 					 : 0;
 	json_decref(r);
 	return v;
@@ -103,8 +103,9 @@ static void test_resident(void)
 	int32_t *P = toy_ids(640, 11), *N = toy_ids(400, 12);
 	REQUIRE(toy_run(&e, P, 640, "a", 4, &t, 1, "40 lines") == 0, "P");
 	uint64_t w1[] = {64, 128, 192, 256, 560, 576, 592, 608, 624, 640};
-	CHECK(t.plan.n_slots == 10, "slots only for the 10 the budget keeps "
-				    "(%u)",
+	CHECK(t.plan.n_slots == 10,
+	      "slots only for the 10 the budget keeps "
+	      "(%u)",
 	      t.plan.n_slots);
 	CHECK(lines_are(e.c, w1, 10), "the pin's lines, the newest 4 and the "
 				      "highest others");
@@ -225,8 +226,9 @@ static void test_stash_pin_park(void)
 	 * (128 rows and two anchors would not fit) */
 	REQUIRE(toy_run(&e, P, 400, "a", 3, &t, 1, "P again") == 0, "P");
 	REQUIRE(toy_run(&e, g, 50, "a", 2, &t, 1, "compaction") == 0, "c");
-	CHECK(st(e.c, "pin.tokens") == 64, "as long a head as pin_bytes "
-					   "holds (%lld)",
+	CHECK(st(e.c, "pin.tokens") == 64,
+	      "as long a head as pin_bytes "
+	      "holds (%lld)",
 	      st(e.c, "pin.tokens"));
 	uint64_t l[8];
 	int n = lines_of(e.c, "pin", l, 8);
@@ -313,11 +315,11 @@ static void test_policy(void)
 	REQUIRE(toy_run(&e, C, 300, "a", 3, &t, 1, "C pins P") == 0, "C");
 	REQUIRE(toy_run(&e, D, 1300, "b", 3, &t, 1, "D parks C") == 0, "D");
 	CHECK(lv(e.c, "store") && lv(e.c, "resident") && lv(e.c, "end") &&
-		      lv(e.c, "park") && lv(e.c, "pin"),
+		  lv(e.c, "park") && lv(e.c, "pin"),
 	      "every level holds something");
 	uint64_t peak = cfg.mem_peak, held = (uint64_t)st(e.c, "memory.held");
-	uint64_t first = (uint64_t)(lv(e.c, "store") + lv(e.c, "resident") +
-				    lv(e.c, "end"));
+	uint64_t first =
+	    (uint64_t)(lv(e.c, "store") + lv(e.c, "resident") + lv(e.c, "end"));
 
 	/* 1. a guest whose workspace fits once the store, the body anchors
 	 * and the end anchor are given back, but not with its stash: the
@@ -328,12 +330,13 @@ static void test_policy(void)
 	REQUIRE(toy_run(&e, Gs, 270, "b", 2, &t, 1, "stash level") == 0, "G");
 	CHECK(!t.plan.guest, "the stash was given back: no guest");
 	CHECK(st(e.c, "memory.shed.store") >= 1 &&
-		      st(e.c, "memory.shed.anchors") >= 1 &&
-		      st(e.c, "memory.shed.end") == 1 &&
-		      st(e.c, "memory.shed.stash") == 1,
+		  st(e.c, "memory.shed.anchors") >= 1 &&
+		  st(e.c, "memory.shed.end") == 1 &&
+		  st(e.c, "memory.shed.stash") == 1,
 	      "store, anchors, end, then the stash");
-	CHECK(st(e.c, "memory.shed.park") == 0 && st(e.c, "memory.shed.pin") == 0 &&
-		      lv(e.c, "park") && lv(e.c, "pin"),
+	CHECK(st(e.c, "memory.shed.park") == 0 &&
+		  st(e.c, "memory.shed.pin") == 0 && lv(e.c, "park") &&
+		  lv(e.c, "pin"),
 	      "the park and the pin stay");
 
 	/* 2. a prefill that needs one byte more than the store, anchors and
@@ -343,8 +346,8 @@ static void test_policy(void)
 	toy_part(R0, Gs, 0);
 	REQUIRE(toy_run(&e, R0, 500, "b", 3, &t, 1, "refill") == 0, "R0");
 	held = (uint64_t)st(e.c, "memory.held");
-	first = (uint64_t)(lv(e.c, "store") + lv(e.c, "resident") +
-			   lv(e.c, "end"));
+	first =
+	    (uint64_t)(lv(e.c, "store") + lv(e.c, "resident") + lv(e.c, "end"));
 	long long shed_park = st(e.c, "memory.shed.park");
 	int32_t *Ra = toy_cat(R0, 500, t.gen, 3);
 	int32_t *R = toy_cat(Ra, 503, N, 100);
@@ -358,9 +361,9 @@ static void test_policy(void)
 	/* 3. a prefill that does not fit with every cache given back: refused,
 	 * and nothing changes */
 	held = (uint64_t)st(e.c, "memory.held");
-	uint64_t all = (uint64_t)(lv(e.c, "store") + lv(e.c, "resident") +
-				  lv(e.c, "end") + lv(e.c, "stash") +
-				  lv(e.c, "park") + lv(e.c, "pin"));
+	uint64_t all =
+	    (uint64_t)(lv(e.c, "store") + lv(e.c, "resident") + lv(e.c, "end") +
+		       lv(e.c, "stash") + lv(e.c, "park") + lv(e.c, "pin"));
 	set_ws(&e, peak - (held - all) + 1);
 	char *before = cache_stats_json(e.c);
 	int32_t *Ta = toy_cat(R, 603, t.gen, 3);
@@ -372,7 +375,8 @@ static void test_policy(void)
 	      "refused with MOOR_ENOSPACE");
 	CHECK(strstr(err, "mem_peak") != NULL, "a clear message: %s", err);
 	char *after = cache_stats_json(e.c);
-	json_t *jb = json_loads(before, 0, NULL), *ja = json_loads(after, 0, NULL);
+	json_t *jb = json_loads(before, 0, NULL),
+	       *ja = json_loads(after, 0, NULL);
 	const char *keep[] = {"resident", "end", "pin", "store", "park"};
 	for (int i = 0; i < 5; i++)
 		CHECK(json_equal(json_object_get(jb, keep[i]),

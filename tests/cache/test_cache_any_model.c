@@ -134,8 +134,7 @@ int main(void)
 	REQUIRE(toy_run(&e, U, 300, "u", 3, &t, 1, "other") == 0, "U");
 	int32_t *S2 = toy_cat(S, 200, N, 40);
 	toy_part(S2, S, 200);
-	REQUIRE(toy_run(&e, S2, 240, "s", 3, &t, 1, "store prefix") == 0,
-		"S2");
+	REQUIRE(toy_run(&e, S2, 240, "s", 3, &t, 1, "store prefix") == 0, "S2");
 	CHECK(t.plan.tier == CACHE_TIER_STORE && t.plan.start == 192,
 	      "the store at 192: %s %llu", cache_tier_name(t.plan.tier),
 	      (unsigned long long)t.plan.start);
@@ -150,11 +149,12 @@ int main(void)
 	char err[MOOR_ERRLEN];
 	cache_hello_out ho;
 	REQUIRE(cache_hello(e.c, e.lay, &ho, err) == 0, "hello: %s", err);
-	CHECK(ho.adopted && ho.resident_len == 127, "adopted, 127 tokens "
-						    "(%llu)",
+	CHECK(ho.adopted && ho.resident_len == 127,
+	      "adopted, 127 tokens "
+	      "(%llu)",
 	      (unsigned long long)ho.resident_len);
 	CHECK(!memcmp(ho.sec_off, e.ho.sec_off, sizeof ho.sec_off) &&
-		      !memcmp(ho.view_off, e.ho.view_off, sizeof ho.view_off),
+		  !memcmp(ho.view_off, e.ho.view_off, sizeof ho.view_off),
 	      "the same live buffers");
 	int32_t *Q3a = toy_cat(Q2, 125, t.gen, 3);
 	int32_t *Q3 = toy_cat(Q3a, 127, N + 80, 10);
@@ -170,9 +170,9 @@ int main(void)
 	REQUIRE(cache_hello(e.c, l2, &ho, err) == 0, "hello: %s", err);
 	CHECK(!ho.adopted && ho.resident_len == 0, "not adopted");
 	CHECK(stat_of(e.c, "store", "entries") == 0 &&
-		      stat_of(e.c, "resident", "anchors") == 0 &&
-		      stat_of(e.c, "pin", "tokens") == 0 &&
-		      stat_of(e.c, "park", "tokens") == 0,
+		  stat_of(e.c, "resident", "anchors") == 0 &&
+		  stat_of(e.c, "pin", "tokens") == 0 &&
+		  stat_of(e.c, "park", "tokens") == 0,
 	      "every cache dropped");
 	toy_seq_arena(&e.s, e.dev, &ho);
 	e.ho = ho;

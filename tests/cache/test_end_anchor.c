@@ -45,8 +45,9 @@ int main(void)
 	CHECK(t.plan.tier == CACHE_TIER_END && t.plan.start == 655,
 	      "turn 2 resumes at the end anchor 655: %s at %llu",
 	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start);
-	CHECK(t.plan.taint == 650, "turn 2 is held to the greedy gate from "
-				   "650, got %lld",
+	CHECK(t.plan.taint == 650,
+	      "turn 2 is held to the greedy gate from "
+	      "650, got %lld",
 	      (long long)t.plan.taint);
 	h_cold_out o;
 	h_cold(&h, P2, 696, 6, &o);

@@ -90,8 +90,9 @@ int main(void)
 	int32_t *P3 = h_cat(A, 900, N + 200, 150);
 	h_part(P3, A, 900, V);
 	REQUIRE(h_turn_run(&h, P3, 1050, "s", 3, &t) == 0, "turn 3");
-	CHECK(t.plan.start == 896, "resumes at 896 as if no guest came, got "
-				   "%llu",
+	CHECK(t.plan.start == 896,
+	      "resumes at 896 as if no guest came, got "
+	      "%llu",
 	      (unsigned long long)t.plan.start);
 	h_exact(&h, P3, 1050, &t, "turn 3 (after the guest)");
 	state_free(&t.st);

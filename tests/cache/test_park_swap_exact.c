@@ -58,8 +58,9 @@ int main(void)
 	state_free(&t.st);
 	CHECK(h_stat(h.c, "park.park_hits") == 1, "a park hit");
 	CHECK(h_stat(h.c, "park.parks") == 2, "B parked by the swap");
-	CHECK(h_stat(h.c, "park.tokens") == 903, "B parked to its end, got "
-						 "%lld",
+	CHECK(h_stat(h.c, "park.tokens") == 903,
+	      "B parked to its end, got "
+	      "%lld",
 	      h_stat(h.c, "park.tokens"));
 	CHECK(h_stat(h.c, "park.blocks_swapped") == 6,
 	      "6 blocks of 128 rows over [256, 1003), got %lld",

@@ -33,8 +33,9 @@ int main(void)
 	CHECK(t.plan.start == 0 && !t.plan.guest, "turn 2 is cold, no guest");
 	state_free(&t.st);
 	CHECK(h_stat(h.c, "pin.pins") == 1, "one pin");
-	CHECK(h_stat(h.c, "pin.tokens") == 512, "the pin holds 512 tokens, "
-						"got %lld",
+	CHECK(h_stat(h.c, "pin.tokens") == 512,
+	      "the pin holds 512 tokens, "
+	      "got %lld",
 	      h_stat(h.c, "pin.tokens"));
 	uint64_t lines[16];
 	int nl = h_lines(h.c, "pin", lines, 16);

@@ -58,8 +58,9 @@ static void run(const char *model)
 
 	int64_t n4 = 768;
 	REQUIRE(h_turn_run(&h, P3, n4, NULL, 3, &t) == 0, "turn 4");
-	CHECK(t.plan.start == 640, "turn 4 (a prompt ending on an anchor) "
-				   "resumes at 640, got %llu",
+	CHECK(t.plan.start == 640,
+	      "turn 4 (a prompt ending on an anchor) "
+	      "resumes at 640, got %llu",
 	      (unsigned long long)t.plan.start);
 	h_exact(&h, P3, n4, &t, "turn 4 (resumed at 640)");
 	state_free(&t.st);

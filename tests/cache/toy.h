@@ -106,20 +106,24 @@ static inline void toy_step(const cache_layout *l, toy_seq *s, int32_t x)
 		toy_geom(v, &outer, &inner);
 		for (uint64_t o = 0; o < outer; o++)
 			for (uint64_t e = 0; e < inner; e++) {
-				uint64_t at = (o * l->window + (uint64_t)p) * inner + e;
-				uint64_t prev = p ? toy_get(s->view[i] + (at - inner) * v->elt,
-							    v->elt)
-						  : 0;
-				uint64_t val = toy_mix((uint64_t)x * 2654435761u +
-						       (uint64_t)p * 40503u +
-						       (o * inner + e) * 97u + prev * 31u +
-						       i);
+				uint64_t at =
+				    (o * l->window + (uint64_t)p) * inner + e;
+				uint64_t prev =
+				    p ? toy_get(s->view[i] +
+						    (at - inner) * v->elt,
+						v->elt)
+				      : 0;
+				uint64_t val = toy_mix(
+				    (uint64_t)x * 2654435761u +
+				    (uint64_t)p * 40503u +
+				    (o * inner + e) * 97u + prev * 31u + i);
 				memcpy(s->view[i] + at * v->elt, &val, v->elt);
 			}
 	}
 	uint8_t *a = s->sec[0], *b = s->sec[1];
 	for (int i = 0; i < TOY_S0; i++)
-		a[i] = (uint8_t)(a[i] * 31u + (uint32_t)(x + i) + (b[i % TOY_S1] ^ 0x5a));
+		a[i] = (uint8_t)(a[i] * 31u + (uint32_t)(x + i) +
+				 (b[i % TOY_S1] ^ 0x5a));
 	for (int j = 0; j < TOY_S1; j++)
 		b[j] = (uint8_t)(b[j] + (uint32_t)x * (uint32_t)(j + 1) +
 				 a[(j * 13) % TOY_S0]);
@@ -138,9 +142,11 @@ static inline int32_t toy_next(const cache_layout *l, const toy_seq *s)
 	uint64_t outer, inner;
 	toy_geom(v, &outer, &inner);
 	for (uint64_t e = 0; e < inner; e++)
-		h = toy_mix(h ^ toy_get(s->view[1] + ((uint64_t)(s->len - 1) * inner + e) *
-							     v->elt,
-					v->elt));
+		h = toy_mix(
+		    h ^
+		    toy_get(s->view[1] +
+				((uint64_t)(s->len - 1) * inner + e) * v->elt,
+			    v->elt));
 	return (int32_t)(h % TOY_V);
 }
 
@@ -171,7 +177,8 @@ static inline void toy_seq_alloc(const cache_layout *l, toy_seq *s)
 	for (uint32_t i = 0; i < 3; i++) {
 		uint64_t outer, inner;
 		toy_geom(&l->view[i], &outer, &inner);
-		s->view[i] = calloc(1, outer * inner * l->view[i].elt * l->window);
+		s->view[i] =
+		    calloc(1, outer * inner * l->view[i].elt * l->window);
 		REQUIRE(s->view[i], "oom");
 	}
 	REQUIRE(s->sec[0] && s->sec[1], "oom");
@@ -211,8 +218,10 @@ static inline int toy_equal(const cache_layout *l, const toy_seq *a,
 		size_t sz = outer * inner * l->view[i].elt * n;
 		uint8_t *x = malloc(sz + 1), *y = malloc(sz + 1);
 		REQUIRE(x && y, "oom");
-		cache_view_copy(&l->view[i], x, n, 0, a->view[i], l->window, 0, n);
-		cache_view_copy(&l->view[i], y, n, 0, b->view[i], l->window, 0, n);
+		cache_view_copy(&l->view[i], x, n, 0, a->view[i], l->window, 0,
+				n);
+		cache_view_copy(&l->view[i], y, n, 0, b->view[i], l->window, 0,
+				n);
 		int ok = memcmp(x, y, sz) == 0;
 		free(x);
 		free(y);
@@ -270,15 +279,18 @@ static inline int toy_run(toy_env *e, const int32_t *ids, uint64_t n,
 {
 	char err[MOOR_ERRLEN] = "";
 	memset(t, 0, sizeof *t);
-	cache_req r = {.ids = ids, .n = n, .session = session,
+	cache_req r = {.ids = ids,
+		       .n = n,
+		       .session = session,
 		       .max_tokens = (uint32_t)n_sample};
 	int rc = cache_plan(e->c, &r, &t->plan, err);
 	if (rc)
 		return rc;
 	REQUIRE(t->plan.start < n, "start");
 	e->s.len = (int64_t)t->plan.start;
-	int filled = toy_prefill(e->lay, &e->s, ids + t->plan.start,
-				 (int64_t)(n - t->plan.start), &t->plan, e->dev);
+	int filled =
+	    toy_prefill(e->lay, &e->s, ids + t->plan.start,
+			(int64_t)(n - t->plan.start), &t->plan, e->dev);
 	REQUIRE(filled == (int)t->plan.n_slots, "%s: filled %d of %u", what,
 		filled, t->plan.n_slots);
 	int ok = 1;
