@@ -968,6 +968,7 @@ static void run_job(srv *s, job *j, proto_done *d, char *msg)
 		d->code = rc;
 		return;
 	}
+	msg[0] = 0; /* a first refusal answered by a re-HELLO is no error */
 	const proto_plan_ok po = rep.u.plan_ok;
 	rc = plan_check(s, &po, n, msg);
 	int n_slots = (int)po.n_slots, n_filled = 0;

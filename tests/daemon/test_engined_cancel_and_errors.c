@@ -6,7 +6,8 @@
  * generation that reaches the window ends with finish length; malformed
  * and wrong-type messages get PROTO_ERROR; SIGTERM mid-request finishes the
  * request and exits 0; engined killed mid-request gives the client an EOF
- * within a bound, never a hang, and a new engined serves the next request.
+ * within a bound, never a hang, and a new engined serves the next request;
+ * a cached killed and restarted is attached again at the next request.
  *
  *   test_engined_cancel_and_errors CACHED ENGINED MODEL_DIR
  */
@@ -39,7 +40,7 @@ int main(int argc, char **argv)
 	REQUIRE(argc == 4, "usage: %s CACHED ENGINED MODEL_DIR", argv[0]);
 	const char *cached = argv[1], *engined = argv[2], *model = argv[3];
 	const char *run = h_init("cancel", 240);
-	h_cached(cached, run, "cached");
+	pid_t cd = h_cached(cached, run, "cached");
 	/* 5 ms a decode step: a generation of 200 takes a second */
 	pid_t e1 = h_engined(engined, model, run, "engined1", "--grid", "64",
 			     "--window", "256", "--queue", "1",
@@ -194,8 +195,8 @@ int main(int argc, char **argv)
 
 	/* a new engined: cached aborts the plan the dead one left open, and
 	 * the next request works */
-	h_engined(engined, model, run, "engined3", "--grid", "64", "--window",
-		  "256", NULL);
+	pid_t e3 = h_engined(engined, model, run, "engined3", "--grid", "64",
+			     "--window", "256", NULL);
 	CHECK(h_log_has("cached", "aborting the open plan"),
 	      "cached did not close the dead engine's plan");
 	REQUIRE(mc_open(&c, run, 10000) == 0, "connect");
@@ -203,6 +204,20 @@ int main(int argc, char **argv)
 	mc_generate(&c, 60, &p, &r, 30000);
 	CHECK(r.rv == 0 && r.finish == PROTO_FINISH_LENGTH && r.n_tokens == 4,
 	      "after the restart: rv %d finish %u: %s", r.rv, r.finish, r.msg);
+	mc_result_fini(&r);
+
+	/* ---- cached killed and restarted: engined attaches again ---- */
+	h_kill9(cd);
+	h_cached(cached, run, "cached2");
+	mc_generate(&c, 70, &p, &r, 30000);
+	CHECK(r.rv == 0 && r.finish == PROTO_FINISH_LENGTH && r.code == 0 &&
+		      r.n_tokens == 4 && r.cached_tokens == 0 && !r.msg[0],
+	      "after a cached restart: rv %d finish %u code %d, %llu cached: "
+	      "%s", r.rv, r.finish, r.code,
+	      (unsigned long long)r.cached_tokens, r.msg);
+	CHECK(h_log_has("engined3", "HELLO again"),
+	      "engined did not HELLO the new cached");
+	CHECK(h_alive(e3), "engined died with cached");
 	mc_result_fini(&r);
 	mc_close(&c);
 	return h_done("test_engined_cancel_and_errors");
