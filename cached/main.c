@@ -121,8 +121,8 @@ static void reply_err(cd *d, int w, uint64_t req, int code, const char *fmt,
 	vsnprintf(text, sizeof text, fmt, ap);
 	va_end(ap);
 	d->n_errors++;
-	moor_info("%s: refused: %s", w == SOCK_ENG ? "cached.sock" : "admin.sock",
-		  text);
+	moor_info("%s: refused: %s",
+		  w == SOCK_ENG ? "cached.sock" : "admin.sock", text);
 	proto_send_error(d->sock[w], (nng_pipe)NNG_PIPE_INITIALIZER, req, code,
 			 "%s", text);
 }
@@ -135,7 +135,8 @@ static int layout_from_hello(cd *d, const proto_hello *h, char *why)
 {
 	cache_layout *l = &d->lay;
 	memset(l, 0, sizeof *l);
-	if (h->n_sections > CACHE_MAX_SECTIONS || h->n_views > CACHE_MAX_VIEWS) {
+	if (h->n_sections > CACHE_MAX_SECTIONS ||
+	    h->n_views > CACHE_MAX_VIEWS) {
 		snprintf(why, MOOR_ERRLEN, "%u sections, %u views: over %d, %d",
 			 h->n_sections, h->n_views, CACHE_MAX_SECTIONS,
 			 CACHE_MAX_VIEWS);
@@ -168,7 +169,8 @@ static int layout_from_hello(cd *d, const proto_hello *h, char *why)
 		    p->token_axis >= p->ndim || p->row_bytes == 0) {
 			snprintf(why, MOOR_ERRLEN,
 				 "view %u: ndim %u, token axis %u, %llu bytes "
-				 "a row", i, p->ndim, p->token_axis,
+				 "a row",
+				 i, p->ndim, p->token_axis,
 				 (unsigned long long)p->row_bytes);
 			return MOOR_ERANGE;
 		}
@@ -177,8 +179,10 @@ static int layout_from_hello(cd *d, const proto_hello *h, char *why)
 			if (k == p->token_axis)
 				continue;
 			if (p->dims[k] <= 0 || p->dims[k] > (1 << 24)) {
-				snprintf(why, MOOR_ERRLEN, "view %u: dim %u is "
-					 "%lld", i, k, (long long)p->dims[k]);
+				snprintf(why, MOOR_ERRLEN,
+					 "view %u: dim %u is "
+					 "%lld",
+					 i, k, (long long)p->dims[k]);
 				return MOOR_ERANGE;
 			}
 			inner *= (uint64_t)p->dims[k];
@@ -234,8 +238,8 @@ static void on_hello(cd *d, uint32_t pipe, const proto_msg *m)
 		return;
 	}
 	close_open_plan(d, d->eng_pipe && d->eng_pipe != pipe
-				   ? "a new engined attaches"
-				   : "HELLO with a plan open");
+			       ? "a new engined attaches"
+			       : "HELLO with a plan open");
 	int had = d->have_fp, same = had && !memcmp(d->fp, h->fingerprint, 32);
 	if (had)
 		fp_hex(d->fp, old);
@@ -263,7 +267,8 @@ static void on_hello(cd *d, uint32_t pipe, const proto_msg *m)
 	else if (had)
 		moor_info("engined pid %u attached with another layout "
 			  "(fingerprint %s): dropped the old caches, carved "
-			  "new buffers", h->pid, fh);
+			  "new buffers",
+			  h->pid, fh);
 	else
 		moor_info("engined pid %u attached (fingerprint %s, %u "
 			  "sections, %u views, window %llu, grid %u)",
@@ -307,11 +312,11 @@ static void on_plan(cd *d, uint32_t pipe, const proto_msg *m)
 	const proto_plan *p = &m->u.plan;
 	close_open_plan(d, "PLAN with a plan open");
 	cache_req q = {
-		.ids = p->ids,
-		.n = p->n_ids,
-		.session = p->session,
-		.max_tokens = p->max_tokens,
-		.no_cache = (p->flags & PROTO_PLAN_NO_CACHE) != 0,
+	    .ids = p->ids,
+	    .n = p->n_ids,
+	    .session = p->session,
+	    .max_tokens = p->max_tokens,
+	    .no_cache = (p->flags & PROTO_PLAN_NO_CACHE) != 0,
 	};
 	char why[MOOR_ERRLEN] = "";
 	int rc = cache_plan(d->c, &q, &d->po, why);
@@ -340,8 +345,8 @@ static void on_plan(cd *d, uint32_t pipe, const proto_msg *m)
 	r.u.plan_ok.n_slots = ns;
 	r.u.plan_ok.slots = d->slots;
 	moor_debug("plan: %u tokens, start %llu (%s), %u slots", p->n_ids,
-		   (unsigned long long)d->po.start,
-		   cache_tier_name(d->po.tier), ns);
+		   (unsigned long long)d->po.start, cache_tier_name(d->po.tier),
+		   ns);
 	send_msg(d, SOCK_ENG, &r);
 }
 
@@ -389,8 +394,8 @@ static void on_abort(cd *d, uint32_t pipe, const proto_msg *m)
 /* ===================================================================== */
 /* admin requests                                                        */
 
-static const char *const tiers[] = {"all", "resident", "end", "stash",
-				    "pin", "park", "store"};
+static const char *const tiers[] = {"all", "resident", "end",  "stash",
+				    "pin", "park",     "store"};
 
 static void on_stats(cd *d, const proto_msg *m)
 {
@@ -412,19 +417,17 @@ static void on_stats(cd *d, const proto_msg *m)
 	if (d->have_fp)
 		fp_hex(d->fp, fh);
 	json_object_set_new(
-		o, "daemon",
-		json_pack("{s:i, s:s, s:f, s:b, s:i, s:s, s:b, s:I, s:I, s:I, "
-			  "s:I, s:I, s:I}",
-			  "pid", (int)getpid(), "run_dir", d->run_dir,
-			  "uptime_s", moor_now() - d->t_start, "engine",
-			  d->eng_pipe != 0, "engine_pid", (int)d->eng_pid,
-			  "fingerprint", fh, "plan_open", d->plan_open,
-			  "messages", (json_int_t)d->n_msgs, "errors",
-			  (json_int_t)d->n_errors, "hello",
-			  (json_int_t)d->n_hello, "plan",
-			  (json_int_t)d->n_plan, "commit",
-			  (json_int_t)d->n_commit, "abort",
-			  (json_int_t)d->n_abort));
+	    o, "daemon",
+	    json_pack("{s:i, s:s, s:f, s:b, s:i, s:s, s:b, s:I, s:I, s:I, "
+		      "s:I, s:I, s:I}",
+		      "pid", (int)getpid(), "run_dir", d->run_dir, "uptime_s",
+		      moor_now() - d->t_start, "engine", d->eng_pipe != 0,
+		      "engine_pid", (int)d->eng_pid, "fingerprint", fh,
+		      "plan_open", d->plan_open, "messages",
+		      (json_int_t)d->n_msgs, "errors", (json_int_t)d->n_errors,
+		      "hello", (json_int_t)d->n_hello, "plan",
+		      (json_int_t)d->n_plan, "commit", (json_int_t)d->n_commit,
+		      "abort", (json_int_t)d->n_abort));
 	char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(o);
 	if (!text) {
@@ -436,8 +439,8 @@ static void on_stats(cd *d, const proto_msg *m)
 	r.h.req = m->h.req;
 	r.u.text.text = text;
 	size_t len = strlen(text);
-	int rc = proto_send(d->sock[SOCK_ADMIN], &r,
-				    (nng_pipe)NNG_PIPE_INITIALIZER);
+	int rc =
+	    proto_send(d->sock[SOCK_ADMIN], &r, (nng_pipe)NNG_PIPE_INITIALIZER);
 	free(text);
 	if (rc == MOOR_ERANGE)
 		reply_err(d, SOCK_ADMIN, m->h.req, rc,
@@ -457,7 +460,8 @@ static void on_clear(cd *d, const proto_msg *m)
 	if (i == sizeof tiers / sizeof tiers[0]) {
 		reply_err(d, SOCK_ADMIN, m->h.req, MOOR_ERANGE,
 			  "CLEAR: unknown tier '%.64s' (all, resident, end, "
-			  "stash, pin, park, store)", t);
+			  "stash, pin, park, store)",
+			  t);
 		return;
 	}
 	int rc = cache_clear(d->c, t);
@@ -490,7 +494,8 @@ static void reply_bad(cd *d, int w, const uint8_t *b, size_t len, int rc)
 	if (len < PROTO_HDR_SIZE) {
 		reply_err(d, w, 0, MOOR_EFORMAT,
 			  "truncated message: %zu bytes, shorter than the "
-			  "%d-byte header", len, PROTO_HDR_SIZE);
+			  "%d-byte header",
+			  len, PROTO_HDR_SIZE);
 		return;
 	}
 	uint32_t magic = rd32(b), plen = rd32(b + 8);
@@ -507,14 +512,17 @@ static void reply_bad(cd *d, int w, const uint8_t *b, size_t len, int rc)
 	else if (plen > PROTO_MAX_PAYLOAD)
 		reply_err(d, w, req, MOOR_EFORMAT,
 			  "oversized message: a %u-byte payload, the limit is "
-			  "%u", plen, PROTO_MAX_PAYLOAD);
+			  "%u",
+			  plen, PROTO_MAX_PAYLOAD);
 	else if ((size_t)plen != len - PROTO_HDR_SIZE)
-		reply_err(d, w, req, MOOR_EFORMAT,
-			  "truncated message: the header says %u payload bytes, "
-			  "%zu came", plen, len - PROTO_HDR_SIZE);
+		reply_err(
+		    d, w, req, MOOR_EFORMAT,
+		    "truncated message: the header says %u payload bytes, "
+		    "%zu came",
+		    plen, len - PROTO_HDR_SIZE);
 	else if (!strcmp(proto_type_name(type), "unknown"))
-		reply_err(d, w, req, MOOR_EFORMAT,
-			  "unknown message type %u", type);
+		reply_err(d, w, req, MOOR_EFORMAT, "unknown message type %u",
+			  type);
 	else
 		reply_err(d, w, req, rc == MOOR_EVERSION ? rc : MOOR_EFORMAT,
 			  "malformed %s payload (%u bytes): a field runs past "
@@ -532,8 +540,8 @@ static void handle(cd *d, int w, nng_msg *nm)
 	if (len > (size_t)PROTO_HDR_SIZE + PROTO_MAX_PAYLOAD) {
 		reply_err(d, w, len >= PROTO_HDR_SIZE ? rd64(b + 16) : 0,
 			  MOOR_EFORMAT,
-			  "oversized message: %zu bytes, the limit is %u",
-			  len, PROTO_HDR_SIZE + PROTO_MAX_PAYLOAD);
+			  "oversized message: %zu bytes, the limit is %u", len,
+			  PROTO_HDR_SIZE + PROTO_MAX_PAYLOAD);
 		return;
 	}
 	proto_msg m;
@@ -546,10 +554,18 @@ static void handle(cd *d, int w, nng_msg *nm)
 	uint16_t t = m.h.type;
 	if (w == SOCK_ENG) {
 		switch (t) {
-		case PROTO_HELLO: on_hello(d, pipe, &m); break;
-		case PROTO_PLAN: on_plan(d, pipe, &m); break;
-		case PROTO_COMMIT: on_commit(d, pipe, &m); break;
-		case PROTO_ABORT: on_abort(d, pipe, &m); break;
+		case PROTO_HELLO:
+			on_hello(d, pipe, &m);
+			break;
+		case PROTO_PLAN:
+			on_plan(d, pipe, &m);
+			break;
+		case PROTO_COMMIT:
+			on_commit(d, pipe, &m);
+			break;
+		case PROTO_ABORT:
+			on_abort(d, pipe, &m);
+			break;
 		default:
 			reply_err(d, w, m.h.req, MOOR_EUNSUP,
 				  "%s (type %u) is not served on cached.sock "
@@ -558,8 +574,12 @@ static void handle(cd *d, int w, nng_msg *nm)
 		}
 	} else {
 		switch (t) {
-		case PROTO_STATS: on_stats(d, &m); break;
-		case PROTO_CLEAR: on_clear(d, &m); break;
+		case PROTO_STATS:
+			on_stats(d, &m);
+			break;
+		case PROTO_CLEAR:
+			on_clear(d, &m);
+			break;
 		default:
 			reply_err(d, w, m.h.req, MOOR_EUNSUP,
 				  "%s (type %u) is not served on admin.sock "
@@ -690,7 +710,8 @@ static int serve(cd *d)
 			if (!pf[w].revents)
 				continue;
 			nng_msg *nm;
-			int rv = nng_recvmsg(d->sock[w], &nm, NNG_FLAG_NONBLOCK);
+			int rv =
+			    nng_recvmsg(d->sock[w], &nm, NNG_FLAG_NONBLOCK);
 			if (rv == NNG_EAGAIN)
 				continue;
 			if (rv) {
@@ -714,31 +735,32 @@ static int serve(cd *d)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: cached [--run-dir DIR] [options]\n"
-		"  --run-dir DIR            sockets (default $XDG_RUNTIME_DIR/moor "
-		"or /tmp/moor-$UID)\n"
-		"  --arena-prefix NAME      shm names /NAME.dev, /NAME.host "
-		"(default: from the run dir)\n"
-		"arenas and memory (GiB, fractions allowed):\n"
-		"  --device-gb G  --host-gb G  --mem-ceiling-gb G  "
-		"--mem-peak-gb G\n"
-		"resident prefix:\n"
-		"  --resident-gb G (2.5)  --resident-keep N (4)  --pin-every N "
-		"(4096)  --pin-upto N (32768)\n"
-		"guest stash:\n"
-		"  --resident-guest-max N (8192)  --guest-margin N (512)  "
-		"--resident-stash-gb G (1)\n"
-		"pin and park:\n"
-		"  --resident-pin-gb G (4)  --pin-anchors N (8)  "
-		"--resident-park-gb G (4)  --park-anchors N (4)\n"
-		"end anchor:  --end-anchor on|off (on)\n"
-		"state store:\n"
-		"  --cache-gb G (CACHE_GB, 2)  --store-entry-gb G (1)  "
-		"--store-boundaries N (1)  --store-sessions on|off (on)\n"
-		"  --unified on|off         the memory limits count both arenas "
-		"(one memory: the CPU backend)\n"
-		"  --log-level error|warn|info|debug\n");
+	fprintf(
+	    f,
+	    "usage: cached [--run-dir DIR] [options]\n"
+	    "  --run-dir DIR            sockets (default $XDG_RUNTIME_DIR/moor "
+	    "or /tmp/moor-$UID)\n"
+	    "  --arena-prefix NAME      shm names /NAME.dev, /NAME.host "
+	    "(default: from the run dir)\n"
+	    "arenas and memory (GiB, fractions allowed):\n"
+	    "  --device-gb G  --host-gb G  --mem-ceiling-gb G  "
+	    "--mem-peak-gb G\n"
+	    "resident prefix:\n"
+	    "  --resident-gb G (2.5)  --resident-keep N (4)  --pin-every N "
+	    "(4096)  --pin-upto N (32768)\n"
+	    "guest stash:\n"
+	    "  --resident-guest-max N (8192)  --guest-margin N (512)  "
+	    "--resident-stash-gb G (1)\n"
+	    "pin and park:\n"
+	    "  --resident-pin-gb G (4)  --pin-anchors N (8)  "
+	    "--resident-park-gb G (4)  --park-anchors N (4)\n"
+	    "end anchor:  --end-anchor on|off (on)\n"
+	    "state store:\n"
+	    "  --cache-gb G (CACHE_GB, 2)  --store-entry-gb G (1)  "
+	    "--store-boundaries N (1)  --store-sessions on|off (on)\n"
+	    "  --unified on|off         the memory limits count both arenas "
+	    "(one memory: the CPU backend)\n"
+	    "  --log-level error|warn|info|debug\n");
 }
 
 static int parse_gb(const char *s, uint64_t *out)
@@ -777,41 +799,62 @@ static int parse_onoff(const char *s, int *out)
 /* In the order of parse_args' option table, which the error message of a
  * bad value indexes. */
 enum {
-	O_RUN = 256, O_PREFIX, O_DEV, O_HOST, O_CEIL, O_PEAK, O_RES, O_KEEP,
-	O_PIN_EVERY, O_PIN_UPTO, O_GUEST, O_MARGIN, O_STASH, O_PIN, O_PIN_N,
-	O_PARK, O_PARK_N, O_END, O_STORE, O_ENTRY, O_BOUND, O_SESS, O_UNIFIED,
-	O_LOG, O_HELP,
+	O_RUN = 256,
+	O_PREFIX,
+	O_DEV,
+	O_HOST,
+	O_CEIL,
+	O_PEAK,
+	O_RES,
+	O_KEEP,
+	O_PIN_EVERY,
+	O_PIN_UPTO,
+	O_GUEST,
+	O_MARGIN,
+	O_STASH,
+	O_PIN,
+	O_PIN_N,
+	O_PARK,
+	O_PARK_N,
+	O_END,
+	O_STORE,
+	O_ENTRY,
+	O_BOUND,
+	O_SESS,
+	O_UNIFIED,
+	O_LOG,
+	O_HELP,
 };
 
 static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 {
 	static const struct option lo[] = {
-		{"run-dir", 1, 0, O_RUN},
-		{"arena-prefix", 1, 0, O_PREFIX},
-		{"device-gb", 1, 0, O_DEV},
-		{"host-gb", 1, 0, O_HOST},
-		{"mem-ceiling-gb", 1, 0, O_CEIL},
-		{"mem-peak-gb", 1, 0, O_PEAK},
-		{"resident-gb", 1, 0, O_RES},
-		{"resident-keep", 1, 0, O_KEEP},
-		{"pin-every", 1, 0, O_PIN_EVERY},
-		{"pin-upto", 1, 0, O_PIN_UPTO},
-		{"resident-guest-max", 1, 0, O_GUEST},
-		{"guest-margin", 1, 0, O_MARGIN},
-		{"resident-stash-gb", 1, 0, O_STASH},
-		{"resident-pin-gb", 1, 0, O_PIN},
-		{"pin-anchors", 1, 0, O_PIN_N},
-		{"resident-park-gb", 1, 0, O_PARK},
-		{"park-anchors", 1, 0, O_PARK_N},
-		{"end-anchor", 1, 0, O_END},
-		{"cache-gb", 1, 0, O_STORE},
-		{"store-entry-gb", 1, 0, O_ENTRY},
-		{"store-boundaries", 1, 0, O_BOUND},
-		{"store-sessions", 1, 0, O_SESS},
-		{"unified", 1, 0, O_UNIFIED},
-		{"log-level", 1, 0, O_LOG},
-		{"help", 0, 0, O_HELP},
-		{0, 0, 0, 0},
+	    {"run-dir", 1, 0, O_RUN},
+	    {"arena-prefix", 1, 0, O_PREFIX},
+	    {"device-gb", 1, 0, O_DEV},
+	    {"host-gb", 1, 0, O_HOST},
+	    {"mem-ceiling-gb", 1, 0, O_CEIL},
+	    {"mem-peak-gb", 1, 0, O_PEAK},
+	    {"resident-gb", 1, 0, O_RES},
+	    {"resident-keep", 1, 0, O_KEEP},
+	    {"pin-every", 1, 0, O_PIN_EVERY},
+	    {"pin-upto", 1, 0, O_PIN_UPTO},
+	    {"resident-guest-max", 1, 0, O_GUEST},
+	    {"guest-margin", 1, 0, O_MARGIN},
+	    {"resident-stash-gb", 1, 0, O_STASH},
+	    {"resident-pin-gb", 1, 0, O_PIN},
+	    {"pin-anchors", 1, 0, O_PIN_N},
+	    {"resident-park-gb", 1, 0, O_PARK},
+	    {"park-anchors", 1, 0, O_PARK_N},
+	    {"end-anchor", 1, 0, O_END},
+	    {"cache-gb", 1, 0, O_STORE},
+	    {"store-entry-gb", 1, 0, O_ENTRY},
+	    {"store-boundaries", 1, 0, O_BOUND},
+	    {"store-sessions", 1, 0, O_SESS},
+	    {"unified", 1, 0, O_UNIFIED},
+	    {"log-level", 1, 0, O_LOG},
+	    {"help", 0, 0, O_HELP},
+	    {0, 0, 0, 0},
 	};
 	cache_cfg *c = &d->cfg;
 	const char *env = getenv("CACHE_GB");
@@ -827,24 +870,60 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 		case O_RUN:
 			snprintf(d->run_dir, sizeof d->run_dir, "%s", optarg);
 			break;
-		case O_PREFIX: *prefix = optarg; break;
-		case O_DEV: bad = parse_gb(optarg, &c->device_bytes); break;
-		case O_HOST: bad = parse_gb(optarg, &c->host_bytes); break;
-		case O_CEIL: bad = parse_gb(optarg, &c->mem_ceiling); break;
-		case O_PEAK: bad = parse_gb(optarg, &c->mem_peak); break;
-		case O_RES: bad = parse_gb(optarg, &c->resident_bytes); break;
-		case O_KEEP: bad = parse_u32(optarg, &c->resident_keep); break;
-		case O_PIN_EVERY: bad = parse_u32(optarg, &c->pin_every); break;
-		case O_PIN_UPTO: bad = parse_u32(optarg, &c->pin_upto); break;
-		case O_GUEST: bad = parse_u32(optarg, &c->guest_max); break;
-		case O_MARGIN: bad = parse_u32(optarg, &c->guest_margin); break;
-		case O_STASH: bad = parse_gb(optarg, &c->stash_bytes); break;
-		case O_PIN: bad = parse_gb(optarg, &c->pin_bytes); break;
-		case O_PIN_N: bad = parse_u32(optarg, &c->pin_anchors); break;
-		case O_PARK: bad = parse_gb(optarg, &c->park_bytes); break;
-		case O_PARK_N: bad = parse_u32(optarg, &c->park_anchors); break;
-		case O_END: bad = parse_onoff(optarg, &c->end_anchor); break;
-		case O_STORE: bad = parse_gb(optarg, &c->store_bytes); break;
+		case O_PREFIX:
+			*prefix = optarg;
+			break;
+		case O_DEV:
+			bad = parse_gb(optarg, &c->device_bytes);
+			break;
+		case O_HOST:
+			bad = parse_gb(optarg, &c->host_bytes);
+			break;
+		case O_CEIL:
+			bad = parse_gb(optarg, &c->mem_ceiling);
+			break;
+		case O_PEAK:
+			bad = parse_gb(optarg, &c->mem_peak);
+			break;
+		case O_RES:
+			bad = parse_gb(optarg, &c->resident_bytes);
+			break;
+		case O_KEEP:
+			bad = parse_u32(optarg, &c->resident_keep);
+			break;
+		case O_PIN_EVERY:
+			bad = parse_u32(optarg, &c->pin_every);
+			break;
+		case O_PIN_UPTO:
+			bad = parse_u32(optarg, &c->pin_upto);
+			break;
+		case O_GUEST:
+			bad = parse_u32(optarg, &c->guest_max);
+			break;
+		case O_MARGIN:
+			bad = parse_u32(optarg, &c->guest_margin);
+			break;
+		case O_STASH:
+			bad = parse_gb(optarg, &c->stash_bytes);
+			break;
+		case O_PIN:
+			bad = parse_gb(optarg, &c->pin_bytes);
+			break;
+		case O_PIN_N:
+			bad = parse_u32(optarg, &c->pin_anchors);
+			break;
+		case O_PARK:
+			bad = parse_gb(optarg, &c->park_bytes);
+			break;
+		case O_PARK_N:
+			bad = parse_u32(optarg, &c->park_anchors);
+			break;
+		case O_END:
+			bad = parse_onoff(optarg, &c->end_anchor);
+			break;
+		case O_STORE:
+			bad = parse_gb(optarg, &c->store_bytes);
+			break;
 		case O_ENTRY:
 			bad = parse_gb(optarg, &c->store_entry_bytes);
 			break;
@@ -852,8 +931,12 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 			bad = parse_u32(optarg, &u);
 			c->store_boundaries = (int)u;
 			break;
-		case O_SESS: bad = parse_onoff(optarg, &c->store_sessions); break;
-		case O_UNIFIED: bad = parse_onoff(optarg, &c->unified); break;
+		case O_SESS:
+			bad = parse_onoff(optarg, &c->store_sessions);
+			break;
+		case O_UNIFIED:
+			bad = parse_onoff(optarg, &c->unified);
+			break;
 		case O_LOG:
 			if (!strcmp(optarg, "error"))
 				moor_log_level = MOOR_LOG_ERROR;
@@ -866,18 +949,22 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 			else
 				bad = 1;
 			break;
-		case O_HELP: usage(stdout); return 1;
-		default: usage(stderr); return 2;
+		case O_HELP:
+			usage(stdout);
+			return 1;
+		default:
+			usage(stderr);
+			return 2;
 		}
 		if (bad) {
 			moor_err("--%s %s: expected %s", lo[o - O_RUN].name,
 				 optarg,
 				 o == O_END || o == O_SESS || o == O_UNIFIED
-					 ? "on or off"
-				 : o == O_LOG		   ? "a log level"
+				     ? "on or off"
+				 : o == O_LOG ? "a log level"
 				 : strstr(lo[o - O_RUN].name, "-gb")
-					 ? "a number of GiB"
-					 : "a non-negative integer");
+				     ? "a number of GiB"
+				     : "a non-negative integer");
 			return 2;
 		}
 	}
@@ -947,10 +1034,10 @@ int main(int argc, char **argv)
 		snprintf(d.cfg.arena_prefix, sizeof d.cfg.arena_prefix, "%s",
 			 prefix);
 	else
-		snprintf(d.cfg.arena_prefix, sizeof d.cfg.arena_prefix,
-			 "moor-%u-%016llx", (unsigned)getuid(),
-			 (unsigned long long)XXH64(d.run_dir,
-						   strlen(d.run_dir), 0));
+		snprintf(
+		    d.cfg.arena_prefix, sizeof d.cfg.arena_prefix,
+		    "moor-%u-%016llx", (unsigned)getuid(),
+		    (unsigned long long)XXH64(d.run_dir, strlen(d.run_dir), 0));
 	static const char *const kinds[2] = {"dev", "host"};
 	for (int k = 0; k < 2; k++) {
 		char nm[96];

@@ -23,8 +23,8 @@
 #include "net.h"
 #include "proto.h"
 
-static const char *const tiers[] = {"all", "resident", "end", "stash",
-				    "pin", "park", "store"};
+static const char *const tiers[] = {"all", "resident", "end",  "stash",
+				    "pin", "park",     "store"};
 
 static void usage(FILE *f)
 {
@@ -40,21 +40,29 @@ int main(int argc, char **argv)
 	const char *tier = "all";
 	int timeout_ms = 5000;
 	static const struct option lo[] = {
-		{"run-dir", 1, 0, 'R'},
-		{"timeout-ms", 1, 0, 'T'},
-		{"tier", 1, 0, 't'},
-		{"help", 0, 0, 'h'},
-		{0, 0, 0, 0},
+	    {"run-dir", 1, 0, 'R'}, {"timeout-ms", 1, 0, 'T'},
+	    {"tier", 1, 0, 't'},    {"help", 0, 0, 'h'},
+	    {0, 0, 0, 0},
 	};
 	int o;
 	/* "+": options before the command, and the command's after it */
 	while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (o) {
-		case 'R': snprintf(run_dir, sizeof run_dir, "%s", optarg); break;
-		case 'T': timeout_ms = atoi(optarg); break;
-		case 't': tier = optarg; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'R':
+			snprintf(run_dir, sizeof run_dir, "%s", optarg);
+			break;
+		case 'T':
+			timeout_ms = atoi(optarg);
+			break;
+		case 't':
+			tier = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (optind != argc - 1) {
@@ -130,7 +138,7 @@ int main(int argc, char **argv)
 			json_error_t je;
 			json_t *j = json_loads(rep.u.text.text, 0, &je);
 			char *out = j ? json_dumps(j, JSON_INDENT(2) |
-							      JSON_PRESERVE_ORDER)
+							  JSON_PRESERVE_ORDER)
 				      : NULL;
 			printf("%s\n", out ? out : rep.u.text.text);
 			free(out);

@@ -26,25 +26,27 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: engined --model DIR --prompt-ids ID,ID,... [options]\n"
-		"       engined --model DIR [--run-dir DIR] [daemon options]\n"
-		"one-shot options:\n"
-		"  --max-tokens N    tokens to generate (default 16)\n"
-		"  --threads N       CPU threads (default 1)\n"
-		"  --grid N          prefill grid, a multiple of 64 (default 1024)\n"
-		"  --window N        tokens per sequence (default 32768)\n"
-		"  --temperature T   0 = greedy (default 0)\n"
-		"  --top-k K  --top-p P  --min-p P  --seed S\n"
-		"  --ignore-eos      do not stop at the end-of-sequence token\n"
-		"daemon options (no --prompt-ids):\n"
-		"  --run-dir DIR         sockets of cached and engined (default\n"
-		"                        $XDG_RUNTIME_DIR/moor or /tmp/moor-$UID)\n"
-		"  --connect-timeout S   wait for cached at start (default 30)\n"
-		"  --call-timeout S      one round trip to cached (default 30)\n"
-		"  --queue N             requests waiting behind the running one\n"
-		"                        (default 4; more are answered busy)\n"
-		"  --threads N  --grid N  --window N   as above\n");
+	fprintf(
+	    f,
+	    "usage: engined --model DIR --prompt-ids ID,ID,... [options]\n"
+	    "       engined --model DIR [--run-dir DIR] [daemon options]\n"
+	    "one-shot options:\n"
+	    "  --max-tokens N    tokens to generate (default 16)\n"
+	    "  --threads N       CPU threads (default 1)\n"
+	    "  --grid N          prefill grid, a multiple of 64 (default "
+	    "1024)\n"
+	    "  --window N        tokens per sequence (default 32768)\n"
+	    "  --temperature T   0 = greedy (default 0)\n"
+	    "  --top-k K  --top-p P  --min-p P  --seed S\n"
+	    "  --ignore-eos      do not stop at the end-of-sequence token\n"
+	    "daemon options (no --prompt-ids):\n"
+	    "  --run-dir DIR         sockets of cached and engined (default\n"
+	    "                        $XDG_RUNTIME_DIR/moor or /tmp/moor-$UID)\n"
+	    "  --connect-timeout S   wait for cached at start (default 30)\n"
+	    "  --call-timeout S      one round trip to cached (default 30)\n"
+	    "  --queue N             requests waiting behind the running one\n"
+	    "                        (default 4; more are answered busy)\n"
+	    "  --threads N  --grid N  --window N   as above\n");
 }
 
 /* A positive integer flag, or -1. */
@@ -103,41 +105,88 @@ int main(int argc, char **argv)
 	eng_opts o = {0};
 	eng_sampling sp = {.temperature = 0, .top_p = 1};
 	static const struct option lo[] = {
-		{"model", 1, 0, 'm'},	    {"prompt-ids", 1, 0, 'p'},
-		{"max-tokens", 1, 0, 'n'},  {"threads", 1, 0, 't'},
-		{"grid", 1, 0, 'g'},	    {"window", 1, 0, 'w'},
-		{"temperature", 1, 0, 'T'}, {"top-k", 1, 0, 'k'},
-		{"top-p", 1, 0, 'P'},	    {"min-p", 1, 0, 'M'},
-		{"seed", 1, 0, 's'},	    {"ignore-eos", 0, 0, 'e'},
-		{"run-dir", 1, 0, 'R'},	    {"connect-timeout", 1, 0, 'C'},
-		{"call-timeout", 1, 0, 'L'}, {"queue", 1, 0, 'Q'},
-		{"test-step-delay-ms", 1, 0, 'D'},
-		{"help", 0, 0, 'h'},	    {0, 0, 0, 0},
+	    {"model", 1, 0, 'm'},
+	    {"prompt-ids", 1, 0, 'p'},
+	    {"max-tokens", 1, 0, 'n'},
+	    {"threads", 1, 0, 't'},
+	    {"grid", 1, 0, 'g'},
+	    {"window", 1, 0, 'w'},
+	    {"temperature", 1, 0, 'T'},
+	    {"top-k", 1, 0, 'k'},
+	    {"top-p", 1, 0, 'P'},
+	    {"min-p", 1, 0, 'M'},
+	    {"seed", 1, 0, 's'},
+	    {"ignore-eos", 0, 0, 'e'},
+	    {"run-dir", 1, 0, 'R'},
+	    {"connect-timeout", 1, 0, 'C'},
+	    {"call-timeout", 1, 0, 'L'},
+	    {"queue", 1, 0, 'Q'},
+	    {"test-step-delay-ms", 1, 0, 'D'},
+	    {"help", 0, 0, 'h'},
+	    {0, 0, 0, 0},
 	};
 	eng_serve_cfg sc = {
-		.connect_timeout_s = 30, .call_timeout_s = 30, .queue_max = 4};
+	    .connect_timeout_s = 30, .call_timeout_s = 30, .queue_max = 4};
 	int c;
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (c) {
-		case 'm': model = optarg; break;
-		case 'p': ids_s = optarg; break;
-		case 'n': max_tokens = atoi(optarg); break;
-		case 't': o.threads = atoi(optarg); break;
-		case 'g': o.grid = atoi(optarg); break;
-		case 'w': o.window = atoll(optarg); break;
-		case 'T': sp.temperature = strtof(optarg, NULL); break;
-		case 'k': sp.top_k = atoi(optarg); break;
-		case 'P': sp.top_p = strtof(optarg, NULL); break;
-		case 'M': sp.min_p = strtof(optarg, NULL); break;
-		case 's': sp.seed = strtoull(optarg, NULL, 10); break;
-		case 'e': ignore_eos = 1; break;
-		case 'R': sc.run_dir = optarg; break;
-		case 'C': sc.connect_timeout_s = (int)parse_pos(optarg); break;
-		case 'L': sc.call_timeout_s = (int)parse_pos(optarg); break;
-		case 'Q': sc.queue_max = (int)parse_pos(optarg); break;
-		case 'D': sc.test_step_delay_ms = (int)parse_pos(optarg); break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'm':
+			model = optarg;
+			break;
+		case 'p':
+			ids_s = optarg;
+			break;
+		case 'n':
+			max_tokens = atoi(optarg);
+			break;
+		case 't':
+			o.threads = atoi(optarg);
+			break;
+		case 'g':
+			o.grid = atoi(optarg);
+			break;
+		case 'w':
+			o.window = atoll(optarg);
+			break;
+		case 'T':
+			sp.temperature = strtof(optarg, NULL);
+			break;
+		case 'k':
+			sp.top_k = atoi(optarg);
+			break;
+		case 'P':
+			sp.top_p = strtof(optarg, NULL);
+			break;
+		case 'M':
+			sp.min_p = strtof(optarg, NULL);
+			break;
+		case 's':
+			sp.seed = strtoull(optarg, NULL, 10);
+			break;
+		case 'e':
+			ignore_eos = 1;
+			break;
+		case 'R':
+			sc.run_dir = optarg;
+			break;
+		case 'C':
+			sc.connect_timeout_s = (int)parse_pos(optarg);
+			break;
+		case 'L':
+			sc.call_timeout_s = (int)parse_pos(optarg);
+			break;
+		case 'Q':
+			sc.queue_max = (int)parse_pos(optarg);
+			break;
+		case 'D':
+			sc.test_step_delay_ms = (int)parse_pos(optarg);
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (optind < argc) {
@@ -170,7 +219,8 @@ int main(int argc, char **argv)
 	kern_ctx *ctx;
 	int rc = kern_cpu_ops.create(&kc, &ctx);
 	if (rc) {
-		moor_err("backend %s: %s", kern_cpu_ops.name, moor_strerror(rc));
+		moor_err("backend %s: %s", kern_cpu_ops.name,
+			 moor_strerror(rc));
 		return 1;
 	}
 	char err[MOOR_ERRLEN] = "";
@@ -186,8 +236,10 @@ int main(int argc, char **argv)
 	int V = eng_model_vocab(m), eos = eng_model_eos(m);
 	for (int64_t i = 0; i < n; i++) {
 		if (ids[i] >= V) {
-			moor_err("--prompt-ids: id %d is outside the vocabulary "
-				 "(%d)", ids[i], V);
+			moor_err(
+			    "--prompt-ids: id %d is outside the vocabulary "
+			    "(%d)",
+			    ids[i], V);
 			rc = MOOR_ERANGE;
 		}
 	}

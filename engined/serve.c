@@ -110,8 +110,7 @@ static int name_cmp(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int fp_file(fp_state *f, const char *path, int header_only,
-		   char *err)
+static int fp_file(fp_state *f, const char *path, int header_only, char *err)
 {
 	FILE *fp = fopen(path, "rb");
 	if (!fp) {
@@ -163,8 +162,8 @@ static int fp_file(fp_state *f, const char *path, int header_only,
 	return rc;
 }
 
-int eng_serve_fingerprint(const char *model_dir, int grid,
-			  const char *backend, uint8_t out[32], char *err)
+int eng_serve_fingerprint(const char *model_dir, int grid, const char *backend,
+			  uint8_t out[32], char *err)
 {
 	fp_state f = {XXH3_createState(), XXH3_createState()};
 	char **names = NULL;
@@ -296,12 +295,12 @@ typedef struct srv {
 	int exiting; /* the signal thread is woken to end, not by a signal */
 
 	/* worker scratch, allocated once */
-	float *logits;   /* [vocab] */
-	int32_t *gen;    /* [window] tokens the state absorbed */
-	eng_slot *slots; /* [PROTO_MAX_SLOTS] */
+	float *logits;		/* [vocab] */
+	int32_t *gen;		/* [window] tokens the state absorbed */
+	eng_slot *slots;	/* [PROTO_MAX_SLOTS] */
 	proto_step_entry *pend; /* [window + 1] steps not sent yet */
 	uint32_t n_pend;
-	double last_step; /* when the last STEP left */
+	double last_step;	    /* when the last STEP left */
 	char done_msg[MOOR_ERRLEN]; /* the running request's DONE text */
 } srv;
 
@@ -321,8 +320,10 @@ static int shm_map(const char *name, uint64_t size, void **out, char *err)
 {
 	*out = NULL;
 	if (name[0] != '/' || strchr(name + 1, '/') || size == 0) {
-		moor_errf(err, "arena name '%s' (%llu bytes) is not a shm "
-			  "object", name, (unsigned long long)size);
+		moor_errf(err,
+			  "arena name '%s' (%llu bytes) is not a shm "
+			  "object",
+			  name, (unsigned long long)size);
 		return MOOR_EFORMAT;
 	}
 	int fd = shm_open(name, O_RDWR, 0);
@@ -371,9 +372,10 @@ static int arenas_attach(srv *s, const proto_hello_ok *h, char *err)
 	const kern_ops *o = &kern_cpu_ops;
 	arenas_unmap(s);
 	if ((int)h->n_sec != y->n_sections || (int)h->n_view != y->n_views) {
-		moor_errf(err, "HELLO_OK carries %u sections and %u views, "
-			  "the layout has %d and %d", h->n_sec, h->n_view,
-			  y->n_sections, y->n_views);
+		moor_errf(err,
+			  "HELLO_OK carries %u sections and %u views, "
+			  "the layout has %d and %d",
+			  h->n_sec, h->n_view, y->n_sections, y->n_views);
 		return MOOR_EFORMAT;
 	}
 	int rc = shm_map(h->dev_arena, h->dev_size, &s->dev, err);
@@ -399,9 +401,10 @@ static int arenas_attach(srv *s, const proto_hello_ok *h, char *err)
 	for (int i = 0; i < y->n_sections; i++) {
 		uint64_t off = h->sec_off[i], n = y->sec[i].bytes;
 		if (off > s->dev_size || n > s->dev_size - off) {
-			moor_errf(err, "section %d (%s) at %llu+%llu is outside "
-				  "the %llu-byte device arena", i,
-				  y->sec[i].name, (unsigned long long)off,
+			moor_errf(err,
+				  "section %d (%s) at %llu+%llu is outside "
+				  "the %llu-byte device arena",
+				  i, y->sec[i].name, (unsigned long long)off,
 				  (unsigned long long)n,
 				  (unsigned long long)s->dev_size);
 			arenas_unmap(s);
@@ -413,9 +416,10 @@ static int arenas_attach(srv *s, const proto_hello_ok *h, char *err)
 		uint64_t off = h->view_off[i],
 			 n = (uint64_t)y->view[i].row_bytes * y->window;
 		if (off > s->dev_size || n > s->dev_size - off) {
-			moor_errf(err, "view %d (%s) at %llu+%llu is outside "
-				  "the %llu-byte device arena", i,
-				  y->view[i].name, (unsigned long long)off,
+			moor_errf(err,
+				  "view %d (%s) at %llu+%llu is outside "
+				  "the %llu-byte device arena",
+				  i, y->view[i].name, (unsigned long long)off,
 				  (unsigned long long)n,
 				  (unsigned long long)s->dev_size);
 			arenas_unmap(s);
@@ -460,8 +464,7 @@ static int cached_open(srv *s)
 static int cached_call(srv *s, proto_msg *q, proto_msg *rep, char *msg)
 {
 	q->h.req = ++s->next_id;
-	int rc = proto_call(s->cq, q, rep,
-				    s->cfg->call_timeout_s * 1000);
+	int rc = proto_call(s->cq, q, rep, s->cfg->call_timeout_s * 1000);
 	if (rc && msg) {
 		if (rep->h.type == PROTO_ERROR && rep->u.error.msg)
 			moor_errf(msg, "cached: %s", rep->u.error.msg);
@@ -542,9 +545,9 @@ static int cached_hello(srv *s, char *err)
 			  rep.u.hello_ok.host_arena,
 			  (double)rep.u.hello_ok.host_size / (1 << 20),
 			  rep.u.hello_ok.adopted
-				  ? "it handed back the state of an earlier "
-				    "engined"
-				  : "fresh sequence buffers");
+			      ? "it handed back the state of an earlier "
+				"engined"
+			      : "fresh sequence buffers");
 	}
 	proto_msg_fini(&rep);
 	return rc;
@@ -621,16 +624,18 @@ static int gen_check(srv *s, const proto_generate *g, char *msg)
 		return MOOR_ERANGE;
 	}
 	if ((int64_t)g->n_ids > s->lay->window) {
-		moor_errf(msg, "prompt of %u tokens is longer than the window "
-			  "of %lld tokens", g->n_ids,
-			  (long long)s->lay->window);
+		moor_errf(msg,
+			  "prompt of %u tokens is longer than the window "
+			  "of %lld tokens",
+			  g->n_ids, (long long)s->lay->window);
 		return MOOR_ERANGE;
 	}
 	for (uint32_t i = 0; i < g->n_ids; i++)
 		if (g->ids[i] < 0 || g->ids[i] >= s->vocab) {
-			moor_errf(msg, "token id %d at position %u is outside "
-				  "the vocabulary (%d)", g->ids[i], i,
-				  s->vocab);
+			moor_errf(msg,
+				  "token id %d at position %u is outside "
+				  "the vocabulary (%d)",
+				  g->ids[i], i, s->vocab);
 			return MOOR_ERANGE;
 		}
 	if (!(g->temperature >= 0) || !(g->top_p >= 0) || g->top_p > 1 ||
@@ -701,7 +706,7 @@ static void on_cancel(srv *s, nng_pipe p, const proto_msg *m)
 				gone = j;
 				memmove(&s->queue[i], &s->queue[i + 1],
 					(size_t)(s->qn - i - 1) *
-						sizeof *s->queue);
+					    sizeof *s->queue);
 				s->qn--;
 				break;
 			}
@@ -769,10 +774,9 @@ static void *receiver_main(void *arg)
 					 "version %u",
 					 m.h.version, PROTO_VERSION);
 		} else if (rc) {
-			proto_send_error(s->cs, p, m.h.req, rc,
-					 "malformed %s message: %s",
-					 proto_type_name(m.h.type),
-					 moor_strerror(rc));
+			proto_send_error(
+			    s->cs, p, m.h.req, rc, "malformed %s message: %s",
+			    proto_type_name(m.h.type), moor_strerror(rc));
 		} else if (m.h.type == PROTO_GENERATE) {
 			on_generate(s, p, &m);
 		} else if (m.h.type == PROTO_CANCEL) {
@@ -861,9 +865,10 @@ static int plan_check(srv *s, const proto_plan_ok *p, uint64_t n, char *msg)
 {
 	const eng_layout *y = s->lay;
 	if (p->start >= n) {
-		moor_errf(msg, "cached planned a start at %llu for a prompt "
-			  "of %llu tokens", (unsigned long long)p->start,
-			  (unsigned long long)n);
+		moor_errf(msg,
+			  "cached planned a start at %llu for a prompt "
+			  "of %llu tokens",
+			  (unsigned long long)p->start, (unsigned long long)n);
 		return MOOR_EFORMAT;
 	}
 	uint64_t prev = p->start;
@@ -872,9 +877,10 @@ static int plan_check(srv *s, const proto_plan_ok *p, uint64_t n, char *msg)
 		if (sl->line <= prev || sl->line > n ||
 		    sl->offset > s->dev_size ||
 		    y->section_bytes > s->dev_size - sl->offset) {
-			moor_errf(msg, "anchor slot %u (line %llu at %llu) is "
-				  "out of order or outside the arena", i,
-				  (unsigned long long)sl->line,
+			moor_errf(msg,
+				  "anchor slot %u (line %llu at %llu) is "
+				  "out of order or outside the arena",
+				  i, (unsigned long long)sl->line,
 				  (unsigned long long)sl->offset);
 			return MOOR_EFORMAT;
 		}
@@ -1002,11 +1008,11 @@ static void run_job(srv *s, job *j, proto_done *d, char *msg)
 
 	/* decode: one STEP per step */
 	eng_sampling sp = {
-		.temperature = g->temperature,
-		.top_k = g->top_k,
-		.top_p = g->top_p,
-		.min_p = g->min_p,
-		.seed = g->seed,
+	    .temperature = g->temperature,
+	    .top_k = g->top_k,
+	    .top_p = g->top_p,
+	    .min_p = g->min_p,
+	    .seed = g->seed,
 	};
 	eng_sampler *smp = eng_sampler_new(s->vocab, &sp);
 	if (!smp) {
@@ -1025,8 +1031,8 @@ static void run_job(srv *s, job *j, proto_done *d, char *msg)
 		}
 		if (s->cfg->test_step_delay_ms > 0) {
 			struct timespec ts = {
-				s->cfg->test_step_delay_ms / 1000,
-				(s->cfg->test_step_delay_ms % 1000) * 1000000L};
+			    s->cfg->test_step_delay_ms / 1000,
+			    (s->cfg->test_step_delay_ms % 1000) * 1000000L};
 			nanosleep(&ts, NULL);
 		}
 		int32_t t = eng_sample(smp, s->logits);
@@ -1038,7 +1044,7 @@ static void run_job(srv *s, job *j, proto_done *d, char *msg)
 			 s->seq.len + 1 > s->lay->window)
 			f = PROTO_FINISH_LENGTH;
 		s->pend[s->n_pend++] =
-			(proto_step_entry){.req = req, .token = t, .finish = f};
+		    (proto_step_entry){.req = req, .token = t, .finish = f};
 		steps_flush(s, j, f != 0);
 		if (f) {
 			finish = f;
@@ -1068,7 +1074,8 @@ static void run_job(srv *s, job *j, proto_done *d, char *msg)
 	char cmsg[MOOR_ERRLEN];
 	if (cached_call(s, &c, &rep, cmsg))
 		moor_warn("req %llu: commit: %s (the caches keep nothing of "
-			  "this turn)", (unsigned long long)req, cmsg);
+			  "this turn)",
+			  (unsigned long long)req, cmsg);
 	proto_msg_fini(&rep);
 
 	d->finish = finish;
@@ -1183,8 +1190,7 @@ static int model_load(srv *s)
 	moor_info("loaded %s in %.2f s: %d sections, %d views, window %lld, "
 		  "grid %d, fingerprint %s",
 		  c->model_dir, moor_now() - t0, s->lay->n_sections,
-		  s->lay->n_views, (long long)s->lay->window, s->lay->grid,
-		  fh);
+		  s->lay->n_views, (long long)s->lay->window, s->lay->grid, fh);
 	return 0;
 }
 
@@ -1218,7 +1224,8 @@ int eng_serve(const eng_serve_cfg *cfg)
 	snprintf(s->eng_path, sizeof s->eng_path, "%s/engined.sock",
 		 s->run_dir);
 	snprintf(s->eng_url, sizeof s->eng_url, "ipc://%s", s->eng_path);
-	if (strlen(s->eng_path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+	if (strlen(s->eng_path) >=
+	    sizeof(((struct sockaddr_un *)0)->sun_path)) {
 		moor_err("run dir %s: socket paths must be under 108 bytes",
 			 s->run_dir);
 		rc = -ENAMETOOLONG;
@@ -1236,8 +1243,8 @@ int eng_serve(const eng_serve_cfg *cfg)
 	s->slots = calloc(PROTO_MAX_SLOTS, sizeof *s->slots);
 	s->pend = calloc((size_t)y->window + 1, sizeof *s->pend);
 	s->queue = calloc((size_t)cfg->queue_max + 1, sizeof *s->queue);
-	if (!s->seq.sec || !s->seq.view || !s->logits || !s->gen ||
-	    !s->slots || !s->pend || !s->queue) {
+	if (!s->seq.sec || !s->seq.view || !s->logits || !s->gen || !s->slots ||
+	    !s->pend || !s->queue) {
 		rc = -ENOMEM;
 		goto out;
 	}

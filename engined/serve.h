@@ -31,7 +31,7 @@
 
 typedef struct eng_serve_cfg {
 	const char *model_dir;
-	const char *run_dir;	/* NULL: eng_serve_run_dir_default */
+	const char *run_dir; /* NULL: eng_serve_run_dir_default */
 	eng_opts opts;
 	int connect_timeout_s;	/* wait for cached at start: 30 */
 	int call_timeout_s;	/* one PLAN/COMMIT/HELLO round trip: 30 */
@@ -52,7 +52,7 @@ int eng_serve(const eng_serve_cfg *cfg);
  * *.safetensors file's header bytes (name order), the grid, the backend's
  * name and contract version, and the engine's build version. Two XXH3-128
  * digests of the same stream under two seeds. err: MOOR_ERRLEN. */
-int eng_serve_fingerprint(const char *model_dir, int grid,
-			  const char *backend, uint8_t out[32], char *err);
+int eng_serve_fingerprint(const char *model_dir, int grid, const char *backend,
+			  uint8_t out[32], char *err);
 
 #endif

@@ -40,10 +40,10 @@ typedef struct mc_params {
 } mc_params;
 
 typedef struct mc_result {
-	int rv;              /* 0: a DONE came; else the wait's error */
-	int32_t *tokens;     /* heap, the STEPs' tokens in order */
+	int rv;		 /* 0: a DONE came; else the wait's error */
+	int32_t *tokens; /* heap, the STEPs' tokens in order */
 	uint32_t n_tokens;
-	uint32_t finish;     /* DONE's fields */
+	uint32_t finish; /* DONE's fields */
 	int32_t code;
 	uint32_t tier;
 	uint64_t prompt_tokens, cached_tokens, completion_tokens;

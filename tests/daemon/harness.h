@@ -37,7 +37,7 @@ static struct {
 } h_;
 
 static inline int h_rm_one(const char *p, const struct stat *st, int fl,
-		    struct FTW *f)
+			   struct FTW *f)
 {
 	(void)st;
 	(void)fl;
@@ -276,32 +276,33 @@ static inline int h_wait_ready(const char *logname, const char *ready,
 }
 
 /* The small budgets every daemon test runs under. */
-#define H_CACHED_BUDGETS                                                      \
-	"--device-gb", "0.25", "--host-gb", "0.25", "--mem-ceiling-gb",       \
-		"0.25", "--mem-peak-gb", "0.25", "--resident-gb", "0.05",     \
-		"--resident-stash-gb", "0.02", "--resident-pin-gb", "0.02",   \
-		"--resident-park-gb", "0.02", "--cache-gb", "0.05",           \
-		"--store-entry-gb", "0.02"
+#define H_CACHED_BUDGETS                                                       \
+	"--device-gb", "0.25", "--host-gb", "0.25", "--mem-ceiling-gb",        \
+	    "0.25", "--mem-peak-gb", "0.25", "--resident-gb", "0.05",          \
+	    "--resident-stash-gb", "0.02", "--resident-pin-gb", "0.02",        \
+	    "--resident-park-gb", "0.02", "--cache-gb", "0.05",                \
+	    "--store-entry-gb", "0.02"
 
 /* Starts cached on run and waits for both sockets. */
-static inline pid_t h_cached(const char *exe, const char *run, const char *logname)
+static inline pid_t h_cached(const char *exe, const char *run,
+			     const char *logname)
 {
-	char *argv[] = {(char *)exe, "--run-dir", (char *)run,
-			H_CACHED_BUDGETS, NULL};
+	char *argv[] = {(char *)exe, "--run-dir", (char *)run, H_CACHED_BUDGETS,
+			NULL};
 	pid_t pid = h_spawn(logname, argv);
 	REQUIRE(h_wait_ready(logname, "serving", run, "admin.sock", pid, 20) ==
-			0,
+		    0,
 		"cached did not come up on %s", run);
 	return pid;
 }
 
 /* Starts engined on run (extra args NULL-terminated) and waits for it. */
-static inline pid_t h_engined(const char *exe, const char *model, const char *run,
-		       const char *logname, ...)
+static inline pid_t h_engined(const char *exe, const char *model,
+			      const char *run, const char *logname, ...)
 {
-	char *argv[32] = {(char *)exe,	 "--model",    (char *)model,
-			  "--run-dir",	 (char *)run,  "--connect-timeout",
-			  "20",		 NULL};
+	char *argv[32] = {(char *)exe, "--model",   (char *)model,
+			  "--run-dir", (char *)run, "--connect-timeout",
+			  "20",	       NULL};
 	int k = 7;
 	va_list ap;
 	va_start(ap, logname);

@@ -54,8 +54,8 @@ static int parse_ids(const char *s, int32_t **out, uint32_t *n)
 	return 0;
 }
 
-static const char *const finish_names[] = {"none", "stop", "length",
-					   "cancel", "error"};
+static const char *const finish_names[] = {"none", "stop", "length", "cancel",
+					   "error"};
 
 int main(int argc, char **argv)
 {
@@ -66,32 +66,67 @@ int main(int argc, char **argv)
 	int timeout_ms = 60000;
 	uint32_t cancel_after = 0;
 	static const struct option lo[] = {
-		{"run-dir", 1, 0, 'R'},	    {"ids", 1, 0, 'i'},
-		{"max-tokens", 1, 0, 'n'},  {"temperature", 1, 0, 'T'},
-		{"top-k", 1, 0, 'k'},	    {"top-p", 1, 0, 'P'},
-		{"min-p", 1, 0, 'M'},	    {"seed", 1, 0, 's'},
-		{"session", 1, 0, 'S'},	    {"stop-ids", 1, 0, 'x'},
-		{"ignore-eos", 0, 0, 'e'},  {"no-cache", 0, 0, 'c'},
-		{"cancel-after", 1, 0, 'C'}, {"timeout-ms", 1, 0, 't'},
-		{0, 0, 0, 0},
+	    {"run-dir", 1, 0, 'R'},
+	    {"ids", 1, 0, 'i'},
+	    {"max-tokens", 1, 0, 'n'},
+	    {"temperature", 1, 0, 'T'},
+	    {"top-k", 1, 0, 'k'},
+	    {"top-p", 1, 0, 'P'},
+	    {"min-p", 1, 0, 'M'},
+	    {"seed", 1, 0, 's'},
+	    {"session", 1, 0, 'S'},
+	    {"stop-ids", 1, 0, 'x'},
+	    {"ignore-eos", 0, 0, 'e'},
+	    {"no-cache", 0, 0, 'c'},
+	    {"cancel-after", 1, 0, 'C'},
+	    {"timeout-ms", 1, 0, 't'},
+	    {0, 0, 0, 0},
 	};
 	int o;
 	while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (o) {
-		case 'R': snprintf(run_dir, sizeof run_dir, "%s", optarg); break;
-		case 'i': ids_s = optarg; break;
-		case 'n': p.max_tokens = (uint32_t)atoi(optarg); break;
-		case 'T': p.temperature = strtof(optarg, NULL); break;
-		case 'k': p.top_k = atoi(optarg); break;
-		case 'P': p.top_p = strtof(optarg, NULL); break;
-		case 'M': p.min_p = strtof(optarg, NULL); break;
-		case 's': p.seed = strtoull(optarg, NULL, 10); break;
-		case 'S': p.session = optarg; break;
-		case 'x': stop_s = optarg; break;
-		case 'e': p.flags |= ENG_GEN_IGNORE_EOS; break;
-		case 'c': p.flags |= PROTO_PLAN_NO_CACHE; break;
-		case 'C': cancel_after = (uint32_t)atoi(optarg); break;
-		case 't': timeout_ms = atoi(optarg); break;
+		case 'R':
+			snprintf(run_dir, sizeof run_dir, "%s", optarg);
+			break;
+		case 'i':
+			ids_s = optarg;
+			break;
+		case 'n':
+			p.max_tokens = (uint32_t)atoi(optarg);
+			break;
+		case 'T':
+			p.temperature = strtof(optarg, NULL);
+			break;
+		case 'k':
+			p.top_k = atoi(optarg);
+			break;
+		case 'P':
+			p.top_p = strtof(optarg, NULL);
+			break;
+		case 'M':
+			p.min_p = strtof(optarg, NULL);
+			break;
+		case 's':
+			p.seed = strtoull(optarg, NULL, 10);
+			break;
+		case 'S':
+			p.session = optarg;
+			break;
+		case 'x':
+			stop_s = optarg;
+			break;
+		case 'e':
+			p.flags |= ENG_GEN_IGNORE_EOS;
+			break;
+		case 'c':
+			p.flags |= PROTO_PLAN_NO_CACHE;
+			break;
+		case 'C':
+			cancel_after = (uint32_t)atoi(optarg);
+			break;
+		case 't':
+			timeout_ms = atoi(optarg);
+			break;
 		default:
 			fprintf(stderr, "usage: moor_client [--run-dir DIR] "
 					"--ids 1,2,3 [options]\n");

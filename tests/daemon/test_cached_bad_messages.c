@@ -187,8 +187,11 @@ int main(int argc, char **argv)
 	/* a HELLO whose view's row is not a whole number of elements */
 	proto_msg h = {0};
 	proto_section sec = {.name = "s", .bytes = 64};
-	proto_view view = {.name = "v", .ndim = 2, .dims = {1, 3},
-			   .token_axis = 0, .row_bytes = 7};
+	proto_view view = {.name = "v",
+			   .ndim = 2,
+			   .dims = {1, 3},
+			   .token_axis = 0,
+			   .row_bytes = 7};
 	h.h.type = PROTO_HELLO;
 	h.h.req = 12;
 	h.u.hello.grid = 64;
@@ -198,8 +201,7 @@ int main(int argc, char **argv)
 	h.u.hello.n_views = 1;
 	h.u.hello.view = &view;
 	n = encode(&h, &b);
-	expect_error(eng, "HELLO of a bad layout", b, n, MOOR_ERANGE,
-		     "layout");
+	expect_error(eng, "HELLO of a bad layout", b, n, MOOR_ERANGE, "layout");
 	free(b);
 	/* CLEAR of an unknown tier */
 	proto_msg c = {0};
@@ -223,8 +225,8 @@ int main(int argc, char **argv)
 		json_t *j = json_loads(rep.u.text.text, 0, &je);
 		CHECK(j && json_is_object(j), "STATS is not a JSON object: %s",
 		      rep.u.text.text);
-		json_t *errs = json_object_get(json_object_get(j, "daemon"),
-					       "errors");
+		json_t *errs =
+		    json_object_get(json_object_get(j, "daemon"), "errors");
 		CHECK(json_integer_value(errs) >= 20,
 		      "the daemon counted %lld errors",
 		      (long long)json_integer_value(errs));

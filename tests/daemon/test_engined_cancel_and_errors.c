@@ -27,10 +27,10 @@ static mc_params params(uint32_t n, uint32_t max_tokens)
 	for (uint32_t i = 0; i < n; i++)
 		prompt[i] = (int32_t)(3 + (i * 53) % 400);
 	mc_params p = {
-		.ids = prompt,
-		.n_ids = n,
-		.max_tokens = max_tokens,
-		.flags = ENG_GEN_IGNORE_EOS,
+	    .ids = prompt,
+	    .n_ids = n,
+	    .max_tokens = max_tokens,
+	    .flags = ENG_GEN_IGNORE_EOS,
 	};
 	return p;
 }
@@ -89,7 +89,7 @@ int main(int argc, char **argv)
 	p = params(WINDOW + 44, 4);
 	mc_generate(&c, 3, &p, &r, 30000);
 	CHECK(r.rv == 0 && r.finish == PROTO_FINISH_ERROR &&
-		      r.code == MOOR_ERANGE && strstr(r.msg, "window"),
+		  r.code == MOOR_ERANGE && strstr(r.msg, "window"),
 	      "over the window: rv %d finish %u code %d: %s", r.rv, r.finish,
 	      r.code, r.msg);
 	mc_result_fini(&r);
@@ -97,16 +97,16 @@ int main(int argc, char **argv)
 	p = params(WINDOW - 6, 50);
 	mc_generate(&c, 4, &p, &r, 30000);
 	CHECK(r.rv == 0 && r.finish == PROTO_FINISH_LENGTH &&
-		      r.completion_tokens == 7,
-	      "at the window: rv %d finish %u, %llu tokens (want 7): %s",
-	      r.rv, r.finish, (unsigned long long)r.completion_tokens, r.msg);
+		  r.completion_tokens == 7,
+	      "at the window: rv %d finish %u, %llu tokens (want 7): %s", r.rv,
+	      r.finish, (unsigned long long)r.completion_tokens, r.msg);
 	mc_result_fini(&r);
 	/* an id outside the vocabulary */
 	p = params(10, 4);
 	prompt[3] = 1 << 30;
 	mc_generate(&c, 5, &p, &r, 30000);
 	CHECK(r.rv == 0 && r.finish == PROTO_FINISH_ERROR &&
-		      strstr(r.msg, "vocabulary"),
+		  strstr(r.msg, "vocabulary"),
 	      "id outside the vocabulary: finish %u: %s", r.finish, r.msg);
 	mc_result_fini(&r);
 
@@ -116,14 +116,12 @@ int main(int argc, char **argv)
 		REQUIRE(mc_send_generate(&c, k, &p) == 0, "send %llu",
 			(unsigned long long)k);
 	mc_wait(&c, 12, &r, 10000, 0);
-	CHECK(r.rv == 0 && r.finish == PROTO_FINISH_ERROR &&
-		      r.code == -EBUSY,
+	CHECK(r.rv == 0 && r.finish == PROTO_FINISH_ERROR && r.code == -EBUSY,
 	      "third request: finish %u code %d: %s", r.finish, r.code, r.msg);
 	mc_result_fini(&r);
 	mc_send_cancel(&c, 20, 11); /* the queued one: cancelled at once */
 	mc_wait(&c, 11, &r, 10000, 0);
-	CHECK(r.rv == 0 && r.finish == PROTO_FINISH_CANCEL &&
-		      r.n_tokens == 0,
+	CHECK(r.rv == 0 && r.finish == PROTO_FINISH_CANCEL && r.n_tokens == 0,
 	      "queued request cancelled: finish %u, %u tokens", r.finish,
 	      r.n_tokens);
 	mc_result_fini(&r);
@@ -140,8 +138,8 @@ int main(int argc, char **argv)
 		REQUIRE(nng_sendmsg(c.s, m, 0) == 0, "send junk");
 		proto_msg e;
 		int rv = proto_recv(c.s, &e, NULL, 10000);
-		CHECK(rv == 0 && e.h.type == PROTO_ERROR,
-		      "junk: %d, %s", rv, proto_type_name(e.h.type));
+		CHECK(rv == 0 && e.h.type == PROTO_ERROR, "junk: %d, %s", rv,
+		      proto_type_name(e.h.type));
 		proto_msg_fini(&e);
 		proto_msg s = {0};
 		s.h.type = PROTO_STATS;
@@ -149,7 +147,7 @@ int main(int argc, char **argv)
 		proto_send(c.s, &s, (nng_pipe)NNG_PIPE_INITIALIZER);
 		rv = proto_recv(c.s, &e, NULL, 10000);
 		CHECK(rv == 0 && e.h.type == PROTO_ERROR && e.h.req == 30 &&
-			      strstr(e.u.error.msg, "not served"),
+			  strstr(e.u.error.msg, "not served"),
 		      "STATS to engined: %d, %s", rv,
 		      proto_type_name(e.h.type));
 		proto_msg_fini(&e);
@@ -165,7 +163,7 @@ int main(int argc, char **argv)
 	kill(e1, SIGTERM);
 	mc_wait(&c, 40, &r, 30000, 0);
 	CHECK(r.rv == 0 && r.finish == PROTO_FINISH_LENGTH &&
-		      r.completion_tokens == 40,
+		  r.completion_tokens == 40,
 	      "request under SIGTERM: rv %d finish %u, %llu tokens: %s", r.rv,
 	      r.finish, (unsigned long long)r.completion_tokens, r.msg);
 	mc_result_fini(&r);
@@ -175,9 +173,9 @@ int main(int argc, char **argv)
 	mc_close(&c);
 
 	/* ---- engined killed mid-request: an EOF within a bound ---- */
-	pid_t e2 = h_engined(engined, model, run, "engined2", "--grid", "64",
-			     "--window", "256", "--test-step-delay-ms", "5",
-			     NULL);
+	pid_t e2 =
+	    h_engined(engined, model, run, "engined2", "--grid", "64",
+		      "--window", "256", "--test-step-delay-ms", "5", NULL);
 	REQUIRE(mc_open(&c, run, 10000) == 0, "connect");
 	p = params(30, 200);
 	REQUIRE(mc_send_generate(&c, 50, &p) == 0, "send");
@@ -188,8 +186,7 @@ int main(int argc, char **argv)
 	t0 = moor_now();
 	mc_wait(&c, 50, &r, 20000, 0);
 	CHECK(r.rv == -EPIPE, "client after kill -9: rv %d: %s", r.rv, r.msg);
-	CHECK(moor_now() - t0 < 5, "the client waited %.1f s",
-	      moor_now() - t0);
+	CHECK(moor_now() - t0 < 5, "the client waited %.1f s", moor_now() - t0);
 	mc_result_fini(&r);
 	mc_close(&c);
 
@@ -211,10 +208,11 @@ int main(int argc, char **argv)
 	h_cached(cached, run, "cached2");
 	mc_generate(&c, 70, &p, &r, 30000);
 	CHECK(r.rv == 0 && r.finish == PROTO_FINISH_LENGTH && r.code == 0 &&
-		      r.n_tokens == 4 && r.cached_tokens == 0 && !r.msg[0],
+		  r.n_tokens == 4 && r.cached_tokens == 0 && !r.msg[0],
 	      "after a cached restart: rv %d finish %u code %d, %llu cached: "
-	      "%s", r.rv, r.finish, r.code,
-	      (unsigned long long)r.cached_tokens, r.msg);
+	      "%s",
+	      r.rv, r.finish, r.code, (unsigned long long)r.cached_tokens,
+	      r.msg);
 	CHECK(h_log_has("engined3", "HELLO again"),
 	      "engined did not HELLO the new cached");
 	CHECK(h_alive(e3), "engined died with cached");

@@ -44,14 +44,13 @@ typedef struct turn_out {
 static void turn(const char *run, conv *c, int k, turn_out *o)
 {
 	mc_conn mc;
-	REQUIRE(mc_open(&mc, run, 10000) == 0, "connect to engined on %s",
-		run);
+	REQUIRE(mc_open(&mc, run, 10000) == 0, "connect to engined on %s", run);
 	mc_params p = {
-		.ids = c->ids,
-		.n_ids = c->n,
-		.max_tokens = MAXT,
-		.flags = ENG_GEN_IGNORE_EOS,
-		.session = "conv-1",
+	    .ids = c->ids,
+	    .n_ids = c->n,
+	    .max_tokens = MAXT,
+	    .flags = ENG_GEN_IGNORE_EOS,
+	    .session = "conv-1",
 	};
 	mc_result r;
 	mc_generate(&mc, 100 + (uint64_t)k, &p, &r, 60000);
@@ -59,8 +58,8 @@ static void turn(const char *run, conv *c, int k, turn_out *o)
 	REQUIRE(r.finish == PROTO_FINISH_LENGTH && r.n_tokens == MAXT,
 		"turn %d: finish %u, %u tokens, code %d: %s", k, r.finish,
 		r.n_tokens, r.code, r.msg);
-	printf("  %s turn %d: %llu prompt tokens, %llu cached (tier %u)\n",
-	       run, k, (unsigned long long)r.prompt_tokens,
+	printf("  %s turn %d: %llu prompt tokens, %llu cached (tier %u)\n", run,
+	       k, (unsigned long long)r.prompt_tokens,
 	       (unsigned long long)r.cached_tokens, r.tier);
 	o->cached = r.cached_tokens;
 	o->prompt = r.prompt_tokens;
@@ -124,8 +123,8 @@ int main(int argc, char **argv)
 
 	/* ---- run B: the same turns, kill -9 engined before turn 3 ---- */
 	h_cached(cached, runB, "cachedB");
-	pid_t e1 = h_engined(engined, model, runB, "enginedB1", "--grid",
-			     "64", "--window", "1024", NULL);
+	pid_t e1 = h_engined(engined, model, runB, "enginedB1", "--grid", "64",
+			     "--window", "1024", NULL);
 	conv d = {0};
 	turn_out b[4];
 	conv_add(&d, 1, 150);
@@ -142,15 +141,14 @@ int main(int argc, char **argv)
 	}
 	h_kill9(e1);
 	pid_t e2 = h_engined(engined, model, runB, "enginedB2", "--grid", "64",
-		  "--window", "1024", NULL);
+			     "--window", "1024", NULL);
 	CHECK(h_log_has("enginedB2", "handed back"),
 	      "the new engined was not handed back the state");
 	conv_add(&d, 3, 20);
 	turn(runB, &d, 3, &b[2]);
 	CHECK(b[2].cached == a[2].cached,
 	      "turn 3 after kill -9: cached %llu, %llu without the restart",
-	      (unsigned long long)b[2].cached,
-	      (unsigned long long)a[2].cached);
+	      (unsigned long long)b[2].cached, (unsigned long long)a[2].cached);
 	CHECK(b[2].tier == a[2].tier, "turn 3 tier %u, %u without", b[2].tier,
 	      a[2].tier);
 	CHECK(!memcmp(b[2].tokens, a[2].tokens, sizeof b[2].tokens),
