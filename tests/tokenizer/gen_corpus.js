@@ -4,6 +4,10 @@
 //
 //   node gen_corpus.js OUT.json          the test corpus (~2,500 strings)
 //   node gen_corpus.js --bench MB OUT.json  one large mixed document list
+//   node gen_corpus.js --codepoints OUT.json  every code point of planes 0-3
+//       and 14 (and samples of 4-13, 15, 16) in chunks of CHUNK, each in
+//       letter, digit and space contexts; OUT.json.assigned: the [lo, hi]
+//       ranges node's Unicode assigns
 //
 // Nothing here may be a lone surrogate (JSON and UTF-8 cannot carry one).
 // U+017F (long s) is left out of the generated strings on purpose: see
@@ -228,12 +232,48 @@ function bench(mb) {
   return docs;
 }
 
+const CHUNK = 16;
+function codepoint_list() {
+  const cps = [];
+  const span = (lo, hi) => { for (let c = lo; c <= hi; c++) if (c < 0xd800 || c > 0xdfff) cps.push(c); };
+  span(0, 0x3ffff);
+  for (let p = 4; p <= 13; p++) span(p * 0x10000, p * 0x10000 + 0xff);
+  span(0xe0000, 0xe0fff);
+  span(0xf0000, 0xf00ff);
+  span(0x10ff00, 0x10ffff);
+  return cps;
+}
+function codepoints(outPath) {
+  const cps = codepoint_list();
+  const strs = [];
+  for (let i = 0; i < cps.length; i += CHUNK) {
+    let s = '';
+    for (const c of cps.slice(i, i + CHUNK)) {
+      const x = String.fromCodePoint(c);
+      s += 'a' + x + 'a ' + x + '1 ' + x + x + '\n';
+    }
+    strs.push(s);
+  }
+  const ranges = [];
+  for (let c = 0; c <= 0x10ffff; c++) {
+    if (c >= 0xd800 && c <= 0xdfff) continue;
+    if (!assigned.test(String.fromCodePoint(c))) continue;
+    const last = ranges[ranges.length - 1];
+    if (last && last[1] === c - 1) last[1] = c;
+    else ranges.push([c, c]);
+  }
+  fs.writeFileSync(outPath, JSON.stringify(strs));
+  fs.writeFileSync(outPath + '.assigned', JSON.stringify({ chunk: CHUNK, ranges }));
+}
+
 const args = process.argv.slice(2);
 if (args[0] === '--bench') {
   fs.writeFileSync(args[2], JSON.stringify(bench(Number(args[1]))));
+} else if (args[0] === '--codepoints') {
+  codepoints(args[1]);
 } else if (args.length === 1) {
   fs.writeFileSync(args[0], JSON.stringify(corpus()));
 } else {
-  console.error('usage: gen_corpus.js OUT.json | --bench MB OUT.json');
+  console.error('usage: gen_corpus.js OUT.json | --bench MB OUT.json | --codepoints OUT.json');
   process.exit(2);
 }
