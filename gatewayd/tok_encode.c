@@ -509,6 +509,9 @@ static void bpe_heap(enc *e, size_t n)
 	}
 }
 
+#ifndef BPE_WHOLE /* 0: no TOK_WHOLE shortcut (a test's switch) */
+#define BPE_WHOLE 1
+#endif
 #ifndef BPE_SCAN_MAX
 #define BPE_SCAN_MAX 48 /* pieces up to this many bytes use bpe_scan */
 #endif
@@ -566,15 +569,19 @@ static int bpe(enc *e, const uint8_t *s, size_t n)
 		return 0;
 	if (n == 1)
 		return emit(e, t->byte_id[s[0]]);
-	if (t->ignore_merges) {
-		/* HF: a piece that is a vocab token is taken whole */
-		int32_t id = tok_vocab_find(t, s, n);
-		if (id >= 0)
+	uint64_t h = tok_hash_bytes(s, n);
+	if (n <= t->max_len) {
+		/* HF's ignore_merges takes a piece that is a vocab token
+		 * whole. Without it, a token whose own merges rebuild it
+		 * (TOK_WHOLE, found at load) is what the merges would make:
+		 * most words are one such token. */
+		int32_t id = tok_vocab_find_h(t, s, n, h);
+		if (id >= 0 && (t->ignore_merges ||
+				(BPE_WHOLE && (t->flags[id] & TOK_WHOLE))))
 			return emit(e, id);
 	}
 	if (n > CACHE_MAX_WORD)
 		return bpe_uncached(e, s, n, n > BPE_SCAN_MAX);
-	uint64_t h = tok_hash_bytes(s, n);
 	cache_ent *c = NULL;
 	if (e->ce) {
 		c = cache_slot(e, s, n, h);
@@ -617,6 +624,24 @@ static int bpe(enc *e, const uint8_t *s, size_t n)
 	e->cids_n += k;
 	e->cn++;
 	return 0;
+}
+
+/* Mark the tokens that merging their own bytes gives back (TOK_WHOLE). */
+int tok_whole_init(gw_tok *t)
+{
+	enc e = {.t = t};
+	int rc = 0;
+	for (int32_t id = 0; id < t->n_ids && !rc; id++) {
+		if (!(t->flags[id] & TOK_BYTELEVEL) || t->len[id] < 2)
+			continue;
+		e.n = 0;
+		rc = bpe_uncached(&e, t->blob + t->off[id], t->len[id],
+				  t->len[id] > BPE_SCAN_MAX);
+		if (!rc && e.n == 1 && e.out[0] == id)
+			t->flags[id] |= TOK_WHOLE;
+	}
+	enc_fini(&e);
+	return rc;
 }
 
 /* ------------------------------------------------------------------------ */

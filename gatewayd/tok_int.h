@@ -15,6 +15,7 @@ enum {
 	TOK_ADDED = 2,	 /* an added token: matched in text, decoded raw */
 	TOK_SPECIAL = 4,
 	TOK_BYTELEVEL = 8, /* a BPE token spelled in the byte-level alphabet */
+	TOK_WHOLE = 16,	   /* merging its bytes gives this token back */
 };
 
 /* One added token in a matching set. */
@@ -122,7 +123,16 @@ int tok_nfc_init(gw_tok *t);
 int tok_normalize(const gw_tok *t, const uint8_t *s, size_t n, uint8_t **out,
 		  size_t *outn);
 
-/* The BPE vocabulary's id for raw bytes, or -1. */
-int32_t tok_vocab_find(const gw_tok *t, const uint8_t *s, size_t n);
+/* Mark TOK_WHOLE (after the merges are loaded). */
+int tok_whole_init(gw_tok *t);
+
+/* The BPE vocabulary's id for raw bytes, or -1; h is tok_hash_bytes(s, n). */
+int32_t tok_vocab_find_h(const gw_tok *t, const uint8_t *s, size_t n,
+			 uint64_t h);
+static inline int32_t tok_vocab_find(const gw_tok *t, const uint8_t *s,
+				     size_t n)
+{
+	return tok_vocab_find_h(t, s, n, tok_hash_bytes(s, n));
+}
 
 #endif

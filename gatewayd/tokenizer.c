@@ -74,9 +74,10 @@ static long byte_level_decode(const int16_t cp_to_byte[BL_NCP],
 /* ------------------------------------------------------------------------ */
 /* The vocabulary index */
 
-int32_t tok_vocab_find(const gw_tok *t, const uint8_t *s, size_t n)
+int32_t tok_vocab_find_h(const gw_tok *t, const uint8_t *s, size_t n,
+			 uint64_t h)
 {
-	for (uint64_t i = tok_hash_bytes(s, n);; i++) {
+	for (uint64_t i = h;; i++) {
 		int32_t id = t->vslot[i & t->vmask];
 		if (id < 0)
 			return -1;
@@ -961,7 +962,13 @@ static int load(loader *L, json_t *root)
 			goto out;
 		}
 	}
-	if ((rc = load_merges(L, merges)) || (rc = load_added(L, added, &used)))
+	if ((rc = load_merges(L, merges)))
+		goto out;
+	if ((rc = tok_whole_init(t))) {
+		moor_errf(L->err, "%s: %s", L->path, moor_strerror(rc));
+		goto out;
+	}
+	if ((rc = load_added(L, added, &used)))
 		goto out;
 	int ig;
 	if ((rc = get_bool(L, model, "ignore_merges", 0, &ig, "model")))
@@ -985,9 +992,37 @@ int gw_tok_load(const char *path, gw_tok **out, char *err)
 		moor_errf(err, "%s: %s", path, moor_strerror(rc));
 		return rc;
 	}
-	json_error_t je;
-	json_t *root = json_loadf(f, JSON_ALLOW_NUL, &je);
+	/* read it whole: jansson's stream reader takes a getc per byte */
+	char *text = NULL;
+	size_t n = 0, cap = 0;
+	for (;;) {
+		if (n == cap) {
+			cap = cap ? cap * 2 : 1 << 20;
+			char *p = realloc(text, cap);
+			if (!p) {
+				free(text);
+				fclose(f);
+				moor_errf(err, "%s: %s", path,
+					  moor_strerror(-ENOMEM));
+				return -ENOMEM;
+			}
+			text = p;
+		}
+		size_t k = fread(text + n, 1, cap - n, f);
+		n += k;
+		if (k == 0)
+			break;
+	}
+	int rerr = ferror(f) ? -EIO : 0;
 	fclose(f);
+	if (rerr) {
+		free(text);
+		moor_errf(err, "%s: %s", path, moor_strerror(rerr));
+		return rerr;
+	}
+	json_error_t je;
+	json_t *root = json_loadb(text, n, JSON_ALLOW_NUL, &je);
+	free(text);
 	if (!root) {
 		moor_errf(err, "%s:%d:%d: not valid JSON: %s", path, je.line,
 			  je.column, je.text);

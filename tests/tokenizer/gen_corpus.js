@@ -213,18 +213,60 @@ function corpus() {
   return out;
 }
 
+// The benchmark corpus: documents shaped like what a chat gateway sees:
+// English prose (~45%), code (~20%), prose of other scripts (~20%), chat
+// markup with special tokens (~10%), and noise from the random generator.
+const words = ('the of and to in is that it for was on are as with his they at be this from ' +
+  'have or by one had not but what all were when we there can an your which their said if do ' +
+  'will each about how up out them then she many some so these would other into has more her two ' +
+  'like him see time could no make than first been its who now people my made over did down only ' +
+  'way find use may water long little very after words called just where most know get through back ' +
+  'much before go good new write our used me man too any day same right look think also around ' +
+  'another came come work three word must because does part even place well such here take why ' +
+  'things help put years different away again off went old number great tell men say small every ' +
+  'found still between name should home big give air line set own under read last never us left end ' +
+  'along while might next sound below saw something thought both few those always looked show large ' +
+  'often together asked house world going want school important until form food keep children feet ' +
+  'land side without boy once animals life enough took sometimes four head above kind began almost ' +
+  'live page got earth need far hand high year mother light parts country father let night following ' +
+  'picture being study second eyes soon times story boys since white days ever paper hard near ' +
+  'sentence better best across during today others however sure means knew its try told young miles ' +
+  'tokenizer server request response cache memory model prefill decode latency throughput').split(' ');
+function prose(r, n) {
+  let s = '';
+  let cap = true;
+  for (let i = 0; i < n; i++) {
+    let w = r.pick(words);
+    if (cap) { w = w[0].toUpperCase() + w.slice(1); cap = false; }
+    if (r.chance(0.03)) w = String(r.int(100000));
+    if (r.chance(0.02)) w = r.pick(["don't", "it's", "we're", "I'm", "they've", "you'll"]);
+    s += w;
+    const p = r.int(100);
+    if (p < 6) { s += '. '; cap = true; } else if (p < 10) s += ', ';
+    else if (p < 11) { s += '.\n\n'; cap = true; } else if (p < 12) s += '? ';
+    else s += ' ';
+  }
+  return s.trim() + '.';
+}
 function bench(mb) {
-  // documents of ~2-8 KB mixing prose-like random text, code, scripts
   const r = rng(777);
-  const base = corpus().filter((s) => s.length < 2000);
+  corpus();
+  const code = out.filter((x) => /[;{}()=]/.test(x) && x.length > 40);
+  const other = scripts;
   const docs = [];
   let total = 0;
   while (total < mb * 1e6) {
     const target = 2000 + r.int(6000);
     let d = '';
     while (Buffer.byteLength(d) < target) {
-      d += r.chance(0.5) ? r.pick(base) : random_string(r, 200);
-      d += r.pick([' ', '\n', '\n\n', '. ']);
+      const k = r.int(100);
+      if (k < 45) d += prose(r, 20 + r.int(80));
+      else if (k < 65) d += r.pick(code).replace(/\b(x|v|f|main|add)\b/g, () => r.pick(words));
+      else if (k < 85) d += r.pick(other) + ' ' + r.pick(other);
+      else if (k < 95) d += '<|im_start|>' + r.pick(['user', 'assistant', 'system']) + '\n' +
+        prose(r, 10 + r.int(30)) + (r.chance(0.3) ? '<think>\n' + prose(r, 20) + '\n</think>\n' : '') + '<|im_end|>\n';
+      else d += random_string(r, 100);
+      d += r.pick([' ', '\n', '\n\n']);
     }
     docs.push(d);
     total += Buffer.byteLength(d);

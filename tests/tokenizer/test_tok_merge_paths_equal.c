@@ -1,11 +1,14 @@
 /* test_tok_merge_paths_equal: the two merge loops (the list scan for short
- * pieces, the heap for long ones) and the word cache change nothing: every
- * corpus string encodes to the same ids with every piece scanned, every
- * piece heap-merged, and no cache. Reaches tok_encode.c's statics by
+ * pieces, the heap for long ones), the word cache and the whole-token
+ * shortcut (TOK_WHOLE) change nothing: every corpus string encodes to the
+ * same ids with every piece scanned, every piece heap-merged, no cache, and
+ * no shortcut. Reaches tok_encode.c's statics by
  * including the tokenizer's sources (and links no gw_tok library). */
 #include <stddef.h>
 
 static size_t scan_max = 48, cache_max = 128;
+static int whole = 1;
+#define BPE_WHOLE whole
 #define BPE_SCAN_MAX scan_max
 #define CACHE_MAX_WORD cache_max
 #include "tok_encode.c"
@@ -28,10 +31,12 @@ int main(void)
 	static const struct {
 		const char *name;
 		size_t scan, cache;
-	} cfg[] = {{"default", 48, 128},
-		   {"all scan", SIZE_MAX, 128},
-		   {"all heap", 0, 128},
-		   {"no cache", 48, 0}};
+		int whole;
+	} cfg[] = {{"default", 48, 128, 1},
+		   {"all scan", SIZE_MAX, 128, 0},
+		   {"all heap", 0, 128, 0},
+		   {"no cache", 48, 0, 0},
+		   {"no shortcut", 48, 128, 0}};
 	size_t bad = 0;
 	for (size_t i = 0; i < n; i++) {
 		size_t dn = 2 * corpus[i].n;
@@ -40,9 +45,10 @@ int main(void)
 		memcpy(dbl + corpus[i].n, corpus[i].s, corpus[i].n);
 		int32_t *ref = NULL;
 		size_t rn = 0;
-		for (int c = 0; c < 4; c++) {
+		for (int c = 0; c < 5; c++) {
 			scan_max = cfg[c].scan;
 			cache_max = cfg[c].cache;
+			whole = cfg[c].whole;
 			int32_t *ids;
 			size_t m;
 			REQUIRE(gw_tok_encode(tok, dbl, dn, &ids, &m) == 0,
@@ -67,7 +73,7 @@ int main(void)
 		free(dbl);
 	}
 	CHECK(bad == 0, "%zu differences", bad);
-	printf("%zu strings (doubled) under 4 merge configurations\n", n);
+	printf("%zu strings (doubled) under 5 merge configurations\n", n);
 	free(corpus);
 	json_decref(cj);
 	gw_tok_free(tok);
