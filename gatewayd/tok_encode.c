@@ -115,8 +115,28 @@ static const utf8proc_option_t form_opts[4] = {
     [TOK_NFKD] = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT,
 };
 
-static int map_form(const uint8_t *s, size_t n, int form, uint8_t **out,
-		    size_t *outn)
+typedef struct bytes {
+	uint8_t *p;
+	size_t n, cap;
+} bytes;
+
+static int bytes_put(bytes *b, const uint8_t *s, size_t n)
+{
+	if (b->n + n > b->cap) {
+		size_t cap = (b->n + n) * 2 + 64;
+		uint8_t *p = realloc(b->p, cap);
+		if (!p)
+			return -ENOMEM;
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->n, s, n);
+	b->n += n;
+	return 0;
+}
+
+static int map_one(const uint8_t *s, size_t n, int form, uint8_t **out,
+		   size_t *outn)
 {
 	utf8proc_uint8_t *dst = NULL;
 	utf8proc_ssize_t r =
@@ -125,6 +145,43 @@ static int map_form(const uint8_t *s, size_t n, int form, uint8_t **out,
 		return r == UTF8PROC_ERROR_NOMEM ? -ENOMEM : MOOR_EFORMAT;
 	*out = dst;
 	*outn = (size_t)r;
+	return 0;
+}
+
+/* utf8proc 2.8 composes an LV Hangul syllable with U+11A7 (the TBase, not
+ * a trailing consonant) and drops the U+11A7; ICU and Rust keep both. U+11A7
+ * composes with nothing and blocks nothing across it, so the composing forms
+ * are exact when applied to the text between U+11A7s. */
+static const uint8_t tbase[3] = {0xe1, 0x86, 0xa7};
+
+static int map_form(const uint8_t *s, size_t n, int form, uint8_t **out,
+		    size_t *outn)
+{
+	const uint8_t *t = memmem(s, n, tbase, 3);
+	if (!t || form == TOK_NFD || form == TOK_NFKD)
+		return map_one(s, n, form, out, outn);
+	bytes b = {0};
+	int rc = 0;
+	for (;;) {
+		size_t k = t ? (size_t)(t - s) : n;
+		uint8_t *o;
+		size_t on;
+		if ((rc = map_one(s, k, form, &o, &on)))
+			break;
+		rc = bytes_put(&b, o, on);
+		free(o);
+		if (rc || !t || (rc = bytes_put(&b, tbase, 3)))
+			break;
+		s += k + 3;
+		n -= k + 3;
+		t = memmem(s, n, tbase, 3);
+	}
+	if (rc || (rc = bytes_put(&b, (const uint8_t *)"", 1))) {
+		free(b.p);
+		return rc;
+	}
+	*out = b.p; /* NUL-terminated, as utf8proc's */
+	*outn = b.n - 1;
 	return 0;
 }
 
@@ -173,26 +230,6 @@ int tok_nfc_init(gw_tok *t)
 static int nfc_unstable(const gw_tok *t, uint32_t c)
 {
 	return c >= 0x300 && (t->nfc_unstable[c >> 3] >> (c & 7) & 1);
-}
-
-typedef struct bytes {
-	uint8_t *p;
-	size_t n, cap;
-} bytes;
-
-static int bytes_put(bytes *b, const uint8_t *s, size_t n)
-{
-	if (b->n + n > b->cap) {
-		size_t cap = (b->n + n) * 2 + 64;
-		uint8_t *p = realloc(b->p, cap);
-		if (!p)
-			return -ENOMEM;
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-	return 0;
 }
 
 /* NFC through the stable spans (see tok_nfc_init). */
