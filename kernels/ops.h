@@ -133,12 +133,13 @@ typedef struct kern_ops {
 		      float *tail, const void *w, int wdt, int T, int C, int Kc,
 		      int act);
 
-	/* GDN gates (SPEC §5.3), per [T, Hv]: beta = rnd(sigmoid(b));
-	 * g = -exp(A_log) * softplus(a + dt_bias) in fp32 (softplus(x) = x
-	 * above 20). b, a: row strides ldb, lda. A_log, dt_bias: fp32 [Hv]. */
+	/* GDN gates (SPEC §5.3), per [T, Hv]: beta = rnd(sigmoid(b))
+	 * (transformers computes it in the model dtype); g = -exp(A_log) *
+	 * softplus(a + dt_bias) in fp32 (softplus(x) = x above 20). b, a: row
+	 * strides ldb, lda. A_log, dt_bias: fp32 [Hv]. */
 	int (*gdn_gates)(kern_queue *q, float *beta, float *g, const float *b,
 			 int ldb, const float *a, int lda, const float *A_log,
-			 const float *dt_bias, int T, int Hv);
+			 const float *dt_bias, int T, int Hv, int act);
 
 	/* In place, per head of [T, heads, dim] (token stride ld):
 	 * x = rnd(x / sqrt(sum(x^2) + eps)) * scale, the sum and the division
@@ -178,9 +179,11 @@ typedef struct kern_ops {
 	/* Causal GQA attention over a KV view. qv [T, Hq, D] (stride ldq) at
 	 * positions pos0 + t; K, V: [>= pos0 + T, Hkv, D] of kvdt, row 0 at the
 	 * pointer. out [T, Hq, D] contiguous. Query head h uses KV head
-	 * h / (Hq / Hkv). Scores s_j = scale * q.k_j in fp32 over j <= pos0+t,
-	 * softmax in fp32 (max subtracted, sum in order j = 0..), p_j rounded
-	 * when act is BF16, out = rnd(sum_j p_j v_j) in order j = 0.. */
+	 * h / (Hq / Hkv). Scores s_j = rnd(rnd(q.k_j) * scale) over j <=
+	 * pos0+t (transformers' eager path rounds the product and the scaled
+	 * score to the model dtype), softmax in fp32 (max subtracted, sum in
+	 * order j = 0..), p_j rounded when act is BF16, out = rnd(sum_j p_j
+	 * v_j) in order j = 0.. */
 	int (*attention)(kern_queue *q, float *out, const float *qv, int ldq,
 			 const void *K, const void *V, int kvdt, int T,
 			 int64_t pos0, int Hq, int Hkv, int D, float scale,

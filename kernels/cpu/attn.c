@@ -208,8 +208,11 @@ static void att_scores(const struct att_job *jb, const struct att_group *gr,
 				float *dst =
 				    sc + (size_t)(i + r) * ldsc + (j0 - ja);
 				for (int jj = 0; jj < e; jj++)
-					dst[jj] =
-					    jb->scale * s[r * ATT_KB + jj];
+					dst[jj] = kcpu_rnd(
+					    jb->scale *
+						kcpu_rnd(s[r * ATT_KB + jj],
+							 jb->act),
+					    jb->act);
 			}
 			i += mr;
 		}

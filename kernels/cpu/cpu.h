@@ -300,7 +300,7 @@ int kcpu_conv1d(kern_queue *q, float *out, const float *in, int ldin,
 		int act);
 int kcpu_gdn_gates(kern_queue *q, float *beta, float *g, const float *b,
 		   int ldb, const float *a, int lda, const float *A_log,
-		   const float *dt_bias, int T, int Hv);
+		   const float *dt_bias, int T, int Hv, int act);
 int kcpu_l2norm(kern_queue *q, float *x, int ld, int T, int heads, int dim,
 		float eps, float scale, int act);
 int kcpu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,

@@ -101,33 +101,21 @@ int kcpu_conv1d(kern_queue *q, float *out, const float *in, int ldin,
 
 /* ---- gdn_gates ---- */
 
-/* ops.h's gdn_gates takes no act, yet the reference rounds beta = sigmoid(b)
- * to bf16 in a bf16 model and not in an fp32 one (both measured against the
- * transformers fixtures: rounding always costs the fp32 models 2e-3 in the
- * state, never rounding costs the bf16 model 4x in the logits). Until the
- * contract passes act, the rounding follows the input: b comes from a matmul
- * that rounded it when act is BF16, so a token whose Hv values of b are all
- * bf16 values gets rounded betas. In an fp32 model that happens by chance to
- * one token in 2^(16 Hv). Token by token, so no row depends on another. */
-static int row_is_bf16(const float *b, int n)
-{
-	for (int i = 0; i < n; i++)
-		if (moor_round_bf16(b[i]) != b[i])
-			return 0;
-	return 1;
-}
-
+/* beta is rounded to the model dtype as the reference computes it there
+ * (measured against the transformers fixtures: rounding in an fp32 model
+ * costs 2e-3 in the state, not rounding in a bf16 model 4x in the logits). */
 int kcpu_gdn_gates(kern_queue *q, float *beta, float *g, const float *b,
 		   int ldb, const float *a, int lda, const float *A_log,
-		   const float *dt_bias, int T, int Hv)
+		   const float *dt_bias, int T, int Hv, int act)
 {
 	if (!q || !beta || !g || !b || !a || !A_log || !dt_bias || T < 0 ||
 	    Hv < 0 || ldb < Hv || lda < Hv)
 		return MOOR_ERANGE;
+	if (!kcpu_act_ok(act))
+		return MOOR_EDTYPE;
 	/* [T, Hv] is tiny next to everything around it: one thread. */
 	for (int t = 0; t < T; t++) {
 		const float *bt = b + (size_t)t * ldb;
-		int act = row_is_bf16(bt, Hv) ? KERN_ACT_BF16 : KERN_ACT_F32;
 		for (int h = 0; h < Hv; h++) {
 			float x = a[(size_t)t * lda + h] + dt_bias[h];
 			float sp = x > 20.0f ? x : log1pf(expf(x));

@@ -213,7 +213,7 @@ static void test_misc(void)
 				   T - 7, H) == 0,
 		       "kv_write");
 		ASSERT(o->gdn_gates(be[i].q, y[i][4], y[i][5], bb, 8, aa, 8,
-				    A_log, dtb, T, 8) == 0,
+				    A_log, dtb, T, 8, KERN_ACT_BF16) == 0,
 		       "gdn_gates");
 		if (i)
 			for (int j = 0; j < NOUT; j++)

@@ -151,10 +151,10 @@ int main(void)
 
 	/* gates, delta rule */
 	float A_log[4] = {0}, dtb[4] = {0};
-	ASSERT(o->gdn_gates(q, out, out + 64, x, 4, x, 4, NULL, dtb, 4, 4) ==
+	ASSERT(o->gdn_gates(q, out, out + 64, x, 4, x, 4, NULL, dtb, 4, 4, 0) ==
 		   ER,
 	       "gdn_gates NULL A_log");
-	ASSERT(o->gdn_gates(q, out, out + 64, x, 3, x, 4, A_log, dtb, 4, 4) ==
+	ASSERT(o->gdn_gates(q, out, out + 64, x, 3, x, 4, A_log, dtb, 4, 4, 0) ==
 		   ER,
 	       "gdn_gates ldb < Hv");
 	ASSERT(o->delta_ws_bytes(0, 8, 8) == 0, "delta_ws_bytes(0 heads)");

@@ -374,9 +374,8 @@ static void test_conv1d(int T, int C, int Kc, int wdt, int act)
 
 /* ---- gdn_gates ---- */
 
-/* b in fp32 (an fp32 model: beta not rounded) or holding bf16 values (a
- * bf16 model, b from a rounding matmul: beta rounded); see gdn.c on why the
- * op tells them apart by the values. */
+/* act F32 (an fp32 model: beta not rounded) or BF16 (a bf16 model, b from
+ * a rounding matmul: beta rounded). */
 static void test_gdn_gates(int bf16_b)
 {
 	int T = 67, Hv = 6, ldb = 9, lda = 11;
@@ -384,17 +383,9 @@ static void test_gdn_gates(int bf16_b)
 	      *a = malloc((size_t)T * lda * 4);
 	kt_fill(b, (size_t)T * ldb, -6, 6);
 	kt_fill(a, (size_t)T * lda, -8, 8);
-	for (int i = 0; i < T * ldb; i++) {
-		if (bf16_b)
+	if (bf16_b)
+		for (int i = 0; i < T * ldb; i++)
 			b[i] = moor_round_bf16(b[i]);
-		else if (moor_round_bf16(b[i]) == b[i]) /* 1 in 65536 */
-			b[i] = nextafterf(b[i], 0.0f);
-	}
-	/* one fp32 row with a single non-bf16 value: not rounded */
-	if (!bf16_b)
-		for (int h = 0; h < Hv; h++)
-			b[5 * ldb + h] = moor_round_bf16(b[5 * ldb + h]) *
-					 (h ? 1.0f : 1.0001f);
 	/* a few a + dt_bias above 20: the softplus threshold */
 	for (int t = 0; t < T; t += 7)
 		a[(size_t)t * lda] = 25.0f + (float)t;
@@ -405,10 +396,10 @@ static void test_gdn_gates(int bf16_b)
 	      *g = malloc((size_t)T * Hv * 4);
 	kt_poison(beta, (size_t)T * Hv);
 	kt_poison(g, (size_t)T * Hv);
-	ASSERT(B.o->gdn_gates(B.q, beta, g, b, ldb, a, lda, A_log, dt_bias, T,
-			      Hv) == 0,
-	       "gdn_gates");
 	int act = bf16_b ? KERN_ACT_BF16 : KERN_ACT_F32;
+	ASSERT(B.o->gdn_gates(B.q, beta, g, b, ldb, a, lda, A_log, dt_bias, T,
+			      Hv, act) == 0,
+	       "gdn_gates");
 	struct cmp cb, cg;
 	cmp_init(&cb, bf16_b ? "gdn_gates beta (bf16 b)" : "gdn_gates beta",
 		 act);
@@ -749,7 +740,10 @@ static void test_attention_on(kt_be *be, int T, int64_t pos0, int Hq, int Hkv,
 					d += (double)q[i] * k[i];
 					dm += fabs((double)q[i] * k[i]);
 				}
-				s[j] = (double)scale * d;
+				/* the reference rounds q.k and the scaled
+				 * score to bf16 (eager attention) */
+				s[j] = kt_rnd((double)scale * kt_rnd(d, act),
+					      act);
 				qk = fmax(qk, scale * dm);
 				m = fmax(m, s[j]);
 			}
