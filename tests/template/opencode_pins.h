@@ -1,0 +1,28 @@
+/* opencode_pins.h: test_tmpl_opencode_equal_jinja's measured numbers:
+ * family, request, bytes and tokens shared with the previous request's
+ * prompt, the message where they part (-1: the first request). Print them
+ * anew with TMPL_PRINT_PINS=1 (on stderr) when a change is meant. */
+	{"qwen3", "req01.json", 0, 0, -1},
+	{"qwen3", "req02.json", 27, 5, 0},
+	{"qwen3", "req03.json", 31219, 7220, 2},
+	{"qwen3", "req04.json", 31713, 7412, 4},
+	{"qwen3", "req05.json", 31219, 7220, 2},
+	{"qwen3", "req06.json", 32015, 7473, 8},
+	{"qwen3.5", "req01.json", 0, 0, -1},
+	{"qwen3.5", "req02.json", 19, 3, 0},
+	{"qwen3.5", "req03.json", 31743, 7329, 2},
+	{"qwen3.5", "req04.json", 32274, 7531, 4},
+	{"qwen3.5", "req05.json", 31735, 7327, 2},
+	{"qwen3.5", "req06.json", 32613, 7602, 8},
+	{"qwen3.6", "req01.json", 0, 0, -1},
+	{"qwen3.6", "req02.json", 19, 3, 0},
+	{"qwen3.6", "req03.json", 31743, 7329, 2},
+	{"qwen3.6", "req04.json", 32274, 7531, 4},
+	{"qwen3.6", "req05.json", 31735, 7327, 2},
+	{"qwen3.6", "req06.json", 32613, 7602, 8},
+	{"qwen3.8", "req01.json", 0, 0, -1},
+	{"qwen3.8", "req02.json", 228, 40, 0},
+	{"qwen3.8", "req03.json", 31952, 7366, 2},
+	{"qwen3.8", "req04.json", 32483, 7568, 4},
+	{"qwen3.8", "req05.json", 32787, 7634, 6},
+	{"qwen3.8", "req06.json", 32943, 7671, 8},
