@@ -122,6 +122,8 @@ typedef struct bytes {
 
 static int bytes_put(bytes *b, const uint8_t *s, size_t n)
 {
+	if (n == 0)
+		return 0;
 	if (b->n + n > b->cap) {
 		size_t cap = (b->n + n) * 2 + 64;
 		uint8_t *p = realloc(b->p, cap);

@@ -682,8 +682,10 @@ static int load_added(loader *L, json_t *added, size_t *used)
 				FAIL(rc, "%s: %s", L->path, moor_strerror(rc));
 		}
 	}
-	qsort(t->raw.v, t->raw.n, sizeof *t->raw.v, cmp_added);
-	qsort(t->norm.v, t->norm.n, sizeof *t->norm.v, cmp_added);
+	if (t->raw.n)
+		qsort(t->raw.v, t->raw.n, sizeof *t->raw.v, cmp_added);
+	if (t->norm.n)
+		qsort(t->norm.v, t->norm.n, sizeof *t->norm.v, cmp_added);
 	if (any_single) {
 		/* HF tests "is a word character" with the regex crate's
 		 * Unicode \w. */
