@@ -164,20 +164,13 @@ static int effort_error(const json_t *v, char *err)
 	struct tbuf b = {0};
 	if (json_is_null(v)) /* jinja: `~` refuses null */
 		return raise(err, "Cannot perform operation on null values");
+	if (json_is_array(v)) /* jinja has no `in` of an array in a tuple */
+		return raise(err, "Unknown operator \"not in\" between "
+				  "ArrayValue and TupleValue");
 	tb_puts(&b, "Unexpected reasoning effort ");
 	if (json_is_object(v))
 		tb_puts(&b, "[object Map]"); /* JS's String(new Map()) */
-	else if (json_is_array(v)) {
-		for (size_t i = 0; i < json_array_size(v); i++) {
-			if (i)
-				tb_puts(&b, ",");
-			const json_t *x = json_array_get(v, i);
-			if (json_is_null(x))
-				tb_puts(&b, "null");
-			else
-				tb_output(&b, x);
-		}
-	} else
+	else
 		tb_output(&b, v);
 	tb_puts(&b, ". Supported types are xhigh (default), medium, and low.");
 	int rc = b.oom ? -ENOMEM : raise(err, b.p);

@@ -7,7 +7,8 @@
 //                        template variables, parts arrays, empty contents,
 //                        unicode and JavaScript whitespace at the edges)
 //   errorCases(family)   requests the template itself refuses
-//                        (raise_exception), named for the branch
+//                        (raise_exception), named for the branch, and a
+//                        few edges next to them that render
 //
 // A request is an OpenAI /v1/chat/completions body (messages, tools,
 // chat_template_kwargs, add_generation_prompt); oracle.js turns it into the
@@ -283,6 +284,12 @@ function errorCases(family) {
     ['reasoning effort a float', { messages: [u], chat_template_kwargs: { reasoning_effort: 1.5 } }],
     ['reasoning effort null', { messages: [u], chat_template_kwargs: { reasoning_effort: null } }],
     ['reasoning effort empty', { messages: [u], chat_template_kwargs: { reasoning_effort: '' } }],
+    ['reasoning effort an object', { messages: [u], chat_template_kwargs: { reasoning_effort: { a: 1 } } }],
+    ['reasoning effort an array', { messages: [u], chat_template_kwargs: { reasoning_effort: ['a', 1, null, [2], 1.5, true, { k: 'v' }] } }],
+    // edges that render: a tool message first, a user message that only
+    // starts like a tool response
+    ['a tool message first', { messages: [{ role: 'tool', content: 'r' }, u, { role: 'tool', content: 's' }] }],
+    ['a user message opening a tool response', { messages: [s, { role: 'user', content: '<tool_response>\nnot closed' }, a] }],
   ];
   return list.map(([name, request]) => ({ name: family + ': ' + name, request }));
 }

@@ -139,6 +139,12 @@ static void qwen3_calls(void)
 	      "<tool_call>\n{\"name\": \"s\", \"arguments\": \"{\\\"x\\\": "
 	      "1}\"}\n</tool_call>",
 	      NULL, "", "s", "{\"x\": 1}", NULL);
+	/* scalars and nesting before "arguments" */
+	calls(F,
+	      "<tool_call>\n{\"n\": 1.5e3 , \"t\":true,\"s\": \"a\\\"}\", "
+	      "\"o\": {\"arguments\": 0}, \"name\": \"f\", \"arguments\": "
+	      "{\"b\": false}}\n</tool_call>",
+	      NULL, "", "f", "{\"b\": false}", NULL);
 	calls(F, "<tool_call>\n{\"name\": \"noargs\"}\n</tool_call>", NULL, "",
 	      "noargs", "{}", NULL);
 	calls(F,
@@ -223,6 +229,13 @@ static void xml_calls(void)
 	      "{\"i\": \"5x\", \"n\": 2, \"b\": \"yes\", \"o\": \"{broken\", "
 	      "\"s\": null, \"a\": \"nan\"}",
 	      NULL);
+	calls(
+	    F,
+	    "<tool_call>\n<function=t>\n<parameter=b>\n FALSE \n</parameter>\n"
+	    "<parameter=n>\n-2.5e-3\n</parameter>\n<parameter=i>\n 12 \n"
+	    "</parameter>\n<parameter=n>\n0x10\n</parameter>\n</function>\n"
+	    "</tool_call>",
+	    tools, "", "t", "{\"b\": false, \"n\": \"0x10\", \"i\": 12}", NULL);
 	/* multi-line values keep their inner newlines, lose one at each end */
 	calls(F,
 	      "<tool_call>\n<function=write>\n<parameter=content>\n\nline 1\n"
