@@ -42,6 +42,10 @@
  * arrays; a tool call without a string function name; a content part that
  * is not an object; qwen3 content that is neither string, parts nor null.
  *
+ * Numbers print as the double JSON.parse makes of them (an integer too), so
+ * a body read with or without JSON_DECODE_INT_AS_REAL renders the same;
+ * with it, integers beyond 2^63 parse at all (jinja sees them rounded).
+ *
  * Errors: 0 ok; MOOR_EFORMAT (the template raised, or the request is not in
  * the OpenAI shape: err has the message, the template's own text where it
  * raised); MOOR_EUNSUP (a template family we do not render; images in
