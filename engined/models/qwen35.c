@@ -219,8 +219,7 @@ static int load_weights(eng_model *m, char *err)
 		if ((rc = get(&root, &m->head, "lm_head.weight", 0, 2, V, H, 0)))
 			return rc;
 	}
-	int Hk = c->lin_k_heads, Hv = c->lin_v_heads, dk = c->lin_k_dim,
-	    dv = c->lin_v_dim, Kc = c->conv_kernel;
+	int Hv = c->lin_v_heads, dv = c->lin_v_dim, Kc = c->conv_kernel;
 	int Hq = c->n_heads, Hkv = c->n_kv_heads, D = c->head_dim;
 	for (int i = 0; i < c->layers; i++) {
 		layer_w *l = &m->L[i];
@@ -282,8 +281,6 @@ static int load_weights(eng_model *m, char *err)
 				return rc;
 		}
 	}
-	(void)Hk;
-	(void)dk;
 	return 0;
 }
 

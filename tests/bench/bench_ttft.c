@@ -14,6 +14,7 @@
 
 #include "cache.h"
 #include "eng.h"
+#include "layout_of.h"
 #include "moor.h"
 
 #define GEN 8
@@ -38,35 +39,6 @@ static void die(const char *what, int rc, const char *err)
 	exit(1);
 }
 
-static void layout_of(const eng_layout *y, const char *dir, cache_layout *l)
-{
-	memset(l, 0, sizeof *l);
-	l->n_sections = (uint32_t)y->n_sections;
-	for (int i = 0; i < y->n_sections; i++) {
-		snprintf(l->sec[i].name, sizeof l->sec[i].name, "%s",
-			 y->sec[i].name);
-		l->sec[i].layer = y->sec[i].layer;
-		l->sec[i].bytes = y->sec[i].bytes;
-	}
-	l->n_views = (uint32_t)y->n_views;
-	for (int i = 0; i < y->n_views; i++) {
-		cache_view *v = &l->view[i];
-		snprintf(v->name, sizeof v->name, "%s", y->view[i].name);
-		v->layer = y->view[i].layer;
-		v->elt = (uint32_t)kern_dtype_size(y->view[i].dtype);
-		v->ndim = (uint32_t)y->view[i].ndim;
-		for (int d = 0; d < y->view[i].ndim; d++)
-			v->dims[d] = y->view[i].dims[d];
-		v->token_axis = (uint32_t)y->view[i].token_axis;
-	}
-	l->window = (uint64_t)y->window;
-	l->grid = (uint32_t)y->grid;
-	uint64_t h = 0xcbf29ce484222325ull;
-	for (const char *p = dir; *p; p++)
-		h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
-	memcpy(l->fingerprint, &h, sizeof h);
-}
-
 /* (Re)starts the engine and attaches it to the cache. */
 static void engine_start(env *e, int64_t window)
 {
@@ -79,7 +51,7 @@ static void engine_start(env *e, int64_t window)
 	if ((rc = eng_model_load(e->dir, &kern_cpu_ops, e->ctx, &o, &e->m, err)))
 		die("load", rc, err);
 	const eng_layout *y = eng_model_layout(e->m);
-	layout_of(y, e->dir, &e->lay);
+	h_layout(y, e->dir, &e->lay);
 	cache_hello_out ho;
 	if ((rc = cache_hello(e->c, &e->lay, &ho, err)))
 		die("hello", rc, err);

@@ -19,6 +19,7 @@
 
 #include "cache.h"
 #include "eng.h"
+#include "layout_of.h"
 #include "moor.h"
 #include "state.h"
 #include "t.h"
@@ -46,36 +47,6 @@ typedef struct h_turn {
 	int n_gen; /* sampled; n_gen - 1 absorbed */
 	host_state st;
 } h_turn;
-
-static inline void h_layout(const eng_layout *y, const char *dir,
-			    cache_layout *l)
-{
-	memset(l, 0, sizeof *l);
-	l->n_sections = (uint32_t)y->n_sections;
-	for (int i = 0; i < y->n_sections; i++) {
-		snprintf(l->sec[i].name, sizeof l->sec[i].name, "%s",
-			 y->sec[i].name);
-		l->sec[i].layer = y->sec[i].layer;
-		l->sec[i].bytes = y->sec[i].bytes;
-	}
-	l->n_views = (uint32_t)y->n_views;
-	for (int i = 0; i < y->n_views; i++) {
-		cache_view *v = &l->view[i];
-		snprintf(v->name, sizeof v->name, "%s", y->view[i].name);
-		v->layer = y->view[i].layer;
-		v->elt = (uint32_t)kern_dtype_size(y->view[i].dtype);
-		v->ndim = (uint32_t)y->view[i].ndim;
-		for (int d = 0; d < y->view[i].ndim; d++)
-			v->dims[d] = y->view[i].dims[d];
-		v->token_axis = (uint32_t)y->view[i].token_axis;
-	}
-	l->window = (uint64_t)y->window;
-	l->grid = (uint32_t)y->grid;
-	uint64_t h = 0xcbf29ce484222325ull;
-	for (const char *p = dir; *p; p++)
-		h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
-	memcpy(l->fingerprint, &h, sizeof h);
-}
 
 /* A small configuration for these models (vocab 512, grid 128). */
 static inline void h_cfg(cache_cfg *cfg, const char *test)
