@@ -593,15 +593,6 @@ static void handle(cd *d, int w, nng_msg *nm)
 /* ===================================================================== */
 /* start, loop, stop                                                     */
 
-static void run_dir_default(char *out, size_t n)
-{
-	const char *x = getenv("XDG_RUNTIME_DIR");
-	if (x && x[0])
-		snprintf(out, n, "%s/moor", x);
-	else
-		snprintf(out, n, "/tmp/moor-%u", (unsigned)getuid());
-}
-
 static int run_dir_make(const char *dir)
 {
 	char tmp[PATH_MAX];
@@ -987,7 +978,7 @@ int main(int argc, char **argv)
 	if (rc)
 		return rc == 1 ? 0 : 2;
 	if (!d.run_dir[0])
-		run_dir_default(d.run_dir, sizeof d.run_dir);
+		moor_run_dir_default(d.run_dir, sizeof d.run_dir);
 
 	/* Signals arrive through the signalfd only. */
 	sigset_t set;

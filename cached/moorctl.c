@@ -91,14 +91,8 @@ int main(int argc, char **argv)
 	}
 	if (timeout_ms <= 0)
 		timeout_ms = 5000;
-	if (!run_dir[0]) {
-		const char *x = getenv("XDG_RUNTIME_DIR");
-		if (x && x[0])
-			snprintf(run_dir, sizeof run_dir, "%s/moor", x);
-		else
-			snprintf(run_dir, sizeof run_dir, "/tmp/moor-%u",
-				 (unsigned)getuid());
-	}
+	if (!run_dir[0]) 
+		moor_run_dir_default(run_dir, sizeof run_dir);
 	char url[600];
 	snprintf(url, sizeof url, "ipc://%s/admin.sock", run_dir);
 

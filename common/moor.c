@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 int moor_log_level = MOOR_LOG_INFO;
 static const char *log_name = "moor";
@@ -133,4 +134,13 @@ double moor_now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void moor_run_dir_default(char *out, size_t n)
+{
+	const char *x = getenv("XDG_RUNTIME_DIR");
+	if (x && x[0])
+		snprintf(out, n, "%s/moor", x);
+	else
+		snprintf(out, n, "/tmp/moor-%u", (unsigned)getuid());
 }

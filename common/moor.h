@@ -86,4 +86,9 @@ uint16_t moor_f32_to_f16(float f);
 /* Monotonic time in seconds. */
 double moor_now(void);
 
+/* The run directory (sockets, lock files) when no --run-dir is given:
+ * $XDG_RUNTIME_DIR/moor, else /tmp/moor-$UID. Writes at most n bytes, NUL
+ * included. Every daemon and tool uses this one rule. */
+void moor_run_dir_default(char *out, size_t n);
+
 #endif

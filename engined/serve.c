@@ -55,14 +55,6 @@ static int is_transport(int code)
 /* ===================================================================== */
 /* run directory, sockets                                                */
 
-void eng_serve_run_dir_default(char *out, size_t n)
-{
-	const char *x = getenv("XDG_RUNTIME_DIR");
-	if (x && x[0])
-		snprintf(out, n, "%s/moor", x);
-	else
-		snprintf(out, n, "/tmp/moor-%u", (unsigned)getuid());
-}
 
 /* Takes RUN/<name>.lock for the life of the process (the kernel lets go of
  * it when the process dies, SIGKILL included): held by another process
@@ -1020,7 +1012,7 @@ static void run_job(srv *s, job *j, proto_done *d, char *msg)
 		moor_errf(msg, "sampler: out of memory");
 		goto fail;
 	}
-	int ignore_eos = (g->flags & ENG_GEN_IGNORE_EOS) != 0;
+	int ignore_eos = (g->flags & PROTO_GEN_IGNORE_EOS) != 0;
 	uint32_t finish = g->max_tokens == 0 ? PROTO_FINISH_LENGTH : 0;
 	uint64_t produced = 0, absorbed = 0;
 	double td = moor_now();
@@ -1218,7 +1210,7 @@ int eng_serve(const eng_serve_cfg *cfg)
 	if (cfg->run_dir)
 		snprintf(s->run_dir, sizeof s->run_dir, "%s", cfg->run_dir);
 	else
-		eng_serve_run_dir_default(s->run_dir, sizeof s->run_dir);
+		moor_run_dir_default(s->run_dir, sizeof s->run_dir);
 	snprintf(s->cached_url, sizeof s->cached_url, "ipc://%s/cached.sock",
 		 s->run_dir);
 	snprintf(s->eng_path, sizeof s->eng_path, "%s/engined.sock",

@@ -25,23 +25,15 @@
 
 #include "eng.h"
 
-/* GENERATE flags beyond the PROTO_PLAN_* ones that pass through to the
- * plan: engined's own, in the high half (proto.h names none yet). */
-#define ENG_GEN_IGNORE_EOS (1u << 16) /* do not stop at the model's eos */
-
 typedef struct eng_serve_cfg {
 	const char *model_dir;
-	const char *run_dir; /* NULL: eng_serve_run_dir_default */
+	const char *run_dir; /* NULL: moor_run_dir_default */
 	eng_opts opts;
 	int connect_timeout_s;	/* wait for cached at start: 30 */
 	int call_timeout_s;	/* one PLAN/COMMIT/HELLO round trip: 30 */
 	int queue_max;		/* requests waiting behind the one running: 4 */
 	int test_step_delay_ms; /* test seam: sleep before each decode step */
 } eng_serve_cfg;
-
-/* The run directory when none is given: $XDG_RUNTIME_DIR/moor, else
- * /tmp/moor-$UID. Writes at most n bytes (NUL included). */
-void eng_serve_run_dir_default(char *out, size_t n);
 
 /* Runs the daemon until SIGTERM or SIGINT (the request in flight finishes,
  * queued ones get DONE with -ESHUTDOWN). Returns 0 on a clean stop, or a

@@ -185,12 +185,16 @@ typedef struct proto_generate {
 	float temperature, top_p, min_p;
 	int32_t top_k;
 	uint64_t seed;
-	uint32_t flags; /* PROTO_PLAN_* passed through */
+	uint32_t flags; /* PROTO_PLAN_* (passed to the plan), PROTO_GEN_* */
 	uint32_t n_ids;
 	int32_t *ids;
 	uint32_t n_stop;
 	int32_t *stop_ids; /* token ids that end the generation */
 } proto_generate;
+
+/* GENERATE flags of engined's own, in the high half (the low half is
+ * PROTO_PLAN_*, which engined passes to cached). */
+enum { PROTO_GEN_IGNORE_EOS = 1u << 16 }; /* do not stop at the model's eos */
 
 /* One decode step, every sequence it advanced. */
 typedef struct proto_step_entry {

@@ -116,7 +116,7 @@ int main(int argc, char **argv)
 			stop_s = optarg;
 			break;
 		case 'e':
-			p.flags |= ENG_GEN_IGNORE_EOS;
+			p.flags |= PROTO_GEN_IGNORE_EOS;
 			break;
 		case 'c':
 			p.flags |= PROTO_PLAN_NO_CACHE;
@@ -141,14 +141,8 @@ int main(int argc, char **argv)
 	}
 	p.ids = ids;
 	p.stop_ids = stop;
-	if (!run_dir[0]) { /* engined's default */
-		const char *x = getenv("XDG_RUNTIME_DIR");
-		if (x && x[0])
-			snprintf(run_dir, sizeof run_dir, "%s/moor", x);
-		else
-			snprintf(run_dir, sizeof run_dir, "/tmp/moor-%u",
-				 (unsigned)getuid());
-	}
+	if (!run_dir[0]) 
+		moor_run_dir_default(run_dir, sizeof run_dir);
 	mc_conn c;
 	int rv = mc_open(&c, run_dir, timeout_ms);
 	if (rv) {

@@ -30,7 +30,7 @@ static mc_params params(uint32_t n, uint32_t max_tokens)
 	    .ids = prompt,
 	    .n_ids = n,
 	    .max_tokens = max_tokens,
-	    .flags = ENG_GEN_IGNORE_EOS,
+	    .flags = PROTO_GEN_IGNORE_EOS,
 	};
 	return p;
 }

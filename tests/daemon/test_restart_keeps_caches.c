@@ -49,7 +49,7 @@ static void turn(const char *run, conv *c, int k, turn_out *o)
 	    .ids = c->ids,
 	    .n_ids = c->n,
 	    .max_tokens = MAXT,
-	    .flags = ENG_GEN_IGNORE_EOS,
+	    .flags = PROTO_GEN_IGNORE_EOS,
 	    .session = "conv-1",
 	};
 	mc_result r;
