@@ -142,8 +142,8 @@ typedef struct kern_ops {
 			 const float *dt_bias, int T, int Hv, int act);
 
 	/* In place, per head of [T, heads, dim] (token stride ld):
-	 * x = rnd(x / sqrt(sum(x^2) + eps)) * scale, the sum and the division
-	 * in fp32, the scale applied after the rounding (SPEC §5.4). */
+	 * x = rnd(x * (1 / sqrt(sum(x^2) + eps))) * scale, in fp32 (torch's
+	 * x * rsqrt(...)), the scale applied after the rounding (SPEC §5.4). */
 	int (*l2norm)(kern_queue *q, float *x, int ld, int T, int heads,
 		      int dim, float eps, float scale, int act);
 

@@ -71,9 +71,26 @@ struct eng_model {
 	void *delta_ws;
 	int32_t *ids;
 	float *logits; /* [LOGIT_ROWS, V] */
+#ifdef ENG_PROBE
+	int64_t probe_pos; /* position of the chunk's first token */
+#endif
 };
 
 #define LOGIT_ROWS 8
+
+/* Probe points: only in the test build of this file (-DENG_PROBE,
+ * tests/engine/golden_probe), which compares each tensor where the model
+ * rounds with transformers' and may overwrite it; the production build
+ * compiles them away. x is [rows, cols] with row stride ld, its row t the
+ * token at position m->probe_pos + t; layer -1 is outside the layers. */
+#ifdef ENG_PROBE
+void eng_probe(const char *name, int layer, float *x, int rows, int cols,
+	       int ld, int64_t pos);
+#define PROBE(m, name, layer, x, rows, cols, ld)                              \
+	eng_probe(name, layer, x, rows, cols, ld, (m)->probe_pos)
+#else
+#define PROBE(m, name, layer, x, rows, cols, ld) ((void)(layer))
+#endif
 
 static int keep(eng_model *m, void *p, int wrapped)
 {
@@ -582,12 +599,18 @@ static int gdn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	float *a = b + (size_t)T * Hv;
 	float *u = m->t1; /* [T, conv_dim] after conv + SiLU */
 	float *core = m->t2, *y = m->t3;
+	int li = (int)(l - m->L);
 	CK(o->matmul(q, mixed, cd, m->xn, H, l->qkv.p, l->qkv.dt, T, cd, H, act));
 	CK(o->matmul(q, z, vd, m->xn, H, l->z.p, l->z.dt, T, vd, H, act));
 	CK(o->matmul(q, b, Hv, m->xn, H, l->b.p, l->b.dt, T, Hv, H, act));
 	CK(o->matmul(q, a, Hv, m->xn, H, l->a.p, l->a.dt, T, Hv, H, act));
+	PROBE(m, "qkv", li, mixed, T, cd, cd);
+	PROBE(m, "z", li, z, T, vd, vd);
+	PROBE(m, "b", li, b, T, Hv, Hv);
+	PROBE(m, "a", li, a, T, Hv, Hv);
 	CK(o->conv1d(q, u, mixed, cd, s->sec[l->sec_conv], l->conv.p,
 		     l->conv.dt, T, cd, c->conv_kernel, act));
+	PROBE(m, "conv", li, u, T, cd, cd);
 	float *uq = u, *uk = u + m->key_dim, *uv = u + 2 * m->key_dim;
 	/* q and k are normalised in fp32: measured against the bf16 fixture,
 	 * rounding the normalised values to bf16 multiplies the logits' error
@@ -597,6 +620,8 @@ static int gdn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	CK(o->l2norm(q, uk, cd, T, Hk, dk, 1e-6f, 1.0f, KERN_ACT_F32));
 	CK(o->gdn_gates(q, m->beta, m->g, b, Hv, a, Hv, l->A_log, l->dt_bias, T,
 			Hv, act));
+	PROBE(m, "beta", li, m->beta, T, Hv, Hv);
+	PROBE(m, "g", li, m->g, T, Hv, Hv);
 	if (recurrent)
 		CK(o->delta_recurrent(q, core, s->sec[l->sec_S], uq, uk, cd, uv,
 				      cd, m->g, m->beta, T, Hk, Hv, dk, dv, act));
@@ -604,9 +629,12 @@ static int gdn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 		CK(o->delta_chunked(q, core, s->sec[l->sec_S], uq, uk, cd, uv, cd,
 				    m->g, m->beta, T, Hk, Hv, dk, dv, m->delta_ws,
 				    act));
+	PROBE(m, "core", li, core, T, vd, vd);
 	CK(o->gated_rmsnorm(q, y, core, z, l->norm.p, l->norm.dt, T * Hv, dv,
 			    c->eps, act));
+	PROBE(m, "gnorm", li, y, T, vd, vd);
 	CK(o->matmul(q, m->t4, H, y, vd, l->out.p, l->out.dt, T, H, vd, act));
+	PROBE(m, "mix_out", li, m->t4, T, H, H);
 	return o->add(q, m->h, m->t4, (size_t)T * H, act);
 }
 
@@ -624,23 +652,34 @@ static int attn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	float *v = k + (size_t)T * kd;      /* [T, Hkv, D] */
 	float *qo = m->t1, *go = m->t1 + (size_t)T * qd;
 	float *out = m->t2;
+	int li = (int)(l - m->L);
 	CK(o->matmul(q, qg, 2 * qd, m->xn, H, l->q.p, l->q.dt, T, 2 * qd, H, act));
 	CK(o->matmul(q, k, kd, m->xn, H, l->k.p, l->k.dt, T, kd, H, act));
 	CK(o->matmul(q, v, kd, m->xn, H, l->v.p, l->v.dt, T, kd, H, act));
+	PROBE(m, "qg", li, qg, T, 2 * qd, 2 * qd);
+	PROBE(m, "k", li, k, T, kd, kd);
+	PROBE(m, "v", li, v, T, kd, kd);
 	CK(o->split_qgate(q, qo, go, qg, T, Hq, D));
 	CK(o->rmsnorm(q, qo, D, qo, D, l->q_norm.p, l->q_norm.dt, T * Hq, D,
 		      c->eps, 1, act));
 	CK(o->rmsnorm(q, k, D, k, D, l->k_norm.p, l->k_norm.dt, T * Hkv, D,
 		      c->eps, 1, act));
+	PROBE(m, "qn", li, qo, T, qd, qd);
+	PROBE(m, "kn", li, k, T, kd, kd);
 	CK(o->rope(q, qo, qd, T, Hq, D, c->rot_dim, pos0, c->rope_theta, act));
 	CK(o->rope(q, k, kd, T, Hkv, D, c->rot_dim, pos0, c->rope_theta, act));
+	PROBE(m, "qr", li, qo, T, qd, qd);
+	PROBE(m, "kr", li, k, T, kd, kd);
 	CK(o->kv_write(q, s->view[l->view_K], m->kvdt, pos0, k, kd, T, kd));
 	CK(o->kv_write(q, s->view[l->view_V], m->kvdt, pos0, v, kd, T, kd));
 	CK(o->attention(q, out, qo, qd, s->view[l->view_K], s->view[l->view_V],
 			m->kvdt, T, pos0, Hq, Hkv, D, 1.0f / sqrtf((float)D),
 			act));
+	PROBE(m, "att", li, out, T, qd, qd);
 	CK(o->sigmoid_mul(q, out, out, go, (size_t)T * qd, act));
+	PROBE(m, "gated", li, out, T, qd, qd);
 	CK(o->matmul(q, m->t4, H, out, qd, l->o.p, l->o.dt, T, H, qd, act));
+	PROBE(m, "mix_out", li, m->t4, T, H, H);
 	return o->add(q, m->h, m->t4, (size_t)T * H, act);
 }
 
@@ -650,10 +689,15 @@ static int mlp(eng_model *m, const layer_w *l, int T)
 	kern_queue *q = m->q;
 	int H = m->c.hidden, I = m->c.inter, act = m->act;
 	float *gate = m->t0, *up = m->t0 + (size_t)T * I;
+	int li = (int)(l - m->L);
 	CK(o->matmul(q, gate, I, m->xn, H, l->gate.p, l->gate.dt, T, I, H, act));
 	CK(o->matmul(q, up, I, m->xn, H, l->up.p, l->up.dt, T, I, H, act));
+	PROBE(m, "gate", li, gate, T, I, I);
+	PROBE(m, "up", li, up, T, I, I);
 	CK(o->swiglu(q, m->t1, gate, up, (size_t)T * I, act));
+	PROBE(m, "act", li, m->t1, T, I, I);
 	CK(o->matmul(q, m->t4, H, m->t1, I, l->down.p, l->down.dt, T, H, I, act));
+	PROBE(m, "mlp_out", li, m->t4, T, H, H);
 	return o->add(q, m->h, m->t4, (size_t)T * H, act);
 }
 
@@ -680,19 +724,27 @@ static int forward_chunk(eng_model *m, eng_seq *s, const int32_t *ids, int T,
 	const qwen35_config *c = &m->c;
 	int H = c->hidden, act = m->act;
 	int64_t pos0 = s->len;
+#ifdef ENG_PROBE
+	m->probe_pos = pos0;
+#endif
 	CK(o->upload(m->q, m->ids, ids, (size_t)T * 4));
 	CK(o->embed(m->q, m->h, m->embed.p, m->embed.dt, m->ids, T, H, c->vocab));
 	for (int i = 0; i < c->layers; i++) {
 		const layer_w *l = &m->L[i];
+		PROBE(m, "x_in", i, m->h, T, H, H);
 		CK(o->rmsnorm(m->q, m->xn, H, m->h, H, l->in_norm.p, l->in_norm.dt,
 			      T, H, c->eps, 1, act));
+		PROBE(m, "xn1", i, m->xn, T, H, H);
 		if (l->full)
 			CK(attn_layer(m, l, s, T, pos0));
 		else
 			CK(gdn_layer(m, l, s, T, recurrent));
+		PROBE(m, "h1", i, m->h, T, H, H);
 		CK(o->rmsnorm(m->q, m->xn, H, m->h, H, l->post_norm.p,
 			      l->post_norm.dt, T, H, c->eps, 1, act));
+		PROBE(m, "xn2", i, m->xn, T, H, H);
 		CK(mlp(m, l, T));
+		PROBE(m, "x_out", i, m->h, T, H, H);
 	}
 	s->len = pos0 + T;
 	if (mode == ENG_LOGITS_NONE)
@@ -701,6 +753,10 @@ static int forward_chunk(eng_model *m, eng_seq *s, const int32_t *ids, int T,
 	int n = mode == ENG_LOGITS_LAST ? 1 : T;
 	CK(o->rmsnorm(m->q, m->xn + (size_t)r0 * H, H, m->h + (size_t)r0 * H, H,
 		      m->final_norm.p, m->final_norm.dt, n, H, c->eps, 1, act));
+#ifdef ENG_PROBE
+	m->probe_pos = pos0 + r0;
+#endif
+	PROBE(m, "final", -1, m->xn + (size_t)r0 * H, n, H, H);
 	return head_rows(m, r0, n, logits);
 }
 

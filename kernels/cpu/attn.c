@@ -1,10 +1,10 @@
 /* attn.c: rope and causal GQA attention.
  *
  * attention computes each (token, query head) row on its own terms: scores
- * s_j = scale * (q . k_j) for j <= pos, q . k_j a sequential sum over d
- * (kcpu_mk, cpu.h), the max, e_j = v4_exp(s_j - max), their sum in order
- * j = 0.., p_j = rnd(e_j / sum), out = rnd(sum_j p_j v_j) as a sequential sum
- * over j (kcpu_mm). Nothing in it depends on the rows around it, so a task
+ * s_j = rnd(scale * rnd(q . k_j)) for j <= pos, q . k_j a sequential sum
+ * over d (kcpu_mk, cpu.h), the max, e_j = v4_exp(s_j - max), their sum in
+ * order j = 0.. in fp64, p_j = rnd(e_j * (1 / sum)) with the sum rounded to
+ * fp32, out = rnd(sum_j p_j v_j) as a sequential sum over j (kcpu_mm). Nothing in it depends on the rows around it, so a task
  * takes a group of up to ATT_RG rows that share a KV head and streams each K
  * and V row once for all of them (the rows share only loads).
  *
@@ -265,16 +265,18 @@ static void exp_shift(float *s, int n, float m)
 	}
 }
 
-/* p_j = rnd(e_j / sum) in place, four at a time (each lane one IEEE
- * division), the tail through the same code. */
-static void normalize(float *p, int n, float sum, int act)
+/* p_j = rnd(e_j * (1 / sum)) in place, with sum rounded to fp32 first
+ * (torch's softmax multiplies by the reciprocal), four at a time, the tail
+ * through the same code. */
+static void normalize(float *p, int n, double sum, int act)
 {
-	v4f sv = v4_splat(sum);
+	float inv = 1.0f / (float)sum;
+	v4f iv = v4_splat(inv);
 	int j = 0;
 	for (; j + 4 <= n; j += 4)
-		v4_store(p + j, v4_rnd(v4_load(p + j) / sv, act));
+		v4_store(p + j, v4_rnd(v4_load(p + j) * iv, act));
 	for (; j < n; j++)
-		p[j] = kcpu_rnd(p[j] / sum, act);
+		p[j] = kcpu_rnd(p[j] * inv, act);
 }
 
 /* max(m, s[0 .. n)); a max is exact, so its order is free */
@@ -293,9 +295,13 @@ static float max_of(const float *s, int n, float m)
 	return m;
 }
 
-/* sum[i] += e[i * ld + j] for j < len[i], in order j; four rows' chains
- * interleaved, so the adds are not one long latency chain. */
-static void sum_rows(int n, const float *e, int ld, const int *len, float *sum)
+/* sum[i] += e[i * ld + j] for j < len[i], in order j, in fp64 (an fp32
+ * running sum over thousands of keys drifts enough to move p's bf16
+ * rounding: measured against transformers' softmax, whose vectorised sum
+ * is closer to exact); four rows' chains interleaved, so the adds are not
+ * one long latency chain. */
+static void sum_rows(int n, const float *e, int ld, const int *len,
+		     double *sum)
 {
 	int i = 0;
 	for (; i + 4 <= n; i += 4) {
@@ -303,8 +309,8 @@ static void sum_rows(int n, const float *e, int ld, const int *len, float *sum)
 		for (int r = 1; r < 4; r++)
 			c = len[i + r] < c ? len[i + r] : c;
 		const float *e0 = e + (size_t)i * ld;
-		float s0 = sum[i], s1 = sum[i + 1], s2 = sum[i + 2],
-		      s3 = sum[i + 3];
+		double s0 = sum[i], s1 = sum[i + 1], s2 = sum[i + 2],
+		       s3 = sum[i + 3];
 		for (int j = 0; j < c; j++) {
 			s0 += e0[j];
 			s1 += e0[ld + j];
@@ -331,14 +337,14 @@ enum {
 	ST_MAX = 2,    /* mx[i] = max(mx[i], s) */
 	ST_EXP = 4,    /* s = exp(s - mx[i]) */
 	ST_SUM = 8,    /* sum[i] += s, in order */
-	ST_PV = 16,    /* p = rnd(s / sum[i]); acc[i] += p V */
+	ST_PV = 16,    /* p = rnd(s * (1 / sum[i])); acc[i] += p V */
 };
 #define ATT_SWEEP 256
 
 /* Keys [ja, je) of the group, their scores at sc[i * ld + j - base]. */
 static void att_sweep(const struct att_job *jb, const struct att_group *gr,
 		      int ja, int je, float *sc, int ld, int base, int steps,
-		      float *mx, float *sum, float *acc)
+		      float *mx, double *sum, float *acc)
 {
 	int rel[ATT_RG];
 	int n = gr->n;
@@ -376,7 +382,8 @@ static void att_sweep(const struct att_job *jb, const struct att_group *gr,
 static void att_group_run(const struct att_job *jb, const struct att_group *gr,
 			  float *sc, size_t cap, float *acc)
 {
-	float mx[ATT_RG], sum[ATT_RG];
+	float mx[ATT_RG];
+	double sum[ATT_RG];
 	int n = gr->n, D = jb->D, act = jb->act;
 	int lmax = gr->len[n - 1];
 	for (int i = 0; i < n * D; i++)

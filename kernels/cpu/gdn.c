@@ -4,9 +4,10 @@
  * The delta rule's value heads are independent, so a task is one head and
  * runs the head's whole token range in order; nothing depends on the thread
  * count. The chunked form follows transformers' torch_chunk_gated_delta_rule
- * step by step (the decay mask, -A with the forward substitution, U and W,
- * then per chunk V', O and the state), every product a kcpu_mm (sequential
- * sums) or a kcpu_dot. A row's sums run over the rows at or before it only
+ * step by step (the decay mask from g's cumulative sum, A, U and W by
+ * forward substitution, then per chunk V', O and the state), every product
+ * a kcpu_mm (sequential sums), a kcpu_dot or the substitution's sequential
+ * sums. A row's sums run over the rows at or before it only
  * (kcpu_mm's klen), so the padding of the last chunk never enters a valid
  * output or the state: padded rows are simply not computed, which is what
  * padding with g = 0, beta = 0, k = 0 gives in exact arithmetic. */
@@ -151,6 +152,33 @@ size_t kcpu_delta_ws_bytes(int Hv, int dk, int dv)
 	return (size_t)Hv * head_ws_floats(dk, dv) * sizeof(float);
 }
 
+/* X = (I + A)^-1 B for the strictly lower part of A [n, C] (row stride
+ * C), by forward substitution as torch.linalg.solve_triangular(unitriangular)
+ * does it: row i of X is B_i - A_i0 X_0 - A_i1 X_1 - ..., the terms
+ * subtracted in order j = 0 .. i - 1. B, X [n, w]; four columns at a time,
+ * the tail columns one by one in the same order. */
+static void solve_unit_lower(const float *A, int n, const float *B, float *X,
+			     int w)
+{
+	for (int i = 0; i < n; i++) {
+		const float *a = A + (size_t)i * C;
+		int d = 0;
+		for (; d + 4 <= w; d += 4) {
+			v4f acc = v4_load(B + (size_t)i * w + d);
+			for (int j = 0; j < i; j++)
+				acc -= v4_splat(a[j]) *
+				       v4_load(X + (size_t)j * w + d);
+			v4_store(X + (size_t)i * w + d, acc);
+		}
+		for (; d < w; d++) {
+			float acc = B[(size_t)i * w + d];
+			for (int j = 0; j < i; j++)
+				acc -= a[j] * X[(size_t)j * w + d];
+			X[(size_t)i * w + d] = acc;
+		}
+	}
+}
+
 /* One chunk of n <= C valid rows starting at token t0, head h. */
 static void delta_chunk(const struct delta_job *jb, int h, int t0, int n,
 			float *ws)
@@ -161,13 +189,13 @@ static void delta_chunk(const struct delta_job *jb, int h, int t0, int n,
 	float *S = jb->S + (size_t)h * dk * dv;
 	float *G = ws, *eG = G + C, *bt = eG + C;
 	float *Dm = bt + C;		   /* [C, C] e^(G_i - G_j), j <= i */
-	float *Tm = Dm + C * C;		   /* [C, C] -A, then (I + A)^-1 */
+	float *Tm = Dm + C * C;		   /* [C, C] A, strictly lower */
 	float *Am = Tm + C * C;		   /* [C, C] (Q K^T) o decay, j <= i */
 	float *BV = Am + C * C;		   /* [C, dv] beta v; later A V' */
-	float *U = BV + C * dv;		   /* [C, dv] Tm beta V, then V' */
+	float *U = BV + C * dv;		   /* [C, dv] (I+A)^-1 beta V, then V' */
 	float *X = U + C * dv;		   /* [C, dv] W S, then Q e^G S */
 	float *KB = X + C * dv;		   /* [C, dk] beta k, then beta e^G k */
-	float *Wm = KB + C * dk;	   /* [C, dk] Tm beta e^G K */
+	float *Wm = KB + C * dk;	   /* [C, dk] (I+A)^-1 beta e^G K */
 	float *QE = Wm + C * dk;	   /* [C, dk] q e^G */
 	float *KDt = QE + C * dk;	   /* [dk, C] (k e^(G_last - G))^T */
 	float *tmp = KDt + (size_t)dk * C; /* [2, dv] */
@@ -176,10 +204,15 @@ static void delta_chunk(const struct delta_job *jb, int h, int t0, int n,
 
 	for (int i = 0; i < C; i++)
 		tri[i] = i + 1; /* row i sums over rows 0..i */
+	/* G: the cumulative sum of g, accumulated in fp64 and rounded per
+	 * row, as torch's CPU cumsum does for fp32 (measured against the bf16
+	 * fixture: an fp32 running sum quadruples the core output's bf16 flips
+	 * against transformers) */
+	double cum = 0.0;
 	for (int i = 0; i < n; i++) {
 		size_t t = (size_t)(t0 + i);
-		const float *gi = jb->g + t * Hv + h;
-		G[i] = i ? G[i - 1] + *gi : *gi;
+		cum += jb->g[t * Hv + h];
+		G[i] = (float)cum;
 		eG[i] = expf(G[i]);
 		bt[i] = jb->beta[t * Hv + h];
 		kr[i] = jb->k + t * ldqk + (size_t)kh * dk;
@@ -194,41 +227,17 @@ static void delta_chunk(const struct delta_job *jb, int h, int t0, int n,
 		for (int j = 0; j <= i; j++)
 			Dm[i * C + j] = expf(G[i] - G[j]);
 
-	/* -A: A_ij = (beta_i k_i . k_j) e^(G_i - G_j), j < i */
+	/* A_ij = (beta_i k_i . k_j) e^(G_i - G_j), j < i */
 	for (int i = 0; i < n; i++)
 		for (int j = 0; j < i; j++)
 			Tm[i * C + j] =
-			    -(kcpu_dot(KB + i * dk, kr[j], dk) * Dm[i * C + j]);
-	/* Forward substitution: row i of the strictly lower part L of
-	 * (I + A)^-1 is L_ij = -A_ij + sum_{j < m < i} (-A_im) L_mj, the sum in
-	 * order m = j + 1 .. i - 1, then added to -A_ij (as the reference
-	 * does: row + (row * sub).sum). */
-	for (int i = 1; i < n; i++) {
-		float *row = Tm + i * C;
-		float acc[C];
-		for (int j = 0; j < i; j++)
-			acc[j] = 0.0f;
-		for (int m = 1; m < i; m++) {
-			float rm = row[m];
-			const float *Lm = Tm + m * C;
-			for (int j = 0; j < m; j++)
-				acc[j] += rm * Lm[j];
-		}
-		for (int j = 0; j < i; j++)
-			row[j] += acc[j];
-	}
-	for (int i = 0; i < n; i++) {
-		Tm[i * C + i] = 1.0f;
-		for (int j = i + 1; j < C; j++)
-			Tm[i * C + j] = 0.0f;
-	}
-
-	/* U = Tm beta V; W = Tm beta e^G K */
-	kcpu_mm(n, dv, n, Tm, C, BV, dv, U, dv, tri, 0);
+			    kcpu_dot(KB + i * dk, kr[j], dk) * Dm[i * C + j];
 	for (int i = 0; i < n; i++)
 		for (int d = 0; d < dk; d++)
 			KB[i * dk + d] *= eG[i];
-	kcpu_mm(n, dk, n, Tm, C, KB, dk, Wm, dk, tri, 0);
+	/* U = (I + A)^-1 beta V; W = (I + A)^-1 beta e^G K */
+	solve_unit_lower(Tm, n, BV, U, dv);
+	solve_unit_lower(Tm, n, KB, Wm, dk);
 
 	/* V' = U - W S (S entering the chunk) */
 	kcpu_mm(n, dv, dk, Wm, dk, S, dv, X, dv, NULL, 0);

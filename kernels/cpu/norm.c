@@ -165,9 +165,9 @@ static void l2_task(void *arg, int task)
 	for (int t = t0; t < t1; t++)
 		for (int h = 0; h < j->heads; h++) {
 			float *x = j->x + (size_t)t * j->ld + (size_t)h * dim;
-			float d = sqrtf(kcpu_dot(x, x, dim) + j->eps);
+			float inv = 1.0f / sqrtf(kcpu_dot(x, x, dim) + j->eps);
 			for (int i = 0; i < dim; i++)
-				x[i] = kcpu_rnd(x[i] / d, j->act) * j->scale;
+				x[i] = kcpu_rnd(x[i] * inv, j->act) * j->scale;
 		}
 }
 

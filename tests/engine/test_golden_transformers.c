@@ -144,8 +144,9 @@ static void run_case(const char *name, int bf16)
 	 * flip of any intermediate (2^-9 relative) where our fp32 sum lands
 	 * on the other side of a rounding boundary propagates through the
 	 * residual stream. Measured max |d| / max |ref| is a few 1e-3 per
-	 * layer; measured 0.042 over 8 layers; 0.06 leaves room, and the
-	 * argmax check below is the one that matters for answers. */
+	 * layer; measured 0.042 over 8 layers (transformers' own bf16 on a
+	 * GPU against its CPU run: 0.041); 0.06 leaves room, and the argmax
+	 * check below is the one that matters for answers. */
 	double tol = bf16 ? 6e-2 : 1e-4;
 	double worst = 0, mean = 0;
 	int agree = 0, total = 0, strict_fail = 0;
@@ -189,15 +190,37 @@ static void run_case(const char *name, int bf16)
 	CHECK(worst <= tol, "%s: prefill max rel %.3g > %.3g", name, worst, tol);
 	CHECK(dworst <= tol, "%s: decode max rel %.3g > %.3g", name, dworst, tol);
 	if (bf16) {
-		/* Measured 325 of 332 (97.9%): every differing row has a
-		 * reference top-2 gap of 0 to 0.625, i.e. 0 to 5 bf16 ulps of
-		 * logits near 20 (bf16 resolution there is 0.125), and the two
-		 * exact ties go to the lowest index in both. The issue asks
-		 * for 99%; that is not reached yet (see the issue's note), so
-		 * the bar here is what is measured, to catch a regression. */
+		/* What is left is noise, not a missed rounding point: fed
+		 * transformers' own inputs (tests/engine/golden_probe --force),
+		 * every op of ours gives its bf16 values except for rare flips
+		 * of fp32 summation order (about 1 element in 10^4: 26 of the
+		 * prefill's 230,400 delta-rule outputs, 4 of its 76,800
+		 * attention outputs), but the random fixture amplifies each
+		 * flip through the recurrent state and attention until, by
+		 * layer 4, most hidden values differ by an ulp: the result is
+		 * one more independent bf16 rounding of the same function. Its
+		 * noise floor, from transformers itself
+		 * (tests/golden/floors_golden.py: its bf16 forward run in other
+		 * valid ways, against the CPU reference): on a GPU 329 and 330
+		 * of 332 rows (one-shot, chunked prefill), token by token 326
+		 * (GPU) and 328 (CPU), with oneDNN off 330; max rel 0.024 to
+		 * 0.041, mean |d| 0.057 to 0.083. transformers in fp32: 302
+		 * (91.0%), max rel 0.23, mean |d| 0.41. Measured here 326 of
+		 * 332 (98.2%), max rel 0.042, mean |d| 0.082; variants of our
+		 * fp32 internals that each moved a few roundings gave 324 to
+		 * 328. Every differing row has a reference top-2 gap of 0 to
+		 * 0.25 (0 to 2 bf16 ulps of logits near 20); three are exact
+		 * ties in the reference's bf16 logits, which it breaks to the
+		 * lower index. The issue asks for 99%: transformers' own runs
+		 * straddle it (98.2% to 99.4%), so the bar is what holds with a
+		 * margin of a few rows, and mean |d| (smooth where the argmax
+		 * count is not) is held near the floor: a rounding point missed
+		 * or added moves it toward the fp32 figure. */
 		int all = total + (int)g.n_decode, same = agree + dagree;
 		CHECK(same * 100 >= all * 97, "%s: argmax agrees on %d of %d",
 		      name, same, all);
+		CHECK(mean / np <= 0.1, "%s: prefill mean |d| %.3g > 0.1", name,
+		      mean / np);
 	} else {
 		CHECK(strict_fail == 0 && dagree == (int)g.n_decode,
 		      "%s: fp32 argmax differs (%d prefill rows)", name,
