@@ -218,6 +218,38 @@ typedef struct cache_plan_out {
 
 int cache_plan(cache *c, const cache_req *req, cache_plan_out *out,
 	       char *err);
+/* What cache_plan of req would answer now, without doing any of it: the
+ * source, the start line and the taint line of the plan that would follow,
+ * and the bytes its restore would copy into the live sequence. Nothing
+ * changes (no byte moves, no cache is given back, no counter counts it):
+ * cache_stats_json is byte-identical before and after, and a plan after a
+ * peek answers as one without it.
+ *
+ * It answers what the plan does, in the plan's order: the previous guest's
+ * stash is put back first (the peek reads the rows as they would be then,
+ * and reports CACHE_TIER_STASH where the plan would); a turn in flight is
+ * taken as the plan takes it (aborted with its restored rows valid). One
+ * case it does not model: a plan whose prefill workspace needs caches given
+ * back (mem_peak) drops the cheapest first and looks again; the peek then
+ * answers from the caches as they are (gives_back = 1), and the plan may
+ * start lower. A prefill that cannot fit at all fails here as there
+ * (MOOR_ENOSPACE), and so do bad arguments (MOOR_ERANGE). */
+typedef struct cache_peek_out {
+	uint64_t start; /* the line the plan would start at (cached tokens) */
+	uint64_t taint; /* as cache_plan_out's */
+	int tier;       /* as cache_plan_out's (CACHE_TIER_STASH included) */
+	int guest;      /* the plan would run it as a guest */
+	int gives_back; /* the plan would first give caches back (see above) */
+	/* bytes the plan would copy into the live sequence: the guest stash
+	 * put back, the source's sections (none for a cold start), and the
+	 * rows a pin, park or store restore copies (a resident or end anchor
+	 * resumes on the rows in place) */
+	uint64_t restore_bytes;
+} cache_peek_out;
+
+int cache_peek(cache *c, const cache_req *req, cache_peek_out *out,
+	       char *err);
+
 int cache_commit(cache *c, uint32_t n_filled, const int32_t *gen,
 		 uint64_t n_gen);
 /* cache_commit where the engine also says how many positions its state

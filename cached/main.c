@@ -2,7 +2,7 @@
  * and its two arenas, and serves it over NNG:
  *
  *   ipc://RUN/cached.sock  REP  HELLO, PLAN, COMMIT, ABORT   (engined)
- *   ipc://RUN/admin.sock   REP  STATS, CLEAR                 (moorctl, gw)
+ *   ipc://RUN/admin.sock   REP  STATS, CLEAR, PEEK           (moorctl, gw)
  *
  * One thread: the core is single-threaded, so one poll() loop over both
  * sockets' receive descriptors and a signalfd serves one request at a time
@@ -17,6 +17,14 @@
  * engine that died is aborted before the next HELLO is served, with only
  * the rows it restored counted valid.
  *
+ * STATS adds to the core's JSON a "daemon" object and an "engine" object,
+ * {"attached", "pid", "window", "grid"}: the last HELLO's pid, window and
+ * grid (null before any), and whether that engine's connection is still
+ * up (NNG's pipe events, on NNG's thread: one atomic word).
+ *
+ * PEEK answers what a PLAN of the same ids would (cache_peek): nothing
+ * changes, nothing is counted but the message and, if refused, the error.
+ *
  * SIGTERM/SIGINT: the request in hand is answered, then the sockets and the
  * arenas' shm objects are unlinked and cached exits 0.
  */
@@ -28,6 +36,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,13 +77,15 @@ typedef struct cd {
 	/* the attached engine */
 	uint32_t eng_pipe; /* nng_pipe id; 0: none */
 	uint32_t eng_pid;
+	uint64_t eng_window;
+	uint32_t eng_grid;
 	uint8_t fp[32];
 	int have_fp;
 	int plan_open;
 	uint64_t plan_start;
 
 	/* counters */
-	uint64_t n_msgs, n_errors, n_hello, n_plan, n_commit, n_abort;
+	uint64_t n_msgs, n_errors, n_hello, n_plan, n_commit, n_abort, n_peek;
 
 	/* big scratch, carved once */
 	cache_layout lay;
@@ -83,6 +94,18 @@ typedef struct cd {
 	uint64_t sec_off[CACHE_MAX_SECTIONS], view_off[CACHE_MAX_VIEWS];
 	proto_slot slots[CACHE_MAX_SLOTS];
 } cd;
+
+/* The attached engine's pipe while its connection is up; 0 once it is
+ * gone. Written by the HELLO handler and by NNG's pipe callback. */
+static _Atomic uint32_t eng_pipe_live;
+
+static void on_pipe_gone(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	(void)ev;
+	(void)arg;
+	uint32_t id = nng_pipe_id(p);
+	atomic_compare_exchange_strong(&eng_pipe_live, &id, 0);
+}
 
 static void fp_hex(const uint8_t *fp, char out[17])
 {
@@ -252,7 +275,10 @@ static void on_hello(cd *d, uint32_t pipe, const proto_msg *m)
 	}
 	d->n_hello++;
 	d->eng_pipe = pipe;
+	atomic_store(&eng_pipe_live, pipe);
 	d->eng_pid = h->pid;
+	d->eng_window = h->window;
+	d->eng_grid = h->grid;
 	memcpy(d->fp, h->fingerprint, 32);
 	d->have_fp = 1;
 	if (d->ho.adopted)
@@ -419,7 +445,7 @@ static void on_stats(cd *d, const proto_msg *m)
 	json_object_set_new(
 	    o, "daemon",
 	    json_pack("{s:i, s:s, s:f, s:b, s:i, s:s, s:b, s:I, s:I, s:I, "
-		      "s:I, s:I, s:I}",
+		      "s:I, s:I, s:I, s:I}",
 		      "pid", (int)getpid(), "run_dir", d->run_dir, "uptime_s",
 		      moor_now() - d->t_start, "engine", d->eng_pipe != 0,
 		      "engine_pid", (int)d->eng_pid, "fingerprint", fh,
@@ -427,7 +453,17 @@ static void on_stats(cd *d, const proto_msg *m)
 		      (json_int_t)d->n_msgs, "errors", (json_int_t)d->n_errors,
 		      "hello", (json_int_t)d->n_hello, "plan",
 		      (json_int_t)d->n_plan, "commit", (json_int_t)d->n_commit,
-		      "abort", (json_int_t)d->n_abort));
+		      "abort", (json_int_t)d->n_abort, "peek",
+		      (json_int_t)d->n_peek));
+	int seen = d->n_hello > 0;
+	json_object_set_new(
+	    o, "engine",
+	    json_pack("{s:b, s:o, s:o, s:o}", "attached",
+		      seen && atomic_load(&eng_pipe_live) == d->eng_pipe, "pid",
+		      seen ? json_integer(d->eng_pid) : json_null(), "window",
+		      seen ? json_integer((json_int_t)d->eng_window)
+			   : json_null(),
+		      "grid", seen ? json_integer(d->eng_grid) : json_null()));
 	char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(o);
 	if (!text) {
@@ -472,6 +508,40 @@ static void on_clear(cd *d, const proto_msg *m)
 	}
 	moor_info("cleared %s", t);
 	reply_ok(d, SOCK_ADMIN, m->h.req);
+}
+
+static void on_peek(cd *d, const proto_msg *m)
+{
+	const proto_peek *p = &m->u.peek;
+	cache_req q = {
+	    .ids = p->ids,
+	    .n = p->n_ids,
+	    .session = p->session,
+	    .max_tokens = 0,
+	    .no_cache = 0,
+	};
+	cache_peek_out o;
+	char why[MOOR_ERRLEN] = "";
+	int rc = cache_peek(d->c, &q, &o, why);
+	if (rc) {
+		reply_err(d, SOCK_ADMIN, m->h.req, rc, "PEEK of %u tokens: %s",
+			  p->n_ids, why[0] ? why : moor_strerror(rc));
+		return;
+	}
+	d->n_peek++;
+	proto_msg r = {0};
+	r.h.type = PROTO_PEEK_OK;
+	r.h.req = m->h.req;
+	r.u.peek_ok.tier = (uint32_t)o.tier;
+	r.u.peek_ok.cached = o.start;
+	r.u.peek_ok.tokens = p->n_ids;
+	r.u.peek_ok.taint = o.taint;
+	r.u.peek_ok.restore_bytes = o.restore_bytes;
+	moor_debug("peek: %u tokens, %s at %llu%s", p->n_ids,
+		   cache_tier_name(o.tier), (unsigned long long)o.start,
+		   o.gives_back ? " (the plan would give caches back first)"
+				: "");
+	send_msg(d, SOCK_ADMIN, &r);
 }
 
 /* ===================================================================== */
@@ -580,10 +650,13 @@ static void handle(cd *d, int w, nng_msg *nm)
 		case PROTO_CLEAR:
 			on_clear(d, &m);
 			break;
+		case PROTO_PEEK:
+			on_peek(d, &m);
+			break;
 		default:
 			reply_err(d, w, m.h.req, MOOR_EUNSUP,
 				  "%s (type %u) is not served on admin.sock "
-				  "(STATS, CLEAR)",
+				  "(STATS, CLEAR, PEEK)",
 				  proto_type_name(t), t);
 		}
 	}
@@ -648,6 +721,9 @@ static int sock_open(cd *d, int w)
 	if (rv)
 		return proto_nng_err(rv);
 	d->open[w] = 1;
+	if (w == SOCK_ENG)
+		nng_pipe_notify(d->sock[w], NNG_PIPE_EV_REM_POST, on_pipe_gone,
+				NULL);
 	/* Larger than any valid message, so an oversized one still arrives
 	 * and is answered (NNG drops the pipe of one over this limit). */
 	nng_socket_set_size(d->sock[w], NNG_OPT_RECVMAXSZ,

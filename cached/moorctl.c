@@ -5,10 +5,15 @@
  *   moorctl [--run-dir DIR] [--timeout-ms N] clear [--tier T]
  *       empties one tier (all, resident, end, stash, pin, park, store;
  *       default all)
+ *   moorctl [--run-dir DIR] [--timeout-ms N] peek --ids 1,2,3 [--session S]
+ *       where a prompt of these key ids would resume, as JSON: {"tier",
+ *       "cached" (the start line), "tokens", "taint" (null: none),
+ *       "restore_bytes"}; cached changes nothing
  *
  * Exit status: 0 done, 1 cached failed or is not reachable, 2 usage.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,18 +35,63 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: moorctl [--run-dir DIR] [--timeout-ms N] stats\n"
 		   "       moorctl [--run-dir DIR] [--timeout-ms N] clear "
-		   "[--tier all|resident|end|stash|pin|park|store]\n");
+		   "[--tier all|resident|end|stash|pin|park|store]\n"
+		   "       moorctl [--run-dir DIR] [--timeout-ms N] peek "
+		   "--ids 1,2,3 [--session S]\n");
+}
+
+/* "1,2,3" into a heap array; -1 on a bad list. */
+static int parse_ids(const char *s, int32_t **out, uint32_t *n)
+{
+	uint32_t cap = 16, k = 0;
+	int32_t *v = malloc(cap * sizeof *v);
+	if (!v)
+		return -1;
+	const char *p = s;
+	while (*p) {
+		char *end;
+		errno = 0;
+		long long x = strtoll(p, &end, 10);
+		if (end == p || errno || x < INT32_MIN || x > INT32_MAX ||
+		    (*end && *end != ',') || k == PROTO_MAX_IDS) {
+			free(v);
+			return -1;
+		}
+		if (k == cap) {
+			int32_t *w = realloc(v, 2 * cap * sizeof *v);
+			if (!w) {
+				free(v);
+				return -1;
+			}
+			v = w;
+			cap *= 2;
+		}
+		v[k++] = (int32_t)x;
+		p = *end ? end + 1 : end;
+		if (*end && !*p) {
+			free(v);
+			return -1; /* a trailing comma */
+		}
+	}
+	if (!k) {
+		free(v);
+		return -1;
+	}
+	*out = v;
+	*n = k;
+	return 0;
 }
 
 int main(int argc, char **argv)
 {
 	moor_log_set_name("moorctl");
 	char run_dir[512] = "";
-	const char *tier = "all";
+	const char *tier = "all", *ids_arg = NULL, *session = NULL;
 	int timeout_ms = 5000;
 	static const struct option lo[] = {
 	    {"run-dir", 1, 0, 'R'}, {"timeout-ms", 1, 0, 'T'},
 	    {"tier", 1, 0, 't'},    {"help", 0, 0, 'h'},
+	    {"ids", 1, 0, 'i'},     {"session", 1, 0, 's'},
 	    {0, 0, 0, 0},
 	};
 	int o;
@@ -57,6 +107,12 @@ int main(int argc, char **argv)
 		case 't':
 			tier = optarg;
 			break;
+		case 'i':
+			ids_arg = optarg;
+			break;
+		case 's':
+			session = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -71,7 +127,8 @@ int main(int argc, char **argv)
 	}
 	const char *cmd = argv[optind];
 	int is_stats = !strcmp(cmd, "stats"), is_clear = !strcmp(cmd, "clear");
-	if (!is_stats && !is_clear) {
+	int is_peek = !strcmp(cmd, "peek");
+	if (!is_stats && !is_clear && !is_peek) {
 		fprintf(stderr, "moorctl: unknown command '%s'\n", cmd);
 		usage(stderr);
 		return 2;
@@ -89,6 +146,27 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	int32_t *ids = NULL;
+	uint32_t n_ids = 0;
+	if (is_peek) {
+		if (!ids_arg) {
+			fprintf(stderr, "moorctl: peek needs --ids 1,2,3\n");
+			return 2;
+		}
+		if (parse_ids(ids_arg, &ids, &n_ids)) {
+			fprintf(stderr,
+				"moorctl: --ids '%.64s': expected token ids "
+				"separated by commas (1,2,3)\n",
+				ids_arg);
+			return 2;
+		}
+		if (session && strlen(session) > PROTO_MAX_STR) {
+			fprintf(stderr, "moorctl: --session: over %d bytes\n",
+				PROTO_MAX_STR);
+			free(ids);
+			return 2;
+		}
+	}
 	if (timeout_ms <= 0)
 		timeout_ms = 5000;
 	if (!run_dir[0]) 
@@ -103,12 +181,18 @@ int main(int argc, char **argv)
 	if (rv) {
 		fprintf(stderr, "moorctl: cached is not reachable at %s: %s\n",
 			url, nng_strerror(rv));
+		free(ids);
 		return 1;
 	}
 	proto_msg q = {0}, rep = {0};
 	q.h.req = (uint64_t)getpid();
 	if (is_stats) {
 		q.h.type = PROTO_STATS;
+	} else if (is_peek) {
+		q.h.type = PROTO_PEEK;
+		q.u.peek.session = (char *)session;
+		q.u.peek.n_ids = n_ids;
+		q.u.peek.ids = ids;
 	} else {
 		q.h.type = PROTO_CLEAR;
 		q.u.clear.tier = (char *)tier;
@@ -138,9 +222,36 @@ int main(int argc, char **argv)
 			free(out);
 			json_decref(j);
 		}
+	} else if (is_peek) {
+		if (rep.h.type != PROTO_PEEK_OK) {
+			fprintf(stderr, "moorctl: cached answered %s\n",
+				proto_type_name(rep.h.type));
+			status = 1;
+		} else {
+			const proto_peek_ok *p = &rep.u.peek_ok;
+			json_t *j = json_pack(
+			    "{s:s, s:I, s:I, s:o, s:I}", "tier",
+			    proto_tier_name(p->tier), "cached",
+			    (json_int_t)p->cached, "tokens",
+			    (json_int_t)p->tokens, "taint",
+			    p->taint == UINT64_MAX
+				? json_null()
+				: json_integer((json_int_t)p->taint),
+			    "restore_bytes", (json_int_t)p->restore_bytes);
+			char *out = j ? json_dumps(j, JSON_INDENT(2) |
+							  JSON_PRESERVE_ORDER)
+				      : NULL;
+			if (out)
+				printf("%s\n", out);
+			else
+				status = 1;
+			free(out);
+			json_decref(j);
+		}
 	} else {
 		printf("cleared %s\n", tier);
 	}
+	free(ids);
 	proto_msg_fini(&rep);
 	nng_close(s);
 	return status;

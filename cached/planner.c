@@ -316,7 +316,7 @@ static void reserve_slots(cache *c, uint64_t limit)
 	}
 }
 
-int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
+static int req_check(cache *c, const cache_req *r, char *err)
 {
 	if (!c->have_layout) {
 		moor_errf(err, "cache: no engine attached (cache_hello first)");
@@ -330,6 +330,91 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 			  (unsigned long long)c->lay->window);
 		return MOOR_ERANGE;
 	}
+	return 0;
+}
+
+/* The plan without the plan. Its steps, and what stands for each here:
+ *   a turn in flight is aborted with rows [0, start) valid: the state in
+ *     flight already says so (valid, taint, the cut), only its slots are
+ *     still held, and they are not counted below;
+ *   the guest stash goes back: rows only, which analyze() does not read;
+ *     its bytes are not counted below;
+ *   analyze(): the same call;
+ *   policy_fit(): its refusal is computed as it computes it; where it
+ *     would give caches back, gives_back says the answer may be high;
+ *   the guest's stash_make under plan_limit(): the same;
+ *   the tier reported: STASH where the plan reports it. */
+int cache_peek(cache *c, const cache_req *r, cache_peek_out *out, char *err)
+{
+	int rc = req_check(c, r, err);
+	if (rc)
+		return rc;
+	memset(out, 0, sizeof *out);
+	uint64_t n = r->n, peak = c->cfg.mem_peak;
+	uint64_t ws = c->lay->workspace_floor + c->lay->workspace_per_token * n;
+	uint64_t stash_b = lv_bytes(c, LV_STASH), held = held_bytes(c), giv = 0;
+	if (c->t.active)
+		for (uint32_t i = 0; i < c->t.n_slots; i++)
+			held -= arena_block_size(c->dev, c->t.slot[i].off);
+	held -= stash_b;
+	for (int l = 0; l < LV_N; l++)
+		if (lv_counts(c, l))
+			giv += lv_bytes(c, l);
+	giv -= stash_b;
+	uint64_t floor = held > giv ? held - giv : 0;
+	if (floor + ws > peak || ws > peak) {
+		moor_errf(err,
+			  "cache: a prefill needing %.3f GiB of workspace "
+			  "does not fit under mem_peak %.3f GiB: the live "
+			  "buffers hold %.3f GiB that no cache can give "
+			  "back (caches hold %.3f GiB)",
+			  (double)ws / (1 << 30), (double)peak / (1 << 30),
+			  (double)floor / (1 << 30), (double)giv / (1 << 30));
+		return MOOR_ENOSPACE;
+	}
+	plan_a A;
+	analyze(c, r, 1, &A);
+	uint64_t need = A.guest ? A.stash_bytes : 0;
+	if (held + ws + need > peak)
+		out->gives_back = 1;
+	if (A.guest && A.stash_bytes &&
+	    held + round_up(A.stash_bytes, ARENA_ALIGN) > plan_limit(c, ws))
+		out->gives_back = 1;
+
+	uint64_t rb = 0, rowb = c->row_bytes;
+	if (c->stash.have)
+		rb += (c->stash.hi - c->stash.lo) * rowb;
+	switch (A.tier) {
+	case CACHE_TIER_RESIDENT:
+	case CACHE_TIER_END:
+		rb += c->sec_bytes;
+		break;
+	case CACHE_TIER_PIN:
+	case CACHE_TIER_STORE:
+		rb += c->sec_bytes + (A.start - A.k) * rowb;
+		break;
+	case CACHE_TIER_PARK:
+		rb += c->sec_bytes + (c->park.top - c->park.base) * rowb;
+		break;
+	}
+	int tier = A.tier;
+	if (c->stash.have &&
+	    (tier == CACHE_TIER_RESIDENT || tier == CACHE_TIER_END) &&
+	    A.start > c->stash.lo)
+		tier = CACHE_TIER_STASH;
+	out->start = A.start;
+	out->taint = A.taint;
+	out->tier = tier;
+	out->guest = A.guest;
+	out->restore_bytes = rb;
+	return 0;
+}
+
+int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
+{
+	int rc0 = req_check(c, r, err);
+	if (rc0)
+		return rc0;
 	if (c->t.active) {
 		moor_warn("cache: a plan while a turn is in flight: the "
 			  "earlier turn is aborted");

@@ -776,6 +776,46 @@ static void fini_clear(proto_msg *m)
 	free(m->u.clear.tier);
 }
 
+static void enc_peek(proto_buf *b, const proto_msg *m)
+{
+	const proto_peek *p = &m->u.peek;
+	put_str(b, p->session);
+	put_i32s(b, p->n_ids, PROTO_MAX_IDS, p->ids);
+}
+
+static void dec_peek(rd *r, proto_msg *m)
+{
+	proto_peek *p = &m->u.peek;
+	get_str(r, &p->session);
+	p->ids = get_i32s(r, &p->n_ids, PROTO_MAX_IDS);
+}
+
+static void fini_peek(proto_msg *m)
+{
+	free(m->u.peek.session);
+	free(m->u.peek.ids);
+}
+
+static void enc_peek_ok(proto_buf *b, const proto_msg *m)
+{
+	const proto_peek_ok *p = &m->u.peek_ok;
+	put_u32(b, p->tier);
+	put_u64(b, p->cached);
+	put_u64(b, p->tokens);
+	put_u64(b, p->taint);
+	put_u64(b, p->restore_bytes);
+}
+
+static void dec_peek_ok(rd *r, proto_msg *m)
+{
+	proto_peek_ok *p = &m->u.peek_ok;
+	p->tier = get_u32(r);
+	p->cached = get_u64(r);
+	p->tokens = get_u64(r);
+	p->taint = get_u64(r);
+	p->restore_bytes = get_u64(r);
+}
+
 /* A type's name and payload functions; NULL functions: nothing to do (an
  * empty payload, or no heap members). A NULL name: an unknown type. */
 typedef struct proto_kind {
@@ -801,6 +841,8 @@ static const proto_kind kinds[PROTO_TYPE_MAX] = {
     [PROTO_STATS] = {"STATS", NULL, NULL, NULL},
     [PROTO_STATS_OK] = {"STATS_OK", enc_text, dec_text, fini_text},
     [PROTO_CLEAR] = {"CLEAR", enc_clear, dec_clear, fini_clear},
+    [PROTO_PEEK] = {"PEEK", enc_peek, dec_peek, fini_peek},
+    [PROTO_PEEK_OK] = {"PEEK_OK", enc_peek_ok, dec_peek_ok, NULL},
 };
 
 static const proto_kind *kind_of(uint16_t type)
@@ -905,4 +947,11 @@ const char *proto_type_name(uint16_t type)
 {
 	const proto_kind *k = kind_of(type);
 	return k ? k->name : "unknown";
+}
+
+const char *proto_tier_name(uint32_t tier)
+{
+	static const char *const names[] = {"none", "resident", "end",	"pin",
+					    "park", "store",	"stash"};
+	return tier < sizeof names / sizeof names[0] ? names[tier] : "unknown";
 }

@@ -68,6 +68,8 @@ enum proto_type {
 	PROTO_STATS = 50,
 	PROTO_STATS_OK = 51, /* JSON text */
 	PROTO_CLEAR = 52,    /* answered with PROTO_OK */
+	PROTO_PEEK = 54,     /* where a prompt would resume; changes nothing */
+	PROTO_PEEK_OK = 55,
 
 	PROTO_TYPE_MAX = 64,
 };
@@ -231,6 +233,24 @@ typedef struct proto_clear {
 	char *tier; /* "all", "resident", "end", "stash", "pin", "park", "store" */
 } proto_clear;
 
+/* Where would this prompt resume? cached answers what its next PLAN of
+ * these ids would do (tier, start line, taint, bytes restored) without
+ * doing any of it and without counting it in the stats. */
+typedef struct proto_peek {
+	char *session; /* session key; empty: none */
+	uint32_t n_ids;
+	int32_t *ids;  /* key_ids of the prompt */
+} proto_peek;
+
+typedef struct proto_peek_ok {
+	uint32_t tier;          /* proto_tier the plan would restore from */
+	uint64_t cached;        /* the line the plan would start at */
+	uint64_t tokens;        /* the prompt's length (n_ids) */
+	uint64_t taint;         /* as PLAN_OK's; UINT64_MAX: none */
+	uint64_t restore_bytes; /* bytes the plan would copy into the live
+				 * sequence (sections and rows) */
+} proto_peek_ok;
+
 /* A decoded message: the header and the payload of its type. */
 typedef struct proto_msg {
 	proto_hdr h;
@@ -248,6 +268,8 @@ typedef struct proto_msg {
 		proto_cancel cancel;
 		proto_text text;
 		proto_clear clear;
+		proto_peek peek;
+		proto_peek_ok peek_ok;
 	} u;
 } proto_msg;
 
@@ -279,5 +301,7 @@ int proto_peek_hdr(const void *buf, size_t len, proto_hdr *out);
 void proto_msg_fini(proto_msg *m);
 
 const char *proto_type_name(uint16_t type);
+/* "none", "resident", "end", "pin", "park", "store", "stash"; "unknown". */
+const char *proto_tier_name(uint32_t tier);
 
 #endif

@@ -4,6 +4,13 @@
  * and a HELLO of a nonsense layout, and keeps serving: a valid STATS still
  * works after all of them, and the process is alive.
  *
+ * PEEK: refused before any HELLO, on cached.sock, with its ids cut short,
+ * a hostile count, bytes left over, no ids and more than the window; after
+ * a HELLO of a small layout a valid PEEK answers (cold: tier none, 0
+ * cached, no taint, nothing to restore) and changes nothing. STATS'
+ * "engine" object: null fields before the HELLO, the HELLO's pid, window
+ * and grid after, attached until that connection closes.
+ *
  *   test_cached_bad_messages CACHED
  */
 #include "t.h"
@@ -161,6 +168,150 @@ static void battery(nng_socket s, const char *sock, int served_type)
 	free(b);
 }
 
+static json_t *stats_json(nng_socket adm)
+{
+	proto_msg q = {0}, rep = {0};
+	q.h.type = PROTO_STATS;
+	q.h.req = 40;
+	int rc = proto_call(adm, &q, &rep, 10000);
+	REQUIRE(rc == 0 && rep.h.type == PROTO_STATS_OK && rep.u.text.text,
+		"STATS: %d", rc);
+	json_t *j = json_loads(rep.u.text.text, 0, NULL);
+	REQUIRE(j, "STATS is not JSON");
+	proto_msg_fini(&rep);
+	return j;
+}
+
+/* The "engine" object's fields as text ("null", "true", a number). */
+static void engine_is(nng_socket adm, const char *attached, const char *pid,
+		      const char *window, const char *grid, const char *what)
+{
+	json_t *j = stats_json(adm);
+	json_t *e = json_object_get(j, "engine");
+	CHECK(json_is_object(e), "%s: no engine object", what);
+	const char *names[4] = {"attached", "pid", "window", "grid"};
+	const char *want[4] = {attached, pid, window, grid};
+	for (int i = 0; i < 4; i++) {
+		json_t *v = json_object_get(e, names[i]);
+		char *t = v ? json_dumps(v, JSON_ENCODE_ANY) : NULL;
+		CHECK(t && !strcmp(t, want[i]), "%s: engine.%s is %s, want %s",
+		      what, names[i], t ? t : "(absent)", want[i]);
+		free(t);
+	}
+	CHECK(json_object_get(json_object_get(j, "daemon"), "engine"),
+	      "%s: daemon.engine is still there", what);
+	json_decref(j);
+}
+
+static void peek_battery(nng_socket eng, nng_socket adm)
+{
+	uint8_t *b;
+	size_t n;
+	int32_t ids[3] = {1, 2, 3};
+	proto_msg pk = {0};
+	pk.h.type = PROTO_PEEK;
+	pk.h.req = 21;
+	pk.u.peek.session = "s";
+	pk.u.peek.n_ids = 3;
+	pk.u.peek.ids = ids;
+
+	engine_is(adm, "false", "null", "null", "null", "before HELLO");
+	n = encode(&pk, &b);
+	expect_error(adm, "PEEK before HELLO", b, n, MOOR_ERANGE,
+		     "no engine attached");
+	expect_error(eng, "PEEK on cached.sock", b, n, MOOR_EUNSUP,
+		     "not served");
+	/* payload: u16 1, 's', u32 count at 3, ids at 7 */
+	uint8_t *v = malloc(n + 8);
+	memcpy(v, b, n);
+	put32(v + PROTO_HDR_SIZE + 3, 5); /* 5 ids, 3 sent */
+	expect_error(adm, "PEEK ids cut short", v, n, MOOR_EFORMAT,
+		     "malformed PEEK");
+	put32(v + PROTO_HDR_SIZE + 3, 0xffffffffu);
+	expect_error(adm, "PEEK hostile count", v, n, MOOR_EFORMAT,
+		     "malformed PEEK");
+	memcpy(v, b, n);
+	memset(v + n, 0, 4);
+	put32(v + 8, (uint32_t)(n + 4 - PROTO_HDR_SIZE));
+	expect_error(adm, "PEEK bytes left over", v, n + 4, MOOR_EFORMAT,
+		     "malformed PEEK");
+	free(v);
+	free(b);
+
+	/* a HELLO of a small layout: one section, one view [T, 4] fp32 */
+	proto_msg h = {0};
+	proto_section sec = {.name = "s", .bytes = 64};
+	proto_view view = {.name = "v",
+			   .ndim = 2,
+			   .dims = {0, 4},
+			   .token_axis = 0,
+			   .row_bytes = 16};
+	h.h.type = PROTO_HELLO;
+	h.h.req = 22;
+	h.u.hello.pid = 4242;
+	h.u.hello.grid = 64;
+	h.u.hello.window = 128;
+	h.u.hello.n_sections = 1;
+	h.u.hello.sec = &sec;
+	h.u.hello.n_views = 1;
+	h.u.hello.view = &view;
+	proto_msg rep = {0};
+	int rc = proto_call(eng, &h, &rep, 10000);
+	REQUIRE(rc == 0 && rep.h.type == PROTO_HELLO_OK, "HELLO: %d %s", rc,
+		rep.h.type == PROTO_ERROR ? rep.u.error.msg : "");
+	proto_msg_fini(&rep);
+	engine_is(adm, "true", "4242", "128", "64", "after HELLO");
+
+	pk.u.peek.n_ids = 0;
+	pk.u.peek.ids = NULL;
+	n = encode(&pk, &b);
+	expect_error(adm, "PEEK of no ids", b, n, MOOR_ERANGE, "window");
+	free(b);
+	int32_t *many = calloc(129, sizeof *many);
+	REQUIRE(many, "oom");
+	pk.u.peek.n_ids = 129;
+	pk.u.peek.ids = many;
+	n = encode(&pk, &b);
+	expect_error(adm, "PEEK past the window", b, n, MOOR_ERANGE,
+		     "the window holds 128");
+	free(b);
+	free(many);
+
+	/* a valid PEEK, twice; the core's stats do not move */
+	json_t *s0 = stats_json(adm);
+	pk.u.peek.n_ids = 3;
+	pk.u.peek.ids = ids;
+	for (int i = 0; i < 2; i++) {
+		pk.h.req = 30 + (uint64_t)i;
+		rc = proto_call(adm, &pk, &rep, 10000);
+		CHECK(rc == 0 && rep.h.type == PROTO_PEEK_OK &&
+			  rep.h.req == pk.h.req,
+		      "PEEK: %d, %s", rc, proto_type_name(rep.h.type));
+		const proto_peek_ok *o = &rep.u.peek_ok;
+		CHECK(o->tier == PROTO_TIER_NONE && o->cached == 0 &&
+			  o->tokens == 3 && o->taint == UINT64_MAX &&
+			  o->restore_bytes == 0,
+		      "PEEK of a cold prompt: tier %u cached %llu tokens %llu "
+		      "taint %llu restore %llu",
+		      o->tier, (unsigned long long)o->cached,
+		      (unsigned long long)o->tokens,
+		      (unsigned long long)o->taint,
+		      (unsigned long long)o->restore_bytes);
+		proto_msg_fini(&rep);
+	}
+	json_t *s1 = stats_json(adm);
+	json_object_del(s0, "daemon");
+	json_object_del(s1, "daemon");
+	char *t0 = json_dumps(s0, JSON_COMPACT | JSON_SORT_KEYS),
+	     *t1 = json_dumps(s1, JSON_COMPACT | JSON_SORT_KEYS);
+	CHECK(t0 && t1 && !strcmp(t0, t1), "PEEK changed the stats:\n%s\n%s",
+	      t0, t1);
+	free(t0);
+	free(t1);
+	json_decref(s0);
+	json_decref(s1);
+}
+
 int main(int argc, char **argv)
 {
 	REQUIRE(argc == 2, "usage: %s CACHED", argv[0]);
@@ -212,6 +363,8 @@ int main(int argc, char **argv)
 	expect_error(adm, "CLEAR bogus", b, n, MOOR_ERANGE, "unknown tier");
 	free(b);
 
+	peek_battery(eng, adm);
+
 	/* still serving: a valid STATS through proto_call */
 	proto_msg q = {0}, rep = {0};
 	q.h.type = PROTO_STATS;
@@ -235,6 +388,19 @@ int main(int argc, char **argv)
 	proto_msg_fini(&rep);
 	CHECK(h_alive(cd), "cached died");
 	nng_close(eng);
+	/* the engine's connection is gone: attached turns false (NNG's pipe
+	 * event comes on its own thread; poll, bounded) */
+	int gone = 0;
+	for (int i = 0; i < 100 && !gone; i++) {
+		json_t *j = stats_json(adm);
+		gone = json_is_false(
+		    json_object_get(json_object_get(j, "engine"), "attached"));
+		json_decref(j);
+		if (!gone)
+			usleep(20000);
+	}
+	CHECK(gone, "engine.attached still true after its connection closed");
+	engine_is(adm, "false", "4242", "128", "64", "after it left");
 	nng_close(adm);
 
 	kill(cd, SIGTERM);

@@ -2,7 +2,10 @@
 # test_moorctl: `moorctl stats` prints JSON with every cache; after one turn
 # the resident prefix holds anchors; `moorctl clear --tier resident` empties
 # it; a bad tier is refused with a clear error and exit 2; no cached at the
-# run dir is exit 1 with a message naming the socket. Every wait is bounded
+# run dir is exit 1 with a message naming the socket. `moorctl peek` prints
+# where a prompt would resume as JSON, changes no cache's stats, and the
+# turn that follows starts where it said (tier and cached tokens, from the
+# engine's DONE); bad --ids are exit 2, a peek before any engine exit 1. Every wait is bounded
 # (the polls, the clients' timeouts); meson's timeout bounds the whole.
 set -u
 cached=$1 engined=$2 moorctl=$3 client=$4 model=$5
@@ -46,6 +49,9 @@ check "stats: exit 0" '[ $rc -eq 0 ]'
 for c in resident end stash pin park store; do
 	check "stats has $c" '[ "$(echo "$out" | json "\"$c\" in d")" = True ]'
 done
+check "stats: engine object, null before any HELLO" '[ "$(echo "$out" | json "d[\"engine\"] == {\"attached\": False, \"pid\": None, \"window\": None, \"grid\": None}")" = True ]'
+err=$("$moorctl" --run-dir "$run" peek --ids 1,2,3 2>&1); rc=$?
+check "peek before an engine: exit 1, says so" '[ $rc -eq 1 ] && echo "$err" | grep -q "no engine attached"'
 
 "$engined" --model "$model" --run-dir "$run" --grid 64 --window 1024 \
 	>"$run/engined.log" 2>&1 & pids+=($!)
@@ -53,6 +59,29 @@ wait_ready "$run/engined.log" "serving on" "$run/engined.sock" 600 || { echo "FA
 ids=$(seq -s, 1 150)
 "$client" --run-dir "$run" --ids "$ids" --max-tokens 4 --ignore-eos --timeout-ms 30000 >"$run/turn.out" 2>&1
 check "one turn" 'grep -q "done finish=length" "$run/turn.out"'
+
+out=$("$moorctl" --run-dir "$run" stats)
+epid=${pids[1]}
+check "stats: engine attached, its pid, window and grid" '[ "$(echo "$out" | json "d[\"engine\"] == {\"attached\": True, \"pid\": $epid, \"window\": 1024, \"grid\": 64}")" = True ]'
+
+# peek the same prompt: the rows in place hold it, the anchor at 128 is
+# the latest line under 150 (one token is always forwarded)
+before=$(echo "$out" | json "json.dumps({k: v for k, v in d.items() if k != \"daemon\"}, sort_keys=True)")
+pk=$("$moorctl" --run-dir "$run" peek --ids "$ids" --session s1); rc=$?
+check "peek: exit 0" '[ $rc -eq 0 ]'
+echo "peek: $pk"
+check "peek: resident at 128 of 150" '[ "$(echo "$pk" | json "d[\"tier\"] == \"resident\" and d[\"cached\"] == 128 and d[\"tokens\"] == 150 and d[\"taint\"] is None and d[\"restore_bytes\"] > 0")" = True ]'
+"$moorctl" --run-dir "$run" peek --ids "$ids" >/dev/null
+after=$("$moorctl" --run-dir "$run" stats | json "json.dumps({k: v for k, v in d.items() if k != \"daemon\"}, sort_keys=True)")
+check "peek changes no cache's stats" '[ "$before" = "$after" ]'
+"$client" --run-dir "$run" --ids "$ids" --max-tokens 4 --ignore-eos --timeout-ms 30000 >"$run/turn2.out" 2>&1
+check "the turn after the peek starts where it said" 'grep -q "tier=1 prompt=150 cached=128" "$run/turn2.out"'
+err=$("$moorctl" --run-dir "$run" peek --ids 1,x,3 2>&1); rc=$?
+check "peek --ids 1,x,3: exit 2" '[ $rc -eq 2 ] && echo "$err" | grep -q "expected token ids"'
+err=$("$moorctl" --run-dir "$run" peek 2>&1); rc=$?
+check "peek without --ids: exit 2" '[ $rc -eq 2 ]'
+err=$("$moorctl" --run-dir "$run" peek --ids 1, 2>&1); rc=$?
+check "peek --ids 1,: exit 2" '[ $rc -eq 2 ]'
 
 out=$("$moorctl" --run-dir "$run" stats)
 check "resident holds anchors after a turn" '[ "$(echo "$out" | json "d[\"resident\"][\"anchors\"] > 0")" = True ]'

@@ -15,9 +15,10 @@
 #include <string.h>
 
 static const uint16_t sample_types[] = {
-    PROTO_ERROR,   PROTO_OK,	 PROTO_HELLO, PROTO_HELLO_OK, PROTO_PLAN,
-    PROTO_PLAN_OK, PROTO_COMMIT, PROTO_ABORT, PROTO_GENERATE, PROTO_STEP,
-    PROTO_DONE,	   PROTO_CANCEL, PROTO_STATS, PROTO_STATS_OK, PROTO_CLEAR,
+    PROTO_ERROR,   PROTO_OK,	  PROTO_HELLO, PROTO_HELLO_OK, PROTO_PLAN,
+    PROTO_PLAN_OK, PROTO_COMMIT,  PROTO_ABORT, PROTO_GENERATE, PROTO_STEP,
+    PROTO_DONE,	   PROTO_CANCEL,  PROTO_STATS, PROTO_STATS_OK, PROTO_CLEAR,
+    PROTO_PEEK,	   PROTO_PEEK_OK,
 };
 #define N_SAMPLE_TYPES (sizeof sample_types / sizeof sample_types[0])
 
@@ -248,6 +249,20 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 	case PROTO_CLEAR:
 		m->u.clear.tier = sample_str(size);
 		break;
+	case PROTO_PEEK:
+		m->u.peek.session = sample_str(size);
+		m->u.peek.n_ids = count_for(size, 1000, 1u << 19);
+		m->u.peek.ids = sample_i32s(m->u.peek.n_ids);
+		break;
+	case PROTO_PEEK_OK: {
+		proto_peek_ok *p = &m->u.peek_ok;
+		p->tier = size == S_MAX ? 0xffffffffu : (uint32_t)size;
+		p->cached = rnd();
+		p->tokens = rnd();
+		p->taint = size == S_EMPTY ? UINT64_MAX : rnd();
+		p->restore_bytes = rnd();
+		break;
+	}
 	}
 }
 
@@ -416,6 +431,22 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 	case PROTO_CLEAR:
 		DIFF(str_eq(a->u.clear.tier, b->u.clear.tier), "clear.tier");
 		break;
+	case PROTO_PEEK: {
+		const proto_peek *x = &a->u.peek, *y = &b->u.peek;
+		DIFF(str_eq(x->session, y->session), "peek.session");
+		DIFF(x->n_ids == y->n_ids, "peek.n_ids");
+		DIFF(ARR_EQ(x->n_ids, x->ids, y->ids), "peek.ids");
+		break;
+	}
+	case PROTO_PEEK_OK: {
+		const proto_peek_ok *x = &a->u.peek_ok, *y = &b->u.peek_ok;
+		DIFF(x->tier == y->tier, "peek_ok.tier");
+		DIFF(x->cached == y->cached, "peek_ok.cached");
+		DIFF(x->tokens == y->tokens, "peek_ok.tokens");
+		DIFF(x->taint == y->taint, "peek_ok.taint");
+		DIFF(x->restore_bytes == y->restore_bytes, "restore_bytes");
+		break;
+	}
 	}
 	return NULL;
 }

@@ -268,6 +268,7 @@ static const struct {
     {PROTO_GENERATE, 34, PROTO_MAX_IDS},
     {PROTO_GENERATE, 38, PROTO_MAX_IDS},
     {PROTO_STEP, 0, UINT32_MAX},
+    {PROTO_PEEK, 2, PROTO_MAX_IDS},
 };
 
 static void test_counts_hostile(void)
@@ -392,6 +393,7 @@ static void test_counts_at_encode(void)
 	OVER(PROTO_COMMIT, commit, n_ids, ids, ids, PROTO_MAX_IDS + 1);
 	OVER(PROTO_GENERATE, gen, n_ids, ids, ids, PROTO_MAX_IDS + 1);
 	OVER(PROTO_GENERATE, gen, n_stop, stop_ids, ids, PROTO_MAX_IDS + 1);
+	OVER(PROTO_PEEK, peek, n_ids, ids, ids, PROTO_MAX_IDS + 1);
 #undef OVER
 
 	/* STEP has no count limit but the payload's */
@@ -442,6 +444,7 @@ static void test_strings_at_encode(void)
 	LONG(PROTO_GENERATE, gen.session);
 	LONG(PROTO_DONE, done.msg);
 	LONG(PROTO_CLEAR, clear.tier);
+	LONG(PROTO_PEEK, peek.session);
 #undef LONG
 
 	/* names: 47 bytes and a NUL fit; 48 bytes without a NUL do not */
@@ -481,9 +484,9 @@ static const struct {
 	uint16_t type;
 	size_t off;
 } strs[] = {
-    {PROTO_ERROR, 4},	 {PROTO_HELLO_OK, 0}, {PROTO_HELLO_OK, 10},
-    {PROTO_PLAN, 0},	 {PROTO_GENERATE, 0}, {PROTO_DONE, 52},
-    {PROTO_CLEAR, 0},
+    {PROTO_ERROR, 4}, {PROTO_HELLO_OK, 0}, {PROTO_HELLO_OK, 10},
+    {PROTO_PLAN, 0},  {PROTO_GENERATE, 0}, {PROTO_DONE, 52},
+    {PROTO_CLEAR, 0}, {PROTO_PEEK, 0},
 };
 
 /* A copy of the S_EMPTY sample of type whose string at off has n bytes of

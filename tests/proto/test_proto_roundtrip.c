@@ -127,6 +127,43 @@ static void test_wire_layout(void)
 	raw_end(&r);
 	CHECK(b.len == r.n && !memcmp(b.p, r.p, r.n), "GENERATE bytes");
 
+	/* PEEK: session, ids; PEEK_OK: tier, cached, tokens, taint, bytes */
+	int32_t pids[] = {7, -1};
+	memset(&m, 0, sizeof m);
+	m.h.type = PROTO_PEEK;
+	m.h.req = 9;
+	m.u.peek = (proto_peek){.session = "s", .n_ids = 2, .ids = pids};
+	REQUIRE(proto_encode(&b, &m) == 0, "encode peek");
+	raw_hdr(&r, PROTO_PEEK, 9);
+	raw_le(&r, 1, 2);
+	raw_le(&r, 's', 1);
+	raw_le(&r, 2, 4);
+	raw_le(&r, 7, 4);
+	raw_le(&r, 0xffffffffu, 4);
+	raw_end(&r);
+	CHECK(b.len == r.n && !memcmp(b.p, r.p, r.n), "PEEK bytes");
+	CHECK(r.p[6] == 54 && r.p[7] == 0, "PEEK is type 54");
+
+	memset(&m, 0, sizeof m);
+	m.h.type = PROTO_PEEK_OK;
+	m.u.peek_ok = (proto_peek_ok){.tier = PROTO_TIER_STORE,
+				      .cached = 0x0102030405060708ull,
+				      .tokens = 3000,
+				      .taint = UINT64_MAX,
+				      .restore_bytes = 1ull << 33};
+	REQUIRE(proto_encode(&b, &m) == 0, "encode peek_ok");
+	raw_hdr(&r, PROTO_PEEK_OK, 0);
+	raw_le(&r, PROTO_TIER_STORE, 4);
+	raw_le(&r, 0x0102030405060708ull, 8);
+	raw_le(&r, 3000, 8);
+	raw_le(&r, UINT64_MAX, 8);
+	raw_le(&r, 1ull << 33, 8);
+	raw_end(&r);
+	CHECK(b.len == r.n && r.n == PROTO_HDR_SIZE + 36 &&
+		  !memcmp(b.p, r.p, r.n),
+	      "PEEK_OK bytes");
+	CHECK(r.p[6] == 55 && r.p[7] == 0, "PEEK_OK is type 55");
+
 	/* Empty payloads: the header alone. */
 	memset(&m, 0, sizeof m);
 	m.h.type = PROTO_STATS;
@@ -180,6 +217,16 @@ static void test_names_and_fini(void)
 	CHECK(!strcmp(proto_type_name(PROTO_PLAN), "PLAN"), "PLAN");
 	CHECK(!strcmp(proto_type_name(PROTO_STATS_OK), "STATS_OK"), "S_OK");
 	CHECK(!strcmp(proto_type_name(PROTO_ERROR), "ERROR"), "ERROR");
+	CHECK(!strcmp(proto_type_name(PROTO_PEEK), "PEEK"), "PEEK");
+	CHECK(!strcmp(proto_type_name(PROTO_PEEK_OK), "PEEK_OK"), "PEEK_OK");
+	CHECK(!strcmp(proto_type_name(53), "unknown"), "53");
+	static const char *const tiers[] = {"none", "resident", "end",	"pin",
+					    "park", "store",	"stash"};
+	for (uint32_t i = 0; i < 7; i++)
+		CHECK(!strcmp(proto_tier_name(i), tiers[i]), "tier %u", i);
+	CHECK(!strcmp(proto_tier_name(7), "unknown") &&
+		  !strcmp(proto_tier_name(UINT32_MAX), "unknown"),
+	      "tier out of range");
 	CHECK(!strcmp(proto_type_name(0), "unknown"), "0");
 	CHECK(!strcmp(proto_type_name(3), "unknown"), "3");
 	CHECK(!strcmp(proto_type_name(PROTO_TYPE_MAX), "unknown"), "max");
