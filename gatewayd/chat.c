@@ -564,10 +564,20 @@ static void prepare_work(uv_work_t *w)
 	}
 	if (read_common(j, b))
 		return;
-	if (j->kind == GW_KIND_CHAT)
-		prepare_chat(j, b);
-	else
+	if (j->kind == GW_KIND_COMPLETION) {
 		prepare_completion(j, b);
+		return;
+	}
+	if (prepare_chat(j, b) || j->kind != GW_KIND_PEEK)
+		return;
+	/* peek: the round trip to cached, here off the loop */
+	proto_msg q = {0};
+	q.h.type = PROTO_PEEK;
+	q.h.req = j->rid;
+	q.u.peek.session = j->p.session;
+	q.u.peek.n_ids = (uint32_t)j->n_ids;
+	q.u.peek.ids = j->ids;
+	j->admin_rv = gw_link_admin(j->s, &q, &j->reply); /* q borrowed */
 }
 
 /* ---- the generation ------------------------------------------------------- */
@@ -635,6 +645,8 @@ static void submit(gw_job *j)
 	}
 }
 
+static void peek_answer(gw_job *j);
+
 static void prepare_after(uv_work_t *w, int status)
 {
 	gw_job *j = w->data;
@@ -651,6 +663,11 @@ static void prepare_after(uv_work_t *w, int status)
 	if (j->fail.status) {
 		gw_metrics_count(s, j->route, j->fail.status);
 		gw_send_fail(j->req, &j->fail);
+		gw_job_unref(j);
+		return;
+	}
+	if (j->kind == GW_KIND_PEEK) {
+		peek_answer(j);
 		gw_job_unref(j);
 		return;
 	}
@@ -718,6 +735,8 @@ static int start_work(gw_srv *s, h2o_req_t *req, int kind, int route)
 	}
 	j->work.data = j;
 	j->refs++;
+	if (kind == GW_KIND_PEEK)
+		j->rid = ++s->next_rid; /* the PEEK's request id */
 	int rv = uv_queue_work(s->loop, &j->work, prepare_work, prepare_after);
 	if (rv) {
 		j->refs--;
@@ -741,6 +760,54 @@ int gw_on_chat(gw_srv *s, h2o_req_t *req)
 int gw_on_completions(gw_srv *s, h2o_req_t *req)
 {
 	return start_work(s, req, GW_KIND_COMPLETION, GW_ROUTE_COMPLETIONS);
+}
+
+/* POST /v1/cache/peek: a chat body (and session) rendered and tokenized as
+ * a request would be; cached says where its plan would start, nothing is
+ * generated or counted. reread_eta_ms: the tokens to prefill at the median
+ * rate of this gateway's last long prefills (GW_PREFILL_PRIOR_TPS before
+ * any); restore_ms: restore_bytes at GW_RESTORE_BPS. */
+int gw_on_cache_peek(gw_srv *s, h2o_req_t *req)
+{
+	return start_work(s, req, GW_KIND_PEEK, GW_ROUTE_PEEK);
+}
+
+static void peek_answer(gw_job *j)
+{
+	if (j->admin_rv || j->reply.h.type != PROTO_PEEK_OK) {
+		gw_send_error(j->req, 503, "server_error", NULL,
+			      "cached_unavailable", 1,
+			      "cached did not answer the peek: %s",
+			      j->reply.h.type == PROTO_ERROR &&
+				      j->reply.u.error.msg
+				  ? j->reply.u.error.msg
+				  : moor_strerror(j->admin_rv ? j->admin_rv
+							      : MOOR_EFORMAT));
+		return;
+	}
+	const proto_peek_ok *pk = &j->reply.u.peek_ok;
+	uint64_t cached = pk->cached <= pk->tokens ? pk->cached : pk->tokens;
+	uint64_t reread = pk->tokens - cached;
+	double rate = gw_prefill_rate(j->s);
+	json_t *o = json_object();
+	json_object_set_new(o, "tier", json_string(gw_tier_word(pk->tier)));
+	json_object_set_new(o, "source", json_string(gw_tier_source(pk->tier)));
+	json_object_set_new(o, "cached_tokens", json_integer((json_int_t)cached));
+	json_object_set_new(o, "reread_tokens", json_integer((json_int_t)reread));
+	json_object_set_new(o, "reread_eta_ms",
+			    json_real(reread / rate * 1000.0));
+	json_object_set_new(o, "tokens", json_integer((json_int_t)pk->tokens));
+	json_object_set_new(o, "restore_bytes",
+			    json_integer((json_int_t)pk->restore_bytes));
+	json_object_set_new(o, "restore_ms",
+			    json_real(pk->restore_bytes / GW_RESTORE_BPS *
+				      1000.0));
+	json_object_set_new(o, "prefill_tokens_per_s", json_real(rate));
+	json_object_set_new(o, "session", json_string(j->p.session));
+	char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(o);
+	gw_send_json(j->req, 200, t ? t : "{}", t ? strlen(t) : 2);
+	free(t);
 }
 
 /* ---- SSE -------------------------------------------------------------- */

@@ -148,7 +148,7 @@ char *gw_metrics_text(struct gw_srv *s, const json_t *stats, size_t *len);
 
 /* ---- jobs -------------------------------------------------------------- */
 
-enum { GW_KIND_CHAT = 1, GW_KIND_COMPLETION, GW_KIND_ADMIN };
+enum { GW_KIND_CHAT = 1, GW_KIND_COMPLETION, GW_KIND_ADMIN, GW_KIND_PEEK };
 
 /* What a request asked for, read from its body on the thread pool. */
 typedef struct gw_params {
@@ -290,6 +290,7 @@ void gw_job_detach(gw_job *j);
 
 /* routes: chat.c */
 int gw_on_chat(gw_srv *s, h2o_req_t *req);
+int gw_on_cache_peek(gw_srv *s, h2o_req_t *req);
 int gw_on_completions(gw_srv *s, h2o_req_t *req);
 /* engine events on the loop (chat.c) */
 void gw_on_engine_msg(gw_srv *s, proto_msg *m);
@@ -307,7 +308,6 @@ int gw_on_health(gw_srv *s, h2o_req_t *req);
 int gw_on_metrics(gw_srv *s, h2o_req_t *req);
 int gw_on_cache_stats(gw_srv *s, h2o_req_t *req);
 int gw_on_cache_clear(gw_srv *s, h2o_req_t *req);
-int gw_on_cache_peek(gw_srv *s, h2o_req_t *req);
 /* Starts an admin round trip on the thread pool; done runs on the loop. */
 int gw_admin_start(gw_job *j, void (*done)(gw_job *j));
 

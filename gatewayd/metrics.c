@@ -20,6 +20,8 @@ static const double ttft_le[GW_TTFT_BUCKETS] = {
 void gw_metrics_count(gw_srv *s, int route, int code)
 {
 	gw_metrics *m = &s->m;
+	if (route == GW_ROUTE_PEEK) /* a dry run counts nothing */
+		return;
 	for (int i = 0; i < m->n_codes; i++)
 		if (m->codes[i].route == route && m->codes[i].code == code) {
 			m->codes[i].n++;

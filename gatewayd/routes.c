@@ -1,6 +1,6 @@
 /* routes.c: the routes that are not generations: GET /v1/models, /health,
- * /metrics, /v1/cache/stats, POST /v1/cache/clear and /v1/cache/peek. The
- * ones that need cached make their REQ/REP round trip on the thread pool
+ * /metrics, /v1/cache/stats, POST /v1/cache/clear (/v1/cache/peek renders
+ * like a chat request and lives in chat.c). The ones that need cached make their REQ/REP round trip on the thread pool
  * (gw_admin_start) and answer on the loop. */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -295,15 +295,5 @@ int gw_on_cache_clear(gw_srv *s, h2o_req_t *req)
 			      "out of memory");
 		gw_job_detach(j);
 	}
-	return 0;
-}
-
-/* ---- POST /v1/cache/peek ----------------------------------------------------- */
-
-int gw_on_cache_peek(gw_srv *s, h2o_req_t *req)
-{
-	gw_metrics_count(s, GW_ROUTE_PEEK, 501);
-	gw_send_error(req, 501, "server_error", NULL, "not_implemented", 0,
-		      "/v1/cache/peek needs cached's PEEK (not in this build)");
 	return 0;
 }

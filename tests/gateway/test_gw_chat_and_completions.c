@@ -9,7 +9,9 @@
  * token ids, streamed and not, agree; a stop string cuts the text where it
  * first matches and finishes "stop". /v1/models names the served model. A
  * follow-up turn of the same session reports cached_tokens > 0 (tier
- * resident; moor.reread = prompt - cached). /metrics counts the requests,
+ * resident; moor.reread = prompt - cached), and /v1/cache/peek of it just
+ * before said the same tokens, cached tokens and tier without counting a
+ * plan. /metrics counts the requests,
  * tokens and TTFTs and moves. /v1/cache/clear needs the admin token.
  *
  *   test_gw_chat_and_completions CACHED ENGINED GATEWAYD MODEL_DIR
@@ -329,12 +331,48 @@ int main(int argc, char **argv)
 	gt_resp_fini(&r);
 	free(b1);
 	b1 = json_dumps(t1, JSON_COMPACT);
+	/* peek first: a dry run, which must say what the turn then does and
+	 * change no counter */
+	r = gt_get(port, "/v1/cache/stats");
+	o = gt_json(&r);
+	long long plans0 = gt_int(o, "plans");
+	json_decref(o);
+	gt_resp_fini(&r);
+	r = gt_request(port, "POST", "/v1/cache/peek", b1,
+		       "x-session-id: conv-1\r\n", 30);
+	REQUIRE(r.status == 200, "peek: %d %s", r.status, r.body);
+	json_t *pk = gt_json(&r);
+	gt_resp_fini(&r);
+	CHECK(gt_str(pk, "session") && !strcmp(gt_str(pk, "session"), "conv-1"),
+	      "peek session");
+	CHECK(json_is_number(json_object_get(pk, "reread_eta_ms")) &&
+		  json_is_number(json_object_get(pk, "restore_ms")),
+	      "peek etas");
+	CHECK(gt_int(pk, "reread_tokens") ==
+		  gt_int(pk, "tokens") - gt_int(pk, "cached_tokens"),
+	      "peek reread");
+	r = gt_get(port, "/v1/cache/stats");
+	o = gt_json(&r);
+	CHECK(gt_int(o, "plans") == plans0, "peek counted a plan: %lld -> %lld",
+	      plans0, gt_int(o, "plans"));
+	json_decref(o);
+	gt_resp_fini(&r);
 	r = gt_request(port, "POST", "/v1/chat/completions", b1,
 		       "x-session-id: conv-1\r\n", 60);
 	REQUIRE(r.status == 200, "turn 2: %d %s", r.status, r.body);
 	o = gt_json(&r);
 	long long p2 = gt_int(o, "usage.prompt_tokens"),
 		  c2 = gt_int(o, "usage.prompt_tokens_details.cached_tokens");
+	CHECK(gt_int(pk, "tokens") == p2 && gt_int(pk, "cached_tokens") == c2 &&
+		  !strcmp(gt_str(pk, "tier") ? gt_str(pk, "tier") : "",
+			  gt_str(o, "usage.moor.tier")
+			      ? gt_str(o, "usage.moor.tier")
+			      : "?"),
+	      "peek said %lld tokens, %lld cached (%s); the turn had %lld, "
+	      "%lld",
+	      gt_int(pk, "tokens"), gt_int(pk, "cached_tokens"),
+	      gt_str(pk, "tier"), p2, c2);
+	json_decref(pk);
 	CHECK(p2 > p1 && c2 > 0 && c2 <= p2,
 	      "turn 2: %lld prompt tokens, %lld cached", p2, c2);
 	CHECK(gt_str(o, "usage.moor.tier") &&
