@@ -1292,6 +1292,15 @@ void gw_jobs_tick(gw_srv *s)
 	double now = moor_now();
 	for (gw_job *j = s->jobs, *n; j; j = n) {
 		n = j->next;
+		/* a whole reply's client that left: h2o frees its request
+		 * only when the answer is written, so look for it here */
+		if (j->req && j->sent && !j->have_done && !j->cancelled &&
+		    !j->started && gw_client_gone(s, j->req)) {
+			moor_info("req %llu: the client closed its connection: "
+				  "cancelling",
+				  (unsigned long long)j->rid);
+			send_cancel(j);
+		}
 		if (!j->waiting)
 			continue;
 		if (s->stopping) {

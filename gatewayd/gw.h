@@ -236,6 +236,16 @@ struct gw_anchor {
 
 /* ---- the server ------------------------------------------------------ */
 
+/* An accepted TCP connection (http.c): ours, so that a request whose
+ * response has not started can be checked for a client that went away
+ * (h2o 2.2's HTTP/1 does not read the socket while a handler works). */
+typedef struct gw_conn {
+	uv_tcp_t tcp; /* first: libuv's close callback gets it back */
+	struct sockaddr_storage peer;
+	struct gw_conn *next, *prev;
+	struct gw_srv *s;
+} gw_conn;
+
 typedef struct gw_srv {
 	gw_cfg cfg;
 	uv_loop_t *loop;
@@ -258,6 +268,7 @@ typedef struct gw_srv {
 	gw_link link;
 	gw_metrics m;
 	gw_job *jobs; /* live jobs (a list: a handful at a time) */
+	gw_conn *conns; /* accepted connections */
 	uint64_t next_rid;
 	uint64_t next_id;
 
@@ -279,6 +290,9 @@ void gw_send_fail(h2o_req_t *req, const gw_fail *f);
 void gw_failf(gw_fail *f, int status, const char *type, const char *param,
 	      const char *code, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
+/* Whether the client of req has closed its connection (an EOF or a reset
+ * seen without consuming anything). */
+int gw_client_gone(gw_srv *s, h2o_req_t *req);
 /* A header's value (h2o's lowercase name), or NULL. */
 const h2o_iovec_t *gw_header(h2o_req_t *req, const char *name);
 

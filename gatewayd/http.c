@@ -3,6 +3,8 @@
  * at "/" that routes by path and method (so unknown paths and wrong methods
  * get the OpenAI error shape), and the response helpers. */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <sys/socket.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,21 +160,66 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 
 /* ---- the listener ---------------------------------------------------------- */
 
+static void conn_closed(uv_handle_t *h)
+{
+	gw_conn *c = (gw_conn *)h;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		c->s->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	free(c);
+}
+
 static void on_accept(uv_stream_t *listener, int status)
 {
 	gw_srv *s = listener->data;
 	if (status != 0 || s->stopping)
 		return;
-	uv_tcp_t *conn = h2o_mem_alloc(sizeof *conn);
-	uv_tcp_init(listener->loop, conn);
-	if (uv_accept(listener, (uv_stream_t *)conn) != 0) {
-		uv_close((uv_handle_t *)conn, (uv_close_cb)free);
+	gw_conn *c = h2o_mem_alloc(sizeof *c);
+	memset(c, 0, sizeof *c);
+	c->s = s;
+	c->next = s->conns;
+	if (s->conns)
+		s->conns->prev = c;
+	s->conns = c;
+	uv_tcp_init(listener->loop, &c->tcp);
+	if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
+		uv_close((uv_handle_t *)&c->tcp, conn_closed);
 		return;
 	}
-	uv_tcp_nodelay(conn, 1);
+	uv_tcp_nodelay(&c->tcp, 1);
+	int len = sizeof c->peer;
+	uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&c->peer, &len);
 	h2o_socket_t *sock =
-	    h2o_uv_socket_create((uv_stream_t *)conn, (uv_close_cb)free);
+	    h2o_uv_socket_create((uv_stream_t *)&c->tcp, conn_closed);
 	h2o_accept(&s->actx, sock);
+}
+
+int gw_client_gone(gw_srv *s, h2o_req_t *req)
+{
+	struct sockaddr_storage sa;
+	memset(&sa, 0, sizeof sa);
+	if (!req->conn->callbacks->get_peername ||
+	    !req->conn->callbacks->get_peername(req->conn,
+						(struct sockaddr *)&sa))
+		return 0;
+	for (gw_conn *c = s->conns; c; c = c->next) {
+		if (c->peer.ss_family != sa.ss_family)
+			continue;
+		if (sa.ss_family == AF_INET &&
+		    memcmp(&c->peer, &sa, sizeof(struct sockaddr_in)))
+			continue;
+		uv_os_fd_t fd;
+		if (uv_fileno((uv_handle_t *)&c->tcp, &fd))
+			return 0;
+		char b;
+		ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+		return r == 0 || (r < 0 && errno != EAGAIN &&
+				  errno != EWOULDBLOCK && errno != EINTR);
+	}
+	return 0;
 }
 
 int gw_http_start(gw_srv *s, char *err)
