@@ -341,8 +341,11 @@ int main(int argc, char **argv)
 	/* stopped: engined is told nothing more; h2o's connections close with
 	 * the loop's handles */
 	gw_link_close(s);
+	h2o_context_dispose(&s->hctx);
 	uv_walk(&loop, on_close_walk, NULL);
-	uv_run(&loop, UV_RUN_NOWAIT);
+	for (int i = 0; i < 100 && uv_loop_close(&loop) == UV_EBUSY; i++)
+		uv_run(&loop, UV_RUN_NOWAIT);
+	h2o_config_dispose(&s->hconf);
 	gw_tok_free(s->tok);
 	moor_info("stopped");
 	return 0;
