@@ -52,8 +52,8 @@ gw_job *gw_job_new(gw_srv *s, h2o_req_t *req, int kind, int route)
 	gw_job *j = calloc(1, sizeof *j);
 	if (!j)
 		return NULL;
-	gw_anchor *a = h2o_mem_alloc_shared(&req->pool, sizeof *a,
-					    anchor_dispose);
+	gw_anchor *a =
+	    h2o_mem_alloc_shared(&req->pool, sizeof *a, anchor_dispose);
 	a->gen.proceed = gen_proceed;
 	a->gen.stop = gen_stop;
 	a->job = j;
@@ -155,8 +155,9 @@ static int bad(gw_fail *f, const char *param, const char *fmt, ...)
 
 static int unsup(gw_fail *f, const char *param, const char *what)
 {
-	gw_failf(f, 400, "invalid_request_error", param, "unsupported_parameter",
-		 "%s is not supported by this server", what);
+	gw_failf(f, 400, "invalid_request_error", param,
+		 "unsupported_parameter", "%s is not supported by this server",
+		 what);
 	return -1;
 }
 
@@ -177,8 +178,8 @@ static int get_num(const json_t *b, const char *k, double lo, double hi,
 	return 1;
 }
 
-static int get_int(const json_t *b, const char *k, long long lo,
-		   long long hi, long long *out, gw_fail *f)
+static int get_int(const json_t *b, const char *k, long long lo, long long hi,
+		   long long *out, gw_fail *f)
 {
 	const json_t *v = json_object_get(b, k);
 	if (!v || json_is_null(v))
@@ -186,8 +187,8 @@ static int get_int(const json_t *b, const char *k, long long lo,
 	long long x;
 	if (json_is_integer(v))
 		x = json_integer_value(v);
-	else if (json_is_real(v) && json_real_value(v) ==
-					floor(json_real_value(v)) &&
+	else if (json_is_real(v) &&
+		 json_real_value(v) == floor(json_real_value(v)) &&
 		 fabs(json_real_value(v)) < 9e15)
 		x = (long long)json_real_value(v);
 	else
@@ -338,7 +339,8 @@ static int read_common(gw_job *j, const json_t *b)
 	v = json_object_get(b, "logprobs");
 	if (v && !json_is_null(v)) {
 		if (j->kind == GW_KIND_CHAT && !json_is_boolean(v))
-			return bad(f, "logprobs", "'logprobs' must be a boolean");
+			return bad(f, "logprobs",
+				   "'logprobs' must be a boolean");
 		if (json_is_true(v) || json_is_integer(v))
 			return unsup(f, "logprobs", "'logprobs'");
 	}
@@ -528,10 +530,11 @@ static int prepare_completion(gw_job *j, json_t *b)
 					   i);
 			json_int_t id = json_integer_value(e);
 			if (id < 0 || id >= vs)
-				return bad(f, "prompt",
-					   "'prompt' token %zu is %lld, outside "
-					   "the vocabulary [0, %d)",
-					   i, (long long)id, (int)vs);
+				return bad(
+				    f, "prompt",
+				    "'prompt' token %zu is %lld, outside "
+				    "the vocabulary [0, %d)",
+				    i, (long long)id, (int)vs);
 			j->ids[i] = (int32_t)id;
 		}
 		j->n_ids = n;
@@ -552,8 +555,9 @@ static void prepare_work(uv_work_t *w)
 	json_error_t je;
 	json_t *b = json_loadb(j->body, j->body_len, 0, &je);
 	if (!b) {
-		bad(&j->fail, NULL, "the body is not valid JSON: %s (line %d, "
-				    "column %d)",
+		bad(&j->fail, NULL,
+		    "the body is not valid JSON: %s (line %d, "
+		    "column %d)",
 		    je.text, je.line, je.column);
 		return;
 	}
@@ -580,7 +584,8 @@ static void prepare_work(uv_work_t *w)
 	j->admin_rv = gw_link_admin(j->s, &q, &j->reply); /* q borrowed */
 }
 
-/* ---- the generation ------------------------------------------------------- */
+/* ---- the generation -------------------------------------------------------
+ */
 
 static void finish_job(gw_job *j);
 
@@ -654,8 +659,8 @@ static void prepare_after(uv_work_t *w, int status)
 	if (!j->req || s->stopping) {
 		if (j->req) {
 			gw_metrics_count(s, j->route, 503);
-			gw_send_error(j->req, 503, "server_error", NULL, NULL, 1,
-				      "the gateway is shutting down");
+			gw_send_error(j->req, 503, "server_error", NULL, NULL,
+				      1, "the gateway is shutting down");
 		}
 		gw_job_unref(j);
 		return;
@@ -675,8 +680,8 @@ static void prepare_after(uv_work_t *w, int status)
 	free(j->body);
 	j->body = NULL;
 	char prefix[64];
-	snprintf(prefix, sizeof prefix, "call_%.12s_", j->id + strlen(j->id) -
-							   12);
+	snprintf(prefix, sizeof prefix, "call_%.12s_",
+		 j->id + strlen(j->id) - 12);
 	gw_rs_cfg rc = {
 	    .family = j->p.family,
 	    .think_open = j->p.think_open,
@@ -747,8 +752,7 @@ oom_job:
 	gw_job_detach(j);
 oom:
 	gw_metrics_count(s, route, 500);
-	gw_send_error(req, 500, "server_error", NULL, NULL, 0,
-		      "out of memory");
+	gw_send_error(req, 500, "server_error", NULL, NULL, 0, "out of memory");
 	return 0;
 }
 
@@ -775,14 +779,13 @@ int gw_on_cache_peek(gw_srv *s, h2o_req_t *req)
 static void peek_answer(gw_job *j)
 {
 	if (j->admin_rv || j->reply.h.type != PROTO_PEEK_OK) {
-		gw_send_error(j->req, 503, "server_error", NULL,
-			      "cached_unavailable", 1,
-			      "cached did not answer the peek: %s",
-			      j->reply.h.type == PROTO_ERROR &&
-				      j->reply.u.error.msg
-				  ? j->reply.u.error.msg
-				  : moor_strerror(j->admin_rv ? j->admin_rv
-							      : MOOR_EFORMAT));
+		gw_send_error(
+		    j->req, 503, "server_error", NULL, "cached_unavailable", 1,
+		    "cached did not answer the peek: %s",
+		    j->reply.h.type == PROTO_ERROR && j->reply.u.error.msg
+			? j->reply.u.error.msg
+			: moor_strerror(j->admin_rv ? j->admin_rv
+						    : MOOR_EFORMAT));
 		return;
 	}
 	const proto_peek_ok *pk = &j->reply.u.peek_ok;
@@ -792,16 +795,18 @@ static void peek_answer(gw_job *j)
 	json_t *o = json_object();
 	json_object_set_new(o, "tier", json_string(gw_tier_word(pk->tier)));
 	json_object_set_new(o, "source", json_string(gw_tier_source(pk->tier)));
-	json_object_set_new(o, "cached_tokens", json_integer((json_int_t)cached));
-	json_object_set_new(o, "reread_tokens", json_integer((json_int_t)reread));
+	json_object_set_new(o, "cached_tokens",
+			    json_integer((json_int_t)cached));
+	json_object_set_new(o, "reread_tokens",
+			    json_integer((json_int_t)reread));
 	json_object_set_new(o, "reread_eta_ms",
 			    json_real(reread / rate * 1000.0));
 	json_object_set_new(o, "tokens", json_integer((json_int_t)pk->tokens));
 	json_object_set_new(o, "restore_bytes",
 			    json_integer((json_int_t)pk->restore_bytes));
-	json_object_set_new(o, "restore_ms",
-			    json_real(pk->restore_bytes / GW_RESTORE_BPS *
-				      1000.0));
+	json_object_set_new(
+	    o, "restore_ms",
+	    json_real(pk->restore_bytes / GW_RESTORE_BPS * 1000.0));
 	json_object_set_new(o, "prefill_tokens_per_s", json_real(rate));
 	json_object_set_new(o, "session", json_string(j->p.session));
 	char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -854,8 +859,8 @@ static json_t *chunk_head(gw_job *j)
 }
 
 /* One choice chunk: a chat delta (taken) or a completion text. */
-static void pend_choice(gw_job *j, json_t *delta, const char *text,
-			size_t len, const char *finish)
+static void pend_choice(gw_job *j, json_t *delta, const char *text, size_t len,
+			const char *finish)
 {
 	json_t *o = chunk_head(j);
 	json_t *c = json_object();
@@ -882,8 +887,8 @@ static void flush(gw_job *j)
 	if (!j->pend_len && !final)
 		return;
 	h2o_req_t *req = j->req;
-	h2o_iovec_t b = h2o_strdup(&req->pool, j->pend ? j->pend : "",
-				   j->pend_len);
+	h2o_iovec_t b =
+	    h2o_strdup(&req->pool, j->pend ? j->pend : "", j->pend_len);
 	j->pend_len = 0;
 	j->sending = 1;
 	if (final)
@@ -1044,9 +1049,9 @@ static json_t *usage_json(const proto_done *d)
 			    json_integer((json_int_t)d->prompt_tokens));
 	json_object_set_new(u, "completion_tokens",
 			    json_integer((json_int_t)d->completion_tokens));
-	json_object_set_new(
-	    u, "total_tokens",
-	    json_integer((json_int_t)(d->prompt_tokens + d->completion_tokens)));
+	json_object_set_new(u, "total_tokens",
+			    json_integer((json_int_t)(d->prompt_tokens +
+						      d->completion_tokens)));
 	json_t *det = json_object();
 	json_object_set_new(det, "cached_tokens",
 			    json_integer((json_int_t)d->cached_tokens));
@@ -1114,9 +1119,9 @@ static void reply_whole(gw_job *j)
 		char prefix[64];
 		snprintf(prefix, sizeof prefix, "call_%.12s_",
 			 j->id + strlen(j->id) - 12);
-		int rv = gw_reply_parse(j->p.family, text ? text : "", tl,
-					j->p.think_open, j->p.tools, prefix,
-					&r);
+		int rv =
+		    gw_reply_parse(j->p.family, text ? text : "", tl,
+				   j->p.think_open, j->p.tools, prefix, &r);
 		json_t *msg = json_object();
 		json_object_set_new(msg, "role", json_string("assistant"));
 		if (rv == 0) {
@@ -1128,8 +1133,7 @@ static void reply_whole(gw_job *j)
 			if (r.reasoning)
 				json_object_set_new(
 				    msg, "reasoning_content",
-				    json_stringn(r.reasoning,
-						 r.reasoning_len));
+				    json_stringn(r.reasoning, r.reasoning_len));
 			if (r.tool_calls) {
 				n_calls = (int)json_array_size(r.tool_calls);
 				json_object_set(msg, "tool_calls",
@@ -1142,8 +1146,8 @@ static void reply_whole(gw_job *j)
 		gw_reply_fini(&r);
 		json_object_set_new(c, "message", msg);
 	} else {
-		json_object_set_new(c, "text", json_stringn(text ? text : "",
-							    tl));
+		json_object_set_new(c, "text",
+				    json_stringn(text ? text : "", tl));
 	}
 	json_object_set_new(c, "logprobs", json_null());
 	json_object_set_new(c, "finish_reason",
@@ -1196,8 +1200,8 @@ static void finish_job(gw_job *j)
 		int status, retry;
 		const char *type;
 		error_of(d->code, &status, &type, &retry);
-		const char *msg = j->err_msg[0] ? j->err_msg
-						: moor_strerror(d->code);
+		const char *msg =
+		    j->err_msg[0] ? j->err_msg : moor_strerror(d->code);
 		gw_metrics_count(s, j->route, status);
 		if (j->started) { /* the 200 is out: an error event */
 			json_t *e = json_object();
@@ -1335,7 +1339,8 @@ void gw_jobs_shutdown(gw_srv *s)
 			send_cancel(j);
 }
 
-/* ---- prefill rate ---------------------------------------------------------- */
+/* ---- prefill rate ----------------------------------------------------------
+ */
 
 void gw_prefill_sample(gw_srv *s, const proto_done *d)
 {

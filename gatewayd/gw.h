@@ -47,10 +47,10 @@
 #include "tokenizer.h"
 
 /* Limits and documented constants. */
-#define GW_MAX_BODY (64u << 20)	    /* request bodies over it: 413 */
-#define GW_ADMIN_TIMEOUT_MS 2000    /* one round trip to cached */
-#define GW_MAX_STOP 4		    /* stop strings per request (OpenAI) */
-#define GW_MAX_STOP_IDS 8	    /* stop token ids sent to engined */
+#define GW_MAX_BODY (64u << 20)	 /* request bodies over it: 413 */
+#define GW_ADMIN_TIMEOUT_MS 2000 /* one round trip to cached */
+#define GW_MAX_STOP 4		 /* stop strings per request (OpenAI) */
+#define GW_MAX_STOP_IDS 8	 /* stop token ids sent to engined */
 /* reread_eta_ms before this gateway has seen a long prefill: CPU prefill
  * of the tiny model on 2 threads runs ~3,300 tokens/s (0.3 s per 1k). */
 #define GW_PREFILL_PRIOR_TPS 3000.0
@@ -95,8 +95,8 @@ typedef struct gw_ev {
 } gw_ev;
 
 typedef struct gw_link {
-	nng_socket eng;	      /* PAIR1 dialed to engined.sock */
-	nng_socket adm;	      /* REQ dialed to admin.sock */
+	nng_socket eng;		/* PAIR1 dialed to engined.sock */
+	nng_socket adm;		/* REQ dialed to admin.sock */
 	pthread_mutex_t adm_mu; /* one admin round trip at a time */
 	pthread_t rx;
 	int rx_started;
@@ -120,9 +120,18 @@ int gw_link_admin(struct gw_srv *s, const proto_msg *q, proto_msg *reply);
 /* ---- metrics (metrics.c) --------------------------------------------- */
 
 #define GW_TTFT_BUCKETS 12
-enum { GW_ROUTE_CHAT, GW_ROUTE_COMPLETIONS, GW_ROUTE_MODELS, GW_ROUTE_HEALTH,
-       GW_ROUTE_METRICS, GW_ROUTE_STATS, GW_ROUTE_CLEAR, GW_ROUTE_PEEK,
-       GW_ROUTE_OTHER, GW_ROUTE_N };
+enum {
+	GW_ROUTE_CHAT,
+	GW_ROUTE_COMPLETIONS,
+	GW_ROUTE_MODELS,
+	GW_ROUTE_HEALTH,
+	GW_ROUTE_METRICS,
+	GW_ROUTE_STATS,
+	GW_ROUTE_CLEAR,
+	GW_ROUTE_PEEK,
+	GW_ROUTE_OTHER,
+	GW_ROUTE_N
+};
 
 typedef struct gw_code_count {
 	int route, code;
@@ -133,7 +142,7 @@ typedef struct gw_metrics {
 	gw_code_count codes[128];
 	int n_codes;
 	uint64_t prompt_tokens, completion_tokens, cached_tokens;
-	uint64_t tier_hits[8]; /* by proto_tier */
+	uint64_t tier_hits[8];			   /* by proto_tier */
 	uint64_t ttft_bucket[GW_TTFT_BUCKETS + 1]; /* the last is +Inf */
 	double ttft_sum;
 	uint64_t ttft_count;
@@ -161,7 +170,7 @@ typedef struct gw_params {
 	char *stop[GW_MAX_STOP];
 	size_t n_stop;
 	int ignore_eos;
-	char *session; /* malloc'd, "" when none */
+	char *session;	     /* malloc'd, "" when none */
 	const json_t *tools; /* borrowed from the job's body; NULL: none */
 	int think_open;
 	gw_tmpl_family family; /* GW_TMPL_UNKNOWN for /v1/completions */
@@ -183,8 +192,8 @@ typedef struct gw_job {
 	struct gw_srv *s;
 	int kind, route;
 	int refs;
-	h2o_req_t *req;	   /* NULL once h2o freed it */
-	gw_anchor *anchor; /* on req->pool; NULL with req */
+	h2o_req_t *req;		    /* NULL once h2o freed it */
+	gw_anchor *anchor;	    /* on req->pool; NULL with req */
 	struct gw_job *next, *prev; /* the server's list of live jobs */
 
 	/* input, copied off the h2o pool */
@@ -201,7 +210,7 @@ typedef struct gw_job {
 	gw_fail fail;
 
 	/* the generation */
-	uint64_t rid; /* engined request id; 0: not sent */
+	uint64_t rid;  /* engined request id; 0: not sent */
 	uint32_t pipe; /* the pipe it was sent on */
 	int waiting;   /* for engined to come up */
 	double deadline, t_start, t_first;
@@ -267,7 +276,7 @@ typedef struct gw_srv {
 
 	gw_link link;
 	gw_metrics m;
-	gw_job *jobs; /* live jobs (a list: a handful at a time) */
+	gw_job *jobs;	/* live jobs (a list: a handful at a time) */
 	gw_conn *conns; /* accepted connections */
 	uint64_t next_rid;
 	uint64_t next_id;

@@ -4,11 +4,11 @@
  * get the OpenAI error shape), and the response helpers. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <sys/socket.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "gw.h"
 
@@ -79,8 +79,8 @@ void gw_send_error(h2o_req_t *req, int status, const char *type,
 
 void gw_send_fail(h2o_req_t *req, const gw_fail *f)
 {
-	send_error_v(req, f->status, f->type, f->param, f->code,
-		     f->retry_after, f->msg);
+	send_error_v(req, f->status, f->type, f->param, f->code, f->retry_after,
+		     f->msg);
 }
 
 void gw_failf(gw_fail *f, int status, const char *type, const char *param,
@@ -96,7 +96,8 @@ void gw_failf(gw_fail *f, int status, const char *type, const char *param,
 	va_end(ap);
 }
 
-/* ---- routing -------------------------------------------------------------- */
+/* ---- routing --------------------------------------------------------------
+ */
 
 typedef struct route {
 	const char *path;
@@ -145,8 +146,8 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 	if (path_known) {
 		gw_metrics_count(s, GW_ROUTE_OTHER, 405);
 		gw_send_error(req, 405, "invalid_request_error", NULL,
-			      "method_not_allowed",
-			      0, "method %.*s is not allowed on %.*s",
+			      "method_not_allowed", 0,
+			      "method %.*s is not allowed on %.*s",
 			      (int)req->method.len, req->method.base,
 			      (int)path.len, path.base);
 		return 0;
@@ -158,7 +159,8 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 	return 0;
 }
 
-/* ---- the listener ---------------------------------------------------------- */
+/* ---- the listener ----------------------------------------------------------
+ */
 
 static void conn_closed(uv_handle_t *h)
 {

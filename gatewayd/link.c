@@ -162,7 +162,8 @@ int gw_link_open(gw_srv *s, char *err)
 			    PROTO_HDR_SIZE + (size_t)PROTO_MAX_PAYLOAD);
 	nng_socket_set_ms(l->adm, NNG_OPT_SENDTIMEO, GW_ADMIN_TIMEOUT_MS);
 	/* no resend: a round trip that times out is reported, not repeated */
-	nng_socket_set_ms(l->adm, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+	nng_socket_set_ms(l->adm, NNG_OPT_REQ_RESENDTIME,
+			  NNG_DURATION_INFINITE);
 	snprintf(url, sizeof url, "ipc://%s/admin.sock", s->cfg.run_dir);
 	if ((rv = dial(l->adm, url, err)))
 		return rv;

@@ -59,8 +59,7 @@ static int parse_u32(const char *s, uint32_t *out)
 	char *end;
 	errno = 0;
 	unsigned long v = strtoul(s, &end, 10);
-	if (end == s || *end || errno || v == 0 || v > UINT32_MAX ||
-	    *s == '-')
+	if (end == s || *end || errno || v == 0 || v > UINT32_MAX || *s == '-')
 		return -1;
 	*out = (uint32_t)v;
 	return 0;
@@ -151,8 +150,19 @@ int main(int argc, char **argv)
 	s->cfg.admin_token = getenv("MOOR_ADMIN_TOKEN");
 	s->defs = (gw_gen_defaults){.temperature = 1.0, .top_p = 1.0};
 
-	enum { O_MODEL = 1, O_LISTEN, O_RUN, O_TOKEN, O_TMPL, O_SERVED,
-	       O_WAIT, O_MAXTOK, O_WINDOW, O_LOG, O_HELP };
+	enum {
+		O_MODEL = 1,
+		O_LISTEN,
+		O_RUN,
+		O_TOKEN,
+		O_TMPL,
+		O_SERVED,
+		O_WAIT,
+		O_MAXTOK,
+		O_WINDOW,
+		O_LOG,
+		O_HELP
+	};
 	static const struct option lo[] = {
 	    {"model", 1, 0, O_MODEL},
 	    {"listen", 1, 0, O_LISTEN},
@@ -192,10 +202,11 @@ int main(int argc, char **argv)
 			break;
 		case O_WAIT:
 			if (parse_double(optarg, &s->cfg.engine_wait_s)) {
-				fprintf(stderr,
-					"gatewayd: --engine-wait-s %s: expected "
-					"seconds >= 0\n",
-					optarg);
+				fprintf(
+				    stderr,
+				    "gatewayd: --engine-wait-s %s: expected "
+				    "seconds >= 0\n",
+				    optarg);
 				return 2;
 			}
 			break;
@@ -234,8 +245,9 @@ int main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		default:
-			fprintf(stderr, "gatewayd: %s: unknown option or "
-					"missing value\n",
+			fprintf(stderr,
+				"gatewayd: %s: unknown option or "
+				"missing value\n",
 				argv[optind - 1]);
 			usage(stderr);
 			return 2;
@@ -258,9 +270,9 @@ int main(int argc, char **argv)
 		const char *c = strrchr(listen, ':');
 		char *end;
 		long port = c ? strtol(c + 1, &end, 10) : -1;
-		if (!c || c == listen || (size_t)(c - listen) >=
-					      sizeof s->cfg.listen_host ||
-		    *end || port <= 0 || port > 65535) {
+		if (!c || c == listen ||
+		    (size_t)(c - listen) >= sizeof s->cfg.listen_host || *end ||
+		    port <= 0 || port > 65535) {
 			fprintf(stderr,
 				"gatewayd: --listen %s: expected HOST:PORT\n",
 				listen);

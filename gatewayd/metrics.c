@@ -8,10 +8,15 @@
 
 #include "gw.h"
 
-static const char *const route_names[GW_ROUTE_N] = {
-    "/v1/chat/completions", "/v1/completions", "/v1/models",
-    "/health",		    "/metrics",	       "/v1/cache/stats",
-    "/v1/cache/clear",	    "/v1/cache/peek",  "other"};
+static const char *const route_names[GW_ROUTE_N] = {"/v1/chat/completions",
+						    "/v1/completions",
+						    "/v1/models",
+						    "/health",
+						    "/metrics",
+						    "/v1/cache/stats",
+						    "/v1/cache/clear",
+						    "/v1/cache/peek",
+						    "other"};
 
 /* upper bounds of the TTFT buckets, seconds */
 static const double ttft_le[GW_TTFT_BUCKETS] = {

@@ -1,7 +1,8 @@
 /* routes.c: the routes that are not generations: GET /v1/models, /health,
  * /metrics, /v1/cache/stats, POST /v1/cache/clear (/v1/cache/peek renders
- * like a chat request and lives in chat.c). The ones that need cached make their REQ/REP round trip on the thread pool
- * (gw_admin_start) and answer on the loop. */
+ * like a chat request and lives in chat.c). The ones that need cached make
+ * their REQ/REP round trip on the thread pool (gw_admin_start) and answer on
+ * the loop. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +10,8 @@
 
 #include "gw.h"
 
-/* ---- admin round trips ------------------------------------------------------ */
+/* ---- admin round trips ------------------------------------------------------
+ */
 
 static void admin_work(uv_work_t *w)
 {
@@ -85,7 +87,8 @@ static void cached_down(gw_job *j)
 				  : "an unexpected reply");
 }
 
-/* ---- GET /v1/models ----------------------------------------------------------- */
+/* ---- GET /v1/models
+ * ----------------------------------------------------------- */
 
 int gw_on_models(gw_srv *s, h2o_req_t *req)
 {
@@ -108,7 +111,8 @@ int gw_on_models(gw_srv *s, h2o_req_t *req)
 	return 0;
 }
 
-/* ---- GET /health --------------------------------------------------------------- */
+/* ---- GET /health
+ * --------------------------------------------------------------- */
 
 static void health_done(gw_job *j)
 {
@@ -132,13 +136,14 @@ static void health_done(gw_job *j)
 		for (size_t i = 0; i < sizeof caches / sizeof caches[0]; i++) {
 			json_t *v = json_object_get(
 			    json_object_get(st, caches[i]), "bytes");
-			json_object_set_new(c, caches[i],
-					    json_integer(json_is_integer(v)
-							     ? json_integer_value(v)
-							     : 0));
+			json_object_set_new(
+			    c, caches[i],
+			    json_integer(json_is_integer(v)
+					     ? json_integer_value(v)
+					     : 0));
 		}
-		json_t *held = json_object_get(json_object_get(st, "memory"),
-					       "held");
+		json_t *held =
+		    json_object_get(json_object_get(st, "memory"), "held");
 		if (held)
 			json_object_set(c, "memory_held", held);
 		json_object_set_new(o, "cache_bytes", c);
@@ -152,7 +157,8 @@ int gw_on_health(gw_srv *s, h2o_req_t *req)
 	return admin_route(s, req, GW_ROUTE_HEALTH, PROTO_STATS, health_done);
 }
 
-/* ---- GET /metrics ------------------------------------------------------------- */
+/* ---- GET /metrics
+ * ------------------------------------------------------------- */
 
 static void metrics_done(gw_job *j)
 {
@@ -175,11 +181,11 @@ static void metrics_done(gw_job *j)
 
 int gw_on_metrics(gw_srv *s, h2o_req_t *req)
 {
-	return admin_route(s, req, GW_ROUTE_METRICS, PROTO_STATS,
-			   metrics_done);
+	return admin_route(s, req, GW_ROUTE_METRICS, PROTO_STATS, metrics_done);
 }
 
-/* ---- /v1/cache/stats, /v1/cache/clear ------------------------------------------ */
+/* ---- /v1/cache/stats, /v1/cache/clear
+ * ------------------------------------------ */
 
 static void stats_done(gw_job *j)
 {
@@ -200,12 +206,11 @@ static void clear_done(gw_job *j)
 {
 	if (j->admin_rv == MOOR_ERANGE || j->admin_rv == MOOR_EFORMAT) {
 		gw_metrics_count(j->s, j->route, 400);
-		gw_send_error(j->req, 400, "invalid_request_error", "tier",
-			      NULL, 0, "%s",
-			      j->reply.h.type == PROTO_ERROR &&
-				      j->reply.u.error.msg
-				  ? j->reply.u.error.msg
-				  : moor_strerror(j->admin_rv));
+		gw_send_error(
+		    j->req, 400, "invalid_request_error", "tier", NULL, 0, "%s",
+		    j->reply.h.type == PROTO_ERROR && j->reply.u.error.msg
+			? j->reply.u.error.msg
+			: moor_strerror(j->admin_rv));
 		return;
 	}
 	if (j->admin_rv || j->reply.h.type != PROTO_OK) {
@@ -230,16 +235,15 @@ static int token_ok(const char *want, const h2o_iovec_t *got)
 	size_t tl = got->len - (sizeof pfx - 1);
 	unsigned char d = tl != wl;
 	for (size_t i = 0; i < wl; i++)
-		d |= (unsigned char)want[i] ^
-		     (unsigned char)(i < tl ? t[i] : 0);
+		d |=
+		    (unsigned char)want[i] ^ (unsigned char)(i < tl ? t[i] : 0);
 	return d == 0;
 }
 
 int gw_on_cache_clear(gw_srv *s, h2o_req_t *req)
 {
 	if (s->cfg.admin_token &&
-	    !token_ok(s->cfg.admin_token,
-		      gw_header(req, "authorization"))) {
+	    !token_ok(s->cfg.admin_token, gw_header(req, "authorization"))) {
 		gw_metrics_count(s, GW_ROUTE_CLEAR, 401);
 		h2o_add_header(&req->pool, &req->res.headers,
 			       H2O_TOKEN_WWW_AUTHENTICATE, NULL,
@@ -268,9 +272,8 @@ int gw_on_cache_clear(gw_srv *s, h2o_req_t *req)
 			if (!json_is_string(t)) {
 				json_decref(b);
 				gw_metrics_count(s, GW_ROUTE_CLEAR, 400);
-				gw_send_error(req, 400,
-					      "invalid_request_error", "tier",
-					      NULL, 0,
+				gw_send_error(req, 400, "invalid_request_error",
+					      "tier", NULL, 0,
 					      "'tier' must be a string");
 				return 0;
 			}

@@ -2,7 +2,7 @@
  * client over a TCP socket (one request per connection, chunked bodies
  * decoded, SSE events split), and the stack: cached + engined (the daemon
  * harness, tests/daemon/harness.h) + gatewayd on a free port, up when
- * /health says 200. Include once, after t.h and harness.h.
+ * /health says 200. Include once (it brings t.h and harness.h).
  *
  * Every test takes: CACHED ENGINED GATEWAYD MODEL_DIR. */
 #ifndef GW_TEST_H
@@ -15,12 +15,16 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include "t.h"
+
+#include "harness.h"
+
 typedef struct gt_resp {
-	int status;	 /* 0: no response (connection failed) */
-	char *head;	 /* the raw header block, NUL-terminated */
-	char *body;	 /* decoded (chunked), NUL-terminated */
+	int status; /* 0: no response (connection failed) */
+	char *head; /* the raw header block, NUL-terminated */
+	char *body; /* decoded (chunked), NUL-terminated */
 	size_t body_len;
-	double secs;	 /* from connect to the end of the body */
+	double secs; /* from connect to the end of the body */
 } gt_resp;
 
 static inline void gt_resp_fini(gt_resp *r)
@@ -37,7 +41,7 @@ static inline int gt_header(const gt_resp *r, const char *name, char *out,
 	if (!r->head)
 		return 0;
 	size_t nl = strlen(name);
-	for (const char *p = r->head; (p = strchr(p, '\n')); ) {
+	for (const char *p = r->head; (p = strchr(p, '\n'));) {
 		p++;
 		if (!strncasecmp(p, name, nl) && p[nl] == ':') {
 			const char *v = p + nl + 1;
@@ -99,8 +103,7 @@ static inline int gt_send(int port, const char *method, const char *path,
 }
 
 /* Reads until the peer closes (timeout_s bound). */
-static inline int gt_read_all(int fd, char **out, size_t *len,
-			      double timeout_s)
+static inline int gt_read_all(int fd, char **out, size_t *len, double timeout_s)
 {
 	size_t cap = 65536, n = 0;
 	char *b = malloc(cap);
@@ -166,9 +169,9 @@ static inline void gt_parse(char *raw, size_t n, gt_resp *r)
 	free(raw);
 }
 
-static inline gt_resp gt_request(int port, const char *method,
-				 const char *path, const char *body,
-				 const char *headers, double timeout_s)
+static inline gt_resp gt_request(int port, const char *method, const char *path,
+				 const char *body, const char *headers,
+				 double timeout_s)
 {
 	gt_resp r = {0};
 	double t0 = moor_now();
@@ -300,9 +303,9 @@ static inline pid_t gt_engined(const char *extra1, const char *extra2)
 {
 	char log[32];
 	snprintf(log, sizeof log, "engined%d", ++gt_.n_eng);
-	gt_.ed = h_engined(gt_.engined, gt_.model, gt_.run, log, "--threads",
-			   "2", "--grid", "64", "--window", "4096", extra1,
-			   extra2, NULL);
+	gt_.ed =
+	    h_engined(gt_.engined, gt_.model, gt_.run, log, "--threads", "2",
+		      "--grid", "64", "--window", "4096", extra1, extra2, NULL);
 	return gt_.ed;
 }
 
@@ -314,9 +317,17 @@ static inline pid_t gt_gatewayd(int *port_out, const char *const *extra)
 	char listen[32], log[32];
 	snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
 	snprintf(log, sizeof log, "gatewayd%d", ++gt_.n_gw);
-	char *argv[24] = {(char *)gt_.gatewayd, "--model", (char *)gt_.model,
-			  "--run-dir", (char *)gt_.run, "--listen", listen,
-			  "--window", "4096", "--log-level", "debug"};
+	char *argv[24] = {(char *)gt_.gatewayd,
+			  "--model",
+			  (char *)gt_.model,
+			  "--run-dir",
+			  (char *)gt_.run,
+			  "--listen",
+			  listen,
+			  "--window",
+			  "4096",
+			  "--log-level",
+			  "debug"};
 	int k = 11;
 	for (int i = 0; extra && extra[i] && k < 23; i++)
 		argv[k++] = (char *)extra[i];

@@ -18,15 +18,15 @@
  */
 #include "t.h"
 
-#include "harness.h"
 #include "gwtest.h"
+#include "harness.h"
 
 static int port;
 
 /* A streamed body's events, checked for framing and ids; the content (or
  * text) concatenated into out. Returns the events. */
-static json_t *check_stream(const gt_resp *r, const char *object,
-			    int chat, char *out, size_t outn)
+static json_t *check_stream(const gt_resp *r, const char *object, int chat,
+			    char *out, size_t outn)
 {
 	char ct[128] = "";
 	gt_header(r, "content-type", ct, sizeof ct);
@@ -34,8 +34,7 @@ static json_t *check_stream(const gt_resp *r, const char *object,
 	CHECK(!strncmp(ct, "text/event-stream", 17), "content-type '%s'", ct);
 	json_t *ev = json_array();
 	int done_last = 0;
-	CHECK(gt_sse(r->body, ev, &done_last) == 0, "SSE framing: %s",
-	      r->body);
+	CHECK(gt_sse(r->body, ev, &done_last) == 0, "SSE framing: %s", r->body);
 	CHECK(done_last, "[DONE] is not the last event");
 	REQUIRE(json_array_size(ev) >= 2, "%zu events", json_array_size(ev));
 	const char *id = gt_str(json_array_get(ev, 0), "id");
@@ -49,7 +48,8 @@ static json_t *check_stream(const gt_resp *r, const char *object,
 		CHECK(eid && id && !strcmp(eid, id), "chunk %zu id %s vs %s", i,
 		      eid, id);
 		CHECK(gt_int(e, "created") == created, "chunk %zu created", i);
-		CHECK(gt_str(e, "object") && !strcmp(gt_str(e, "object"), object),
+		CHECK(gt_str(e, "object") &&
+			  !strcmp(gt_str(e, "object"), object),
 		      "chunk %zu object", i);
 		const char *piece = chat ? gt_str(e, "choices.0.delta.content")
 					 : gt_str(e, "choices.0.text");
@@ -72,7 +72,8 @@ static json_t *check_stream(const gt_resp *r, const char *object,
 
 static void check_usage(const json_t *u, long long completion)
 {
-	long long p = gt_int(u, "prompt_tokens"), c = gt_int(u, "completion_tokens"),
+	long long p = gt_int(u, "prompt_tokens"),
+		  c = gt_int(u, "completion_tokens"),
 		  t = gt_int(u, "total_tokens");
 	CHECK(p > 0 && c == completion && t == p + c,
 	      "usage %lld + %lld = %lld (want %lld completion)", p, c, t,
@@ -122,8 +123,8 @@ int main(int argc, char **argv)
 	REQUIRE(o, "chat body is not JSON: %s", r.body);
 	CHECK(!strncmp(gt_str(o, "id") ? gt_str(o, "id") : "", "chatcmpl-", 9),
 	      "id %s", gt_str(o, "id"));
-	CHECK(gt_str(o, "object") && !strcmp(gt_str(o, "object"),
-					     "chat.completion"),
+	CHECK(gt_str(o, "object") &&
+		  !strcmp(gt_str(o, "object"), "chat.completion"),
 	      "object");
 	CHECK(llabs(gt_int(o, "created") - (long long)time(NULL)) < 60,
 	      "created %lld", gt_int(o, "created"));
@@ -138,9 +139,10 @@ int main(int argc, char **argv)
 	CHECK(gt_str(o, "choices.0.finish_reason") &&
 		  !strcmp(gt_str(o, "choices.0.finish_reason"), "length"),
 	      "finish_reason %s", gt_str(o, "choices.0.finish_reason"));
-	CHECK(json_is_null(json_object_get(
-		  json_array_get(json_object_get(o, "choices"), 0), "logprobs")),
-	      "logprobs not null");
+	CHECK(
+	    json_is_null(json_object_get(
+		json_array_get(json_object_get(o, "choices"), 0), "logprobs")),
+	    "logprobs not null");
 	check_usage(json_object_get(o, "usage"), 6);
 	char whole[8192];
 	snprintf(whole, sizeof whole, "%s", content ? content : "");
@@ -159,13 +161,14 @@ int main(int argc, char **argv)
 	CHECK(!strcmp(streamed, whole), "streamed '%s' vs whole '%s'", streamed,
 	      whole);
 	size_t ne = json_array_size(ev);
-	json_t *fin = json_array_get(ev, ne - 2), *last = json_array_get(ev, ne - 1);
+	json_t *fin = json_array_get(ev, ne - 2),
+	       *last = json_array_get(ev, ne - 1);
 	CHECK(gt_str(fin, "choices.0.finish_reason") &&
 		  !strcmp(gt_str(fin, "choices.0.finish_reason"), "length"),
 	      "final chunk finish_reason");
 	CHECK(json_object_size(json_object_get(
-		  json_array_get(json_object_get(fin, "choices"), 0), "delta")) ==
-		  0,
+		  json_array_get(json_object_get(fin, "choices"), 0),
+		  "delta")) == 0,
 	      "final chunk delta not empty");
 	CHECK(json_is_array(json_object_get(last, "choices")) &&
 		  json_array_size(json_object_get(last, "choices")) == 0,
@@ -193,8 +196,9 @@ int main(int argc, char **argv)
 	free(body);
 
 	/* ---- completions: string, ids, streamed, stop ---- */
-	const char *cbody = "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,"
-			    "\"temperature\":0,\"ignore_eos\":true}";
+	const char *cbody =
+	    "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,"
+	    "\"temperature\":0,\"ignore_eos\":true}";
 	r = gt_post(port, "/v1/completions", cbody);
 	REQUIRE(r.status == 200, "completions: %d %s", r.status, r.body);
 	o = gt_json(&r);
@@ -205,7 +209,8 @@ int main(int argc, char **argv)
 	      "object");
 	char text[4096];
 	snprintf(text, sizeof text, "%s",
-		 gt_str(o, "choices.0.text") ? gt_str(o, "choices.0.text") : "");
+		 gt_str(o, "choices.0.text") ? gt_str(o, "choices.0.text")
+					     : "");
 	CHECK(strlen(text) > 0, "text");
 	CHECK(!strcmp(gt_str(o, "choices.0.finish_reason"), "length"),
 	      "finish");
@@ -224,7 +229,8 @@ int main(int argc, char **argv)
 	check_usage(json_object_get(o, "usage"), 5);
 	char itext[4096];
 	snprintf(itext, sizeof itext, "%s",
-		 gt_str(o, "choices.0.text") ? gt_str(o, "choices.0.text") : "");
+		 gt_str(o, "choices.0.text") ? gt_str(o, "choices.0.text")
+					     : "");
 	json_decref(o);
 	gt_resp_fini(&r);
 	r = gt_post(port, "/v1/completions",
@@ -309,11 +315,12 @@ int main(int argc, char **argv)
 	/* ---- a follow-up turn resumes from the cache ---- */
 	char sys[8192] = "";
 	for (int i = 0; i < 30; i++)
-		strcat(sys, "You are a careful assistant who answers briefly. ");
-	json_t *t1 = json_pack("{s:[{s:s,s:s},{s:s,s:s}],s:i,s:i}", "messages",
-			       "role", "system", "content", sys, "role", "user",
-			       "content", "Hello!", "max_tokens", 4,
-			       "temperature", 0);
+		strcat(sys,
+		       "You are a careful assistant who answers briefly. ");
+	json_t *t1 =
+	    json_pack("{s:[{s:s,s:s},{s:s,s:s}],s:i,s:i}", "messages", "role",
+		      "system", "content", sys, "role", "user", "content",
+		      "Hello!", "max_tokens", 4, "temperature", 0);
 	char *b1 = json_dumps(t1, JSON_COMPACT);
 	r = gt_request(port, "POST", "/v1/chat/completions", b1,
 		       "x-session-id: conv-1\r\n", 60);
@@ -438,8 +445,8 @@ int main(int argc, char **argv)
 	r = gt_get(port, "/v1/cache/stats");
 	o = gt_json(&r);
 	CHECK(gt_int(o, "resident.bytes") == 0 &&
-		  json_is_false(json_object_get(json_object_get(o, "end"),
-						"have")),
+		  json_is_false(
+		      json_object_get(json_object_get(o, "end"), "have")),
 	      "after clear: resident %lld bytes, end %s",
 	      gt_int(o, "resident.bytes"), r.body);
 	json_decref(o);

@@ -12,8 +12,8 @@
  */
 #include "t.h"
 
-#include "harness.h"
 #include "gwtest.h"
+#include "harness.h"
 
 static int count_cancels(void)
 {
@@ -68,13 +68,15 @@ int main(int argc, char **argv)
 		n += (size_t)r;
 		buf[n] = 0;
 		if (strstr(buf, "\"content\":\"") &&
-		    strstr(strstr(buf, "\"content\":\"") + 11, "\"content\":\""))
+		    strstr(strstr(buf, "\"content\":\"") + 11,
+			   "\"content\":\""))
 			break; /* the role chunk's "" and one real delta */
 	}
 	REQUIRE(strstr(buf, "\"content\""), "no delta came: %s", buf);
 	double t0 = moor_now();
 	close(fd);
-	CHECK(wait_cancels(1, 3), "engined did not cancel the abandoned stream");
+	CHECK(wait_cancels(1, 3),
+	      "engined did not cancel the abandoned stream");
 	double tc = moor_now() - t0;
 	printf("stream abandoned: engined cancelled it %.3f s after the "
 	       "close\n",

@@ -12,8 +12,8 @@
  */
 #include "t.h"
 
-#include "harness.h"
 #include "gwtest.h"
+#include "harness.h"
 
 #define WAIT_S 3.0
 
@@ -73,8 +73,8 @@ int main(int argc, char **argv)
 	int port = gt_.port;
 
 	/* ---- engined dies mid-generation ---- */
-	int fa = gt_send(port, "POST", "/v1/chat/completions", slow_stream,
-			 NULL);
+	int fa =
+	    gt_send(port, "POST", "/v1/chat/completions", slow_stream, NULL);
 	REQUIRE(fa >= 0, "connect");
 	char *ba;
 	size_t na;
@@ -90,7 +90,8 @@ int main(int argc, char **argv)
 	close(fa);
 	CHECK(ta < 3, "the stream took %.2f s to end after the kill", ta);
 	CHECK(strstr(ba, "data: {\"error\"") && strstr(ba, "engined"),
-	      "no error event naming engined: %s", ba + (na > 400 ? na - 400 : 0));
+	      "no error event naming engined: %s",
+	      ba + (na > 400 ? na - 400 : 0));
 	CHECK(strstr(ba, "data: [DONE]"), "no [DONE] after the error");
 	free(ba);
 	char *bb;
@@ -146,8 +147,8 @@ int main(int argc, char **argv)
 	CHECK(gt_wait_health(port, 200, 5) == 200, "health not green again");
 
 	/* ---- SIGTERM mid-stream ---- */
-	int fd = gt_send(port, "POST", "/v1/chat/completions", slow_stream,
-			 NULL);
+	int fd =
+	    gt_send(port, "POST", "/v1/chat/completions", slow_stream, NULL);
 	char *bd;
 	size_t nd;
 	CHECK(read_until(fd, "\"content\":\"", 20, &bd, &nd),

@@ -16,8 +16,8 @@
  */
 #include "t.h"
 
-#include "harness.h"
 #include "gwtest.h"
+#include "harness.h"
 
 static int port;
 
@@ -31,7 +31,8 @@ static void want_error(int p, const char *path, const char *body, int status,
 	      body, r.status, status, r.body);
 	json_t *o = gt_json(&r);
 	json_t *e = json_object_get(o, "error");
-	CHECK(json_is_object(e) && json_is_string(json_object_get(e, "message")) &&
+	CHECK(json_is_object(e) &&
+		  json_is_string(json_object_get(e, "message")) &&
 		  json_is_string(json_object_get(e, "type")) &&
 		  json_object_get(e, "param") && json_object_get(e, "code"),
 	      "not the OpenAI error shape: %s", r.body);
@@ -40,7 +41,8 @@ static void want_error(int p, const char *path, const char *body, int status,
 		      "%.80s: param %s, want %s", body, gt_str(e, "param"),
 		      param);
 	if (msg_has)
-		CHECK(gt_str(e, "message") && strstr(gt_str(e, "message"), msg_has),
+		CHECK(gt_str(e, "message") &&
+			  strstr(gt_str(e, "message"), msg_has),
 		      "%.80s: message '%s' lacks '%s'", body,
 		      gt_str(e, "message"), msg_has);
 	json_decref(o);
@@ -70,7 +72,8 @@ int main(int argc, char **argv)
 	want_error(port, C, b, 400, "top_p", "number");
 	snprintf(b, sizeof b, "{%s,\"stop\":5}", U);
 	want_error(port, C, b, 400, "stop", NULL);
-	snprintf(b, sizeof b, "{%s,\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", U);
+	snprintf(b, sizeof b, "{%s,\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}",
+		 U);
 	want_error(port, C, b, 400, "stop", "at most 4");
 	snprintf(b, sizeof b, "{%s,\"stream\":\"yes\"}", U);
 	want_error(port, C, b, 400, "stream", "boolean");
@@ -105,8 +108,7 @@ int main(int argc, char **argv)
 		   NULL);
 	want_error(port, T, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt",
 		   "batches");
-	want_error(port, T, "{\"prompt\":[1,-2]}", 400, "prompt",
-		   "vocabulary");
+	want_error(port, T, "{\"prompt\":[1,-2]}", 400, "prompt", "vocabulary");
 	want_error(port, T, "{\"prompt\":[]}", 400, "prompt", NULL);
 	want_error(port, T, "{}", 400, "prompt", NULL);
 
@@ -161,8 +163,9 @@ int main(int argc, char **argv)
 	/* refused at start: a checkpoint without a known template; bad flags */
 	char golden[512];
 	snprintf(golden, sizeof golden, "%s/tests/golden/bf16_tied", t_src());
-	char *a1[] = {(char *)gt_.gatewayd, "--model", golden, "--run-dir",
-		      (char *)gt_.run, "--listen", "127.0.0.1:1", NULL};
+	char *a1[] = {
+	    (char *)gt_.gatewayd, "--model",  golden,	     "--run-dir",
+	    (char *)gt_.run,	  "--listen", "127.0.0.1:1", NULL};
 	pid_t pid = h_spawn("gw_notemplate", a1);
 	int st = h_wait_exit(pid, 10);
 	CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
@@ -170,7 +173,7 @@ int main(int argc, char **argv)
 	CHECK(h_log_has("gw_notemplate", "template"),
 	      "no message about the template");
 	char *a2[] = {(char *)gt_.gatewayd, "--model", (char *)gt_.model,
-		      "--engine-wait-s", "soon", NULL};
+		      "--engine-wait-s",    "soon",    NULL};
 	pid = h_spawn("gw_badflag", a2);
 	st = h_wait_exit(pid, 10);
 	CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2,

@@ -10,25 +10,25 @@
  */
 #include "t.h"
 
-#include "harness.h"
 #include "gwtest.h"
+#include "harness.h"
 
 int main(int argc, char **argv)
 {
 	gt_stack(argc, argv, "gwsdk", 180, NULL, NULL, NULL);
-	const char *node = getenv("NODE") && *getenv("NODE") ? getenv("NODE")
-							     : "node";
+	const char *node =
+	    getenv("NODE") && *getenv("NODE") ? getenv("NODE") : "node";
 	char pkg[600], script[600], port[16];
-	snprintf(pkg, sizeof pkg, "%s/.oracles/node_modules/openai/package.json",
-		 t_src());
+	snprintf(pkg, sizeof pkg,
+		 "%s/.oracles/node_modules/openai/package.json", t_src());
 	REQUIRE(access(pkg, R_OK) == 0,
 		"the openai SDK is missing (%s): run deploy/setup", pkg);
 	snprintf(script, sizeof script, "%s/tests/gateway/openai_sdk.mjs",
 		 t_src());
 	snprintf(port, sizeof port, "%d", gt_.port);
 	/* node found on PATH: run through /usr/bin/env */
-	char *av[] = {"/usr/bin/env", (char *)node, script, port,
-		      (char *)t_src(), NULL};
+	char *av[] = {"/usr/bin/env", (char *)node,    script,
+		      port,	      (char *)t_src(), NULL};
 	pid_t pid = h_spawn("node", av);
 	int st = h_wait_exit(pid, 120);
 	CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
