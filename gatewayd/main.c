@@ -327,6 +327,10 @@ int main(int argc, char **argv)
 		s->next_id = r ^ (uint64_t)moor_now();
 	}
 
+	/* libuv's pool runs the renders and the admin round trips; a cached
+	 * that does not answer holds a thread for GW_ADMIN_TIMEOUT_MS, so
+	 * more than libuv's 4 keep the renders going meanwhile */
+	setenv("UV_THREADPOOL_SIZE", "8", 0);
 	uv_loop_t loop;
 	uv_loop_init(&loop);
 	s->loop = &loop;

@@ -11,7 +11,9 @@
  * follow-up turn of the same session reports cached_tokens > 0 (tier
  * resident; moor.reread = prompt - cached), and /v1/cache/peek of it just
  * before said the same tokens, cached tokens and tier without counting a
- * plan. /metrics counts the requests,
+ * plan. The session key is the body's conversation id (four spellings),
+ * else x-session-id. generation_config.json's temperature is the default.
+ * /metrics counts the requests,
  * tokens and TTFTs and moves. /v1/cache/clear needs the admin token.
  *
  *   test_gw_chat_and_completions CACHED ENGINED GATEWAYD MODEL_DIR
@@ -312,6 +314,33 @@ int main(int argc, char **argv)
 	json_decref(o);
 	gt_resp_fini(&r);
 
+	/* ---- the session key: the body's conversation id, else the
+	 * x-session-id header (cached's stats name the resident session) ----
+	 */
+	static const char *const sess[][2] = {
+	    {"\"conversation_id\":\"c-top\"", "c-top"},
+	    {"\"conversation\":\"c-str\"", "c-str"},
+	    {"\"conversation\":{\"id\":\"c-obj\"}", "c-obj"},
+	    {"\"metadata\":{\"conversation_id\":\"c-meta\"}", "c-meta"},
+	    {"\"user\":\"u\"", "hdr-sess"},
+	};
+	for (size_t i = 0; i < sizeof sess / sizeof sess[0]; i++) {
+		char *sbd = gt_chat_body("hi", 1, sess[i][0]);
+		r = gt_request(port, "POST", "/v1/chat/completions", sbd,
+			       "x-session-id: hdr-sess\r\n", 30);
+		CHECK(r.status == 200, "session %s: %d", sess[i][1], r.status);
+		gt_resp_fini(&r);
+		free(sbd);
+		r = gt_get(port, "/v1/cache/stats");
+		o = gt_json(&r);
+		CHECK(gt_str(o, "resident.session") &&
+			  !strcmp(gt_str(o, "resident.session"), sess[i][1]),
+		      "session of %s: %s", sess[i][0],
+		      gt_str(o, "resident.session"));
+		json_decref(o);
+		gt_resp_fini(&r);
+	}
+
 	/* ---- a follow-up turn resumes from the cache ---- */
 	char sys[8192] = "";
 	for (int i = 0; i < 30; i++)
@@ -392,6 +421,61 @@ int main(int argc, char **argv)
 	json_decref(t1);
 	gt_resp_fini(&r);
 	free(b1);
+
+	/* ---- generation_config.json sets the defaults: a copy of the model
+	 * with temperature 0 there answers two seeds alike; the model without
+	 * it (temperature 1) does not ---- */
+	{
+		char dir[256], p[512], q[512];
+		snprintf(dir, sizeof dir, "%s/tinygc", gt_.run);
+		mkdir(dir, 0700);
+		static const char *const files[] = {
+		    "config.json", "model.safetensors", "tokenizer.json",
+		    "tokenizer_config.json"};
+		for (int i = 0; i < 4; i++) {
+			snprintf(p, sizeof p, "%s/%s", gt_.model, files[i]);
+			snprintf(q, sizeof q, "%s/%s", dir, files[i]);
+			CHECK(symlink(p, q) == 0, "symlink %s", q);
+		}
+		snprintf(q, sizeof q, "%s/generation_config.json", dir);
+		FILE *f = fopen(q, "w");
+		fputs("{\"temperature\": 0.0, \"top_p\": 1.0, "
+		      "\"eos_token_id\": [151645, 151643]}\n",
+		      f);
+		fclose(f);
+		const char *ex[] = {"--model", dir, "--served-model-name",
+				    "tiny", NULL};
+		int port2;
+		gt_gatewayd(&port2, ex);
+		char got[2][2][2048];
+		for (int g = 0; g < 2; g++)
+			for (int sk = 0; sk < 2; sk++) {
+				/* no temperature in the body */
+				json_t *bb = json_pack(
+				    "{s:[{s:s,s:s}],s:i,s:i,s:b}", "messages",
+				    "role", "user", "content", "Pick words.",
+				    "max_tokens", 8, "seed", 11 + sk,
+				    "ignore_eos", 1);
+				char *bt = json_dumps(bb, JSON_COMPACT);
+				json_decref(bb);
+				r = gt_post(g ? port2 : port,
+					    "/v1/chat/completions", bt);
+				free(bt);
+				o = gt_json(&r);
+				snprintf(got[g][sk], sizeof got[g][sk], "%s",
+					 gt_str(o, "choices.0.message.content")
+					     ? gt_str(o, "choices.0.message."
+							 "content")
+					     : "?");
+				json_decref(o);
+				gt_resp_fini(&r);
+			}
+		CHECK(strcmp(got[0][0], got[0][1]),
+		      "temperature 1: two seeds gave the same '%s'", got[0][0]);
+		CHECK(!strcmp(got[1][0], got[1][1]),
+		      "generation_config temperature 0: '%s' vs '%s'",
+		      got[1][0], got[1][1]);
+	}
 
 	/* ---- metrics moved ---- */
 	char *m1 = get_metrics();
