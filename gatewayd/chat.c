@@ -778,6 +778,16 @@ int gw_on_cache_peek(gw_srv *s, h2o_req_t *req)
 
 static void peek_answer(gw_job *j)
 {
+	if (j->admin_rv == MOOR_ERANGE || j->admin_rv == MOOR_EFORMAT) {
+		/* cached refused the prompt itself (longer than the window) */
+		gw_send_error(j->req, 400, "invalid_request_error", "messages",
+			      NULL, 0, "%s",
+			      j->reply.h.type == PROTO_ERROR &&
+				      j->reply.u.error.msg
+				  ? j->reply.u.error.msg
+				  : moor_strerror(j->admin_rv));
+		return;
+	}
 	if (j->admin_rv || j->reply.h.type != PROTO_PEEK_OK) {
 		gw_send_error(
 		    j->req, 503, "server_error", NULL, "cached_unavailable", 1,

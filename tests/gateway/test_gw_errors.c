@@ -5,7 +5,8 @@
  * an unknown model (404 model_not_found), n > 1, features we do not do
  * (logprobs, tool_choice "required", response_format json_schema, echo,
  * a batch of prompts), a malformed message (no role), a prompt longer than
- * engined's window (engined's refusal, 400), a template error (qwen3.5:
+ * engined's window (engined's refusal, 400; cached's for a peek of it),
+ * a template error (qwen3.5:
  * "System message must be at the beginning.", the template's own words,
  * from a second gateway with --chat-template qwen3.5), an unknown path
  * (404) and a wrong method (405), a body over 64 MiB (413). A model dir
@@ -114,13 +115,23 @@ int main(int argc, char **argv)
 
 	/* longer than engined's window (4096): engined refuses, 400 */
 	{
-		size_t n = 6000 * 6 + 64;
+		size_t n = 6000 * 6 + 128;
 		char *big = malloc(n);
 		char *w = big + sprintf(big, "{\"prompt\":\"");
 		for (int i = 0; i < 6000; i++)
 			w += sprintf(w, " hello");
 		sprintf(w, "\",\"max_tokens\":2}");
 		want_error(port, T, big, 400, NULL, "window");
+		/* and a peek of it: cached's refusal, 400 too */
+		w = big + sprintf(big, "{\"messages\":[{\"role\":\"user\","
+				       "\"content\":\"");
+		for (int i = 0; i < 6000; i++)
+			w += sprintf(w, " hello");
+		sprintf(w, "\"}]}");
+		want_error(port, "/v1/cache/peek", big, 400, "messages",
+			   "window");
+		want_error(port, "/v1/cache/peek", "{\"messages\":5}", 400,
+			   "messages", NULL);
 		free(big);
 	}
 
