@@ -14,6 +14,10 @@
  *   - A stop string ends the text where it matched (replystream) and the
  *     generation is cancelled at once; the usage counts what engined
  *     generated until the cancel took effect.
+ *   - Stop ids: <|im_end|>, <|endoftext|> and generation_config.json's
+ *     eos_token_id(s); the token that stopped is not text. ignore_eos
+ *     (vLLM's extension) sends none of them (they are all eos-like) and
+ *     sets PROTO_GEN_IGNORE_EOS; stop strings still apply.
  *   - The non-streamed reply is gw_reply_parse of the text the stream
  *     parser kept (stop strings cut): by replystream's contract the same
  *     reasoning, content and calls the streamed deltas add up to.
