@@ -106,6 +106,7 @@ typedef struct gw_link {
 	int open;
 	/* written by NNG's pipe callbacks, read anywhere */
 	_Atomic uint32_t pipe; /* the live pipe's id; 0: engined is down */
+	_Atomic int adm_pipes; /* pipes to cached's admin.sock */
 } gw_link;
 
 struct gw_srv;
@@ -114,7 +115,8 @@ int gw_link_open(struct gw_srv *s, char *err);
 void gw_link_close(struct gw_srv *s);
 /* Sends from the loop thread. 0 or a negative code (-EPIPE: no engined). */
 int gw_link_send(struct gw_srv *s, const proto_msg *m);
-/* One REQ/REP round trip to cached: never on the loop thread. */
+/* One REQ/REP round trip to cached: never on the loop thread. No pipe to
+ * cached (it is down) is -ECONNREFUSED at once, not a timeout. */
 int gw_link_admin(struct gw_srv *s, const proto_msg *q, proto_msg *reply);
 
 /* ---- metrics (metrics.c) --------------------------------------------- */

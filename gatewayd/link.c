@@ -55,6 +55,13 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 	}
 }
 
+static void adm_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	gw_srv *s = arg;
+	atomic_fetch_add(&s->link.adm_pipes,
+			 ev == NNG_PIPE_EV_ADD_POST ? 1 : -1);
+}
+
 static void *rx_main(void *arg)
 {
 	gw_srv *s = arg;
@@ -164,6 +171,8 @@ int gw_link_open(gw_srv *s, char *err)
 	/* no resend: a round trip that times out is reported, not repeated */
 	nng_socket_set_ms(l->adm, NNG_OPT_REQ_RESENDTIME,
 			  NNG_DURATION_INFINITE);
+	nng_pipe_notify(l->adm, NNG_PIPE_EV_ADD_POST, adm_pipe_cb, s);
+	nng_pipe_notify(l->adm, NNG_PIPE_EV_REM_POST, adm_pipe_cb, s);
 	snprintf(url, sizeof url, "ipc://%s/admin.sock", s->cfg.run_dir);
 	if ((rv = dial(l->adm, url, err)))
 		return rv;
@@ -209,6 +218,8 @@ int gw_link_send(gw_srv *s, const proto_msg *m)
 
 int gw_link_admin(gw_srv *s, const proto_msg *q, proto_msg *reply)
 {
+	if (atomic_load(&s->link.adm_pipes) <= 0)
+		return -ECONNREFUSED;
 	pthread_mutex_lock(&s->link.adm_mu);
 	int rv = proto_call(s->link.adm, q, reply, GW_ADMIN_TIMEOUT_MS);
 	pthread_mutex_unlock(&s->link.adm_mu);

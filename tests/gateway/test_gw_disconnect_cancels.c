@@ -6,7 +6,9 @@
  * one at a time) is answered within a bound far below what the abandoned
  * generation would have taken. The same for a client of a non-streamed
  * request that closes while it waits. The cache stays usable: the next
- * turn of the session works.
+ * turn of the session works. Then cached is killed: /health is 503 and
+ * names it within the admin round trip's bound, /v1/cache/stats is 503
+ * with Retry-After, /metrics still answers (moor_cached_up 0).
  *
  *   test_gw_disconnect_cancels CACHED ENGINED GATEWAYD MODEL_DIR
  */
@@ -14,6 +16,9 @@
 
 #include "gwtest.h"
 #include "harness.h"
+
+/* an admin round trip gives up after 2 s (GW_ADMIN_TIMEOUT_MS) */
+#define GW_ADMIN_WAIT_BOUND 3.0
 
 static int count_cancels(void)
 {
@@ -114,5 +119,30 @@ int main(int argc, char **argv)
 	CHECK(r.status == 200, "after the cancels: %d %s", r.status, r.body);
 	gt_resp_fini(&r);
 	free(next);
+
+	/* ---- cached gone: /health 503 naming it, stats 503, metrics up ----
+	 */
+	h_kill9(gt_.cd);
+	CHECK(gt_wait_health(port, 503, 8) == 503, "health not 503");
+	r = gt_get(port, "/health");
+	json_t *o = gt_json(&r);
+	CHECK(r.status == 503 && gt_str(o, "processes.cached") &&
+		  !strcmp(gt_str(o, "processes.cached"), "down") &&
+		  r.secs < GW_ADMIN_WAIT_BOUND,
+	      "health with cached down: %d %s (%.2f s)", r.status, r.body,
+	      r.secs);
+	json_decref(o);
+	gt_resp_fini(&r);
+	r = gt_get(port, "/v1/cache/stats");
+	char ra[16] = "";
+	CHECK(r.status == 503 && strstr(r.body, "\"error\"") &&
+		  gt_header(&r, "retry-after", ra, sizeof ra),
+	      "stats with cached down: %d %s", r.status, r.body);
+	gt_resp_fini(&r);
+	r = gt_get(port, "/metrics");
+	CHECK(r.status == 200 && strstr(r.body, "moor_cached_up 0") &&
+		  !strstr(r.body, "moor_cache_bytes{"),
+	      "metrics with cached down: %d", r.status);
+	gt_resp_fini(&r);
 	return h_done("test_gw_disconnect_cancels");
 }
