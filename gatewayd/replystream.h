@@ -24,12 +24,16 @@
  * Stop strings are matched on the raw generated text, before the reasoning
  * and tool split (as vLLM does); the text from the first match on is
  * dropped, the push returns GW_RS_STOPPED, and the caller cancels the
- * generation. Raw mode (family GW_TMPL_UNKNOWN, /v1/completions) parses
+ * generation. "First" is the first to complete as the text grows (of stops
+ * that end at the same byte, the longest), so the cut does not depend on
+ * how the text was split into pieces. Raw mode (family GW_TMPL_UNKNOWN, /v1/completions) parses
  * neither reasoning nor tools and emits CONTENT only, stops applied; the
  * whitespace of the text is kept as generated.
  *
- * Errors: -ENOMEM; a callback's non-zero return is handed back as is (the
- * stream stays usable). Not thread-safe: one stream per request.
+ * Errors: -ENOMEM; a callback's non-zero return is handed back as is and
+ * the stream stays usable: that event and the ones after it stay queued and
+ * are handed over first by the next push or finish (a push of 0 bytes just
+ * retries them). Not thread-safe: one stream per request.
  */
 #ifndef GW_REPLYSTREAM_H
 #define GW_REPLYSTREAM_H
@@ -95,6 +99,10 @@ const char *gw_rs_text(const gw_rs *r, size_t *len);
 
 /* Tool calls emitted so far (the finish_reason is "tool_calls" when > 0). */
 int gw_rs_n_tool_calls(const gw_rs *r);
+
+/* Every tool call taken so far, as gw_reply.tool_calls has them (an
+ * OpenAI tool_calls array; borrowed, valid until gw_rs_free). */
+const json_t *gw_rs_tool_calls(const gw_rs *r);
 
 /* Whether a stop string ended the text. */
 int gw_rs_stopped(const gw_rs *r);

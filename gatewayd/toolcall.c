@@ -43,16 +43,12 @@ void gw_think_split_text(const char *text, size_t len, int think_open,
 		open = lead;
 		body = lead + 7;
 	}
-	size_t close = find_from(text, len, body, "</think>");
-	if (!think_open && open == NPOS && close == NPOS) {
-		out->content_off = 0;
+	if (!think_open && open == NPOS) {
+		out->content_off = 0; /* a later </think> is content too */
 		out->content_len = len;
 		return;
 	}
-	if (!think_open && open != NPOS && close == NPOS) {
-		out->content_len = len; /* unclosed: left as content */
-		return;
-	}
+	size_t close = find_from(text, len, body, "</think>");
 	out->has_reasoning = 1;
 	out->reasoning_off = body;
 	out->reasoning_len = (close == NPOS ? len : close) - body;
@@ -424,6 +420,26 @@ static int utf8_valid(const char *s, size_t n)
 	return 1;
 }
 
+int gw_toolcall_block(gw_tmpl_family f, const char *body, size_t n,
+		      int closed, const json_t *tools, const char *id_prefix,
+		      json_t *calls)
+{
+	if (!utf8_valid(body, n))
+		return 1;
+	if (gw_tmpl_xml_tools(f))
+		return parse_xml_block(body, n, closed, tools, id_prefix, calls);
+	if (!closed)
+		return 1;
+	int oom = 0;
+	json_t *c =
+	    parse_json_call(body, n, id_prefix, json_array_size(calls), &oom);
+	if (oom)
+		return -ENOMEM;
+	if (!c)
+		return 1;
+	return json_array_append_new(calls, c) ? -ENOMEM : 0;
+}
+
 int gw_toolcalls_parse(gw_tmpl_family f, const char *s, size_t n,
 		       const json_t *tools, const char *id_prefix,
 		       json_t **calls_out, char **rest, size_t *rest_len)
@@ -435,7 +451,7 @@ int gw_toolcalls_parse(gw_tmpl_family f, const char *s, size_t n,
 	struct tbuf b = {0};
 	if (!calls)
 		return -ENOMEM;
-	int xml = gw_tmpl_xml_tools(f), oom = 0;
+	int oom = 0;
 	size_t i = utf8_valid(s, n) ? 0 : n;
 	while (i < n) {
 		size_t open = find_from(s, n, i, "<tool_call>");
@@ -448,29 +464,14 @@ int gw_toolcalls_parse(gw_tmpl_family f, const char *s, size_t n,
 		 * generation stopped right after </function>) */
 		size_t end = close == NPOS ? n : close;
 		size_t after = close == NPOS ? n : close + 12;
-		int took = 0;
-		if (xml) {
-			int rc =
-			    parse_xml_block(s + body, end - body, close != NPOS,
-					    tools, id_prefix, calls);
-			if (rc < 0) {
-				oom = 1;
-				break;
-			}
-			took = rc == 0;
-		} else if (close != NPOS) {
-			json_t *c =
-			    parse_json_call(s + body, end - body, id_prefix,
-					    json_array_size(calls), &oom);
-			if (oom)
-				break;
-			if (c && json_array_append_new(calls, c)) {
-				oom = 1;
-				break;
-			}
-			took = c != NULL;
+		int rc = gw_toolcall_block(f, s + body, end - body,
+					   close != NPOS, tools, id_prefix,
+					   calls);
+		if (rc < 0) {
+			oom = 1;
+			break;
 		}
-		if (took) {
+		if (rc == 0) {
 			tb_put(&b, s + i, open - i);
 			i = after;
 		} else {

@@ -9,8 +9,13 @@
  *
  * Pure functions over bytes: no I/O, no global state. Malformed output is
  * never an error: a block that does not parse (unclosed tags, invalid JSON,
- * no <function=...>) stays in the content as the model wrote it, and an
- * unclosed <think> in a prompt that did not open one is content too.
+ * no <function=...>) stays in the content as the model wrote it.
+ *
+ * The rules are the ones a stream can follow without taking anything back
+ * (replystream.h reads a generation piece by piece into the same result):
+ * whether text is reasoning is known from its start (a <think> there, or
+ * the prompt's), so an unclosed <think> is reasoning that was cut short and
+ * a </think> the text did not open is content.
  *
  * Round trips: a qwen3 call's arguments are the model's own bytes of the
  * "arguments" object, so the template (which prints a string argument
@@ -40,13 +45,13 @@ typedef struct gw_think_split {
 	size_t content_off, content_len;     /* leading whitespace cut */
 } gw_think_split;
 
-/* think_open: the prompt ended inside <think> (gw_prompt.think_open). Then
- * the text up to the first </think> is reasoning (a leading "<think>" the
- * model repeats is dropped), and without any </think> all of it is (the
- * generation stopped while thinking). Otherwise a text that starts with
- * <think> (after whitespace) and has a </think> is split there; one with a
- * </think> but no <think> has its reasoning before it (a template that
- * opened <think> in the prompt); anything else is all content. */
+/* A text starts thinking when think_open (the prompt ended inside <think>:
+ * gw_prompt.think_open) or when it starts with <think> after whitespace
+ * (dropped with it: the model opened it, or repeated the prompt's). Then the
+ * text up to the first </think> is reasoning, and without any </think> all
+ * of it is (the generation stopped while thinking). A text that does not
+ * start thinking is all content, a </think> in it included (the prompt
+ * would have said if it opened one). */
 void gw_think_split_text(const char *text, size_t len, int think_open,
 			 gw_think_split *out);
 
@@ -62,6 +67,17 @@ void gw_think_split_text(const char *text, size_t len, int think_open,
 int gw_toolcalls_parse(gw_tmpl_family f, const char *content, size_t len,
 		       const json_t *tools, const char *id_prefix,
 		       json_t **calls, char **rest, size_t *rest_len);
+
+/* One <tool_call> block as gw_toolcalls_parse reads it: body is the n bytes
+ * after "<tool_call>", up to "</tool_call>" (closed) or to the end of the
+ * text (!closed: the generation ended inside the block). The calls it holds
+ * are appended to calls (an array), their ids numbered on from its size.
+ * Returns 0 when at least one call parsed, 1 when none did (the block stays
+ * content; calls is unchanged), -ENOMEM. A body that is not UTF-8 does not
+ * parse. What gw_toolcalls_parse is made of, for the stream parser. */
+int gw_toolcall_block(gw_tmpl_family f, const char *body, size_t n,
+		      int closed, const json_t *tools, const char *id_prefix,
+		      json_t *calls);
 
 /* A whole reply: the reasoning split, then the tool calls parsed from the
  * content. Every field is malloc'd (or NULL when empty / none); the caller

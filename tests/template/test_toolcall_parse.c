@@ -47,12 +47,12 @@ static void think_split(void)
 	/* the model opens it (qwen3) */
 	split("<think>\nplan\n</think>\n\nanswer", 0, "plan", "answer");
 	split("\n  <think>padded</think>  answer ", 0, "padded", "answer ");
-	split("<think>unclosed, left as content", 0, NULL,
-	      "<think>unclosed, left as content");
+	split("<think>unclosed: cut short while thinking", 0,
+	      "unclosed: cut short while thinking", "");
 	split("plain answer", 0, NULL, "plain answer");
 	split("", 0, NULL, "");
-	split("reasoning of an opened prompt</think>answer", 0,
-	      "reasoning of an opened prompt", "answer");
+	/* </think> the text did not open (nor the prompt): content */
+	split("an answer</think>more", 0, NULL, "an answer</think>more");
 	split("answer mentioning <think> later", 0, NULL,
 	      "answer mentioning <think> later");
 }

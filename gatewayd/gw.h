@@ -1,0 +1,343 @@
+/* gw.h: gatewayd's internals (`gw_`): the server, its links to engined and
+ * cached, the request jobs and the metrics. Not a public API: the files of
+ * gatewayd/ share it (main.c, http.c, link.c, chat.c, routes.c, metrics.c).
+ *
+ * Threads. One libuv loop thread runs h2o and owns everything below that is
+ * not marked otherwise: the jobs, the metrics, the HTTP requests. Three
+ * kinds of work run elsewhere and hand their results back to the loop:
+ *
+ *   - libuv's thread pool (uv_queue_work): a request's JSON parse, template
+ *     render and tokenize (a 200k-token prompt is ~30 ms), and the REQ/REP
+ *     round trips to cached (stats, clear, peek). The work function reads
+ *     only the job's own copies (the body is copied off the h2o pool before
+ *     the work is queued) and the read-only tokenizer and config.
+ *   - the engine link's receiver thread: it decodes engined's STEP/DONE
+ *     messages and queues them, with the pipe add/remove events, on a mutex
+ *     protected list; a uv_async wakes the loop, which dispatches them by
+ *     request id.
+ *   - NNG's own threads call the pipe notifications, which only queue.
+ *
+ * Lifetimes. An HTTP request (h2o_req_t) is h2o's and may be freed at any
+ * time the loop is not in our code (a client that disconnects). A job is
+ * ours (malloc'd, reference counted): the request holds one reference
+ * through a small anchor allocated on req->pool with a dispose callback
+ * (h2o_mem_alloc_shared), a queued work item holds one, an in-flight engine
+ * request holds one. When h2o frees the request the anchor's dispose runs:
+ * the job forgets the request (job->req = NULL; nothing touches it after)
+ * and, if a generation is running, sends PROTO_CANCEL for it at once. A
+ * streamed response's generator (the anchor) also gets h2o's `stop` call
+ * first; both paths detach the same way.
+ */
+#ifndef GW_GW_H
+#define GW_GW_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include <nng/nng.h>
+
+#include <h2o.h>
+
+#include "moor.h"
+#include "proto.h"
+#include "replystream.h"
+#include "template.h"
+#include "tokenizer.h"
+
+/* Limits and documented constants. */
+#define GW_MAX_BODY (64u << 20)	 /* request bodies over it: 413 */
+#define GW_ADMIN_TIMEOUT_MS 2000 /* one round trip to cached */
+#define GW_MAX_STOP 4		 /* stop strings per request (OpenAI) */
+#define GW_MAX_STOP_IDS 8	 /* stop token ids sent to engined */
+/* reread_eta_ms before this gateway has seen a long prefill: CPU prefill
+ * of the tiny model on 2 threads runs ~3,300 tokens/s (0.3 s per 1k). */
+#define GW_PREFILL_PRIOR_TPS 3000.0
+/* A prefill of at least this many forwarded tokens counts as "long" for
+ * the rate estimate (short ones are dominated by the fixed costs). */
+#define GW_PREFILL_LONG_TOKENS 256
+#define GW_PREFILL_SAMPLES 16 /* the median of the last N long prefills */
+/* restore_ms of /v1/cache/peek: host memory copy bandwidth assumed for a
+ * restore, bytes per second (a CPU memcpy of arena bytes; the measured
+ * pinned host-to-device rate on the H200 was 55 GB/s). */
+#define GW_RESTORE_BPS 10e9
+
+typedef struct gw_cfg {
+	const char *model_dir;
+	char listen_host[64];
+	int listen_port;
+	char run_dir[256];
+	const char *admin_token; /* NULL: /v1/cache/clear is open */
+	const char *chat_template;
+	char served[256];
+	double engine_wait_s;
+	uint32_t default_max_tokens;
+	uint32_t window; /* engined's --window: caps the default max_tokens */
+} gw_cfg;
+
+/* Sampling defaults (generation_config.json when the model has one, else
+ * OpenAI's: temperature 1, top_p 1). */
+typedef struct gw_gen_defaults {
+	double temperature, top_p, min_p;
+	int32_t top_k;
+} gw_gen_defaults;
+
+/* ---- the engine link (link.c) ---------------------------------------- */
+
+enum { GW_EV_MSG = 1, GW_EV_PIPE_ADD, GW_EV_PIPE_REM };
+
+typedef struct gw_ev {
+	struct gw_ev *next;
+	int kind;
+	uint32_t pipe; /* nng_pipe_id */
+	proto_msg m;   /* GW_EV_MSG */
+} gw_ev;
+
+typedef struct gw_link {
+	nng_socket eng;		/* PAIR1 dialed to engined.sock */
+	nng_socket adm;		/* REQ dialed to admin.sock */
+	pthread_mutex_t adm_mu; /* one admin round trip at a time */
+	pthread_t rx;
+	int rx_started;
+	pthread_mutex_t mu; /* the event list */
+	gw_ev *head, *tail;
+	uv_async_t async;
+	int open;
+	/* written by NNG's pipe callbacks, read anywhere */
+	_Atomic uint32_t pipe; /* the live pipe's id; 0: engined is down */
+	_Atomic int adm_pipes; /* pipes to cached's admin.sock */
+} gw_link;
+
+struct gw_srv;
+int gw_link_open(struct gw_srv *s, char *err);
+/* Closes the sockets, joins the receiver, frees queued events. */
+void gw_link_close(struct gw_srv *s);
+/* Sends from the loop thread. 0 or a negative code (-EPIPE: no engined). */
+int gw_link_send(struct gw_srv *s, const proto_msg *m);
+/* One REQ/REP round trip to cached: never on the loop thread. No pipe to
+ * cached (it is down) is -ECONNREFUSED at once, not a timeout. */
+int gw_link_admin(struct gw_srv *s, const proto_msg *q, proto_msg *reply);
+
+/* ---- metrics (metrics.c) --------------------------------------------- */
+
+#define GW_TTFT_BUCKETS 12
+enum {
+	GW_ROUTE_CHAT,
+	GW_ROUTE_COMPLETIONS,
+	GW_ROUTE_MODELS,
+	GW_ROUTE_HEALTH,
+	GW_ROUTE_METRICS,
+	GW_ROUTE_STATS,
+	GW_ROUTE_CLEAR,
+	GW_ROUTE_PEEK,
+	GW_ROUTE_OTHER,
+	GW_ROUTE_N
+};
+
+typedef struct gw_code_count {
+	int route, code;
+	uint64_t n;
+} gw_code_count;
+
+typedef struct gw_metrics {
+	gw_code_count codes[128];
+	int n_codes;
+	uint64_t prompt_tokens, completion_tokens, cached_tokens;
+	uint64_t tier_hits[8];			   /* by proto_tier */
+	uint64_t ttft_bucket[GW_TTFT_BUCKETS + 1]; /* the last is +Inf */
+	double ttft_sum;
+	uint64_t ttft_count;
+} gw_metrics;
+
+void gw_metrics_count(struct gw_srv *s, int route, int code);
+void gw_metrics_done(struct gw_srv *s, const proto_done *d);
+void gw_metrics_ttft(struct gw_srv *s, double seconds);
+/* The Prometheus text; stats: cached's stats JSON or NULL (down). A
+ * malloc'd string. */
+char *gw_metrics_text(struct gw_srv *s, const json_t *stats, size_t *len);
+
+/* ---- jobs -------------------------------------------------------------- */
+
+enum { GW_KIND_CHAT = 1, GW_KIND_COMPLETION, GW_KIND_ADMIN, GW_KIND_PEEK };
+
+/* What a request asked for, read from its body on the thread pool. */
+typedef struct gw_params {
+	int stream, include_usage;
+	uint32_t max_tokens;
+	int max_tokens_set;
+	float temperature, top_p, min_p;
+	int32_t top_k;
+	uint64_t seed;
+	char *stop[GW_MAX_STOP];
+	size_t n_stop;
+	int ignore_eos;
+	char *session;	     /* malloc'd, "" when none */
+	const json_t *tools; /* borrowed from the job's body; NULL: none */
+	int think_open;
+	gw_tmpl_family family; /* GW_TMPL_UNKNOWN for /v1/completions */
+} gw_params;
+
+/* An HTTP error decided off the loop (the job's answer). */
+typedef struct gw_fail {
+	int status; /* 0: none */
+	char type[48];
+	char param[64];
+	char code[48];
+	char msg[MOOR_ERRLEN];
+	int retry_after; /* seconds; 0: no header */
+} gw_fail;
+
+typedef struct gw_anchor gw_anchor;
+
+typedef struct gw_job {
+	struct gw_srv *s;
+	int kind, route;
+	int refs;
+	h2o_req_t *req;		    /* NULL once h2o freed it */
+	gw_anchor *anchor;	    /* on req->pool; NULL with req */
+	struct gw_job *next, *prev; /* the server's list of live jobs */
+
+	/* input, copied off the h2o pool */
+	char *body;
+	size_t body_len;
+	char *hdr_session; /* x-session-id, or NULL */
+	uv_work_t work;
+
+	/* prepared by the work */
+	json_t *json; /* the parsed body (tools borrow from it) */
+	gw_params p;
+	int32_t *ids;
+	size_t n_ids;
+	gw_fail fail;
+
+	/* the generation */
+	uint64_t rid;  /* engined request id; 0: not sent */
+	uint32_t pipe; /* the pipe it was sent on */
+	int waiting;   /* for engined to come up */
+	double deadline, t_start, t_first;
+	int sent, done, cancelled, stopped, started;
+	gw_tok_stream ts;
+	int ts_init;
+	gw_rs *rs;
+	uint64_t n_tokens;
+	char id[48]; /* chatcmpl-... / cmpl-... */
+	int64_t created;
+	/* streamed SSE: what waits for the next h2o_send */
+	char *pend;
+	size_t pend_len, pend_cap;
+	int sending, final_sent;
+	int n_tool_calls;
+	/* non-streamed and streamed: the finished reply's parts */
+	proto_done dn;
+	int have_done;
+	char err_msg[MOOR_ERRLEN];
+
+	/* admin work */
+	proto_msg q, reply;
+	int admin_rv;
+	void (*admin_done)(struct gw_job *j);
+	int admin_what;
+} gw_job;
+
+struct gw_anchor {
+	h2o_generator_t gen; /* first: h2o gives it back to proceed/stop */
+	gw_job *job;
+};
+
+/* ---- the server ------------------------------------------------------ */
+
+/* An accepted TCP connection (http.c): ours, so that a request whose
+ * response has not started can be checked for a client that went away
+ * (h2o 2.2's HTTP/1 does not read the socket while a handler works). */
+typedef struct gw_conn {
+	uv_tcp_t tcp; /* first: libuv's close callback gets it back */
+	struct sockaddr_storage peer;
+	struct gw_conn *next, *prev;
+	struct gw_srv *s;
+} gw_conn;
+
+typedef struct gw_srv {
+	gw_cfg cfg;
+	uv_loop_t *loop;
+	h2o_globalconf_t hconf;
+	h2o_context_t hctx;
+	h2o_accept_ctx_t actx;
+	uv_tcp_t listener;
+	uv_signal_t sig_term, sig_int;
+	uv_timer_t tick;
+	int stopping;
+	double stop_at;
+
+	gw_tok *tok;
+	gw_tmpl_family family;
+	int32_t stop_ids[GW_MAX_STOP_IDS];
+	int n_stop_ids;
+	gw_gen_defaults defs;
+	int64_t started_unix;
+
+	gw_link link;
+	gw_metrics m;
+	gw_job *jobs;	/* live jobs (a list: a handful at a time) */
+	gw_conn *conns; /* accepted connections */
+	uint64_t next_rid;
+	uint64_t next_id;
+
+	/* prefill rate samples (tokens/s) of long prefills, a ring */
+	double pf_rate[GW_PREFILL_SAMPLES];
+	int pf_n, pf_k;
+} gw_srv;
+
+/* http.c */
+int gw_http_start(gw_srv *s, char *err);
+void gw_http_stop(gw_srv *s);
+/* Answers req with status and a JSON body (len bytes; copied). */
+void gw_send_json(h2o_req_t *req, int status, const char *body, size_t len);
+/* The OpenAI error shape. param / code may be NULL (null in the JSON). */
+void gw_send_error(h2o_req_t *req, int status, const char *type,
+		   const char *param, const char *code, int retry_after,
+		   const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+void gw_send_fail(h2o_req_t *req, const gw_fail *f);
+void gw_failf(gw_fail *f, int status, const char *type, const char *param,
+	      const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* Whether the client of req has closed its connection (an EOF or a reset
+ * seen without consuming anything). */
+int gw_client_gone(gw_srv *s, h2o_req_t *req);
+/* A header's value (h2o's lowercase name), or NULL. */
+const h2o_iovec_t *gw_header(h2o_req_t *req, const char *name);
+
+/* jobs (chat.c) */
+gw_job *gw_job_new(gw_srv *s, h2o_req_t *req, int kind, int route);
+void gw_job_unref(gw_job *j);
+/* The request went away: forget it, cancel a running generation. */
+void gw_job_detach(gw_job *j);
+
+/* routes: chat.c */
+int gw_on_chat(gw_srv *s, h2o_req_t *req);
+int gw_on_cache_peek(gw_srv *s, h2o_req_t *req);
+int gw_on_completions(gw_srv *s, h2o_req_t *req);
+/* engine events on the loop (chat.c) */
+void gw_on_engine_msg(gw_srv *s, proto_msg *m);
+void gw_on_engine_pipe(gw_srv *s, int up, uint32_t pipe);
+/* once per tick: waiting requests sent or refused (chat.c) */
+void gw_jobs_tick(gw_srv *s);
+/* SIGTERM: refuse waiting requests, cancel running ones (chat.c) */
+void gw_jobs_shutdown(gw_srv *s);
+void gw_prefill_sample(gw_srv *s, const proto_done *d);
+double gw_prefill_rate(const gw_srv *s);
+
+/* routes.c */
+int gw_on_models(gw_srv *s, h2o_req_t *req);
+int gw_on_health(gw_srv *s, h2o_req_t *req);
+int gw_on_metrics(gw_srv *s, h2o_req_t *req);
+int gw_on_cache_stats(gw_srv *s, h2o_req_t *req);
+int gw_on_cache_clear(gw_srv *s, h2o_req_t *req);
+/* Starts an admin round trip on the thread pool; done runs on the loop. */
+int gw_admin_start(gw_job *j, void (*done)(gw_job *j));
+
+/* proto_tier in the seed's words, and moor's cache name */
+const char *gw_tier_word(uint32_t tier);
+const char *gw_tier_source(uint32_t tier);
+
+#endif

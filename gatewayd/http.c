@@ -1,0 +1,264 @@
+/* http.c: the HTTP side of gatewayd: h2o on the libuv loop (a uv_tcp
+ * listener, h2o_uv_socket_create + h2o_accept per connection), one handler
+ * at "/" that routes by path and method (so unknown paths and wrong methods
+ * get the OpenAI error shape), and the response helpers. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "gw.h"
+
+static gw_srv *g_srv; /* the one server (h2o's handler has no user arg) */
+
+/* ---- responses ---------------------------------------------------------- */
+
+const h2o_iovec_t *gw_header(h2o_req_t *req, const char *name)
+{
+	ssize_t i =
+	    h2o_find_header_by_str(&req->headers, name, strlen(name), -1);
+	return i < 0 ? NULL : &req->headers.entries[i].value;
+}
+
+void gw_send_json(h2o_req_t *req, int status, const char *body, size_t len)
+{
+	static h2o_generator_t none = {NULL, NULL};
+	req->res.status = status;
+	req->res.reason = status == 200 ? "OK" : "Error";
+	h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE,
+		       NULL, H2O_STRLIT("application/json"));
+	h2o_iovec_t b = h2o_strdup(&req->pool, body, len);
+	req->res.content_length = len;
+	h2o_start_response(req, &none);
+	h2o_send(req, &b, 1, H2O_SEND_STATE_FINAL);
+}
+
+static void send_error_v(h2o_req_t *req, int status, const char *type,
+			 const char *param, const char *code, int retry_after,
+			 const char *msg)
+{
+	json_t *e = json_object();
+	json_object_set_new(e, "message", json_string(msg));
+	json_object_set_new(e, "type", json_string(type));
+	json_object_set_new(e, "param",
+			    param && *param ? json_string(param) : json_null());
+	json_object_set_new(e, "code",
+			    code && *code ? json_string(code) : json_null());
+	json_t *r = json_object();
+	json_object_set_new(r, "error", e);
+	char *t = json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(r);
+	if (retry_after > 0) {
+		char ra[16];
+		int n = snprintf(ra, sizeof ra, "%d", retry_after);
+		h2o_iovec_t v = h2o_strdup(&req->pool, ra, (size_t)n);
+		h2o_add_header(&req->pool, &req->res.headers,
+			       H2O_TOKEN_RETRY_AFTER, NULL, v.base, v.len);
+	}
+	if (t)
+		gw_send_json(req, status, t, strlen(t));
+	else
+		gw_send_json(req, 500, "{}", 2);
+	free(t);
+}
+
+void gw_send_error(h2o_req_t *req, int status, const char *type,
+		   const char *param, const char *code, int retry_after,
+		   const char *fmt, ...)
+{
+	char msg[MOOR_ERRLEN];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	send_error_v(req, status, type, param, code, retry_after, msg);
+}
+
+void gw_send_fail(h2o_req_t *req, const gw_fail *f)
+{
+	send_error_v(req, f->status, f->type, f->param, f->code, f->retry_after,
+		     f->msg);
+}
+
+void gw_failf(gw_fail *f, int status, const char *type, const char *param,
+	      const char *code, const char *fmt, ...)
+{
+	f->status = status;
+	snprintf(f->type, sizeof f->type, "%s", type);
+	snprintf(f->param, sizeof f->param, "%s", param ? param : "");
+	snprintf(f->code, sizeof f->code, "%s", code ? code : "");
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(f->msg, sizeof f->msg, fmt, ap);
+	va_end(ap);
+}
+
+/* ---- routing --------------------------------------------------------------
+ */
+
+typedef struct route {
+	const char *path;
+	const char *method;
+	int id;
+	int (*fn)(gw_srv *s, h2o_req_t *req);
+} route;
+
+static const route routes[] = {
+    {"/v1/chat/completions", "POST", GW_ROUTE_CHAT, gw_on_chat},
+    {"/v1/completions", "POST", GW_ROUTE_COMPLETIONS, gw_on_completions},
+    {"/v1/models", "GET", GW_ROUTE_MODELS, gw_on_models},
+    {"/health", "GET", GW_ROUTE_HEALTH, gw_on_health},
+    {"/metrics", "GET", GW_ROUTE_METRICS, gw_on_metrics},
+    {"/v1/cache/stats", "GET", GW_ROUTE_STATS, gw_on_cache_stats},
+    {"/v1/cache/clear", "POST", GW_ROUTE_CLEAR, gw_on_cache_clear},
+    {"/v1/cache/peek", "POST", GW_ROUTE_PEEK, gw_on_cache_peek},
+};
+
+static int on_req(h2o_handler_t *self, h2o_req_t *req)
+{
+	gw_srv *s = g_srv;
+	h2o_iovec_t path = req->path_normalized;
+	/* the path without a query string */
+	for (size_t i = 0; i < path.len; i++)
+		if (path.base[i] == '?') {
+			path.len = i;
+			break;
+		}
+	int path_known = 0;
+	for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+		const route *r = &routes[i];
+		if (!h2o_memis(path.base, path.len, r->path, strlen(r->path)))
+			continue;
+		path_known = 1;
+		if (h2o_memis(req->method.base, req->method.len, r->method,
+			      strlen(r->method)) ||
+		    (!strcmp(r->method, "GET") &&
+		     h2o_memis(req->method.base, req->method.len,
+			       H2O_STRLIT("HEAD"))))
+			return r->fn(s, req);
+		h2o_iovec_t allow = h2o_strdup(&req->pool, r->method, SIZE_MAX);
+		h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ALLOW,
+			       NULL, allow.base, allow.len);
+	}
+	if (path_known) {
+		gw_metrics_count(s, GW_ROUTE_OTHER, 405);
+		gw_send_error(req, 405, "invalid_request_error", NULL,
+			      "method_not_allowed", 0,
+			      "method %.*s is not allowed on %.*s",
+			      (int)req->method.len, req->method.base,
+			      (int)path.len, path.base);
+		return 0;
+	}
+	gw_metrics_count(s, GW_ROUTE_OTHER, 404);
+	gw_send_error(req, 404, "invalid_request_error", NULL, "not_found", 0,
+		      "no route for %.*s %.*s", (int)req->method.len,
+		      req->method.base, (int)path.len, path.base);
+	return 0;
+}
+
+/* ---- the listener ----------------------------------------------------------
+ */
+
+static void conn_closed(uv_handle_t *h)
+{
+	gw_conn *c = (gw_conn *)h;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		c->s->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	free(c);
+}
+
+static void on_accept(uv_stream_t *listener, int status)
+{
+	gw_srv *s = listener->data;
+	if (status != 0 || s->stopping)
+		return;
+	gw_conn *c = h2o_mem_alloc(sizeof *c);
+	memset(c, 0, sizeof *c);
+	c->s = s;
+	c->next = s->conns;
+	if (s->conns)
+		s->conns->prev = c;
+	s->conns = c;
+	uv_tcp_init(listener->loop, &c->tcp);
+	if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
+		uv_close((uv_handle_t *)&c->tcp, conn_closed);
+		return;
+	}
+	uv_tcp_nodelay(&c->tcp, 1);
+	int len = sizeof c->peer;
+	uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&c->peer, &len);
+	h2o_socket_t *sock =
+	    h2o_uv_socket_create((uv_stream_t *)&c->tcp, conn_closed);
+	h2o_accept(&s->actx, sock);
+}
+
+int gw_client_gone(gw_srv *s, h2o_req_t *req)
+{
+	struct sockaddr_storage sa;
+	memset(&sa, 0, sizeof sa);
+	if (!req->conn->callbacks->get_peername ||
+	    !req->conn->callbacks->get_peername(req->conn,
+						(struct sockaddr *)&sa))
+		return 0;
+	for (gw_conn *c = s->conns; c; c = c->next) {
+		if (c->peer.ss_family != sa.ss_family)
+			continue;
+		if (sa.ss_family == AF_INET &&
+		    memcmp(&c->peer, &sa, sizeof(struct sockaddr_in)))
+			continue;
+		uv_os_fd_t fd;
+		if (uv_fileno((uv_handle_t *)&c->tcp, &fd))
+			return 0;
+		char b;
+		ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+		return r == 0 || (r < 0 && errno != EAGAIN &&
+				  errno != EWOULDBLOCK && errno != EINTR);
+	}
+	return 0;
+}
+
+int gw_http_start(gw_srv *s, char *err)
+{
+	g_srv = s;
+	h2o_config_init(&s->hconf);
+	s->hconf.max_request_entity_size = GW_MAX_BODY;
+	s->hconf.server_name = h2o_iovec_init(H2O_STRLIT("moor-gatewayd"));
+	h2o_hostconf_t *host = h2o_config_register_host(
+	    &s->hconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+	h2o_pathconf_t *pc = h2o_config_register_path(host, "/", 0);
+	h2o_handler_t *h = h2o_create_handler(pc, sizeof *h);
+	h->on_req = on_req;
+	h2o_context_init(&s->hctx, s->loop, &s->hconf);
+	s->actx.ctx = &s->hctx;
+	s->actx.hosts = s->hconf.hosts;
+
+	struct sockaddr_in addr;
+	int rv = uv_ip4_addr(s->cfg.listen_host, s->cfg.listen_port, &addr);
+	if (rv) {
+		moor_errf(err, "--listen %s:%d: %s", s->cfg.listen_host,
+			  s->cfg.listen_port, uv_strerror(rv));
+		return rv;
+	}
+	uv_tcp_init(s->loop, &s->listener);
+	s->listener.data = s;
+	if ((rv = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0)) ||
+	    (rv = uv_listen((uv_stream_t *)&s->listener, 128, on_accept))) {
+		moor_errf(err, "listen on %s:%d: %s", s->cfg.listen_host,
+			  s->cfg.listen_port, uv_strerror(rv));
+		return rv;
+	}
+	return 0;
+}
+
+void gw_http_stop(gw_srv *s)
+{
+	if (!uv_is_closing((uv_handle_t *)&s->listener))
+		uv_close((uv_handle_t *)&s->listener, NULL);
+}

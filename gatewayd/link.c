@@ -1,0 +1,227 @@
+/* link.c: gatewayd's NNG links. engined: one PAIR1 socket dialed to
+ * RUN/engined.sock (NNG redials while engined is down or restarting), a
+ * receiver thread that decodes every message and queues it for the loop,
+ * and pipe notifications that say whether engined is there. cached: one REQ
+ * socket dialed to RUN/admin.sock, used by one round trip at a time from
+ * the thread pool.
+ *
+ * Neither socket is ever probed by a connect of its own (nng#1518): the
+ * dialers connect once per pipe, and "up" is what the pipe events say. */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gw.h"
+#include "net.h"
+
+#include <nng/protocol/pair1/pair.h>
+#include <nng/protocol/reqrep0/req.h>
+
+static void ev_push(gw_srv *s, gw_ev *e)
+{
+	gw_link *l = &s->link;
+	e->next = NULL;
+	pthread_mutex_lock(&l->mu);
+	if (l->tail)
+		l->tail->next = e;
+	else
+		l->head = e;
+	l->tail = e;
+	pthread_mutex_unlock(&l->mu);
+	uv_async_send(&l->async);
+}
+
+static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	gw_srv *s = arg;
+	gw_ev *e = calloc(1, sizeof *e);
+	uint32_t id = nng_pipe_id(p);
+	if (ev == NNG_PIPE_EV_ADD_POST) {
+		atomic_store(&s->link.pipe, id);
+		if (e)
+			e->kind = GW_EV_PIPE_ADD;
+	} else {
+		uint32_t cur = id;
+		/* only the live pipe going away takes engined down */
+		atomic_compare_exchange_strong(&s->link.pipe, &cur, 0);
+		if (e)
+			e->kind = GW_EV_PIPE_REM;
+	}
+	if (e) {
+		e->pipe = id;
+		ev_push(s, e);
+	}
+}
+
+static void adm_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	gw_srv *s = arg;
+	atomic_fetch_add(&s->link.adm_pipes,
+			 ev == NNG_PIPE_EV_ADD_POST ? 1 : -1);
+}
+
+static void *rx_main(void *arg)
+{
+	gw_srv *s = arg;
+	for (;;) {
+		proto_msg m;
+		nng_pipe p;
+		int rv = proto_recv(s->link.eng, &m, &p, -1);
+		if (rv == -EPIPE) { /* the socket was closed: we stop */
+			proto_msg_fini(&m);
+			break;
+		}
+		if (rv) {
+			moor_warn("engine link: %s", moor_strerror(rv));
+			proto_msg_fini(&m);
+			continue;
+		}
+		gw_ev *e = calloc(1, sizeof *e);
+		if (!e) {
+			proto_msg_fini(&m);
+			continue;
+		}
+		e->kind = GW_EV_MSG;
+		e->pipe = nng_pipe_id(p);
+		e->m = m;
+		ev_push(s, e);
+	}
+	return NULL;
+}
+
+/* The loop side: every queued event, in order. */
+static void on_async(uv_async_t *a)
+{
+	gw_srv *s = a->data;
+	gw_link *l = &s->link;
+	pthread_mutex_lock(&l->mu);
+	gw_ev *e = l->head;
+	l->head = l->tail = NULL;
+	pthread_mutex_unlock(&l->mu);
+	while (e) {
+		gw_ev *n = e->next;
+		if (e->kind == GW_EV_MSG)
+			gw_on_engine_msg(s, &e->m);
+		else
+			gw_on_engine_pipe(s, e->kind == GW_EV_PIPE_ADD,
+					  e->pipe);
+		proto_msg_fini(&e->m);
+		free(e);
+		e = n;
+	}
+}
+
+static int dial(nng_socket so, const char *url, char *err)
+{
+	nng_dialer d;
+	int rv = nng_dialer_create(&d, so, url);
+	if (rv == 0) {
+		nng_dialer_set_ms(d, NNG_OPT_RECONNMINT, 50);
+		nng_dialer_set_ms(d, NNG_OPT_RECONNMAXT, 500);
+		rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK);
+	}
+	if (rv) {
+		moor_errf(err, "dial %s: %s", url, nng_strerror(rv));
+		return proto_nng_err(rv);
+	}
+	return 0;
+}
+
+int gw_link_open(gw_srv *s, char *err)
+{
+	gw_link *l = &s->link;
+	char url[400];
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_mutex_init(&l->adm_mu, NULL);
+	atomic_store(&l->pipe, 0);
+	int rv = uv_async_init(s->loop, &l->async, on_async);
+	if (rv) {
+		moor_errf(err, "uv_async_init: %s", uv_strerror(rv));
+		return rv;
+	}
+	l->async.data = s;
+
+	rv = nng_pair1_open(&l->eng);
+	if (rv) {
+		moor_errf(err, "nng_pair1_open: %s", nng_strerror(rv));
+		return proto_nng_err(rv);
+	}
+	l->open = 1;
+	nng_socket_set_size(l->eng, NNG_OPT_RECVMAXSZ,
+			    2 * (PROTO_HDR_SIZE + (size_t)PROTO_MAX_PAYLOAD));
+	/* the loop never waits long on a send: engined reads promptly */
+	nng_socket_set_ms(l->eng, NNG_OPT_SENDTIMEO, 1000);
+	nng_socket_set_int(l->eng, NNG_OPT_RECVBUF, 128);
+	nng_pipe_notify(l->eng, NNG_PIPE_EV_ADD_POST, pipe_cb, s);
+	nng_pipe_notify(l->eng, NNG_PIPE_EV_REM_POST, pipe_cb, s);
+	snprintf(url, sizeof url, "ipc://%s/engined.sock", s->cfg.run_dir);
+	if ((rv = dial(l->eng, url, err)))
+		return rv;
+
+	rv = nng_req0_open(&l->adm);
+	if (rv) {
+		moor_errf(err, "nng_req0_open: %s", nng_strerror(rv));
+		return proto_nng_err(rv);
+	}
+	nng_socket_set_size(l->adm, NNG_OPT_RECVMAXSZ,
+			    PROTO_HDR_SIZE + (size_t)PROTO_MAX_PAYLOAD);
+	nng_socket_set_ms(l->adm, NNG_OPT_SENDTIMEO, GW_ADMIN_TIMEOUT_MS);
+	/* no resend: a round trip that times out is reported, not repeated */
+	nng_socket_set_ms(l->adm, NNG_OPT_REQ_RESENDTIME,
+			  NNG_DURATION_INFINITE);
+	nng_pipe_notify(l->adm, NNG_PIPE_EV_ADD_POST, adm_pipe_cb, s);
+	nng_pipe_notify(l->adm, NNG_PIPE_EV_REM_POST, adm_pipe_cb, s);
+	snprintf(url, sizeof url, "ipc://%s/admin.sock", s->cfg.run_dir);
+	if ((rv = dial(l->adm, url, err)))
+		return rv;
+
+	if (pthread_create(&l->rx, NULL, rx_main, s)) {
+		moor_errf(err, "pthread_create failed");
+		return -EAGAIN;
+	}
+	l->rx_started = 1;
+	return 0;
+}
+
+void gw_link_close(gw_srv *s)
+{
+	gw_link *l = &s->link;
+	if (l->open) {
+		nng_close(l->eng);
+		nng_close(l->adm);
+		l->open = 0;
+	}
+	if (l->rx_started) {
+		pthread_join(l->rx, NULL);
+		l->rx_started = 0;
+	}
+	pthread_mutex_lock(&l->mu);
+	gw_ev *e = l->head;
+	l->head = l->tail = NULL;
+	pthread_mutex_unlock(&l->mu);
+	while (e) {
+		gw_ev *n = e->next;
+		proto_msg_fini(&e->m);
+		free(e);
+		e = n;
+	}
+}
+
+int gw_link_send(gw_srv *s, const proto_msg *m)
+{
+	if (!atomic_load(&s->link.pipe))
+		return -EPIPE;
+	return proto_send(s->link.eng, m, (nng_pipe)NNG_PIPE_INITIALIZER);
+}
+
+int gw_link_admin(gw_srv *s, const proto_msg *q, proto_msg *reply)
+{
+	if (atomic_load(&s->link.adm_pipes) <= 0)
+		return -ECONNREFUSED;
+	pthread_mutex_lock(&s->link.adm_mu);
+	int rv = proto_call(s->link.adm, q, reply, GW_ADMIN_TIMEOUT_MS);
+	pthread_mutex_unlock(&s->link.adm_mu);
+	return rv;
+}

@@ -1,0 +1,368 @@
+/* main.c: gatewayd, the OpenAI-compatible HTTP gateway: flags, the model's
+ * tokenizer and template, the links to engined and cached, the loop, and a
+ * clean stop on SIGTERM/SIGINT (nothing new is started, waiting requests
+ * are refused, running generations are cancelled, the answers go out, the
+ * loop closes). */
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gw.h"
+
+#define GW_STOP_GRACE_S 3.0 /* after SIGTERM: answers in flight finish */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: gatewayd --model DIR [options]\n"
+		"  --model DIR              checkpoint dir (tokenizer.json, "
+		"template)\n"
+		"  --listen HOST:PORT       (default 127.0.0.1:8000)\n"
+		"  --run-dir DIR            sockets of cached and engined "
+		"(default\n"
+		"                           $XDG_RUNTIME_DIR/moor or "
+		"/tmp/moor-$UID)\n"
+		"  --admin-token T          /v1/cache/clear needs 'Bearer T' "
+		"(or env\n"
+		"                           MOOR_ADMIN_TOKEN)\n"
+		"  --chat-template NAME     qwen3, qwen3.5, qwen3.6, qwen3.8 "
+		"(default:\n"
+		"                           the checkpoint's own)\n"
+		"  --served-model-name NAME (default: the model dir's "
+		"basename)\n"
+		"  --engine-wait-s S        how long a request waits for "
+		"engined (10)\n"
+		"  --default-max-tokens N   chat max_tokens when unset (1024)\n"
+		"  --window N               engined's window: caps the default "
+		"(32768)\n"
+		"  --log-level L            error, warn, info, debug (info)\n");
+}
+
+static int parse_double(const char *s, double *out)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (end == s || *end || !(v >= 0) || v > 1e6)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int parse_u32(const char *s, uint32_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (end == s || *end || errno || v == 0 || v > UINT32_MAX || *s == '-')
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* generation_config.json: sampling defaults and eos ids, when present. */
+static void read_gen_config(gw_srv *s)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof p, "%s/generation_config.json", s->cfg.model_dir);
+	json_t *g = json_load_file(p, 0, NULL);
+	if (!g)
+		return;
+	const json_t *v;
+	if (json_is_number(v = json_object_get(g, "temperature")))
+		s->defs.temperature = json_number_value(v);
+	if (json_is_number(v = json_object_get(g, "top_p")))
+		s->defs.top_p = json_number_value(v);
+	if (json_is_integer(v = json_object_get(g, "top_k")))
+		s->defs.top_k = (int32_t)json_integer_value(v);
+	if (json_is_number(v = json_object_get(g, "min_p")))
+		s->defs.min_p = json_number_value(v);
+	v = json_object_get(g, "eos_token_id");
+	json_t *one = json_is_integer(v) ? json_pack("[O]", v) : NULL;
+	const json_t *arr = one ? one : v;
+	for (size_t i = 0; json_is_array(arr) && i < json_array_size(arr);
+	     i++) {
+		const json_t *e = json_array_get(arr, i);
+		if (!json_is_integer(e))
+			continue;
+		int32_t id = (int32_t)json_integer_value(e);
+		int dup = 0;
+		for (int k = 0; k < s->n_stop_ids; k++)
+			dup |= s->stop_ids[k] == id;
+		if (!dup && s->n_stop_ids < GW_MAX_STOP_IDS)
+			s->stop_ids[s->n_stop_ids++] = id;
+	}
+	json_decref(one);
+	json_decref(g);
+	moor_info("generation_config.json: temperature %g, top_p %g, top_k %d",
+		  s->defs.temperature, s->defs.top_p, s->defs.top_k);
+}
+
+static void on_close_walk(uv_handle_t *h, void *arg)
+{
+	if (!uv_is_closing(h))
+		uv_close(h, NULL);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+	gw_srv *s = t->data;
+	gw_jobs_tick(s);
+	if (s->stopping) {
+		int live = 0;
+		for (gw_job *j = s->jobs; j; j = j->next)
+			live += j->req != NULL || (j->sent && !j->have_done);
+		if (!live || moor_now() > s->stop_at)
+			uv_stop(s->loop);
+	}
+}
+
+static void on_signal(uv_signal_t *h, int sig)
+{
+	gw_srv *s = h->data;
+	if (s->stopping)
+		return;
+	moor_info("%s: refusing new requests, cancelling the running ones",
+		  strsignal(sig));
+	s->stopping = 1;
+	s->stop_at = moor_now() + GW_STOP_GRACE_S;
+	gw_http_stop(s);
+	gw_jobs_shutdown(s);
+}
+
+int main(int argc, char **argv)
+{
+	static gw_srv srv;
+	gw_srv *s = &srv;
+	char err[MOOR_ERRLEN] = "";
+	moor_log_set_name("gatewayd");
+	signal(SIGPIPE, SIG_IGN);
+
+	const char *listen = "127.0.0.1:8000", *served = NULL;
+	s->cfg.engine_wait_s = 10;
+	s->cfg.default_max_tokens = 1024;
+	s->cfg.window = 32768;
+	s->cfg.admin_token = getenv("MOOR_ADMIN_TOKEN");
+	s->defs = (gw_gen_defaults){.temperature = 1.0, .top_p = 1.0};
+
+	enum {
+		O_MODEL = 1,
+		O_LISTEN,
+		O_RUN,
+		O_TOKEN,
+		O_TMPL,
+		O_SERVED,
+		O_WAIT,
+		O_MAXTOK,
+		O_WINDOW,
+		O_LOG,
+		O_HELP
+	};
+	static const struct option lo[] = {
+	    {"model", 1, 0, O_MODEL},
+	    {"listen", 1, 0, O_LISTEN},
+	    {"run-dir", 1, 0, O_RUN},
+	    {"admin-token", 1, 0, O_TOKEN},
+	    {"chat-template", 1, 0, O_TMPL},
+	    {"served-model-name", 1, 0, O_SERVED},
+	    {"engine-wait-s", 1, 0, O_WAIT},
+	    {"default-max-tokens", 1, 0, O_MAXTOK},
+	    {"window", 1, 0, O_WINDOW},
+	    {"log-level", 1, 0, O_LOG},
+	    {"help", 0, 0, O_HELP},
+	    {0, 0, 0, 0},
+	};
+	int o;
+	opterr = 0;
+	while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (o) {
+		case O_MODEL:
+			s->cfg.model_dir = optarg;
+			break;
+		case O_LISTEN:
+			listen = optarg;
+			break;
+		case O_RUN:
+			snprintf(s->cfg.run_dir, sizeof s->cfg.run_dir, "%s",
+				 optarg);
+			break;
+		case O_TOKEN:
+			s->cfg.admin_token = optarg;
+			break;
+		case O_TMPL:
+			s->cfg.chat_template = optarg;
+			break;
+		case O_SERVED:
+			served = optarg;
+			break;
+		case O_WAIT:
+			if (parse_double(optarg, &s->cfg.engine_wait_s)) {
+				fprintf(
+				    stderr,
+				    "gatewayd: --engine-wait-s %s: expected "
+				    "seconds >= 0\n",
+				    optarg);
+				return 2;
+			}
+			break;
+		case O_MAXTOK:
+		case O_WINDOW:
+			if (parse_u32(optarg, o == O_MAXTOK
+						  ? &s->cfg.default_max_tokens
+						  : &s->cfg.window)) {
+				fprintf(stderr,
+					"gatewayd: --%s %s: expected a "
+					"positive integer\n",
+					o == O_MAXTOK ? "default-max-tokens"
+						      : "window",
+					optarg);
+				return 2;
+			}
+			break;
+		case O_LOG: {
+			static const char *const lv[] = {"error", "warn",
+							 "info", "debug"};
+			int k = -1;
+			for (int i = 0; i < 4; i++)
+				if (!strcmp(optarg, lv[i]))
+					k = i;
+			if (k < 0) {
+				fprintf(stderr,
+					"gatewayd: --log-level %s: expected "
+					"error, warn, info or debug\n",
+					optarg);
+				return 2;
+			}
+			moor_log_level = k;
+			break;
+		}
+		case O_HELP:
+			usage(stdout);
+			return 0;
+		default:
+			fprintf(stderr,
+				"gatewayd: %s: unknown option or "
+				"missing value\n",
+				argv[optind - 1]);
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "gatewayd: unexpected argument '%s'\n",
+			argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	if (!s->cfg.model_dir) {
+		fprintf(stderr, "gatewayd: --model DIR is required\n");
+		usage(stderr);
+		return 2;
+	}
+	if (s->cfg.admin_token && !*s->cfg.admin_token)
+		s->cfg.admin_token = NULL;
+	{
+		const char *c = strrchr(listen, ':');
+		char *end;
+		long port = c ? strtol(c + 1, &end, 10) : -1;
+		if (!c || c == listen ||
+		    (size_t)(c - listen) >= sizeof s->cfg.listen_host || *end ||
+		    port <= 0 || port > 65535) {
+			fprintf(stderr,
+				"gatewayd: --listen %s: expected HOST:PORT\n",
+				listen);
+			return 2;
+		}
+		memcpy(s->cfg.listen_host, listen, (size_t)(c - listen));
+		s->cfg.listen_host[c - listen] = 0;
+		s->cfg.listen_port = (int)port;
+	}
+	if (!s->cfg.run_dir[0])
+		moor_run_dir_default(s->cfg.run_dir, sizeof s->cfg.run_dir);
+	if (served) {
+		snprintf(s->cfg.served, sizeof s->cfg.served, "%s", served);
+	} else {
+		char tmp[PATH_MAX];
+		snprintf(tmp, sizeof tmp, "%s", s->cfg.model_dir);
+		size_t n = strlen(tmp);
+		while (n > 1 && tmp[n - 1] == '/')
+			tmp[--n] = 0;
+		snprintf(s->cfg.served, sizeof s->cfg.served, "%s",
+			 basename(tmp));
+	}
+
+	int rv = gw_tmpl_choose(s->cfg.model_dir, s->cfg.chat_template,
+				&s->family, err);
+	if (rv) {
+		moor_err("%s", err);
+		return 1;
+	}
+	char p[PATH_MAX];
+	snprintf(p, sizeof p, "%s/tokenizer.json", s->cfg.model_dir);
+	if ((rv = gw_tok_load(p, &s->tok, err))) {
+		moor_err("%s", err);
+		return 1;
+	}
+	static const char *const stops[] = {"<|im_end|>", "<|endoftext|>"};
+	for (int i = 0; i < 2; i++) {
+		int32_t id = gw_tok_token_id(s->tok, stops[i]);
+		if (id >= 0)
+			s->stop_ids[s->n_stop_ids++] = id;
+	}
+	read_gen_config(s);
+	s->started_unix = (int64_t)time(NULL);
+	{
+		uint64_t r = 0;
+		FILE *f = fopen("/dev/urandom", "rb");
+		if (f) {
+			if (fread(&r, sizeof r, 1, f) != 1)
+				r = 0;
+			fclose(f);
+		}
+		s->next_id = r ^ (uint64_t)moor_now();
+	}
+
+	/* libuv's pool runs the renders and the admin round trips; a cached
+	 * that does not answer holds a thread for GW_ADMIN_TIMEOUT_MS, so
+	 * more than libuv's 4 keep the renders going meanwhile */
+	setenv("UV_THREADPOOL_SIZE", "8", 0);
+	uv_loop_t loop;
+	uv_loop_init(&loop);
+	s->loop = &loop;
+	if ((rv = gw_link_open(s, err)) || (rv = gw_http_start(s, err))) {
+		moor_err("%s", err);
+		gw_link_close(s);
+		gw_tok_free(s->tok);
+		return 1;
+	}
+	uv_signal_init(&loop, &s->sig_term);
+	uv_signal_init(&loop, &s->sig_int);
+	s->sig_term.data = s->sig_int.data = s;
+	uv_signal_start(&s->sig_term, on_signal, SIGTERM);
+	uv_signal_start(&s->sig_int, on_signal, SIGINT);
+	uv_timer_init(&loop, &s->tick);
+	s->tick.data = s;
+	uv_timer_start(&s->tick, on_tick, 50, 50);
+
+	moor_info("serving %s (%s template) on http://%s:%d, run dir %s",
+		  s->cfg.served, gw_tmpl_name(s->family), s->cfg.listen_host,
+		  s->cfg.listen_port, s->cfg.run_dir);
+	uv_run(&loop, UV_RUN_DEFAULT);
+
+	/* stopped: engined is told nothing more; h2o's connections close with
+	 * the loop's handles */
+	gw_link_close(s);
+	h2o_context_dispose(&s->hctx);
+	uv_walk(&loop, on_close_walk, NULL);
+	for (int i = 0; i < 100 && uv_loop_close(&loop) == UV_EBUSY; i++)
+		uv_run(&loop, UV_RUN_NOWAIT);
+	h2o_config_dispose(&s->hconf);
+	gw_tok_free(s->tok);
+	moor_info("stopped");
+	return 0;
+}

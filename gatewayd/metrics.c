@@ -1,0 +1,171 @@
+/* metrics.c: the gateway's counters (loop thread only, so no locks) and
+ * their Prometheus text for GET /metrics. */
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gw.h"
+
+static const char *const route_names[GW_ROUTE_N] = {"/v1/chat/completions",
+						    "/v1/completions",
+						    "/v1/models",
+						    "/health",
+						    "/metrics",
+						    "/v1/cache/stats",
+						    "/v1/cache/clear",
+						    "/v1/cache/peek",
+						    "other"};
+
+/* upper bounds of the TTFT buckets, seconds */
+static const double ttft_le[GW_TTFT_BUCKETS] = {
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+
+void gw_metrics_count(gw_srv *s, int route, int code)
+{
+	gw_metrics *m = &s->m;
+	if (route == GW_ROUTE_PEEK) /* a dry run counts nothing */
+		return;
+	for (int i = 0; i < m->n_codes; i++)
+		if (m->codes[i].route == route && m->codes[i].code == code) {
+			m->codes[i].n++;
+			return;
+		}
+	if (m->n_codes < (int)(sizeof m->codes / sizeof m->codes[0]))
+		m->codes[m->n_codes++] = (gw_code_count){route, code, 1};
+}
+
+void gw_metrics_done(gw_srv *s, const proto_done *d)
+{
+	gw_metrics *m = &s->m;
+	m->prompt_tokens += d->prompt_tokens;
+	m->completion_tokens += d->completion_tokens;
+	m->cached_tokens += d->cached_tokens;
+	if (d->tier < sizeof m->tier_hits / sizeof m->tier_hits[0])
+		m->tier_hits[d->tier]++;
+}
+
+void gw_metrics_ttft(gw_srv *s, double sec)
+{
+	gw_metrics *m = &s->m;
+	int b = 0;
+	while (b < GW_TTFT_BUCKETS && sec > ttft_le[b])
+		b++;
+	m->ttft_bucket[b]++;
+	m->ttft_sum += sec;
+	m->ttft_count++;
+}
+
+typedef struct sbuf {
+	char *p;
+	size_t len, cap;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+	for (;;) {
+		va_list ap;
+		va_start(ap, fmt);
+		size_t room = b->cap - b->len;
+		int n = vsnprintf(b->p ? b->p + b->len : NULL, room, fmt, ap);
+		va_end(ap);
+		if (n < 0)
+			return;
+		if ((size_t)n < room) {
+			b->len += (size_t)n;
+			return;
+		}
+		size_t cap = b->cap ? 2 * b->cap : 4096;
+		while (cap < b->len + (size_t)n + 1)
+			cap *= 2;
+		char *q = realloc(b->p, cap);
+		if (!q)
+			return;
+		b->p = q;
+		b->cap = cap;
+	}
+}
+
+static uint64_t stat_u(const json_t *stats, const char *obj, const char *k)
+{
+	const json_t *v = json_object_get(json_object_get(stats, obj), k);
+	return json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0;
+}
+
+char *gw_metrics_text(gw_srv *s, const json_t *stats, size_t *len)
+{
+	gw_metrics *m = &s->m;
+	sbuf b = {0};
+	sb_printf(&b, "# HELP moor_requests_total HTTP requests answered, by "
+		      "route and status code.\n"
+		      "# TYPE moor_requests_total counter\n");
+	for (int i = 0; i < m->n_codes; i++)
+		sb_printf(&b,
+			  "moor_requests_total{route=\"%s\",code=\"%d\"} "
+			  "%llu\n",
+			  route_names[m->codes[i].route], m->codes[i].code,
+			  (unsigned long long)m->codes[i].n);
+	sb_printf(&b,
+		  "# HELP moor_prompt_tokens_total Prompt tokens of finished "
+		  "generations.\n# TYPE moor_prompt_tokens_total counter\n"
+		  "moor_prompt_tokens_total %llu\n"
+		  "# HELP moor_completion_tokens_total Generated tokens.\n"
+		  "# TYPE moor_completion_tokens_total counter\n"
+		  "moor_completion_tokens_total %llu\n"
+		  "# HELP moor_cached_tokens_total Prompt tokens restored from "
+		  "a cache instead of prefilled.\n"
+		  "# TYPE moor_cached_tokens_total counter\n"
+		  "moor_cached_tokens_total %llu\n",
+		  (unsigned long long)m->prompt_tokens,
+		  (unsigned long long)m->completion_tokens,
+		  (unsigned long long)m->cached_tokens);
+	sb_printf(&b, "# HELP moor_cache_hits_total Generations by the cache "
+		      "tier their prompt resumed from.\n"
+		      "# TYPE moor_cache_hits_total counter\n");
+	for (uint32_t t = 0; t <= PROTO_TIER_STASH; t++)
+		sb_printf(&b, "moor_cache_hits_total{tier=\"%s\"} %llu\n",
+			  gw_tier_source(t),
+			  (unsigned long long)m->tier_hits[t]);
+	sb_printf(&b, "# HELP moor_ttft_seconds Time from sending a "
+		      "generation to engined to its first token.\n"
+		      "# TYPE moor_ttft_seconds histogram\n");
+	uint64_t cum = 0;
+	for (int i = 0; i < GW_TTFT_BUCKETS; i++) {
+		cum += m->ttft_bucket[i];
+		sb_printf(&b, "moor_ttft_seconds_bucket{le=\"%g\"} %llu\n",
+			  ttft_le[i], (unsigned long long)cum);
+	}
+	cum += m->ttft_bucket[GW_TTFT_BUCKETS];
+	sb_printf(&b,
+		  "moor_ttft_seconds_bucket{le=\"+Inf\"} %llu\n"
+		  "moor_ttft_seconds_sum %.6f\n"
+		  "moor_ttft_seconds_count %llu\n",
+		  (unsigned long long)cum, m->ttft_sum,
+		  (unsigned long long)m->ttft_count);
+	if (stats) {
+		static const char *const caches[] = {
+		    "resident", "end", "stash", "pin", "park", "store"};
+		sb_printf(&b, "# HELP moor_cache_bytes Bytes each cache holds "
+			      "(cached's stats).\n"
+			      "# TYPE moor_cache_bytes gauge\n");
+		for (size_t i = 0; i < sizeof caches / sizeof caches[0]; i++)
+			sb_printf(&b, "moor_cache_bytes{cache=\"%s\"} %llu\n",
+				  caches[i],
+				  (unsigned long long)stat_u(stats, caches[i],
+							     "bytes"));
+		sb_printf(&b, "moor_cache_bytes{cache=\"memory_held\"} %llu\n",
+			  (unsigned long long)stat_u(stats, "memory", "held"));
+	}
+	sb_printf(&b,
+		  "# HELP moor_engine_up 1 when engined's pipe is up.\n"
+		  "# TYPE moor_engine_up gauge\nmoor_engine_up %d\n"
+		  "# HELP moor_cached_up 1 when cached answered a stats "
+		  "round trip for this scrape.\n"
+		  "# TYPE moor_cached_up gauge\nmoor_cached_up %d\n",
+		  atomic_load(&s->link.pipe) ? 1 : 0, stats ? 1 : 0);
+	*len = b.len;
+	return b.p;
+}

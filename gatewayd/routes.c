@@ -1,0 +1,302 @@
+/* routes.c: the routes that are not generations: GET /v1/models, /health,
+ * /metrics, /v1/cache/stats, POST /v1/cache/clear (/v1/cache/peek renders
+ * like a chat request and lives in chat.c). The ones that need cached make
+ * their REQ/REP round trip on the thread pool (gw_admin_start) and answer on
+ * the loop. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gw.h"
+
+/* ---- admin round trips ------------------------------------------------------
+ */
+
+static void admin_work(uv_work_t *w)
+{
+	gw_job *j = w->data;
+	j->admin_rv = gw_link_admin(j->s, &j->q, &j->reply);
+}
+
+static void admin_after(uv_work_t *w, int status)
+{
+	gw_job *j = w->data;
+	if (j->req)
+		j->admin_done(j);
+	gw_job_unref(j);
+}
+
+int gw_admin_start(gw_job *j, void (*done)(gw_job *j))
+{
+	j->admin_done = done;
+	j->work.data = j;
+	j->refs++;
+	j->q.h.req = ++j->s->next_rid;
+	int rv = uv_queue_work(j->s->loop, &j->work, admin_work, admin_after);
+	if (rv)
+		j->refs--;
+	return rv;
+}
+
+/* A job for an admin route, its round trip started; errors answered. */
+static int admin_route(gw_srv *s, h2o_req_t *req, int route, int type,
+		       void (*done)(gw_job *j))
+{
+	gw_job *j = gw_job_new(s, req, GW_KIND_ADMIN, route);
+	if (!j) {
+		gw_metrics_count(s, route, 500);
+		gw_send_error(req, 500, "server_error", NULL, NULL, 0,
+			      "out of memory");
+		return 0;
+	}
+	j->q.h.type = (uint16_t)type;
+	if (gw_admin_start(j, done)) {
+		gw_metrics_count(s, route, 500);
+		gw_send_error(req, 500, "server_error", NULL, NULL, 0,
+			      "could not queue the work");
+		gw_job_detach(j);
+	}
+	return 0;
+}
+
+/* cached's stats JSON of a finished STATS round trip, or NULL. */
+static json_t *stats_of(gw_job *j)
+{
+	if (j->admin_rv || j->reply.h.type != PROTO_STATS_OK ||
+	    !j->reply.u.text.text)
+		return NULL;
+	return json_loads(j->reply.u.text.text, 0, NULL);
+}
+
+static void send_obj(gw_job *j, int status, json_t *o)
+{
+	char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(o);
+	gw_metrics_count(j->s, j->route, status);
+	gw_send_json(j->req, status, t ? t : "{}", t ? strlen(t) : 2);
+	free(t);
+}
+
+static void cached_down(gw_job *j)
+{
+	gw_metrics_count(j->s, j->route, 503);
+	gw_send_error(j->req, 503, "server_error", NULL, "cached_unavailable",
+		      1, "cached is not answering: %s",
+		      j->admin_rv ? moor_strerror(j->admin_rv)
+				  : "an unexpected reply");
+}
+
+/* ---- GET /v1/models
+ * ----------------------------------------------------------- */
+
+int gw_on_models(gw_srv *s, h2o_req_t *req)
+{
+	json_t *m = json_object();
+	json_object_set_new(m, "id", json_string(s->cfg.served));
+	json_object_set_new(m, "object", json_string("model"));
+	json_object_set_new(m, "created", json_integer(s->started_unix));
+	json_object_set_new(m, "owned_by", json_string("moor"));
+	json_object_set_new(m, "max_model_len", json_integer(s->cfg.window));
+	json_t *a = json_array();
+	json_array_append_new(a, m);
+	json_t *o = json_object();
+	json_object_set_new(o, "object", json_string("list"));
+	json_object_set_new(o, "data", a);
+	char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(o);
+	gw_metrics_count(s, GW_ROUTE_MODELS, 200);
+	gw_send_json(req, 200, t, strlen(t));
+	free(t);
+	return 0;
+}
+
+/* ---- GET /health
+ * --------------------------------------------------------------- */
+
+static void health_done(gw_job *j)
+{
+	gw_srv *s = j->s;
+	json_t *st = stats_of(j);
+	int eng = atomic_load(&s->link.pipe) != 0;
+	int ok = eng && st;
+	json_t *o = json_object();
+	json_object_set_new(o, "status", json_string(ok ? "ok" : "degraded"));
+	json_t *pr = json_object();
+	json_object_set_new(pr, "gatewayd", json_string("up"));
+	json_object_set_new(pr, "engined", json_string(eng ? "up" : "down"));
+	json_object_set_new(pr, "cached", json_string(st ? "up" : "down"));
+	json_object_set_new(o, "processes", pr);
+	json_object_set_new(o, "model", json_string(s->cfg.served));
+	json_object_set_new(o, "family", json_string(gw_tmpl_name(s->family)));
+	if (st) {
+		json_t *c = json_object();
+		static const char *const caches[] = {
+		    "resident", "end", "stash", "pin", "park", "store"};
+		for (size_t i = 0; i < sizeof caches / sizeof caches[0]; i++) {
+			json_t *v = json_object_get(
+			    json_object_get(st, caches[i]), "bytes");
+			json_object_set_new(
+			    c, caches[i],
+			    json_integer(json_is_integer(v)
+					     ? json_integer_value(v)
+					     : 0));
+		}
+		json_t *held =
+		    json_object_get(json_object_get(st, "memory"), "held");
+		if (held)
+			json_object_set(c, "memory_held", held);
+		json_object_set_new(o, "cache_bytes", c);
+		json_decref(st);
+	}
+	send_obj(j, ok ? 200 : 503, o);
+}
+
+int gw_on_health(gw_srv *s, h2o_req_t *req)
+{
+	return admin_route(s, req, GW_ROUTE_HEALTH, PROTO_STATS, health_done);
+}
+
+/* ---- GET /metrics
+ * ------------------------------------------------------------- */
+
+static void metrics_done(gw_job *j)
+{
+	json_t *st = stats_of(j);
+	size_t len = 0;
+	char *t = gw_metrics_text(j->s, st, &len);
+	json_decref(st);
+	gw_metrics_count(j->s, j->route, 200);
+	h2o_req_t *req = j->req;
+	static h2o_generator_t none = {NULL, NULL};
+	req->res.status = 200;
+	req->res.reason = "OK";
+	h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE,
+		       NULL, H2O_STRLIT("text/plain; version=0.0.4"));
+	h2o_iovec_t b = h2o_strdup(&req->pool, t ? t : "", t ? len : 0);
+	free(t);
+	h2o_start_response(req, &none);
+	h2o_send(req, &b, 1, H2O_SEND_STATE_FINAL);
+}
+
+int gw_on_metrics(gw_srv *s, h2o_req_t *req)
+{
+	return admin_route(s, req, GW_ROUTE_METRICS, PROTO_STATS, metrics_done);
+}
+
+/* ---- /v1/cache/stats, /v1/cache/clear
+ * ------------------------------------------ */
+
+static void stats_done(gw_job *j)
+{
+	json_t *st = stats_of(j);
+	if (!st) {
+		cached_down(j);
+		return;
+	}
+	send_obj(j, 200, st);
+}
+
+int gw_on_cache_stats(gw_srv *s, h2o_req_t *req)
+{
+	return admin_route(s, req, GW_ROUTE_STATS, PROTO_STATS, stats_done);
+}
+
+static void clear_done(gw_job *j)
+{
+	if (j->admin_rv == MOOR_ERANGE || j->admin_rv == MOOR_EFORMAT) {
+		gw_metrics_count(j->s, j->route, 400);
+		gw_send_error(
+		    j->req, 400, "invalid_request_error", "tier", NULL, 0, "%s",
+		    j->reply.h.type == PROTO_ERROR && j->reply.u.error.msg
+			? j->reply.u.error.msg
+			: moor_strerror(j->admin_rv));
+		return;
+	}
+	if (j->admin_rv || j->reply.h.type != PROTO_OK) {
+		cached_down(j);
+		return;
+	}
+	json_t *o = json_object();
+	json_object_set_new(o, "cleared", json_string(j->q.u.clear.tier));
+	send_obj(j, 200, o);
+}
+
+/* Constant time in the token's bytes: the comparison does not stop at the
+ * first difference. */
+static int token_ok(const char *want, const h2o_iovec_t *got)
+{
+	size_t wl = strlen(want);
+	static const char pfx[] = "Bearer ";
+	if (!got || got->len < sizeof pfx - 1 ||
+	    strncasecmp(got->base, pfx, sizeof pfx - 1))
+		return 0;
+	const char *t = got->base + sizeof pfx - 1;
+	size_t tl = got->len - (sizeof pfx - 1);
+	unsigned char d = tl != wl;
+	for (size_t i = 0; i < wl; i++)
+		d |=
+		    (unsigned char)want[i] ^ (unsigned char)(i < tl ? t[i] : 0);
+	return d == 0;
+}
+
+int gw_on_cache_clear(gw_srv *s, h2o_req_t *req)
+{
+	if (s->cfg.admin_token &&
+	    !token_ok(s->cfg.admin_token, gw_header(req, "authorization"))) {
+		gw_metrics_count(s, GW_ROUTE_CLEAR, 401);
+		h2o_add_header(&req->pool, &req->res.headers,
+			       H2O_TOKEN_WWW_AUTHENTICATE, NULL,
+			       H2O_STRLIT("Bearer"));
+		gw_send_error(req, 401, "invalid_request_error", NULL,
+			      "invalid_api_key", 0,
+			      "/v1/cache/clear needs the admin token "
+			      "(Authorization: Bearer <token>)");
+		return 0;
+	}
+	const char *tier = "all";
+	json_t *b = NULL;
+	if (req->entity.len) {
+		json_error_t je;
+		b = json_loadb(req->entity.base, req->entity.len, 0, &je);
+		if (!b || !json_is_object(b)) {
+			json_decref(b);
+			gw_metrics_count(s, GW_ROUTE_CLEAR, 400);
+			gw_send_error(req, 400, "invalid_request_error", NULL,
+				      NULL, 0,
+				      "the body must be a JSON object");
+			return 0;
+		}
+		const json_t *t = json_object_get(b, "tier");
+		if (t && !json_is_null(t)) {
+			if (!json_is_string(t)) {
+				json_decref(b);
+				gw_metrics_count(s, GW_ROUTE_CLEAR, 400);
+				gw_send_error(req, 400, "invalid_request_error",
+					      "tier", NULL, 0,
+					      "'tier' must be a string");
+				return 0;
+			}
+			tier = json_string_value(t);
+		}
+	}
+	gw_job *j = gw_job_new(s, req, GW_KIND_ADMIN, GW_ROUTE_CLEAR);
+	if (!j) {
+		json_decref(b);
+		gw_send_error(req, 500, "server_error", NULL, NULL, 0,
+			      "out of memory");
+		return 0;
+	}
+	j->q.h.type = PROTO_CLEAR;
+	size_t n = strlen(tier) + 1;
+	j->q.u.clear.tier = malloc(n); /* proto_msg_fini frees it */
+	if (j->q.u.clear.tier)
+		memcpy(j->q.u.clear.tier, tier, n);
+	json_decref(b);
+	if (!j->q.u.clear.tier || gw_admin_start(j, clear_done)) {
+		gw_send_error(req, 500, "server_error", NULL, NULL, 0,
+			      "out of memory");
+		gw_job_detach(j);
+	}
+	return 0;
+}
