@@ -566,7 +566,8 @@ int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 			(void)store_put(c, ENTRY_PREFIX, t->ids,
 					t->slot[i].line, t->taint,
 					dev_at(c, t->slot[i].off), t->session);
-	memcpy(t->ids + n, gen, n_gen * sizeof *gen);
+	if (n_gen) /* gen may be NULL when nothing was generated */
+		memcpy(t->ids + n, gen, n_gen * sizeof *gen);
 	if (t->guest) {
 		if (c->cfg.store_sessions && ahead)
 			c->k.st_declined_short++;
@@ -588,7 +589,8 @@ int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 		arena_release(c->dev, s->off);
 	}
 	t->n_slots = 0;
-	memcpy(c->res_ids + n, gen, n_gen * sizeof *gen);
+	if (n_gen)
+		memcpy(c->res_ids + n, gen, n_gen * sizeof *gen);
 	c->valid = e;
 	c->taint = taint < e ? taint : NO_TAINT;
 	/* the end anchor first: a declined store put costs it nothing */
