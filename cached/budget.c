@@ -157,15 +157,23 @@ static double gib(uint64_t b)
 	return (double)b / (1024.0 * 1024.0 * 1024.0);
 }
 
-int policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
-	       char *err)
+uint64_t policy_floor(cache *c, uint64_t *givable)
 {
-	uint64_t peak = c->cfg.mem_peak, held = held_bytes(c), giv = 0;
-	*gave = 0;
+	uint64_t held = held_bytes(c), giv = 0;
 	for (int l = 0; l < LV_N; l++)
 		if (lv_counts(c, l))
 			giv += lv_bytes(c, l);
-	uint64_t floor = held > giv ? held - giv : 0;
+	if (givable)
+		*givable = giv;
+	return held > giv ? held - giv : 0;
+}
+
+int policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
+	       char *err)
+{
+	uint64_t peak = c->cfg.mem_peak, giv;
+	uint64_t floor = policy_floor(c, &giv);
+	*gave = 0;
 	if (floor + ws > peak || ws > peak) {
 		moor_errf(err,
 			  "cache: a prefill needing %.3f GiB of workspace "

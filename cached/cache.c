@@ -421,8 +421,23 @@ void *cache_host_base(cache *c)
 	return arena_base(c->host);
 }
 
+/* An engine whose workspace cannot fit under mem_peak beside the live
+ * buffers attaches (stats, peek and clear still work), but every prefill
+ * will be refused: said once, at the attach, with the numbers. */
+static void hello_check_peak(cache *c)
+{
+	uint64_t ws = c->lay->workspace_floor, floor = policy_floor(c, NULL);
+	if (floor + ws > c->cfg.mem_peak)
+		moor_warn("cache: every prefill will be refused: the engine's "
+			  "workspace (%.3f GiB) and the live buffers (%.3f "
+			  "GiB) exceed mem_peak (%.3f GiB)",
+			  (double)ws / (1 << 30), (double)floor / (1 << 30),
+			  (double)c->cfg.mem_peak / (1 << 30));
+}
+
 static void hello_fill(cache *c, cache_hello_out *out, int adopted)
 {
+	hello_check_peak(c);
 	memset(out, 0, sizeof *out);
 	out->adopted = adopted;
 	out->resident_len = c->valid;
@@ -477,9 +492,10 @@ int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 		need += round_up(g.rowb * W, ARENA_ALIGN);
 	}
 	if (need > arena_size(c->dev) - arena_used(c->dev)) {
-		moor_errf(err, "cache: the live buffers (%llu bytes: %u "
-			       "sections, %u views of %llu tokens) do not fit "
-			       "the device arena (%llu bytes, %llu free)",
+		moor_errf(err,
+			  "cache: the live buffers (%llu bytes: %u "
+			  "sections, %u views of %llu tokens) do not fit "
+			  "the device arena (%llu bytes, %llu free)",
 			  (unsigned long long)need, ns, nv,
 			  (unsigned long long)W,
 			  (unsigned long long)arena_size(c->dev),

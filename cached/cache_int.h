@@ -220,6 +220,9 @@ void budget_release(cache *c, int host, uint64_t off);
 int policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
 	       char *err);
 uint64_t plan_limit(cache *c, uint64_t ws);
+/* The counted bytes no cache can give back (the live buffers, a turn's
+ * slots); *givable (may be NULL) gets what the caches could. */
+uint64_t policy_floor(cache *c, uint64_t *givable);
 
 /* ---- resident.c ---- */
 uint64_t anchor_bytes(cache *c);

@@ -91,6 +91,9 @@ void eng_model_free(eng_model *m); /* safe on NULL */
 
 const eng_layout *eng_model_layout(const eng_model *m);
 int eng_model_vocab(const eng_model *m);
+/* The prefill workspace carved at load (bytes): the same for every prompt
+ * length (a chunk of `grid` tokens; attention reads the views in place). */
+size_t eng_model_workspace_bytes(const eng_model *m);
 int eng_model_eos(const eng_model *m); /* -1 if none */
 
 /* Engine-owned sequence buffers, zeroed (for tests and one-shot runs). */

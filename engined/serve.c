@@ -55,7 +55,6 @@ static int is_transport(int code)
 /* ===================================================================== */
 /* run directory, sockets                                                */
 
-
 /* Takes RUN/<name>.lock for the life of the process (the kernel lets go of
  * it when the process dies, SIGKILL included): held by another process
  * means another daemon of this kind serves the run dir; taken means any
@@ -482,9 +481,10 @@ static int cached_hello(srv *s, char *err)
 	h->pid = (uint32_t)getpid();
 	h->grid = (uint32_t)y->grid;
 	h->window = (uint64_t)y->window;
-	/* The workspace lives in engined's own memory, not in the arena, on
-	 * the CPU backend; the adapter states no figure for the device yet. */
-	h->workspace_bytes = 0;
+	/* The workspace lives in engined's own memory, not in an arena, but
+	 * it is memory of the same box (the CPU backend) or the same device:
+	 * the memory policy counts it under mem_peak beside the caches. */
+	h->workspace_bytes = eng_model_workspace_bytes(s->model);
 	h->n_sections = (uint32_t)y->n_sections;
 	h->n_views = (uint32_t)y->n_views;
 	h->sec = calloc((size_t)y->n_sections + 1, sizeof *h->sec);

@@ -792,6 +792,16 @@ static void peek_answer(gw_job *j)
 				  : moor_strerror(j->admin_rv));
 		return;
 	}
+	if (j->admin_rv == MOOR_ENOSPACE) {
+		/* the memory policy would refuse this prefill: what the turn
+		 * itself would answer */
+		gw_send_error(j->req, 503, "server_error", NULL, NULL, 1, "%s",
+			      j->reply.h.type == PROTO_ERROR &&
+				      j->reply.u.error.msg
+				  ? j->reply.u.error.msg
+				  : moor_strerror(j->admin_rv));
+		return;
+	}
 	if (j->admin_rv || j->reply.h.type != PROTO_PEEK_OK) {
 		gw_send_error(
 		    j->req, 503, "server_error", NULL, "cached_unavailable", 1,

@@ -67,6 +67,7 @@ struct eng_model {
 	/* workspace, [grid] tokens (device) */
 	int64_t T; /* chunk capacity = grid */
 	void *ws;
+	size_t ws_bytes; /* the whole carve, bytes */
 	float *h, *xn, *t0, *t1, *t2, *t3, *t4, *beta, *g;
 	void *delta_ws;
 	int32_t *ids;
@@ -407,6 +408,7 @@ static int alloc_workspace(eng_model *m)
 	int rc = m->ops->alloc(m->ctx, total, &m->ws);
 	if (rc)
 		return rc;
+	m->ws_bytes = total;
 	char *p = m->ws;
 	void **dst[] = {
 		(void **)&m->h,    (void **)&m->xn,   (void **)&m->t0,
@@ -506,6 +508,11 @@ void eng_model_free(eng_model *m)
 const eng_layout *eng_model_layout(const eng_model *m)
 {
 	return &m->lay;
+}
+
+size_t eng_model_workspace_bytes(const eng_model *m)
+{
+	return m->ws_bytes;
 }
 
 int eng_model_vocab(const eng_model *m)
