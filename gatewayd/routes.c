@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gw.h"
 
@@ -127,6 +128,9 @@ static void health_done(gw_job *j)
 	json_object_set_new(pr, "engined", json_string(eng ? "up" : "down"));
 	json_object_set_new(pr, "cached", json_string(st ? "up" : "down"));
 	json_object_set_new(o, "processes", pr);
+	/* whose answer this is (a supervisor tells its own gateway from
+	 * another that holds the port) */
+	json_object_set_new(o, "pid", json_integer(getpid()));
 	json_object_set_new(o, "model", json_string(s->cfg.served));
 	json_object_set_new(o, "family", json_string(gw_tmpl_name(s->family)));
 	if (st) {

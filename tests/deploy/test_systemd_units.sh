@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# test_systemd_units: the units in deploy/systemd are valid and their
+# command lines serve.
+#
+# 1. `systemd-analyze verify` of the target and the three services (their
+#    /usr/local/bin paths pointed at this build) prints nothing and exits 0:
+#    every directive parses, every ExecStart is an executable.
+# 2. Each service's ExecStart is expanded as systemd expands it (${VAR} one
+#    word, $VAR split on spaces, an empty $VAR no word) with deploy/serve.env's
+#    values, the model, port and sizes overridden for the test and
+#    /run/moor a temp dir, and the three are started in the units' order:
+#    /health turns green and a chat is answered, so every flag the units pass
+#    is one the daemons take. SIGTERM (the units' KillSignal) stops each one
+#    with status 0.
+#
+#   test_systemd_units.sh SOURCE_ROOT BUILD_ROOT MODEL_DIR
+set -u
+src=$1 build=$2 model=$3
+units=$src/deploy/systemd
+tmp=$(mktemp -d /tmp/moor-units-XXXXXX)
+fail=0
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+	sleep 1
+	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+	if [ $fail -ne 0 ]; then
+		for f in "$tmp"/*.log; do echo "---- $f"; cat "$f"; done
+	fi
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; fi; }
+require() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; exit 1; fi; }
+
+declare -A bin=([cached]=$build/cached/cached [engined]=$build/engined/engined
+	[gatewayd]=$build/gatewayd/gatewayd)
+
+# ---- 1. verify ----
+mkdir "$tmp/units"
+cp "$units/moor.target" "$tmp/units/"
+for d in cached engined gatewayd; do
+	sed "s#/usr/local/bin/$d#${bin[$d]}#" "$units/moor-$d.service" >"$tmp/units/moor-$d.service"
+done
+out=$(cd "$tmp/units" && SYSTEMD_LOG_LEVEL=notice systemd-analyze verify --man=no \
+	./moor.target ./moor-cached.service ./moor-engined.service ./moor-gatewayd.service 2>&1)
+st=$?
+check "systemd-analyze verify: exit $st: $out" '[ $st -eq 0 ] && [ -z "$out" ]'
+
+# ---- 2. the command lines ----
+declare -A env=()
+while IFS= read -r line; do
+	[[ $line =~ ^([A-Z_][A-Z0-9_]*)=(.*)$ ]] && env[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
+done <"$src/deploy/serve.env"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+env[MOOR_MODEL]=$model
+env[MOOR_LISTEN]=127.0.0.1:$port
+env[MOOR_GRID]=64
+env[MOOR_WINDOW]=4096
+env[MOOR_CACHED_ARGS]="--device-gb 0.25 --host-gb 0.25 --mem-ceiling-gb 0.25 --mem-peak-gb 0.25 --cache-gb 0.05"
+env[MOOR_ENGINED_ARGS]="--threads 2"
+run=$tmp/run
+mkdir -m 700 "$run"
+
+# prints the expanded ExecStart of a unit, one word a line
+expand() { # unit
+	local line w name
+	line=$(sed -n 's/^ExecStart=//p' "$1")
+	for w in $line; do
+		if [[ $w =~ ^\$([A-Z_][A-Z0-9_]*)$ ]]; then
+			for x in ${env[${BASH_REMATCH[1]}]:-}; do printf '%s\n' "$x"; done
+			continue
+		fi
+		while [[ $w =~ \$\{([A-Z_][A-Z0-9_]*)\} ]]; do
+			name=${BASH_REMATCH[1]}
+			w=${w//"\${$name}"/${env[$name]:-}}
+		done
+		w=${w//\/run\/moor/$run}
+		printf '%s\n' "$w"
+	done
+}
+
+for d in cached engined gatewayd; do
+	mapfile -t argv < <(expand "$tmp/units/moor-$d.service")
+	require "moor-$d.service: no ExecStart" '[ ${#argv[@]} -gt 0 ]'
+	echo "moor-$d.service: ${argv[*]}"
+	"${argv[@]}" >"$tmp/$d.log" 2>&1 &
+	pids+=($!)
+	if [ $d = cached ]; then
+		for _ in $(seq 200); do [ -S "$run/admin.sock" ] && break; sleep 0.05; done
+		require "cached did not open its socket" '[ -S "$run/admin.sock" ]'
+	fi
+done
+base=http://127.0.0.1:$port
+green=0
+for _ in $(seq 300); do
+	[ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "$base/health")" = 200 ] && green=1 && break
+	sleep 0.1
+done
+require "the units' stack did not turn green" '[ $green = 1 ]'
+r=$(curl -s -m 30 "$base/v1/chat/completions" -H 'Content-Type: application/json' \
+	-d '{"messages":[{"role":"user","content":"hello"}],"max_tokens":3,"temperature":0}')
+check "a chat through the units' stack: $r" '[[ $r == *"\"completion_tokens\":3"* ]]'
+
+# SIGTERM, as systemctl stop sends it: each exits 0, gatewayd first
+for i in 2 1 0; do
+	p=${pids[$i]}
+	kill -TERM "$p"
+	wait "$p"
+	st=$?
+	check "SIGTERM: pid $p exited $st" '[ $st -eq 0 ]'
+done
+pids=()
+
+[ $fail -eq 0 ] && echo "test_systemd_units: ok"
+exit $fail
