@@ -16,6 +16,11 @@ typedef struct rowerr {
 	double mean_abs;
 	int argmax_a, argmax_r;
 	double gap_r; /* reference's top-1 minus top-2 logit */
+	/* our pick is one of the reference's argmaxes: the same index, or
+	 * one exactly tied with it in the reference's logits (transformers
+	 * breaks an exact tie to the lowest index; either token is its
+	 * greedy answer) */
+	int same;
 } rowerr;
 
 /* bf16: the reference's lm_head writes bf16 logits, so its argmax is taken
@@ -48,6 +53,7 @@ static rowerr compare_row(const float *a, const float *r, int V)
 	e.argmax_a = ia;
 	e.argmax_r = ir;
 	e.gap_r = r[ir] - second;
+	e.same = ia == ir || r[ia] == r[ir];
 	return e;
 }
 
@@ -149,21 +155,23 @@ static void run_case(const char *name, int bf16)
 	 * check below is the one that matters for answers. */
 	double tol = bf16 ? 6e-2 : 1e-4;
 	double worst = 0, mean = 0;
-	int agree = 0, total = 0, strict_fail = 0;
+	int agree = 0, strict = 0, total = 0, strict_fail = 0;
 	for (size_t t = 0; t < np; t++) {
 		rowerr e = compare_row(lg + t * V, g.prefill + t * V, V);
 		worst = e.max_rel > worst ? e.max_rel : worst;
 		mean += e.mean_abs;
-		agree += e.argmax_a == e.argmax_r;
+		agree += e.same;
+		strict += e.argmax_a == e.argmax_r;
 		total++;
 		if (e.argmax_a != e.argmax_r && !bf16)
 			strict_fail++;
 		if (e.argmax_a != e.argmax_r)
 			printf("%s: row %zu: argmax %d vs %d, reference gap %.4g, "
-			       "ours - ref at ours' pick %.4g\n",
+			       "ours - ref at ours' pick %.4g%s\n",
 			       name, t, e.argmax_a, e.argmax_r, e.gap_r,
 			       (double)lg[t * V + e.argmax_a] -
-				       g.prefill[t * V + e.argmax_r]);
+				       g.prefill[t * V + e.argmax_r],
+			       e.same ? " (tied in the reference)" : "");
 	}
 	/* decode, teacher-forced with the fixture's fed tokens */
 	float *row = malloc(V * sizeof *row);
@@ -173,7 +181,13 @@ static void run_case(const char *name, int bf16)
 		REQUIRE(eng_decode(m, &s, g.fed[i], row) == 0, "decode %u", i);
 		rowerr e = compare_row(row, g.decode + (size_t)i * V, V);
 		dworst = e.max_rel > dworst ? e.max_rel : dworst;
-		dagree += e.argmax_a == e.argmax_r;
+		dagree += e.same;
+		strict += e.argmax_a == e.argmax_r;
+		if (e.argmax_a != e.argmax_r)
+			printf("%s: decode step %u: argmax %d vs %d, reference "
+			       "gap %.4g%s\n",
+			       name, i, e.argmax_a, e.argmax_r, e.gap_r,
+			       e.same ? " (tied in the reference)" : "");
 		if (!bf16 && i + 1 < g.n_decode)
 			CHECK(e.argmax_a == g.fed[i + 1],
 			      "%s: decode step %u: greedy %d, transformers %d",
@@ -201,23 +215,31 @@ static void run_case(const char *name, int bf16)
 		 * one more independent bf16 rounding of the same function. Its
 		 * noise floor, from transformers itself
 		 * (tests/golden/floors_golden.py: its bf16 forward run in other
-		 * valid ways, against the CPU reference): on a GPU 329 and 330
-		 * of 332 rows (one-shot, chunked prefill), token by token 326
-		 * (GPU) and 328 (CPU), with oneDNN off 330; max rel 0.024 to
-		 * 0.041, mean |d| 0.057 to 0.083. transformers in fp32: 302
-		 * (91.0%), max rel 0.23, mean |d| 0.41. Measured here 326 of
-		 * 332 (98.2%), max rel 0.042, mean |d| 0.082; variants of our
-		 * fp32 internals that each moved a few roundings gave 324 to
-		 * 328. Every differing row has a reference top-2 gap of 0 to
-		 * 0.25 (0 to 2 bf16 ulps of logits near 20); three are exact
-		 * ties in the reference's bf16 logits, which it breaks to the
-		 * lower index. The issue asks for 99%: transformers' own runs
-		 * straddle it (98.2% to 99.4%), so the bar is what holds with a
-		 * margin of a few rows, and mean |d| (smooth where the argmax
-		 * count is not) is held near the floor: a rounding point missed
-		 * or added moves it toward the fp32 figure. */
+		 * valid ways, against the CPU reference, same-index count): on a
+		 * GPU 329 and 330 of 332 rows (one-shot, chunked prefill), token
+		 * by token 326 (GPU) and 328 (CPU), with oneDNN off 330; max rel
+		 * 0.024 to 0.041, mean |d| 0.057 to 0.083. transformers in fp32:
+		 * 302 (91.0%), max rel 0.23, mean |d| 0.41.
+		 *
+		 * The bar counts a row as agreeing when our pick is one of the
+		 * reference's argmaxes: the reference's logits are bf16 values,
+		 * and where two of them are exactly equal at the top (logits
+		 * near 20 to 29 are 0.125 to 0.25 apart in bf16) either token is
+		 * its greedy answer; torch breaks the tie to the lower index, an
+		 * accident of its argmax, not of the model. Measured here: 329 of
+		 * 332 (99.1%) by that count, 326 (98.2%) by index alone (rows
+		 * 43, 204 and 283 are exact ties in the reference where we pick
+		 * the other tied token); the three rows left have a reference
+		 * top-2 gap of 0.125 to 0.25 (one or two bf16 ulps), and in two
+		 * of them our own rounded logits tie with the reference's pick.
+		 * mean |d| (smooth where the argmax count is not) is held near
+		 * the floor too: a rounding point missed or added moves it
+		 * toward the fp32 figure. */
 		int all = total + (int)g.n_decode, same = agree + dagree;
-		CHECK(same * 100 >= all * 97, "%s: argmax agrees on %d of %d",
+		printf("%s: argmax agrees on %d of %d (%.1f%%), the same index "
+		       "on %d\n",
+		       name, same, all, 100.0 * same / all, strict);
+		CHECK(same * 100 >= all * 99, "%s: argmax agrees on %d of %d",
 		      name, same, all);
 		CHECK(mean / np <= 0.1, "%s: prefill mean |d| %.3g > 0.1", name,
 		      mean / np);
