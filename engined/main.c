@@ -45,7 +45,7 @@ static void usage(FILE *f)
 	    "  --connect-timeout S   wait for cached at start (default 30)\n"
 	    "  --call-timeout S      one round trip to cached (default 30)\n"
 	    "  --queue N             requests waiting behind the running one\n"
-	    "                        (default 4; more are answered busy)\n"
+	    "                        (default 64; more are answered busy)\n"
 	    "  --threads N  --grid N  --window N   as above\n");
 }
 
@@ -126,7 +126,7 @@ int main(int argc, char **argv)
 	    {0, 0, 0, 0},
 	};
 	eng_serve_cfg sc = {
-	    .connect_timeout_s = 30, .call_timeout_s = 30, .queue_max = 4};
+	    .connect_timeout_s = 30, .call_timeout_s = 30, .queue_max = 64};
 	int c;
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (c) {

@@ -31,7 +31,7 @@ typedef struct eng_serve_cfg {
 	eng_opts opts;
 	int connect_timeout_s;	/* wait for cached at start: 30 */
 	int call_timeout_s;	/* one PLAN/COMMIT/HELLO round trip: 30 */
-	int queue_max;		/* requests waiting behind the one running: 4 */
+	int queue_max;		/* requests waiting behind the one running: 64 */
 	int test_step_delay_ms; /* test seam: sleep before each decode step */
 } eng_serve_cfg;
 
