@@ -30,22 +30,12 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; fi; }
-require() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; exit 1; fi; }
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+. "$(dirname "$0")/../shlib.sh"
 # polls until file $1 matches regex $2, up to $3 seconds
 wait_log() {
 	local end=$((SECONDS + $3))
 	while [ $SECONDS -lt $end ]; do
 		grep -Eq "$2" "$1" 2>/dev/null && return 0
-		sleep 0.1
-	done
-	return 1
-}
-wait_health() { # want timeout_s
-	local end=$((SECONDS + $2))
-	while [ $SECONDS -lt $end ]; do
-		[ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "$base/health")" = "$1" ] && return 0
 		sleep 0.1
 	done
 	return 1
@@ -58,7 +48,7 @@ complete() { # n
 		-d "{\"prompt\":[${ids}],\"max_tokens\":3,\"temperature\":0}"
 }
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 base=http://127.0.0.1:$port
 run=$tmp/run
 flags=(--no-setup --model "$model" --port "$port" --threads 2 --grid 64 --window 4096)
@@ -95,7 +85,7 @@ check "the supervisor did not say engined died" \
 	"wait_log '$tmp/run.log' 'engined exited \\(status 137\\): starting it again' 15"
 ep2=$(sed -n 's/.*started engined (pid \([0-9]*\)).*/\1/p' "$tmp/run.log" | tail -1)
 check "engined was not started again ($ep, $ep2)" '[ -n "$ep2" ] && [ "$ep2" != "$ep" ]'
-check "health not green after the restart" 'wait_health 200 30'
+check "health not green after the restart" 'wait_green "$base" 30'
 check "cached did not hand the new engined its state" \
 	"grep -q 'handed back the state' '$tmp/run.log'"
 r3=$(complete 200)
@@ -111,7 +101,7 @@ check "a second run on a taken port: exit $st, want 1" '[ $st -eq 1 ]'
 check "the second run does not say the port is taken" \
 	"grep -q '127.0.0.1:$port is taken by another process' '$tmp/run2.log'"
 check "the second run left daemons behind" '! pgrep -f "$tmp/run2" >/dev/null'
-check "the first run was disturbed" 'wait_health 200 5'
+check "the first run was disturbed" 'wait_green "$base" 5'
 
 # ---- Ctrl-C ----
 arenas=$(grep -o 'arena /[^ ]*' "$tmp/run.log" | sed 's/arena //' | sort -u)

@@ -30,8 +30,7 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; fi; }
-require() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; exit 1; fi; }
+. "$(dirname "$0")/../shlib.sh"
 
 declare -A bin=([cached]=$build/cached/cached [engined]=$build/engined/engined
 	[gatewayd]=$build/gatewayd/gatewayd)
@@ -52,7 +51,7 @@ declare -A env=()
 while IFS= read -r line; do
 	[[ $line =~ ^([A-Z_][A-Z0-9_]*)=(.*)$ ]] && env[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
 done <"$src/deploy/serve.env"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 env[MOOR_MODEL]=$model
 env[MOOR_LISTEN]=127.0.0.1:$port
 env[MOOR_GRID]=64
@@ -92,12 +91,7 @@ for d in cached engined gatewayd; do
 	fi
 done
 base=http://127.0.0.1:$port
-green=0
-for _ in $(seq 300); do
-	[ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "$base/health")" = 200 ] && green=1 && break
-	sleep 0.1
-done
-require "the units' stack did not turn green" '[ $green = 1 ]'
+require "the units' stack did not turn green" 'wait_green "$base" 30'
 r=$(curl -s -m 30 "$base/v1/chat/completions" -H 'Content-Type: application/json' \
 	-d '{"messages":[{"role":"user","content":"hello"}],"max_tokens":3,"temperature":0}')
 check "a chat through the units' stack: $r" '[[ $r == *"\"completion_tokens\":3"* ]]'

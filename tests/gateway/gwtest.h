@@ -263,6 +263,9 @@ static inline long long gt_int(const json_t *o, const char *path)
 static struct {
 	const char *cached, *engined, *gatewayd, *model, *run;
 	int port;
+	/* cached's flags after --run-dir (NULL-ended), set before gt_stack;
+	 * NULL: the daemon tests' budgets (H_CACHED_BUDGETS) */
+	const char *const *cached_args;
 	pid_t cd, ed, gw;
 	int n_eng, n_gw;
 } gt_;
@@ -350,7 +353,20 @@ static inline void gt_stack(int argc, char **argv, const char *name,
 	gt_.gatewayd = argv[3];
 	gt_.model = argv[4];
 	gt_.run = h_init(name, bound_s);
-	gt_.cd = h_cached(gt_.cached, gt_.run, "cached");
+	if (gt_.cached_args) {
+		char *a[32] = {(char *)gt_.cached, "--run-dir",
+			       (char *)gt_.run};
+		int k = 3;
+		for (int i = 0; gt_.cached_args[i] && k < 31; i++)
+			a[k++] = (char *)gt_.cached_args[i];
+		a[k] = NULL;
+		gt_.cd = h_spawn("cached", a);
+		REQUIRE(h_wait_ready("cached", "serving", gt_.run, "admin.sock",
+				     gt_.cd, 20) == 0,
+			"cached did not come up on %s", gt_.run);
+	} else {
+		gt_.cd = h_cached(gt_.cached, gt_.run, "cached");
+	}
 	gt_engined(eng1, eng2);
 	gt_.gw = gt_gatewayd(&gt_.port, gw_extra);
 	REQUIRE(gt_wait_health(gt_.port, 200, 20) == 200,

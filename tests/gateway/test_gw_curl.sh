@@ -28,11 +28,9 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; fi; }
-require() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; exit 1; fi; }
-py() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+. "$(dirname "$0")/../shlib.sh"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 base=http://127.0.0.1:$port
 "$cached" --run-dir "$run" --device-gb 0.25 --host-gb 0.25 --mem-ceiling-gb 0.25 \
 	--mem-peak-gb 0.25 --cache-gb 0.05 >"$tmp/cached.log" 2>&1 &
@@ -44,19 +42,14 @@ pids+=($!)
 MOOR_ADMIN_TOKEN=s3cret "$gatewayd" --model "$model" --run-dir "$run" \
 	--listen "127.0.0.1:$port" --window 4096 >"$tmp/gatewayd.log" 2>&1 &
 pids+=($!)
-green=0
-for _ in $(seq 300); do
-	[ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "$base/health")" = 200 ] && green=1 && break
-	sleep 0.1
-done
-require "the stack did not turn green" '[ $green = 1 ]'
+require "the stack did not turn green" 'wait_green "$base" 30'
 J='Content-Type: application/json'
 
 # ---- whole and streamed chat: the same text ----
 body='{"model":"tiny","messages":[{"role":"user","content":"Say something."}],"max_tokens":12,"temperature":0}'
 whole=$(curl -sS -m 60 "$base/v1/chat/completions" -H "$J" -d "$body")
-check "whole chat: $whole" '[ "$(echo "$whole" | py "d[\"object\"], d[\"choices\"][0][\"message\"][\"role\"], d[\"usage\"][\"completion_tokens\"]")" = "chat.completion assistant 12" ]'
-text=$(echo "$whole" | py 'd["choices"][0]["message"]["content"]')
+check "whole chat: $whole" '[ "$(echo "$whole" | json "d[\"object\"], d[\"choices\"][0][\"message\"][\"role\"], d[\"usage\"][\"completion_tokens\"]")" = "chat.completion assistant 12" ]'
+text=$(echo "$whole" | json 'd["choices"][0]["message"]["content"]')
 sbody=${body%\}},\"stream\":true\}
 curl -sS -N -m 60 "$base/v1/chat/completions" -H "$J" -d "$sbody" >"$tmp/stream.txt"
 check "streamed chat: [DONE] is not the last event" '[ "$(grep -v "^$" "$tmp/stream.txt" | tail -1)" = "data: [DONE]" ]'
@@ -86,7 +79,7 @@ check "x-session-id is not the resident session: $st" '[[ $st == *"curl-session-
 
 # ---- models, health, metrics ----
 m=$(curl -sS -m 10 "$base/v1/models")
-check "models: $m" '[ "$(echo "$m" | py "d[\"object\"], d[\"data\"][0][\"id\"]")" = "list tiny" ]'
+check "models: $m" '[ "$(echo "$m" | json "d[\"object\"], d[\"data\"][0][\"id\"]")" = "list tiny" ]'
 check "health is not 200" '[ "$(curl -s -o /dev/null -w "%{http_code}" "$base/health")" = 200 ]'
 ct=$(curl -sS -m 10 -o "$tmp/metrics.txt" -w '%{content_type}' "$base/metrics")
 check "metrics content type: $ct" '[[ $ct == text/plain* ]]'
@@ -103,7 +96,7 @@ check "clear with the token: $code" '[ "$code" = 200 ]'
 # ---- errors ----
 code=$(curl -s -o "$tmp/err.json" -w '%{http_code}' "$base/v1/chat/completions" -H "$J" -d '{"messages": [')
 check "malformed body: $code $(cat "$tmp/err.json")" \
-	'[ "$code" = 400 ] && [ "$(py "d[\"error\"][\"type\"]" <"$tmp/err.json")" = invalid_request_error ]'
+	'[ "$code" = 400 ] && [ "$(json "d[\"error\"][\"type\"]" <"$tmp/err.json")" = invalid_request_error ]'
 python3 -c '
 import json
 print(json.dumps({"messages": [{"role": "user", "content": "word " * 300000}], "max_tokens": 2}))' >"$tmp/big.json"

@@ -51,24 +51,10 @@ static void want_refused(int port, const char *path, const char *body)
 
 int main(int argc, char **argv)
 {
-	REQUIRE(argc == 5, "usage: %s CACHED ENGINED GATEWAYD MODEL_DIR",
-		argv[0]);
-	gt_.cached = argv[1];
-	gt_.engined = argv[2];
-	gt_.gatewayd = argv[3];
-	gt_.model = argv[4];
-	gt_.run = h_init("gwmem", 120);
-	char *cargv[] = {(char *)gt_.cached, "--run-dir", (char *)gt_.run,
-			 TIGHT, NULL};
-	gt_.cd = h_spawn("cached", cargv);
-	REQUIRE(h_wait_ready("cached", "serving", gt_.run, "admin.sock", gt_.cd,
-			     20) == 0,
-		"cached did not come up");
-	gt_engined(NULL, NULL);
-	gt_.gw = gt_gatewayd(&gt_.port, NULL);
+	static const char *const tight[] = {TIGHT, NULL};
+	gt_.cached_args = tight;
+	gt_stack(argc, argv, "gwmem", 120, NULL, NULL, NULL);
 	int port = gt_.port;
-	REQUIRE(gt_wait_health(port, 200, 20) == 200,
-		"the stack did not come up green");
 	CHECK(h_log_has("cached", "every prefill will be refused"),
 	      "cached did not warn at the attach");
 
