@@ -74,10 +74,19 @@ typedef struct eng_seq {
 	int64_t len;
 } eng_seq;
 
+enum { ENG_LOAD_SAFETENSORS = 0, ENG_LOAD_DUMMY = 1 };
+
 typedef struct eng_opts {
 	int grid;       /* prefill grid (a multiple of 64); 0 = 1024 */
 	int64_t window; /* max tokens per sequence; 0 = min(max_pos, 32768) */
 	int threads;    /* CPU backend threads; 0 = 1 */
+	/* ENG_LOAD_DUMMY (vLLM's --load-format dummy): no safetensors are
+	 * read; every weight is filled on the backend with seeded uniform
+	 * values (fill_random) from config.json's shapes alone, for
+	 * benchmarks of shapes whose files cannot be shipped. */
+	int load_format;
+	uint64_t seed; /* of the dummy weights */
+	int progress;  /* log a progress line (bytes, GB/s) while loading */
 } eng_opts;
 
 typedef struct eng_model eng_model;
@@ -94,6 +103,11 @@ int eng_model_vocab(const eng_model *m);
 /* The prefill workspace carved at load (bytes): the same for every prompt
  * length (a chunk of `grid` tokens; attention reads the views in place). */
 size_t eng_model_workspace_bytes(const eng_model *m);
+/* Bytes of weights on the backend, and how long the load took (s). */
+uint64_t eng_model_weight_bytes(const eng_model *m);
+double eng_model_load_seconds(const eng_model *m);
+/* The backend's one-line description (kern_ops.describe). */
+void eng_model_describe(const eng_model *m, char *out, size_t n);
 int eng_model_eos(const eng_model *m); /* -1 if none */
 
 /* Engine-owned sequence buffers, zeroed (for tests and one-shot runs). */
@@ -102,12 +116,22 @@ void eng_seq_free(eng_model *m, eng_seq *s); /* safe on zeroed */
 /* Resets the sequence to length 0 (zeroes its sections). */
 int eng_seq_reset(eng_model *m, eng_seq *s);
 
-enum { ENG_LOGITS_NONE = 0, ENG_LOGITS_LAST = 1, ENG_LOGITS_ALL = 2 };
+/* KEEP leaves the last token's logits on the device for eng_model_sample
+ * (no [vocab] floats cross to the host). */
+enum {
+	ENG_LOGITS_NONE = 0,
+	ENG_LOGITS_LAST = 1,
+	ENG_LOGITS_ALL = 2,
+	ENG_LOGITS_KEEP = 3,
+};
 
 /* Prefills ids[0..n) at positions s->len.. on the grid, advancing s->len.
  * logits (host memory): NONE; LAST, [vocab] for the last token; or ALL,
- * [n, vocab]. Fails with MOOR_ERANGE past the window; on failure the
- * sequence's state is undefined from s->len on (the caller restores). */
+ * [n, vocab]; KEEP: none to the host (logits NULL). Every id must be below
+ * the vocabulary (checked here, on the host: MOOR_ERANGE, nothing run).
+ * Fails with MOOR_ERANGE past the window; on failure the sequence's state
+ * is undefined from s->len on (the caller restores). The ids are read
+ * before the call returns. */
 int eng_prefill(eng_model *m, eng_seq *s, const int32_t *ids, int64_t n,
 		float *logits, int mode);
 
@@ -121,16 +145,28 @@ typedef struct eng_slot {
 
 /* eng_prefill that also fills the slots whose lines it passes, in order;
  * *n_filled counts the slots filled (a prefix of the list: slots must be in
- * ascending line order; a slot whose line is not a chunk end is left). */
+ * ascending line order; a slot whose line is not a chunk end is left).
+ * A slot's copy runs on the backend's copy queue, overlapping the next
+ * chunk's compute; it is complete once eng_model_sync() returns (or any
+ * call that downloads logits). */
 int eng_prefill_slots(eng_model *m, eng_seq *s, const int32_t *ids,
 		      int64_t n, float *logits, int mode, const eng_slot *slots,
 		      int n_slots, int *n_filled);
 
 /* One decode step (the recurrent form): forwards id at position s->len and
- * writes its logits [vocab] to host memory. */
+ * writes its logits [vocab] to host memory, or keeps them on the device
+ * for eng_model_sample when logits is NULL. On a backend with graphs the
+ * step is one graph launch (one graph per length bucket, captured at its
+ * first use and kept while the sequence's buffers stay the same). */
 int eng_decode(eng_model *m, eng_seq *s, int32_t id, float *logits);
 
-/* ---- sampler (host) ---- */
+/* Waits for every queue of the model: on return the sequence's buffers and
+ * every filled slot hold their bytes, and an error of enqueued work
+ * surfaces here. Whoever hands the sequence's memory to another process
+ * calls it first (engined before COMMIT and ABORT). */
+int eng_model_sync(eng_model *m);
+
+/* ---- sampler ---- */
 
 typedef struct eng_sampling {
 	float temperature; /* 0: greedy */
@@ -142,11 +178,16 @@ typedef struct eng_sampling {
 
 typedef struct eng_sampler eng_sampler;
 
-/* The sampler keeps a scratch of vocab entries and an RNG seeded once. */
+/* The sampler holds the parameters, a xoshiro256** stream seeded once
+ * (one 64-bit draw per non-greedy pick) and a host scratch for
+ * eng_sample. The rule is kern_ops.sample's (ops.h). */
 eng_sampler *eng_sampler_new(int vocab, const eng_sampling *p);
 void eng_sampler_free(eng_sampler *s);
-/* Picks a token from logits [vocab]. Greedy takes the lowest index among
- * equal maxima. The same seed and logits give the same tokens. */
+/* Picks a token from host logits [vocab]. */
 int32_t eng_sample(eng_sampler *s, const float *logits);
+/* Picks a token from the logits the last prefill (LAST or KEEP) or decode
+ * left on the device, on the device: only the id comes back. The same seed
+ * and logits give the same tokens as eng_sample. */
+int eng_model_sample(eng_model *m, eng_sampler *s, int32_t *out);
 
 #endif

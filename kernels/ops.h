@@ -1,26 +1,61 @@
 /* ops.h: the compute backend contract (`kern_`).
  *
- * A backend is a vtable (struct kern_ops) plus an opaque context. The model
+ * A backend is a vtable (struct kern_ops) plus an opaque context, found by
+ * name in the registry (kern_backend: "cpu", "cuda"); nothing outside the
+ * registry and a backend's own tests names a backend's vtable. The model
  * code holds buffers as opaque device pointers (`void *` it never
  * dereferences; it may offset them by bytes with kern_at()), allocates every
  * buffer and workspace up front through the vtable, and enqueues ops on a
  * queue. The CPU backend runs an op to completion on its thread pool before
- * returning; a CUDA backend enqueues it on a stream. Either way, results are
- * visible to the host only after download() (which synchronises) or sync().
+ * returning; the CUDA backend enqueues it on a stream. Either way, results
+ * are visible to the host only after download() (which synchronises) or
+ * sync().
+ *
+ * Queues and ordering. A context has a compute queue and a copy queue
+ * (queue(ctx, KERN_Q_COMPUTE | KERN_Q_COPY)); work on one queue runs in
+ * order; across queues, record() an event on one and wait() for it on the
+ * other (the waiting queue stalls on the device, the host does not). On the
+ * CPU backend every op is complete on return, so events order nothing that
+ * is not ordered already.
+ *
+ * Errors. An argument the host can check (shapes, strides, dtypes, NULLs)
+ * fails the call at once with a negative code and enqueues nothing. Work
+ * that fails on the device (a fault, a launch failure) surfaces at the next
+ * sync() or download() of that queue as MOOR_EBACKEND; the context is then
+ * unusable. Data-dependent checks (an id >= vocab) are the caller's, on the
+ * host, before the upload: a device kernel cannot fail a call.
+ *
+ * Host memory handed to an op. upload()'s source must stay valid and
+ * unchanged until the next sync() of that queue (a device backend may read
+ * it then); the same holds for sample()'s parameters, which are read at the
+ * call. No caller uploads from its stack and returns.
+ *
+ * Memory of another process. import_ipc() maps memory that another process
+ * allocated (cached's device arena): a shm object on the CPU backend, a CUDA
+ * IPC handle on CUDA. The importer never frees it; unimport() ends the
+ * mapping and the memory lives on in its owner. Whoever hands bytes of such
+ * memory to another process synchronises the queues that wrote them first.
  *
  * Numerics. Activations are fp32 buffers. Weights are bf16, f16 or f32
  * (`wdt`). Where the model's compute dtype is bf16 the reference
  * implementation rounds intermediate tensors to bf16; an op given
  * act == KERN_ACT_BF16 rounds its outputs at those points, so the fp32
  * buffers hold exactly the bf16 values the reference holds. Each op below
- * says where it rounds.
+ * says where it rounds. A device backend may round a matmul's input to the
+ * weights' 16-bit dtype (exact when act is BF16: every matmul input of a
+ * bf16 model is a rounded activation already).
  *
- * Determinism. Every op gives the same bits for the same inputs whatever the
- * thread count and whatever rows surround a row: work is partitioned by
- * output element, and each output's reduction runs in one fixed order that
- * depends only on the reduced length (never on T or on the partition). No
- * atomics in arithmetic. This is what makes a prefill split at grid lines
- * equal a one-shot prefill bit for bit.
+ * Determinism. Every op gives the same bits for the same inputs run after
+ * run. The CPU backend also gives them whatever the thread count and
+ * whatever rows surround a row: work is partitioned by output element, and
+ * each output's reduction runs in one fixed order that depends only on the
+ * reduced length (never on T or on the partition). A device backend fixes
+ * its reduction orders per shape (one GEMM algorithm per weight shape and
+ * row bucket, fixed splits of attention combined in a fixed order, no
+ * atomics in arithmetic): the same call gives the same bits, so a prefill
+ * split at grid lines (which forwards the same chunks) equals a one-shot
+ * prefill bit for bit on either backend; the two backends agree within the
+ * tolerances the kernel tests state, not bit for bit.
  *
  * Errors: 0 on success, a negative code (moor.h) on failure. Shapes are
  * row-major; `ld*` arguments are row strides in elements.
@@ -36,7 +71,7 @@
 #include <stdint.h>
 
 /* Bumped on any incompatible change of struct kern_ops. */
-#define KERN_ABI_VERSION 1
+#define KERN_ABI_VERSION 2
 
 enum kern_dtype { KERN_F32 = 0, KERN_BF16 = 1, KERN_F16 = 2 };
 enum kern_act { KERN_ACT_F32 = 0, KERN_ACT_BF16 = 1 };
@@ -55,6 +90,8 @@ static inline void *kern_at(void *p, size_t bytes)
 
 typedef struct kern_ctx kern_ctx;
 typedef struct kern_queue kern_queue;
+typedef struct kern_event kern_event;
+typedef struct kern_graph kern_graph;
 
 typedef struct kern_config {
 	int threads; /* CPU worker threads (>= 1); 0 = the backend's choice */
@@ -64,15 +101,74 @@ typedef struct kern_config {
 /* The chunk length of the chunked delta rule (SPEC §5.6). */
 #define KERN_GDN_CHUNK 64
 
+enum kern_queue_kind { KERN_Q_COMPUTE = 0, KERN_Q_COPY = 1 };
+
+/* kern_ops.caps */
+enum {
+	/* Buffers are host memory: a host pointer may be passed where a
+	 * buffer is expected (the CPU backend). */
+	KERN_CAP_HOST_MEMORY = 1u << 0,
+};
+
+/* Memory another process exported (cached's device arena). */
+enum kern_ipc_kind { KERN_IPC_SHM = 1, KERN_IPC_CUDA = 2 };
+#define KERN_IPC_NAME_MAX 80
+#define KERN_IPC_HANDLE_BYTES 64
+
+typedef struct kern_ipc {
+	uint32_t kind;   /* kern_ipc_kind */
+	int32_t device;  /* CUDA: the ordinal the memory lives on */
+	uint64_t size;   /* bytes */
+	char name[KERN_IPC_NAME_MAX];	       /* SHM: "/moor.dev" */
+	uint8_t handle[KERN_IPC_HANDLE_BYTES]; /* CUDA: cudaIpcMemHandle_t */
+} kern_ipc;
+
+/* The most a model will ask of one op, given to reserve() at load so that a
+ * device backend allocates its scratch (a matmul's staged input, attention's
+ * split partials, the sampler's sort) once, never in the forward. */
+typedef struct kern_limits {
+	int rows;	/* tokens of one op (the prefill chunk) */
+	int64_t width;	/* widest matmul input row (elements) */
+	int64_t window; /* most keys one attention row reads */
+	int q_heads, head_dim;
+	int vocab; /* sample()'s V */
+} kern_limits;
+
+/* Token selection (sample()). temperature <= 0 or top_k == 1: greedy. */
+typedef struct kern_sampling {
+	float temperature;
+	int top_k;   /* 0: off */
+	float top_p; /* >= 1: off */
+	float min_p; /* 0: off */
+} kern_sampling;
+
+/* Elements per block of the sampler's blocked sums (sample()). */
+#define KERN_SAMPLE_BLOCK 256
+
 typedef struct kern_ops {
 	uint32_t abi; /* KERN_ABI_VERSION */
 	const char *name;
+	unsigned caps; /* KERN_CAP_* */
 
 	/* ---- lifecycle ---- */
+	/* 0 when the backend can run on cfg->device here (a GPU is present,
+	 * the driver answers); else a negative code and err says why. Cheap,
+	 * creates nothing that outlives the call. err: MOOR_ERRLEN or NULL. */
+	int (*probe)(int device, char *err);
 	int (*create)(const kern_config *cfg, kern_ctx **out);
 	void (*destroy)(kern_ctx *ctx); /* safe on NULL */
-	/* The context's default queue; lives as long as ctx. */
-	kern_queue *(*queue)(kern_ctx *ctx);
+	/* A queue of the context (enum kern_queue_kind); lives as long as ctx.
+	 * The CPU backend returns one queue for both kinds. */
+	kern_queue *(*queue)(kern_ctx *ctx, int kind);
+	/* Optional (NULL: nothing to reserve). Sizes the backend's scratch for
+	 * ops up to lim; an op past the reserved limits fails with
+	 * MOOR_ERANGE. May be called again with larger limits (never inside
+	 * a graph capture). */
+	int (*reserve)(kern_ctx *ctx, const kern_limits *lim);
+	/* A one-line description of the device and libraries, for logs and
+	 * the fingerprint ("cpu, 4 threads"; "NVIDIA H200, cc 9.0, CUDA 13.0,
+	 * cuBLAS 13.0.0"). */
+	void (*describe)(kern_ctx *ctx, char *out, size_t n);
 
 	/* ---- memory ---- */
 	int (*alloc)(kern_ctx *ctx, size_t bytes, void **out);
@@ -84,17 +180,53 @@ typedef struct kern_ops {
 			 void **out);
 	/* Optional (NULL: nothing to release). Ends a wrap_host(). */
 	void (*unwrap)(kern_ctx *ctx, void *p);
+	/* Maps memory another process exported (see the header). h->kind
+	 * must be the backend's own (CPU: KERN_IPC_SHM; CUDA: KERN_IPC_CUDA),
+	 * else MOOR_EUNSUP. *out is a device pointer to h->size bytes.
+	 * err: MOOR_ERRLEN or NULL. */
+	int (*import_ipc)(kern_ctx *ctx, const kern_ipc *h, void **out,
+			  char *err);
+	/* Ends an import_ipc(); safe on NULL. The memory stays its owner's. */
+	void (*unimport)(kern_ctx *ctx, void *p);
+	/* src stays valid until the next sync() of q (the header). */
 	int (*upload)(kern_queue *q, void *dst, const void *src, size_t n);
-	/* Synchronises: on return dst holds the bytes. */
+	/* Synchronises q: on return dst holds the bytes, and every error of
+	 * work enqueued before surfaces here. */
 	int (*download)(kern_queue *q, void *dst, const void *src, size_t n);
 	int (*copy)(kern_queue *q, void *dst, const void *src, size_t n);
 	int (*zero)(kern_queue *q, void *dst, size_t n);
+	/* Waits for q's work; its errors surface here (MOOR_EBACKEND). */
 	int (*sync)(kern_queue *q);
+
+	/* ---- ordering between queues ---- */
+	int (*event_new)(kern_ctx *ctx, kern_event **out);
+	void (*event_free)(kern_ctx *ctx, kern_event *e); /* safe on NULL */
+	/* e completes when q's work enqueued so far is done. */
+	int (*record)(kern_queue *q, kern_event *e);
+	/* Work enqueued on q from now on waits for e's last record(). */
+	int (*wait)(kern_queue *q, kern_event *e);
+
+	/* ---- graphs (optional: NULL on backends without them) ----
+	 * graph_begin() starts capturing q's ops instead of running them;
+	 * graph_end() turns what was captured into a graph; graph_launch()
+	 * runs it as one unit. While capturing, the ops that take a position
+	 * (rope, attention, kv_write) read it relative to the launch: an op
+	 * captured with pos0 = cap_pos + d runs at pos + d, where cap_pos is
+	 * graph_begin's and pos is graph_launch's. max_len bounds the keys
+	 * attention reads in any launch (pos + T <= max_len): the graph is
+	 * shaped for it. Nothing synchronous (download, sync, sample) may be
+	 * captured; the caller checks a launch's bounds on the host. */
+	int (*graph_begin)(kern_queue *q, int64_t cap_pos, int64_t max_len);
+	int (*graph_end)(kern_queue *q, kern_graph **out);
+	int (*graph_launch)(kern_queue *q, kern_graph *g, int64_t pos);
+	void (*graph_free)(kern_ctx *ctx, kern_graph *g); /* safe on NULL */
 
 	/* ---- ops ---- */
 
 	/* out[T,H] = table[ids[t], :] converted to fp32. ids: device i32[T],
-	 * each < V (an id >= V is MOOR_ERANGE, nothing written). */
+	 * each < V: the caller checks them on the host before the upload (the
+	 * CPU backend also fails an id >= V with MOOR_ERANGE, nothing written;
+	 * a device backend writes zeros for it). */
 	int (*embed)(kern_queue *q, float *out, const void *table, int wdt,
 		     const int32_t *ids, int T, int H, int V);
 
@@ -116,11 +248,13 @@ typedef struct kern_ops {
 		       float eps, int plus_one, int act);
 
 	/* Gated RMSNorm of the GDN output (SPEC §4), per row of [rows, dim]
-	 * contiguous: n = rnd(x * rsqrt(mean(x^2) + eps)); p = rnd(w * n);
-	 * y = rnd(p * silu(z)); rnd rounds to bf16 when act is BF16. */
+	 * (x and y contiguous): n = rnd(x * rsqrt(mean(x^2) + eps));
+	 * p = rnd(w * n); y = rnd(p * silu(z)); rnd rounds to bf16 when act is
+	 * BF16. z's rows come in groups of zg (a token's value heads): row r
+	 * of z is at z + (r / zg) * ldz + (r % zg) * dim. */
 	int (*gated_rmsnorm)(kern_queue *q, float *y, const float *x,
-			     const float *z, const void *w, int wdt, int rows,
-			     int dim, float eps, int act);
+			     const float *z, int ldz, int zg, const void *w,
+			     int wdt, int rows, int dim, float eps, int act);
 
 	/* Causal depthwise conv with its tail (SPEC §5.2), then SiLU:
 	 * in [T, C] (row stride ldin), tail [Kc-1, C] fp32 = the Kc-1 inputs
@@ -153,13 +287,15 @@ typedef struct kern_ops {
 	 * (stride ldv); g, beta [T, Hv]; S [Hv, dk, dv] fp32, read as the
 	 * state entering and written as the state leaving. o [T, Hv, dv].
 	 * Value head h reads q/k head h / (Hv / Hk). The state stays fp32;
-	 * act BF16 rounds o. ws: at least delta_ws_bytes(Hv, dk, dv) bytes of
-	 * device memory. */
+	 * act BF16 rounds o. ws: at least delta_ws_bytes(ctx, T, Hv, dk, dv)
+	 * bytes of device memory. */
 	int (*delta_chunked)(kern_queue *q, float *o, float *S, const float *qq,
 			     const float *k, int ldqk, const float *v, int ldv,
 			     const float *g, const float *beta, int T, int Hk,
 			     int Hv, int dk, int dv, void *ws, int act);
-	size_t (*delta_ws_bytes)(int Hv, int dk, int dv);
+	/* The workspace delta_chunked needs for up to T tokens; 0 for shapes
+	 * the backend cannot run. */
+	size_t (*delta_ws_bytes)(kern_ctx *ctx, int T, int Hv, int dk, int dv);
 
 	/* The recurrent delta rule (SPEC §5.5), token by token; same
 	 * arguments as delta_chunked, no workspace. */
@@ -206,9 +342,88 @@ typedef struct kern_ops {
 	/* y = rnd(x * rnd(sigmoid(gate))) over n elements (output gate). */
 	int (*sigmoid_mul)(kern_queue *q, float *y, const float *x,
 			   const float *gate, size_t n, int act);
+
+	/* ---- fused ops (optional: NULL means the model runs the unfused
+	 * ops named, which stay the reference in the tests) ---- */
+
+	/* add then rmsnorm: h = rnd(h + x) over [rows, dim] contiguous, then
+	 * y = rmsnorm(h) as rmsnorm() with plus_one (y contiguous). */
+	int (*add_rmsnorm)(kern_queue *q, float *h, const float *x, float *y,
+			   const void *w, int wdt, int rows, int dim, float eps,
+			   int act);
+	/* matmul of swiglu: y = matmul(rnd(rnd(silu(gate)) * up)) with the
+	 * SwiGLU's [T, K] input computed on the way into the product (gate
+	 * and up rows spaced ldgu apart); the same bits as swiglu() into a
+	 * buffer and matmul() of it. */
+	int (*matmul_swiglu)(kern_queue *q, float *y, int ldy,
+			     const float *gate, const float *up, int ldgu,
+			     const void *W, int wdt, int T, int N, int K,
+			     int act);
+
+	/* dst[0..n) of dtype dt (bf16, f16, f32) = uniform values in
+	 * [lo, hi): element i is a function of (seed, i) alone, the same bits
+	 * on every backend (kern_fill_value). For --load-format dummy. */
+	int (*fill_random)(kern_queue *q, void *dst, int dt, size_t n,
+			   uint64_t seed, float lo, float hi);
+
+	/* ---- sampling ---- */
+
+	/* Picks one token from logits [V] (device, fp32) and writes it to
+	 * *host_id (synchronising q) and, when dev_id is not NULL, to the
+	 * device int32 *dev_id (the next decode step's input). draw is 64
+	 * random bits of the caller's generator (unused when greedy).
+	 *
+	 * The rule, the same on every backend so that the same draw and the
+	 * same logits give the same token: a NaN logit counts as -inf. Greedy
+	 * takes the lowest index among the maxima. Otherwise the candidates
+	 * are sorted by (logit desc, index asc) and cut to top_k; with mx the
+	 * first logit, w_i = kern_exp_det(((double)l_i - mx) / temperature);
+	 * C(k) is the blocked prefix sum of w_0..w_{k-1} in double: with
+	 * B = KERN_SAMPLE_BLOCK and b = k / B, C(k) = P_b + R_k, where P_b
+	 * adds the sequential sums of blocks 0..b-1 in order and R_k sums
+	 * w_{bB}..w_{k-1} in order (each sum starting from +0);
+	 * min_p keeps the first k with w_i >= min_p; top_p then keeps the
+	 * shortest prefix with C(k) >= top_p * C(n) (n: after top_k); u =
+	 * (draw >> 11) * 2^-53 * C(kept), and the token is the first i with
+	 * u < C(i + 1) (the last kept if none). */
+	int (*sample)(kern_queue *q, const float *logits, int V,
+		      const kern_sampling *p, uint64_t draw, int32_t *dev_id,
+		      int32_t *host_id);
 } kern_ops;
 
-/* The portable CPU backend (kernels/cpu). Always built. */
+/* ---- the registry ---- */
+
+/* The backend of that name ("cpu", "cuda") when this build has it, else
+ * NULL. */
+const kern_ops *kern_backend(const char *name);
+/* The backend `auto` picks: CUDA when it is built and its probe() finds
+ * the device, else the CPU backend. why (MOOR_ERRLEN) gets a sentence for
+ * the start-up log saying which and why. */
+const kern_ops *kern_backend_auto(int device, char *why);
+/* The names this build has, NULL-terminated. */
+const char *const *kern_backend_names(void);
+
+/* ---- the sampler's arithmetic, shared by every backend ---- */
+
+/* e^x in double from + and * alone (a fixed sequence: x = n ln2 + r,
+ * |r| <= ln2/2, a degree-13 Taylor polynomial of e^r, 2^n from the
+ * exponent bits), so the CPU and a GPU give the same bits for the same x.
+ * x <= 0 (the sampler's range): below -745 it gives 0. */
+double kern_exp_det(double x);
+
+/* fill_random()'s element i as fp32 before its conversion to the dtype:
+ * lo + (hi - lo) * u, u = the top 24 bits of SplitMix64(seed + i *
+ * 0x9e3779b97f4a7c15) times 2^-24, in fp32 with each operation rounded. */
+float kern_fill_value(uint64_t seed, uint64_t i, float lo, float hi);
+
+/* The host implementation of sample()'s rule over host logits [V]; work
+ * holds at least kern_sample_work_bytes(V) bytes. */
+int32_t kern_sample_host(const float *logits, int V, const kern_sampling *p,
+			 uint64_t draw, void *work);
+size_t kern_sample_work_bytes(int V);
+
+/* The backends' vtables: for the registry and each backend's own tests
+ * only (kernels/registry.c). kern_cuda_ops exists when CUDA is built. */
 extern const kern_ops kern_cpu_ops;
 
 #endif

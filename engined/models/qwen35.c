@@ -1,9 +1,15 @@
 /* qwen35.c: the Qwen3.5 dense text model (SPEC-qwen35.md) behind eng.h.
  *
- * Weights are mmapped and handed to the backend with wrap_host (the CPU
- * backend points into the file). Every buffer the forward uses is carved
- * from one workspace allocated at load for a chunk of `grid` tokens, so
- * nothing is allocated in prefill or decode.
+ * Weights are mmapped and handed to the backend with wrap_host where it has
+ * one (the CPU backend points into the file); a device backend gets them
+ * copied (alloc + upload, with a progress line), and there the projections
+ * that read the same input are fused into one matrix each (a GDN layer's
+ * qkv | z | b | a, an MLP's gate | up), so decode streams each input once
+ * and launches one GEMV instead of four. With --load-format dummy no file
+ * is read: fill_random writes seeded values of config.json's shapes. Every
+ * buffer the forward uses is carved from one workspace allocated at load
+ * for a chunk of `grid` tokens, so nothing is allocated in prefill or
+ * decode; the backend's own scratch is sized once by reserve().
  *
  * State layout (eng_layout), in this order:
  *   sections: for each GDN layer i, "gdn.S" [Hv, dk, dv] fp32, then
@@ -22,6 +28,7 @@
 #include "ckpt.h"
 #include "config.h"
 #include "eng.h"
+#include "eng_int.h"
 #include "moor.h"
 
 /* ===================================================================== */
@@ -35,8 +42,10 @@ typedef struct wt {
 typedef struct layer_w {
 	int full;
 	wt in_norm, post_norm, gate, up, down;
+	wt gu; /* fused: [2I, H] gate rows then up rows (gate, up unset) */
 	/* GDN */
 	wt qkv, z, b, a, conv, norm, out;
+	wt proj; /* fused: [conv_dim + value_dim + 2 Hv, H] qkv | z | b | a */
 	float *A_log, *dt_bias; /* device fp32 [Hv] */
 	/* attention */
 	wt q, k, v, o, q_norm, k_norm;
@@ -44,14 +53,26 @@ typedef struct layer_w {
 	int view_K, view_V;  /* view indices, attention */
 } layer_w;
 
+/* Decode graphs: one per length bucket (ops.h's graph_begin max_len). */
+#define GRAPH_BUCKETS 24
+
 struct eng_model {
 	const kern_ops *ops;
 	kern_ctx *ctx;
-	kern_queue *q;
+	kern_queue *q;	/* compute */
+	kern_queue *cq; /* copy: anchor slots */
+	kern_event *ev_chunk, *ev_copied;
+	int copy_pending; /* a slot copy the next section write waits for */
 	qwen35_config c;
 	eng_ckpt *ck;
 	int act;  /* KERN_ACT_BF16 for bf16 models */
 	int kvdt; /* view dtype */
+	int fused; /* fused projections (a device backend) */
+	int dummy; /* --load-format dummy */
+	uint64_t seed;
+	int progress;
+	uint64_t weight_bytes;
+	double load_s, t_log; /* load time; last progress line */
 	int key_dim, value_dim, conv_dim;
 	wt embed, final_norm, head;
 	layer_w *L;
@@ -64,14 +85,33 @@ struct eng_model {
 	} *held;
 	int n_held, cap_held;
 
-	/* workspace, [grid] tokens (device) */
+	/* workspace, [grid] tokens (device), carved from ws:
+	 *   h    [T, H]  the residual stream
+	 *   xn   [T, H]  a normed copy of h, the next projections' input
+	 *   t0   [T, w0] projections: GDN qkv | z | b | a, attention q+gate |
+	 *                k | v, MLP gate | up
+	 *   t1   [T, w1] conv + SiLU output; attention q and gate; SwiGLU
+	 *   t2   [T, w2] GDN core output; attention output
+	 *   t3   [T, w2] gated norm output
+	 *   t4   [T, H]  a mixer's or the MLP's output, added into h
+	 *   beta, g [T, Hv]
+	 *   delta_ws     delta_ws_bytes(T, Hv, dk, dv)
+	 *   ids  [T] i32
+	 *   logits [LOGIT_ROWS, V] */
 	int64_t T; /* chunk capacity = grid */
 	void *ws;
 	size_t ws_bytes; /* the whole carve, bytes */
 	float *h, *xn, *t0, *t1, *t2, *t3, *t4, *beta, *g;
 	void *delta_ws;
 	int32_t *ids;
-	float *logits; /* [LOGIT_ROWS, V] */
+	float *logits;
+	int32_t *ids_host; /* [T] host: upload()'s source, valid to the sync */
+	int32_t dev_id;	   /* the id sample() left in ids[0], or -1 */
+	int logits_kept;   /* logits row 0 holds the last token's */
+
+	/* decode graphs, valid for the sequence buffers graph_sig hashes */
+	kern_graph *graph[GRAPH_BUCKETS];
+	uint64_t graph_sig;
 #ifdef ENG_PROBE
 	int64_t probe_pos; /* position of the chunk's first token */
 #endif
@@ -117,7 +157,25 @@ static void release(eng_model *m, void *p, int wrapped)
 		m->ops->unwrap(m->ctx, p);
 }
 
-/* Device copy of host bytes, through wrap_host where the backend has it. */
+static void load_progress(eng_model *m, uint64_t add)
+{
+	m->weight_bytes += add;
+	if (!m->progress)
+		return;
+	double now = moor_now();
+	if (now - m->t_log < 1.0)
+		return;
+	m->t_log = now;
+	double el = now - m->load_s;
+	moor_info("loading: %.2f GB of weights in %.1f s (%.2f GB/s)",
+		  (double)m->weight_bytes / 1e9, el,
+		  el > 0 ? (double)m->weight_bytes / 1e9 / el : 0.0);
+}
+
+/* Device copy of host bytes, through wrap_host where the backend has it.
+ * An upload's source must outlive the queue's next sync: the checkpoint's
+ * mapping does (it is open until the model is freed); a staging buffer the
+ * caller reuses is synced first (to_device_sync). */
 static int to_device(eng_model *m, const void *host, size_t n, void **out)
 {
 	int rc, wrapped = m->ops->wrap_host != NULL;
@@ -130,7 +188,75 @@ static int to_device(eng_model *m, const void *host, size_t n, void **out)
 	}
 	if (rc == 0 && (rc = keep(m, *out, wrapped)))
 		release(m, *out, wrapped);
+	if (rc == 0)
+		load_progress(m, n);
 	return rc;
+}
+
+/* A fresh device buffer of n bytes, kept for eng_model_free. */
+static int dev_alloc(eng_model *m, size_t n, void **out)
+{
+	int rc = m->ops->alloc(m->ctx, n, out);
+	if (rc == 0 && (rc = keep(m, *out, 0)))
+		m->ops->free(m->ctx, *out);
+	return rc;
+}
+
+/* Seeded dummy values for a tensor of `elems` elements: each tensor's
+ * stream is the model seed mixed with its name. */
+static uint64_t name_seed(uint64_t seed, const char *name)
+{
+	uint64_t h = 0xcbf29ce484222325ull ^ seed;
+	for (const char *p = name; *p; p++) {
+		h ^= (unsigned char)*p;
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+/* The range of a dummy tensor: a matrix [N, K] is uniform in
+ * +-1/sqrt(K) (unit-variance outputs for unit-variance inputs, times
+ * 1/sqrt(3)), a norm's weight small around its identity, the conv taps
+ * +-0.5; A_log and dt_bias are set in get_f32. */
+static void dummy_range(const char *name, int ndim, int64_t d1, float *lo,
+			float *hi)
+{
+	if (ndim >= 2 && !strstr(name, "conv1d")) {
+		float a = 1.0f / sqrtf((float)(d1 > 0 ? d1 : 1));
+		*lo = -a;
+		*hi = a;
+	} else if (strstr(name, "conv1d")) {
+		*lo = -0.5f;
+		*hi = 0.5f;
+	} else if (strstr(name, "linear_attn.norm")) {
+		*lo = 0.9f; /* a plain weight (SPEC §4): around 1 */
+		*hi = 1.1f;
+	} else {
+		*lo = -0.1f; /* (1 + w) norms: around 1 */
+		*hi = 0.1f;
+	}
+}
+
+static int dummy_tensor(eng_model *m, const char *name, int ndim, int64_t d0,
+			int64_t d1, int64_t d2, wt *w)
+{
+	int64_t elems = d0 * (ndim > 1 ? d1 : 1) * (ndim > 2 ? d2 : 1);
+	int dt = m->c.dtype;
+	size_t n = (size_t)elems * kern_dtype_size(dt);
+	void *p;
+	int rc = dev_alloc(m, n, &p);
+	if (rc)
+		return rc;
+	float lo, hi;
+	dummy_range(name, ndim, d1, &lo, &hi);
+	rc = m->ops->fill_random(m->q, p, dt, (size_t)elems,
+				 name_seed(m->seed, name), lo, hi);
+	if (rc)
+		return rc;
+	load_progress(m, n);
+	w->p = p;
+	w->dt = dt;
+	return 0;
 }
 
 static const char *prefix_of(const eng_ckpt *ck)
@@ -157,6 +283,13 @@ static int get(loadctx *lc, wt *w, const char *fmt, int layer, int ndim,
 	char rel[192], name[256];
 	snprintf(rel, sizeof rel, fmt, layer);
 	snprintf(name, sizeof name, "%s%s", lc->pre, rel);
+	if (lc->m->dummy) {
+		int rc = dummy_tensor(lc->m, name, ndim, d0, d1, d2, w);
+		if (rc)
+			moor_errf(lc->err, "dummy tensor %s: %s", name,
+				  moor_strerror(rc));
+		return rc;
+	}
 	int64_t shape[3] = {d0, d1, d2};
 	const eng_tensor *t;
 	int rc = eng_ckpt_get(lc->m->ck, name, ndim, shape, &t, lc->err);
@@ -181,33 +314,45 @@ static int get_f32(loadctx *lc, float **out, const char *fmt, int layer,
 	char rel[192], name[256];
 	snprintf(rel, sizeof rel, fmt, layer);
 	snprintf(name, sizeof name, "%s%s", lc->pre, rel);
-	const eng_tensor *t;
-	int rc = eng_ckpt_get(lc->m->ck, name, 1, &n, &t, lc->err);
-	if (rc)
-		return rc;
 	float tmp[4096];
 	if (n > 4096) {
-		moor_errf(lc->err, "%s: tensor %s: %lld heads is too many",
-			  t->file, name, (long long)n);
+		moor_errf(lc->err, "tensor %s: %lld heads is too many", name,
+			  (long long)n);
 		return MOOR_ESHAPE;
 	}
-	const unsigned char *src = t->data;
-	for (int64_t i = 0; i < n; i++) {
-		uint16_t h;
-		if (t->dtype == KERN_F32) {
-			memcpy(&tmp[i], src + 4 * i, 4);
-		} else {
-			memcpy(&h, src + 2 * i, 2);
-			tmp[i] = t->dtype == KERN_BF16 ? moor_bf16_to_f32(h)
-						       : moor_f16_to_f32(h);
+	int rc;
+	if (lc->m->dummy) {
+		/* A_log in [-2, 0] and dt_bias in [-1, 1]: decays
+		 * exp(-e^A_log softplus(.)) well inside (0, 1) */
+		int alog = strstr(name, "A_log") != NULL;
+		uint64_t sd = name_seed(lc->m->seed, name);
+		for (int64_t i = 0; i < n; i++)
+			tmp[i] = kern_fill_value(sd, (uint64_t)i, alog ? -2 : -1,
+						 alog ? 0 : 1);
+	} else {
+		const eng_tensor *t;
+		rc = eng_ckpt_get(lc->m->ck, name, 1, &n, &t, lc->err);
+		if (rc)
+			return rc;
+		const unsigned char *src = t->data;
+		for (int64_t i = 0; i < n; i++) {
+			uint16_t h;
+			if (t->dtype == KERN_F32) {
+				memcpy(&tmp[i], src + 4 * i, 4);
+			} else {
+				memcpy(&h, src + 2 * i, 2);
+				tmp[i] = t->dtype == KERN_BF16
+					     ? moor_bf16_to_f32(h)
+					     : moor_f16_to_f32(h);
+			}
 		}
 	}
 	void *p;
-	rc = lc->m->ops->alloc(lc->m->ctx, (size_t)n * 4, &p);
-	if (rc == 0 && (rc = keep(lc->m, p, 0)))
-		lc->m->ops->free(lc->m->ctx, p);
-	if (rc == 0)
-		rc = lc->m->ops->upload(lc->m->q, p, tmp, (size_t)n * 4);
+	rc = dev_alloc(lc->m, (size_t)n * 4, &p);
+	/* tmp is on the stack: synced before it goes */
+	if (rc == 0 &&
+	    (rc = lc->m->ops->upload(lc->m->q, p, tmp, (size_t)n * 4)) == 0)
+		rc = lc->m->ops->sync(lc->m->q);
 	if (rc) {
 		moor_errf(lc->err, "tensor %s: %s", name, moor_strerror(rc));
 		return rc;
@@ -216,10 +361,67 @@ static int get_f32(loadctx *lc, float **out, const char *fmt, int layer,
 	return 0;
 }
 
+/* A fused matrix: the rows of n tensors [rows_i, K] of one dtype, stacked
+ * in order, as one device matrix [sum rows_i, K]. */
+static int get_cat(loadctx *lc, wt *w, const char *const *fmts, int layer,
+		   const int64_t *rows, int n, int64_t K)
+{
+	eng_model *m = lc->m;
+	char rel[192], name[256];
+	int64_t total = 0;
+	for (int i = 0; i < n; i++)
+		total += rows[i];
+	if (m->dummy) {
+		snprintf(rel, sizeof rel, fmts[0], layer);
+		snprintf(name, sizeof name, "%s%s.fused", lc->pre, rel);
+		int rc = dummy_tensor(m, name, 2, total, K, 0, w);
+		if (rc)
+			moor_errf(lc->err, "dummy tensor %s: %s", name,
+				  moor_strerror(rc));
+		return rc;
+	}
+	const eng_tensor *t[8];
+	MOOR_ASSERT(n <= 8);
+	for (int i = 0; i < n; i++) {
+		snprintf(rel, sizeof rel, fmts[i], layer);
+		snprintf(name, sizeof name, "%s%s", lc->pre, rel);
+		int64_t shape[2] = {rows[i], K};
+		int rc = eng_ckpt_get(m->ck, name, 2, shape, &t[i], lc->err);
+		if (rc)
+			return rc;
+		if (t[i]->dtype != t[0]->dtype) {
+			moor_errf(lc->err,
+				  "%s: tensor %s: dtype %s, %s is %s (a fused "
+				  "projection needs one dtype)",
+				  t[i]->file, name, t[i]->dtype_name,
+				  t[0]->name, t[0]->dtype_name);
+			return MOOR_EDTYPE;
+		}
+	}
+	size_t es = kern_dtype_size(t[0]->dtype);
+	size_t bytes = (size_t)total * (size_t)K * es;
+	void *p;
+	int rc = dev_alloc(m, bytes, &p);
+	size_t off = 0;
+	for (int i = 0; i < n && rc == 0; i++) {
+		rc = m->ops->upload(m->q, kern_at(p, off), t[i]->data,
+				    t[i]->nbytes);
+		off += t[i]->nbytes;
+	}
+	if (rc) {
+		moor_errf(lc->err, "fused %s: %s", name, moor_strerror(rc));
+		return rc;
+	}
+	load_progress(m, bytes);
+	w->p = p;
+	w->dt = t[0]->dtype;
+	return 0;
+}
+
 static int load_weights(eng_model *m, char *err)
 {
 	const qwen35_config *c = &m->c;
-	loadctx lc = {m, prefix_of(m->ck), err};
+	loadctx lc = {m, m->dummy ? "model." : prefix_of(m->ck), err};
 	if (!lc.pre) {
 		moor_errf(err, "checkpoint: no embed_tokens.weight under "
 			       "model. or model.language_model.");
@@ -247,13 +449,23 @@ static int load_weights(eng_model *m, char *err)
 		    (rc = get(&lc, &l->post_norm,
 			      "layers.%d.post_attention_layernorm.weight", i, 1,
 			      H, 0, 0)) ||
-		    (rc = get(&lc, &l->gate, "layers.%d.mlp.gate_proj.weight", i,
-			      2, I, H, 0)) ||
-		    (rc = get(&lc, &l->up, "layers.%d.mlp.up_proj.weight", i, 2,
-			      I, H, 0)) ||
 		    (rc = get(&lc, &l->down, "layers.%d.mlp.down_proj.weight", i,
 			      2, H, I, 0)))
 			return rc;
+		if (m->fused) {
+			static const char *const gu[] = {
+			    "layers.%d.mlp.gate_proj.weight",
+			    "layers.%d.mlp.up_proj.weight"};
+			int64_t r[2] = {I, I};
+			if ((rc = get_cat(&lc, &l->gu, gu, i, r, 2, H)))
+				return rc;
+		} else if ((rc = get(&lc, &l->gate,
+				     "layers.%d.mlp.gate_proj.weight", i, 2, I,
+				     H, 0)) ||
+			   (rc = get(&lc, &l->up, "layers.%d.mlp.up_proj.weight",
+				     i, 2, I, H, 0))) {
+			return rc;
+		}
 		if (l->full) {
 			if ((rc = get(&lc, &l->q, "layers.%d.self_attn.q_proj.weight",
 				      i, 2, (int64_t)Hq * D * 2, H, 0)) ||
@@ -271,19 +483,23 @@ static int load_weights(eng_model *m, char *err)
 				      0, 0)))
 				return rc;
 		} else {
-			if ((rc = get(&lc, &l->qkv,
-				      "layers.%d.linear_attn.in_proj_qkv.weight", i,
-				      2, m->conv_dim, H, 0)) ||
-			    (rc = get(&lc, &l->z,
-				      "layers.%d.linear_attn.in_proj_z.weight", i,
-				      2, m->value_dim, H, 0)) ||
-			    (rc = get(&lc, &l->b,
-				      "layers.%d.linear_attn.in_proj_b.weight", i,
-				      2, Hv, H, 0)) ||
-			    (rc = get(&lc, &l->a,
-				      "layers.%d.linear_attn.in_proj_a.weight", i,
-				      2, Hv, H, 0)) ||
-			    (rc = get(&lc, &l->conv,
+			static const char *const pj[] = {
+			    "layers.%d.linear_attn.in_proj_qkv.weight",
+			    "layers.%d.linear_attn.in_proj_z.weight",
+			    "layers.%d.linear_attn.in_proj_b.weight",
+			    "layers.%d.linear_attn.in_proj_a.weight"};
+			int64_t r[4] = {m->conv_dim, m->value_dim, Hv, Hv};
+			if (m->fused) {
+				if ((rc = get_cat(&lc, &l->proj, pj, i, r, 4, H)))
+					return rc;
+			} else {
+				wt *dst[4] = {&l->qkv, &l->z, &l->b, &l->a};
+				for (int k = 0; k < 4; k++)
+					if ((rc = get(&lc, dst[k], pj[k], i, 2,
+						      r[k], H, 0)))
+						return rc;
+			}
+			if ((rc = get(&lc, &l->conv,
 				      "layers.%d.linear_attn.conv1d.weight", i, 3,
 				      m->conv_dim, 1, Kc)) ||
 			    (rc = get(&lc, &l->norm,
@@ -397,8 +613,8 @@ static int alloc_workspace(eng_model *m)
 		align64((size_t)(T * H * 4)),               /* t4 */
 		align64((size_t)(T * c->lin_v_heads * 4)),  /* beta */
 		align64((size_t)(T * c->lin_v_heads * 4)),  /* g */
-		align64(m->ops->delta_ws_bytes(c->lin_v_heads, c->lin_k_dim,
-					       c->lin_v_dim)),
+		align64(m->ops->delta_ws_bytes(m->ctx, (int)T, c->lin_v_heads,
+					       c->lin_k_dim, c->lin_v_dim)),
 		align64((size_t)(T * 4)),                            /* ids */
 		align64((size_t)LOGIT_ROWS * (size_t)c->vocab * 4), /* logits */
 	};
@@ -442,7 +658,16 @@ int eng_model_load(const char *dir, const kern_ops *ops, kern_ctx *ctx,
 		return -ENOMEM;
 	m->ops = ops;
 	m->ctx = ctx;
-	m->q = ops->queue(ctx);
+	m->q = ops->queue(ctx, KERN_Q_COMPUTE);
+	m->cq = ops->queue(ctx, KERN_Q_COPY);
+	m->dev_id = -1;
+	m->load_s = m->t_log = moor_now();
+	m->dummy = opts && opts->load_format == ENG_LOAD_DUMMY;
+	m->seed = opts ? opts->seed : 0;
+	m->progress = opts && opts->progress;
+	/* Fused projections where the weights are copied anyway and the
+	 * backend runs the SwiGLU into the down projection itself. */
+	m->fused = !(ops->caps & KERN_CAP_HOST_MEMORY) && ops->matmul_swiglu;
 	int rc = qwen35_config_load(dir, &m->c, err);
 	if (rc)
 		goto fail;
@@ -470,17 +695,52 @@ int eng_model_load(const char *dir, const kern_ops *ops, kern_ctx *ctx,
 		rc = -ENOMEM;
 		goto fail;
 	}
-	rc = eng_ckpt_open(dir, &m->ck, err);
-	if (rc)
+	if (m->dummy && !ops->fill_random) {
+		moor_errf(err, "backend %s cannot fill dummy weights", ops->name);
+		rc = MOOR_EUNSUP;
+		goto fail;
+	}
+	if (!m->dummy && (rc = eng_ckpt_open(dir, &m->ck, err)))
 		goto fail;
 	rc = load_weights(m, err);
-	if (rc)
+	if (rc == 0)
+		rc = ops->sync(m->q);
+	if (rc) {
+		if (err && !err[0])
+			moor_errf(err, "weights: %s", moor_strerror(rc));
 		goto fail;
+	}
+	m->load_s = moor_now() - m->load_s;
 	build_layout(m);
 	rc = alloc_workspace(m);
 	if (rc) {
 		moor_errf(err, "workspace for a %d-token chunk: %s", grid,
 			  moor_strerror(rc));
+		goto fail;
+	}
+	int64_t wmax = c->hidden;
+	int64_t wcand[] = {c->inter, m->value_dim,
+			   (int64_t)c->n_heads * c->head_dim};
+	for (size_t i = 0; i < sizeof wcand / sizeof wcand[0]; i++)
+		wmax = wcand[i] > wmax ? wcand[i] : wmax;
+	kern_limits lim = {.rows = grid,
+			   .width = wmax,
+			   .window = window,
+			   .q_heads = c->n_heads,
+			   .head_dim = c->head_dim,
+			   .vocab = c->vocab};
+	if (ops->reserve && (rc = ops->reserve(ctx, &lim))) {
+		moor_errf(err, "backend scratch: %s", moor_strerror(rc));
+		goto fail;
+	}
+	if ((rc = ops->event_new(ctx, &m->ev_chunk)) ||
+	    (rc = ops->event_new(ctx, &m->ev_copied))) {
+		moor_errf(err, "events: %s", moor_strerror(rc));
+		goto fail;
+	}
+	m->ids_host = calloc((size_t)grid, sizeof *m->ids_host);
+	if (!m->ids_host) {
+		rc = -ENOMEM;
 		goto fail;
 	}
 	*out = m;
@@ -495,10 +755,16 @@ void eng_model_free(eng_model *m)
 	if (!m)
 		return;
 	if (m->ops) {
+		if (m->ops->graph_free)
+			for (int i = 0; i < GRAPH_BUCKETS; i++)
+				m->ops->graph_free(m->ctx, m->graph[i]);
+		m->ops->event_free(m->ctx, m->ev_chunk);
+		m->ops->event_free(m->ctx, m->ev_copied);
 		for (int i = 0; i < m->n_held; i++)
 			release(m, m->held[i].p, m->held[i].wrapped);
 		m->ops->free(m->ctx, m->ws);
 	}
+	free(m->ids_host);
 	free(m->held);
 	free(m->L);
 	eng_ckpt_close(m->ck);
@@ -513,6 +779,24 @@ const eng_layout *eng_model_layout(const eng_model *m)
 size_t eng_model_workspace_bytes(const eng_model *m)
 {
 	return m->ws_bytes;
+}
+
+uint64_t eng_model_weight_bytes(const eng_model *m)
+{
+	return m->weight_bytes;
+}
+
+double eng_model_load_seconds(const eng_model *m)
+{
+	return m->load_s;
+}
+
+void eng_model_describe(const eng_model *m, char *out, size_t n)
+{
+	if (m->ops->describe)
+		m->ops->describe(m->ctx, out, n);
+	else
+		snprintf(out, n, "%s", m->ops->name);
 }
 
 int eng_model_vocab(const eng_model *m)
@@ -590,6 +874,16 @@ int eng_seq_reset(eng_model *m, eng_seq *s)
 			return rc_;                                           \
 	} while (0)
 
+/* The first section write of a chunk waits for the slot copy of the chunk
+ * before it (the copy queue reads the sections). */
+static int sections_ready(eng_model *m)
+{
+	if (!m->copy_pending)
+		return 0;
+	m->copy_pending = 0;
+	return m->ops->wait(m->q, m->ev_copied);
+}
+
 static int gdn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 		     int recurrent)
 {
@@ -599,23 +893,40 @@ static int gdn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	int H = c->hidden, Hk = c->lin_k_heads, Hv = c->lin_v_heads,
 	    dk = c->lin_k_dim, dv = c->lin_v_dim, act = m->act;
 	int cd = m->conv_dim, vd = m->value_dim;
-	/* t0 holds [T, conv_dim] mixed | [T, value_dim] z | [T, Hv] b | a */
-	float *mixed = m->t0;
-	float *z = mixed + (size_t)T * cd;
-	float *b = z + (size_t)T * vd;
-	float *a = b + (size_t)T * Hv;
+	/* t0 holds [T, conv_dim] mixed | [T, value_dim] z | [T, Hv] b | a
+	 * (fused: one [T, cd + vd + 2 Hv] matrix, each part a column range) */
+	int ldm = cd, ldz = vd, ldba = Hv;
+	float *mixed = m->t0, *z, *b, *a;
+	int li = (int)(l - m->L);
+	if (m->fused) {
+		int w = cd + vd + 2 * Hv;
+		ldm = ldz = ldba = w;
+		z = mixed + cd;
+		b = z + vd;
+		a = b + Hv;
+		CK(o->matmul(q, mixed, w, m->xn, H, l->proj.p, l->proj.dt, T, w,
+			     H, act));
+	} else {
+		z = mixed + (size_t)T * cd;
+		b = z + (size_t)T * vd;
+		a = b + (size_t)T * Hv;
+		CK(o->matmul(q, mixed, cd, m->xn, H, l->qkv.p, l->qkv.dt, T, cd,
+			     H, act));
+		CK(o->matmul(q, z, vd, m->xn, H, l->z.p, l->z.dt, T, vd, H,
+			     act));
+		CK(o->matmul(q, b, Hv, m->xn, H, l->b.p, l->b.dt, T, Hv, H,
+			     act));
+		CK(o->matmul(q, a, Hv, m->xn, H, l->a.p, l->a.dt, T, Hv, H,
+			     act));
+	}
 	float *u = m->t1; /* [T, conv_dim] after conv + SiLU */
 	float *core = m->t2, *y = m->t3;
-	int li = (int)(l - m->L);
-	CK(o->matmul(q, mixed, cd, m->xn, H, l->qkv.p, l->qkv.dt, T, cd, H, act));
-	CK(o->matmul(q, z, vd, m->xn, H, l->z.p, l->z.dt, T, vd, H, act));
-	CK(o->matmul(q, b, Hv, m->xn, H, l->b.p, l->b.dt, T, Hv, H, act));
-	CK(o->matmul(q, a, Hv, m->xn, H, l->a.p, l->a.dt, T, Hv, H, act));
-	PROBE(m, "qkv", li, mixed, T, cd, cd);
-	PROBE(m, "z", li, z, T, vd, vd);
-	PROBE(m, "b", li, b, T, Hv, Hv);
-	PROBE(m, "a", li, a, T, Hv, Hv);
-	CK(o->conv1d(q, u, mixed, cd, s->sec[l->sec_conv], l->conv.p,
+	PROBE(m, "qkv", li, mixed, T, cd, ldm);
+	PROBE(m, "z", li, z, T, vd, ldz);
+	PROBE(m, "b", li, b, T, Hv, ldba);
+	PROBE(m, "a", li, a, T, Hv, ldba);
+	CK(sections_ready(m));
+	CK(o->conv1d(q, u, mixed, ldm, s->sec[l->sec_conv], l->conv.p,
 		     l->conv.dt, T, cd, c->conv_kernel, act));
 	PROBE(m, "conv", li, u, T, cd, cd);
 	float *uq = u, *uk = u + m->key_dim, *uv = u + 2 * m->key_dim;
@@ -625,8 +936,8 @@ static int gdn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	CK(o->l2norm(q, uq, cd, T, Hk, dk, 1e-6f, 1.0f / sqrtf((float)dk),
 		     KERN_ACT_F32));
 	CK(o->l2norm(q, uk, cd, T, Hk, dk, 1e-6f, 1.0f, KERN_ACT_F32));
-	CK(o->gdn_gates(q, m->beta, m->g, b, Hv, a, Hv, l->A_log, l->dt_bias, T,
-			Hv, act));
+	CK(o->gdn_gates(q, m->beta, m->g, b, ldba, a, ldba, l->A_log,
+			l->dt_bias, T, Hv, act));
 	PROBE(m, "beta", li, m->beta, T, Hv, Hv);
 	PROBE(m, "g", li, m->g, T, Hv, Hv);
 	if (recurrent)
@@ -637,12 +948,12 @@ static int gdn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 				    m->g, m->beta, T, Hk, Hv, dk, dv, m->delta_ws,
 				    act));
 	PROBE(m, "core", li, core, T, vd, vd);
-	CK(o->gated_rmsnorm(q, y, core, z, l->norm.p, l->norm.dt, T * Hv, dv,
-			    c->eps, act));
+	CK(o->gated_rmsnorm(q, y, core, z, ldz, Hv, l->norm.p, l->norm.dt,
+			    T * Hv, dv, c->eps, act));
 	PROBE(m, "gnorm", li, y, T, vd, vd);
 	CK(o->matmul(q, m->t4, H, y, vd, l->out.p, l->out.dt, T, H, vd, act));
 	PROBE(m, "mix_out", li, m->t4, T, H, H);
-	return o->add(q, m->h, m->t4, (size_t)T * H, act);
+	return 0;
 }
 
 static int attn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
@@ -687,7 +998,7 @@ static int attn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	PROBE(m, "gated", li, out, T, qd, qd);
 	CK(o->matmul(q, m->t4, H, out, qd, l->o.p, l->o.dt, T, H, qd, act));
 	PROBE(m, "mix_out", li, m->t4, T, H, H);
-	return o->add(q, m->h, m->t4, (size_t)T * H, act);
+	return 0;
 }
 
 static int mlp(eng_model *m, const layer_w *l, int T)
@@ -695,20 +1006,34 @@ static int mlp(eng_model *m, const layer_w *l, int T)
 	const kern_ops *o = m->ops;
 	kern_queue *q = m->q;
 	int H = m->c.hidden, I = m->c.inter, act = m->act;
-	float *gate = m->t0, *up = m->t0 + (size_t)T * I;
 	int li = (int)(l - m->L);
-	CK(o->matmul(q, gate, I, m->xn, H, l->gate.p, l->gate.dt, T, I, H, act));
-	CK(o->matmul(q, up, I, m->xn, H, l->up.p, l->up.dt, T, I, H, act));
-	PROBE(m, "gate", li, gate, T, I, I);
-	PROBE(m, "up", li, up, T, I, I);
-	CK(o->swiglu(q, m->t1, gate, up, (size_t)T * I, act));
-	PROBE(m, "act", li, m->t1, T, I, I);
-	CK(o->matmul(q, m->t4, H, m->t1, I, l->down.p, l->down.dt, T, H, I, act));
+	if (m->fused) { /* gate | up in one product, SwiGLU into down's input */
+		float *gate = m->t0, *up = m->t0 + I;
+		CK(o->matmul(q, m->t0, 2 * I, m->xn, H, l->gu.p, l->gu.dt, T,
+			     2 * I, H, act));
+		PROBE(m, "gate", li, gate, T, I, 2 * I);
+		PROBE(m, "up", li, up, T, I, 2 * I);
+		CK(o->matmul_swiglu(q, m->t4, H, gate, up, 2 * I, l->down.p,
+				    l->down.dt, T, H, I, act));
+	} else {
+		float *gate = m->t0, *up = m->t0 + (size_t)T * I;
+		CK(o->matmul(q, gate, I, m->xn, H, l->gate.p, l->gate.dt, T, I,
+			     H, act));
+		CK(o->matmul(q, up, I, m->xn, H, l->up.p, l->up.dt, T, I, H,
+			     act));
+		PROBE(m, "gate", li, gate, T, I, I);
+		PROBE(m, "up", li, up, T, I, I);
+		CK(o->swiglu(q, m->t1, gate, up, (size_t)T * I, act));
+		PROBE(m, "act", li, m->t1, T, I, I);
+		CK(o->matmul(q, m->t4, H, m->t1, I, l->down.p, l->down.dt, T, H,
+			     I, act));
+	}
 	PROBE(m, "mlp_out", li, m->t4, T, H, H);
-	return o->add(q, m->h, m->t4, (size_t)T * H, act);
+	return 0;
 }
 
-/* Logits of rows [r0, r0 + n) of the final hidden state into host memory. */
+/* Logits of rows [r0, r0 + n) of the normed final state into host memory,
+ * or (dst NULL, n 1) into logits row 0, kept for eng_model_sample. */
 static int head_rows(eng_model *m, int r0, int n, float *dst)
 {
 	const kern_ops *o = m->ops;
@@ -717,66 +1042,125 @@ static int head_rows(eng_model *m, int r0, int n, float *dst)
 		int k = n - r < LOGIT_ROWS ? n - r : LOGIT_ROWS;
 		CK(o->matmul(m->q, m->logits, V, m->xn + (size_t)(r0 + r) * H, H,
 			     m->head.p, m->head.dt, k, V, H, KERN_ACT_F32));
-		CK(o->download(m->q, dst + (size_t)r * V, m->logits,
-			       (size_t)k * V * 4));
+		if (dst)
+			CK(o->download(m->q, dst + (size_t)r * V, m->logits,
+				       (size_t)k * V * 4));
 	}
+	m->logits_kept = n == 1;
 	return 0;
 }
 
-/* One chunk of T <= m->T tokens at s->len. */
-static int forward_chunk(eng_model *m, eng_seq *s, const int32_t *ids, int T,
-			 float *logits, int mode, int recurrent)
+/* h = rnd(h + x); xn = rmsnorm(h; w) over T rows: fused where the backend
+ * has it, the same bits either way. The probes between the two (h, named
+ * p1 of layer l1 and p2 of layer l2) see h before the norm reads it, so a
+ * probe that overwrites h moves xn too (the probe build is the CPU's, which
+ * runs the unfused pair). */
+static int add_norm(eng_model *m, const float *x, const wt *w, int T,
+		    const char *p1, int l1, const char *p2, int l2)
 {
 	const kern_ops *o = m->ops;
 	const qwen35_config *c = &m->c;
 	int H = c->hidden, act = m->act;
-	int64_t pos0 = s->len;
+	if (o->add_rmsnorm) {
+		CK(o->add_rmsnorm(m->q, m->h, x, m->xn, w->p, w->dt, T, H,
+				  c->eps, act));
+	} else {
+		CK(o->add(m->q, m->h, x, (size_t)T * H, act));
+	}
+	PROBE(m, p1, l1, m->h, T, H, H);
+	if (p2)
+		PROBE(m, p2, l2, m->h, T, H, H);
+	if (o->add_rmsnorm)
+		return 0;
+	return o->rmsnorm(m->q, m->xn, H, m->h, H, w->p, w->dt, T, H, c->eps, 1,
+			  act);
+}
+
+/* The layers of one chunk of T <= m->T tokens at pos0, from the ids in
+ * m->ids (device) to the final-normed state in xn. */
+static int forward_layers(eng_model *m, eng_seq *s, int T, int64_t pos0,
+			  int recurrent)
+{
+	const kern_ops *o = m->ops;
+	const qwen35_config *c = &m->c;
+	int H = c->hidden, act = m->act;
 #ifdef ENG_PROBE
 	m->probe_pos = pos0;
 #endif
-	CK(o->upload(m->q, m->ids, ids, (size_t)T * 4));
 	CK(o->embed(m->q, m->h, m->embed.p, m->embed.dt, m->ids, T, H, c->vocab));
+	PROBE(m, "x_in", 0, m->h, T, H, H);
+	CK(o->rmsnorm(m->q, m->xn, H, m->h, H, m->L[0].in_norm.p,
+		      m->L[0].in_norm.dt, T, H, c->eps, 1, act));
 	for (int i = 0; i < c->layers; i++) {
 		const layer_w *l = &m->L[i];
-		PROBE(m, "x_in", i, m->h, T, H, H);
-		CK(o->rmsnorm(m->q, m->xn, H, m->h, H, l->in_norm.p, l->in_norm.dt,
-			      T, H, c->eps, 1, act));
 		PROBE(m, "xn1", i, m->xn, T, H, H);
 		if (l->full)
 			CK(attn_layer(m, l, s, T, pos0));
 		else
 			CK(gdn_layer(m, l, s, T, recurrent));
-		PROBE(m, "h1", i, m->h, T, H, H);
-		CK(o->rmsnorm(m->q, m->xn, H, m->h, H, l->post_norm.p,
-			      l->post_norm.dt, T, H, c->eps, 1, act));
+		CK(add_norm(m, m->t4, &l->post_norm, T, "h1", i, NULL, 0));
 		PROBE(m, "xn2", i, m->xn, T, H, H);
 		CK(mlp(m, l, T));
-		PROBE(m, "x_out", i, m->h, T, H, H);
+		int more = i + 1 < c->layers;
+		CK(add_norm(m, m->t4, more ? &m->L[i + 1].in_norm : &m->final_norm,
+			    T, "x_out", i, more ? "x_in" : NULL, i + 1));
 	}
+	return 0;
+}
+
+/* One chunk of T <= m->T tokens at s->len (the ids already in m->ids). */
+static int forward_chunk(eng_model *m, eng_seq *s, int T, float *logits,
+			 int mode, int recurrent)
+{
+	int64_t pos0 = s->len;
+	m->logits_kept = 0;
+	CK(forward_layers(m, s, T, pos0, recurrent));
 	s->len = pos0 + T;
 	if (mode == ENG_LOGITS_NONE)
 		return 0;
-	int r0 = mode == ENG_LOGITS_LAST ? T - 1 : 0;
-	int n = mode == ENG_LOGITS_LAST ? 1 : T;
-	CK(o->rmsnorm(m->q, m->xn + (size_t)r0 * H, H, m->h + (size_t)r0 * H, H,
-		      m->final_norm.p, m->final_norm.dt, n, H, c->eps, 1, act));
+	int r0 = mode == ENG_LOGITS_ALL ? 0 : T - 1;
+	int n = mode == ENG_LOGITS_ALL ? T : 1;
 #ifdef ENG_PROBE
 	m->probe_pos = pos0 + r0;
 #endif
-	PROBE(m, "final", -1, m->xn + (size_t)r0 * H, n, H, H);
-	return head_rows(m, r0, n, logits);
+	PROBE(m, "final", -1, m->xn + (size_t)r0 * m->c.hidden, n, m->c.hidden,
+	      m->c.hidden);
+	return head_rows(m, r0, n, mode == ENG_LOGITS_KEEP ? NULL : logits);
 }
 
-/* Copies the live sections to a slot, back to back in layout order. */
+/* Copies the live sections to a slot, back to back in layout order, on the
+ * copy queue once the compute queue has finished the chunk; the next
+ * section write waits for it (sections_ready). */
 static int fill_slot(eng_model *m, const eng_seq *s, void *dst)
 {
+	const kern_ops *o = m->ops;
+	CK(o->record(m->q, m->ev_chunk));
+	CK(o->wait(m->cq, m->ev_chunk));
 	size_t off = 0;
 	for (int i = 0; i < m->lay.n_sections; i++) {
-		CK(m->ops->copy(m->q, kern_at(dst, off), s->sec[i],
-				m->lay.sec[i].bytes));
+		CK(o->copy(m->cq, kern_at(dst, off), s->sec[i],
+			   m->lay.sec[i].bytes));
 		off += m->lay.sec[i].bytes;
 	}
+	CK(o->record(m->cq, m->ev_copied));
+	m->copy_pending = 1;
 	return 0;
+}
+
+static int ids_check(const eng_model *m, const int32_t *ids, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= m->c.vocab)
+			return MOOR_ERANGE;
+	return 0;
+}
+
+/* Stages T ids in the host buffer and uploads them to m->ids. */
+static int ids_upload(eng_model *m, const int32_t *ids, int T)
+{
+	memcpy(m->ids_host, ids, (size_t)T * sizeof *ids);
+	m->dev_id = -1;
+	return m->ops->upload(m->q, m->ids, m->ids_host, (size_t)T * 4);
 }
 
 int eng_prefill(eng_model *m, eng_seq *s, const int32_t *ids, int64_t n,
@@ -792,12 +1176,13 @@ int eng_prefill_slots(eng_model *m, eng_seq *s, const int32_t *ids,
 	int filled = 0;
 	if (n_filled)
 		*n_filled = 0;
-	if (n <= 0)
+	if (n <= 0 || mode < ENG_LOGITS_NONE || mode > ENG_LOGITS_KEEP)
 		return MOOR_ERANGE;
 	if (s->len < 0 || s->len + n > m->lay.window)
 		return MOOR_ERANGE;
-	if (mode != ENG_LOGITS_NONE && !logits)
+	if ((mode == ENG_LOGITS_LAST || mode == ENG_LOGITS_ALL) && !logits)
 		return MOOR_ERANGE;
+	CK(ids_check(m, ids, n));
 	int64_t grid = m->lay.grid, done = 0;
 	while (done < n) {
 		/* up to the next absolute grid line */
@@ -812,7 +1197,8 @@ int eng_prefill_slots(eng_model *m, eng_seq *s, const int32_t *ids,
 		float *dst = mode == ENG_LOGITS_ALL
 				     ? logits + (size_t)done * m->c.vocab
 				     : logits;
-		CK(forward_chunk(m, s, ids + done, (int)T, dst, cm, 0));
+		CK(ids_upload(m, ids + done, (int)T));
+		CK(forward_chunk(m, s, (int)T, dst, cm, 0));
 		done += T;
 		if (filled < n_slots && slots[filled].line == s->len) {
 			CK(fill_slot(m, s, slots[filled].dst));
@@ -821,12 +1207,115 @@ int eng_prefill_slots(eng_model *m, eng_seq *s, const int32_t *ids,
 				*n_filled = filled;
 		}
 	}
+	/* a copy still running is waited for by the next chunk's first
+	 * section write, or by eng_model_sync */
+	return 0;
+}
+
+/* ---- decode ---- */
+
+/* The graph bucket of a step at position pos: bucket b holds lengths up to
+ * 1024 << b (capped at the window). */
+static int graph_bucket(const eng_model *m, int64_t pos, int64_t *max_len)
+{
+	int b = 0;
+	int64_t cap = 1024;
+	while (cap < pos + 1 && b + 1 < GRAPH_BUCKETS) {
+		cap <<= 1;
+		b++;
+	}
+	*max_len = cap < m->lay.window ? cap : m->lay.window;
+	return b;
+}
+
+/* The graphs capture the sequence's buffer pointers: a different sequence
+ * (or the same one moved) drops them. */
+static uint64_t seq_sig(const eng_model *m, const eng_seq *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (int i = 0; i < m->lay.n_sections; i++)
+		h = (h ^ (uint64_t)(uintptr_t)s->sec[i]) * 0x100000001b3ull;
+	for (int i = 0; i < m->lay.n_views; i++)
+		h = (h ^ (uint64_t)(uintptr_t)s->view[i]) * 0x100000001b3ull;
+	return h;
+}
+
+static void graphs_drop(eng_model *m)
+{
+	for (int i = 0; i < GRAPH_BUCKETS; i++) {
+		m->ops->graph_free(m->ctx, m->graph[i]);
+		m->graph[i] = NULL;
+	}
+}
+
+/* One decode step as a graph launch: captured at the bucket's first use
+ * (the capture runs nothing), then launched at s->len. */
+static int decode_graph(eng_model *m, eng_seq *s)
+{
+	const kern_ops *o = m->ops;
+	uint64_t sig = seq_sig(m, s);
+	if (sig != m->graph_sig) {
+		graphs_drop(m);
+		m->graph_sig = sig;
+	}
+	int64_t pos = s->len, max_len;
+	int b = graph_bucket(m, pos, &max_len);
+	if (!m->graph[b]) {
+		CK(o->graph_begin(m->q, pos, max_len));
+		int rc = forward_layers(m, s, 1, pos, 1);
+		if (rc == 0)
+			rc = o->matmul(m->q, m->logits, m->c.vocab, m->xn,
+				       m->c.hidden, m->head.p, m->head.dt, 1,
+				       m->c.vocab, m->c.hidden, KERN_ACT_F32);
+		kern_graph *g = NULL;
+		int rc2 = o->graph_end(m->q, &g);
+		if (rc || rc2) {
+			o->graph_free(m->ctx, g);
+			return rc ? rc : rc2;
+		}
+		m->graph[b] = g;
+	}
+	CK(o->graph_launch(m->q, m->graph[b], pos));
+	s->len = pos + 1;
+	m->logits_kept = 1;
 	return 0;
 }
 
 int eng_decode(eng_model *m, eng_seq *s, int32_t id, float *logits)
 {
-	if (s->len < 0 || s->len + 1 > m->lay.window || !logits)
+	if (s->len < 0 || s->len + 1 > m->lay.window)
 		return MOOR_ERANGE;
-	return forward_chunk(m, s, &id, 1, logits, ENG_LOGITS_LAST, 1);
+	CK(ids_check(m, &id, 1));
+	if (m->dev_id != id)
+		CK(ids_upload(m, &id, 1));
+	m->dev_id = -1; /* the step's input is consumed */
+	if (m->ops->graph_begin) {
+		CK(decode_graph(m, s));
+		if (logits)
+			CK(m->ops->download(m->q, logits, m->logits,
+					    (size_t)m->c.vocab * 4));
+		return 0;
+	}
+	return forward_chunk(m, s, 1, logits,
+			     logits ? ENG_LOGITS_LAST : ENG_LOGITS_KEEP, 1);
+}
+
+int eng_model_sample(eng_model *m, eng_sampler *smp, int32_t *out)
+{
+	if (!m->logits_kept || smp->vocab != m->c.vocab)
+		return MOOR_ERANGE;
+	int32_t t = 0;
+	CK(m->ops->sample(m->q, m->logits, m->c.vocab, &smp->k,
+			  eng_sampler_draw(smp), m->ids, &t));
+	m->dev_id = t; /* ids[0] holds it: the next decode step skips its
+			* upload */
+	*out = t;
+	return 0;
+}
+
+int eng_model_sync(eng_model *m)
+{
+	int rc = m->ops->sync(m->cq);
+	int rc2 = m->ops->sync(m->q);
+	return rc ? rc : rc2;
 }

@@ -37,6 +37,19 @@ struct kern_queue {
 	kern_ctx *ctx;
 };
 
+/* Events order nothing on this backend (every op is complete on return);
+ * they exist so that the model's code is the same on every backend. */
+struct kern_event {
+	int recorded;
+};
+
+/* An import_ipc() mapping, remembered for unimport(). */
+typedef struct kcpu_map {
+	void *p;
+	size_t n;
+} kcpu_map;
+#define KCPU_MAPS 8
+
 /* Floats of one scratch slot (8 MiB + 128 KiB): attention keeps a group's
  * scores there (64 rows of 32k keys) and its accumulators after them. */
 #define KCPU_SCRATCH (((size_t)1 << 21) + ((size_t)1 << 15))
@@ -55,6 +68,9 @@ struct kern_ctx {
 	 * seam: tests lower it to reach the three-pass path on short contexts
 	 * (the bits must not change). */
 	size_t att_cap;
+	kcpu_map maps[KCPU_MAPS]; /* import_ipc() mappings */
+	void *sample_work;	  /* kern_sample_work_bytes(sample_v) */
+	int sample_v;
 };
 
 static inline moor_pool *kcpu_pool(kern_queue *q)
@@ -293,8 +309,8 @@ int kcpu_rmsnorm(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 		 const void *w, int wdt, int rows, int dim, float eps,
 		 int plus_one, int act);
 int kcpu_gated_rmsnorm(kern_queue *q, float *y, const float *x, const float *z,
-		       const void *w, int wdt, int rows, int dim, float eps,
-		       int act);
+		       int ldz, int zg, const void *w, int wdt, int rows,
+		       int dim, float eps, int act);
 int kcpu_conv1d(kern_queue *q, float *out, const float *in, int ldin,
 		float *tail, const void *w, int wdt, int T, int C, int Kc,
 		int act);
@@ -307,7 +323,7 @@ int kcpu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 		       const float *k, int ldqk, const float *v, int ldv,
 		       const float *g, const float *beta, int T, int Hk, int Hv,
 		       int dk, int dv, void *ws, int act);
-size_t kcpu_delta_ws_bytes(int Hv, int dk, int dv);
+size_t kcpu_delta_ws_bytes(kern_ctx *ctx, int T, int Hv, int dk, int dv);
 int kcpu_delta_recurrent(kern_queue *q, float *o, float *S, const float *qq,
 			 const float *k, int ldqk, const float *v, int ldv,
 			 const float *g, const float *beta, int T, int Hk,
@@ -325,5 +341,10 @@ int kcpu_split_qgate(kern_queue *q, float *qo, float *go, const float *qg,
 		     int T, int Hq, int D);
 int kcpu_sigmoid_mul(kern_queue *q, float *y, const float *x, const float *gate,
 		     size_t n, int act);
+int kcpu_fill_random(kern_queue *q, void *dst, int dt, size_t n, uint64_t seed,
+		     float lo, float hi);
+int kcpu_sample(kern_queue *q, const float *logits, int V,
+		const kern_sampling *p, uint64_t draw, int32_t *dev_id,
+		int32_t *host_id);
 
 #endif

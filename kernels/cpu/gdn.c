@@ -145,8 +145,10 @@ static size_t head_ws_floats(int dk, int dv)
 	return (n + 15) & ~(size_t)15;
 }
 
-size_t kcpu_delta_ws_bytes(int Hv, int dk, int dv)
+size_t kcpu_delta_ws_bytes(kern_ctx *ctx, int T, int Hv, int dk, int dv)
 {
+	(void)ctx;
+	(void)T; /* a head's workspace is one chunk's, whatever T */
 	if (Hv <= 0 || dk <= 0 || dv <= 0)
 		return 0;
 	return (size_t)Hv * head_ws_floats(dk, dv) * sizeof(float);

@@ -215,3 +215,46 @@ int kcpu_kv_write(kern_queue *q, void *dst, int kvdt, int64_t row0,
 	moor_pool_run(kcpu_pool(q), T, kvw_task, &j);
 	return 0;
 }
+
+/* ---- fill_random ---- */
+
+#define FILL_PER_TASK 65536
+
+struct fill_job {
+	void *dst;
+	int dt;
+	size_t n;
+	uint64_t seed;
+	float lo, hi;
+};
+
+static void fill_task(void *arg, int task)
+{
+	const struct fill_job *j = arg;
+	size_t i0 = (size_t)task * FILL_PER_TASK;
+	size_t i1 = i0 + FILL_PER_TASK < j->n ? i0 + FILL_PER_TASK : j->n;
+	for (size_t i = i0; i < i1; i++) {
+		float x = kern_fill_value(j->seed, i, j->lo, j->hi);
+		if (j->dt == KERN_F32)
+			((float *)j->dst)[i] = x;
+		else if (j->dt == KERN_BF16)
+			((uint16_t *)j->dst)[i] = moor_f32_to_bf16(x);
+		else
+			((uint16_t *)j->dst)[i] = moor_f32_to_f16(x);
+	}
+}
+
+int kcpu_fill_random(kern_queue *q, void *dst, int dt, size_t n, uint64_t seed,
+		     float lo, float hi)
+{
+	if (!q || (n && !dst) || !(lo <= hi))
+		return MOOR_ERANGE;
+	if (!kcpu_dtype_ok(dt))
+		return MOOR_EDTYPE;
+	struct fill_job j = {dst, dt, n, seed, lo, hi};
+	size_t tasks = (n + FILL_PER_TASK - 1) / FILL_PER_TASK;
+	if (tasks > INT32_MAX)
+		return MOOR_ERANGE;
+	moor_pool_run(kcpu_pool(q), (int)tasks, fill_task, &j);
+	return 0;
+}

@@ -88,7 +88,7 @@ struct grms_job {
 	float *y;
 	const float *x, *z;
 	const void *w;
-	int wdt, rows, dim, act, rpt;
+	int ldz, zg, wdt, rows, dim, act, rpt;
 	float eps;
 };
 
@@ -104,7 +104,8 @@ static void grms_task(void *arg, int task)
 		kcpu_wrow(wf, j->w, j->wdt, 0, dim);
 	for (int r = r0; r < r1; r++) {
 		const float *x = j->x + (size_t)r * dim;
-		const float *z = j->z + (size_t)r * dim;
+		const float *z = j->z + (size_t)(r / j->zg) * j->ldz +
+				 (size_t)(r % j->zg) * dim;
 		float *y = j->y + (size_t)r * dim;
 		float ss = kcpu_dot(x, x, dim);
 		float inv = 1.0f / sqrtf(ss / (float)dim + j->eps);
@@ -126,10 +127,11 @@ static void grms_task(void *arg, int task)
 }
 
 int kcpu_gated_rmsnorm(kern_queue *q, float *y, const float *x, const float *z,
-		       const void *w, int wdt, int rows, int dim, float eps,
-		       int act)
+		       int ldz, int zg, const void *w, int wdt, int rows,
+		       int dim, float eps, int act)
 {
-	if (!q || !y || !x || !z || !w || rows < 0 || dim < 0)
+	if (!q || !y || !x || !z || !w || rows < 0 || dim < 0 || zg < 1 ||
+	    (int64_t)ldz < (int64_t)zg * dim)
 		return MOOR_ERANGE;
 	if (!kcpu_dtype_ok(wdt) || !kcpu_act_ok(act))
 		return MOOR_EDTYPE;
@@ -139,6 +141,8 @@ int kcpu_gated_rmsnorm(kern_queue *q, float *y, const float *x, const float *z,
 			     .x = x,
 			     .z = z,
 			     .w = w,
+			     .ldz = ldz,
+			     .zg = zg,
 			     .wdt = wdt,
 			     .rows = rows,
 			     .dim = dim,

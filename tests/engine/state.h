@@ -24,7 +24,7 @@ static inline host_state state_read(const kern_ops *ops, kern_ctx *ctx,
 	h.n = y->section_bytes + y->row_bytes * (size_t)rows;
 	h.bytes = malloc(h.n ? h.n : 1);
 	REQUIRE(h.bytes, "oom");
-	kern_queue *q = ops->queue(ctx);
+	kern_queue *q = ops->queue(ctx, KERN_Q_COMPUTE);
 	size_t off = 0;
 	for (int i = 0; i < y->n_sections; i++) {
 		REQUIRE(ops->download(q, h.bytes + off, s->sec[i],

@@ -85,7 +85,7 @@ static void check_state0(const char *dir, eng_model *m, kern_ctx *ctx,
 			fread(C, 4, (size_t)cd * cl, f) == (size_t)cd * cl,
 		"state0.bin body");
 	fclose(f);
-	kern_queue *q = kern_cpu_ops.queue(ctx);
+	kern_queue *q = kern_cpu_ops.queue(ctx, KERN_Q_COMPUTE);
 	kern_cpu_ops.download(q, ms, s->sec[0], y->sec[0].bytes);
 	kern_cpu_ops.download(q, mc, s->sec[1], y->sec[1].bytes);
 	double md = 0, mx = 0;

@@ -62,7 +62,7 @@ int main(int argc, char **argv)
 	REQUIRE(eng_prefill(m, &b, other, n, NULL, ENG_LOGITS_NONE) == 0, "other");
 	/* put the head's rows back as the resident prefix keeps them: the
 	 * rows below the line are the head's; restore sections from snap */
-	kern_queue *q = kern_cpu_ops.queue(ctx);
+	kern_queue *q = kern_cpu_ops.queue(ctx, KERN_Q_COMPUTE);
 	size_t off = 0;
 	for (int i = 0; i < y->n_sections; i++) {
 		kern_cpu_ops.upload(q, b.sec[i], snap.bytes + off, y->sec[i].bytes);

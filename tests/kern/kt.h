@@ -185,7 +185,7 @@ static inline kt_be kt_open(int threads)
 			moor_strerror(rc));
 		exit(1);
 	}
-	b.q = b.o->queue(b.ctx);
+	b.q = b.o->queue(b.ctx, KERN_Q_COMPUTE);
 	return b;
 }
 

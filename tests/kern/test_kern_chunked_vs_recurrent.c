@@ -61,7 +61,7 @@ static void run(kt_be *B, int T, int Hk, int Hv, int dk, int dv, int act)
 	kt_poison(oc, no);
 	kt_poison(orr, no);
 	void *ws;
-	ASSERT(B->o->alloc(B->ctx, B->o->delta_ws_bytes(Hv, dk, dv), &ws) == 0,
+	ASSERT(B->o->alloc(B->ctx, B->o->delta_ws_bytes(B->ctx, T, Hv, dk, dv), &ws) == 0,
 	       "alloc");
 	const float *q = u, *k = u + (size_t)Hk * dk,
 		    *v = u + (size_t)2 * Hk * dk;

@@ -110,7 +110,7 @@ static void test_rows(int act)
 	/* gated_rmsnorm: [rows * 2, 32] contiguous */
 	for (int i = 0; i < NB; i++) {
 		kt_poison(y[i], n);
-		ASSERT(be[i].o->gated_rmsnorm(be[i].q, y[i], x, z, w, KERN_BF16,
+		ASSERT(be[i].o->gated_rmsnorm(be[i].q, y[i], x, z, 32, 1, w, KERN_BF16,
 					      rows * 2, 32, 1e-6f, act) == 0,
 		       "gated_rmsnorm");
 		if (i)
@@ -385,7 +385,7 @@ static void test_delta(int act)
 	struct dr d;
 	dr_make(&d, 256, 2, 4, 32, 32);
 	size_t no = (size_t)d.T * d.Hv * d.dv, nS = (size_t)d.Hv * d.dk * d.dv;
-	size_t wsb = be[0].o->delta_ws_bytes(d.Hv, d.dk, d.dv);
+	size_t wsb = be[0].o->delta_ws_bytes(be[0].ctx, d.T, d.Hv, d.dk, d.dv);
 	void *ws;
 	ASSERT(be[0].o->alloc(be[0].ctx, wsb, &ws) == 0, "alloc");
 	float *o[NB], *S[NB];

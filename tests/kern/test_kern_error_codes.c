@@ -31,8 +31,8 @@ int main(void)
 	ASSERT(o->create(NULL, NULL) == ER, "NULL out");
 	kern_config cfg = {.threads = 0}; /* the backend's choice */
 	ASSERT(o->create(&cfg, &ctx) == 0 && ctx, "create");
-	kern_queue *q = o->queue(ctx);
-	ASSERT(q != NULL && o->queue(NULL) == NULL, "queue");
+	kern_queue *q = o->queue(ctx, KERN_Q_COMPUTE);
+	ASSERT(q != NULL && o->queue(NULL, KERN_Q_COMPUTE) == NULL, "queue");
 	o->destroy(NULL);
 	o->free(ctx, NULL);
 
@@ -123,10 +123,10 @@ int main(void)
 	ASSERT(o->rmsnorm(q, out, 4, x, 8, tab16, KERN_BF16, 4, 8, 1e-6f, 1,
 			  0) == ER,
 	       "rmsnorm ldy < dim");
-	ASSERT(o->gated_rmsnorm(q, out, x, NULL, tab16, KERN_BF16, 4, 8, 1e-6f,
+	ASSERT(o->gated_rmsnorm(q, out, x, NULL, 8, 1, tab16, KERN_BF16, 4, 8, 1e-6f,
 				0) == ER,
 	       "gated_rmsnorm NULL z");
-	ASSERT(o->gated_rmsnorm(q, out, x, x, tab16, 7, 4, 8, 1e-6f, 0) == ED,
+	ASSERT(o->gated_rmsnorm(q, out, x, x, 8, 1, tab16, 7, 4, 8, 1e-6f, 0) == ED,
 	       "gated_rmsnorm dtype");
 	ASSERT(o->l2norm(q, out, 15, 4, 2, 8, 1e-6f, 1, 0) == ER,
 	       "l2norm ld < heads * dim");
@@ -157,9 +157,9 @@ int main(void)
 	ASSERT(o->gdn_gates(q, out, out + 64, x, 3, x, 4, A_log, dtb, 4, 4, 0) ==
 		   ER,
 	       "gdn_gates ldb < Hv");
-	ASSERT(o->delta_ws_bytes(0, 8, 8) == 0, "delta_ws_bytes(0 heads)");
+	ASSERT(o->delta_ws_bytes(ctx, 64, 0, 8, 8) == 0, "delta_ws_bytes(0 heads)");
 	void *ws;
-	ASSERT(o->alloc(ctx, o->delta_ws_bytes(3, 8, 8), &ws) == 0, "alloc ws");
+	ASSERT(o->alloc(ctx, o->delta_ws_bytes(ctx, 64, 3, 8, 8), &ws) == 0, "alloc ws");
 	/* Hv = 3 value heads over Hk = 2 key heads: not a grouping */
 	ASSERT(o->delta_chunked(q, out, S, x, x, 64, x, 64, x, x, 4, 2, 3, 8, 8,
 				ws, 0) == ER,

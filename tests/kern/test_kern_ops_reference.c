@@ -265,7 +265,7 @@ static void test_gated_rmsnorm(int rows, int dim, int wdt, int act)
 	void *w;
 	float *wf = kt_weights(dim, wdt, -1.5f, 1.5f, &w);
 	float eps = 1e-6f;
-	ASSERT(B.o->gated_rmsnorm(B.q, y, x, z, w, wdt, rows, dim, eps, act) ==
+	ASSERT(B.o->gated_rmsnorm(B.q, y, x, z, dim, 1, w, wdt, rows, dim, eps, act) ==
 		   0,
 	       "gated_rmsnorm");
 	char what[96];
@@ -574,7 +574,7 @@ static void test_delta(int T, int Hk, int Hv, int dk, int dv, int act)
 		omax = fmax(omax, fabs(ro[i]));
 	for (size_t i = 0; i < nS; i++)
 		smax = fmax(smax, fabs(rS[i]));
-	size_t wsb = B.o->delta_ws_bytes(Hv, dk, dv);
+	size_t wsb = B.o->delta_ws_bytes(B.ctx, T, Hv, dk, dv);
 	ASSERT(wsb > 0, "delta_ws_bytes");
 	void *ws;
 	ASSERT(B.o->alloc(B.ctx, wsb, &ws) == 0, "alloc ws");

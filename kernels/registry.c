@@ -1,0 +1,43 @@
+/* registry.c: the backends this build has, by name (ops.h). The CUDA entry
+ * comes from kernels/cuda/entry.c when CUDA is built and from
+ * kernels/no_cuda.c (NULL) when it is not: meson picks the file. */
+#include <stdio.h>
+#include <string.h>
+
+#include "moor.h"
+#include "ops.h"
+
+extern const kern_ops *const kern_cuda_entry;
+
+const kern_ops *kern_backend(const char *name)
+{
+	if (!name)
+		return NULL;
+	if (strcmp(name, "cpu") == 0)
+		return &kern_cpu_ops;
+	if (strcmp(name, "cuda") == 0)
+		return kern_cuda_entry;
+	return NULL;
+}
+
+const kern_ops *kern_backend_auto(int device, char *why)
+{
+	char err[MOOR_ERRLEN] = "";
+	if (!kern_cuda_entry) {
+		moor_errf(why, "backend cpu (this build has no CUDA backend)");
+		return &kern_cpu_ops;
+	}
+	if (kern_cuda_entry->probe(device, err) == 0) {
+		moor_errf(why, "backend cuda (device %d)", device);
+		return kern_cuda_entry;
+	}
+	moor_errf(why, "backend cpu (cuda: %s)", err);
+	return &kern_cpu_ops;
+}
+
+const char *const *kern_backend_names(void)
+{
+	static const char *const both[] = {"cpu", "cuda", NULL};
+	static const char *const cpu[] = {"cpu", NULL};
+	return kern_cuda_entry ? both : cpu;
+}
