@@ -58,6 +58,7 @@
 #include "moor.h"
 #include "net.h"
 #include "proto.h"
+#include "util.h"
 
 /* ===================================================================== */
 /* the daemon's state                                                    */
@@ -105,12 +106,6 @@ static void on_pipe_gone(nng_pipe p, nng_pipe_ev ev, void *arg)
 	(void)arg;
 	uint32_t id = nng_pipe_id(p);
 	atomic_compare_exchange_strong(&eng_pipe_live, &id, 0);
-}
-
-static void fp_hex(const uint8_t *fp, char out[17])
-{
-	for (int i = 0; i < 8; i++)
-		snprintf(out + 2 * i, 3, "%02x", fp[i]);
 }
 
 /* ===================================================================== */
@@ -253,7 +248,7 @@ static void on_hello(cd *d, uint32_t pipe, const proto_msg *m)
 {
 	const proto_hello *h = &m->u.hello;
 	char why[MOOR_ERRLEN] = "", fh[17], old[17];
-	fp_hex(h->fingerprint, fh);
+	moor_hex(h->fingerprint, 8, fh);
 	int rc = layout_from_hello(d, h, why);
 	if (rc) {
 		reply_err(d, SOCK_ENG, m->h.req, rc, "HELLO: bad layout: %s",
@@ -265,7 +260,7 @@ static void on_hello(cd *d, uint32_t pipe, const proto_msg *m)
 			       : "HELLO with a plan open");
 	int had = d->have_fp, same = had && !memcmp(d->fp, h->fingerprint, 32);
 	if (had)
-		fp_hex(d->fp, old);
+		moor_hex(d->fp, 8, old);
 	why[0] = 0;
 	rc = cache_hello(d->c, &d->lay, &d->ho, why);
 	if (rc) {
@@ -441,7 +436,7 @@ static void on_stats(cd *d, const proto_msg *m)
 	}
 	char fh[17] = "";
 	if (d->have_fp)
-		fp_hex(d->fp, fh);
+		moor_hex(d->fp, 8, fh);
 	json_object_set_new(
 	    o, "daemon",
 	    json_pack("{s:i, s:s, s:f, s:b, s:i, s:s, s:b, s:I, s:I, s:I, "
@@ -688,26 +683,6 @@ static int run_dir_make(const char *dir)
 	return 0;
 }
 
-/* Takes RUN/cached.lock for the life of the process (the kernel lets go
- * of it when the process dies, SIGKILL included): held by another process
- * means another cached serves the run dir; taken means the sockets and
- * arenas left there are stale. Never probed by connecting: a stray
- * connection can stall an NNG listener's next accept. */
-static int run_lock(const char *run_dir)
-{
-	char p[320];
-	snprintf(p, sizeof p, "%s/cached.lock", run_dir);
-	int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -errno;
-	if (flock(fd, LOCK_EX | LOCK_NB)) {
-		int e = errno == EWOULDBLOCK ? -EADDRINUSE : -errno;
-		close(fd);
-		return e;
-	}
-	return fd; /* kept open until exit */
-}
-
 static int sock_open(cd *d, int w)
 {
 	if (strlen(d->path[w]) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
@@ -841,17 +816,6 @@ static int parse_gb(const char *s, uint64_t *out)
 	return 0;
 }
 
-static int parse_u32(const char *s, uint32_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (end == s || *end || errno || v > UINT32_MAX || s[0] == '-')
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
-}
-
 static int parse_onoff(const char *s, int *out)
 {
 	if (!strcmp(s, "on") || !strcmp(s, "1") || !strcmp(s, "true"))
@@ -956,19 +920,19 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 			bad = parse_gb(optarg, &c->resident_bytes);
 			break;
 		case O_KEEP:
-			bad = parse_u32(optarg, &c->resident_keep);
+			bad = moor_parse_u32(optarg, &c->resident_keep);
 			break;
 		case O_PIN_EVERY:
-			bad = parse_u32(optarg, &c->pin_every);
+			bad = moor_parse_u32(optarg, &c->pin_every);
 			break;
 		case O_PIN_UPTO:
-			bad = parse_u32(optarg, &c->pin_upto);
+			bad = moor_parse_u32(optarg, &c->pin_upto);
 			break;
 		case O_GUEST:
-			bad = parse_u32(optarg, &c->guest_max);
+			bad = moor_parse_u32(optarg, &c->guest_max);
 			break;
 		case O_MARGIN:
-			bad = parse_u32(optarg, &c->guest_margin);
+			bad = moor_parse_u32(optarg, &c->guest_margin);
 			break;
 		case O_STASH:
 			bad = parse_gb(optarg, &c->stash_bytes);
@@ -977,13 +941,13 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 			bad = parse_gb(optarg, &c->pin_bytes);
 			break;
 		case O_PIN_N:
-			bad = parse_u32(optarg, &c->pin_anchors);
+			bad = moor_parse_u32(optarg, &c->pin_anchors);
 			break;
 		case O_PARK:
 			bad = parse_gb(optarg, &c->park_bytes);
 			break;
 		case O_PARK_N:
-			bad = parse_u32(optarg, &c->park_anchors);
+			bad = moor_parse_u32(optarg, &c->park_anchors);
 			break;
 		case O_END:
 			bad = parse_onoff(optarg, &c->end_anchor);
@@ -995,7 +959,7 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 			bad = parse_gb(optarg, &c->store_entry_bytes);
 			break;
 		case O_BOUND:
-			bad = parse_u32(optarg, &u);
+			bad = moor_parse_u32(optarg, &u);
 			c->store_boundaries = (int)u;
 			break;
 		case O_SESS:
@@ -1085,7 +1049,7 @@ int main(int argc, char **argv)
 			 names[w]);
 		snprintf(d.url[w], sizeof d.url[w], "ipc://%s", d.path[w]);
 	}
-	int lk = run_lock(d.run_dir);
+	int lk = moor_run_lock(d.run_dir, "cached");
 	if (lk < 0) {
 		if (lk == -EADDRINUSE)
 			moor_err("another cached serves %s", d.run_dir);

@@ -1,6 +1,21 @@
 /* gw.h: gatewayd's internals (`gw_`): the server, its links to engined and
  * cached, the request jobs and the metrics. Not a public API: the files of
- * gatewayd/ share it (main.c, http.c, link.c, chat.c, routes.c, metrics.c).
+ * gatewayd/ share it:
+ *
+ *   main.c     flags, the model's tokenizer and template, the loop, SIGTERM
+ *   http.c     h2o on libuv: the listener, the handler, routing, responses
+ *   link.c     the NNG links to engined (PAIR1) and cached (REQ)
+ *   params.c   a body read into gw_params (params.h: pure, no HTTP)
+ *   job.c      a generation's job: prepared on the pool, sent to engined,
+ *              its events dispatched, waited for, cancelled, refused
+ *   reply.c    the tokens turned into the OpenAI reply; usage; the end
+ *   sse.c      the streamed reply: SSE frames and h2o's send/proceed
+ *   peek.c     POST /v1/cache/peek
+ *   routes.c   the routes that are not generations (models, health, ...)
+ *   metrics.c  the counters, the prefill rate and GET /metrics' text
+ *
+ * The text machinery (tokenizer, templates, tool calls, stream parser) is
+ * gatewayd/text/, a library of its own that knows no HTTP.
  *
  * Threads. One libuv loop thread runs h2o and owns everything below that is
  * not marked otherwise: the jobs, the metrics, the HTTP requests. Three
@@ -40,7 +55,9 @@
 
 #include <h2o.h>
 
+#include "buf.h"
 #include "moor.h"
+#include "params.h"
 #include "proto.h"
 #include "replystream.h"
 #include "template.h"
@@ -49,7 +66,6 @@
 /* Limits and documented constants. */
 #define GW_MAX_BODY (64u << 20)	 /* request bodies over it: 413 */
 #define GW_ADMIN_TIMEOUT_MS 2000 /* one round trip to cached */
-#define GW_MAX_STOP 4		 /* stop strings per request (OpenAI) */
 #define GW_MAX_STOP_IDS 8	 /* stop token ids sent to engined */
 /* reread_eta_ms before this gateway has seen a long prefill: CPU prefill
  * of the tiny model on 2 threads runs ~3,300 tokens/s (0.3 s per 1k). */
@@ -75,13 +91,6 @@ typedef struct gw_cfg {
 	uint32_t default_max_tokens;
 	uint32_t window; /* engined's --window: caps the default max_tokens */
 } gw_cfg;
-
-/* Sampling defaults (generation_config.json when the model has one, else
- * OpenAI's: temperature 1, top_p 1). */
-typedef struct gw_gen_defaults {
-	double temperature, top_p, min_p;
-	int32_t top_k;
-} gw_gen_defaults;
 
 /* ---- the engine link (link.c) ---------------------------------------- */
 
@@ -159,35 +168,6 @@ char *gw_metrics_text(struct gw_srv *s, const json_t *stats, size_t *len);
 
 /* ---- jobs -------------------------------------------------------------- */
 
-enum { GW_KIND_CHAT = 1, GW_KIND_COMPLETION, GW_KIND_ADMIN, GW_KIND_PEEK };
-
-/* What a request asked for, read from its body on the thread pool. */
-typedef struct gw_params {
-	int stream, include_usage;
-	uint32_t max_tokens;
-	int max_tokens_set;
-	float temperature, top_p, min_p;
-	int32_t top_k;
-	uint64_t seed;
-	char *stop[GW_MAX_STOP];
-	size_t n_stop;
-	int ignore_eos;
-	char *session;	     /* malloc'd, "" when none */
-	const json_t *tools; /* borrowed from the job's body; NULL: none */
-	int think_open;
-	gw_tmpl_family family; /* GW_TMPL_UNKNOWN for /v1/completions */
-} gw_params;
-
-/* An HTTP error decided off the loop (the job's answer). */
-typedef struct gw_fail {
-	int status; /* 0: none */
-	char type[48];
-	char param[64];
-	char code[48];
-	char msg[MOOR_ERRLEN];
-	int retry_after; /* seconds; 0: no header */
-} gw_fail;
-
 typedef struct gw_anchor gw_anchor;
 
 typedef struct gw_job {
@@ -205,10 +185,8 @@ typedef struct gw_job {
 	uv_work_t work;
 
 	/* prepared by the work */
-	json_t *json; /* the parsed body (tools borrow from it) */
-	gw_params p;
-	int32_t *ids;
-	size_t n_ids;
+	json_t *json; /* the parsed body (p.tools borrows from it) */
+	gw_params p;  /* the prompt's ids included */
 	gw_fail fail;
 
 	/* the generation */
@@ -224,8 +202,7 @@ typedef struct gw_job {
 	char id[48]; /* chatcmpl-... / cmpl-... */
 	int64_t created;
 	/* streamed SSE: what waits for the next h2o_send */
-	char *pend;
-	size_t pend_len, pend_cap;
+	moor_buf pend;
 	int sending, final_sent;
 	int n_tool_calls;
 	/* non-streamed and streamed: the finished reply's parts */
@@ -298,34 +275,67 @@ void gw_send_error(h2o_req_t *req, int status, const char *type,
 		   const char *param, const char *code, int retry_after,
 		   const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 void gw_send_fail(h2o_req_t *req, const gw_fail *f);
-void gw_failf(gw_fail *f, int status, const char *type, const char *param,
-	      const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
 /* Whether the client of req has closed its connection (an EOF or a reset
  * seen without consuming anything). */
 int gw_client_gone(gw_srv *s, h2o_req_t *req);
 /* A header's value (h2o's lowercase name), or NULL. */
 const h2o_iovec_t *gw_header(h2o_req_t *req, const char *name);
 
-/* jobs (chat.c) */
+/* job.c: the jobs' lifecycle */
 gw_job *gw_job_new(gw_srv *s, h2o_req_t *req, int kind, int route);
 void gw_job_unref(gw_job *j);
 /* The request went away: forget it, cancel a running generation. */
 void gw_job_detach(gw_job *j);
-
-/* routes: chat.c */
+/* Sends PROTO_CANCEL for a generation in flight (once; no-op otherwise). */
+void gw_job_cancel(gw_job *j);
+/* A chat, completion or peek job: the body copied, read on the thread pool
+ * (gw_params_read), then sent to engined (or, a peek, answered). Always
+ * answers req, on failure too; returns 0 (h2o's "handled"). */
+int gw_job_start(gw_srv *s, h2o_req_t *req, int kind, int route);
+/* job.c: routes */
 int gw_on_chat(gw_srv *s, h2o_req_t *req);
-int gw_on_cache_peek(gw_srv *s, h2o_req_t *req);
 int gw_on_completions(gw_srv *s, h2o_req_t *req);
-/* engine events on the loop (chat.c) */
+/* job.c: engine events on the loop */
 void gw_on_engine_msg(gw_srv *s, proto_msg *m);
 void gw_on_engine_pipe(gw_srv *s, int up, uint32_t pipe);
-/* once per tick: waiting requests sent or refused (chat.c) */
+/* once per tick: waiting requests sent or refused */
 void gw_jobs_tick(gw_srv *s);
-/* SIGTERM: refuse waiting requests, cancel running ones (chat.c) */
+/* SIGTERM: refuse waiting requests, cancel running ones */
 void gw_jobs_shutdown(gw_srv *s);
-void gw_prefill_sample(gw_srv *s, const proto_done *d);
-double gw_prefill_rate(const gw_srv *s);
+
+/* reply.c: a token of the generation (STEP) pushed into the reply */
+void gw_reply_token(gw_job *j, const proto_step_entry *e);
+/* The DONE (engined's or the job's own error) is in j->dn: the reply goes
+ * out, whole or as the stream's end, and the engine's reference is
+ * dropped. */
+void gw_reply_finish(gw_job *j);
+/* The usage object of a finished generation (a new reference). */
+json_t *gw_reply_usage(const proto_done *d);
+/* finish_reason: "stop", "length" or "tool_calls" (n_calls > 0). */
+const char *gw_reply_finish_name(const gw_job *j, int n_calls);
+
+/* sse.c: the streamed reply */
+/* The 200 and its headers, once, before the first piece (a chat's first
+ * delta carries the role). No-op once started or with no request. */
+void gw_sse_start(gw_job *j);
+/* A gw_rs_cb: one event of the stream parser as a chunk (arg: the job). */
+int gw_sse_event(void *arg, const gw_rs_event *ev);
+/* The finish chunk, the usage chunk when asked for, [DONE]. */
+void gw_sse_end(gw_job *j);
+/* An error event after the 200 went out, then [DONE]. */
+void gw_sse_error(gw_job *j, const char *type, const char *msg);
+/* Sends what is pending unless a send is in flight (h2o's proceed sends
+ * the rest); the final send once the DONE is in. */
+void gw_sse_flush(gw_job *j);
+/* h2o's generator callbacks of a job's anchor (gw_job_new sets them). */
+void gw_sse_proceed(h2o_generator_t *g, h2o_req_t *req);
+
+/* peek.c: POST /v1/cache/peek */
+int gw_on_cache_peek(gw_srv *s, h2o_req_t *req);
+/* On the thread pool, after the body was read: the round trip to cached. */
+void gw_peek_work(gw_job *j);
+/* On the loop: the answer. */
+void gw_peek_answer(gw_job *j);
 
 /* routes.c */
 int gw_on_models(gw_srv *s, h2o_req_t *req);
@@ -336,7 +346,13 @@ int gw_on_cache_clear(gw_srv *s, h2o_req_t *req);
 /* Starts an admin round trip on the thread pool; done runs on the loop. */
 int gw_admin_start(gw_job *j, void (*done)(gw_job *j));
 
-/* proto_tier in the seed's words, and moor's cache name */
+/* metrics.c: the prefill rate of this gateway's long prefills */
+void gw_prefill_sample(gw_srv *s, const proto_done *d);
+/* The median of the last GW_PREFILL_SAMPLES, tokens/s
+ * (GW_PREFILL_PRIOR_TPS before any). */
+double gw_prefill_rate(const gw_srv *s);
+
+/* proto_tier in the seed's words, and moor's cache name (reply.c) */
 const char *gw_tier_word(uint32_t tier);
 const char *gw_tier_source(uint32_t tier);
 

@@ -1,7 +1,10 @@
 /* http.c: the HTTP side of gatewayd: h2o on the libuv loop (a uv_tcp
  * listener, h2o_uv_socket_create + h2o_accept per connection), one handler
  * at "/" that routes by path and method (so unknown paths and wrong methods
- * get the OpenAI error shape), and the response helpers. */
+ * get the OpenAI error shape), and the response helpers. The handler
+ * carries the server the way h2o's own handlers carry their configuration:
+ * h2o_handler_t embedded first, the rest ours (h2o allocates it with the
+ * size we give and hands it back to on_req). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -12,7 +15,10 @@
 
 #include "gw.h"
 
-static gw_srv *g_srv; /* the one server (h2o's handler has no user arg) */
+typedef struct gw_handler {
+	h2o_handler_t super; /* first: on_req gets it back */
+	gw_srv *s;
+} gw_handler;
 
 /* ---- responses ---------------------------------------------------------- */
 
@@ -83,19 +89,6 @@ void gw_send_fail(h2o_req_t *req, const gw_fail *f)
 		     f->msg);
 }
 
-void gw_failf(gw_fail *f, int status, const char *type, const char *param,
-	      const char *code, const char *fmt, ...)
-{
-	f->status = status;
-	snprintf(f->type, sizeof f->type, "%s", type);
-	snprintf(f->param, sizeof f->param, "%s", param ? param : "");
-	snprintf(f->code, sizeof f->code, "%s", code ? code : "");
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(f->msg, sizeof f->msg, fmt, ap);
-	va_end(ap);
-}
-
 /* ---- routing --------------------------------------------------------------
  */
 
@@ -119,7 +112,7 @@ static const route routes[] = {
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
-	gw_srv *s = g_srv;
+	gw_srv *s = ((gw_handler *)self)->s;
 	h2o_iovec_t path = req->path_normalized;
 	/* the path without a query string */
 	for (size_t i = 0; i < path.len; i++)
@@ -226,15 +219,15 @@ int gw_client_gone(gw_srv *s, h2o_req_t *req)
 
 int gw_http_start(gw_srv *s, char *err)
 {
-	g_srv = s;
 	h2o_config_init(&s->hconf);
 	s->hconf.max_request_entity_size = GW_MAX_BODY;
 	s->hconf.server_name = h2o_iovec_init(H2O_STRLIT("moor-gatewayd"));
 	h2o_hostconf_t *host = h2o_config_register_host(
 	    &s->hconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
 	h2o_pathconf_t *pc = h2o_config_register_path(host, "/", 0);
-	h2o_handler_t *h = h2o_create_handler(pc, sizeof *h);
-	h->on_req = on_req;
+	gw_handler *h = (gw_handler *)h2o_create_handler(pc, sizeof *h);
+	h->super.on_req = on_req;
+	h->s = s;
 	h2o_context_init(&s->hctx, s->loop, &s->hconf);
 	s->actx.ctx = &s->hctx;
 	s->actx.hosts = s->hconf.hosts;

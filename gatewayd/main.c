@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "gw.h"
+#include "util.h"
 
 #define GW_STOP_GRACE_S 3.0 /* after SIGTERM: answers in flight finish */
 
@@ -51,17 +52,6 @@ static int parse_double(const char *s, double *out)
 	if (end == s || *end || !(v >= 0) || v > 1e6)
 		return -1;
 	*out = v;
-	return 0;
-}
-
-static int parse_u32(const char *s, uint32_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-	if (end == s || *end || errno || v == 0 || v > UINT32_MAX || *s == '-')
-		return -1;
-	*out = (uint32_t)v;
 	return 0;
 }
 
@@ -211,10 +201,11 @@ int main(int argc, char **argv)
 			}
 			break;
 		case O_MAXTOK:
-		case O_WINDOW:
-			if (parse_u32(optarg, o == O_MAXTOK
-						  ? &s->cfg.default_max_tokens
-						  : &s->cfg.window)) {
+		case O_WINDOW: {
+			uint32_t *dst = o == O_MAXTOK
+					    ? &s->cfg.default_max_tokens
+					    : &s->cfg.window;
+			if (moor_parse_u32(optarg, dst) || *dst == 0) {
 				fprintf(stderr,
 					"gatewayd: --%s %s: expected a "
 					"positive integer\n",
@@ -224,6 +215,7 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		}
 		case O_LOG: {
 			static const char *const lv[] = {"error", "warn",
 							 "info", "debug"};

@@ -1,6 +1,6 @@
-/* metrics.c: the gateway's counters (loop thread only, so no locks) and
- * their Prometheus text for GET /metrics. */
-#include <stdarg.h>
+/* metrics.c: the gateway's counters (loop thread only, so no locks),
+ * their Prometheus text for GET /metrics, and the prefill rate of the last
+ * long prefills (the peek's reread_eta_ms). */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,38 +57,6 @@ void gw_metrics_ttft(gw_srv *s, double sec)
 	m->ttft_count++;
 }
 
-typedef struct sbuf {
-	char *p;
-	size_t len, cap;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...)
-{
-	for (;;) {
-		va_list ap;
-		va_start(ap, fmt);
-		size_t room = b->cap - b->len;
-		int n = vsnprintf(b->p ? b->p + b->len : NULL, room, fmt, ap);
-		va_end(ap);
-		if (n < 0)
-			return;
-		if ((size_t)n < room) {
-			b->len += (size_t)n;
-			return;
-		}
-		size_t cap = b->cap ? 2 * b->cap : 4096;
-		while (cap < b->len + (size_t)n + 1)
-			cap *= 2;
-		char *q = realloc(b->p, cap);
-		if (!q)
-			return;
-		b->p = q;
-		b->cap = cap;
-	}
-}
-
 static uint64_t stat_u(const json_t *stats, const char *obj, const char *k)
 {
 	const json_t *v = json_object_get(json_object_get(stats, obj), k);
@@ -98,74 +66,113 @@ static uint64_t stat_u(const json_t *stats, const char *obj, const char *k)
 char *gw_metrics_text(gw_srv *s, const json_t *stats, size_t *len)
 {
 	gw_metrics *m = &s->m;
-	sbuf b = {0};
-	sb_printf(&b, "# HELP moor_requests_total HTTP requests answered, by "
-		      "route and status code.\n"
-		      "# TYPE moor_requests_total counter\n");
+	moor_buf b = {0};
+	moor_buf_printf(&b,
+			"# HELP moor_requests_total HTTP requests answered, by "
+			"route and status code.\n"
+			"# TYPE moor_requests_total counter\n");
 	for (int i = 0; i < m->n_codes; i++)
-		sb_printf(&b,
-			  "moor_requests_total{route=\"%s\",code=\"%d\"} "
-			  "%llu\n",
-			  route_names[m->codes[i].route], m->codes[i].code,
-			  (unsigned long long)m->codes[i].n);
-	sb_printf(&b,
-		  "# HELP moor_prompt_tokens_total Prompt tokens of finished "
-		  "generations.\n# TYPE moor_prompt_tokens_total counter\n"
-		  "moor_prompt_tokens_total %llu\n"
-		  "# HELP moor_completion_tokens_total Generated tokens.\n"
-		  "# TYPE moor_completion_tokens_total counter\n"
-		  "moor_completion_tokens_total %llu\n"
-		  "# HELP moor_cached_tokens_total Prompt tokens restored from "
-		  "a cache instead of prefilled.\n"
-		  "# TYPE moor_cached_tokens_total counter\n"
-		  "moor_cached_tokens_total %llu\n",
-		  (unsigned long long)m->prompt_tokens,
-		  (unsigned long long)m->completion_tokens,
-		  (unsigned long long)m->cached_tokens);
-	sb_printf(&b, "# HELP moor_cache_hits_total Generations by the cache "
-		      "tier their prompt resumed from.\n"
-		      "# TYPE moor_cache_hits_total counter\n");
+		moor_buf_printf(&b,
+				"moor_requests_total{route=\"%s\",code=\"%d\"} "
+				"%llu\n",
+				route_names[m->codes[i].route],
+				m->codes[i].code,
+				(unsigned long long)m->codes[i].n);
+	moor_buf_printf(
+	    &b,
+	    "# HELP moor_prompt_tokens_total Prompt tokens of finished "
+	    "generations.\n# TYPE moor_prompt_tokens_total counter\n"
+	    "moor_prompt_tokens_total %llu\n"
+	    "# HELP moor_completion_tokens_total Generated tokens.\n"
+	    "# TYPE moor_completion_tokens_total counter\n"
+	    "moor_completion_tokens_total %llu\n"
+	    "# HELP moor_cached_tokens_total Prompt tokens restored from "
+	    "a cache instead of prefilled.\n"
+	    "# TYPE moor_cached_tokens_total counter\n"
+	    "moor_cached_tokens_total %llu\n",
+	    (unsigned long long)m->prompt_tokens,
+	    (unsigned long long)m->completion_tokens,
+	    (unsigned long long)m->cached_tokens);
+	moor_buf_printf(&b,
+			"# HELP moor_cache_hits_total Generations by the cache "
+			"tier their prompt resumed from.\n"
+			"# TYPE moor_cache_hits_total counter\n");
 	for (uint32_t t = 0; t <= PROTO_TIER_STASH; t++)
-		sb_printf(&b, "moor_cache_hits_total{tier=\"%s\"} %llu\n",
-			  gw_tier_source(t),
-			  (unsigned long long)m->tier_hits[t]);
-	sb_printf(&b, "# HELP moor_ttft_seconds Time from sending a "
-		      "generation to engined to its first token.\n"
-		      "# TYPE moor_ttft_seconds histogram\n");
+		moor_buf_printf(&b, "moor_cache_hits_total{tier=\"%s\"} %llu\n",
+				gw_tier_source(t),
+				(unsigned long long)m->tier_hits[t]);
+	moor_buf_printf(&b, "# HELP moor_ttft_seconds Time from sending a "
+			    "generation to engined to its first token.\n"
+			    "# TYPE moor_ttft_seconds histogram\n");
 	uint64_t cum = 0;
 	for (int i = 0; i < GW_TTFT_BUCKETS; i++) {
 		cum += m->ttft_bucket[i];
-		sb_printf(&b, "moor_ttft_seconds_bucket{le=\"%g\"} %llu\n",
-			  ttft_le[i], (unsigned long long)cum);
+		moor_buf_printf(&b,
+				"moor_ttft_seconds_bucket{le=\"%g\"} %llu\n",
+				ttft_le[i], (unsigned long long)cum);
 	}
 	cum += m->ttft_bucket[GW_TTFT_BUCKETS];
-	sb_printf(&b,
-		  "moor_ttft_seconds_bucket{le=\"+Inf\"} %llu\n"
-		  "moor_ttft_seconds_sum %.6f\n"
-		  "moor_ttft_seconds_count %llu\n",
-		  (unsigned long long)cum, m->ttft_sum,
-		  (unsigned long long)m->ttft_count);
+	moor_buf_printf(&b,
+			"moor_ttft_seconds_bucket{le=\"+Inf\"} %llu\n"
+			"moor_ttft_seconds_sum %.6f\n"
+			"moor_ttft_seconds_count %llu\n",
+			(unsigned long long)cum, m->ttft_sum,
+			(unsigned long long)m->ttft_count);
 	if (stats) {
 		static const char *const caches[] = {
 		    "resident", "end", "stash", "pin", "park", "store"};
-		sb_printf(&b, "# HELP moor_cache_bytes Bytes each cache holds "
-			      "(cached's stats).\n"
-			      "# TYPE moor_cache_bytes gauge\n");
+		moor_buf_printf(
+		    &b, "# HELP moor_cache_bytes Bytes each cache holds "
+			"(cached's stats).\n"
+			"# TYPE moor_cache_bytes gauge\n");
 		for (size_t i = 0; i < sizeof caches / sizeof caches[0]; i++)
-			sb_printf(&b, "moor_cache_bytes{cache=\"%s\"} %llu\n",
-				  caches[i],
-				  (unsigned long long)stat_u(stats, caches[i],
-							     "bytes"));
-		sb_printf(&b, "moor_cache_bytes{cache=\"memory_held\"} %llu\n",
-			  (unsigned long long)stat_u(stats, "memory", "held"));
+			moor_buf_printf(&b,
+					"moor_cache_bytes{cache=\"%s\"} %llu\n",
+					caches[i],
+					(unsigned long long)stat_u(
+					    stats, caches[i], "bytes"));
+		moor_buf_printf(
+		    &b, "moor_cache_bytes{cache=\"memory_held\"} %llu\n",
+		    (unsigned long long)stat_u(stats, "memory", "held"));
 	}
-	sb_printf(&b,
-		  "# HELP moor_engine_up 1 when engined's pipe is up.\n"
-		  "# TYPE moor_engine_up gauge\nmoor_engine_up %d\n"
-		  "# HELP moor_cached_up 1 when cached answered a stats "
-		  "round trip for this scrape.\n"
-		  "# TYPE moor_cached_up gauge\nmoor_cached_up %d\n",
-		  atomic_load(&s->link.pipe) ? 1 : 0, stats ? 1 : 0);
-	*len = b.len;
-	return b.p;
+	moor_buf_printf(&b,
+			"# HELP moor_engine_up 1 when engined's pipe is up.\n"
+			"# TYPE moor_engine_up gauge\nmoor_engine_up %d\n"
+			"# HELP moor_cached_up 1 when cached answered a stats "
+			"round trip for this scrape.\n"
+			"# TYPE moor_cached_up gauge\nmoor_cached_up %d\n",
+			atomic_load(&s->link.pipe) ? 1 : 0, stats ? 1 : 0);
+	return moor_buf_take(&b, len);
+}
+
+/* ---- prefill rate ------------------------------------------------------- */
+
+void gw_prefill_sample(gw_srv *s, const proto_done *d)
+{
+	uint64_t fwd = d->prompt_tokens > d->cached_tokens
+			   ? d->prompt_tokens - d->cached_tokens
+			   : 0;
+	if (fwd < GW_PREFILL_LONG_TOKENS || d->prefill_us == 0)
+		return;
+	s->pf_rate[s->pf_k] = (double)fwd / (d->prefill_us / 1e6);
+	s->pf_k = (s->pf_k + 1) % GW_PREFILL_SAMPLES;
+	if (s->pf_n < GW_PREFILL_SAMPLES)
+		s->pf_n++;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+double gw_prefill_rate(const gw_srv *s)
+{
+	if (!s->pf_n)
+		return GW_PREFILL_PRIOR_TPS;
+	double v[GW_PREFILL_SAMPLES];
+	memcpy(v, s->pf_rate, (size_t)s->pf_n * sizeof *v);
+	qsort(v, (size_t)s->pf_n, sizeof *v, cmp_d);
+	return s->pf_n % 2 ? v[s->pf_n / 2]
+			   : (v[s->pf_n / 2 - 1] + v[s->pf_n / 2]) / 2;
 }

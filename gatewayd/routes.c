@@ -1,6 +1,6 @@
 /* routes.c: the routes that are not generations: GET /v1/models, /health,
  * /metrics, /v1/cache/stats, POST /v1/cache/clear (/v1/cache/peek renders
- * like a chat request and lives in chat.c). The ones that need cached make
+ * like a chat request and lives in peek.c). The ones that need cached make
  * their REQ/REP round trip on the thread pool (gw_admin_start) and answer on
  * the loop. */
 #include <stdatomic.h>

@@ -19,7 +19,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	proto_msg a, b;
-	proto_buf e1 = {0}, e2 = {0};
+	moor_buf e1 = {0}, e2 = {0};
 	if (proto_decode(data, size, &a) == 0) {
 		FUZZ_ASSERT(proto_encode(&e1, &a) == 0);
 		FUZZ_ASSERT(e1.len == size && memcmp(e1.p, data, size) == 0);
@@ -30,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		proto_msg_fini(&b);
 	}
 	proto_msg_fini(&a);
-	proto_buf_fini(&e1);
-	proto_buf_fini(&e2);
+	moor_buf_fini(&e1);
+	moor_buf_fini(&e2);
 	return 0;
 }

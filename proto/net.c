@@ -54,20 +54,20 @@ static nng_duration duration(int timeout_ms)
 /* Encodes m into a fresh nng_msg addressed to pipe (id 0: none). */
 static int msg_make(const proto_msg *m, nng_pipe pipe, nng_msg **out)
 {
-	proto_buf b = {0};
+	moor_buf b = {0};
 	int rv = proto_encode(&b, m);
 	if (rv) {
-		proto_buf_fini(&b);
+		moor_buf_fini(&b);
 		return rv;
 	}
 	nng_msg *msg;
 	rv = proto_nng_err(nng_msg_alloc(&msg, b.len));
 	if (rv) {
-		proto_buf_fini(&b);
+		moor_buf_fini(&b);
 		return rv;
 	}
 	memcpy(nng_msg_body(msg), b.p, b.len);
-	proto_buf_fini(&b);
+	moor_buf_fini(&b);
 	if (nng_pipe_id(pipe) > 0)
 		nng_msg_set_pipe(msg, pipe);
 	*out = msg;

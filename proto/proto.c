@@ -1,10 +1,10 @@
 /* proto.c: the wire encoding of proto.h's messages.
  *
- * A bounds-checked writer over proto_buf and a bounds-checked reader over
- * the received bytes, both with a sticky error, and one encode/decode/fini
- * triple per message type in a table indexed by type. Every field goes on
- * the wire in its struct's order, little-endian, built with shifts so the
- * encoding does not depend on the host's byte order.
+ * A bounds-checked writer over a moor_buf (common/buf.h) and a bounds-checked
+ * reader over the received bytes, both with a sticky error, and one
+ * encode/decode/fini triple per message type in a table indexed by type. Every
+ * field goes on the wire in its struct's order, little-endian, built with
+ * shifts so the encoding does not depend on the host's byte order.
  *
  * Decoding never trusts a count: an array's count is checked against its
  * PROTO_MAX_* limit and against the bytes left in the payload (count times
@@ -43,7 +43,7 @@ _Static_assert(PROTO_TYPE_MAX <= UINT16_MAX, "types are u16");
 
 /* ---- writer ---- */
 
-static void wr_fail(proto_buf *b, int err)
+static void wr_fail(moor_buf *b, int err)
 {
 	if (!b->err)
 		b->err = err;
@@ -52,7 +52,7 @@ static void wr_fail(proto_buf *b, int err)
 /* n more bytes at the end of b, or NULL (and b->err set). The buffer never
  * grows past the largest message, so an encode over the limit fails before
  * it allocates much. */
-static uint8_t *wr_room(proto_buf *b, size_t n)
+static uint8_t *wr_room(moor_buf *b, size_t n)
 {
 	if (b->err)
 		return NULL;
@@ -60,31 +60,17 @@ static uint8_t *wr_room(proto_buf *b, size_t n)
 		wr_fail(b, MOOR_ERANGE);
 		return NULL;
 	}
-	if (b->len + n > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->len + n)
-			cap *= 2;
-		uint8_t *p = realloc(b->p, cap);
-		if (!p) {
-			wr_fail(b, -ENOMEM);
-			return NULL;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	uint8_t *q = b->p + b->len;
-	b->len += n;
-	return q;
+	return (uint8_t *)moor_buf_room(b, n);
 }
 
-static void put_u8(proto_buf *b, uint8_t v)
+static void put_u8(moor_buf *b, uint8_t v)
 {
 	uint8_t *q = wr_room(b, 1);
 	if (q)
 		q[0] = v;
 }
 
-static void put_u16(proto_buf *b, uint16_t v)
+static void put_u16(moor_buf *b, uint16_t v)
 {
 	uint8_t *q = wr_room(b, 2);
 	if (!q)
@@ -93,7 +79,7 @@ static void put_u16(proto_buf *b, uint16_t v)
 	q[1] = (uint8_t)(v >> 8);
 }
 
-static void put_u32(proto_buf *b, uint32_t v)
+static void put_u32(moor_buf *b, uint32_t v)
 {
 	uint8_t *q = wr_room(b, 4);
 	if (!q)
@@ -102,7 +88,7 @@ static void put_u32(proto_buf *b, uint32_t v)
 		q[i] = (uint8_t)(v >> (8 * i));
 }
 
-static void put_u64(proto_buf *b, uint64_t v)
+static void put_u64(moor_buf *b, uint64_t v)
 {
 	uint8_t *q = wr_room(b, 8);
 	if (!q)
@@ -111,24 +97,24 @@ static void put_u64(proto_buf *b, uint64_t v)
 		q[i] = (uint8_t)(v >> (8 * i));
 }
 
-static void put_i32(proto_buf *b, int32_t v)
+static void put_i32(moor_buf *b, int32_t v)
 {
 	put_u32(b, (uint32_t)v);
 }
 
-static void put_i64(proto_buf *b, int64_t v)
+static void put_i64(moor_buf *b, int64_t v)
 {
 	put_u64(b, (uint64_t)v);
 }
 
-static void put_f32(proto_buf *b, float v)
+static void put_f32(moor_buf *b, float v)
 {
 	uint32_t u;
 	memcpy(&u, &v, 4);
 	put_u32(b, u);
 }
 
-static void put_bytes(proto_buf *b, const void *p, size_t n)
+static void put_bytes(moor_buf *b, const void *p, size_t n)
 {
 	uint8_t *q = wr_room(b, n);
 	if (q && n)
@@ -136,7 +122,7 @@ static void put_bytes(proto_buf *b, const void *p, size_t n)
 }
 
 /* A heap string: u16 length + bytes. NULL encodes as the empty string. */
-static void put_str(proto_buf *b, const char *s)
+static void put_str(moor_buf *b, const char *s)
 {
 	size_t n = s ? strnlen(s, PROTO_MAX_STR + 1) : 0;
 	if (n > PROTO_MAX_STR) {
@@ -148,7 +134,7 @@ static void put_str(proto_buf *b, const char *s)
 }
 
 /* A fixed-size name: must be NUL-terminated within PROTO_NAME_MAX. */
-static void put_name(proto_buf *b, const char name[PROTO_NAME_MAX])
+static void put_name(moor_buf *b, const char name[PROTO_NAME_MAX])
 {
 	size_t n = strnlen(name, PROTO_NAME_MAX);
 	if (n >= PROTO_NAME_MAX) {
@@ -160,7 +146,7 @@ static void put_name(proto_buf *b, const char name[PROTO_NAME_MAX])
 }
 
 /* An array's count. Returns whether the elements should follow. */
-static int put_count(proto_buf *b, uint32_t n, uint32_t limit, const void *p)
+static int put_count(moor_buf *b, uint32_t n, uint32_t limit, const void *p)
 {
 	if (n > limit) {
 		wr_fail(b, MOOR_ERANGE);
@@ -174,14 +160,14 @@ static int put_count(proto_buf *b, uint32_t n, uint32_t limit, const void *p)
 	return !b->err;
 }
 
-static void put_ndim(proto_buf *b, uint32_t ndim)
+static void put_ndim(moor_buf *b, uint32_t ndim)
 {
 	if (ndim > MAX_NDIM)
 		wr_fail(b, MOOR_ERANGE);
 	put_u32(b, ndim);
 }
 
-static void put_i32s(proto_buf *b, uint32_t n, uint32_t limit, const int32_t *v)
+static void put_i32s(moor_buf *b, uint32_t n, uint32_t limit, const int32_t *v)
 {
 	if (!put_count(b, n, limit, v))
 		return;
@@ -189,8 +175,7 @@ static void put_i32s(proto_buf *b, uint32_t n, uint32_t limit, const int32_t *v)
 		put_i32(b, v[i]);
 }
 
-static void put_u64s(proto_buf *b, uint32_t n, uint32_t limit,
-		     const uint64_t *v)
+static void put_u64s(moor_buf *b, uint32_t n, uint32_t limit, const uint64_t *v)
 {
 	if (!put_count(b, n, limit, v))
 		return;
@@ -378,7 +363,7 @@ static uint64_t *get_u64s(rd *r, uint32_t *count, uint32_t limit)
 
 /* ---- payloads, one triple per type ---- */
 
-static void enc_error(proto_buf *b, const proto_msg *m)
+static void enc_error(moor_buf *b, const proto_msg *m)
 {
 	const proto_error *e = &m->u.error;
 	put_i32(b, e->code);
@@ -397,7 +382,7 @@ static void fini_error(proto_msg *m)
 	free(m->u.error.msg);
 }
 
-static void enc_section(proto_buf *b, const proto_section *s)
+static void enc_section(moor_buf *b, const proto_section *s)
 {
 	put_name(b, s->name);
 	put_i32(b, s->layer);
@@ -419,7 +404,7 @@ static void dec_section(rd *r, proto_section *s)
 	s->bytes = get_u64(r);
 }
 
-static void enc_view(proto_buf *b, const proto_view *v)
+static void enc_view(moor_buf *b, const proto_view *v)
 {
 	put_name(b, v->name);
 	put_i32(b, v->layer);
@@ -443,7 +428,7 @@ static void dec_view(rd *r, proto_view *v)
 	v->row_bytes = get_u64(r);
 }
 
-static void enc_hello(proto_buf *b, const proto_msg *m)
+static void enc_hello(moor_buf *b, const proto_msg *m)
 {
 	const proto_hello *h = &m->u.hello;
 	put_bytes(b, h->fingerprint, sizeof h->fingerprint);
@@ -483,7 +468,7 @@ static void fini_hello(proto_msg *m)
 	free(m->u.hello.view);
 }
 
-static void enc_hello_ok(proto_buf *b, const proto_msg *m)
+static void enc_hello_ok(moor_buf *b, const proto_msg *m)
 {
 	const proto_hello_ok *h = &m->u.hello_ok;
 	put_str(b, h->dev_arena);
@@ -518,7 +503,7 @@ static void fini_hello_ok(proto_msg *m)
 	free(h->view_off);
 }
 
-static void enc_plan(proto_buf *b, const proto_msg *m)
+static void enc_plan(moor_buf *b, const proto_msg *m)
 {
 	const proto_plan *p = &m->u.plan;
 	put_str(b, p->session);
@@ -542,7 +527,7 @@ static void fini_plan(proto_msg *m)
 	free(m->u.plan.ids);
 }
 
-static void enc_plan_ok(proto_buf *b, const proto_msg *m)
+static void enc_plan_ok(moor_buf *b, const proto_msg *m)
 {
 	const proto_plan_ok *p = &m->u.plan_ok;
 	put_u64(b, p->start);
@@ -576,7 +561,7 @@ static void fini_plan_ok(proto_msg *m)
 	free(m->u.plan_ok.slots);
 }
 
-static void enc_commit(proto_buf *b, const proto_msg *m)
+static void enc_commit(moor_buf *b, const proto_msg *m)
 {
 	const proto_commit *c = &m->u.commit;
 	put_u32(b, c->n_filled);
@@ -595,7 +580,7 @@ static void fini_commit(proto_msg *m)
 	free(m->u.commit.ids);
 }
 
-static void enc_abort(proto_buf *b, const proto_msg *m)
+static void enc_abort(moor_buf *b, const proto_msg *m)
 {
 	put_u32(b, m->u.abort_.n_filled);
 	put_u64(b, m->u.abort_.valid);
@@ -607,7 +592,7 @@ static void dec_abort(rd *r, proto_msg *m)
 	m->u.abort_.valid = get_u64(r);
 }
 
-static void enc_generate(proto_buf *b, const proto_msg *m)
+static void enc_generate(moor_buf *b, const proto_msg *m)
 {
 	const proto_generate *g = &m->u.gen;
 	put_str(b, g->session);
@@ -645,7 +630,7 @@ static void fini_generate(proto_msg *m)
 }
 
 /* STEP has no PROTO_MAX_* of its own: the payload limit bounds it. */
-static void enc_step(proto_buf *b, const proto_msg *m)
+static void enc_step(moor_buf *b, const proto_msg *m)
 {
 	const proto_step *s = &m->u.step;
 	if (put_count(b, s->n, UINT32_MAX, s->e))
@@ -672,7 +657,7 @@ static void fini_step(proto_msg *m)
 	free(m->u.step.e);
 }
 
-static void enc_done(proto_buf *b, const proto_msg *m)
+static void enc_done(moor_buf *b, const proto_msg *m)
 {
 	const proto_done *d = &m->u.done;
 	put_u32(b, d->finish);
@@ -705,7 +690,7 @@ static void fini_done(proto_msg *m)
 	free(m->u.done.msg);
 }
 
-static void enc_cancel(proto_buf *b, const proto_msg *m)
+static void enc_cancel(moor_buf *b, const proto_msg *m)
 {
 	put_u64(b, m->u.cancel.target);
 }
@@ -717,7 +702,7 @@ static void dec_cancel(rd *r, proto_msg *m)
 
 /* A long text (STATS_OK's JSON): u32 length + bytes, at most
  * PROTO_MAX_TEXT, no NUL inside. */
-static void enc_text(proto_buf *b, const proto_msg *m)
+static void enc_text(moor_buf *b, const proto_msg *m)
 {
 	const char *s = m->u.text.text;
 	size_t n = s ? strnlen(s, PROTO_MAX_TEXT + 1) : 0;
@@ -761,7 +746,7 @@ static void fini_text(proto_msg *m)
 	free(m->u.text.text);
 }
 
-static void enc_clear(proto_buf *b, const proto_msg *m)
+static void enc_clear(moor_buf *b, const proto_msg *m)
 {
 	put_str(b, m->u.clear.tier);
 }
@@ -776,7 +761,7 @@ static void fini_clear(proto_msg *m)
 	free(m->u.clear.tier);
 }
 
-static void enc_peek(proto_buf *b, const proto_msg *m)
+static void enc_peek(moor_buf *b, const proto_msg *m)
 {
 	const proto_peek *p = &m->u.peek;
 	put_str(b, p->session);
@@ -796,7 +781,7 @@ static void fini_peek(proto_msg *m)
 	free(m->u.peek.ids);
 }
 
-static void enc_peek_ok(proto_buf *b, const proto_msg *m)
+static void enc_peek_ok(moor_buf *b, const proto_msg *m)
 {
 	const proto_peek_ok *p = &m->u.peek_ok;
 	put_u32(b, p->tier);
@@ -820,7 +805,7 @@ static void dec_peek_ok(rd *r, proto_msg *m)
  * empty payload, or no heap members). A NULL name: an unknown type. */
 typedef struct proto_kind {
 	const char *name;
-	void (*enc)(proto_buf *b, const proto_msg *m);
+	void (*enc)(moor_buf *b, const proto_msg *m);
 	void (*dec)(rd *r, proto_msg *m);
 	void (*fini)(proto_msg *m);
 } proto_kind;
@@ -854,18 +839,9 @@ static const proto_kind *kind_of(uint16_t type)
 
 /* ---- the API ---- */
 
-void proto_buf_fini(proto_buf *b)
+int proto_encode(moor_buf *b, const proto_msg *m)
 {
-	if (!b)
-		return;
-	free(b->p);
-	memset(b, 0, sizeof *b);
-}
-
-int proto_encode(proto_buf *b, const proto_msg *m)
-{
-	b->len = 0;
-	b->err = 0;
+	moor_buf_reset(b);
 	const proto_kind *k = kind_of(m->h.type);
 	if (!k) {
 		b->err = MOOR_ERANGE;
@@ -885,7 +861,7 @@ int proto_encode(proto_buf *b, const proto_msg *m)
 	}
 	uint32_t n = (uint32_t)(b->len - PROTO_HDR_SIZE);
 	for (int i = 0; i < 4; i++)
-		b->p[8 + i] = (uint8_t)(n >> (8 * i));
+		b->p[8 + i] = (char)(uint8_t)(n >> (8 * i));
 	return 0;
 }
 

@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
+
 #define PROTO_MAGIC 0x524f4f4du /* "MOOR" little-endian */
 #define PROTO_VERSION 1
 #define PROTO_HDR_SIZE 24
@@ -273,21 +275,14 @@ typedef struct proto_msg {
 	} u;
 } proto_msg;
 
-/* ---- buffers ---- */
-
-/* A growable output buffer. */
-typedef struct proto_buf {
-	uint8_t *p;
-	size_t len, cap;
-	int err; /* sticky: the first failure (-ENOMEM, MOOR_ERANGE) */
-} proto_buf;
-
-void proto_buf_fini(proto_buf *b);
+/* ---- encoding ---- */
 
 /* Encodes header + payload of m (m->h.type selects the union member;
- * magic, version and length are filled in) into b, replacing its contents.
- * Returns 0 or a negative code (a field over its limit: MOOR_ERANGE). */
-int proto_encode(proto_buf *b, const proto_msg *m);
+ * magic, version and length are filled in) into b (common/buf.h),
+ * replacing its contents. Returns 0 or a negative code (a field over its
+ * limit: MOOR_ERANGE; b->err says the same). The caller frees b with
+ * moor_buf_fini. */
+int proto_encode(moor_buf *b, const proto_msg *m);
 
 /* Decodes a whole message. Returns 0, or MOOR_EFORMAT (bad magic, short or
  * long payload, a count over its limit, an unknown type), MOOR_EVERSION

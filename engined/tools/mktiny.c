@@ -26,6 +26,22 @@
  * output norm 1 + 0.1 N (plain weight), A_log U(-1, 1), dt_bias 0.5 N,
  * conv1d.weight 0.5 N.
  *
+ * The end token's bias. A model with random weights never picks its end
+ * token, so every reply ran to max_tokens and an agent client waited (an
+ * opencode title request generated 18,785 tokens). The row of <|im_end|>
+ * (MKTINY_EOS, the end of a chat turn) in the tied embedding is drawn as
+ * every row is and then scaled by MKTINY_EOS_GAIN (2.25, exact in binary):
+ * its logit, the final hidden state's dot product with that row, then
+ * spreads 2.25 times as wide as any other token's and beats the best of
+ * the others at about one step in 40 (a gain of 2: one in 60 to 75; 2.5:
+ * one in 25), a hazard about constant along the answer. Measured on 40
+ * one-turn chat prompts (qwen3 template) up to 400 tokens: greedy, 39
+ * ended, median 25 tokens; sampled at temperature 1, all 40, median 36,
+ * mean 58; in each, one ended at its first token. The few answers that
+ * end in a handful of tokens are the price of a length the model cannot
+ * see; the text stays noise. No other value changes: the scale is
+ * applied after the draw, and every other row draws the same numbers.
+ *
  * Every file is written atomically (safetensors_write.h). The test
  * tests/loader/test_mktiny_reproducible.c #includes this file with
  * MKTINY_NO_MAIN to call mktiny_write().
@@ -51,6 +67,7 @@
 #define MKTINY_SEED 0x6d6f6f722d74696eull /* "moor-tin" */
 #define MKTINY_BOS 151643
 #define MKTINY_EOS 151645
+#define MKTINY_EOS_GAIN 2.25 /* the end token's embedding row, see above */
 
 /* ---- the configuration --------------------------------------------------- */
 
@@ -209,6 +226,8 @@ struct tspec {
 	int64_t shape[3];
 	enum init_kind kind;
 	double a, b; /* normal: mean a, std b; uniform: [a, b) */
+	double row_gain;  /* 0: none; else row gain_row is scaled by it */
+	int64_t gain_row; /* a row of a 2-D tensor */
 };
 
 #define MKTINY_MAX_TENSORS 1024
@@ -258,6 +277,8 @@ static size_t mktiny_tensors(const qwen35_config *c, struct tspec *ts)
 	T(fmt, arg, KERN_BF16, 1, d, 0, 0, INIT_NORMAL, 0.0, 0.1)
 	T("model.embed_tokens.weight%s", "", KERN_BF16, 2, c->vocab, H, 0,
 	  INIT_NORMAL, 0.0, 1.0);
+	ts[n - 1].row_gain = MKTINY_EOS_GAIN;
+	ts[n - 1].gain_row = c->eos_id;
 	NORM("model.norm.weight%s", "", H);
 	for (int l = 0; l < c->layers; l++) {
 		NORM("model.layers.%d.input_layernorm.weight", l, H);
@@ -310,10 +331,13 @@ static void fill(const struct tspec *t, void *buf)
 	struct rng r;
 	rng_seed(&r, t->name);
 	int64_t n = tspec_numel(t);
+	int64_t cols = t->ndim == 2 ? t->shape[1] : n;
 	for (int64_t i = 0; i < n; i++) {
 		double v = t->kind == INIT_NORMAL
 			       ? t->a + t->b * normal4(&r)
 			       : t->a + (t->b - t->a) * unif(&r);
+		if (t->row_gain != 0 && i / cols == t->gain_row)
+			v *= t->row_gain;
 		float f = (float)v;
 		if (t->dtype == KERN_F32)
 			memcpy((char *)buf + 4 * i, &f, 4);

@@ -76,10 +76,10 @@ static void expect_error(nng_socket s, const char *what, const void *b,
 
 static size_t encode(const proto_msg *m, uint8_t **out)
 {
-	proto_buf b = {0};
+	moor_buf b = {0};
 	REQUIRE(proto_encode(&b, m) == 0, "encode %s",
 		proto_type_name(m->h.type));
-	*out = b.p;
+	*out = (uint8_t *)b.p;
 	return b.len;
 }
 

@@ -245,16 +245,21 @@ int main(int argc, char **argv)
 	gt_resp_fini(&r);
 
 	/* a stop string from the middle of the greedy text: the text ends
-	 * right before its first occurrence */
-	size_t tl = strlen(text), k = tl / 2;
-	while (k < tl && ((unsigned char)text[k] & 0xc0) == 0x80)
-		k++;
-	size_t e = k + 1;
-	while (e < tl && ((unsigned char)text[e] & 0xc0) == 0x80)
-		e++;
+	 * right before its first occurrence (one that does not also begin
+	 * the text, so something is left to stream) */
+	size_t tl = strlen(text), k = tl / 2, e = k;
+	char stop[32] = "";
+	for (; k < tl; k = e) {
+		while (k < tl && ((unsigned char)text[k] & 0xc0) == 0x80)
+			k++;
+		e = k + 1;
+		while (e < tl && ((unsigned char)text[e] & 0xc0) == 0x80)
+			e++;
+		snprintf(stop, sizeof stop, "%.*s", (int)(e - k), text + k);
+		if (k < tl && strstr(text, stop) != text)
+			break;
+	}
 	REQUIRE(k < tl, "no stop string in '%s'", text);
-	char stop[32];
-	snprintf(stop, sizeof stop, "%.*s", (int)(e - k), text + k);
 	json_t *sb = json_pack("{s:s,s:i,s:i,s:b,s:[s]}", "prompt",
 			       "Once upon a time", "max_tokens", 12,
 			       "temperature", 0, "ignore_eos", 1, "stop", stop);

@@ -10,7 +10,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: mkcorpus DIR\n");
 		return 2;
 	}
-	proto_buf b = {0};
+	moor_buf b = {0};
 	int n = 0;
 	for (size_t t = 0; t < N_SAMPLE_TYPES; t++)
 		for (int size = S_EMPTY; size < S_MAX; size++) {
@@ -36,7 +36,7 @@ int main(int argc, char **argv)
 			}
 			n++;
 		}
-	proto_buf_fini(&b);
+	moor_buf_fini(&b);
 	printf("mkcorpus: %d messages in %s\n", n, argv[1]);
 	return 0;
 }

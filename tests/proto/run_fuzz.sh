@@ -22,6 +22,7 @@ if ! "$CLANG" -std=gnu11 -D_GNU_SOURCE -g -O1 \
 	-Wall -Wextra -Wno-unused-parameter \
 	-I"$src/proto" -I"$src/common" \
 	"$src/proto/fuzz_decode.c" "$src/proto/proto.c" "$src/common/moor.c" \
+	"$src/common/buf.c" \
 	-lm -o "$bin"; then
 	echo "run_fuzz.sh: FAIL: cannot build $bin with $CLANG" \
 		"-fsanitize=fuzzer (is libclang-rt-dev installed?)" >&2

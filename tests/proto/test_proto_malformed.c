@@ -50,12 +50,12 @@ static void cap_memory(void)
 
 static uint8_t *encode(const proto_msg *m, size_t *len)
 {
-	proto_buf b = {0};
+	moor_buf b = {0};
 	int rv = proto_encode(&b, m);
 	REQUIRE(rv == 0, "encode %s: %s", proto_type_name(m->h.type),
 		moor_strerror(rv));
 	*len = b.len;
-	return b.p; /* the caller frees */
+	return (uint8_t *)b.p; /* the caller frees */
 }
 
 static uint8_t *sample_bytes(uint16_t type, int size, size_t *len)
@@ -123,12 +123,12 @@ static int decode_rv(const uint8_t *buf, size_t len)
 	if (rv) {
 		CHECK(is_zero(&d.u, sizeof d.u), "failed decode left data");
 	} else {
-		proto_buf b = {0};
+		moor_buf b = {0};
 		CHECK(proto_encode(&b, &d) == 0 && b.len == len &&
 			  !memcmp(b.p, buf, len),
 		      "decoded %s does not re-encode to its bytes",
 		      proto_type_name(d.h.type));
-		proto_buf_fini(&b);
+		moor_buf_fini(&b);
 	}
 	proto_msg_fini(&d);
 	return rv;
@@ -354,7 +354,7 @@ static void test_counts_over_limit(void)
 
 static void test_counts_at_encode(void)
 {
-	proto_buf b = {0};
+	moor_buf b = {0};
 	proto_msg m = {0};
 	int32_t ids[1];
 	uint64_t offs[1];
@@ -413,7 +413,7 @@ static void test_counts_at_encode(void)
 		CHECK(proto_encode(&b, &m) == MOOR_ERANGE, "encode type %u",
 		      bad[i]);
 	}
-	proto_buf_fini(&b);
+	moor_buf_fini(&b);
 }
 
 /* ---- strings, names, ndim ---- */
@@ -424,7 +424,7 @@ static void test_strings_at_encode(void)
 	memset(big, 'x', PROTO_MAX_STR + 1);
 	char *fits = xmalloc(PROTO_MAX_STR + 1);
 	memset(fits, 'y', PROTO_MAX_STR);
-	proto_buf b = {0};
+	moor_buf b = {0};
 	proto_msg m;
 
 #define LONG(type_, field)                                                     \
@@ -474,7 +474,7 @@ static void test_strings_at_encode(void)
 	memset(&view, 0, sizeof view);
 	view.ndim = 0xffffffffu;
 	CHECK(proto_encode(&b, &m) == MOOR_ERANGE, "view ndim");
-	proto_buf_fini(&b);
+	moor_buf_fini(&b);
 	free(big);
 	free(fits);
 }
@@ -586,7 +586,7 @@ static void test_strings_at_decode(void)
 /* STATS_OK carries a long text: u32 length, at most PROTO_MAX_TEXT. */
 static void test_long_text(void)
 {
-	proto_buf b = {0};
+	moor_buf b = {0};
 	proto_msg m, d;
 	char *big = xmalloc(PROTO_MAX_TEXT + 2);
 	memset(big, 'j', PROTO_MAX_TEXT + 1);
@@ -612,7 +612,7 @@ static void test_long_text(void)
 	big[PROTO_MAX_TEXT + 1] = 0;
 	CHECK(proto_encode(&b, &m) == MOOR_ERANGE, "text over PROTO_MAX_TEXT");
 	free(big);
-	proto_buf_fini(&b);
+	moor_buf_fini(&b);
 }
 
 /* ---- headers ---- */

@@ -135,7 +135,7 @@ static void test_reqrep(void)
 
 	/* a peer of version 2: refused with the same req */
 	{
-		proto_buf b = {0};
+		moor_buf b = {0};
 		memset(&q, 0, sizeof q);
 		q.h.type = PROTO_STATS;
 		q.h.req = 1003;
@@ -153,7 +153,7 @@ static void test_reqrep(void)
 		      "names the version: %s",
 		      r.u.error.msg ? r.u.error.msg : "-");
 		proto_msg_fini(&r);
-		proto_buf_fini(&b);
+		moor_buf_fini(&b);
 	}
 
 	/* a slow answer times out within the bound */
@@ -319,7 +319,7 @@ static void test_pair_poly(void)
 
 	/* a malformed message still tells the server its pipe and header */
 	{
-		proto_buf b = {0};
+		moor_buf b = {0};
 		proto_msg c = {0};
 		c.h.type = PROTO_CANCEL;
 		c.h.req = 77;
@@ -341,7 +341,7 @@ static void test_pair_poly(void)
 			  !strcmp(m.u.error.msg, "bad cancel"),
 		      "error routed back");
 		proto_msg_fini(&m);
-		proto_buf_fini(&b);
+		moor_buf_fini(&b);
 	}
 
 	/* a message queued is taken with a zero timeout */

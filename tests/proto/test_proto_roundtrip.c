@@ -9,7 +9,7 @@
 
 static void test_every_type_every_size(void)
 {
-	proto_buf b = {0}, b2 = {0};
+	moor_buf b = {0}, b2 = {0};
 	for (size_t t = 0; t < N_SAMPLE_TYPES; t++)
 		for (int size = 0; size < S_NSIZES; size++) {
 			uint16_t type = sample_types[t];
@@ -39,15 +39,15 @@ static void test_every_type_every_size(void)
 			proto_msg_fini(&d);
 			proto_msg_fini(&d); /* twice is harmless */
 		}
-	proto_buf_fini(&b);
-	proto_buf_fini(&b2);
-	proto_buf_fini(&b2);
+	moor_buf_fini(&b);
+	moor_buf_fini(&b2);
+	moor_buf_fini(&b2);
 }
 
 /* Empty strings decode as allocated "" whether sent as NULL or "". */
 static void test_empty_strings(void)
 {
-	proto_buf b = {0};
+	moor_buf b = {0};
 	proto_msg m = {0}, d;
 	m.h.type = PROTO_PLAN;
 	m.u.plan.session = "";
@@ -62,13 +62,13 @@ static void test_empty_strings(void)
 	REQUIRE(proto_decode(b.p, b.len, &d) == 0, "decode");
 	CHECK(d.u.error.msg && d.u.error.msg[0] == 0, "msg \"\"");
 	proto_msg_fini(&d);
-	proto_buf_fini(&b);
+	moor_buf_fini(&b);
 }
 
 /* Field order and byte order, against bytes built by hand. */
 static void test_wire_layout(void)
 {
-	proto_buf b = {0};
+	moor_buf b = {0};
 	int32_t ids[] = {1, -2, 0x01020304};
 	proto_msg m = {0};
 	m.h.type = PROTO_PLAN;
@@ -172,7 +172,7 @@ static void test_wire_layout(void)
 	raw_hdr(&r, PROTO_STATS, 5);
 	raw_end(&r);
 	CHECK(b.len == PROTO_HDR_SIZE && !memcmp(b.p, r.p, r.n), "STATS");
-	proto_buf_fini(&b);
+	moor_buf_fini(&b);
 }
 
 /* A payload of exactly PROTO_MAX_PAYLOAD is fine; one id more is not. */
@@ -187,7 +187,7 @@ static void test_payload_limit(void)
 	proto_msg m = {0}, d;
 	m.h.type = PROTO_PLAN;
 	m.u.plan = (proto_plan){.session = "s2", .n_ids = n, .ids = ids};
-	proto_buf b = {0};
+	moor_buf b = {0};
 	int rv = proto_encode(&b, &m);
 	REQUIRE(rv == 0, "encode at the limit: %s", moor_strerror(rv));
 	CHECK(b.len == PROTO_HDR_SIZE + PROTO_MAX_PAYLOAD, "len %zu", b.len);
@@ -209,7 +209,7 @@ static void test_payload_limit(void)
 	CHECK(proto_encode(&b, &m) == 0 && b.err == 0, "reuse after failure");
 	free(big);
 	free(ids);
-	proto_buf_fini(&b);
+	moor_buf_fini(&b);
 }
 
 static void test_names_and_fini(void)
@@ -241,7 +241,7 @@ static void test_names_and_fini(void)
 		proto_msg_fini(&z); /* zeroed: nothing to free */
 	}
 	proto_msg_fini(NULL);
-	proto_buf_fini(NULL);
+	moor_buf_fini(NULL);
 }
 
 int main(void)

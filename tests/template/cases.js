@@ -12,7 +12,7 @@
 //
 // A request is an OpenAI /v1/chat/completions body (messages, tools,
 // chat_template_kwargs, add_generation_prompt); oracle.js turns it into the
-// template context the way gatewayd/template.h says.
+// template context the way gatewayd/text/template.h says.
 'use strict';
 
 function mulberry32(seed) {

@@ -8,7 +8,7 @@
 // text (jinja rendered it), error (the message jinja threw), refused (the
 // gateway refuses the request before any template: template.h)}.
 //
-// The context jinja gets is the request as gatewayd/template.h builds it:
+// The context jinja gets is the request as gatewayd/text/template.h builds it:
 // the body through JSON.parse (numbers as doubles, as the gateway reads
 // them), then
 //   qwen3:    content strings; parts arrays joined by "\n"; null -> ""

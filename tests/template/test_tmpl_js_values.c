@@ -1,5 +1,5 @@
 /* test_tmpl_js_values: the JavaScript value semantics the templates see
- * through @huggingface/jinja (gatewayd/tmpl_int.h): String(x) of a number
+ * through @huggingface/jinja (gatewayd/text/tmpl_int.h): String(x) of a number
  * (the table was printed by node 20: String(x) of each value), tojson's
  * separators, escapes and JSON.parse key order (integer-like keys first),
  * `{{ v }}` output, JavaScript's trim() whitespace set, truthiness. */
@@ -48,11 +48,11 @@ static const struct {
 static void numbers(void)
 {
 	for (size_t i = 0; i < sizeof NUMS / sizeof NUMS[0]; i++) {
-		struct tbuf b = {0};
-		tb_js_number(&b, NUMS[i].v);
+		moor_buf b = {0};
+		js_number(&b, NUMS[i].v);
 		CHECK(b.p && !strcmp(b.p, NUMS[i].js), "%.17g: '%s', want '%s'",
 		      NUMS[i].v, b.p ? b.p : "", NUMS[i].js);
-		tb_fini(&b);
+		moor_buf_fini(&b);
 	}
 }
 
@@ -63,8 +63,8 @@ static char *tojson_of(const char *json)
 	    json, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL,
 	    &je);
 	REQUIRE(v, "%s: %s", json, je.text);
-	struct tbuf b = {0};
-	tb_tojson(&b, v);
+	moor_buf b = {0};
+	js_tojson(&b, v);
 	json_decref(v);
 	return b.p;
 }
@@ -119,18 +119,18 @@ static void output(void)
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		json_t *v = json_loads(cases[i].in, JSON_DECODE_ANY, NULL);
-		struct tbuf b = {0};
-		tb_put(&b, "", 0);
-		tb_output(&b, v);
+		moor_buf b = {0};
+		moor_buf_put(&b, "", 0);
+		js_output(&b, v);
 		CHECK(!strcmp(b.p, cases[i].want), "%s: '%s'", cases[i].in,
 		      b.p);
-		tb_fini(&b);
+		moor_buf_fini(&b);
 		json_decref(v);
 	}
-	struct tbuf b = {0};
-	tb_output(&b, NULL);
+	moor_buf b = {0};
+	js_output(&b, NULL);
 	CHECK(b.len == 0, "absent prints nothing");
-	tb_fini(&b);
+	moor_buf_fini(&b);
 }
 
 static void trim(void)

@@ -1,5 +1,5 @@
 /* test_toolcall_parse: the reasoning split and both tool-call formats read
- * back from model output (gatewayd/toolcall.h): well-formed calls with ids
+ * back from model output (gatewayd/text/toolcall.h): well-formed calls with ids
  * and JSON-string arguments, parameter values converted by the schema's
  * types, malformed output (unclosed tags, invalid JSON, no <function=...>,
  * invalid UTF-8) left as content, a prompt plus a generation re-rendering

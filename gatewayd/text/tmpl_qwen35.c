@@ -40,18 +40,18 @@ static int raise(char *err, const char *msg)
 	return MOOR_EFORMAT;
 }
 
-static void put_num(struct tbuf *b, int v)
+static void put_num(moor_buf *b, int v)
 {
-	tb_js_number(b, (double)v);
+	js_number(b, (double)v);
 }
 
 /* {%- macro render_content(content, do_vision_count,
  *                          is_system_content=false) %} */
 static int render_content(struct rc_state *st, const json_t *content,
-			  int do_vision_count, int is_system, struct tbuf *b)
+			  int do_vision_count, int is_system, moor_buf *b)
 {
 	if (content && json_is_string(content)) {
-		tb_output(b, content);
+		js_output(b, content);
 		return 0;
 	}
 	if (!content || json_is_null(content))
@@ -71,12 +71,12 @@ static int render_content(struct rc_state *st, const json_t *content,
 			if (do_vision_count)
 				st->info->images++;
 			if (vision_id) {
-				tb_puts(b, "Picture ");
+				moor_buf_puts(b, "Picture ");
 				put_num(b, st->info->images);
-				tb_puts(b, ": ");
+				moor_buf_puts(b, ": ");
 			}
-			tb_puts(b,
-				"<|vision_start|><|image_pad|><|vision_end|>");
+			moor_buf_puts(
+			    b, "<|vision_start|><|image_pad|><|vision_end|>");
 		} else if (json_object_get(item, "video") ||
 			   js_is(type, "video")) {
 			if (is_system)
@@ -85,14 +85,14 @@ static int render_content(struct rc_state *st, const json_t *content,
 			if (do_vision_count)
 				st->info->videos++;
 			if (vision_id) {
-				tb_puts(b, "Video ");
+				moor_buf_puts(b, "Video ");
 				put_num(b, st->info->videos);
-				tb_puts(b, ": ");
+				moor_buf_puts(b, ": ");
 			}
-			tb_puts(b,
-				"<|vision_start|><|video_pad|><|vision_end|>");
+			moor_buf_puts(
+			    b, "<|vision_start|><|video_pad|><|vision_end|>");
 		} else if (json_object_get(item, "text")) {
-			tb_output(b, json_object_get(item, "text"));
+			js_output(b, json_object_get(item, "text"));
 		} else {
 			return raise(st->err,
 				     "Unexpected item type in content.");
@@ -103,32 +103,32 @@ static int render_content(struct rc_state *st, const json_t *content,
 
 /* render_content(...)|trim into scratch; *out points into scratch. */
 static int content_trim(struct rc_state *st, const json_t *content,
-			int do_vision_count, int is_system,
-			struct tbuf *scratch, struct span *out)
+			int do_vision_count, int is_system, moor_buf *scratch,
+			struct span *out)
 {
 	scratch->len = 0;
-	tb_put(scratch, "", 0);
+	moor_buf_put(scratch, "", 0);
 	int rc =
 	    render_content(st, content, do_vision_count, is_system, scratch);
 	if (rc)
 		return rc;
-	if (scratch->oom)
+	if (scratch->err)
 		return -ENOMEM;
 	struct span s = {scratch->p, scratch->len};
 	*out = span_trim(s);
 	return 0;
 }
 
-static void put_span(struct tbuf *b, struct span s)
+static void put_span(moor_buf *b, struct span s)
 {
-	tb_put(b, s.p, s.n);
+	moor_buf_put(b, s.p, s.n);
 }
 
-static void put_str(struct tbuf *b, const json_t *s)
+static void put_str(moor_buf *b, const json_t *s)
 {
 	size_t n;
 	const char *p = js_str(s, &n);
-	tb_put(b, p, n);
+	moor_buf_put(b, p, n);
 }
 
 static const char TOOLS_HEAD[] =
@@ -161,25 +161,26 @@ static const char EFFORT_LOW[] =
 /* 'Unexpected reasoning effort ' ~ reasoning_effort ~ '. Supported ...' */
 static int effort_error(const json_t *v, char *err)
 {
-	struct tbuf b = {0};
+	moor_buf b = {0};
 	if (json_is_null(v)) /* jinja: `~` refuses null */
 		return raise(err, "Cannot perform operation on null values");
 	if (json_is_array(v)) /* jinja has no `in` of an array in a tuple */
 		return raise(err, "Unknown operator \"not in\" between "
 				  "ArrayValue and TupleValue");
-	tb_puts(&b, "Unexpected reasoning effort ");
+	moor_buf_puts(&b, "Unexpected reasoning effort ");
 	if (json_is_object(v))
-		tb_puts(&b, "[object Map]"); /* JS's String(new Map()) */
+		moor_buf_puts(&b, "[object Map]"); /* JS's String(new Map()) */
 	else
-		tb_output(&b, v);
-	tb_puts(&b, ". Supported types are xhigh (default), medium, and low.");
-	int rc = b.oom ? -ENOMEM : raise(err, b.p);
-	tb_fini(&b);
+		js_output(&b, v);
+	moor_buf_puts(
+	    &b, ". Supported types are xhigh (default), medium, and low.");
+	int rc = b.err ? b.err : raise(err, b.p);
+	moor_buf_fini(&b);
 	return rc;
 }
 
 /* One parameter's value as the variant prints it. */
-static void put_arg(struct tbuf *b, const json_t *v, const struct variant *var)
+static void put_arg(moor_buf *b, const json_t *v, const struct variant *var)
 {
 	if (var->args_string_only) {
 		/* args_value | string if args_value is string
@@ -187,23 +188,23 @@ static void put_arg(struct tbuf *b, const json_t *v, const struct variant *var)
 		if (json_is_string(v))
 			put_str(b, v);
 		else
-			tb_tojson(b, v);
+			js_tojson(b, v);
 		return;
 	}
 	/* args_value | tojson | safe if args_value is mapping or
 	 *   (args_value is sequence and args_value is not string)
 	 *   else args_value | string */
 	if (json_is_object(v) || json_is_array(v))
-		tb_tojson(b, v);
+		js_tojson(b, v);
 	else if (json_is_null(v))
-		tb_puts(b, "null"); /* jinja throws here: see template.h */
+		moor_buf_puts(b,
+			      "null"); /* jinja throws here: see template.h */
 	else
-		tb_output(b, v);
+		js_output(b, v);
 }
 
 static int render(const struct tmpl_in *in, const struct variant *var,
-		  struct tbuf *b, gw_prompt *info, char *err,
-		  struct tbuf *scratch)
+		  moor_buf *b, gw_prompt *info, char *err, moor_buf *scratch)
 {
 	const struct tmpl_msg *m = in->msgs;
 	size_t n = in->n;
@@ -229,35 +230,35 @@ static int render(const struct tmpl_in *in, const struct variant *var,
 
 	int sys0 = js_is(m[0].role, "system");
 	if (js_truthy(in->tools)) {
-		tb_puts(b, "<|im_start|>system\n");
+		moor_buf_puts(b, "<|im_start|>system\n");
 		if (instr[0]) {
-			tb_puts(b, instr);
-			tb_puts(b, "\n\n");
+			moor_buf_puts(b, instr);
+			moor_buf_puts(b, "\n\n");
 		}
-		tb_puts(b, TOOLS_HEAD);
+		moor_buf_puts(b, TOOLS_HEAD);
 		for (size_t i = 0; i < json_array_size(in->tools); i++) {
-			tb_puts(b, "\n");
-			tb_tojson(b, json_array_get(in->tools, i));
+			moor_buf_puts(b, "\n");
+			js_tojson(b, json_array_get(in->tools, i));
 		}
-		tb_puts(b, TOOLS_TAIL);
+		moor_buf_puts(b, TOOLS_TAIL);
 		if (sys0) {
 			if ((rc = content_trim(&st, m[0].content, 0, 1, scratch,
 					       &c)))
 				return rc;
 			if (c.n) {
-				tb_puts(b, "\n\n");
+				moor_buf_puts(b, "\n\n");
 				put_span(b, c);
 			}
 		}
-		tb_puts(b, "<|im_end|>\n");
+		moor_buf_puts(b, "<|im_end|>\n");
 	} else if (!var->effort) {
 		if (sys0) {
 			if ((rc = content_trim(&st, m[0].content, 0, 1, scratch,
 					       &c)))
 				return rc;
-			tb_puts(b, "<|im_start|>system\n");
+			moor_buf_puts(b, "<|im_start|>system\n");
 			put_span(b, c);
-			tb_puts(b, "<|im_end|>\n");
+			moor_buf_puts(b, "<|im_end|>\n");
 		}
 	} else {
 		c.n = 0;
@@ -265,17 +266,17 @@ static int render(const struct tmpl_in *in, const struct variant *var,
 		    (rc = content_trim(&st, m[0].content, 0, 1, scratch, &c)))
 			return rc;
 		if (c.n) {
-			tb_puts(b, "<|im_start|>system\n");
+			moor_buf_puts(b, "<|im_start|>system\n");
 			if (instr[0]) {
-				tb_puts(b, instr);
-				tb_puts(b, "\n\n");
+				moor_buf_puts(b, instr);
+				moor_buf_puts(b, "\n\n");
 			}
 			put_span(b, c);
-			tb_puts(b, "<|im_end|>\n");
+			moor_buf_puts(b, "<|im_end|>\n");
 		} else if (instr[0]) {
-			tb_puts(b, "<|im_start|>system\n");
-			tb_puts(b, instr);
-			tb_puts(b, "<|im_end|>\n");
+			moor_buf_puts(b, "<|im_start|>system\n");
+			moor_buf_puts(b, instr);
+			moor_buf_puts(b, "<|im_end|>\n");
 		}
 	}
 
@@ -311,11 +312,11 @@ static int render(const struct tmpl_in *in, const struct variant *var,
 				return raise(err, "System message must be at "
 						  "the beginning.");
 		} else if (js_is(role, "user")) {
-			tb_puts(b, "<|im_start|>");
+			moor_buf_puts(b, "<|im_start|>");
 			put_str(b, role);
-			tb_puts(b, "\n");
+			moor_buf_puts(b, "\n");
 			put_span(b, c);
-			tb_puts(b, "<|im_end|>\n");
+			moor_buf_puts(b, "<|im_end|>\n");
 		} else if (js_is(role, "assistant")) {
 			struct span r = {"", 0};
 			if (m[i].reasoning) {
@@ -341,14 +342,14 @@ static int render(const struct tmpl_in *in, const struct variant *var,
 				c = span_trim_start(cc);
 			}
 			r = span_trim(r);
-			tb_puts(b, "<|im_start|>");
+			moor_buf_puts(b, "<|im_start|>");
 			put_str(b, role);
 			if (preserve || i > last_query) {
-				tb_puts(b, "\n<think>\n");
+				moor_buf_puts(b, "\n<think>\n");
 				put_span(b, r);
-				tb_puts(b, "\n</think>\n\n");
+				moor_buf_puts(b, "\n</think>\n\n");
 			} else {
-				tb_puts(b, "\n");
+				moor_buf_puts(b, "\n");
 			}
 			put_span(b, c);
 			const json_t *calls = m[i].calls;
@@ -363,14 +364,16 @@ static int render(const struct tmpl_in *in, const struct variant *var,
 				const json_t *name =
 				    json_object_get(tc, "name");
 				if (j > 0)
-					tb_puts(b, "\n<tool_call>\n<function=");
+					moor_buf_puts(
+					    b, "\n<tool_call>\n<function=");
 				else if (span_trim(c).n)
-					tb_puts(b,
-						"\n\n<tool_call>\n<function=");
+					moor_buf_puts(
+					    b, "\n\n<tool_call>\n<function=");
 				else
-					tb_puts(b, "<tool_call>\n<function=");
+					moor_buf_puts(
+					    b, "<tool_call>\n<function=");
 				put_str(b, name);
-				tb_puts(b, ">\n");
+				moor_buf_puts(b, ">\n");
 				const json_t *args =
 				    json_array_get(m[i].args, j);
 				const char **keys;
@@ -379,26 +382,26 @@ static int render(const struct tmpl_in *in, const struct variant *var,
 				if (js_entries(args, &keys, &vals, &na))
 					return -ENOMEM;
 				for (size_t k = 0; k < na; k++) {
-					tb_puts(b, "<parameter=");
-					tb_puts(b, keys[k]);
-					tb_puts(b, ">\n");
+					moor_buf_puts(b, "<parameter=");
+					moor_buf_puts(b, keys[k]);
+					moor_buf_puts(b, ">\n");
 					put_arg(b, vals[k], var);
-					tb_puts(b, "\n</parameter>\n");
+					moor_buf_puts(b, "\n</parameter>\n");
 				}
 				free(keys);
 				free(vals);
-				tb_puts(b, "</function>\n</tool_call>");
+				moor_buf_puts(b, "</function>\n</tool_call>");
 			}
-			tb_puts(b, "<|im_end|>\n");
+			moor_buf_puts(b, "<|im_end|>\n");
 		} else if (js_is(role, "tool")) {
 			/* loop.previtem and loop.previtem.role != "tool" */
 			if (i > 0 && !js_is(m[i - 1].role, "tool"))
-				tb_puts(b, "<|im_start|>user");
-			tb_puts(b, "\n<tool_response>\n");
+				moor_buf_puts(b, "<|im_start|>user");
+			moor_buf_puts(b, "\n<tool_response>\n");
 			put_span(b, c);
-			tb_puts(b, "\n</tool_response>");
+			moor_buf_puts(b, "\n</tool_response>");
 			if (i == n - 1 || !js_is(m[i + 1].role, "tool"))
-				tb_puts(b, "<|im_end|>\n");
+				moor_buf_puts(b, "<|im_end|>\n");
 		} else {
 			return raise(err, "Unexpected message role.");
 		}
@@ -407,25 +410,25 @@ static int render(const struct tmpl_in *in, const struct variant *var,
 	info->think_open = 0;
 	info->msg_off[n] = b->len;
 	if (in->add_generation_prompt) {
-		tb_puts(b, "<|im_start|>assistant\n");
+		moor_buf_puts(b, "<|im_start|>assistant\n");
 		if (et && json_is_false(et)) {
-			tb_puts(b, "<think>\n\n</think>\n\n");
+			moor_buf_puts(b, "<think>\n\n</think>\n\n");
 		} else {
-			tb_puts(b, "<think>\n");
+			moor_buf_puts(b, "<think>\n");
 			info->think_open = 1;
 		}
 	}
 	return 0;
 }
 
-int tmpl_render_qwen35(const struct tmpl_in *in, struct tbuf *out,
-		       gw_prompt *info, char *err)
+int tmpl_render_qwen35(const struct tmpl_in *in, moor_buf *out, gw_prompt *info,
+		       char *err)
 {
 	const struct variant *var = in->family == GW_TMPL_QWEN3_8   ? &V38
 				    : in->family == GW_TMPL_QWEN3_6 ? &V36
 								    : &V35;
-	struct tbuf scratch = {0};
+	moor_buf scratch = {0};
 	int rc = render(in, var, out, info, err, &scratch);
-	tb_fini(&scratch);
+	moor_buf_fini(&scratch);
 	return rc;
 }

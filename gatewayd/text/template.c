@@ -83,18 +83,18 @@ static int read_file(const char *path, char **text, size_t *len)
 	FILE *f = fopen(path, "rb");
 	if (!f)
 		return -errno;
-	struct tbuf b = {0};
+	moor_buf b = {0};
 	char chunk[65536];
 	size_t got;
 	while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
-		tb_put(&b, chunk, got);
+		moor_buf_put(&b, chunk, got);
 	int bad = ferror(f);
 	fclose(f);
-	if (bad || b.oom) {
-		tb_fini(&b);
+	if (bad || b.err) {
+		moor_buf_fini(&b);
 		return bad ? -EIO : -ENOMEM;
 	}
-	tb_put(&b, "", 0);
+	moor_buf_put(&b, "", 0);
 	*text = b.p;
 	*len = b.len;
 	return 0;
@@ -258,21 +258,21 @@ static int qwen3_text(const json_t *content, size_t i, struct span *out,
 			   "messages[%zu].content: must be a string, an "
 			   "array of parts or null",
 			   i);
-	struct tbuf b = {0};
-	tb_put(&b, "", 0);
+	moor_buf b = {0};
+	moor_buf_put(&b, "", 0);
 	for (size_t k = 0; k < json_array_size(content); k++) {
 		const json_t *part = json_array_get(content, k);
 		const json_t *type = json_object_get(part, "type");
 		const json_t *text = json_object_get(part, "text");
 		if (!json_is_object(part)) {
-			tb_fini(&b);
+			moor_buf_fini(&b);
 			return bad(err,
 				   "messages[%zu].content: a part is not an "
 				   "object",
 				   i);
 		}
 		if ((type && !js_is(type, "text")) || !text) {
-			tb_fini(&b);
+			moor_buf_fini(&b);
 			if (err)
 				snprintf(err, MOOR_ERRLEN,
 					 "messages[%zu].content: the qwen3 "
@@ -285,20 +285,20 @@ static int qwen3_text(const json_t *content, size_t i, struct span *out,
 			return MOOR_EUNSUP;
 		}
 		if (!json_is_string(text)) {
-			tb_fini(&b);
+			moor_buf_fini(&b);
 			return bad(err,
 				   "messages[%zu].content: a text part's text "
 				   "must be a string",
 				   i);
 		}
 		if (k)
-			tb_put(&b, "\n", 1);
+			moor_buf_put(&b, "\n", 1);
 		size_t n;
 		const char *s = js_str(text, &n);
-		tb_put(&b, s, n);
+		moor_buf_put(&b, s, n);
 	}
-	if (b.oom) {
-		tb_fini(&b);
+	if (b.err) {
+		moor_buf_fini(&b);
 		return -ENOMEM;
 	}
 	*owned = b.p;
@@ -492,15 +492,15 @@ int gw_tmpl_render(gw_tmpl_family f, const gw_tmpl_ctx *ctx, gw_prompt *out,
 		return -ENOMEM;
 	}
 	out->n_msgs = n;
-	struct tbuf b = {0};
-	tb_put(&b, "", 0);
+	moor_buf b = {0};
+	moor_buf_put(&b, "", 0);
 	rc = f == GW_TMPL_QWEN3 ? tmpl_render_qwen3(&in, &b, out, err)
 				: tmpl_render_qwen35(&in, &b, out, err);
-	if (!rc && b.oom)
+	if (!rc && b.err)
 		rc = -ENOMEM;
 	msgs_free(msgs, owned, n);
 	if (rc) {
-		tb_fini(&b);
+		moor_buf_fini(&b);
 		free(out->msg_off);
 		memset(out, 0, sizeof *out);
 		return rc;

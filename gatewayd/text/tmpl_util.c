@@ -1,5 +1,5 @@
 /* tmpl_util.c: the JavaScript value semantics of @huggingface/jinja that the
- * template renderers need (see tmpl_int.h): the buffer, number printing,
+ * template renderers need (see tmpl_int.h): number printing,
  * tojson, whitespace trimming, JSON.parse key order, truthiness. */
 #include <math.h>
 #include <stdio.h>
@@ -8,59 +8,24 @@
 
 #include "tmpl_int.h"
 
-/* ---------------------------------------------------------------- buffer */
-
-void tb_put(struct tbuf *b, const char *s, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = 1;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	if (n)
-		memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = 0;
-}
-
-void tb_puts(struct tbuf *b, const char *s)
-{
-	tb_put(b, s, strlen(s));
-}
-
-void tb_fini(struct tbuf *b)
-{
-	free(b->p);
-	memset(b, 0, sizeof *b);
-}
-
 /* --------------------------------------------------------------- numbers */
 
 /* ECMAScript Number::toString(10): the shortest digits that round-trip
  * (the smallest precision whose correctly rounded %e reads back equal),
  * then decimal notation for exponents in [-7, 21), exponent notation
  * otherwise ("1e+21", "1.5e-7"). */
-void tb_js_number(struct tbuf *b, double v)
+void js_number(moor_buf *b, double v)
 {
 	if (isnan(v)) {
-		tb_puts(b, "NaN");
+		moor_buf_puts(b, "NaN");
 		return;
 	}
 	if (isinf(v)) {
-		tb_puts(b, v < 0 ? "-Infinity" : "Infinity");
+		moor_buf_puts(b, v < 0 ? "-Infinity" : "Infinity");
 		return;
 	}
 	if (v == 0) {
-		tb_puts(b, "0"); /* String(-0) is "0" */
+		moor_buf_puts(b, "0"); /* String(-0) is "0" */
 		return;
 	}
 	char e[40];
@@ -117,7 +82,7 @@ void tb_js_number(struct tbuf *b, double v)
 		o += snprintf(out + o, sizeof out - (size_t)o, "e%c%d",
 			      n - 1 < 0 ? '-' : '+', abs(n - 1));
 	}
-	tb_put(b, out, (size_t)o);
+	moor_buf_put(b, out, (size_t)o);
 }
 
 static double num_value(const json_t *v)
@@ -130,11 +95,11 @@ static double num_value(const json_t *v)
 
 /* ------------------------------------------------------------------ json */
 
-static void tb_json_string(struct tbuf *b, const char *s, size_t n)
+static void js_json_string(moor_buf *b, const char *s, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
 	size_t run = 0;
-	tb_put(b, "\"", 1);
+	moor_buf_put(b, "\"", 1);
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
 		const char *esc = NULL;
@@ -165,49 +130,49 @@ static void tb_json_string(struct tbuf *b, const char *s, size_t n)
 		}
 		if (!esc)
 			continue;
-		tb_put(b, s + run, i - run);
-		tb_puts(b, esc);
+		moor_buf_put(b, s + run, i - run);
+		moor_buf_puts(b, esc);
 		run = i + 1;
 	}
-	tb_put(b, s + run, n - run);
-	tb_put(b, "\"", 1);
+	moor_buf_put(b, s + run, n - run);
+	moor_buf_put(b, "\"", 1);
 }
 
-void tb_tojson(struct tbuf *b, const json_t *v)
+void js_tojson(moor_buf *b, const json_t *v)
 {
 	switch (json_typeof(v)) {
 	case JSON_NULL:
-		tb_puts(b, "null");
+		moor_buf_puts(b, "null");
 		return;
 	case JSON_TRUE:
-		tb_puts(b, "true");
+		moor_buf_puts(b, "true");
 		return;
 	case JSON_FALSE:
-		tb_puts(b, "false");
+		moor_buf_puts(b, "false");
 		return;
 	case JSON_INTEGER:
 	case JSON_REAL: {
 		double d = num_value(v);
 		if (!isfinite(d))
-			tb_puts(b, "null"); /* JSON.stringify(Infinity) */
+			moor_buf_puts(b, "null"); /* JSON.stringify(Infinity) */
 		else
-			tb_js_number(b, d);
+			js_number(b, d);
 		return;
 	}
 	case JSON_STRING: {
 		size_t n;
 		const char *s = js_str(v, &n);
-		tb_json_string(b, s, n);
+		js_json_string(b, s, n);
 		return;
 	}
 	case JSON_ARRAY: {
-		tb_put(b, "[", 1);
+		moor_buf_put(b, "[", 1);
 		for (size_t i = 0; i < json_array_size(v); i++) {
 			if (i)
-				tb_put(b, ", ", 2);
-			tb_tojson(b, json_array_get(v, i));
+				moor_buf_put(b, ", ", 2);
+			js_tojson(b, json_array_get(v, i));
 		}
-		tb_put(b, "]", 1);
+		moor_buf_put(b, "]", 1);
 		return;
 	}
 	case JSON_OBJECT: {
@@ -215,18 +180,18 @@ void tb_tojson(struct tbuf *b, const json_t *v)
 		json_t **vals;
 		size_t n;
 		if (js_entries(v, &keys, &vals, &n)) {
-			b->oom = 1;
+			b->err = -ENOMEM;
 			return;
 		}
-		tb_put(b, "{", 1);
+		moor_buf_put(b, "{", 1);
 		for (size_t i = 0; i < n; i++) {
 			if (i)
-				tb_put(b, ", ", 2);
-			tb_json_string(b, keys[i], strlen(keys[i]));
-			tb_put(b, ": ", 2);
-			tb_tojson(b, vals[i]);
+				moor_buf_put(b, ", ", 2);
+			js_json_string(b, keys[i], strlen(keys[i]));
+			moor_buf_put(b, ": ", 2);
+			js_tojson(b, vals[i]);
 		}
-		tb_put(b, "}", 1);
+		moor_buf_put(b, "}", 1);
 		free(keys);
 		free(vals);
 		return;
@@ -234,18 +199,18 @@ void tb_tojson(struct tbuf *b, const json_t *v)
 	}
 }
 
-void tb_output(struct tbuf *b, const json_t *v)
+void js_output(moor_buf *b, const json_t *v)
 {
 	if (!v || json_is_null(v))
 		return;
 	if (json_is_string(v)) {
 		size_t n;
 		const char *s = js_str(v, &n);
-		tb_put(b, s, n);
+		moor_buf_put(b, s, n);
 	} else if (json_is_number(v)) {
-		tb_js_number(b, num_value(v));
+		js_number(b, num_value(v));
 	} else {
-		tb_tojson(b, v);
+		js_tojson(b, v);
 	}
 }
 

@@ -181,12 +181,12 @@ static json_t *parse_json_call(const char *s, size_t n, const char *id_prefix,
 	} else if (json_is_object(args)) {
 		/* a key spelled with escapes: the bytes are not found, print
 		 * the object as tojson does */
-		struct tbuf ab = {0};
-		tb_tojson(&ab, args);
-		if (!ab.oom)
+		moor_buf ab = {0};
+		js_tojson(&ab, args);
+		if (!ab.err)
 			call = new_call(id_prefix, idx, json_string_value(name),
 					json_string_length(name), ab.p, ab.len);
-		tb_fini(&ab);
+		moor_buf_fini(&ab);
 	} else {
 		goto out; /* arguments that are not an object */
 	}
@@ -376,14 +376,14 @@ static int parse_xml_block(const char *s, size_t n, int closed,
 			}
 			p = stop == ve ? ve + 12 : stop;
 		}
-		struct tbuf ab = {0};
-		tb_tojson(&ab, args);
+		moor_buf ab = {0};
+		js_tojson(&ab, args);
 		json_decref(args);
-		json_t *call = ab.oom
+		json_t *call = ab.err
 				   ? NULL
 				   : new_call(id_prefix, json_array_size(calls),
 					      name.p, name.n, ab.p, ab.len);
-		tb_fini(&ab);
+		moor_buf_fini(&ab);
 		if (!call || json_array_append_new(calls, call))
 			return -ENOMEM;
 		i = fclosed ? fend + 11 : fend;
@@ -420,14 +420,14 @@ static int utf8_valid(const char *s, size_t n)
 	return 1;
 }
 
-int gw_toolcall_block(gw_tmpl_family f, const char *body, size_t n,
-		      int closed, const json_t *tools, const char *id_prefix,
-		      json_t *calls)
+int gw_toolcall_block(gw_tmpl_family f, const char *body, size_t n, int closed,
+		      const json_t *tools, const char *id_prefix, json_t *calls)
 {
 	if (!utf8_valid(body, n))
 		return 1;
 	if (gw_tmpl_xml_tools(f))
-		return parse_xml_block(body, n, closed, tools, id_prefix, calls);
+		return parse_xml_block(body, n, closed, tools, id_prefix,
+				       calls);
 	if (!closed)
 		return 1;
 	int oom = 0;
@@ -448,7 +448,7 @@ int gw_toolcalls_parse(gw_tmpl_family f, const char *s, size_t n,
 	*rest = NULL;
 	*rest_len = 0;
 	json_t *calls = json_array();
-	struct tbuf b = {0};
+	moor_buf b = {0};
 	if (!calls)
 		return -ENOMEM;
 	int oom = 0;
@@ -464,29 +464,30 @@ int gw_toolcalls_parse(gw_tmpl_family f, const char *s, size_t n,
 		 * generation stopped right after </function>) */
 		size_t end = close == NPOS ? n : close;
 		size_t after = close == NPOS ? n : close + 12;
-		int rc = gw_toolcall_block(f, s + body, end - body,
-					   close != NPOS, tools, id_prefix,
-					   calls);
+		int rc =
+		    gw_toolcall_block(f, s + body, end - body, close != NPOS,
+				      tools, id_prefix, calls);
 		if (rc < 0) {
 			oom = 1;
 			break;
 		}
 		if (rc == 0) {
-			tb_put(&b, s + i, open - i);
+			moor_buf_put(&b, s + i, open - i);
 			i = after;
 		} else {
 			/* not a call: keep the tag and look further on */
-			tb_put(&b, s + i, body - i);
+			moor_buf_put(&b, s + i, body - i);
 			i = body;
 		}
 	}
 	if (i == n && !b.len && !json_array_size(calls))
-		tb_put(&b, s, n); /* nothing taken (or not UTF-8): as is */
+		moor_buf_put(&b, s,
+			     n); /* nothing taken (or not UTF-8): as is */
 	else if (i < n)
-		tb_put(&b, s + i, n - i);
-	if (oom || b.oom) {
+		moor_buf_put(&b, s + i, n - i);
+	if (oom || b.err) {
 		json_decref(calls);
-		tb_fini(&b);
+		moor_buf_fini(&b);
 		return -ENOMEM;
 	}
 	size_t len = b.len;
@@ -499,7 +500,7 @@ int gw_toolcalls_parse(gw_tmpl_family f, const char *s, size_t n,
 		json_decref(calls);
 	}
 	if (len == 0) {
-		tb_fini(&b);
+		moor_buf_fini(&b);
 		return 0;
 	}
 	b.p[len] = 0;

@@ -1,8 +1,8 @@
 /* tmpl_int.h: what the template renderers (tmpl_*.c, template.c,
- * toolcall.c) share and nothing else sees: a growing byte buffer, and the
- * value semantics of @huggingface/jinja 0.5.13 that the real templates lean
- * on: its `tojson`, its number printing (JavaScript's Number::toString), its
- * string `trim` (JavaScript's whitespace set, which is also what `strip('\n')`,
+ * toolcall.c, replystream.c) share and nothing else sees: the value semantics
+ * of @huggingface/jinja 0.5.13 that the real templates lean on: its `tojson`,
+ * its number printing (JavaScript's Number::toString), its string `trim`
+ * (JavaScript's whitespace set, which is also what `strip('\n')`,
  * `lstrip('\n')` and `rstrip('\n')` do there: the argument is ignored), the
  * key order of an object parsed by JSON.parse, and truthiness. */
 #ifndef GW_TMPL_INT_H
@@ -11,34 +11,22 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "buf.h"
 #include "template.h"
-
-/* A growing byte buffer, always NUL-terminated once anything was put. An
- * allocation failure sets oom and makes every later put a no-op, so writers
- * check once at the end. */
-struct tbuf {
-	char *p;
-	size_t len, cap;
-	int oom;
-};
-
-void tb_put(struct tbuf *b, const char *s, size_t n);
-void tb_puts(struct tbuf *b, const char *s);
-void tb_fini(struct tbuf *b);
 
 /* JavaScript's String(x) of a double (shortest round-trip digits; exponent
  * form outside [1e-7, 1e21)); -0 prints as "0". Not finite: "Infinity",
  * "-Infinity", "NaN". */
-void tb_js_number(struct tbuf *b, double v);
+void js_number(moor_buf *b, double v);
 
 /* @huggingface/jinja's `tojson` (no arguments): separators ", " and ": ",
  * no indent, non-ASCII kept, JSON.stringify's string escapes (", \, \b, \f,
  * \n, \r, \t, other control bytes as \u00xx), keys in JSON.parse order. */
-void tb_tojson(struct tbuf *b, const json_t *v);
+void js_tojson(moor_buf *b, const json_t *v);
 
 /* What `{{ v }}` prints: null prints nothing, a string itself, a number as
- * tb_js_number, a boolean "true"/"false", an array or object as tb_tojson. */
-void tb_output(struct tbuf *b, const json_t *v);
+ * js_number, a boolean "true"/"false", an array or object as js_tojson. */
+void js_output(moor_buf *b, const json_t *v);
 
 /* A string value's bytes (NUL bytes allowed). */
 static inline const char *js_str(const json_t *v, size_t *n)
@@ -140,10 +128,10 @@ struct tmpl_in {
 	const json_t *kwargs; /* NULL or an object */
 };
 
-int tmpl_render_qwen3(const struct tmpl_in *in, struct tbuf *out,
-		      gw_prompt *info, char *err);
-int tmpl_render_qwen35(const struct tmpl_in *in, struct tbuf *out,
-		       gw_prompt *info, char *err);
+int tmpl_render_qwen3(const struct tmpl_in *in, moor_buf *out, gw_prompt *info,
+		      char *err);
+int tmpl_render_qwen35(const struct tmpl_in *in, moor_buf *out, gw_prompt *info,
+		       char *err);
 
 static inline const json_t *tmpl_kwarg(const struct tmpl_in *in,
 				       const char *name)

@@ -26,9 +26,9 @@
  * dropped, the push returns GW_RS_STOPPED, and the caller cancels the
  * generation. "First" is the first to complete as the text grows (of stops
  * that end at the same byte, the longest), so the cut does not depend on
- * how the text was split into pieces. Raw mode (family GW_TMPL_UNKNOWN, /v1/completions) parses
- * neither reasoning nor tools and emits CONTENT only, stops applied; the
- * whitespace of the text is kept as generated.
+ * how the text was split into pieces. Raw mode (family GW_TMPL_UNKNOWN,
+ * /v1/completions) parses neither reasoning nor tools and emits CONTENT only,
+ * stops applied; the whitespace of the text is kept as generated.
  *
  * Errors: -ENOMEM; a callback's non-zero return is handed back as is and
  * the stream stays usable: that event and the ones after it stay queued and
@@ -52,10 +52,10 @@ typedef enum gw_rs_kind {
 
 typedef struct gw_rs_event {
 	gw_rs_kind kind;
-	int index;		/* the tool call (TOOL_*), else 0 */
-	const char *text;	/* borrowed for the callback; len bytes */
+	int index;	  /* the tool call (TOOL_*), else 0 */
+	const char *text; /* borrowed for the callback; len bytes */
 	size_t len;
-	const char *id, *name;	/* TOOL_START; NUL-terminated, borrowed */
+	const char *id, *name; /* TOOL_START; NUL-terminated, borrowed */
 } gw_rs_event;
 
 /* Called for each event, in order; a non-zero return ends the call that
@@ -63,12 +63,12 @@ typedef struct gw_rs_event {
 typedef int (*gw_rs_cb)(void *arg, const gw_rs_event *ev);
 
 typedef struct gw_rs_cfg {
-	gw_tmpl_family family; /* GW_TMPL_UNKNOWN: raw mode */
-	int think_open;	       /* the prompt ended inside <think> */
-	const json_t *tools;   /* the request's tools (NULL: none); borrowed
-				* for the stream's life */
-	const char *id_prefix; /* tool call ids: prefix + index (NULL:
-				* "call_"); copied */
+	gw_tmpl_family family;	 /* GW_TMPL_UNKNOWN: raw mode */
+	int think_open;		 /* the prompt ended inside <think> */
+	const json_t *tools;	 /* the request's tools (NULL: none); borrowed
+				  * for the stream's life */
+	const char *id_prefix;	 /* tool call ids: prefix + index (NULL:
+				  * "call_"); copied */
 	const char *const *stop; /* stop strings (copied); empty ones are
 				  * ignored */
 	size_t n_stop;
@@ -85,8 +85,7 @@ void gw_rs_free(gw_rs *r); /* NULL is fine */
  * when a stop string matched in this piece (the events up to the match are
  * out; later pushes are ignored and return GW_RS_STOPPED again), a
  * callback's non-zero, or -ENOMEM. */
-int gw_rs_push(gw_rs *r, const char *piece, size_t len, gw_rs_cb cb,
-	       void *arg);
+int gw_rs_push(gw_rs *r, const char *piece, size_t len, gw_rs_cb cb, void *arg);
 
 /* The generation ended: what was held back goes out (an unclosed
  * <tool_call> block as content, reasoning of a generation that stopped

@@ -8,16 +8,16 @@
  * whitespace: so do we. */
 #include "tmpl_int.h"
 
-static void put_span(struct tbuf *b, struct span s)
+static void put_span(moor_buf *b, struct span s)
 {
-	tb_put(b, s.p, s.n);
+	moor_buf_put(b, s.p, s.n);
 }
 
-static void put_str(struct tbuf *b, const json_t *s)
+static void put_str(moor_buf *b, const json_t *s)
 {
 	size_t n;
 	const char *p = js_str(s, &n);
-	tb_put(b, p, n);
+	moor_buf_put(b, p, n);
 }
 
 static const char TOOLS_HEAD[] =
@@ -31,32 +31,32 @@ static const char TOOLS_TAIL[] =
     "<args-json-object>}\n</tool_call><|im_end|>\n";
 
 /* {%- for tool_call in message.tool_calls %} ... {%- endfor %} */
-static void put_calls(struct tbuf *b, const json_t *calls, struct span content)
+static void put_calls(moor_buf *b, const json_t *calls, struct span content)
 {
 	for (size_t j = 0; j < json_array_size(calls); j++) {
 		const json_t *tc = json_array_get(calls, j);
 		/* {%- if (loop.first and content) or (not loop.first) %} */
 		if (j > 0 || content.n > 0)
-			tb_puts(b, "\n");
+			moor_buf_puts(b, "\n");
 		/* {%- if tool_call.function %}{%- set tool_call = ... %} */
 		const json_t *fn = json_object_get(tc, "function");
 		if (js_truthy(fn))
 			tc = fn;
-		tb_puts(b, "<tool_call>\n{\"name\": \"");
-		tb_output(b, json_object_get(tc, "name"));
-		tb_puts(b, "\", \"arguments\": ");
+		moor_buf_puts(b, "<tool_call>\n{\"name\": \"");
+		js_output(b, json_object_get(tc, "name"));
+		moor_buf_puts(b, "\", \"arguments\": ");
 		const json_t *args = json_object_get(tc, "arguments");
 		if (args && json_is_string(args))
 			put_str(b, args);
 		else if (args)
-			tb_tojson(b, args);
+			js_tojson(b, args);
 		else
-			tb_puts(b, "null"); /* tojson of undefined */
-		tb_puts(b, "}\n</tool_call>");
+			moor_buf_puts(b, "null"); /* tojson of undefined */
+		moor_buf_puts(b, "}\n</tool_call>");
 	}
 }
 
-int tmpl_render_qwen3(const struct tmpl_in *in, struct tbuf *b, gw_prompt *info,
+int tmpl_render_qwen3(const struct tmpl_in *in, moor_buf *b, gw_prompt *info,
 		      char *err)
 {
 	const struct tmpl_msg *m = in->msgs;
@@ -64,21 +64,21 @@ int tmpl_render_qwen3(const struct tmpl_in *in, struct tbuf *b, gw_prompt *info,
 	int sys0 = n > 0 && js_is(m[0].role, "system");
 
 	if (js_truthy(in->tools)) {
-		tb_puts(b, "<|im_start|>system\n");
+		moor_buf_puts(b, "<|im_start|>system\n");
 		if (sys0) {
 			put_span(b, m[0].text);
-			tb_puts(b, "\n\n");
+			moor_buf_puts(b, "\n\n");
 		}
-		tb_puts(b, TOOLS_HEAD);
+		moor_buf_puts(b, TOOLS_HEAD);
 		for (size_t i = 0; i < json_array_size(in->tools); i++) {
-			tb_puts(b, "\n");
-			tb_tojson(b, json_array_get(in->tools, i));
+			moor_buf_puts(b, "\n");
+			js_tojson(b, json_array_get(in->tools, i));
 		}
-		tb_puts(b, TOOLS_TAIL);
+		moor_buf_puts(b, TOOLS_TAIL);
 	} else if (sys0) {
-		tb_puts(b, "<|im_start|>system\n");
+		moor_buf_puts(b, "<|im_start|>system\n");
 		put_span(b, m[0].text);
-		tb_puts(b, "<|im_end|>\n");
+		moor_buf_puts(b, "<|im_end|>\n");
 	}
 
 	/* The last user message that is not a tool response wrapped as one. */
@@ -97,11 +97,11 @@ int tmpl_render_qwen3(const struct tmpl_in *in, struct tbuf *b, gw_prompt *info,
 		const json_t *role = m[i].role;
 		info->msg_off[i] = i ? b->len : 0;
 		if (js_is(role, "user") || (js_is(role, "system") && i > 0)) {
-			tb_puts(b, "<|im_start|>");
+			moor_buf_puts(b, "<|im_start|>");
 			put_str(b, role);
-			tb_puts(b, "\n");
+			moor_buf_puts(b, "\n");
 			put_span(b, m[i].text);
-			tb_puts(b, "<|im_end|>\n");
+			moor_buf_puts(b, "<|im_end|>\n");
 		} else if (js_is(role, "assistant")) {
 			struct span content = m[i].text;
 			struct span reasoning = {"", 0};
@@ -129,39 +129,39 @@ int tmpl_render_qwen3(const struct tmpl_in *in, struct tbuf *b, gw_prompt *info,
 				reasoning = span_trim_start(r);
 				content = span_trim_start(c);
 			}
-			tb_puts(b, "<|im_start|>");
+			moor_buf_puts(b, "<|im_start|>");
 			put_str(b, role);
 			if ((long)i > last_query &&
 			    (i == n - 1 || reasoning.n > 0)) {
-				tb_puts(b, "\n<think>\n");
+				moor_buf_puts(b, "\n<think>\n");
 				put_span(b, span_trim(reasoning));
-				tb_puts(b, "\n</think>\n\n");
+				moor_buf_puts(b, "\n</think>\n\n");
 				put_span(b, span_trim_start(content));
 			} else {
-				tb_puts(b, "\n");
+				moor_buf_puts(b, "\n");
 				put_span(b, content);
 			}
 			if (js_truthy(m[i].calls))
 				put_calls(b, m[i].calls, content);
-			tb_puts(b, "<|im_end|>\n");
+			moor_buf_puts(b, "<|im_end|>\n");
 		} else if (js_is(role, "tool")) {
 			if (i == 0 || !js_is(m[i - 1].role, "tool"))
-				tb_puts(b, "<|im_start|>user");
-			tb_puts(b, "\n<tool_response>\n");
+				moor_buf_puts(b, "<|im_start|>user");
+			moor_buf_puts(b, "\n<tool_response>\n");
 			put_span(b, m[i].text);
-			tb_puts(b, "\n</tool_response>");
+			moor_buf_puts(b, "\n</tool_response>");
 			if (i == n - 1 || !js_is(m[i + 1].role, "tool"))
-				tb_puts(b, "<|im_end|>\n");
+				moor_buf_puts(b, "<|im_end|>\n");
 		}
 		/* qwen3 renders nothing for any other role. */
 	}
 
 	info->msg_off[n] = b->len;
 	if (in->add_generation_prompt) {
-		tb_puts(b, "<|im_start|>assistant\n");
+		moor_buf_puts(b, "<|im_start|>assistant\n");
 		const json_t *et = tmpl_kwarg(in, "enable_thinking");
 		if (et && json_is_false(et))
-			tb_puts(b, "<think>\n\n</think>\n\n");
+			moor_buf_puts(b, "<think>\n\n</think>\n\n");
 	}
 	info->think_open = 0;
 	(void)err;

@@ -75,8 +75,8 @@ int gw_toolcalls_parse(gw_tmpl_family f, const char *content, size_t len,
  * Returns 0 when at least one call parsed, 1 when none did (the block stays
  * content; calls is unchanged), -ENOMEM. A body that is not UTF-8 does not
  * parse. What gw_toolcalls_parse is made of, for the stream parser. */
-int gw_toolcall_block(gw_tmpl_family f, const char *body, size_t n,
-		      int closed, const json_t *tools, const char *id_prefix,
+int gw_toolcall_block(gw_tmpl_family f, const char *body, size_t n, int closed,
+		      const json_t *tools, const char *id_prefix,
 		      json_t *calls);
 
 /* A whole reply: the reasoning split, then the tool calls parsed from the

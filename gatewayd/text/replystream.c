@@ -42,7 +42,7 @@ enum phase { PH_START, PH_REASON, PH_CONTENT, PH_DONE };
 struct rs_ev {
 	gw_rs_kind kind;
 	int index;
-	size_t off, len;      /* text in qbuf */
+	size_t off, len;       /* text in qbuf */
 	size_t id_off, nm_off; /* TOOL_START: NUL-terminated in qbuf */
 };
 
@@ -66,13 +66,13 @@ struct gw_rs {
 	int stopped, finished, err;
 
 	enum phase ph;
-	size_t pos;	   /* buf[0, pos) is accounted for */
-	int r_lead;	   /* REASON: no reasoning byte out yet */
-	int c_lead;	   /* CONTENT: leading whitespace to drop */
-	size_t blk_scan;   /* CONTENT: where to look on for </tool_call> */
+	size_t pos;	    /* buf[0, pos) is accounted for */
+	int r_lead;	    /* REASON: no reasoning byte out yet */
+	int c_lead;	    /* CONTENT: leading whitespace to drop */
+	size_t blk_scan;    /* CONTENT: where to look on for </tool_call> */
 	struct bytes cpend; /* content whitespace not out yet */
-	json_t *calls;	   /* every call taken, in order */
-	size_t calls_out;  /* of them, queued as events */
+	json_t *calls;	    /* every call taken, in order */
+	size_t calls_out;   /* of them, queued as events */
 
 	struct rs_ev *q; /* queued events [qhead, nq) */
 	size_t nq, qcap, qhead;
@@ -117,8 +117,8 @@ static size_t tail_prefix(const char *s, size_t n, const char *lit, size_t k)
 
 /* ----------------------------------------------------------------- queue */
 
-static int q_add(gw_rs *r, gw_rs_kind kind, int index, const char *a,
-		 size_t an, const char *b, size_t bn)
+static int q_add(gw_rs *r, gw_rs_kind kind, int index, const char *a, size_t an,
+		 const char *b, size_t bn)
 {
 	if (r->nq == r->qcap) {
 		size_t cap = r->qcap ? 2 * r->qcap : 16;
@@ -170,7 +170,7 @@ static int q_drain(gw_rs *r, gw_rs_cb cb, void *arg)
 	while (r->qhead < r->nq) {
 		const struct rs_ev *e = &r->q[r->qhead];
 		gw_rs_event ev = {e->kind, e->index, r->qbuf.p + e->off,
-				  e->len, NULL, NULL};
+				  e->len,  NULL,     NULL};
 		if (e->kind == GW_RS_TOOL_START) {
 			ev.id = r->qbuf.p + e->id_off;
 			ev.name = r->qbuf.p + e->nm_off;
@@ -259,7 +259,8 @@ static int advance(gw_rs *r, int fin)
 			size_t lead = js_trim_start(s, n), k = n - lead;
 			int opens = k >= 7 && !memcmp(s + lead, "<think>", 7);
 			if (!fin && !opens &&
-			    (k == 0 || (k < 7 && !memcmp(s + lead, "<think>", k))))
+			    (k == 0 ||
+			     (k < 7 && !memcmp(s + lead, "<think>", k))))
 				return 0;
 			r->r_lead = 1;
 			if (opens) {
@@ -303,9 +304,9 @@ static int advance(gw_rs *r, int fin)
 			if (o == NPOS) {
 				size_t end = n;
 				if (!fin)
-					end -= tail_prefix(s + r->pos,
-							   n - r->pos,
-							   "<tool_call>", 11);
+					end -=
+					    tail_prefix(s + r->pos, n - r->pos,
+							"<tool_call>", 11);
 				if (content(r, s + r->pos, end - r->pos))
 					return -ENOMEM;
 				r->pos = end;
@@ -339,10 +340,9 @@ static int advance(gw_rs *r, int fin)
 				return 0;
 			}
 			size_t end = cl == NPOS ? n : cl;
-			int rc = gw_toolcall_block(r->family, s + body,
-						   end - body, cl != NPOS,
-						   r->tools, r->id_prefix,
-						   r->calls);
+			int rc = gw_toolcall_block(
+			    r->family, s + body, end - body, cl != NPOS,
+			    r->tools, r->id_prefix, r->calls);
 			if (rc < 0)
 				return rc;
 			if (rc == 0) {
@@ -432,7 +432,8 @@ static size_t stop_cut(const gw_rs *r, size_t from)
 		size_t best = 0;
 		for (size_t i = 0; i < r->n_stop; i++) {
 			size_t k = r->stop_len[i];
-			if (k <= e && k > best && s[e - 1] == r->stop[i][k - 1] &&
+			if (k <= e && k > best &&
+			    s[e - 1] == r->stop[i][k - 1] &&
 			    memcmp(s + e - k, r->stop[i], k) == 0)
 				best = k;
 		}
@@ -451,8 +452,7 @@ static int finish_text(gw_rs *r)
 	return rc;
 }
 
-int gw_rs_push(gw_rs *r, const char *piece, size_t len, gw_rs_cb cb,
-	       void *arg)
+int gw_rs_push(gw_rs *r, const char *piece, size_t len, gw_rs_cb cb, void *arg)
 {
 	if (r->err)
 		return r->err;

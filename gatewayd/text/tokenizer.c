@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "buf.h"
 #include "tok_int.h"
 
 /* ------------------------------------------------------------------------ */
@@ -127,36 +128,6 @@ static uint32_t pow2_at_least(uint64_t n)
 	"\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{" \
 	"BE}"
 
-typedef struct strbuf {
-	char *p;
-	size_t n, cap;
-	int oom;
-} strbuf;
-
-static void sb_put(strbuf *b, const char *s, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = (b->n + n + 1) * 2;
-		char *p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = 1;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-	b->p[b->n] = 0;
-}
-
-static void sb_puts(strbuf *b, const char *s)
-{
-	sb_put(b, s, strlen(s));
-}
-
 static int is_hex(char c)
 {
 	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
@@ -164,7 +135,7 @@ static int is_hex(char c)
 }
 
 /* Returns 0, -ENOMEM, or MOOR_EUNSUP with *what naming the construct. */
-static int onig_to_pcre2(const char *src, size_t n, strbuf *out,
+static int onig_to_pcre2(const char *src, size_t n, moor_buf *out,
 			 const char **what)
 {
 	int in_class = 0;
@@ -218,33 +189,33 @@ static int onig_to_pcre2(const char *src, size_t n, strbuf *out,
 				if (i + 5 < n && is_hex(src[i + 2]) &&
 				    is_hex(src[i + 3]) && is_hex(src[i + 4]) &&
 				    is_hex(src[i + 5])) {
-					sb_puts(out, "\\x{");
-					sb_put(out, src + i + 2, 4);
-					sb_puts(out, "}");
+					moor_buf_puts(out, "\\x{");
+					moor_buf_put(out, src + i + 2, 4);
+					moor_buf_puts(out, "}");
 					i += 6;
 					continue;
 				}
 				break;
 			}
 			if (rep) {
-				sb_puts(out, rep);
+				moor_buf_puts(out, rep);
 			} else {
-				sb_put(out, src + i, 2);
+				moor_buf_put(out, src + i, 2);
 			}
 			i += 2;
 			continue;
 		}
 		if (!in_class && c == '[') {
 			in_class = 1;
-			sb_put(out, src + i, 1);
+			moor_buf_put(out, src + i, 1);
 			i++;
 			/* a leading ']' (after an optional '^') is literal */
 			if (i < n && src[i] == '^') {
-				sb_put(out, src + i, 1);
+				moor_buf_put(out, src + i, 1);
 				i++;
 			}
 			if (i < n && src[i] == ']') {
-				sb_put(out, src + i, 1);
+				moor_buf_put(out, src + i, 1);
 				i++;
 			}
 			continue;
@@ -256,7 +227,7 @@ static int onig_to_pcre2(const char *src, size_t n, strbuf *out,
 				const char *end = strstr(src + i + 2, ":]");
 				size_t k =
 				    end ? (size_t)(end - src) + 2 - i : 1;
-				sb_put(out, src + i, k);
+				moor_buf_put(out, src + i, k);
 				i += k;
 				continue;
 			}
@@ -269,10 +240,10 @@ static int onig_to_pcre2(const char *src, size_t n, strbuf *out,
 			*what = "a character-class intersection (&&)";
 			return MOOR_EUNSUP;
 		}
-		sb_put(out, src + i, 1);
+		moor_buf_put(out, src + i, 1);
 		i++;
 	}
-	return out->oom ? -ENOMEM : 0;
+	return out->err;
 }
 
 /* Compile a Split pattern. is_regex: a "Regex" (Oniguruma syntax) rather
@@ -280,7 +251,7 @@ static int onig_to_pcre2(const char *src, size_t n, strbuf *out,
 static int compile_pattern(const char *path, const char *src, size_t n,
 			   int is_regex, pcre2_code **out, char *err)
 {
-	strbuf b = {0};
+	moor_buf b = {0};
 	const char *what = NULL;
 	uint32_t opts = PCRE2_UTF | PCRE2_NO_UTF_CHECK;
 	int rc = 0;
@@ -298,9 +269,9 @@ static int compile_pattern(const char *path, const char *src, size_t n,
 		/* Oniguruma's Ruby syntax: ^ and $ are line anchors. */
 		opts |= PCRE2_UCP | PCRE2_MULTILINE;
 	} else {
-		sb_put(&b, src, n);
-		if (b.oom) {
-			rc = -ENOMEM;
+		moor_buf_put(&b, src, n);
+		if (b.err) {
+			rc = b.err;
 			moor_errf(err, "%s: %s", path, moor_strerror(rc));
 			goto out;
 		}
@@ -316,7 +287,7 @@ static int compile_pattern(const char *path, const char *src, size_t n,
 	int ec;
 	PCRE2_SIZE eoff;
 	pcre2_code *re =
-	    pcre2_compile((PCRE2_SPTR)b.p, b.n, opts, &ec, &eoff, cc);
+	    pcre2_compile((PCRE2_SPTR)b.p, b.len, opts, &ec, &eoff, cc);
 	pcre2_compile_context_free(cc);
 	if (!re) {
 		PCRE2_UCHAR msg[256];

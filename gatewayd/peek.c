@@ -1,0 +1,89 @@
+/* peek.c: POST /v1/cache/peek. A chat body (and its session) is read,
+ * rendered and tokenized as a request would be (job.c, params.h); on the
+ * thread pool cached is asked where its plan would start (PROTO_PEEK);
+ * nothing is generated or counted. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gw.h"
+
+/* POST /v1/cache/peek: a chat body (and session) rendered and tokenized as
+ * a request would be; cached says where its plan would start, nothing is
+ * generated or counted. reread_eta_ms: the tokens to prefill at the median
+ * rate of this gateway's last long prefills (GW_PREFILL_PRIOR_TPS before
+ * any); restore_ms: restore_bytes at GW_RESTORE_BPS. */
+int gw_on_cache_peek(gw_srv *s, h2o_req_t *req)
+{
+	return gw_job_start(s, req, GW_KIND_PEEK, GW_ROUTE_PEEK);
+}
+
+void gw_peek_work(gw_job *j)
+{
+	proto_msg q = {0};
+	q.h.type = PROTO_PEEK;
+	q.h.req = j->rid;
+	q.u.peek.session = j->p.session;
+	q.u.peek.n_ids = (uint32_t)j->p.n_ids;
+	q.u.peek.ids = j->p.ids;
+	j->admin_rv = gw_link_admin(j->s, &q, &j->reply); /* q borrowed */
+}
+
+void gw_peek_answer(gw_job *j)
+{
+	if (j->admin_rv == MOOR_ERANGE || j->admin_rv == MOOR_EFORMAT) {
+		/* cached refused the prompt itself (longer than the window) */
+		gw_send_error(j->req, 400, "invalid_request_error", "messages",
+			      NULL, 0, "%s",
+			      j->reply.h.type == PROTO_ERROR &&
+				      j->reply.u.error.msg
+				  ? j->reply.u.error.msg
+				  : moor_strerror(j->admin_rv));
+		return;
+	}
+	if (j->admin_rv == MOOR_ENOSPACE) {
+		/* the memory policy would refuse this prefill: what the turn
+		 * itself would answer */
+		gw_send_error(j->req, 503, "server_error", NULL, NULL, 1, "%s",
+			      j->reply.h.type == PROTO_ERROR &&
+				      j->reply.u.error.msg
+				  ? j->reply.u.error.msg
+				  : moor_strerror(j->admin_rv));
+		return;
+	}
+	if (j->admin_rv || j->reply.h.type != PROTO_PEEK_OK) {
+		gw_send_error(
+		    j->req, 503, "server_error", NULL, "cached_unavailable", 1,
+		    "cached did not answer the peek: %s",
+		    j->reply.h.type == PROTO_ERROR && j->reply.u.error.msg
+			? j->reply.u.error.msg
+			: moor_strerror(j->admin_rv ? j->admin_rv
+						    : MOOR_EFORMAT));
+		return;
+	}
+	const proto_peek_ok *pk = &j->reply.u.peek_ok;
+	uint64_t cached = pk->cached <= pk->tokens ? pk->cached : pk->tokens;
+	uint64_t reread = pk->tokens - cached;
+	double rate = gw_prefill_rate(j->s);
+	json_t *o = json_object();
+	json_object_set_new(o, "tier", json_string(gw_tier_word(pk->tier)));
+	json_object_set_new(o, "source", json_string(gw_tier_source(pk->tier)));
+	json_object_set_new(o, "cached_tokens",
+			    json_integer((json_int_t)cached));
+	json_object_set_new(o, "reread_tokens",
+			    json_integer((json_int_t)reread));
+	json_object_set_new(o, "reread_eta_ms",
+			    json_real(reread / rate * 1000.0));
+	json_object_set_new(o, "tokens", json_integer((json_int_t)pk->tokens));
+	json_object_set_new(o, "restore_bytes",
+			    json_integer((json_int_t)pk->restore_bytes));
+	json_object_set_new(
+	    o, "restore_ms",
+	    json_real(pk->restore_bytes / GW_RESTORE_BPS * 1000.0));
+	json_object_set_new(o, "prefill_tokens_per_s", json_real(rate));
+	json_object_set_new(o, "session", json_string(j->p.session));
+	char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(o);
+	gw_send_json(j->req, 200, t ? t : "{}", t ? strlen(t) : 2);
+	free(t);
+}

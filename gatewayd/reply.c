@@ -1,0 +1,248 @@
+/* reply.c: the generation's tokens turned into the OpenAI reply: each
+ * token decoded to text (whole UTF-8 characters), pushed through the stream
+ * parser (replystream: reasoning, content, tool calls, stop strings), and
+ * at the DONE the whole reply (chat.completion / text_completion) or the
+ * stream's end (sse.c); the usage object; an engine error as HTTP.
+ *
+ * Choices written down:
+ *   - finish_reason: "stop" for an eos / stop id / stop string, "length" at
+ *     max_tokens or the window, "tool_calls" when the reply carried calls.
+ *   - A stop string ends the text where it matched (replystream) and the
+ *     generation is cancelled at once; the usage counts what engined
+ *     generated until the cancel took effect.
+ *   - Stop ids: <|im_end|>, <|endoftext|> and generation_config.json's
+ *     eos_token_id(s); the token that stopped is not text. ignore_eos
+ *     (vLLM's extension) sends none of them (they are all eos-like) and
+ *     sets PROTO_GEN_IGNORE_EOS; stop strings still apply.
+ *   - The non-streamed reply is gw_reply_parse of the text the stream
+ *     parser kept (stop strings cut): by replystream's contract the same
+ *     reasoning, content and calls the streamed deltas add up to.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gw.h"
+#include "toolcall.h"
+
+/* ---- tokens ------------------------------------------------------------- */
+
+static void push_piece(gw_job *j, const char *piece, size_t len)
+{
+	if (j->stopped || !len)
+		return;
+	int rv = gw_rs_push(j->rs, piece, len, gw_sse_event, j);
+	if (rv == GW_RS_STOPPED) {
+		j->stopped = 1;
+		gw_job_cancel(j);
+	}
+}
+
+void gw_reply_token(gw_job *j, const proto_step_entry *e)
+{
+	if (j->have_done)
+		return;
+	if (!j->n_tokens++) {
+		j->t_first = moor_now();
+		gw_metrics_ttft(j->s, j->t_first - j->t_start);
+	}
+	if (j->p.stream && j->req)
+		gw_sse_start(j);
+	/* the token that stopped the generation (eos, a stop id) is not
+	 * text */
+	if (e->finish == PROTO_FINISH_STOP || j->stopped)
+		return;
+	const char *piece;
+	size_t len;
+	if (gw_tok_stream_push(&j->ts, e->token, &piece, &len) == 0)
+		push_piece(j, piece, len);
+	gw_sse_flush(j);
+}
+
+/* ---- the end ------------------------------------------------------------ */
+
+const char *gw_tier_word(uint32_t tier)
+{
+	switch (tier) {
+	case PROTO_TIER_RESIDENT:
+	case PROTO_TIER_END:
+	case PROTO_TIER_STASH:
+		return "resident";
+	case PROTO_TIER_PIN:
+	case PROTO_TIER_PARK:
+		return "ram_park";
+	case PROTO_TIER_STORE:
+		return "ram_snapshot";
+	default:
+		return "none";
+	}
+}
+
+const char *gw_tier_source(uint32_t tier)
+{
+	static const char *const n[] = {"none", "anchor", "end_anchor", "pin",
+					"park", "store",  "stash"};
+	return tier < sizeof n / sizeof n[0] ? n[tier] : "none";
+}
+
+json_t *gw_reply_usage(const proto_done *d)
+{
+	json_t *u = json_object();
+	json_object_set_new(u, "prompt_tokens",
+			    json_integer((json_int_t)d->prompt_tokens));
+	json_object_set_new(u, "completion_tokens",
+			    json_integer((json_int_t)d->completion_tokens));
+	json_object_set_new(u, "total_tokens",
+			    json_integer((json_int_t)(d->prompt_tokens +
+						      d->completion_tokens)));
+	json_t *det = json_object();
+	json_object_set_new(det, "cached_tokens",
+			    json_integer((json_int_t)d->cached_tokens));
+	json_object_set_new(u, "prompt_tokens_details", det);
+	json_t *m = json_object();
+	json_object_set_new(m, "tier", json_string(gw_tier_word(d->tier)));
+	json_object_set_new(m, "source", json_string(gw_tier_source(d->tier)));
+	json_object_set_new(m, "cached",
+			    json_integer((json_int_t)d->cached_tokens));
+	uint64_t reread = d->prompt_tokens > d->cached_tokens
+			      ? d->prompt_tokens - d->cached_tokens
+			      : 0;
+	json_object_set_new(m, "reread", json_integer((json_int_t)reread));
+	json_object_set_new(u, "moor", m);
+	return u;
+}
+
+const char *gw_reply_finish_name(const gw_job *j, int n_calls)
+{
+	if (j->stopped)
+		return "stop";
+	if (j->dn.finish == PROTO_FINISH_LENGTH)
+		return "length";
+	if (n_calls > 0)
+		return "tool_calls";
+	return "stop";
+}
+
+/* An engine error as HTTP: status, type, Retry-After. */
+static void error_of(int code, int *status, const char **type, int *retry)
+{
+	*retry = 0;
+	*type = "server_error";
+	if (code == MOOR_ERANGE) {
+		*status = 400;
+		*type = "invalid_request_error";
+	} else if (code == -EBUSY || code == -ESHUTDOWN ||
+		   code == MOOR_ENOSPACE || code == -EPIPE ||
+		   code == -ETIMEDOUT) {
+		*status = 503;
+		*retry = 1;
+	} else {
+		*status = 500;
+	}
+}
+
+static void reply_whole(gw_job *j)
+{
+	gw_srv *s = j->s;
+	size_t tl;
+	const char *text = gw_rs_text(j->rs, &tl);
+	json_t *o = json_object();
+	json_object_set_new(o, "id", json_string(j->id));
+	json_object_set_new(o, "object",
+			    json_string(j->kind == GW_KIND_CHAT
+					    ? "chat.completion"
+					    : "text_completion"));
+	json_object_set_new(o, "created", json_integer(j->created));
+	json_object_set_new(o, "model", json_string(s->cfg.served));
+	json_t *c = json_object();
+	json_object_set_new(c, "index", json_integer(0));
+	int n_calls = 0;
+	if (j->kind == GW_KIND_CHAT) {
+		gw_reply r = {0};
+		char prefix[64];
+		snprintf(prefix, sizeof prefix, "call_%.12s_",
+			 j->id + strlen(j->id) - 12);
+		int rv =
+		    gw_reply_parse(j->p.family, text ? text : "", tl,
+				   j->p.think_open, j->p.tools, prefix, &r);
+		json_t *msg = json_object();
+		json_object_set_new(msg, "role", json_string("assistant"));
+		if (rv == 0) {
+			json_object_set_new(
+			    msg, "content",
+			    r.content ? json_stringn(r.content, r.content_len)
+				      : (r.tool_calls ? json_null()
+						      : json_string("")));
+			if (r.reasoning)
+				json_object_set_new(
+				    msg, "reasoning_content",
+				    json_stringn(r.reasoning, r.reasoning_len));
+			if (r.tool_calls) {
+				n_calls = (int)json_array_size(r.tool_calls);
+				json_object_set(msg, "tool_calls",
+						r.tool_calls);
+			}
+		} else {
+			json_object_set_new(msg, "content",
+					    json_stringn(text ? text : "", tl));
+		}
+		gw_reply_fini(&r);
+		json_object_set_new(c, "message", msg);
+	} else {
+		json_object_set_new(c, "text",
+				    json_stringn(text ? text : "", tl));
+	}
+	json_object_set_new(c, "logprobs", json_null());
+	json_object_set_new(c, "finish_reason",
+			    json_string(gw_reply_finish_name(j, n_calls)));
+	json_t *a = json_array();
+	json_array_append_new(a, c);
+	json_object_set_new(o, "choices", a);
+	json_object_set_new(o, "usage", gw_reply_usage(&j->dn));
+	char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(o);
+	gw_metrics_count(s, j->route, 200);
+	gw_send_json(j->req, 200, t ? t : "{}", t ? strlen(t) : 2);
+	free(t);
+}
+
+void gw_reply_finish(gw_job *j)
+{
+	gw_srv *s = j->s;
+	const proto_done *d = &j->dn;
+	if (d->finish != PROTO_FINISH_ERROR) {
+		const char *piece;
+		size_t len;
+		if (j->ts_init && !gw_tok_stream_flush(&j->ts, &piece, &len))
+			push_piece(j, piece, len);
+		if (j->rs)
+			gw_rs_finish(j->rs, gw_sse_event, j);
+	}
+	if (!j->req) {
+		gw_job_unref(j); /* the engine's */
+		return;
+	}
+	if (d->finish == PROTO_FINISH_ERROR) {
+		int status, retry;
+		const char *type;
+		error_of(d->code, &status, &type, &retry);
+		const char *msg =
+		    j->err_msg[0] ? j->err_msg : moor_strerror(d->code);
+		gw_metrics_count(s, j->route, status);
+		if (j->started) { /* the 200 is out: an error event */
+			gw_sse_error(j, type, msg);
+			gw_sse_flush(j);
+		} else {
+			gw_send_error(j->req, status, type, NULL, NULL, retry,
+				      "%s", msg);
+		}
+	} else if (j->p.stream) {
+		gw_sse_start(j);
+		gw_sse_end(j);
+		gw_metrics_count(s, j->route, 200);
+		gw_sse_flush(j);
+	} else {
+		reply_whole(j);
+	}
+	gw_job_unref(j); /* the engine's */
+}

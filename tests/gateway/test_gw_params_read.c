@@ -1,0 +1,403 @@
+/* test_gw_params_read: a request body read into gw_params (params.h) with
+ * no HTTP server, loop or engine: the defaults and what a body overrides,
+ * every refusal with its status, param and code, the session's spellings,
+ * the seed, max_tokens against the window, a chat's ids equal to the
+ * template's rendering tokenized, tool_choice "none" rendering no tools,
+ * and a completion's string, ids and one-element batch. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "params.h"
+#include "proto.h"
+#include "t.h"
+
+static gw_tok *tok;
+static gw_params_env env;
+
+/* Reads the JSON text js (printf-style) as kind; the result in *p, *f. */
+static int readf(int kind, const char *hdr, gw_params *p, gw_fail *f,
+		 json_t **keep, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static int readf(int kind, const char *hdr, gw_params *p, gw_fail *f,
+		 json_t **keep, const char *fmt, ...)
+{
+	static char js[PROTO_MAX_STR + 4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(js, sizeof js, fmt, ap);
+	va_end(ap);
+	memset(f, 0, sizeof *f);
+	json_t *b = gw_params_parse(js, strlen(js), f);
+	REQUIRE(b, "the test's own JSON does not parse: %s: %s", js, f->msg);
+	int rv = gw_params_read(&env, kind, b, hdr, 777, p, f);
+	if (keep)
+		*keep = b;
+	else
+		json_decref(b);
+	return rv;
+}
+
+#define CHAT(body)                                                             \
+	"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]" body "}"
+
+/* A refusal: status, param and code as the OpenAI error shape has them. */
+static void refused(int kind, const char *body, int status, const char *param,
+		    const char *code)
+{
+	gw_params p;
+	gw_fail f;
+	int rv = readf(kind, NULL, &p, &f, NULL, "%s", body);
+	CHECK(rv == -1 && f.status == status && !strcmp(f.param, param) &&
+		  !strcmp(f.code, code ? code : "") && f.msg[0],
+	      "%s: rv %d status %d param '%s' code '%s' (%s)", body, rv,
+	      f.status, f.param, f.code, f.msg);
+	gw_params_fini(&p);
+}
+
+static void test_parse(void)
+{
+	gw_fail f = {0};
+	CHECK(!gw_params_parse("{\"a\":", 5, &f) && f.status == 400 &&
+		  strstr(f.msg, "not valid JSON") && strstr(f.msg, "line 1"),
+	      "not JSON: %s", f.msg);
+	memset(&f, 0, sizeof f);
+	CHECK(!gw_params_parse("[1]", 3, &f) && f.status == 400 &&
+		  strstr(f.msg, "must be a JSON object"),
+	      "an array: %s", f.msg);
+	gw_params p = {0};
+	gw_params_fini(&p); /* zeroed is fine */
+	json_t *a = json_array();
+	memset(&f, 0, sizeof f);
+	CHECK(gw_params_read(&env, GW_KIND_CHAT, a, NULL, 1, &p, &f) == -1 &&
+		  f.status == 400,
+	      "read of a non-object");
+	json_decref(a);
+}
+
+static void test_defaults_and_overrides(void)
+{
+	gw_params p;
+	gw_fail f;
+	json_t *b;
+	REQUIRE(readf(GW_KIND_CHAT, NULL, &p, &f, &b, CHAT("")) == 0, "%s",
+		f.msg);
+	CHECK(p.temperature == (float)env.defs.temperature &&
+		  p.top_p == (float)env.defs.top_p &&
+		  p.min_p == (float)env.defs.min_p && p.top_k == env.defs.top_k,
+	      "the server's defaults");
+	CHECK(!p.stream && !p.include_usage && !p.ignore_eos && !p.n_stop,
+	      "flags off");
+	CHECK(p.seed == 777, "the caller's seed when the body has none");
+	CHECK(!strcmp(p.session, ""), "no session");
+	CHECK(p.family == env.family && p.tools == NULL, "family, no tools");
+	CHECK(!p.max_tokens_set && p.max_tokens == env.default_max_tokens,
+	      "default max_tokens %u", p.max_tokens);
+	gw_params_fini(&p);
+	json_decref(b);
+
+	REQUIRE(
+	    readf(GW_KIND_CHAT, NULL, &p, &f, &b,
+		  CHAT(",\"model\":\"tiny\",\"temperature\":0,\"top_p\":0.5,"
+		       "\"min_p\":0.25,\"top_k\":-1,\"seed\":-3,"
+		       "\"stream\":true,\"stream_options\":{"
+		       "\"include_usage\":true},\"ignore_eos\":true,"
+		       "\"stop\":[\"a\",\"bc\"],\"max_tokens\":9.0,"
+		       "\"n\":1,\"logprobs\":false,\"logit_bias\":{},"
+		       "\"presence_penalty\":0,\"response_format\":{"
+		       "\"type\":\"text\"}")) == 0,
+	    "%s", f.msg);
+	CHECK(p.temperature == 0 && p.top_p == 0.5f && p.min_p == 0.25f &&
+		  p.top_k == 0,
+	      "sampling from the body (top_k -1 is all: 0)");
+	CHECK(p.seed == (uint64_t)-3, "the body's seed, even negative");
+	CHECK(p.stream && p.include_usage && p.ignore_eos, "flags on");
+	CHECK(p.n_stop == 2 && !strcmp(p.stop[0], "a") &&
+		  !strcmp(p.stop[1], "bc"),
+	      "stop strings");
+	CHECK(p.max_tokens_set && p.max_tokens == 9, "max_tokens 9.0 is 9");
+	gw_params_fini(&p);
+	json_decref(b);
+
+	/* max_completion_tokens wins over max_tokens; a stop string alone */
+	REQUIRE(readf(GW_KIND_CHAT, NULL, &p, &f, &b,
+		      CHAT(",\"max_tokens\":5,\"max_completion_tokens\":7,"
+			   "\"stop\":\"x\"")) == 0,
+		"%s", f.msg);
+	CHECK(p.max_tokens == 7 && p.n_stop == 1 && !strcmp(p.stop[0], "x"),
+	      "max_completion_tokens %u", p.max_tokens);
+	gw_params_fini(&p);
+	json_decref(b);
+}
+
+static void test_refusals(void)
+{
+	const int C = GW_KIND_CHAT;
+	refused(C, CHAT(",\"model\":\"other\""), 404, "model",
+		"model_not_found");
+	refused(C, CHAT(",\"model\":3"), 400, "model", NULL);
+	refused(C, CHAT(",\"n\":2"), 400, "n", NULL);
+	refused(C, CHAT(",\"n\":\"1\""), 400, "n", NULL);
+	refused(C, CHAT(",\"stream\":1"), 400, "stream", NULL);
+	refused(C, CHAT(",\"stream_options\":[]"), 400, "stream_options", NULL);
+	refused(C, CHAT(",\"stream_options\":{\"include_usage\":1}"), 400,
+		"stream_options.include_usage", NULL);
+	refused(C, CHAT(",\"temperature\":2.5"), 400, "temperature", NULL);
+	refused(C, CHAT(",\"temperature\":\"hot\""), 400, "temperature", NULL);
+	refused(C, CHAT(",\"top_p\":0"), 400, "top_p", NULL);
+	refused(C, CHAT(",\"top_p\":1.5"), 400, "top_p", NULL);
+	refused(C, CHAT(",\"min_p\":-0.1"), 400, "min_p", NULL);
+	refused(C, CHAT(",\"top_k\":-2"), 400, "top_k", NULL);
+	refused(C, CHAT(",\"top_k\":1.5"), 400, "top_k", NULL);
+	refused(C, CHAT(",\"seed\":\"s\""), 400, "seed", NULL);
+	refused(C, CHAT(",\"ignore_eos\":\"yes\""), 400, "ignore_eos", NULL);
+	refused(C, CHAT(",\"stop\":3"), 400, "stop", NULL);
+	refused(C, CHAT(",\"stop\":[\"a\",1]"), 400, "stop", NULL);
+	refused(C, CHAT(",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]"), 400,
+		"stop", NULL);
+	refused(C, CHAT(",\"logprobs\":true"), 400, "logprobs",
+		"unsupported_parameter");
+	refused(C, CHAT(",\"logprobs\":1"), 400, "logprobs", NULL);
+	refused(C, CHAT(",\"top_logprobs\":2"), 400, "top_logprobs",
+		"unsupported_parameter");
+	refused(C, CHAT(",\"logit_bias\":{\"1\":5}"), 400, "logit_bias",
+		"unsupported_parameter");
+	refused(C, CHAT(",\"frequency_penalty\":0.5"), 400, "frequency_penalty",
+		"unsupported_parameter");
+	refused(C, CHAT(",\"presence_penalty\":3"), 400, "presence_penalty",
+		NULL);
+	refused(C, CHAT(",\"response_format\":{\"type\":\"json_object\"}"), 400,
+		"response_format", "unsupported_parameter");
+	refused(C, CHAT(",\"response_format\":\"text\""), 400,
+		"response_format", NULL);
+	refused(C, CHAT(",\"max_tokens\":0"), 400, "max_tokens", NULL);
+	refused(C, CHAT(",\"max_completion_tokens\":-1"), 400,
+		"max_completion_tokens", NULL);
+	refused(C, CHAT(",\"tool_choice\":\"required\""), 400, "tool_choice",
+		"unsupported_parameter");
+	refused(C,
+		CHAT(",\"tool_choice\":{\"type\":\"function\",\"function\":{"
+		     "\"name\":\"f\"}}"),
+		400, "tool_choice", "unsupported_parameter");
+	refused(C, "{}", 400, "messages", NULL);
+	refused(C, "{\"messages\":{}}", 400, "messages", NULL);
+	refused(C, "{\"messages\":[]}", 400, "messages", NULL);
+	refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":3}]}", 400,
+		"messages", NULL);
+	/* qwen3.5's template renders images; this engine reads no images */
+	gw_tmpl_family fam = env.family;
+	env.family = GW_TMPL_QWEN3_5;
+	refused(C,
+		"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+		"\"image_url\",\"image_url\":{\"url\":\"http://x/a.png\"}}]}]}",
+		400, "messages", "unsupported_parameter");
+	env.family = fam;
+	char big[PROTO_MAX_STR + 2];
+	memset(big, 'k', sizeof big - 1);
+	big[sizeof big - 1] = 0;
+	char body[PROTO_MAX_STR + 128];
+	snprintf(body, sizeof body, CHAT(",\"conversation_id\":\"%s\""), big);
+	refused(C, body, 400, "conversation_id", NULL);
+
+	const int P = GW_KIND_COMPLETION;
+	refused(P, "{}", 400, "prompt", NULL);
+	refused(P, "{\"prompt\":\"\"}", 400, "prompt", NULL);
+	refused(P, "{\"prompt\":[]}", 400, "prompt", NULL);
+	refused(P, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt", NULL);
+	refused(P, "{\"prompt\":[1,\"b\"]}", 400, "prompt", NULL);
+	refused(P, "{\"prompt\":[1,-1]}", 400, "prompt", NULL);
+	refused(P, "{\"prompt\":[1,151669]}", 400, "prompt", NULL);
+	refused(P, "{\"prompt\":3}", 400, "prompt", NULL);
+	refused(P, "{\"prompt\":\"a\",\"echo\":true}", 400, "echo",
+		"unsupported_parameter");
+	refused(P, "{\"prompt\":\"a\",\"suffix\":\"b\"}", 400, "suffix",
+		"unsupported_parameter");
+	refused(P, "{\"prompt\":\"a\",\"best_of\":2}", 400, "best_of",
+		"unsupported_parameter");
+	refused(P, "{\"prompt\":\"a\",\"logprobs\":2}", 400, "logprobs",
+		"unsupported_parameter");
+}
+
+static void test_sessions(void)
+{
+	static const struct {
+		const char *extra, *hdr, *want;
+	} cs[] = {
+	    {"", NULL, ""},
+	    {"", "h-1", "h-1"},
+	    {",\"conversation_id\":\"c-1\"", "h-1", "c-1"},
+	    {",\"conversation\":\"c-2\"", "h-1", "c-2"},
+	    {",\"conversation\":{\"id\":\"c-3\"}", NULL, "c-3"},
+	    {",\"metadata\":{\"conversation_id\":\"c-4\"}", "h-1", "c-4"},
+	    {",\"conversation_id\":\"\"", "h-1", "h-1"},
+	};
+	for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+		gw_params p;
+		gw_fail f;
+		int rv = readf(GW_KIND_CHAT, cs[i].hdr, &p, &f, NULL,
+			       "{\"messages\":[{\"role\":\"user\",\"content\":"
+			       "\"hi\"}]%s}",
+			       cs[i].extra);
+		CHECK(rv == 0 && !strcmp(p.session, cs[i].want),
+		      "session of '%s' + header %s: '%s'", cs[i].extra,
+		      cs[i].hdr ? cs[i].hdr : "(none)", rv ? f.msg : p.session);
+		gw_params_fini(&p);
+	}
+}
+
+/* The ids of messages rendered with env.family, tokenized: what the read
+ * must give. */
+static int32_t *render_ids(const char *body, size_t *n)
+{
+	json_error_t je;
+	json_t *b = json_loads(body, 0, &je);
+	REQUIRE(b, "%s", je.text);
+	gw_tmpl_ctx ctx;
+	char err[MOOR_ERRLEN];
+	REQUIRE(gw_tmpl_ctx_from_body(b, &ctx, err) == 0, "%s", err);
+	gw_prompt pr;
+	REQUIRE(gw_tmpl_render(env.family, &ctx, &pr, err) == 0, "%s", err);
+	int32_t *ids;
+	REQUIRE(gw_tok_encode(tok, pr.text, pr.len, &ids, n) == 0, "encode");
+	gw_prompt_fini(&pr);
+	json_decref(b);
+	return ids;
+}
+
+static void test_chat_prompt(void)
+{
+	static const char tools[] =
+	    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+	    "\"get_weather\",\"description\":\"the weather\",\"parameters\":{"
+	    "\"type\":\"object\",\"properties\":{\"city\":{\"type\":"
+	    "\"string\"}}}}}]";
+	char with[1024], none[1024];
+	snprintf(with, sizeof with,
+		 "{\"messages\":[{\"role\":\"system\",\"content\":\"Be "
+		 "brief.\"},{\"role\":\"user\",\"content\":\"Weather in "
+		 "Oslo?\"}],%s}",
+		 tools);
+	snprintf(none, sizeof none,
+		 "{\"messages\":[{\"role\":\"system\",\"content\":\"Be "
+		 "brief.\"},{\"role\":\"user\",\"content\":\"Weather in "
+		 "Oslo?\"}],%s,\"tool_choice\":\"none\"}",
+		 tools);
+	size_t nw, nn;
+	int32_t *want_with = render_ids(with, &nw);
+	/* tool_choice none renders as if the body had no tools */
+	char plain[1024];
+	snprintf(plain, sizeof plain,
+		 "{\"messages\":[{\"role\":\"system\",\"content\":\"Be "
+		 "brief.\"},{\"role\":\"user\",\"content\":\"Weather in "
+		 "Oslo?\"}]}");
+	int32_t *want_none = render_ids(plain, &nn);
+	CHECK(nw > nn + 20, "the tools are in the prompt (%zu vs %zu ids)", nw,
+	      nn);
+
+	gw_params p;
+	gw_fail f;
+	json_t *b;
+	REQUIRE(readf(GW_KIND_CHAT, NULL, &p, &f, &b, "%s", with) == 0, "%s",
+		f.msg);
+	CHECK(p.n_ids == nw && !memcmp(p.ids, want_with, nw * sizeof *p.ids),
+	      "a chat's ids are the rendering tokenized (%zu vs %zu)", p.n_ids,
+	      nw);
+	CHECK(p.tools && json_is_array(p.tools) &&
+		  json_array_size(p.tools) == 1,
+	      "the tools are kept for the reply's parser");
+	gw_params_fini(&p);
+	json_decref(b);
+
+	REQUIRE(readf(GW_KIND_CHAT, NULL, &p, &f, &b, "%s", none) == 0, "%s",
+		f.msg);
+	CHECK(p.n_ids == nn && !memcmp(p.ids, want_none, nn * sizeof *p.ids),
+	      "tool_choice none: rendered without the tools");
+	CHECK(p.tools == NULL, "tool_choice none: no tools for the parser");
+	gw_params_fini(&p);
+	json_decref(b);
+
+	/* a peek is a chat body read alike */
+	REQUIRE(readf(GW_KIND_PEEK, NULL, &p, &f, NULL, "%s", with) == 0, "%s",
+		f.msg);
+	CHECK(p.n_ids == nw && !memcmp(p.ids, want_with, nw * sizeof *p.ids),
+	      "a peek's ids");
+	gw_params_fini(&p);
+	free(want_with);
+	free(want_none);
+
+	/* the default max_tokens is capped by the window's room */
+	gw_params_env keep = env;
+	env.window = (uint32_t)nn + 10;
+	REQUIRE(readf(GW_KIND_CHAT, NULL, &p, &f, NULL, "%s", plain) == 0, "%s",
+		f.msg);
+	CHECK(p.max_tokens == 10, "the window leaves 10: %u", p.max_tokens);
+	gw_params_fini(&p);
+	env.window = (uint32_t)nn - 1;
+	REQUIRE(readf(GW_KIND_CHAT, NULL, &p, &f, NULL, "%s", plain) == 0, "%s",
+		f.msg);
+	CHECK(p.max_tokens == 1, "a prompt past the window: 1 (engined "
+				 "refuses it)");
+	gw_params_fini(&p);
+	env = keep;
+}
+
+static void test_completion_prompt(void)
+{
+	gw_params p;
+	gw_fail f;
+	int32_t *ids;
+	size_t n;
+	REQUIRE(gw_tok_encode(tok, "Hello, world", 12, &ids, &n) == 0, "enc");
+	REQUIRE(readf(GW_KIND_COMPLETION, NULL, &p, &f, NULL,
+		      "{\"prompt\":\"Hello, world\"}") == 0,
+		"%s", f.msg);
+	CHECK(p.n_ids == n && !memcmp(p.ids, ids, n * sizeof *ids),
+	      "a string prompt is tokenized as is (no template)");
+	CHECK(p.family == GW_TMPL_UNKNOWN && p.max_tokens == 16 &&
+		  !p.max_tokens_set,
+	      "raw, and OpenAI's default of 16 tokens");
+	gw_params_fini(&p);
+	free(ids);
+
+	REQUIRE(readf(GW_KIND_COMPLETION, NULL, &p, &f, NULL,
+		      "{\"prompt\":[[9707,11,1879]],\"max_tokens\":3}") == 0,
+		"%s", f.msg);
+	CHECK(p.n_ids == 3 && p.ids[0] == 9707 && p.ids[1] == 11 &&
+		  p.ids[2] == 1879 && p.max_tokens == 3,
+	      "ids, in a batch of one");
+	gw_params_fini(&p);
+	/* max_completion_tokens is a chat field: a completion ignores it */
+	REQUIRE(readf(GW_KIND_COMPLETION, NULL, &p, &f, NULL,
+		      "{\"prompt\":[1],\"max_completion_tokens\":3}") == 0,
+		"%s", f.msg);
+	CHECK(p.max_tokens == 16, "completion: max_completion_tokens unread");
+	gw_params_fini(&p);
+}
+
+int main(void)
+{
+	char path[4096], err[MOOR_ERRLEN];
+	snprintf(path, sizeof path, "%s/models/tiny/tokenizer.json", t_src());
+	REQUIRE(gw_tok_load(path, &tok, err) == 0,
+		"%s (deploy/setup writes models/tiny)", err);
+	env = (gw_params_env){
+	    .served = "tiny",
+	    .defs = {.temperature = 0.7,
+		     .top_p = 0.8,
+		     .min_p = 0.05,
+		     .top_k = 20},
+	    .tok = tok,
+	    .family = GW_TMPL_QWEN3,
+	    .window = 4096,
+	    .default_max_tokens = 1024,
+	};
+	test_parse();
+	test_defaults_and_overrides();
+	test_refusals();
+	test_sessions();
+	test_chat_prompt();
+	test_completion_prompt();
+	gw_tok_free(tok);
+	return t_done("test_gw_params_read");
+}
