@@ -86,6 +86,9 @@ for l in libh2o.so libwslay.so libuv.so libssl.so libnng.so libmbedtls.so libjan
 	check "gatewayd loads $l from .deps" 'grep -q "$l[^ ]* => $co/.deps/" "$tmp/ldd.txt"'
 done
 check "no library is missing at load" '! grep -q "not found" "$tmp/ldd.txt"'
+grep "LINK_ARGS = " "$co/build/build.ninja" | tr " " "\n" | sort -u >"$tmp/link.txt"
+check "no library linked from this machine's /usr ($(grep "^/usr/.*\.so" "$tmp/link.txt" | head -n3))" '! grep -q "^/usr/.*\.so" "$tmp/link.txt"'
+check "the prefix's libraries linked by path or -L" 'grep -q "^$co/.deps/usr/lib/.*/libh2o\.so$" "$tmp/link.txt" && grep -q "^-L$co/.deps/usr/lib/" "$tmp/link.txt"'
 (cd "$co" && ninja -C build -t deps) >"$tmp/deps.txt" 2>/dev/null
 for h in h2o.h uv.h nng/nng.h jansson.h pcre2.h utf8proc.h xxhash.h openssl/ssl.h; do
 	check "the build read $h from .deps" 'grep -q "^ *$co/.deps/usr/include/$h$" "$tmp/deps.txt" && ! grep -q "^ */usr/include/$h$" "$tmp/deps.txt"'
