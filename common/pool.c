@@ -1,30 +1,127 @@
-/* pool.c: the thread pool of pool.h. Workers sleep on a condition variable;
- * a run hands out task indices through a counter under the mutex-free atomic
- * fetch-add, which only decides who runs a task, never what it computes. */
+/* pool.c: the thread pool of pool.h. A run hands out task indices through an
+ * atomic counter, which only decides who runs a task, never what it
+ * computes.
+ *
+ * Waiting. A decode step of the tiny model is some forty runs of well under
+ * a millisecond each, and waking a thread from a condition variable costs
+ * tens of microseconds on a quiet machine and milliseconds on a busy VM. So
+ * both sides spin first: a worker watches the generation counter for
+ * spin_ns after its last run, the caller watches the count of workers still
+ * running; only then does either fall back to the mutex and a condition
+ * variable. A run that follows the last within the spin never enters the
+ * kernel.
+ *
+ * Why no wake-up is lost. Each side announces that it is going to sleep
+ * (sleepers, caller_sleeps) under the mutex, then rechecks the condition
+ * under the mutex before it waits; the other side first publishes its
+ * change (gen, active), then reads the announcement, and takes the mutex to
+ * signal only when someone announced. Both the publication and the
+ * announcement are sequentially consistent atomics, so at least one side
+ * sees the other's write: either the waker sees the announcement and
+ * signals under the mutex (which the sleeper holds from its recheck until
+ * it waits), or the sleeper's recheck sees the change and it does not wait.
+ *
+ * Every worker takes part in every run: the caller returns only when
+ * active, set to the worker count before gen moves, is back at zero, and a
+ * worker touches no field of the run after its decrement. So the next run
+ * may rewrite fn, ctx, ntasks and next as soon as the last one returns. */
 #include "pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+/* What a spinning thread does between two looks: tell the core it spins
+ * (a pause on x86, a yield hint on Arm), or give the CPU away elsewhere. */
+#if defined(__x86_64__) || defined(__i386__)
+static inline void pool_relax(void) { __builtin_ia32_pause(); }
+#elif defined(__aarch64__) || defined(__arm__)
+static inline void pool_relax(void) { __asm__ __volatile__("yield"); }
+#else
+static inline void pool_relax(void) { sched_yield(); }
+#endif
+
+/* Looks between two readings of the clock while spinning (a reading costs
+ * about as much as a few dozen pauses). */
+#define POOL_LOOKS_PER_CLOCK 32
 
 struct moor_pool {
-	int n;
-	pthread_t *th;
+	int n; /* threads, the caller included */
+	pthread_t *th;  /* [n - 1] */
+	atomic_long spin_ns; /* how long either side spins before it sleeps;
+			      * idle workers read it, set_spin writes it */
 	pthread_mutex_t mu;
 	pthread_cond_t go, done;
-	unsigned long gen;
-	int quit;
-	int active; /* workers still in the current run */
+
+	/* Written by the caller, read by the workers. */
+	_Alignas(64) atomic_ulong gen; /* bumped once per run */
+	atomic_int quit;
 	moor_task_fn fn;
 	void *ctx;
 	int ntasks;
-	atomic_int next;
+	atomic_int sleepers; /* workers that announced a wait on go */
+
+	_Alignas(64) atomic_int next; /* the next task index to hand out */
+
+	_Alignas(64) atomic_int active; /* workers still in the current run */
+	atomic_int caller_sleeps;       /* the caller announced a wait */
 };
+
+static long now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long)ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+/* Spins until *a is 0 or spin_ns pass; returns whether it is 0. */
+static int spin_until_zero(atomic_int *a, long spin_ns)
+{
+	if (atomic_load_explicit(a, memory_order_acquire) == 0)
+		return 1;
+	if (spin_ns <= 0)
+		return 0;
+	long end = now_ns() + spin_ns;
+	for (;;) {
+		for (int i = 0; i < POOL_LOOKS_PER_CLOCK; i++) {
+			pool_relax();
+			if (atomic_load_explicit(a, memory_order_acquire) == 0)
+				return 1;
+		}
+		if (now_ns() >= end)
+			return 0;
+	}
+}
+
+/* Spins until gen moves past seen, quit is set, or spin_ns pass. */
+static void spin_for_run(moor_pool *p, unsigned long seen)
+{
+	long spin_ns = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
+	if (spin_ns <= 0)
+		return;
+	long end = now_ns() + spin_ns;
+	for (;;) {
+		for (int i = 0; i < POOL_LOOKS_PER_CLOCK; i++) {
+			if (atomic_load_explicit(&p->gen,
+						 memory_order_acquire) != seen ||
+			    atomic_load_explicit(&p->quit,
+						 memory_order_relaxed))
+				return;
+			pool_relax();
+		}
+		if (now_ns() >= end)
+			return;
+	}
+}
 
 static void drain(moor_pool *p)
 {
 	for (;;) {
-		int i = atomic_fetch_add(&p->next, 1);
+		int i = atomic_fetch_add_explicit(&p->next, 1,
+						  memory_order_relaxed);
 		if (i >= p->ntasks)
 			return;
 		p->fn(p->ctx, i);
@@ -35,21 +132,60 @@ static void *worker(void *arg)
 {
 	moor_pool *p = arg;
 	unsigned long seen = 0;
-	pthread_mutex_lock(&p->mu);
 	for (;;) {
-		while (!p->quit && p->gen == seen)
-			pthread_cond_wait(&p->go, &p->mu);
-		if (p->quit)
+		spin_for_run(p, seen);
+		unsigned long g = atomic_load(&p->gen);
+		if (g == seen && !atomic_load(&p->quit)) {
+			pthread_mutex_lock(&p->mu);
+			atomic_fetch_add(&p->sleepers, 1);
+			while (!atomic_load(&p->quit) &&
+			       (g = atomic_load(&p->gen)) == seen)
+				pthread_cond_wait(&p->go, &p->mu);
+			atomic_fetch_sub(&p->sleepers, 1);
+			pthread_mutex_unlock(&p->mu);
+		}
+		if (atomic_load(&p->quit))
 			break;
-		seen = p->gen;
-		pthread_mutex_unlock(&p->mu);
+		seen = g;
 		drain(p);
-		pthread_mutex_lock(&p->mu);
-		if (--p->active == 0)
+		/* The last worker out wakes the caller if it went to sleep;
+		 * after this decrement nothing of the run is read. */
+		if (atomic_fetch_sub(&p->active, 1) == 1 &&
+		    atomic_load(&p->caller_sleeps)) {
+			pthread_mutex_lock(&p->mu);
 			pthread_cond_signal(&p->done);
+			pthread_mutex_unlock(&p->mu);
+		}
 	}
-	pthread_mutex_unlock(&p->mu);
 	return NULL;
+}
+
+/* CPUs this process may run on. */
+static int cpus_available(void)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof set, &set) == 0)
+		return CPU_COUNT(&set);
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (int)n : 1;
+}
+
+/* MOOR_POOL_SPIN_US when set to a number in [0, 1e6]; else the default,
+ * or 0 when the pool has more threads than CPUs: there a spinning thread
+ * holds the CPU that a thread with work needs (measured on 2 vCPUs with 4
+ * threads: a decode step took 30 ms spinning, 22 ms sleeping at once). */
+static long spin_ns_for(int nthreads)
+{
+	const char *s = getenv("MOOR_POOL_SPIN_US");
+	if (s && *s) {
+		char *end;
+		long us = strtol(s, &end, 10);
+		if (!*end && us >= 0 && us <= 1000000)
+			return us * 1000L;
+	}
+	if (nthreads > cpus_available())
+		return 0;
+	return MOOR_POOL_SPIN_US_DEFAULT * 1000L;
 }
 
 moor_pool *moor_pool_new(int nthreads)
@@ -60,13 +196,15 @@ moor_pool *moor_pool_new(int nthreads)
 	if (!p)
 		return NULL;
 	p->n = nthreads;
+	atomic_init(&p->spin_ns, spin_ns_for(nthreads));
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->go, NULL);
 	pthread_cond_init(&p->done, NULL);
 	if (nthreads > 1) {
 		p->th = calloc((size_t)nthreads - 1, sizeof *p->th);
 		if (!p->th) {
-			free(p);
+			p->n = 1;
+			moor_pool_free(p);
 			return NULL;
 		}
 		for (int i = 0; i < nthreads - 1; i++) {
@@ -84,8 +222,8 @@ void moor_pool_free(moor_pool *p)
 {
 	if (!p)
 		return;
+	atomic_store(&p->quit, 1);
 	pthread_mutex_lock(&p->mu);
-	p->quit = 1;
 	pthread_cond_broadcast(&p->go);
 	pthread_mutex_unlock(&p->mu);
 	for (int i = 0; i < p->n - 1; i++)
@@ -102,6 +240,13 @@ int moor_pool_threads(const moor_pool *p)
 	return p ? p->n : 1;
 }
 
+void moor_pool_set_spin_us(moor_pool *p, int us)
+{
+	if (p)
+		atomic_store_explicit(&p->spin_ns, us < 0 ? 0 : (long)us * 1000L,
+				      memory_order_relaxed);
+}
+
 void moor_pool_run(moor_pool *p, int ntasks, moor_task_fn fn, void *ctx)
 {
 	if (ntasks <= 0)
@@ -111,18 +256,26 @@ void moor_pool_run(moor_pool *p, int ntasks, moor_task_fn fn, void *ctx)
 			fn(ctx, i);
 		return;
 	}
-	pthread_mutex_lock(&p->mu);
 	p->fn = fn;
 	p->ctx = ctx;
 	p->ntasks = ntasks;
-	atomic_store(&p->next, 0);
-	p->active = p->n - 1;
-	p->gen++;
-	pthread_cond_broadcast(&p->go);
-	pthread_mutex_unlock(&p->mu);
+	atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+	atomic_store_explicit(&p->active, p->n - 1, memory_order_relaxed);
+	/* Publishes the fields above to every worker that sees the new gen. */
+	atomic_fetch_add(&p->gen, 1);
+	if (atomic_load(&p->sleepers) > 0) {
+		pthread_mutex_lock(&p->mu);
+		pthread_cond_broadcast(&p->go);
+		pthread_mutex_unlock(&p->mu);
+	}
 	drain(p);
+	if (spin_until_zero(&p->active, atomic_load_explicit(
+					    &p->spin_ns, memory_order_relaxed)))
+		return;
 	pthread_mutex_lock(&p->mu);
-	while (p->active > 0)
+	atomic_store(&p->caller_sleeps, 1);
+	while (atomic_load(&p->active) > 0)
 		pthread_cond_wait(&p->done, &p->mu);
+	atomic_store(&p->caller_sleeps, 0);
 	pthread_mutex_unlock(&p->mu);
 }

@@ -41,6 +41,39 @@ static inline int t_done(const char *name)
 	return t_failed ? 1 : 0;
 }
 
+/* Ends the test as skipped (meson counts exit status 77 as SKIP), with the
+ * reason on stdout. */
+#define T_SKIP 77
+#define SKIP(...)                                                             \
+	do {                                                                  \
+		printf("skip: ");                                             \
+		printf(__VA_ARGS__);                                          \
+		printf("\n");                                                 \
+		exit(T_SKIP);                                                 \
+	} while (0)
+
+/* A test that needs the npm oracles (node, $MOOR_SRC/.oracles) and finds
+ * one missing: on a host that has none by design (MOOR_NO_ORACLES=1, which
+ * the env.sh of deploy/setup --from exports) it skips, saying what is
+ * missing; anywhere else it fails, so a machine where the oracles should be
+ * never passes a comparison it did not make. */
+#define T_ORACLE_MISSING(...)                                                 \
+	do {                                                                  \
+		const char *no_ = getenv("MOOR_NO_ORACLES");                  \
+		if (no_ && !strcmp(no_, "1")) {                               \
+			printf("skip (MOOR_NO_ORACLES=1, a host without the " \
+			       "npm oracles): ");                             \
+			printf(__VA_ARGS__);                                  \
+			printf("\n");                                         \
+			exit(T_SKIP);                                         \
+		}                                                             \
+		fprintf(stderr, "%s:%d: required: ", __FILE__, __LINE__);     \
+		fprintf(stderr, __VA_ARGS__);                                 \
+		fprintf(stderr, " (on a host set up with deploy/setup --from, " \
+				"source .deps/env.sh and these tests skip)\n"); \
+		exit(1);                                                      \
+	} while (0)
+
 /* The source tree's root (meson sets MOOR_SRC for every test). */
 static inline const char *t_src(void)
 {
