@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #ifdef __CUDACC__
-#define KSR_FN static __host__ __device__ inline
+#define KSR_FN static __device__ inline
 #define KSR_MUL(a, b) __dmul_rn((a), (b))
 #define KSR_ADD(a, b) __dadd_rn((a), (b))
 #define KSR_SUB(a, b) __dsub_rn((a), (b))

@@ -1,0 +1,499 @@
+/* attn.cu: causal GQA attention (ops.h) in two kernels.
+ *
+ * The tensor-core kernel (k_flash) runs prefill rows of a bf16 model whose
+ * head dim is 64, 128 or 256: a block takes 64 query rows of one query
+ * head, four warps of 16 rows each, and walks the keys in tiles of 64 from
+ * key 0 (tile edges fixed by the key index, so a row's arithmetic does not
+ * depend on the rows it shares a block with). Scores come from
+ * mma.m16n8k16 (bf16 in, fp32 out) and are rounded as ops.h says
+ * (rnd(rnd(q.k) * scale)); the softmax is online (a row's max and sum
+ * carried across tiles, the sum over the 4 lanes of a row in a fixed
+ * butterfly), p is rounded to bf16 for the P.V product, and the row is
+ * divided by its sum at the end. That is the flash order of operations,
+ * not the CPU backend's (which normalises p before P.V): the two agree
+ * within the tolerance the kernel test writes beside the case.
+ *
+ * The split kernel (k_split + k_combine) runs everything else: decode and
+ * rows up to KCU_SPLIT_ROWS, fp32 models, other head dims. A block takes one
+ * row and one KV head with all its query heads (the K and V rows are read
+ * once for the group) over KCU_SPLIT_KEYS keys; each split writes its max,
+ * its sum and its unnormalised output, and k_combine adds the splits in
+ * order 0, 1, ... No atomics anywhere: the same call gives the same bits.
+ *
+ * Both read the position from the queue's register under graph capture
+ * (kcu_pos); the split grid is then shaped for the graph's max_len and the
+ * splits past a launch's length return at once. */
+#include "cuda.cuh"
+
+typedef __nv_bfloat16 bf16;
+
+#define FL_BR 64 /* query rows of a block */
+#define FL_BC 64 /* keys of a tile */
+#define FL_PAD 8 /* bf16 of padding a smem row: conflict-free fragments */
+
+/* ---- the split kernel ---- */
+
+static __host__ __device__ inline int64_t splits_of(int64_t len)
+{
+	return (len + KCU_SPLIT_KEYS - 1) / KCU_SPLIT_KEYS;
+}
+
+size_t kcu_att_part_bytes(const kern_limits *lim)
+{
+	if (lim->window <= 0 || lim->q_heads <= 0 || lim->head_dim <= 0)
+		return 0;
+	return (size_t)KCU_SPLIT_ROWS * (size_t)lim->q_heads *
+	       (size_t)splits_of(lim->window) * (size_t)(lim->head_dim + 2) *
+	       sizeof(float);
+}
+
+static __device__ inline float kv_get(const void *p, int dt, size_t i)
+{
+	return kcu_wget(p, dt, i);
+}
+
+/* grid (splits, Hkv, rows), 256 threads. part[r][h][s][D + 2]. */
+__global__ void __launch_bounds__(256)
+    k_split(float *part, int nsplit, const float *qv, int ldq, const void *K,
+	    const void *V, int kvdt, int r0, const int64_t *dpos, int64_t padd,
+	    int Hq, int Hkv, int D, float scale, int act)
+{
+	extern __shared__ float sh[];
+	const int G = Hq / Hkv, kh = blockIdx.y, s = blockIdx.x;
+	const int rl = blockIdx.z, t = r0 + rl;
+	const int64_t len = kcu_pos(dpos, padd) + t + 1;
+	const int64_t j0 = (int64_t)s * KCU_SPLIT_KEYS;
+	if (j0 >= len)
+		return; /* past this launch's length (a graph's spare split) */
+	const int n = (int)(len - j0 < KCU_SPLIT_KEYS ? len - j0 : KCU_SPLIT_KEYS);
+	float *qs = sh;		       /* [G][D] */
+	float *sc = sh + (size_t)G * D; /* [G][KCU_SPLIT_KEYS] */
+	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+	for (int i = tid; i < G * D; i += blockDim.x) {
+		int h = i / D, d = i - h * D;
+		qs[i] = qv[(size_t)t * ldq + (size_t)(kh * G + h) * D + d];
+	}
+	__syncthreads();
+	const size_t kstride = (size_t)Hkv * D;
+	/* scores: a warp a key, a lane 8 dims at most (d = lane + 32 i) */
+	for (int j = w; j < n; j += 8) {
+		const size_t row = (size_t)(j0 + j) * kstride + (size_t)kh * D;
+		float kr[8];
+#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			int d = lane + 32 * i;
+			kr[i] = d < D ? kv_get(K, kvdt, row + d) : 0.0f;
+		}
+		for (int h = 0; h < G; h++) {
+			float a = 0.0f;
+#pragma unroll
+			for (int i = 0; i < 8; i++) {
+				int d = lane + 32 * i;
+				if (d < D)
+					a = __fadd_rn(a, __fmul_rn(qs[h * D + d], kr[i]));
+			}
+			for (int o = 16; o > 0; o >>= 1)
+				a += __shfl_xor_sync(0xffffffffu, a, o);
+			if (lane == 0)
+				sc[h * KCU_SPLIT_KEYS + j] =
+				    kcu_rnd(__fmul_rn(kcu_rnd(a, act), scale), act);
+		}
+	}
+	__syncthreads();
+	/* per head: the split's max, p = rnd(e^(s - m)), their sum (a lane's
+	 * keys in order, then a butterfly) */
+	for (int h = w; h < G; h += 8) {
+		float *x = sc + h * KCU_SPLIT_KEYS;
+		float m = -INFINITY;
+		for (int j = lane; j < n; j += 32)
+			m = fmaxf(m, x[j]);
+		for (int o = 16; o > 0; o >>= 1)
+			m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+		float l = 0.0f;
+		for (int j = lane; j < n; j += 32) {
+			float p = kcu_rnd(expf(x[j] - m), act);
+			x[j] = p;
+			l += p;
+		}
+		for (int o = 16; o > 0; o >>= 1)
+			l += __shfl_xor_sync(0xffffffffu, l, o);
+		if (lane == 0) {
+			float *o_ = part + (((size_t)rl * Hq + kh * G + h) * nsplit + s) *
+					     (D + 2);
+			o_[0] = m;
+			o_[1] = l;
+		}
+	}
+	__syncthreads();
+	/* p V: a thread a dim, every head of the group, keys in order */
+	for (int d = tid; d < D; d += blockDim.x) {
+		float acc[KCU_GROUP_MAX];
+#pragma unroll
+		for (int h = 0; h < KCU_GROUP_MAX; h++)
+			acc[h] = 0.0f;
+		for (int j = 0; j < n; j++) {
+			float v = kv_get(V, kvdt,
+					 (size_t)(j0 + j) * kstride + (size_t)kh * D + d);
+#pragma unroll
+			for (int h = 0; h < KCU_GROUP_MAX; h++)
+				if (h < G)
+					acc[h] = __fadd_rn(acc[h],
+						  __fmul_rn(sc[h * KCU_SPLIT_KEYS + j], v));
+		}
+#pragma unroll
+		for (int h = 0; h < KCU_GROUP_MAX; h++)
+			if (h < G)
+				part[(((size_t)rl * Hq + kh * G + h) * nsplit + s) *
+					 (D + 2) +
+				     2 + d] = acc[h];
+	}
+}
+
+/* grid (Hq, rows), 256 threads: the splits of a row in order. */
+__global__ void __launch_bounds__(256)
+    k_combine(float *out, const float *part, int nsplit, int r0,
+	      const int64_t *dpos, int64_t padd, int Hq, int D, int act)
+{
+	const int h = blockIdx.x, rl = blockIdx.y, t = r0 + rl;
+	const int64_t len = kcu_pos(dpos, padd) + t + 1;
+	const int ns = (int)splits_of(len);
+	const float *p = part + ((size_t)rl * Hq + h) * nsplit * (D + 2);
+	float M = -INFINITY;
+	for (int s = 0; s < ns; s++)
+		M = fmaxf(M, p[(size_t)s * (D + 2)]);
+	float L = 0.0f;
+	for (int s = 0; s < ns; s++) {
+		const float *q = p + (size_t)s * (D + 2);
+		L = __fadd_rn(L, __fmul_rn(expf(q[0] - M), q[1]));
+	}
+	for (int d = threadIdx.x; d < D; d += blockDim.x) {
+		float o = 0.0f;
+		for (int s = 0; s < ns; s++) {
+			const float *q = p + (size_t)s * (D + 2);
+			o = __fadd_rn(o, __fmul_rn(expf(q[0] - M), q[2 + d]));
+		}
+		out[((size_t)t * Hq + h) * D + d] = kcu_rnd(o / L, act);
+	}
+}
+
+static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
+		     const void *K, const void *V, int kvdt, int T,
+		     int64_t pos0, int Hq, int Hkv, int D, float scale, int act)
+{
+	kern_ctx *c = q->ctx;
+	int G = Hq / Hkv;
+	if (G > KCU_GROUP_MAX || D > 256)
+		return MOOR_ERANGE;
+	/* the grid: this call's keys, or the graph's max_len */
+	int64_t keys = q->capturing ? q->max_len : pos0 + T;
+	int64_t ns64 = splits_of(keys);
+	if ((size_t)KCU_SPLIT_ROWS * Hq * ns64 * (D + 2) * sizeof(float) >
+	    c->att_part_bytes) {
+		moor_err("attention: %lld keys, %d heads of %d need the split "
+			 "scratch reserve() sizes (window %lld)",
+			 (long long)keys, Hq, D, (long long)c->lim.window);
+		return MOOR_ERANGE;
+	}
+	int ns = (int)ns64;
+	size_t shm = ((size_t)G * D + (size_t)G * KCU_SPLIT_KEYS) * sizeof(float);
+	static int shm_set;
+	if (shm > 48 * 1024 && !shm_set) {
+		KCU(c, cudaFuncSetAttribute(
+			   k_split, cudaFuncAttributeMaxDynamicSharedMemorySize,
+			   (int)(((size_t)KCU_GROUP_MAX * 256 +
+				  (size_t)KCU_GROUP_MAX * KCU_SPLIT_KEYS) *
+				 sizeof(float))));
+		shm_set = 1;
+	}
+	const int64_t *dp = kcu_dpos(q);
+	int64_t pa = kcu_padd(q, pos0);
+	for (int r0 = 0; r0 < T; r0 += KCU_SPLIT_ROWS) {
+		int nr = T - r0 < KCU_SPLIT_ROWS ? T - r0 : KCU_SPLIT_ROWS;
+		k_split<<<dim3(ns, Hkv, nr), 256, shm, q->s>>>(
+		    c->att_part, ns, qv, ldq, K, V, kvdt, r0, dp, pa, Hq, Hkv,
+		    D, scale, act);
+		KCU_LAUNCHED(c);
+		k_combine<<<dim3(Hq, nr), 256, 0, q->s>>>(
+		    out, c->att_part, ns, r0, dp, pa, Hq, D, act);
+		KCU_LAUNCHED(c);
+	}
+	return 0;
+}
+
+/* ---- the tensor-core kernel ---- */
+
+static __device__ inline uint32_t pack2(float lo, float hi)
+{
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+	return *(uint32_t *)&v;
+}
+
+static __device__ inline void mma16816(float *c, const uint32_t *a,
+				       uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+		       "r"(b1));
+}
+
+static __device__ inline void ldsm_x4(uint32_t *r, const void *p)
+{
+	unsigned a = (unsigned)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+		     "{%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(a));
+}
+
+static __device__ inline void ldsm_x4_t(uint32_t *r, const void *p)
+{
+	unsigned a = (unsigned)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+		     "{%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(a));
+}
+
+static __device__ inline void cp16(void *dst, const void *src, int ok)
+{
+	unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+	int n = ok ? 16 : 0; /* 0: the 16 bytes are zero-filled */
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a),
+		     "l"(src), "r"(n));
+}
+static __device__ inline void cp_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> static __device__ inline void cp_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* A tile of FL_BC rows of K (or V) for KV head kh from key kb into s (row
+ * stride D + FL_PAD), rows at or past kend zero. */
+template <int D>
+static __device__ inline void load_tile(bf16 *s, const bf16 *X, int64_t kb,
+					int64_t kend, int Hkv, int kh)
+{
+	const int LD = D + FL_PAD, per = D / 8; /* 16-byte pieces a row */
+	for (int i = threadIdx.x; i < FL_BC * per; i += blockDim.x) {
+		int r = i / per, c = (i - r * per) * 8;
+		int64_t j = kb + r;
+		int ok = j < kend;
+		const bf16 *src = X + ((size_t)(ok ? j : 0) * Hkv + kh) * D + c;
+		cp16(s + r * LD + c, src, ok);
+	}
+}
+
+/* grid (ceil(T / 64), Hq), 128 threads. K and V are double-buffered:
+ * the next tile's copies run under this tile's products. */
+template <int D>
+__global__ void __launch_bounds__(128)
+    k_flash(float *out, const float *qv, int ldq, const bf16 *K, const bf16 *V,
+	    int T, const int64_t *dpos, int64_t padd, int Hq, int Hkv,
+	    float scale)
+{
+	constexpr int LD = D + FL_PAD, NT = D / 8;
+	extern __shared__ __align__(16) unsigned char smraw[];
+	bf16 *Qs = (bf16 *)smraw;
+	bf16 *Ks = Qs + FL_BR * LD; /* [2][FL_BC][LD] */
+	bf16 *Vs = Ks + 2 * FL_BC * LD;
+	/* the heaviest tiles (the last rows) start first */
+	const int t0 = (gridDim.x - 1 - blockIdx.x) * FL_BR, h = blockIdx.y;
+	const int kh = h / (Hq / Hkv);
+	const int64_t pos0 = kcu_pos(dpos, padd);
+	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+	const int g = lane >> 2, tq = lane & 3;
+
+	for (int i = tid; i < FL_BR * (D / 4); i += blockDim.x) {
+		int r = i / (D / 4), c = (i - r * (D / 4)) * 4;
+		float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+		if (t0 + r < T)
+			v = *(const float4 *)(qv + (size_t)(t0 + r) * ldq +
+					      (size_t)h * D + c);
+		*(uint2 *)(Qs + r * LD + c) = make_uint2(pack2(v.x, v.y),
+							  pack2(v.z, v.w));
+	}
+	const int ra = t0 + w * 16 + g, rb = ra + 8;
+	const int64_t pa = pos0 + ra, pb = pos0 + rb; /* keys j <= pa, <= pb */
+	const int64_t kend = pos0 + (t0 + FL_BR < T ? t0 + FL_BR : T);
+	const int ntile = (int)((kend + FL_BC - 1) / FL_BC);
+
+	float o[NT][4];
+#pragma unroll
+	for (int i = 0; i < NT; i++)
+		o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+	float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+
+	load_tile<D>(Ks, K, 0, kend, Hkv, kh);
+	load_tile<D>(Vs, V, 0, kend, Hkv, kh);
+	cp_commit();
+	for (int it = 0; it < ntile; it++) {
+		const int64_t kb = (int64_t)it * FL_BC;
+		bf16 *Kc = Ks + (it & 1) * FL_BC * LD, *Vc = Vs + (it & 1) * FL_BC * LD;
+		if (it + 1 < ntile) {
+			bf16 *Kn = Ks + ((it + 1) & 1) * FL_BC * LD;
+			bf16 *Vn = Vs + ((it + 1) & 1) * FL_BC * LD;
+			load_tile<D>(Kn, K, kb + FL_BC, kend, Hkv, kh);
+			load_tile<D>(Vn, V, kb + FL_BC, kend, Hkv, kh);
+			cp_commit();
+			cp_wait<1>();
+		} else {
+			cp_wait<0>();
+		}
+		__syncthreads();
+
+		/* S = Q K^T for this warp's 16 rows and the tile's 64 keys */
+		float s[8][4];
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+		for (int ks = 0; ks < D / 16; ks++) {
+			uint32_t a[4];
+			ldsm_x4(a, Qs + (w * 16 + (lane & 15)) * LD + ks * 16 +
+					(lane >> 4) * 8);
+#pragma unroll
+			for (int nt = 0; nt < 8; nt++) {
+				const bf16 *kp = Kc + (nt * 8 + g) * LD + ks * 16 + 2 * tq;
+				mma16816(s[nt], a, *(const uint32_t *)kp,
+					 *(const uint32_t *)(kp + 8));
+			}
+		}
+		/* rounding, scale, the causal mask; the rows' maxima */
+		float xa = -INFINITY, xb = -INFINITY;
+#pragma unroll
+		for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int64_t j = kb + nt * 8 + 2 * tq + (e & 1);
+				float v = kcu_bf16r(__fmul_rn(kcu_bf16r(s[nt][e]), scale));
+				if (j > (e < 2 ? pa : pb))
+					v = -INFINITY;
+				s[nt][e] = v;
+				if (e < 2)
+					xa = fmaxf(xa, v);
+				else
+					xb = fmaxf(xb, v);
+			}
+		for (int m = 1; m <= 2; m <<= 1) {
+			xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, m));
+			xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, m));
+		}
+		float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
+		/* a row with no key yet (a padding row) keeps na = -inf */
+		float ca = na == -INFINITY ? 0.0f : expf(ma - na);
+		float cb = nb == -INFINITY ? 0.0f : expf(mb - nb);
+		float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+		for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				float m = e < 2 ? na : nb;
+				float p = m == -INFINITY ? 0.0f
+							 : kcu_bf16r(expf(s[nt][e] - m));
+				s[nt][e] = p;
+				if (e < 2)
+					sa += p;
+				else
+					sb += p;
+			}
+		for (int m = 1; m <= 2; m <<= 1) {
+			sa += __shfl_xor_sync(0xffffffffu, sa, m);
+			sb += __shfl_xor_sync(0xffffffffu, sb, m);
+		}
+		la = la * ca + sa;
+		lb = lb * cb + sb;
+		ma = na;
+		mb = nb;
+#pragma unroll
+		for (int i = 0; i < NT; i++) {
+			o[i][0] *= ca;
+			o[i][1] *= ca;
+			o[i][2] *= cb;
+			o[i][3] *= cb;
+		}
+		/* O += P V, 16 keys a step */
+#pragma unroll
+		for (int kk = 0; kk < 4; kk++) {
+			uint32_t a[4] = {pack2(s[2 * kk][0], s[2 * kk][1]),
+					 pack2(s[2 * kk][2], s[2 * kk][3]),
+					 pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+					 pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+			for (int n2 = 0; n2 < NT / 2; n2++) {
+				uint32_t b[4];
+				ldsm_x4_t(b, Vc + (kk * 16 + (lane & 15)) * LD +
+						 n2 * 16 + (lane >> 4) * 8);
+				mma16816(o[2 * n2], a, b[0], b[1]);
+				mma16816(o[2 * n2 + 1], a, b[2], b[3]);
+			}
+		}
+		__syncthreads(); /* the buffer is refilled next iteration */
+	}
+	float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+#pragma unroll
+	for (int i = 0; i < NT; i++) {
+		int d = i * 8 + 2 * tq;
+		if (ra < T) {
+			float *y = out + ((size_t)ra * Hq + h) * D + d;
+			y[0] = kcu_bf16r(o[i][0] * ia);
+			y[1] = kcu_bf16r(o[i][1] * ia);
+		}
+		if (rb < T) {
+			float *y = out + ((size_t)rb * Hq + h) * D + d;
+			y[0] = kcu_bf16r(o[i][2] * ib);
+			y[1] = kcu_bf16r(o[i][3] * ib);
+		}
+	}
+}
+
+template <int D>
+static int run_flash(kern_queue *q, float *out, const float *qv, int ldq,
+		     const void *K, const void *V, int T, int64_t pos0, int Hq,
+		     int Hkv, float scale)
+{
+	kern_ctx *c = q->ctx;
+	size_t shm = (size_t)5 * FL_BR * (D + FL_PAD) * sizeof(bf16);
+	static int set;
+	if (!set) {
+		KCU(c, cudaFuncSetAttribute(
+			   k_flash<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+			   (int)shm));
+		set = 1;
+	}
+	k_flash<D><<<dim3((T + FL_BR - 1) / FL_BR, Hq), 128, shm, q->s>>>(
+	    out, qv, ldq, (const bf16 *)K, (const bf16 *)V, T, kcu_dpos(q),
+	    kcu_padd(q, pos0), Hq, Hkv, scale);
+	KCU_LAUNCHED(c);
+	return 0;
+}
+
+int kcu_attention(kern_queue *q, float *out, const float *qv, int ldq,
+		  const void *K, const void *V, int kvdt, int T, int64_t pos0,
+		  int Hq, int Hkv, int D, float scale, int act)
+{
+	if (!q || !out || !qv || !K || !V || T < 0 || pos0 < 0 || Hq <= 0 ||
+	    Hkv <= 0 || Hq % Hkv || D <= 0 || ldq < Hq * D || !kcu_dtype_ok(kvdt) ||
+	    !kcu_act_ok(act))
+		return MOOR_ERANGE;
+	if (T == 0)
+		return 0;
+	cudaSetDevice(q->ctx->device);
+	/* the tensor-core kernel: bf16 rows and KV, 16-byte aligned q rows */
+	int tc = kvdt == KERN_BF16 && act == KERN_ACT_BF16 &&
+		 T > KCU_SPLIT_ROWS && ldq % 4 == 0 &&
+		 ((uintptr_t)qv & 15) == 0 && ((uintptr_t)K & 15) == 0 &&
+		 ((uintptr_t)V & 15) == 0;
+	if (tc && D == 256)
+		return run_flash<256>(q, out, qv, ldq, K, V, T, pos0, Hq, Hkv, scale);
+	if (tc && D == 128)
+		return run_flash<128>(q, out, qv, ldq, K, V, T, pos0, Hq, Hkv, scale);
+	if (tc && D == 64)
+		return run_flash<64>(q, out, qv, ldq, K, V, T, pos0, Hq, Hkv, scale);
+	return run_split(q, out, qv, ldq, K, V, kvdt, T, pos0, Hq, Hkv, D, scale,
+			 act);
+}

@@ -1,0 +1,249 @@
+/* cuda.cuh: what the CUDA backend's files share (`kcu_`, internal; ops.h is
+ * the contract). One context owns a device, two streams (compute, copy), a
+ * cuBLASLt handle with its workspace, the scratch reserve() sized, and per
+ * queue the position register that graph launches write.
+ *
+ * Errors. A failed launch or API call is logged once with its file and line
+ * and returns MOOR_EBACKEND; errors of enqueued work surface at the next
+ * sync or download (ops.h). Host-checkable arguments fail before anything
+ * is enqueued. */
+#ifndef KCU_CUH
+#define KCU_CUH
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "moor.h"
+#include "ops.h"
+}
+
+struct kern_queue {
+	kern_ctx *ctx;
+	cudaStream_t s;
+	int kind;
+	/* graph capture: ops that take a position read *dpos + (pos0 -
+	 * cap_pos) and attention is shaped for max_len keys */
+	int capturing;
+	int64_t cap_pos, max_len;
+	int64_t *dpos; /* device int64: the launch's position */
+};
+
+struct kern_event {
+	cudaEvent_t e;
+};
+
+struct kern_graph {
+	cudaGraph_t g;
+	cudaGraphExec_t x;
+};
+
+/* A pinned GEMM algorithm: weight shape, row bucket, layouts, dtype. */
+typedef struct kcu_algo {
+	int used;
+	int N, K, bucket, ldx, ldy, wdt, act_out_bf16;
+	cublasLtMatmulAlgo_t algo;
+	size_t ws;
+} kcu_algo;
+#define KCU_ALGOS 256
+
+struct kern_ctx {
+	int device;
+	cudaDeviceProp prop;
+	kern_queue q[2]; /* KERN_Q_COMPUTE, KERN_Q_COPY */
+	cublasLtHandle_t lt;
+	void *lt_ws;
+	size_t lt_ws_bytes;
+	kcu_algo algo[KCU_ALGOS];
+	kern_limits lim; /* what reserve() sized */
+	/* matmul input staged in the weights' 16-bit dtype [rows, width] */
+	void *stage;
+	size_t stage_bytes;
+	/* attention split partials [KCU_SPLIT_ROWS][Hq][splits][D + 2] */
+	float *att_part;
+	size_t att_part_bytes;
+	/* sampler scratch */
+	void *smp;
+	size_t smp_bytes, smp_cub_bytes;
+	int smp_v;
+	int32_t *smp_host; /* pinned: the picked id */
+	int failed; /* an error was logged: the context is unusable */
+};
+
+/* ---- errors ---- */
+
+int kcu_fail(kern_ctx *c, cudaError_t e, const char *what, const char *file,
+	     int line);
+#define KCU(c, call)                                                           \
+	do {                                                                   \
+		cudaError_t e_ = (call);                                       \
+		if (e_ != cudaSuccess)                                         \
+			return kcu_fail((c), e_, #call, __FILE__, __LINE__);   \
+	} while (0)
+/* After a launch: launch-time errors (a bad configuration) only. */
+#define KCU_LAUNCHED(c) KCU((c), cudaPeekAtLastError())
+
+/* ---- launch helpers ---- */
+
+static inline unsigned kcu_blocks(size_t n, unsigned threads)
+{
+	size_t b = (n + threads - 1) / threads;
+	return (unsigned)(b > 1u << 30 ? 1u << 30 : b);
+}
+
+/* The position an op at pos0 runs at (see struct kern_queue). */
+static inline const int64_t *kcu_dpos(const kern_queue *q)
+{
+	return q->capturing ? q->dpos : NULL;
+}
+static inline int64_t kcu_padd(const kern_queue *q, int64_t pos0)
+{
+	return q->capturing ? pos0 - q->cap_pos : pos0;
+}
+static __device__ inline int64_t kcu_pos(const int64_t *dpos, int64_t add)
+{
+	return (dpos ? *dpos : 0) + add;
+}
+
+/* ---- numerics shared by the kernels ---- */
+
+static __device__ inline float kcu_bf16r(float x)
+{
+	return __bfloat162float(__float2bfloat16_rn(x));
+}
+static __device__ inline float kcu_rnd(float x, int act)
+{
+	return act == KERN_ACT_BF16 ? kcu_bf16r(x) : x;
+}
+static __device__ inline float kcu_wget(const void *w, int dt, size_t i)
+{
+	if (dt == KERN_F32)
+		return ((const float *)w)[i];
+	if (dt == KERN_BF16)
+		return __bfloat162float(((const __nv_bfloat16 *)w)[i]);
+	return __half2float(((const __half *)w)[i]);
+}
+static __device__ inline float kcu_sigmoid(float x)
+{
+	return 1.0f / (1.0f + expf(-x));
+}
+static __device__ inline float kcu_silu(float x)
+{
+	return x / (1.0f + expf(-x));
+}
+
+/* A block-wide sum in a fixed order (warp shuffles down, then the warps'
+ * partials in order by warp 0): the same bits for the same inputs and
+ * block size. sh: at least 32 floats. Every thread gets the sum. */
+static __device__ inline float kcu_block_sum(float v, float *sh)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_down_sync(0xffffffffu, v, o);
+	int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+	__syncthreads();
+	if (l == 0)
+		sh[w] = v;
+	__syncthreads();
+	int nw = (blockDim.x + 31) >> 5;
+	if (w == 0) {
+		float s = l < nw ? sh[l] : 0.0f;
+		for (int o = 16; o > 0; o >>= 1)
+			s += __shfl_down_sync(0xffffffffu, s, o);
+		if (l == 0)
+			sh[0] = s;
+	}
+	__syncthreads();
+	float r = sh[0];
+	__syncthreads();
+	return r;
+}
+
+static inline int kcu_dtype_ok(int dt)
+{
+	return dt == KERN_F32 || dt == KERN_BF16 || dt == KERN_F16;
+}
+static inline int kcu_act_ok(int act)
+{
+	return act == KERN_ACT_F32 || act == KERN_ACT_BF16;
+}
+
+/* ---- the ops, by file ---- */
+
+/* gemm.cu */
+int kcu_gemm_init(kern_ctx *c);
+void kcu_gemm_fini(kern_ctx *c);
+int kcu_matmul(kern_queue *q, float *y, int ldy, const float *x, int ldx,
+	       const void *W, int wdt, int T, int N, int K, int act);
+int kcu_matmul_swiglu(kern_queue *q, float *y, int ldy, const float *gate,
+		      const float *up, int ldgu, const void *W, int wdt, int T,
+		      int N, int K, int act);
+
+/* elem.cu */
+int kcu_embed(kern_queue *q, float *out, const void *table, int wdt,
+	      const int32_t *ids, int T, int H, int V);
+int kcu_add(kern_queue *q, float *y, const float *x, size_t n, int act);
+int kcu_rmsnorm(kern_queue *q, float *y, int ldy, const float *x, int ldx,
+		const void *w, int wdt, int rows, int dim, float eps,
+		int plus_one, int act);
+int kcu_add_rmsnorm(kern_queue *q, float *h, const float *x, float *y,
+		    const void *w, int wdt, int rows, int dim, float eps,
+		    int act);
+int kcu_gated_rmsnorm(kern_queue *q, float *y, const float *x, const float *z,
+		      int ldz, int zg, const void *w, int wdt, int rows,
+		      int dim, float eps, int act);
+int kcu_conv1d(kern_queue *q, float *out, const float *in, int ldin,
+	       float *tail, const void *w, int wdt, int T, int C, int Kc,
+	       int act);
+int kcu_gdn_gates(kern_queue *q, float *beta, float *g, const float *b,
+		  int ldb, const float *a, int lda, const float *A_log,
+		  const float *dt_bias, int T, int Hv, int act);
+int kcu_l2norm(kern_queue *q, float *x, int ld, int T, int heads, int dim,
+	       float eps, float scale, int act);
+int kcu_rope(kern_queue *q, float *x, int ld, int T, int heads, int D, int rot,
+	     int64_t pos0, float theta, int act);
+int kcu_kv_write(kern_queue *q, void *dst, int kvdt, int64_t row0,
+		 const float *src, int ld, int T, int width);
+int kcu_swiglu(kern_queue *q, float *y, const float *gate, const float *up,
+	       size_t n, int act);
+int kcu_split_qgate(kern_queue *q, float *qo, float *go, const float *qg,
+		    int T, int Hq, int D);
+int kcu_sigmoid_mul(kern_queue *q, float *y, const float *x,
+		    const float *gate, size_t n, int act);
+int kcu_fill_random(kern_queue *q, void *dst, int dt, size_t n, uint64_t seed,
+		    float lo, float hi);
+
+/* gdn.cu */
+size_t kcu_delta_ws_bytes(kern_ctx *ctx, int T, int Hv, int dk, int dv);
+int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
+		      const float *k, int ldqk, const float *v, int ldv,
+		      const float *g, const float *beta, int T, int Hk, int Hv,
+		      int dk, int dv, void *ws, int act);
+int kcu_delta_recurrent(kern_queue *q, float *o, float *S, const float *qq,
+			const float *k, int ldqk, const float *v, int ldv,
+			const float *g, const float *beta, int T, int Hk,
+			int Hv, int dk, int dv, int act);
+
+/* attn.cu */
+/* The split kernel: rows of one launch (T at or below it runs split over
+ * the keys when the tensor-core kernel could run too), keys of a split
+ * (fixed: a row's splits and their combine do not depend on T, on the
+ * window or on a graph's max_len), query heads of one KV head at most. */
+#define KCU_SPLIT_ROWS 16
+#define KCU_SPLIT_KEYS 512
+#define KCU_GROUP_MAX 16
+size_t kcu_att_part_bytes(const kern_limits *lim);
+int kcu_attention(kern_queue *q, float *out, const float *qv, int ldq,
+		  const void *K, const void *V, int kvdt, int T, int64_t pos0,
+		  int Hq, int Hkv, int D, float scale, int act);
+
+/* sample.cu */
+int kcu_sample_reserve(kern_ctx *c, int V);
+void kcu_sample_fini(kern_ctx *c);
+int kcu_sample(kern_queue *q, const float *logits, int V,
+	       const kern_sampling *p, uint64_t draw, int32_t *dev_id,
+	       int32_t *host_id);
+
+#endif

@@ -1,0 +1,484 @@
+/* elem.cu: the CUDA backend's element-wise and per-row ops (ops.h): embed,
+ * add, the norms, conv1d, the GDN gates, rope, kv_write, SwiGLU, the q/gate
+ * split, the output gate and fill_random.
+ *
+ * Reductions (a row's sum of squares) run in one fixed order per row
+ * length and block size: each thread sums its strided elements in order,
+ * then kcu_block_sum or a warp's shuffle tree combines them. Arithmetic
+ * follows the CPU backend's order of operations where it states one; the
+ * two agree within the kernel tests' tolerances, not bit for bit (fused
+ * multiply-adds, libdevice's expf/cosf/powf). */
+#include "cuda.cuh"
+
+#include "sample_rule.h"
+
+#define TPB 256
+
+static unsigned grid1(size_t n)
+{
+	unsigned b = kcu_blocks(n, TPB);
+	return b > 262140u ? 262140u : b;
+}
+
+#define FOR_N(i, n)                                                            \
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
+	     i += (size_t)gridDim.x * blockDim.x)
+
+/* ---- embed ---- */
+
+static __global__ void k_embed(float *out, const void *tab, int wdt,
+			       const int32_t *ids, int T, int H, int V)
+{
+	FOR_N(i, (size_t)T * H)
+	{
+		size_t t = i / H, h = i % H;
+		int32_t id = ids[t];
+		out[i] = id >= 0 && id < V ? kcu_wget(tab, wdt, (size_t)id * H + h)
+					   : 0.0f;
+	}
+}
+
+int kcu_embed(kern_queue *q, float *out, const void *table, int wdt,
+	      const int32_t *ids, int T, int H, int V)
+{
+	if (!q || !out || !table || !ids || T < 0 || H < 0 || V <= 0)
+		return MOOR_ERANGE;
+	if (!kcu_dtype_ok(wdt))
+		return MOOR_EDTYPE;
+	if (T == 0 || H == 0)
+		return 0;
+	size_t n = (size_t)T * H;
+	k_embed<<<grid1(n), TPB, 0, q->s>>>(out, table, wdt, ids, T, H, V);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
+}
+
+/* ---- element-wise ---- */
+
+enum { EW_ADD, EW_SWIGLU, EW_SIGMUL };
+
+static __global__ void k_ew(float *y, const float *a, const float *b, size_t n,
+			    int op, int act)
+{
+	FOR_N(i, n)
+	{
+		float r;
+		if (op == EW_ADD)
+			r = kcu_rnd(y[i] + a[i], act);
+		else if (op == EW_SWIGLU)
+			r = kcu_rnd(kcu_rnd(kcu_silu(a[i]), act) * b[i], act);
+		else
+			r = kcu_rnd(a[i] * kcu_rnd(kcu_sigmoid(b[i]), act), act);
+		y[i] = r;
+	}
+}
+
+static int ew(kern_queue *q, float *y, const float *a, const float *b,
+	      size_t n, int op, int act)
+{
+	if (!q || (n && (!y || !a || (op != EW_ADD && !b))))
+		return MOOR_ERANGE;
+	if (!kcu_act_ok(act))
+		return MOOR_EDTYPE;
+	if (n == 0)
+		return 0;
+	k_ew<<<grid1(n), TPB, 0, q->s>>>(y, a, b, n, op, act);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
+}
+
+int kcu_add(kern_queue *q, float *y, const float *x, size_t n, int act)
+{
+	return ew(q, y, x, NULL, n, EW_ADD, act);
+}
+
+int kcu_swiglu(kern_queue *q, float *y, const float *gate, const float *up,
+	       size_t n, int act)
+{
+	return ew(q, y, gate, up, n, EW_SWIGLU, act);
+}
+
+int kcu_sigmoid_mul(kern_queue *q, float *y, const float *x,
+		    const float *gate, size_t n, int act)
+{
+	return ew(q, y, x, gate, n, EW_SIGMUL, act);
+}
+
+/* ---- rmsnorm, add_rmsnorm: a block per row ---- */
+
+static __global__ void k_rmsnorm(float *y, int ldy, float *h, const float *x,
+				 int ldx, const void *w, int wdt, int dim,
+				 float eps, int plus_one, int act, int add)
+{
+	__shared__ float sh[32];
+	size_t r = blockIdx.x;
+	float *hr = h ? h + r * dim : NULL;
+	const float *xr = x + r * (size_t)ldx;
+	float *yr = y + r * (size_t)ldy;
+	float ss = 0.0f;
+	for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+		float v = add ? kcu_rnd(hr[i] + xr[i], act) : xr[i];
+		if (add)
+			hr[i] = v;
+		ss += v * v;
+	}
+	ss = kcu_block_sum(ss, sh);
+	float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+	const float *src = add ? hr : xr;
+	for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+		float wv = kcu_wget(w, wdt, (size_t)i);
+		if (plus_one)
+			wv = 1.0f + wv;
+		yr[i] = kcu_rnd((src[i] * inv) * wv, act);
+	}
+}
+
+static unsigned row_threads(int dim)
+{
+	unsigned t = 32;
+	while (t < (unsigned)dim && t < 256)
+		t <<= 1;
+	return t;
+}
+
+int kcu_rmsnorm(kern_queue *q, float *y, int ldy, const float *x, int ldx,
+		const void *w, int wdt, int rows, int dim, float eps,
+		int plus_one, int act)
+{
+	if (!q || !y || !x || !w || rows < 0 || dim < 0 || ldx < dim ||
+	    ldy < dim)
+		return MOOR_ERANGE;
+	if (!kcu_dtype_ok(wdt) || !kcu_act_ok(act))
+		return MOOR_EDTYPE;
+	if (rows == 0 || dim == 0)
+		return 0;
+	k_rmsnorm<<<rows, row_threads(dim), 0, q->s>>>(
+	    y, ldy, NULL, x, ldx, w, wdt, dim, eps, plus_one, act, 0);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
+}
+
+int kcu_add_rmsnorm(kern_queue *q, float *h, const float *x, float *y,
+		    const void *w, int wdt, int rows, int dim, float eps,
+		    int act)
+{
+	if (!q || !h || !x || !y || !w || rows < 0 || dim < 0)
+		return MOOR_ERANGE;
+	if (!kcu_dtype_ok(wdt) || !kcu_act_ok(act))
+		return MOOR_EDTYPE;
+	if (rows == 0 || dim == 0)
+		return 0;
+	k_rmsnorm<<<rows, row_threads(dim), 0, q->s>>>(y, dim, h, x, dim, w, wdt,
+						      dim, eps, 1, act, 1);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
+}
+
+/* ---- per-head rows: a warp per row ---- */
+
+static __device__ inline float warp_sum(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+static __global__ void k_gated_rmsnorm(float *y, const float *x,
+				       const float *z, int ldz, int zg,
+				       const void *w, int wdt, int rows, int dim,
+				       float eps, int act)
+{
+	int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	int l = threadIdx.x & 31;
+	if (r >= rows)
+		return;
+	const float *xr = x + (size_t)r * dim;
+	const float *zr = z + (size_t)(r / zg) * ldz + (size_t)(r % zg) * dim;
+	float *yr = y + (size_t)r * dim;
+	float ss = 0.0f;
+	for (int i = l; i < dim; i += 32)
+		ss += xr[i] * xr[i];
+	ss = warp_sum(ss);
+	float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+	for (int i = l; i < dim; i += 32) {
+		float n = kcu_rnd(xr[i] * inv, act);
+		float p = kcu_rnd(kcu_wget(w, wdt, (size_t)i) * n, act);
+		yr[i] = kcu_rnd(p * kcu_silu(zr[i]), act);
+	}
+}
+
+int kcu_gated_rmsnorm(kern_queue *q, float *y, const float *x, const float *z,
+		      int ldz, int zg, const void *w, int wdt, int rows,
+		      int dim, float eps, int act)
+{
+	if (!q || !y || !x || !z || !w || rows < 0 || dim < 0 || zg < 1 ||
+	    (int64_t)ldz < (int64_t)zg * dim)
+		return MOOR_ERANGE;
+	if (!kcu_dtype_ok(wdt) || !kcu_act_ok(act))
+		return MOOR_EDTYPE;
+	if (rows == 0 || dim == 0)
+		return 0;
+	k_gated_rmsnorm<<<(rows + 7) / 8, 256, 0, q->s>>>(
+	    y, x, z, ldz, zg, w, wdt, rows, dim, eps, act);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
+}
+
+static __global__ void k_l2norm(float *x, int ld, int T, int heads, int dim,
+				float eps, float scale, int act)
+{
+	int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	int l = threadIdx.x & 31;
+	if (r >= T * heads)
+		return;
+	float *xr = x + (size_t)(r / heads) * ld + (size_t)(r % heads) * dim;
+	float ss = 0.0f;
+	for (int i = l; i < dim; i += 32)
+		ss += xr[i] * xr[i];
+	ss = warp_sum(ss);
+	float inv = 1.0f / sqrtf(ss + eps);
+	for (int i = l; i < dim; i += 32)
+		xr[i] = kcu_rnd(xr[i] * inv, act) * scale;
+}
+
+int kcu_l2norm(kern_queue *q, float *x, int ld, int T, int heads, int dim,
+	       float eps, float scale, int act)
+{
+	if (!q || !x || T < 0 || heads < 0 || dim < 0 ||
+	    (int64_t)ld < (int64_t)heads * dim)
+		return MOOR_ERANGE;
+	if (!kcu_act_ok(act))
+		return MOOR_EDTYPE;
+	if (T == 0 || heads == 0 || dim == 0)
+		return 0;
+	int rows = T * heads;
+	k_l2norm<<<(rows + 7) / 8, 256, 0, q->s>>>(x, ld, T, heads, dim, eps,
+						   scale, act);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
+}
+
+/* ---- conv1d: a thread per channel walks the tokens ---- */
+
+#define CONV_KMAX 16
+
+static __global__ void k_conv1d(float *out, const float *in, int ldin,
+				float *tail, const void *w, int wdt, int T,
+				int C, int Kc, int act)
+{
+	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= C)
+		return;
+	float wt[CONV_KMAX], win[CONV_KMAX]; /* win: the Kc - 1 inputs before t */
+#pragma unroll
+	for (int k = 0; k < CONV_KMAX; k++) {
+		wt[k] = k < Kc ? kcu_wget(w, wdt, (size_t)c * Kc + k) : 0.0f;
+		win[k] = k < Kc - 1 ? tail[(size_t)k * C + c] : 0.0f;
+	}
+	for (int t = 0; t < T; t++) {
+		float cur = in[(size_t)t * ldin + c];
+		float acc = 0.0f;
+#pragma unroll
+		for (int k = 0; k < CONV_KMAX; k++)
+			if (k < Kc)
+				acc += wt[k] * (k < Kc - 1 ? win[k] : cur);
+		out[(size_t)t * C + c] = kcu_rnd(kcu_silu(kcu_rnd(acc, act)), act);
+#pragma unroll
+		for (int k = 0; k + 1 < CONV_KMAX; k++)
+			if (k + 1 < Kc - 1)
+				win[k] = win[k + 1];
+#pragma unroll
+		for (int k = 0; k < CONV_KMAX; k++)
+			if (k == Kc - 2)
+				win[k] = cur;
+	}
+#pragma unroll
+	for (int k = 0; k < CONV_KMAX; k++)
+		if (k < Kc - 1)
+			tail[(size_t)k * C + c] = win[k];
+}
+
+int kcu_conv1d(kern_queue *q, float *out, const float *in, int ldin,
+	       float *tail, const void *w, int wdt, int T, int C, int Kc,
+	       int act)
+{
+	if (!q || !out || !in || !w || (Kc > 1 && !tail) || T < 0 || C < 0 ||
+	    Kc < 1 || Kc > CONV_KMAX || ldin < C)
+		return MOOR_ERANGE;
+	if (!kcu_dtype_ok(wdt) || !kcu_act_ok(act))
+		return MOOR_EDTYPE;
+	if (T == 0 || C == 0)
+		return 0;
+	k_conv1d<<<kcu_blocks((size_t)C, 128), 128, 0, q->s>>>(
+	    out, in, ldin, tail, w, wdt, T, C, Kc, act);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
+}
+
+/* ---- gdn_gates ---- */
+
+static __global__ void k_gates(float *beta, float *g, const float *b, int ldb,
+			       const float *a, int lda, const float *A_log,
+			       const float *dt_bias, int T, int Hv, int act)
+{
+	FOR_N(i, (size_t)T * Hv)
+	{
+		size_t t = i / Hv, h = i % Hv;
+		float x = a[t * lda + h] + dt_bias[h];
+		float sp = x > 20.0f ? x : log1pf(expf(x));
+		beta[i] = kcu_rnd(kcu_sigmoid(b[t * ldb + h]), act);
+		g[i] = -expf(A_log[h]) * sp;
+	}
+}
+
+int kcu_gdn_gates(kern_queue *q, float *beta, float *g, const float *b,
+		  int ldb, const float *a, int lda, const float *A_log,
+		  const float *dt_bias, int T, int Hv, int act)
+{
+	if (!q || !beta || !g || !b || !a || !A_log || !dt_bias || T < 0 ||
+	    Hv < 0 || ldb < Hv || lda < Hv)
+		return MOOR_ERANGE;
+	if (!kcu_act_ok(act))
+		return MOOR_EDTYPE;
+	size_t n = (size_t)T * Hv;
+	if (n == 0)
+		return 0;
+	k_gates<<<grid1(n), TPB, 0, q->s>>>(beta, g, b, ldb, a, lda, A_log,
+					    dt_bias, T, Hv, act);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
+}
+
+/* ---- rope ---- */
+
+static __global__ void k_rope(float *x, int ld, int T, int heads, int D,
+			      int half, const int64_t *dpos, int64_t padd,
+			      float theta, int act)
+{
+	FOR_N(e, (size_t)T * heads * half)
+	{
+		size_t i = e % half, th = e / half;
+		size_t t = th / heads, h = th % heads;
+		float p = (float)(kcu_pos(dpos, padd) + (int64_t)t);
+		float inv =
+		    1.0f / powf(theta, (float)(2 * (int)i) / (float)(2 * half));
+		float a = inv * p;
+		float cs = kcu_rnd(cosf(a), act), sn = kcu_rnd(sinf(a), act);
+		float *xh = x + t * ld + h * D;
+		float x1 = xh[i], x2 = xh[i + half];
+		xh[i] = kcu_rnd(kcu_rnd(x1 * cs, act) - kcu_rnd(x2 * sn, act), act);
+		xh[i + half] =
+		    kcu_rnd(kcu_rnd(x2 * cs, act) + kcu_rnd(x1 * sn, act), act);
+	}
+}
+
+int kcu_rope(kern_queue *q, float *x, int ld, int T, int heads, int D, int rot,
+	     int64_t pos0, float theta, int act)
+{
+	if (!q || !x || T < 0 || heads < 0 || D < 0 || rot < 0 || rot > D ||
+	    rot % 2 || pos0 < 0 || (int64_t)ld < (int64_t)heads * D)
+		return MOOR_ERANGE;
+	if (!kcu_act_ok(act))
+		return MOOR_EDTYPE;
+	size_t n = (size_t)T * heads * (rot / 2);
+	if (n == 0)
+		return 0;
+	k_rope<<<grid1(n), TPB, 0, q->s>>>(x, ld, T, heads, D, rot / 2,
+					   kcu_dpos(q), kcu_padd(q, pos0),
+					   theta, act);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
+}
+
+/* ---- kv_write, split_qgate ---- */
+
+static __global__ void k_kv_write(void *dst, int kvdt, const int64_t *dpos,
+				  int64_t padd, const float *src, int ld, int T,
+				  int width)
+{
+	int64_t row0 = kcu_pos(dpos, padd);
+	FOR_N(i, (size_t)T * width)
+	{
+		size_t t = i / width, j = i % width;
+		size_t o = ((size_t)row0 + t) * width + j;
+		float v = src[t * ld + j];
+		if (kvdt == KERN_F32)
+			((float *)dst)[o] = v;
+		else if (kvdt == KERN_BF16)
+			((__nv_bfloat16 *)dst)[o] = __float2bfloat16_rn(v);
+		else
+			((__half *)dst)[o] = __float2half_rn(v);
+	}
+}
+
+int kcu_kv_write(kern_queue *q, void *dst, int kvdt, int64_t row0,
+		 const float *src, int ld, int T, int width)
+{
+	if (!q || !dst || !src || row0 < 0 || T < 0 || width < 0 || ld < width)
+		return MOOR_ERANGE;
+	if (!kcu_dtype_ok(kvdt))
+		return MOOR_EDTYPE;
+	size_t n = (size_t)T * width;
+	if (n == 0)
+		return 0;
+	k_kv_write<<<grid1(n), TPB, 0, q->s>>>(dst, kvdt, kcu_dpos(q),
+					       kcu_padd(q, row0), src, ld, T,
+					       width);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
+}
+
+static __global__ void k_split(float *qo, float *go, const float *qg, int Hq,
+			       int D, size_t n)
+{
+	FOR_N(i, n)
+	{
+		size_t r = i / D, d = i % D;
+		qo[i] = qg[r * 2 * D + d];
+		go[i] = qg[r * 2 * D + D + d];
+	}
+}
+
+int kcu_split_qgate(kern_queue *q, float *qo, float *go, const float *qg,
+		    int T, int Hq, int D)
+{
+	if (!q || !qo || !go || !qg || T < 0 || Hq < 0 || D < 0)
+		return MOOR_ERANGE;
+	size_t n = (size_t)T * Hq * D;
+	if (n == 0)
+		return 0;
+	k_split<<<grid1(n), TPB, 0, q->s>>>(qo, go, qg, Hq, D, n);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
+}
+
+/* ---- fill_random ---- */
+
+static __global__ void k_fill(void *dst, int dt, size_t n, uint64_t seed,
+			      float lo, float hi)
+{
+	FOR_N(i, n)
+	{
+		float x = ksr_fill(seed, i, lo, hi);
+		if (dt == KERN_F32)
+			((float *)dst)[i] = x;
+		else if (dt == KERN_BF16)
+			((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(x);
+		else
+			((__half *)dst)[i] = __float2half_rn(x);
+	}
+}
+
+int kcu_fill_random(kern_queue *q, void *dst, int dt, size_t n, uint64_t seed,
+		    float lo, float hi)
+{
+	if (!q || (n && !dst) || !(lo <= hi))
+		return MOOR_ERANGE;
+	if (!kcu_dtype_ok(dt))
+		return MOOR_EDTYPE;
+	if (n == 0)
+		return 0;
+	k_fill<<<grid1(n), TPB, 0, q->s>>>(dst, dt, n, seed, lo, hi);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
+}

@@ -1,0 +1,344 @@
+/* gemm.cu: matmul and matmul_swiglu through cuBLASLt (ops.h).
+ *
+ * y[T, N] = x[T, K] W[N, K]^T, row-major, is the column-major product
+ * y^T = W^T' x^T: A = W (column-major [K, N], transposed), B = x
+ * (column-major [K, T]), D = y^T ([N, T], leading dimension ldy).
+ *
+ * 16-bit weights: x is staged in W's dtype first (a conversion kernel into
+ * the context's stage buffer; exact when act is BF16, ops.h), then a
+ * bf16/f16 x bf16/f16 product accumulates in fp32 into fp32 y, which is
+ * rounded to bf16 in place when act is BF16. fp32 weights: a plain fp32
+ * product (CUBLAS_COMPUTE_32F, no TF32: the fp32 golden bar is 1e-4).
+ *
+ * Determinism: one algorithm per (N, K, row bucket, layout, dtype), taken
+ * from cuBLASLt's heuristic once and kept in the context; split-K
+ * algorithms are never taken (their reduction order is not fixed), so the
+ * same call gives the same bits every time, in every process on the same
+ * device and library. Row buckets are powers of two: T in (b/2, b] runs
+ * the algorithm picked for b rows. */
+#include "cuda.cuh"
+
+#include <string.h>
+
+#define LT_WS_BYTES (32u << 20)
+
+int kcu_gemm_init(kern_ctx *c)
+{
+	cublasStatus_t st = cublasLtCreate(&c->lt);
+	if (st != CUBLAS_STATUS_SUCCESS) {
+		moor_err("cublasLtCreate: status %d", (int)st);
+		return MOOR_EBACKEND;
+	}
+	KCU(c, cudaMalloc(&c->lt_ws, LT_WS_BYTES));
+	c->lt_ws_bytes = LT_WS_BYTES;
+	return 0;
+}
+
+void kcu_gemm_fini(kern_ctx *c)
+{
+	if (c->lt)
+		cublasLtDestroy(c->lt);
+	cudaFree(c->lt_ws);
+	c->lt = NULL;
+	c->lt_ws = NULL;
+}
+
+static int lt_fail(cublasStatus_t st, const char *what)
+{
+	moor_err("cublasLt: %s: status %d", what, (int)st);
+	return MOOR_EBACKEND;
+}
+
+#define LT(call)                                                               \
+	do {                                                                   \
+		cublasStatus_t st_ = (call);                                   \
+		if (st_ != CUBLAS_STATUS_SUCCESS) {                            \
+			rc = lt_fail(st_, #call);                              \
+			goto out;                                              \
+		}                                                              \
+	} while (0)
+
+static int bucket_of(int T)
+{
+	int b = 1;
+	while (b < T)
+		b <<= 1;
+	return b;
+}
+
+static cudaDataType_t lt_type(int dt)
+{
+	return dt == KERN_F32 ? CUDA_R_32F : dt == KERN_BF16 ? CUDA_R_16BF
+							     : CUDA_R_16F;
+}
+
+/* The descriptors of one product; n = the rows of x (T or a bucket). */
+typedef struct lt_desc {
+	cublasLtMatmulDesc_t op;
+	cublasLtMatrixLayout_t a, b, d;
+} lt_desc;
+
+static void desc_free(lt_desc *d)
+{
+	if (d->op)
+		cublasLtMatmulDescDestroy(d->op);
+	if (d->a)
+		cublasLtMatrixLayoutDestroy(d->a);
+	if (d->b)
+		cublasLtMatrixLayoutDestroy(d->b);
+	if (d->d)
+		cublasLtMatrixLayoutDestroy(d->d);
+	memset(d, 0, sizeof *d);
+}
+
+static int desc_make(lt_desc *d, int wdt, int N, int K, int n, int ldb,
+		     int ldy)
+{
+	int rc = 0;
+	memset(d, 0, sizeof *d);
+	cudaDataType_t ab = lt_type(wdt);
+	cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+	LT(cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+	LT(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA,
+					  &ta, sizeof ta));
+	LT(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB,
+					  &tb, sizeof tb));
+	LT(cublasLtMatrixLayoutCreate(&d->a, ab, K, N, K));
+	LT(cublasLtMatrixLayoutCreate(&d->b, ab, K, n, ldb));
+	LT(cublasLtMatrixLayoutCreate(&d->d, CUDA_R_32F, N, n, ldy));
+	return 0;
+out:
+	desc_free(d);
+	return rc;
+}
+
+/* The pinned algorithm of a product shape, picked at its first use. */
+static int algo_get(kern_ctx *c, int wdt, int N, int K, int T, int ldb,
+		    int ldy, const kcu_algo **out)
+{
+	int bucket = bucket_of(T);
+	unsigned h = (unsigned)N * 2654435761u ^ (unsigned)K * 40503u ^
+		     (unsigned)bucket * 97u ^ (unsigned)ldb * 131u ^
+		     (unsigned)ldy * 7u ^ (unsigned)wdt;
+	for (int probe = 0; probe < KCU_ALGOS; probe++) {
+		kcu_algo *a = &c->algo[(h + probe) % KCU_ALGOS];
+		if (a->used && a->N == N && a->K == K && a->bucket == bucket &&
+		    a->ldx == ldb && a->ldy == ldy && a->wdt == wdt) {
+			*out = a;
+			return 0;
+		}
+		if (a->used)
+			continue;
+		/* a new shape: ask the heuristic for the bucket's size */
+		lt_desc d;
+		int rc = desc_make(&d, wdt, N, K, bucket, ldb, ldy);
+		if (rc)
+			return rc;
+		cublasLtMatmulPreference_t pref = NULL;
+		cublasLtMatmulHeuristicResult_t res[16];
+		int nres = 0, pick = -1;
+		uint64_t wsmax = c->lt_ws_bytes;
+		LT(cublasLtMatmulPreferenceCreate(&pref));
+		LT(cublasLtMatmulPreferenceSetAttribute(
+		    pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsmax,
+		    sizeof wsmax));
+		LT(cublasLtMatmulAlgoGetHeuristic(c->lt, d.op, d.a, d.b, d.d,
+						  d.d, pref, 16, res, &nres));
+		for (int i = 0; i < nres && pick < 0; i++) {
+			int splitk = 1;
+			size_t sz = 0;
+			if (res[i].state != CUBLAS_STATUS_SUCCESS)
+				continue;
+			cublasLtMatmulAlgoConfigGetAttribute(
+			    &res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+			    &splitk, sizeof splitk, &sz);
+			if (splitk <= 1)
+				pick = i;
+		}
+		if (pick < 0) {
+			moor_err("cublasLt: no algorithm without split-K for "
+				 "[%d x %d] x %d rows (%d candidates)",
+				 N, K, bucket, nres);
+			rc = MOOR_EUNSUP;
+			goto out;
+		}
+		a->used = 1;
+		a->N = N;
+		a->K = K;
+		a->bucket = bucket;
+		a->ldx = ldb;
+		a->ldy = ldy;
+		a->wdt = wdt;
+		a->algo = res[pick].algo;
+		a->ws = res[pick].workspaceSize;
+		*out = a;
+	out:
+		if (pref)
+			cublasLtMatmulPreferenceDestroy(pref);
+		desc_free(&d);
+		return rc;
+	}
+	moor_err("cublasLt: more than %d product shapes", KCU_ALGOS);
+	return MOOR_ENOSPACE;
+}
+
+/* ---- staging ---- */
+
+template <typename T16> static __device__ inline T16 to16(float x);
+template <> __device__ inline __nv_bfloat16 to16(float x)
+{
+	return __float2bfloat16_rn(x);
+}
+template <> __device__ inline __half to16(float x)
+{
+	return __float2half_rn(x);
+}
+
+/* dst[t, k] = x[t, k] in the 16-bit dtype; dst contiguous [T, K]. */
+template <typename T16>
+static __global__ void stage_x(T16 *dst, const float *x, int ldx, int T, int K)
+{
+	size_t n = (size_t)T * K;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t t = i / K, k = i % K;
+		dst[i] = to16<T16>(x[t * ldx + k]);
+	}
+}
+
+/* dst[t, k] = rnd(rnd(silu(g)) * u), the SwiGLU of ops.h, in the 16-bit
+ * dtype. */
+template <typename T16>
+static __global__ void stage_swiglu(T16 *dst, const float *g, const float *u,
+				    int ld, int T, int K, int act)
+{
+	size_t n = (size_t)T * K;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t t = i / K, k = i % K;
+		float a = kcu_rnd(kcu_silu(g[t * ld + k]), act);
+		dst[i] = to16<T16>(kcu_rnd(a * u[t * ld + k], act));
+	}
+}
+
+/* fp32 weights read fp32 input as it is, except for SwiGLU, whose result
+ * is staged in fp32. */
+static __global__ void stage_swiglu_f32(float *dst, const float *g,
+					const float *u, int ld, int T, int K,
+					int act)
+{
+	size_t n = (size_t)T * K;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t t = i / K, k = i % K;
+		float a = kcu_rnd(kcu_silu(g[t * ld + k]), act);
+		dst[i] = kcu_rnd(a * u[t * ld + k], act);
+	}
+}
+
+static __global__ void round_rows(float *y, int ldy, int T, int N)
+{
+	size_t n = (size_t)T * N;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t t = i / N, j = i % N;
+		y[t * ldy + j] = kcu_bf16r(y[t * ldy + j]);
+	}
+}
+
+static unsigned grid_for(size_t n)
+{
+	unsigned b = kcu_blocks(n, 256);
+	return b > 65535u * 4 ? 65535u * 4 : b;
+}
+
+/* The product of the staged (or fp32) input b [T, K] (row stride ldb). */
+static int product(kern_queue *q, float *y, int ldy, const void *b, int ldb,
+		   const void *W, int wdt, int T, int N, int K, int act)
+{
+	kern_ctx *c = q->ctx;
+	const kcu_algo *al;
+	int rc = algo_get(c, wdt, N, K, T, ldb, ldy, &al);
+	if (rc)
+		return rc;
+	lt_desc d;
+	if ((rc = desc_make(&d, wdt, N, K, T, ldb, ldy)))
+		return rc;
+	float one = 1.0f, zero = 0.0f;
+	cublasStatus_t st = cublasLtMatmul(c->lt, d.op, &one, W, d.a, b, d.b,
+					   &zero, y, d.d, y, d.d, &al->algo,
+					   c->lt_ws, c->lt_ws_bytes, q->s);
+	desc_free(&d);
+	if (st != CUBLAS_STATUS_SUCCESS)
+		return lt_fail(st, "cublasLtMatmul");
+	if (act == KERN_ACT_BF16) {
+		size_t n = (size_t)T * N;
+		round_rows<<<grid_for(n), 256, 0, q->s>>>(y, ldy, T, N);
+		KCU_LAUNCHED(c);
+	}
+	return 0;
+}
+
+static int mm_check(kern_queue *q, float *y, int ldy, const void *W, int wdt,
+		    int T, int N, int K, int act)
+{
+	if (!q || !y || !W || T < 0 || N < 0 || K < 0 || ldy < N)
+		return MOOR_ERANGE;
+	if (!kcu_dtype_ok(wdt) || !kcu_act_ok(act))
+		return MOOR_EDTYPE;
+	if (wdt != KERN_F32 &&
+	    (size_t)T * (size_t)K * 2 > q->ctx->stage_bytes)
+		return MOOR_ERANGE; /* past what reserve() sized */
+	return 0;
+}
+
+int kcu_matmul(kern_queue *q, float *y, int ldy, const float *x, int ldx,
+	       const void *W, int wdt, int T, int N, int K, int act)
+{
+	int rc = mm_check(q, y, ldy, W, wdt, T, N, K, act);
+	if (rc || !x || ldx < K)
+		return rc ? rc : MOOR_ERANGE;
+	if (T == 0 || N == 0)
+		return 0;
+	if (K == 0)
+		return MOOR_ERANGE;
+	if (wdt == KERN_F32)
+		return product(q, y, ldy, x, ldx, W, wdt, T, N, K, act);
+	size_t n = (size_t)T * K;
+	if (wdt == KERN_BF16)
+		stage_x<__nv_bfloat16><<<grid_for(n), 256, 0, q->s>>>(
+		    (__nv_bfloat16 *)q->ctx->stage, x, ldx, T, K);
+	else
+		stage_x<__half><<<grid_for(n), 256, 0, q->s>>>(
+		    (__half *)q->ctx->stage, x, ldx, T, K);
+	KCU_LAUNCHED(q->ctx);
+	return product(q, y, ldy, q->ctx->stage, K, W, wdt, T, N, K, act);
+}
+
+int kcu_matmul_swiglu(kern_queue *q, float *y, int ldy, const float *gate,
+		      const float *up, int ldgu, const void *W, int wdt, int T,
+		      int N, int K, int act)
+{
+	int rc = mm_check(q, y, ldy, W, wdt, T, N, K, act);
+	if (rc || !gate || !up || ldgu < K)
+		return rc ? rc : MOOR_ERANGE;
+	if (T == 0 || N == 0)
+		return 0;
+	if (K == 0)
+		return MOOR_ERANGE;
+	size_t n = (size_t)T * K;
+	if (wdt == KERN_F32 && n * 4 > q->ctx->stage_bytes)
+		return MOOR_ERANGE;
+	void *st = q->ctx->stage;
+	if (wdt == KERN_BF16)
+		stage_swiglu<__nv_bfloat16><<<grid_for(n), 256, 0, q->s>>>(
+		    (__nv_bfloat16 *)st, gate, up, ldgu, T, K, act);
+	else if (wdt == KERN_F16)
+		stage_swiglu<__half><<<grid_for(n), 256, 0, q->s>>>(
+		    (__half *)st, gate, up, ldgu, T, K, act);
+	else
+		stage_swiglu_f32<<<grid_for(n), 256, 0, q->s>>>(
+		    (float *)st, gate, up, ldgu, T, K, act);
+	KCU_LAUNCHED(q->ctx);
+	return product(q, y, ldy, st, K, W, wdt, T, N, K, act);
+}

@@ -1,0 +1,299 @@
+/* sample.cu: sample() (ops.h) on the device, the same rule and the same
+ * double arithmetic as kern_sample_host (kernels/sample.c, sample_rule.h),
+ * so the same logits and draw give the same token on either backend.
+ *
+ * Greedy is one block's scan (the lowest index among the maxima). Otherwise
+ * the keys (ksr_key) are sorted with their indices by CUB's radix sort,
+ * which is stable: equal keys keep index order, the rule's (logit desc,
+ * index asc). Then one block of 256 threads a KERN_SAMPLE_BLOCK of
+ * candidates computes w_i and the block's running sums R in order (one
+ * thread, the rule's sequence of adds), and one block finishes: the blocks'
+ * prefix P in order, min_p, top_p and the draw as searches for a first
+ * index. Every double product and sum is an explicitly rounded intrinsic.
+ * The picked id goes to dev_id and, through pinned memory, to the host. */
+#include <cub/cub.cuh>
+
+#include "cuda.cuh"
+#include "sample_rule.h"
+
+#define SMP_FIN 1024 /* threads of the finishing block */
+
+/* The scratch, carved from c->smp for c->smp_v candidates. */
+typedef struct smp_lay {
+	float *kin, *kout;
+	int32_t *iin, *iout;
+	double *w, *R, *P;
+	int32_t *res;
+	void *cub;
+} smp_lay;
+
+static size_t al256(size_t n)
+{
+	return (n + 255) & ~(size_t)255;
+}
+
+static size_t smp_layout(void *base, int V, size_t cub_bytes, smp_lay *L)
+{
+	size_t o = 0, v = (size_t)V;
+	char *b = (char *)base;
+#define TAKE(f, T, n)                                                          \
+	do {                                                                   \
+		if (L)                                                         \
+			L->f = (T *)(b + o);                                   \
+		o += al256((n) * sizeof(T));                                   \
+	} while (0)
+	TAKE(kin, float, v);
+	TAKE(kout, float, v);
+	TAKE(iin, int32_t, v);
+	TAKE(iout, int32_t, v);
+	TAKE(w, double, v);
+	TAKE(R, double, v);
+	TAKE(P, double, v / KERN_SAMPLE_BLOCK + 2);
+	TAKE(res, int32_t, 4);
+#undef TAKE
+	if (L)
+		L->cub = b + o;
+	return o + al256(cub_bytes);
+}
+
+int kcu_sample_reserve(kern_ctx *c, int V)
+{
+	if (V <= 0)
+		return 0;
+	size_t cub_bytes = 0;
+	cudaError_t e = cub::DeviceRadixSort::SortPairsDescending(
+	    (void *)NULL, cub_bytes, (const float *)NULL, (float *)NULL,
+	    (const int32_t *)NULL, (int32_t *)NULL, V);
+	if (e != cudaSuccess)
+		return kcu_fail(c, e, "cub sort size", __FILE__, __LINE__);
+	size_t need = smp_layout(NULL, V, cub_bytes, NULL);
+	void *p;
+	KCU(c, cudaMalloc(&p, need));
+	cudaFree(c->smp);
+	c->smp = p;
+	c->smp_bytes = need;
+	c->smp_cub_bytes = cub_bytes;
+	c->smp_v = V;
+	if (!c->smp_host)
+		KCU(c, cudaMallocHost((void **)&c->smp_host, 4 * sizeof(int32_t)));
+	return 0;
+}
+
+void kcu_sample_fini(kern_ctx *c)
+{
+	cudaFree(c->smp);
+	c->smp = NULL;
+	if (c->smp_host)
+		cudaFreeHost(c->smp_host);
+	c->smp_host = NULL;
+	c->smp_v = 0;
+}
+
+/* ---- greedy ---- */
+
+static __device__ inline void best_of(float *bk, int *bi, float k, int i)
+{
+	if (k > *bk || (k == *bk && i < *bi)) {
+		*bk = k;
+		*bi = i;
+	}
+}
+
+__global__ void __launch_bounds__(SMP_FIN)
+    k_argmax(const float *logits, int V, int32_t *res, int32_t *dev_id)
+{
+	__shared__ float sk[SMP_FIN];
+	__shared__ int si[SMP_FIN];
+	float bk = -INFINITY;
+	int bi = INT_MAX;
+	for (int i = threadIdx.x; i < V; i += blockDim.x)
+		best_of(&bk, &bi, ksr_key(logits[i]), i);
+	sk[threadIdx.x] = bk;
+	si[threadIdx.x] = bi;
+	__syncthreads();
+	for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+		if (threadIdx.x < s) {
+			float k = sk[threadIdx.x];
+			int i = si[threadIdx.x];
+			best_of(&k, &i, sk[threadIdx.x + s], si[threadIdx.x + s]);
+			sk[threadIdx.x] = k;
+			si[threadIdx.x] = i;
+		}
+		__syncthreads();
+	}
+	if (threadIdx.x == 0) {
+		res[0] = si[0];
+		if (dev_id)
+			*dev_id = si[0];
+	}
+}
+
+/* ---- the sorted rule ---- */
+
+__global__ void k_keys(const float *logits, int V, float *kin, int32_t *iin)
+{
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < V) {
+		kin[i] = ksr_key(logits[i]);
+		iin[i] = i;
+	}
+}
+
+/* A block of KERN_SAMPLE_BLOCK candidates: w_i, then R (the running sum
+ * from the block's start) in order by one thread. */
+__global__ void __launch_bounds__(KERN_SAMPLE_BLOCK)
+    k_weights(const float *kout, int n, double temp, double *w, double *R)
+{
+	__shared__ double sw[KERN_SAMPLE_BLOCK];
+	const double mx = (double)kout[0];
+	int i = blockIdx.x * KERN_SAMPLE_BLOCK + threadIdx.x;
+	if (i < n) {
+		double x = ksr_exp(__ddiv_rn(__dsub_rn((double)kout[i], mx), temp));
+		w[i] = x;
+		sw[threadIdx.x] = x;
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		int m = n - blockIdx.x * KERN_SAMPLE_BLOCK;
+		if (m > KERN_SAMPLE_BLOCK)
+			m = KERN_SAMPLE_BLOCK;
+		double r = 0.0;
+		for (int j = 0; j < m; j++) {
+			r = __dadd_rn(r, sw[j]);
+			R[blockIdx.x * KERN_SAMPLE_BLOCK + j] = r;
+		}
+	}
+}
+
+/* C(k) of ops.h's rule, k >= 1. */
+static __device__ inline double cum(const double *P, const double *R, int k)
+{
+	int b = k / KERN_SAMPLE_BLOCK;
+	return k % KERN_SAMPLE_BLOCK == 0 ? __dadd_rn(P[b], 0.0)
+					  : __dadd_rn(P[b], R[k - 1]);
+}
+
+/* The least k in [lo, hi) for which pred holds, else hi: every thread
+ * tests a strided share, the block takes the minimum. */
+static __device__ inline int block_min(int v, int *sh)
+{
+	sh[threadIdx.x] = v;
+	__syncthreads();
+	for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+		if (threadIdx.x < s && sh[threadIdx.x + s] < sh[threadIdx.x])
+			sh[threadIdx.x] = sh[threadIdx.x + s];
+		__syncthreads();
+	}
+	int r = sh[0];
+	__syncthreads();
+	return r;
+}
+
+__global__ void __launch_bounds__(SMP_FIN)
+    k_finish(const float *kout, const int32_t *iout, int n, const double *w,
+	     const double *R, double *P, float min_p, float top_p,
+	     uint64_t draw, int32_t *res, int32_t *dev_id)
+{
+	__shared__ int sh[SMP_FIN];
+	__shared__ double tot;
+	const float mx = kout[0];
+	const int tid = threadIdx.x;
+	int pick;
+	if (mx != mx || mx == INFINITY || mx == -INFINITY) {
+		pick = 0; /* nothing to weigh against */
+		goto out;
+	}
+	if (tid == 0) {
+		int nb = n / KERN_SAMPLE_BLOCK;
+		P[0] = 0.0;
+		for (int b = 0; b < nb; b++)
+			P[b + 1] = __dadd_rn(P[b], R[(b + 1) * KERN_SAMPLE_BLOCK - 1]);
+	}
+	__syncthreads();
+	{
+		int kept = n;
+		if (min_p > 0.0f) {
+			int f = n;
+			for (int k = 1 + tid; k < n; k += blockDim.x)
+				if (!(w[k] >= (double)min_p)) {
+					f = k;
+					break;
+				}
+			kept = block_min(f, sh);
+		}
+		if (top_p > 0.0f && top_p < 1.0f) {
+			if (tid == 0)
+				tot = __dmul_rn((double)top_p, cum(P, R, n));
+			__syncthreads();
+			double target = tot;
+			int f = kept;
+			for (int k = 1 + tid; k < kept; k += blockDim.x)
+				if (cum(P, R, k) >= target) {
+					f = k;
+					break;
+				}
+			kept = block_min(f, sh);
+		}
+		double total = cum(P, R, kept);
+		double u = __dmul_rn(__dmul_rn((double)(draw >> 11),
+					       1.0 / 9007199254740992.0),
+				     total);
+		int f = kept - 1;
+		for (int i = tid; i < kept; i += blockDim.x)
+			if (u < cum(P, R, i + 1)) {
+				f = i;
+				break;
+			}
+		pick = block_min(f, sh);
+	}
+out:
+	if (tid == 0) {
+		res[0] = iout[pick];
+		if (dev_id)
+			*dev_id = iout[pick];
+	}
+}
+
+int kcu_sample(kern_queue *q, const float *logits, int V,
+	       const kern_sampling *p, uint64_t draw, int32_t *dev_id,
+	       int32_t *host_id)
+{
+	if (!q || !logits || V <= 0 || !p || !host_id)
+		return MOOR_ERANGE;
+	if (q->capturing)
+		return MOOR_ERANGE; /* it synchronises (ops.h) */
+	kern_ctx *c = q->ctx;
+	if (V > c->smp_v) {
+		moor_err("sample: %d logits, reserve() sized %d", V, c->smp_v);
+		return MOOR_ERANGE;
+	}
+	cudaSetDevice(c->device);
+	smp_lay L;
+	smp_layout(c->smp, c->smp_v, c->smp_cub_bytes, &L);
+	if (p->temperature <= 0.0f || p->top_k == 1) {
+		k_argmax<<<1, SMP_FIN, 0, q->s>>>(logits, V, L.res, dev_id);
+		KCU_LAUNCHED(c);
+	} else {
+		k_keys<<<kcu_blocks((size_t)V, 256), 256, 0, q->s>>>(logits, V,
+								    L.kin, L.iin);
+		KCU_LAUNCHED(c);
+		size_t cb = c->smp_cub_bytes;
+		KCU(c, cub::DeviceRadixSort::SortPairsDescending(
+			   L.cub, cb, L.kin, L.kout, L.iin, L.iout, V, 0,
+			   (int)(8 * sizeof(float)), q->s));
+		int n = p->top_k > 0 && p->top_k < V ? p->top_k : V;
+		int nb = (n + KERN_SAMPLE_BLOCK - 1) / KERN_SAMPLE_BLOCK;
+		k_weights<<<nb, KERN_SAMPLE_BLOCK, 0, q->s>>>(
+		    L.kout, n, (double)p->temperature, L.w, L.R);
+		KCU_LAUNCHED(c);
+		k_finish<<<1, SMP_FIN, 0, q->s>>>(L.kout, L.iout, n, L.w, L.R,
+						   L.P, p->min_p, p->top_p, draw,
+						   L.res, dev_id);
+		KCU_LAUNCHED(c);
+	}
+	KCU(c, cudaMemcpyAsync(c->smp_host, L.res, sizeof(int32_t),
+			       cudaMemcpyDeviceToHost, q->s));
+	KCU(c, cudaStreamSynchronize(q->s));
+	*host_id = c->smp_host[0];
+	return 0;
+}
