@@ -1,0 +1,541 @@
+/* test_kern_backends: every op through the vtable (alloc, upload, run,
+ * download) on the CUDA backend against the CPU backend as the reference,
+ * on ggml's test-backend-ops pattern; each case's tolerance is written
+ * beside it. On the device alone, bit for bit: the same call twice
+ * (determinism), the fused ops against the unfused ones they replace,
+ * a graph launched at another position against the direct calls,
+ * fill_random and sample() against the CPU's bits.
+ *
+ * Exits 77 (meson's skip) with a line that says why when this build has no
+ * CUDA backend or the machine no GPU. */
+#include "kt.h"
+
+typedef struct bk {
+	const kern_ops *o;
+	kern_ctx *c;
+	kern_queue *q;
+} bk;
+
+static bk cpu, gpu;
+
+static void *up(bk *b, const void *h, size_t n)
+{
+	void *p = NULL;
+	if (b->o->alloc(b->c, n ? n : 4, &p)) {
+		fprintf(stderr, "%s: alloc %zu failed\n", b->o->name, n);
+		exit(1);
+	}
+	if (n)
+		b->o->upload(b->q, p, h, n);
+	b->o->sync(b->q);
+	return p;
+}
+
+static void *zz(bk *b, size_t n)
+{
+	void *p = NULL;
+	if (b->o->alloc(b->c, n, &p)) {
+		fprintf(stderr, "%s: alloc %zu failed\n", b->o->name, n);
+		exit(1);
+	}
+	b->o->zero(b->q, p, n);
+	return p;
+}
+
+static void down(bk *b, void *h, const void *d, size_t n)
+{
+	int rc = b->o->download(b->q, h, d, n);
+	if (!rc)
+		rc = b->o->sync(b->q);
+	if (rc) {
+		fprintf(stderr, "%s: download: %s\n", b->o->name, moor_strerror(rc));
+		exit(1);
+	}
+}
+
+/* |got - ref| <= abs + rel |ref| everywhere */
+static void close_all(const char *what, const float *got, const float *ref,
+		      size_t n, double abs_tol, double rel)
+{
+	int bad = 0;
+	double worst = 0;
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)got[i] - ref[i]);
+		double tol = abs_tol + rel * fabs(ref[i]);
+		if (!(d <= tol)) {
+			if (bad++ < 5)
+				fprintf(stderr, "  %s[%zu]: cuda %.9g cpu %.9g\n",
+					what, i, got[i], ref[i]);
+		}
+		if (d > worst)
+			worst = d;
+	}
+	ASSERT(bad == 0, "%s: %d of %zu outside tolerance (worst %.3g)", what,
+	       bad, n, worst);
+	printf("  %-28s max |cuda - cpu| %.3g over %zu\n", what, worst, n);
+}
+
+static float *rnd(size_t n, float lo, float hi)
+{
+	float *x = malloc(n * 4 + 4);
+	kt_fill(x, n, lo, hi);
+	return x;
+}
+
+/* ---- matmul, fused matmul_swiglu ---- */
+
+static void one_matmul(bk *b, float *out, const float *x, const void *W,
+		       int wdt, int T, int N, int K, int act)
+{
+	size_t wb = (size_t)N * K * (wdt == KERN_F32 ? 4 : 2);
+	float *dx = up(b, x, (size_t)T * K * 4), *dy = zz(b, (size_t)T * N * 4);
+	void *dw = up(b, W, wb);
+	int rc = b->o->matmul(b->q, dy, N, dx, K, dw, wdt, T, N, K, act);
+	ASSERT(rc == 0, "%s matmul: %s", b->o->name, moor_strerror(rc));
+	down(b, out, dy, (size_t)T * N * 4);
+	b->o->free(b->c, dx);
+	b->o->free(b->c, dy);
+	b->o->free(b->c, dw);
+}
+
+static void case_matmul(void)
+{
+	const int Ts[] = {1, 7, 64, 300};
+	for (int dt = 0; dt < 2; dt++) {
+		int wdt = dt ? KERN_F32 : KERN_BF16;
+		int act = dt ? KERN_ACT_F32 : KERN_ACT_BF16;
+		for (int ti = 0; ti < 4; ti++) {
+			int T = Ts[ti], N = 384, K = 1024;
+			void *W;
+			float *wf = kt_weights((size_t)N * K, wdt, -0.05f, 0.05f, &W);
+			float *x = rnd((size_t)T * K, -1, 1);
+			for (size_t i = 0; i < (size_t)T * K; i++)
+				x[i] = kt_to_dt(x[i], wdt);
+			float *a = malloc((size_t)T * N * 4), *c = malloc((size_t)T * N * 4),
+			      *c2 = malloc((size_t)T * N * 4);
+			one_matmul(&cpu, a, x, W, wdt, T, N, K, act);
+			one_matmul(&gpu, c, x, W, wdt, T, N, K, act);
+			one_matmul(&gpu, c2, x, W, wdt, T, N, K, act);
+			char nm[64];
+			snprintf(nm, sizeof nm, "matmul %s T=%d", kt_dtname(wdt), T);
+			/* fp32 sums of 1024 products in another order (tensor cores
+			 * vs the CPU's sequence), then a bf16 rounding: one bf16 ulp */
+			close_all(nm, c, a, (size_t)T * N, 1e-4, dt ? 1e-4 : 8e-3);
+			ASSERT(!memcmp(c, c2, (size_t)T * N * 4),
+			       "%s: two runs differ", nm);
+			free(wf);
+			free(W);
+			free(x);
+			free(a);
+			free(c);
+			free(c2);
+		}
+	}
+	/* matmul_swiglu against swiglu + matmul, on the device, bit for bit */
+	if (gpu.o->matmul_swiglu) {
+		int T = 64, N = 256, K = 512;
+		void *W;
+		float *wf = kt_weights((size_t)N * K, KERN_BF16, -0.05f, 0.05f, &W);
+		float *gu = rnd((size_t)T * 2 * K, -2, 2);
+		float *dgu = up(&gpu, gu, (size_t)T * 2 * K * 4);
+		float *h = zz(&gpu, (size_t)T * K * 4);
+		float *y1 = zz(&gpu, (size_t)T * N * 4), *y2 = zz(&gpu, (size_t)T * N * 4);
+		void *dw = up(&gpu, W, (size_t)N * K * 2);
+		/* swiglu wants contiguous gate and up: split them first */
+		float *g = zz(&gpu, (size_t)T * K * 4), *u = zz(&gpu, (size_t)T * K * 4);
+		for (int t = 0; t < T; t++) {
+			gpu.o->copy(gpu.q, g + (size_t)t * K, dgu + (size_t)t * 2 * K, K * 4);
+			gpu.o->copy(gpu.q, u + (size_t)t * K, dgu + (size_t)t * 2 * K + K,
+				    K * 4);
+		}
+		gpu.o->swiglu(gpu.q, h, g, u, (size_t)T * K, KERN_ACT_BF16);
+		gpu.o->matmul(gpu.q, y1, N, h, K, dw, KERN_BF16, T, N, K, KERN_ACT_BF16);
+		int rc = gpu.o->matmul_swiglu(gpu.q, y2, N, dgu, dgu + K, 2 * K, dw,
+					      KERN_BF16, T, N, K, KERN_ACT_BF16);
+		ASSERT(rc == 0, "matmul_swiglu: %s", moor_strerror(rc));
+		float *a = malloc((size_t)T * N * 4), *c = malloc((size_t)T * N * 4);
+		down(&gpu, a, y1, (size_t)T * N * 4);
+		down(&gpu, c, y2, (size_t)T * N * 4);
+		ASSERT(!memcmp(a, c, (size_t)T * N * 4),
+		       "matmul_swiglu differs from swiglu + matmul");
+		free(wf);
+		free(W);
+		free(gu);
+		free(a);
+		free(c);
+	}
+}
+
+/* ---- norms, elementwise ---- */
+
+static void case_norms(void)
+{
+	int rows = 37, dim = 1024;
+	size_t n = (size_t)rows * dim;
+	void *W;
+	float *wf = kt_weights(dim, KERN_BF16, -0.5f, 0.5f, &W);
+	float *x = rnd(n, -3, 3), *h0 = rnd(n, -3, 3), *z = rnd(n, -3, 3);
+	float *r[2][4];
+	bk *bs[2] = {&cpu, &gpu};
+	for (int i = 0; i < 2; i++) {
+		bk *b = bs[i];
+		float *dx = up(b, x, n * 4), *dz = up(b, z, n * 4);
+		float *dh = up(b, h0, n * 4), *dy = zz(b, n * 4);
+		void *dw = up(b, W, dim * 2);
+		for (int k = 0; k < 4; k++)
+			r[i][k] = malloc(n * 4);
+		b->o->rmsnorm(b->q, dy, dim, dx, dim, dw, KERN_BF16, rows, dim, 1e-6f,
+			      1, KERN_ACT_BF16);
+		down(b, r[i][0], dy, n * 4);
+		b->o->gated_rmsnorm(b->q, dy, dx, dz, 128, 1, dw, KERN_BF16,
+				    rows * 8, 128, 1e-6f, KERN_ACT_BF16);
+		down(b, r[i][1], dy, n * 4);
+		b->o->add(b->q, dh, dx, n, KERN_ACT_BF16);
+		b->o->rmsnorm(b->q, dy, dim, dh, dim, dw, KERN_BF16, rows, dim, 1e-6f,
+			      1, KERN_ACT_BF16);
+		down(b, r[i][2], dy, n * 4);
+		b->o->swiglu(b->q, dy, dx, dz, n, KERN_ACT_BF16);
+		down(b, r[i][3], dy, n * 4);
+		if (i == 1 && b->o->add_rmsnorm) {
+			/* the fused add + norm against the pair above: same bits */
+			float *dh2 = up(b, h0, n * 4), *dy2 = zz(b, n * 4);
+			float *f = malloc(n * 4), *hh = malloc(n * 4), *hh2 = malloc(n * 4);
+			b->o->add_rmsnorm(b->q, dh2, dx, dy2, dw, KERN_BF16, rows, dim,
+					  1e-6f, KERN_ACT_BF16);
+			down(b, f, dy2, n * 4);
+			down(b, hh, dh, n * 4);
+			down(b, hh2, dh2, n * 4);
+			ASSERT(!memcmp(f, r[1][2], n * 4) && !memcmp(hh, hh2, n * 4),
+			       "add_rmsnorm differs from add + rmsnorm");
+			free(f);
+			free(hh);
+			free(hh2);
+		}
+	}
+	/* a sum of squares in another order, then bf16 roundings: 1 ulp */
+	close_all("rmsnorm bf16", r[1][0], r[0][0], n, 1e-6, 8e-3);
+	close_all("gated_rmsnorm bf16", r[1][1], r[0][1], n, 1e-6, 8e-3);
+	close_all("add + rmsnorm bf16", r[1][2], r[0][2], n, 1e-6, 8e-3);
+	/* expf on the device and on the host may differ by an ulp, then the
+	 * bf16 roundings */
+	close_all("swiglu bf16", r[1][3], r[0][3], n, 1e-6, 8e-3);
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < 4; k++)
+			free(r[i][k]);
+	free(wf);
+	free(W);
+	free(x);
+	free(h0);
+	free(z);
+}
+
+/* ---- the GDN ops ---- */
+
+static void case_gdn(void)
+{
+	const int T = 200, Hk = 4, Hv = 8, dk = 128, dv = 128;
+	int ldqk = Hk * dk, ldv = Hv * dv;
+	size_t nq = (size_t)T * ldqk, nv = (size_t)T * ldv, ns = (size_t)Hv * dk * dv;
+	float *qq = rnd(nq, -1, 1), *k = rnd(nq, -1, 1), *v = rnd(nv, -1, 1);
+	float *g = rnd((size_t)T * Hv, -0.3f, -0.01f), *beta = rnd((size_t)T * Hv, 0.1f, 0.9f);
+	float *S0 = rnd(ns, -0.1f, 0.1f);
+	/* l2-normalised q and k, as the model feeds them */
+	bk *bs[2] = {&cpu, &gpu};
+	float *o[2][2], *S[2][2];
+	for (int i = 0; i < 2; i++) {
+		bk *b = bs[i];
+		float *dq = up(b, qq, nq * 4), *dk_ = up(b, k, nq * 4), *dv_ = up(b, v, nv * 4);
+		float *dg = up(b, g, (size_t)T * Hv * 4), *db = up(b, beta, (size_t)T * Hv * 4);
+		b->o->l2norm(b->q, dq, ldqk, T, Hk, dk, 1e-6f, 1.0f / sqrtf(dk), KERN_ACT_F32);
+		b->o->l2norm(b->q, dk_, ldqk, T, Hk, dk, 1e-6f, 1.0f, KERN_ACT_F32);
+		float *dS = up(b, S0, ns * 4), *dS2 = up(b, S0, ns * 4);
+		float *dO = zz(b, nv * 4), *dO2 = zz(b, nv * 4);
+		size_t wsb = b->o->delta_ws_bytes(b->c, T, Hv, dk, dv);
+		void *ws = zz(b, wsb ? wsb : 4);
+		int rc = b->o->delta_chunked(b->q, dO, dS, dq, dk_, ldqk, dv_, ldv, dg, db,
+					     T, Hk, Hv, dk, dv, ws, KERN_ACT_F32);
+		ASSERT(rc == 0, "%s delta_chunked: %s", b->o->name, moor_strerror(rc));
+		rc = b->o->delta_recurrent(b->q, dO2, dS2, dq, dk_, ldqk, dv_, ldv, dg, db,
+					   T, Hk, Hv, dk, dv, KERN_ACT_F32);
+		ASSERT(rc == 0, "%s delta_recurrent: %s", b->o->name, moor_strerror(rc));
+		for (int j = 0; j < 2; j++) {
+			o[i][j] = malloc(nv * 4);
+			S[i][j] = malloc(ns * 4);
+		}
+		down(b, o[i][0], dO, nv * 4);
+		down(b, S[i][0], dS, ns * 4);
+		down(b, o[i][1], dO2, nv * 4);
+		down(b, S[i][1], dS2, ns * 4);
+	}
+	/* fp32 arithmetic in another order over 200 steps of a contracting
+	 * recurrence: relative 1e-3 of values of order 1 */
+	close_all("delta_chunked o", o[1][0], o[0][0], nv, 1e-4, 1e-3);
+	close_all("delta_chunked S", S[1][0], S[0][0], ns, 1e-4, 1e-3);
+	close_all("delta_recurrent o", o[1][1], o[0][1], nv, 1e-4, 1e-3);
+	close_all("delta_recurrent S", S[1][1], S[0][1], ns, 1e-4, 1e-3);
+}
+
+/* ---- attention: both kernels, and a graph ---- */
+
+static void one_attn(bk *b, float *out, const float *qv, const void *K,
+		     const void *V, size_t kvb, int T, int64_t pos0, int Hq,
+		     int Hkv, int D, int kvdt, int act)
+{
+	float *dq = up(b, qv, (size_t)T * Hq * D * 4);
+	void *dK = up(b, K, kvb), *dV = up(b, V, kvb);
+	float *dO = zz(b, (size_t)T * Hq * D * 4);
+	int rc = b->o->attention(b->q, dO, dq, Hq * D, dK, dV, kvdt, T, pos0, Hq,
+				 Hkv, D, 1.0f / sqrtf((float)D), act);
+	ASSERT(rc == 0, "%s attention: %s", b->o->name, moor_strerror(rc));
+	down(b, out, dO, (size_t)T * Hq * D * 4);
+	b->o->free(b->c, dq);
+	b->o->free(b->c, dK);
+	b->o->free(b->c, dV);
+	b->o->free(b->c, dO);
+}
+
+static void case_attention(void)
+{
+	struct {
+		int T;
+		int64_t pos0;
+		int Hq, Hkv, D, kvdt;
+	} cs[] = {
+	    {200, 37, 24, 4, 256, KERN_BF16},  /* the flash kernel, 27B heads */
+	    {130, 0, 8, 2, 128, KERN_BF16},    /* flash, D = 128 */
+	    {70, 1000, 4, 2, 64, KERN_BF16},   /* flash, D = 64 */
+	    {1, 3000, 24, 4, 256, KERN_BF16},  /* decode: 6 splits */
+	    {5, 700, 24, 4, 256, KERN_BF16},   /* a few rows split */
+	    {40, 90, 4, 2, 32, KERN_F32},      /* the split kernel for fp32 */
+	};
+	for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+		int T = cs[ci].T, Hq = cs[ci].Hq, Hkv = cs[ci].Hkv, D = cs[ci].D;
+		int64_t pos0 = cs[ci].pos0, L = pos0 + T;
+		int kvdt = cs[ci].kvdt, act = kvdt == KERN_BF16 ? KERN_ACT_BF16 : KERN_ACT_F32;
+		size_t nkv = (size_t)L * Hkv * D;
+		float *qv = rnd((size_t)T * Hq * D, -1, 1);
+		for (size_t i = 0; i < (size_t)T * Hq * D; i++)
+			qv[i] = kt_to_dt(qv[i], kvdt);
+		void *K, *V;
+		float *kf = kt_weights(nkv, kvdt, -2, 2, &K);
+		float *vf = kt_weights(nkv, kvdt, -1, 1, &V);
+		size_t kvb = nkv * (kvdt == KERN_F32 ? 4 : 2);
+		size_t no = (size_t)T * Hq * D;
+		float *a = malloc(no * 4), *c = malloc(no * 4), *c2 = malloc(no * 4);
+		one_attn(&cpu, a, qv, K, V, kvb, T, pos0, Hq, Hkv, D, kvdt, act);
+		one_attn(&gpu, c, qv, K, V, kvb, T, pos0, Hq, Hkv, D, kvdt, act);
+		one_attn(&gpu, c2, qv, K, V, kvb, T, pos0, Hq, Hkv, D, kvdt, act);
+		char nm[80];
+		snprintf(nm, sizeof nm, "attention T=%d pos=%lld D=%d %s", T,
+			 (long long)pos0, D, kt_dtname(kvdt));
+		/* bf16: the flash order (p rounded before normalising, online
+		 * rescaling) against the CPU's normalised p: a few bf16 ulps of
+		 * outputs of order 0.1; fp32: sums in another order */
+		close_all(nm, c, a, no, kvdt == KERN_BF16 ? 4e-3 : 1e-5,
+			  kvdt == KERN_BF16 ? 3e-2 : 1e-4);
+		ASSERT(!memcmp(c, c2, no * 4), "%s: two runs differ", nm);
+		free(qv);
+		free(kf);
+		free(vf);
+		free(K);
+		free(V);
+		free(a);
+		free(c);
+		free(c2);
+	}
+	/* a graph captured at position 100 for 4096 keys and launched at
+	 * 3000 equals the direct call at 3000 bit for bit */
+	if (gpu.o->graph_begin) {
+		int Hq = 24, Hkv = 4, D = 256, T = 1;
+		int64_t L = 4096;
+		size_t nkv = (size_t)L * Hkv * D;
+		void *K, *V;
+		float *kf = kt_weights(nkv, KERN_BF16, -2, 2, &K);
+		float *vf = kt_weights(nkv, KERN_BF16, -1, 1, &V);
+		float *qv = rnd((size_t)Hq * D, -1, 1);
+		for (int i = 0; i < Hq * D; i++)
+			qv[i] = moor_round_bf16(qv[i]);
+		float *dq = up(&gpu, qv, (size_t)Hq * D * 4);
+		void *dK = up(&gpu, K, nkv * 2), *dV = up(&gpu, V, nkv * 2);
+		float *d1 = zz(&gpu, (size_t)Hq * D * 4), *d2 = zz(&gpu, (size_t)Hq * D * 4);
+		float sc = 1.0f / 16.0f;
+		gpu.o->attention(gpu.q, d1, dq, Hq * D, dK, dV, KERN_BF16, T, 3000, Hq,
+				 Hkv, D, sc, KERN_ACT_BF16);
+		kern_graph *gr = NULL;
+		int rc = gpu.o->graph_begin(gpu.q, 100, L);
+		if (!rc)
+			rc = gpu.o->attention(gpu.q, d2, dq, Hq * D, dK, dV, KERN_BF16, T,
+					      100, Hq, Hkv, D, sc, KERN_ACT_BF16);
+		int rc2 = gpu.o->graph_end(gpu.q, &gr);
+		ASSERT(rc == 0 && rc2 == 0, "graph capture: %s %s", moor_strerror(rc),
+		       moor_strerror(rc2));
+		if (gr) {
+			rc = gpu.o->graph_launch(gpu.q, gr, 3000);
+			ASSERT(rc == 0, "graph launch: %s", moor_strerror(rc));
+			float *a = malloc((size_t)Hq * D * 4), *c = malloc((size_t)Hq * D * 4);
+			down(&gpu, a, d1, (size_t)Hq * D * 4);
+			down(&gpu, c, d2, (size_t)Hq * D * 4);
+			ASSERT(!memcmp(a, c, (size_t)Hq * D * 4),
+			       "a graph launched at 3000 differs from the call at 3000");
+			gpu.o->graph_free(gpu.c, gr);
+			free(a);
+			free(c);
+		}
+		free(kf);
+		free(vf);
+		free(K);
+		free(V);
+		free(qv);
+	}
+}
+
+/* ---- the rest of the small ops ---- */
+
+static void case_small(void)
+{
+	int T = 33, C = 640, Kc = 4, H = 256, V = 1000, Hv = 16;
+	bk *bs[2] = {&cpu, &gpu};
+	void *Wc, *Emb;
+	float *wcf = kt_weights((size_t)C * Kc, KERN_BF16, -0.5f, 0.5f, &Wc);
+	float *ef = kt_weights((size_t)V * H, KERN_BF16, -1, 1, &Emb);
+	float *in = rnd((size_t)T * C, -2, 2), *tail = rnd((size_t)(Kc - 1) * C, -1, 1);
+	float *ba = rnd((size_t)T * 2 * Hv, -3, 3), *alog = rnd(Hv, -1, 1), *dtb = rnd(Hv, -1, 1);
+	float *x = rnd((size_t)T * 8 * 64, -2, 2);
+	int32_t ids[33];
+	for (int i = 0; i < T; i++)
+		ids[i] = (i * 37 + 5) % V;
+	float *r[2][6];
+	for (int i = 0; i < 2; i++) {
+		bk *b = bs[i];
+		for (int k = 0; k < 6; k++)
+			r[i][k] = malloc((size_t)T * (C > H ? C : H) * 8 + 4096);
+		float *din = up(b, in, (size_t)T * C * 4), *dt = up(b, tail, (size_t)(Kc - 1) * C * 4);
+		void *dw = up(b, Wc, (size_t)C * Kc * 2), *de = up(b, Emb, (size_t)V * H * 2);
+		float *dout = zz(b, (size_t)T * C * 4);
+		b->o->conv1d(b->q, dout, din, C, dt, dw, KERN_BF16, T, C, Kc, KERN_ACT_BF16);
+		down(b, r[i][0], dout, (size_t)T * C * 4);
+		down(b, r[i][1], dt, (size_t)(Kc - 1) * C * 4);
+		int32_t *did = up(b, ids, sizeof ids);
+		float *demb = zz(b, (size_t)T * H * 4);
+		b->o->embed(b->q, demb, de, KERN_BF16, did, T, H, V);
+		down(b, r[i][2], demb, (size_t)T * H * 4);
+		float *dba = up(b, ba, (size_t)T * 2 * Hv * 4), *dal = up(b, alog, Hv * 4),
+		      *ddt = up(b, dtb, Hv * 4);
+		float *dbe = zz(b, (size_t)T * Hv * 4), *dg = zz(b, (size_t)T * Hv * 4);
+		b->o->gdn_gates(b->q, dbe, dg, dba, 2 * Hv, dba + Hv, 2 * Hv, dal, ddt, T, Hv,
+				KERN_ACT_BF16);
+		down(b, r[i][3], dbe, (size_t)T * Hv * 4);
+		down(b, r[i][4], dg, (size_t)T * Hv * 4);
+		float *dx = up(b, x, (size_t)T * 8 * 64 * 4);
+		b->o->rope(b->q, dx, 8 * 64, T, 8, 64, 16, 12345, 1e7f, KERN_ACT_BF16);
+		down(b, r[i][5], dx, (size_t)T * 8 * 64 * 4);
+	}
+	/* the conv's sums of 4 products in the SPEC's order: fp32 rounding
+	 * of the device's expf in silu then bf16 */
+	close_all("conv1d bf16", r[1][0], r[0][0], (size_t)T * C, 1e-6, 8e-3);
+	ASSERT(!memcmp(r[1][1], r[0][1], (size_t)(Kc - 1) * C * 4), "conv1d tail differs");
+	ASSERT(!memcmp(r[1][2], r[0][2], (size_t)T * H * 4), "embed differs");
+	close_all("gdn_gates beta", r[1][3], r[0][3], (size_t)T * Hv, 1e-6, 8e-3);
+	close_all("gdn_gates g", r[1][4], r[0][4], (size_t)T * Hv, 1e-5, 1e-3);
+	/* cos/sin of large angles: the device's and libm's may differ by an
+	 * ulp, then bf16 roundings */
+	close_all("rope bf16", r[1][5], r[0][5], (size_t)T * 8 * 64, 1e-2, 8e-3);
+}
+
+/* ---- fill_random and sample(): the CPU's bits ---- */
+
+static void case_bits(void)
+{
+	size_t n = 100003;
+	for (int dt = 0; dt < 3; dt++) {
+		int d = dt == 0 ? KERN_F32 : dt == 1 ? KERN_BF16 : KERN_F16;
+		size_t b = n * (d == KERN_F32 ? 4 : 2);
+		void *pc = zz(&cpu, b), *pg = zz(&gpu, b);
+		cpu.o->fill_random(cpu.q, pc, d, n, 77, -0.25f, 0.5f);
+		gpu.o->fill_random(gpu.q, pg, d, n, 77, -0.25f, 0.5f);
+		void *hc = malloc(b), *hg = malloc(b);
+		down(&cpu, hc, pc, b);
+		down(&gpu, hg, pg, b);
+		ASSERT(!memcmp(hc, hg, b), "fill_random %s differs from the CPU's", kt_dtname(d));
+		free(hc);
+		free(hg);
+	}
+	int V = 248320;
+	kern_limits lim = {.rows = 1, .width = 1, .vocab = V};
+	gpu.o->reserve(gpu.c, &lim);
+	cpu.o->reserve(cpu.c, &lim);
+	float *lg = rnd(V, -4, 12);
+	lg[17] = NAN;
+	lg[5000] = lg[4000] = 30.0f; /* a tie at the top: index 4000 first */
+	for (int i = 100; i < 110; i++)
+		lg[i] = 12.0f; /* ties inside the candidates */
+	float *dc = up(&cpu, lg, (size_t)V * 4), *dg = up(&gpu, lg, (size_t)V * 4);
+	int32_t *gid = zz(&gpu, 4);
+	kern_sampling ps[] = {
+	    {0.0f, 0, 1.0f, 0.0f}, {1.0f, 0, 1.0f, 0.0f}, {0.7f, 40, 0.95f, 0.0f},
+	    {1.3f, 0, 0.9f, 0.05f}, {0.5f, 1000, 1.0f, 0.01f}, {2.0f, 0, 0.5f, 0.0f},
+	};
+	uint64_t draw = 0x0123456789abcdefull;
+	int same = 0, total = 0;
+	for (size_t pi = 0; pi < sizeof ps / sizeof ps[0]; pi++)
+		for (int k = 0; k < 40; k++) {
+			draw = draw * 6364136223846793005ull + 1442695040888963407ull;
+			int32_t a = -1, c = -1, cd = -1;
+			int rc = cpu.o->sample(cpu.q, dc, V, &ps[pi], draw, NULL, &a);
+			int rc2 = gpu.o->sample(gpu.q, dg, V, &ps[pi], draw, gid, &c);
+			down(&gpu, &cd, gid, 4);
+			ASSERT(rc == 0 && rc2 == 0, "sample: %s %s", moor_strerror(rc),
+			       moor_strerror(rc2));
+			ASSERT(c == cd, "sample: host id %d, device id %d", c, cd);
+			total++;
+			same += a == c;
+			if (a != c && total - same < 5)
+				fprintf(stderr, "  sample case %zu draw %d: cpu %d cuda %d\n",
+					pi, k, a, c);
+		}
+	ASSERT(same == total, "sample: %d of %d draws differ from the CPU's", total - same,
+	       total);
+	printf("  sample: %d of %d draws give the CPU's token\n", same, total);
+	free(lg);
+}
+
+int main(void)
+{
+	const kern_ops *g = kern_backend("cuda");
+	if (!g) {
+		printf("test_kern_backends: skipped: this build has no CUDA backend\n");
+		return 77;
+	}
+	char err[MOOR_ERRLEN] = "";
+	if (g->probe(0, err)) {
+		printf("test_kern_backends: skipped: no usable GPU (%s)\n", err);
+		return 77;
+	}
+	kern_config cc = {.threads = 4}, gc = {.device = 0};
+	cpu.o = kern_backend("cpu");
+	gpu.o = g;
+	if (cpu.o->create(&cc, &cpu.c) || gpu.o->create(&gc, &gpu.c)) {
+		fprintf(stderr, "create failed\n");
+		return 1;
+	}
+	cpu.q = cpu.o->queue(cpu.c, KERN_Q_COMPUTE);
+	gpu.q = gpu.o->queue(gpu.c, KERN_Q_COMPUTE);
+	kern_limits lim = {.rows = 1024, .width = 20000, .window = 8192,
+			   .q_heads = 24, .head_dim = 256, .vocab = 1000};
+	cpu.o->reserve(cpu.c, &lim);
+	int rc = gpu.o->reserve(gpu.c, &lim);
+	ASSERT(rc == 0, "reserve: %s", moor_strerror(rc));
+	char d[256];
+	gpu.o->describe(gpu.c, d, sizeof d);
+	printf("cuda: %s\n", d);
+	kt_seed(5);
+	case_matmul();
+	case_norms();
+	case_gdn();
+	case_attention();
+	case_small();
+	case_bits();
+	cpu.o->destroy(cpu.c);
+	gpu.o->destroy(gpu.c);
+	return kt_done("test_kern_backends");
+}
