@@ -155,6 +155,29 @@ static int algo_get(kern_ctx *c, int wdt, int N, int K, int T, int ldb,
 			if (splitk <= 1)
 				pick = i;
 		}
+		/* none without split-K: the heuristic's candidates with
+		 * split-K turned off, the first that cuBLASLt accepts */
+		for (int i = 0; i < nres && pick < 0; i++) {
+			if (res[i].state != CUBLAS_STATUS_SUCCESS)
+				continue;
+			int one = 1;
+			uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+			cublasLtMatmulHeuristicResult_t chk;
+			if (cublasLtMatmulAlgoConfigSetAttribute(
+				&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one,
+				sizeof one) != CUBLAS_STATUS_SUCCESS ||
+			    cublasLtMatmulAlgoConfigSetAttribute(
+				&res[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+				&none, sizeof none) != CUBLAS_STATUS_SUCCESS)
+				continue;
+			if (cublasLtMatmulAlgoCheck(c->lt, d.op, d.a, d.b, d.d, d.d,
+						    &res[i].algo, &chk) !=
+				CUBLAS_STATUS_SUCCESS ||
+			    chk.workspaceSize > wsmax)
+				continue;
+			res[i].workspaceSize = chk.workspaceSize;
+			pick = i;
+		}
 		if (pick < 0) {
 			moor_err("cublasLt: no algorithm without split-K for "
 				 "[%d x %d] x %d rows (%d candidates)",
