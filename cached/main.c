@@ -25,8 +25,11 @@
  * PEEK answers what a PLAN of the same ids would (cache_peek): nothing
  * changes, nothing is counted but the message and, if refused, the error.
  *
- * SIGTERM/SIGINT: the request in hand is answered, then the sockets and the
- * arenas' shm objects are unlinked and cached exits 0.
+ * SIGTERM/SIGINT: the request in hand is answered, then the drain: an open
+ * plan is aborted to its start and the resident conversation is written to
+ * the session spill (--disk-dir), which the next cached reads back when an
+ * engine of the same fingerprint attaches; then the sockets and the arenas'
+ * shm objects are unlinked and cached exits 0.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -415,9 +418,6 @@ static void on_abort(cd *d, uint32_t pipe, const proto_msg *m)
 /* ===================================================================== */
 /* admin requests                                                        */
 
-static const char *const tiers[] = {"all", "resident", "end",  "stash",
-				    "pin", "park",     "store"};
-
 static void on_stats(cd *d, const proto_msg *m)
 {
 	char *core = cache_stats_json(d->c);
@@ -483,15 +483,11 @@ static void on_clear(cd *d, const proto_msg *m)
 {
 	const char *t = m->u.clear.tier ? m->u.clear.tier : "";
 	if (!t[0])
-		t = "all";
-	size_t i;
-	for (i = 0; i < sizeof tiers / sizeof tiers[0]; i++)
-		if (!strcmp(t, tiers[i]))
-			break;
-	if (i == sizeof tiers / sizeof tiers[0]) {
+		t = "ram";
+	if (!proto_clear_tier_ok(t)) {
 		reply_err(d, SOCK_ADMIN, m->h.req, MOOR_ERANGE,
-			  "CLEAR: unknown tier '%.64s' (all, resident, end, "
-			  "stash, pin, park, store)",
+			  "CLEAR: unknown tier '%.64s' (" PROTO_CLEAR_TIER_LIST
+			  ")",
 			  t);
 		return;
 	}
@@ -802,6 +798,10 @@ static void usage(FILE *f)
 	    "--store-boundaries N (1)  --store-sessions on|off (on)\n"
 	    "  --unified on|off         the memory limits count both arenas "
 	    "(one memory: the CPU backend)\n"
+	    "NVMe tiers:\n"
+	    "  --disk-dir DIR           the tiers' directory (the session "
+	    "spill in DIR/sessions); default none: off\n"
+	    "  --session-spill-gb G (64)  --session-spill-hours N (48)\n"
 	    "  --log-level error|warn|info|debug\n");
 }
 
@@ -853,6 +853,9 @@ enum {
 	O_BOUND,
 	O_SESS,
 	O_UNIFIED,
+	O_DISK_DIR,
+	O_SPILL_GB,
+	O_SPILL_H,
 	O_LOG,
 	O_HELP,
 };
@@ -883,6 +886,9 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 	    {"store-boundaries", 1, 0, O_BOUND},
 	    {"store-sessions", 1, 0, O_SESS},
 	    {"unified", 1, 0, O_UNIFIED},
+	    {"disk-dir", 1, 0, O_DISK_DIR},
+	    {"session-spill-gb", 1, 0, O_SPILL_GB},
+	    {"session-spill-hours", 1, 0, O_SPILL_H},
 	    {"log-level", 1, 0, O_LOG},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
@@ -967,6 +973,22 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 			break;
 		case O_UNIFIED:
 			bad = parse_onoff(optarg, &c->unified);
+			break;
+		case O_DISK_DIR:
+			if (strlen(optarg) >= sizeof c->spill_dir - 16) {
+				moor_err("--disk-dir %s: the path must be "
+					 "under %zu bytes",
+					 optarg, sizeof c->spill_dir - 16);
+				return 2;
+			}
+			snprintf(c->spill_dir, sizeof c->spill_dir, "%s",
+				 optarg);
+			break;
+		case O_SPILL_GB:
+			bad = parse_gb(optarg, &c->spill_bytes);
+			break;
+		case O_SPILL_H:
+			bad = moor_parse_u32(optarg, &c->spill_hours);
 			break;
 		case O_LOG:
 			if (!strcmp(optarg, "error"))
@@ -1094,6 +1116,17 @@ int main(int argc, char **argv)
 			  ai.dev_name, (double)ai.dev_size / (1 << 20),
 			  ai.host_name, (double)ai.host_size / (1 << 20));
 		rc = serve(&d);
+		/* the drain: the work in flight was answered; what the
+		 * resident rows hold goes to the session spill */
+		close_open_plan(&d, "the drain");
+		double t0 = moor_now();
+		err[0] = 0;
+		int drc = cache_drain(d.c, err);
+		if (drc)
+			moor_err("drain: %s", err[0] ? err : moor_strerror(drc));
+		else if (d.cfg.spill_dir[0])
+			moor_info("drain: done in %.0f ms",
+				  (moor_now() - t0) * 1e3);
 	}
 	for (int w = 0; w < 2; w++) {
 		if (!d.open[w])
