@@ -39,6 +39,8 @@ void cache_cfg_defaults(cache_cfg *c)
 	c->unified = 1;
 	c->spill_bytes = 64 * GiB;
 	c->spill_hours = 48;
+	c->spill_codec = 1;
+	c->codec_threads = 8;
 }
 
 /* ---- layout ---- */
@@ -729,6 +731,9 @@ char *cache_stats_json(cache *c)
 		SETI(o, "anchors_kept", c->spill.k.anchors_kept);
 		SETI(o, "bytes_written", c->spill.k.bytes_written);
 		SETI(o, "bytes_read", c->spill.k.bytes_read);
+		json_object_set_new(o, "codec", json_boolean(c->cfg.spill_codec));
+		SETI(o, "codec_raw", c->spill.k.codec_raw);
+		SETI(o, "codec_out", c->spill.k.codec_out);
 		SETI(o, "swept", c->spill.k.swept);
 		SETI(o, "expired", c->spill.k.expired);
 		SETI(o, "evicted", c->spill.k.evicted);

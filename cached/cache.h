@@ -147,6 +147,8 @@ typedef struct cache_cfg {
 	char spill_dir[256];
 	uint64_t spill_bytes;    /* --session-spill-gb 64 */
 	uint32_t spill_hours;    /* an entry unused this long goes: 48 */
+	int spill_codec;         /* byte planes + zstd frames (codec.h), on */
+	uint32_t codec_threads;  /* the codec's threads: 8 */
 	int unified;             /* both arenas are one memory (the CPU
 				  * backend, a unified-memory board): the
 				  * memory limits count the host arena too;

@@ -179,13 +179,14 @@ struct cache {
 	struct {
 		int on;
 		int dfd;	 /* DIR/sessions */
+		struct moor_pool *pool; /* the codec's threads (NULL: one) */
 		uint64_t digest; /* the attached layout's */
 		double last_save_ms, last_restore_ms;
 		struct {
 			uint64_t saves, save_failed, restores, restore_failed,
 			    blocks_written, blocks_kept, anchors_written,
 			    anchors_kept, bytes_written, bytes_read, swept,
-			    expired, evicted;
+			    expired, evicted, codec_raw, codec_out;
 		} k;
 	} spill;
 };

@@ -802,6 +802,8 @@ static void usage(FILE *f)
 	    "  --disk-dir DIR           the tiers' directory (the session "
 	    "spill in DIR/sessions); default none: off\n"
 	    "  --session-spill-gb G (64)  --session-spill-hours N (48)\n"
+	    "  --spill-codec on|off (on: byte planes + zstd)  --codec-threads "
+	    "N (8)\n"
 	    "  --log-level error|warn|info|debug\n");
 }
 
@@ -856,6 +858,8 @@ enum {
 	O_DISK_DIR,
 	O_SPILL_GB,
 	O_SPILL_H,
+	O_CODEC,
+	O_CODEC_T,
 	O_LOG,
 	O_HELP,
 };
@@ -889,6 +893,8 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 	    {"disk-dir", 1, 0, O_DISK_DIR},
 	    {"session-spill-gb", 1, 0, O_SPILL_GB},
 	    {"session-spill-hours", 1, 0, O_SPILL_H},
+	    {"spill-codec", 1, 0, O_CODEC},
+	    {"codec-threads", 1, 0, O_CODEC_T},
 	    {"log-level", 1, 0, O_LOG},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
@@ -990,6 +996,13 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 		case O_SPILL_H:
 			bad = moor_parse_u32(optarg, &c->spill_hours);
 			break;
+		case O_CODEC:
+			bad = parse_onoff(optarg, &c->spill_codec);
+			break;
+		case O_CODEC_T:
+			bad = moor_parse_u32(optarg, &c->codec_threads) ||
+			      c->codec_threads < 1 || c->codec_threads > 256;
+			break;
 		case O_LOG:
 			if (!strcmp(optarg, "error"))
 				moor_log_level = MOOR_LOG_ERROR;
@@ -1012,7 +1025,8 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 		if (bad) {
 			moor_err("--%s %s: expected %s", lo[o - O_RUN].name,
 				 optarg,
-				 o == O_END || o == O_SESS || o == O_UNIFIED
+				 o == O_END || o == O_SESS || o == O_UNIFIED ||
+					 o == O_CODEC
 				     ? "on or off"
 				 : o == O_LOG ? "a log level"
 				 : strstr(lo[o - O_RUN].name, "-gb")

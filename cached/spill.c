@@ -58,11 +58,12 @@
 #include <xxhash.h>
 
 #include "cache_int.h"
+#include "codec.h"
 #include "dfile.h"
 #include "moor.h"
 
 #define SPILL_MAGIC 0x314c5053524f4f4dull /* "MOORSPL1" */
-#define SPILL_VERSION 1u
+#define SPILL_VERSION 2u
 #define SPILL_BLK 1024u
 #define SPILL_ANCHORS 4u
 
@@ -78,10 +79,13 @@ typedef struct spill_hdr {
 	uint64_t rows;	   /* block rows; 0 for an anchor */
 	uint64_t digest;   /* the layout's (spill_layout_digest) */
 	uint64_t n_sums;   /* u64 sums that follow the header */
-	uint64_t data;	   /* bytes after the sums */
+	uint64_t data;	   /* bytes after the sums (encoded, with codec) */
+	uint64_t raw;	   /* the decoded data's bytes */
+	uint32_t codec;	   /* 0: raw; 1: codec.h's planes + zstd frames */
+	uint32_t pad0;
 	uint8_t fp[32];
 } spill_hdr;
-_Static_assert(sizeof(spill_hdr) == 88, "spill_hdr is 88 bytes");
+_Static_assert(sizeof(spill_hdr) == 104, "spill_hdr is 104 bytes");
 
 typedef struct spill_man {
 	uint64_t valid, taint, end_len, end_taint;
@@ -243,6 +247,8 @@ int spill_open(cache *c, char *err)
 		return rc;
 	}
 	c->spill.on = 1;
+	if (c->cfg.spill_codec && c->cfg.codec_threads > 1)
+		c->spill.pool = moor_pool_new((int)c->cfg.codec_threads);
 	int tmp = dfile_sweep_tmp(c->spill.dfd);
 	ent_info *v;
 	int n = list_entries(c, &v);
@@ -283,6 +289,8 @@ void spill_close(cache *c)
 		close(c->spill.dfd);
 	c->spill.dfd = -1;
 	c->spill.on = 0;
+	moor_pool_free(c->spill.pool);
+	c->spill.pool = NULL;
 }
 
 /* ---- the manifest ---- */
@@ -428,7 +436,37 @@ static void hdr_fill(cache *c, spill_hdr *h, uint32_t kind, uint64_t index,
 	h->digest = c->spill.digest;
 	h->n_sums = n_sums;
 	h->data = data;
+	h->raw = data;
 	memcpy(h->fp, c->lay->fingerprint, 32);
+}
+
+/* The data part of a file: raw, or encoded into *enc (freed by the
+ * caller) when the codec is on and it shrinks. */
+static int data_part(cache *c, spill_hdr *h, const void *src, uint64_t n,
+		     dfile_part *p, void **enc)
+{
+	*enc = NULL;
+	p->p = src;
+	p->n = n;
+	if (!c->cfg.spill_codec || !n)
+		return 0;
+	void *e = malloc(codec_bound(n));
+	if (!e)
+		return -ENOMEM;
+	uint64_t en;
+	int rc = codec_encode(src, n, e, &en, c->spill.pool);
+	if (rc || en >= n) {
+		free(e);
+		return rc;
+	}
+	*enc = e;
+	p->p = e;
+	p->n = en;
+	h->codec = 1;
+	h->data = en;
+	c->spill.k.codec_raw += n;
+	c->spill.k.codec_out += en;
+	return 0;
 }
 
 /* ---- save ---- */
@@ -469,14 +507,16 @@ static int save_secs(cache *c, int efd, uint32_t kind, uint64_t line,
 	}
 	spill_hdr h;
 	hdr_fill(c, &h, kind, line, 0, 2ull * ns, c->sec_bytes);
-	dfile_part p[3] = {{&h, sizeof h}, {sums, 2ull * ns * 8},
-			   {src, c->sec_bytes}};
-	int rc = dfile_write(efd, name, p, 3, 1, err);
+	dfile_part p[3] = {{&h, sizeof h}, {sums, 2ull * ns * 8}, {0, 0}};
+	void *enc;
+	int rc = data_part(c, &h, src, c->sec_bytes, &p[2], &enc);
+	if (!rc)
+		rc = dfile_write(efd, name, p, 3, 1, err);
 	if (!rc) {
 		c->spill.k.anchors_written++;
-		c->spill.k.bytes_written += sizeof h + 2ull * ns * 8 +
-					    c->sec_bytes;
+		c->spill.k.bytes_written += sizeof h + 2ull * ns * 8 + p[2].n;
 	}
+	free(enc);
 	return rc;
 }
 
@@ -640,15 +680,18 @@ static int save_resident(cache *c, char name[17], char *err)
 		spill_hdr h;
 		hdr_fill(c, &h, SF_BLOCK, j, rows, 2ull * nv,
 			 rows * c->row_bytes);
-		dfile_part p[3] = {{&h, sizeof h},
-				   {e + 2, 2ull * nv * 8},
-				   {stage, rows * c->row_bytes}};
-		rc = dfile_write(efd, bn, p, 3, 1, err);
+		dfile_part p[3] = {{&h, sizeof h}, {e + 2, 2ull * nv * 8},
+				   {0, 0}};
+		void *enc;
+		rc = data_part(c, &h, stage, rows * c->row_bytes, &p[2], &enc);
+		if (!rc)
+			rc = dfile_write(efd, bn, p, 3, 1, err);
 		if (!rc) {
 			c->spill.k.blocks_written++;
 			c->spill.k.bytes_written +=
-			    sizeof h + 2ull * nv * 8 + rows * c->row_bytes;
+			    sizeof h + 2ull * nv * 8 + p[2].n;
 		}
+		free(enc);
 	}
 	for (uint32_t i = 0; i < n_anc && !rc; i++) {
 		uint64_t *e = anc + i * (1 + 2ull * ns);
@@ -739,21 +782,37 @@ static int load_file(cache *c, int efd, const char *name, uint32_t kind,
 	if (h.magic != SPILL_MAGIC || h.version != SPILL_VERSION ||
 	    h.kind != kind || h.index != index || h.rows != rows ||
 	    h.digest != c->spill.digest || h.n_sums != n_sums ||
-	    h.data != data || memcmp(h.fp, c->lay->fingerprint, 32)) {
+	    h.raw != data || h.codec > 1 ||
+	    (h.codec == 0 && h.data != data) ||
+	    (h.codec == 1 && h.data > codec_bound(data)) ||
+	    memcmp(h.fp, c->lay->fingerprint, 32)) {
 		moor_errf(why, "%s: its header is not the manifest's", name);
 		return MOOR_EFORMAT;
 	}
 	rc = dfile_read_at(efd, name, sizeof h, fs, n_sums * 8, why);
-	if (!rc)
+	if (!rc && !h.codec)
 		rc = dfile_read_at(efd, name, sizeof h + n_sums * 8, dst, data,
 				   why);
+	if (!rc && h.codec) {
+		void *e = malloc(h.data ? h.data : 1);
+		rc = e ? dfile_read_at(efd, name, sizeof h + n_sums * 8, e,
+				       h.data, why)
+		       : -ENOMEM;
+		if (!rc) {
+			rc = codec_decode(e, h.data, dst, data, c->spill.pool);
+			if (rc)
+				moor_errf(why, "%s: its frames do not decode",
+					  name);
+		}
+		free(e);
+	}
 	if (rc)
 		return rc;
 	if (memcmp(fs, sums, n_sums * 8)) {
 		moor_errf(why, "%s: its sums are not the manifest's", name);
 		return MOOR_EFORMAT;
 	}
-	c->spill.k.bytes_read += sizeof h + n_sums * 8 + data;
+	c->spill.k.bytes_read += sizeof h + n_sums * 8 + h.data;
 	return 0;
 }
 

@@ -12,6 +12,9 @@
  *   - incremental: a drain of the conversation as it was read back writes
  *     no block and no anchor (only its manifest); after turn 2 the drain
  *     writes the blocks that changed and keeps block 0;
+ *   - the codec: the first cache writes raw, the second compresses (byte
+ *     planes + zstd): its unchanged blocks stay raw, the new ones are
+ *     encoded, and a cache reads the mixed entry back;
  *   - another fingerprint: the entry is swept at the attach and nothing is
  *     read back (a cold start).
  * Session snapshots are off: the store would offer the same state. */
@@ -23,11 +26,12 @@
 
 static char dir[256];
 
-static void open_h(harness *h, const char *name, int spill)
+static void open_h(harness *h, const char *name, int spill, int codec)
 {
 	cache_cfg cfg;
 	h_cfg(&cfg, name);
 	cfg.store_sessions = 0;
+	cfg.spill_codec = codec;
 	if (spill)
 		snprintf(cfg.spill_dir, sizeof cfg.spill_dir, "%s", dir);
 	h_open(h, "f32_untied", 128, 2048, &cfg);
@@ -84,7 +88,7 @@ int main(void)
 	h_turn t, t3;
 	char err[MOOR_ERRLEN] = "";
 
-	open_h(&h, "spill-a", 1);
+	open_h(&h, "spill-a", 1, 0); /* written raw */
 	int V = h.V;
 	int32_t *A = h_ids(1300, V, 71), *N = h_ids(300, V, 72);
 	REQUIRE(h_turn_run(&h, A, 1300, "sess-1", 6, &t) == 0, "turn 1");
@@ -109,7 +113,7 @@ int main(void)
 	h_close(&h);
 
 	/* a new cache and engine on the same weights */
-	open_h(&h2, "spill-b", 1);
+	open_h(&h2, "spill-b", 1, 1); /* the codec from here */
 	CHECK(h2.ho.resident_len == 1305,
 	      "hello hands back 1305 resident tokens, got %llu",
 	      (unsigned long long)h2.ho.resident_len);
@@ -153,7 +157,7 @@ int main(void)
 	      "turn 2 after the restart resumes at the end anchor 1305: %s at "
 	      "%llu",
 	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start);
-	open_h(&h3, "spill-c", 0);
+	open_h(&h3, "spill-c", 0, 0);
 	REQUIRE(h_turn_run(&h3, A, 1300, "sess-1", 6, &t3) == 0, "control 1");
 	state_free(&t3.st);
 	REQUIRE(h_turn_run(&h3, P2, 1366, "sess-1", 6, &t3) == 0, "control 2");
@@ -179,6 +183,11 @@ int main(void)
 	      "after turn 2: 1 block written, 1 kept (got %lld, %lld)",
 	      h_stat(h2.c, "spill.blocks_written") - w0,
 	      h_stat(h2.c, "spill.blocks_kept") - k0);
+	CHECK(h_stat(h2.c, "spill.codec_raw") > 0 &&
+		  h_stat(h2.c, "spill.codec_out") <
+		      h_stat(h2.c, "spill.codec_raw"),
+	      "the codec encoded what the drain wrote: %lld -> %lld bytes",
+	      h_stat(h2.c, "spill.codec_raw"), h_stat(h2.c, "spill.codec_out"));
 	h_close(&h2);
 
 	/* another fingerprint: swept, nothing read back */
