@@ -112,6 +112,9 @@ tier2=$(echo "$r2" | json 'd["usage"]["moor"]["tier"]' 2>/dev/null)
 check "after the restart turn 2 did not resume at the end anchor $want: cached $c2, tier $tier2 (peek said $pt)" \
 	'[ "${c2:-0}" = "$want" ]'
 a2=$(echo "$r2" | json 'd["choices"][0]["message"]["content"]' 2>/dev/null)
+mt=$(curl -s -m 10 "$base/metrics")
+check "/metrics does not count the restore" \
+	'echo "$mt" | grep -q "^moor_spill_total{what=\"restores\"} 1$"'
 
 # ---- the same two turns on a stack that never stopped ----
 cl=$(curl -s -m 30 -X POST "$base/v1/cache/clear?tier=all")
