@@ -254,6 +254,7 @@ typedef struct srv {
 	char run_dir[256];
 	char cached_url[300], eng_url[320], eng_path[300];
 
+	const kern_ops *ops;
 	kern_ctx *kctx;
 	eng_model *model;
 	const eng_layout *lay;
@@ -268,8 +269,11 @@ typedef struct srv {
 	int attached;
 	uint64_t next_id;
 
-	/* cached's arenas, mapped; dev_k is the device view of dev */
-	void *dev, *host, *dev_k;
+	/* cached's arenas: dev_k is the device arena as the backend imported
+	 * it (import_ipc: a shm mapping on the CPU, a CUDA IPC mapping on the
+	 * GPU); host is the host arena's shm mapping (engined reads none of
+	 * it today: cached's mover copies between the two) */
+	void *host, *dev_k;
 	uint64_t dev_size, host_size;
 	eng_seq seq;
 
@@ -286,7 +290,6 @@ typedef struct srv {
 	int exiting; /* the signal thread is woken to end, not by a signal */
 
 	/* worker scratch, allocated once */
-	float *logits;		/* [vocab] */
 	int32_t *gen;		/* [window] tokens the state absorbed */
 	eng_slot *slots;	/* [PROTO_MAX_SLOTS] */
 	proto_step_entry *pend; /* [window + 1] steps not sent yet */
@@ -343,14 +346,11 @@ static int shm_map(const char *name, uint64_t size, void **out, char *err)
 
 static void arenas_unmap(srv *s)
 {
-	const kern_ops *o = &kern_cpu_ops;
-	if (s->dev_k && o->unwrap)
-		o->unwrap(s->kctx, s->dev_k);
-	if (s->dev)
-		munmap(s->dev, s->dev_size);
+	if (s->dev_k)
+		s->ops->unimport(s->kctx, s->dev_k);
 	if (s->host)
 		munmap(s->host, s->host_size);
-	s->dev = s->host = s->dev_k = NULL;
+	s->host = s->dev_k = NULL;
 	s->dev_size = s->host_size = 0;
 	s->attached = 0;
 }
@@ -360,7 +360,7 @@ static void arenas_unmap(srv *s)
 static int arenas_attach(srv *s, const proto_hello_ok *h, char *err)
 {
 	const eng_layout *y = s->lay;
-	const kern_ops *o = &kern_cpu_ops;
+	const kern_ops *o = s->ops;
 	arenas_unmap(s);
 	if ((int)h->n_sec != y->n_sections || (int)h->n_view != y->n_views) {
 		moor_errf(err,
@@ -369,26 +369,50 @@ static int arenas_attach(srv *s, const proto_hello_ok *h, char *err)
 			  h->n_sec, h->n_view, y->n_sections, y->n_views);
 		return MOOR_EFORMAT;
 	}
-	int rc = shm_map(h->dev_arena, h->dev_size, &s->dev, err);
-	if (rc)
+	kern_ipc ipc = {.kind = h->dev_kind,
+			.device = h->dev_device,
+			.size = h->dev_size};
+	_Static_assert((int)PROTO_ARENA_SHM == (int)KERN_IPC_SHM &&
+			   (int)PROTO_ARENA_CUDA == (int)KERN_IPC_CUDA &&
+			   PROTO_IPC_HANDLE_BYTES == KERN_IPC_HANDLE_BYTES,
+		       "proto's arena kinds are ops.h's");
+	if (h->dev_kind == PROTO_ARENA_SHM) {
+		if (!h->dev_arena ||
+		    strlen(h->dev_arena) >= sizeof ipc.name) {
+			moor_errf(err, "HELLO_OK: device arena name '%s' is "
+				       "not a shm name",
+				  h->dev_arena ? h->dev_arena : "");
+			return MOOR_EFORMAT;
+		}
+		snprintf(ipc.name, sizeof ipc.name, "%s", h->dev_arena);
+	} else if (h->dev_kind == PROTO_ARENA_CUDA) {
+		memcpy(ipc.handle, h->dev_handle, sizeof ipc.handle);
+	} else {
+		moor_errf(err, "HELLO_OK: device arena of unknown kind %u",
+			  h->dev_kind);
+		return MOOR_EFORMAT;
+	}
+	char why[MOOR_ERRLEN] = "";
+	double t0 = moor_now();
+	int rc = o->import_ipc(s->kctx, &ipc, &s->dev_k, why);
+	if (rc) {
+		moor_errf(err, "device arena %s: backend %s cannot import it: "
+			       "%s",
+			  h->dev_arena ? h->dev_arena : "", o->name,
+			  why[0] ? why : moor_strerror(rc));
+		s->dev_k = NULL;
 		return rc;
+	}
 	s->dev_size = h->dev_size;
+	moor_debug("imported the device arena (%s, %.1f MiB) in %.1f ms",
+		   h->dev_kind == PROTO_ARENA_CUDA ? "CUDA IPC" : "shm",
+		   (double)h->dev_size / (1 << 20), (moor_now() - t0) * 1e3);
 	rc = shm_map(h->host_arena, h->host_size, &s->host, err);
 	if (rc) {
 		arenas_unmap(s);
 		return rc;
 	}
 	s->host_size = h->host_size;
-	if (o->wrap_host)
-		rc = o->wrap_host(s->kctx, s->dev, s->dev_size, &s->dev_k);
-	else
-		rc = MOOR_EUNSUP; /* a device arena on the GPU comes later */
-	if (rc) {
-		moor_errf(err, "device arena: backend %s cannot use it: %s",
-			  o->name, moor_strerror(rc));
-		arenas_unmap(s);
-		return rc;
-	}
 	for (int i = 0; i < y->n_sections; i++) {
 		uint64_t off = h->sec_off[i], n = y->sec[i].bytes;
 		if (off > s->dev_size || n > s->dev_size - off) {
@@ -988,9 +1012,11 @@ static void run_job(srv *s, job *j, proto_done *d, char *msg)
 		goto fail;
 	}
 	double tp = moor_now();
+	/* the last token's logits stay on the device (KEEP): every pick runs
+	 * there and only the token id comes back */
 	rc = eng_prefill_slots(s->model, &s->seq, g->ids + po.start,
-			       (int64_t)(n - po.start), s->logits,
-			       ENG_LOGITS_LAST, s->slots, n_slots, &n_filled);
+			       (int64_t)(n - po.start), NULL, ENG_LOGITS_KEEP,
+			       s->slots, n_slots, &n_filled);
 	uint64_t prefill_us = us_since(tp);
 	if (rc) {
 		moor_errf(msg, "prefill at %lld: %s", (long long)s->seq.len,
@@ -1027,7 +1053,15 @@ static void run_job(srv *s, job *j, proto_done *d, char *msg)
 			    (s->cfg->test_step_delay_ms % 1000) * 1000000L};
 			nanosleep(&ts, NULL);
 		}
-		int32_t t = eng_sample(smp, s->logits);
+		int32_t t;
+		rc = eng_model_sample(s->model, smp, &t);
+		if (rc) {
+			moor_errf(msg, "sample at %lld: %s",
+				  (long long)s->seq.len, moor_strerror(rc));
+			eng_sampler_free(smp);
+			steps_flush(s, j, 1);
+			goto fail;
+		}
 		produced++;
 		uint32_t f = 0;
 		if ((t == s->eos && !ignore_eos) || is_stop(g, t))
@@ -1042,7 +1076,7 @@ static void run_job(srv *s, job *j, proto_done *d, char *msg)
 			finish = f;
 			break;
 		}
-		rc = eng_decode(s->model, &s->seq, t, s->logits);
+		rc = eng_decode(s->model, &s->seq, t, NULL);
 		if (rc) {
 			moor_errf(msg, "decode at %lld: %s",
 				  (long long)s->seq.len, moor_strerror(rc));
@@ -1057,7 +1091,13 @@ static void run_job(srv *s, job *j, proto_done *d, char *msg)
 	uint64_t decode_us = us_since(td);
 
 	/* commit what the state absorbed: every sampled token but a last one
-	 * that was never forwarded */
+	 * that was never forwarded. The queues are synchronised first: cached
+	 * reads the slots and the live buffers as soon as COMMIT arrives. */
+	if ((rc = eng_model_sync(s->model)) != 0) {
+		moor_errf(msg, "the backend failed before the commit: %s",
+			  moor_strerror(rc));
+		goto fail;
+	}
 	proto_msg c = {0};
 	c.h.type = PROTO_COMMIT;
 	c.u.commit.n_filled = (uint32_t)n_filled;
@@ -1088,7 +1128,16 @@ static void run_job(srv *s, job *j, proto_done *d, char *msg)
 
 fail:
 	moor_warn("req %llu: %s", (unsigned long long)req, msg);
-	cached_abort(s, n_filled, s->seq.len);
+	/* ABORT hands the rows back too: synchronised first; when the
+	 * backend failed, nothing computed after the plan's start counts */
+	{
+		int64_t valid = s->seq.len;
+		if (eng_model_sync(s->model) != 0) {
+			n_filled = 0;
+			valid = (int64_t)po.start;
+		}
+		cached_abort(s, n_filled, valid);
+	}
 	d->finish = PROTO_FINISH_ERROR;
 	d->code = rc;
 }
@@ -1152,16 +1201,17 @@ static void worker_loop(srv *s)
 static int model_load(srv *s)
 {
 	const eng_serve_cfg *c = s->cfg;
-	kern_config kc = {.threads = c->opts.threads > 0 ? c->opts.threads : 1};
-	int rc = kern_cpu_ops.create(&kc, &s->kctx);
+	kern_config kc = {.threads = c->opts.threads > 0 ? c->opts.threads : 1,
+			  .device = c->device};
+	s->ops = c->ops;
+	int rc = s->ops->create(&kc, &s->kctx);
 	if (rc) {
-		moor_err("backend %s: %s", kern_cpu_ops.name,
-			 moor_strerror(rc));
+		moor_err("backend %s: %s", s->ops->name, moor_strerror(rc));
 		return rc;
 	}
 	char err[MOOR_ERRLEN] = "";
 	double t0 = moor_now();
-	rc = eng_model_load(c->model_dir, &kern_cpu_ops, s->kctx, &c->opts,
+	rc = eng_model_load(c->model_dir, s->ops, s->kctx, &c->opts,
 			    &s->model, err);
 	if (rc) {
 		moor_err("%s: %s", c->model_dir,
@@ -1172,16 +1222,18 @@ static int model_load(srv *s)
 	s->vocab = eng_model_vocab(s->model);
 	s->eos = eng_model_eos(s->model);
 	rc = eng_serve_fingerprint(c->model_dir, s->lay->grid,
-				   kern_cpu_ops.name, s->fp, err);
+				   s->ops->name, s->fp, err);
 	if (rc) {
 		moor_err("fingerprint: %s", err);
 		return rc;
 	}
 	char fh[17];
 	hex8(s->fp, fh);
-	moor_info("loaded %s in %.2f s: %d sections, %d views, window %lld, "
-		  "grid %d, fingerprint %s",
-		  c->model_dir, moor_now() - t0, s->lay->n_sections,
+	char desc[256] = "";
+	eng_model_describe(s->model, desc, sizeof desc);
+	moor_info("loaded %s in %.2f s on %s: %d sections, %d views, window "
+		  "%lld, grid %d, fingerprint %s",
+		  c->model_dir, moor_now() - t0, desc, s->lay->n_sections,
 		  s->lay->n_views, (long long)s->lay->window, s->lay->grid, fh);
 	return 0;
 }
@@ -1230,12 +1282,11 @@ int eng_serve(const eng_serve_cfg *cfg)
 	const eng_layout *y = s->lay;
 	s->seq.sec = calloc((size_t)y->n_sections + 1, sizeof *s->seq.sec);
 	s->seq.view = calloc((size_t)y->n_views + 1, sizeof *s->seq.view);
-	s->logits = malloc((size_t)s->vocab * sizeof *s->logits);
 	s->gen = malloc((size_t)y->window * sizeof *s->gen);
 	s->slots = calloc(PROTO_MAX_SLOTS, sizeof *s->slots);
 	s->pend = calloc((size_t)y->window + 1, sizeof *s->pend);
 	s->queue = calloc((size_t)cfg->queue_max + 1, sizeof *s->queue);
-	if (!s->seq.sec || !s->seq.view || !s->logits || !s->gen || !s->slots ||
+	if (!s->seq.sec || !s->seq.view || !s->gen || !s->slots ||
 	    !s->pend || !s->queue) {
 		rc = -ENOMEM;
 		goto out;
@@ -1296,14 +1347,13 @@ out:
 	arenas_unmap(s);
 	free(s->seq.sec);
 	free(s->seq.view);
-	free(s->logits);
 	free(s->gen);
 	free(s->slots);
 	free(s->pend);
 	free(s->queue);
 	eng_model_free(s->model);
 	if (s->kctx)
-		kern_cpu_ops.destroy(s->kctx);
+		s->ops->destroy(s->kctx);
 	if (sig_started) { /* wake it if no signal came, then join it */
 		pthread_mutex_lock(&s->mu);
 		s->exiting = 1;
