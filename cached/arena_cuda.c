@@ -26,8 +26,11 @@
 
 #include "moor.h"
 
-/* The host arena is registered in parts of this many bytes. */
-#define REG_PART (1ull << 30)
+/* The host arena is registered in parts of this many bytes (1 GiB;
+ * MOOR_REG_PART_KB sets another, a test seam: test_arena_cuda crosses the
+ * parts' edges with a small arena). */
+static uint64_t reg_part = 1ull << 30;
+#define REG_PART reg_part
 
 static double gib(uint64_t b)
 {
@@ -313,6 +316,9 @@ int arena_cuda_mover_new(int device, arena *host, arena_mover **out,
 		free(c);
 		return rc;
 	}
+	const char *pk = getenv("MOOR_REG_PART_KB");
+	if (pk && atol(pk) > 0)
+		reg_part = (uint64_t)atol(pk) << 10;
 	c->hbase = arena_base(host);
 	c->hsize = arena_size(host);
 	/* the mapping covers whole pages: the last part may round up */
