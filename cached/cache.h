@@ -142,6 +142,10 @@ typedef struct cache_cfg {
 	uint64_t store_entry_bytes; /* --store-entry-gb 1 */
 	int store_boundaries;    /* --store-boundaries 1 (0: every boundary) */
 	int store_sessions;      /* session snapshots, on */
+	int dev_cuda;            /* -1: the device arena is shm (the CPU
+				  * backend); else the GPU it is
+				  * cudaMalloc'ed on (arena_cuda.c), with
+				  * the CUDA mover */
 	int unified;             /* both arenas are one memory (the CPU
 				  * backend, a unified-memory board): the
 				  * memory limits count the host arena too;
@@ -156,12 +160,20 @@ typedef struct cache cache;
 int cache_new(const cache_cfg *cfg, cache **out, char *err);
 void cache_free(cache *c); /* safe on NULL */
 
-/* Arena identity for the engine to map. */
+/* Arena identity for the engine to map: the device arena by shm name
+ * (dev_cuda 0) or by CUDA IPC handle on GPU dev_device (dev_cuda 1). */
 typedef struct cache_arena_info {
 	char dev_name[80], host_name[80];
 	uint64_t dev_size, host_size;
+	int dev_cuda;
+	int dev_device;
+	uint8_t dev_handle[64];
 } cache_arena_info;
 void cache_arena_info_get(const cache *c, cache_arena_info *out);
+/* Waits for every copy the mover has under way (the CUDA mover's stream;
+ * nothing on the memcpy mover). The daemon calls it before any reply that
+ * hands arena bytes to the engine (arena.h). Errors: MOOR_EBACKEND. */
+int cache_sync(cache *c);
 /* In-process access (tests, the mover): the mapped bases. */
 void *cache_dev_base(cache *c);
 void *cache_host_base(cache *c);

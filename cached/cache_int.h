@@ -136,6 +136,7 @@ struct cache {
 	cache_cfg cfg;
 	arena *dev, *host;
 	const arena_mover *mv;
+	arena_mover *mv_own; /* the CUDA mover, freed at cache_free */
 
 	int have_layout;
 	cache_layout *lay;
