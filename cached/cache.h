@@ -146,6 +146,13 @@ typedef struct cache_cfg {
 				  * backend); else the GPU it is
 				  * cudaMalloc'ed on (arena_cuda.c), with
 				  * the CUDA mover */
+	/* the session spill (spill.c): DIR/sessions under spill_dir; empty:
+	 * off */
+	char spill_dir[256];
+	uint64_t spill_bytes;    /* --session-spill-gb 64 */
+	uint32_t spill_hours;    /* an entry unused this long goes: 48 */
+	int spill_codec;         /* byte planes + zstd frames (codec.h), on */
+	uint32_t codec_threads;  /* the codec's threads: 8 */
 	int unified;             /* both arenas are one memory (the CPU
 				  * backend, a unified-memory board): the
 				  * memory limits count the host arena too;
@@ -272,9 +279,19 @@ int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 		    uint64_t n_gen, uint64_t state_len);
 int cache_abort(cache *c, uint32_t n_filled, uint64_t valid);
 
+/* The drain (cached's SIGTERM): a turn in flight is aborted to its start,
+ * a guest's stash put back, and the resident conversation (rows [0,
+ * valid), the end anchor, the newest 4 anchors, ids, taint, session) is
+ * written to the session spill; the next cache_hello of an engine with the
+ * same fingerprint and layout reads it back (cache_hello_out.resident_len
+ * says how much), so its next turn resumes at the end anchor. 0 when the
+ * spill is off or nothing is resident. */
+int cache_drain(cache *c, char *err);
+
 /* Counters and bytes of every cache as one JSON object (heap string). */
 char *cache_stats_json(cache *c);
-/* tier: "all", "resident", "end", "stash", "pin", "park", "store". */
+/* tier: "all", "resident", "end", "stash", "pin", "park", "store",
+ * "spill" ("all" is every RAM cache: the spill is cleared by name). */
 int cache_clear(cache *c, const char *tier);
 
 /* Strided row copy of one view between two buffers laid out as the live

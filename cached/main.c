@@ -25,15 +25,18 @@
  * PEEK answers what a PLAN of the same ids would (cache_peek): nothing
  * changes, nothing is counted but the message and, if refused, the error.
  *
- * SIGTERM/SIGINT: the request in hand is answered, then the sockets and the
- * arenas' shm objects are unlinked and cached exits 0.
- *
  * The device arena (--device auto|shm|cuda): shm for the CPU backend, or
  * cudaMalloc'ed on --gpu N and handed to the engine as a CUDA IPC handle
  * (arena_cuda.c); auto takes CUDA when this build has it and the GPU
  * answers. On CUDA the mover's copies run on a stream: every reply on
  * cached.sock waits for them first (cache_sync), so the engine never reads
  * bytes cached is still writing.
+ *
+ * SIGTERM/SIGINT: the request in hand is answered, then the drain: an open
+ * plan is aborted to its start and the resident conversation is written to
+ * the session spill (--disk-dir), which the next cached reads back when an
+ * engine of the same fingerprint attaches; then the sockets and the arenas'
+ * shm objects are unlinked and cached exits 0.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -449,9 +452,6 @@ static void on_abort(cd *d, uint32_t pipe, const proto_msg *m)
 /* ===================================================================== */
 /* admin requests                                                        */
 
-static const char *const tiers[] = {"all", "resident", "end",  "stash",
-				    "pin", "park",     "store"};
-
 static void on_stats(cd *d, const proto_msg *m)
 {
 	char *core = cache_stats_json(d->c);
@@ -517,15 +517,11 @@ static void on_clear(cd *d, const proto_msg *m)
 {
 	const char *t = m->u.clear.tier ? m->u.clear.tier : "";
 	if (!t[0])
-		t = "all";
-	size_t i;
-	for (i = 0; i < sizeof tiers / sizeof tiers[0]; i++)
-		if (!strcmp(t, tiers[i]))
-			break;
-	if (i == sizeof tiers / sizeof tiers[0]) {
+		t = "ram";
+	if (!proto_clear_tier_ok(t)) {
 		reply_err(d, SOCK_ADMIN, m->h.req, MOOR_ERANGE,
-			  "CLEAR: unknown tier '%.64s' (all, resident, end, "
-			  "stash, pin, park, store)",
+			  "CLEAR: unknown tier '%.64s' (" PROTO_CLEAR_TIER_LIST
+			  ")",
 			  t);
 		return;
 	}
@@ -844,6 +840,12 @@ static void usage(FILE *f)
 	    "present)\n"
 	    "  --gpu N                  the GPU of a CUDA device arena "
 	    "(default 0)\n"
+	    "NVMe tiers:\n"
+	    "  --disk-dir DIR           the tiers' directory (the session "
+	    "spill in DIR/sessions); default none: off\n"
+	    "  --session-spill-gb G (64)  --session-spill-hours N (48)\n"
+	    "  --spill-codec on|off (on: byte planes + zstd)  --codec-threads "
+	    "N (8)\n"
 	    "  --log-level error|warn|info|debug\n");
 }
 
@@ -897,6 +899,11 @@ enum {
 	O_UNIFIED,
 	O_DEVICE,
 	O_GPU,
+	O_DISK_DIR,
+	O_SPILL_GB,
+	O_SPILL_H,
+	O_CODEC,
+	O_CODEC_T,
 	O_LOG,
 	O_HELP,
 };
@@ -957,6 +964,11 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 	    {"unified", 1, 0, O_UNIFIED},
 	    {"device", 1, 0, O_DEVICE},
 	    {"gpu", 1, 0, O_GPU},
+	    {"disk-dir", 1, 0, O_DISK_DIR},
+	    {"session-spill-gb", 1, 0, O_SPILL_GB},
+	    {"session-spill-hours", 1, 0, O_SPILL_H},
+	    {"spill-codec", 1, 0, O_CODEC},
+	    {"codec-threads", 1, 0, O_CODEC_T},
 	    {"log-level", 1, 0, O_LOG},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
@@ -1051,6 +1063,29 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 		case O_GPU:
 			bad = moor_parse_u32(optarg, &d->gpu);
 			break;
+		case O_DISK_DIR:
+			if (strlen(optarg) >= sizeof c->spill_dir - 16) {
+				moor_err("--disk-dir %s: the path must be "
+					 "under %zu bytes",
+					 optarg, sizeof c->spill_dir - 16);
+				return 2;
+			}
+			snprintf(c->spill_dir, sizeof c->spill_dir, "%s",
+				 optarg);
+			break;
+		case O_SPILL_GB:
+			bad = parse_gb(optarg, &c->spill_bytes);
+			break;
+		case O_SPILL_H:
+			bad = moor_parse_u32(optarg, &c->spill_hours);
+			break;
+		case O_CODEC:
+			bad = parse_onoff(optarg, &c->spill_codec);
+			break;
+		case O_CODEC_T:
+			bad = moor_parse_u32(optarg, &c->codec_threads) ||
+			      c->codec_threads < 1 || c->codec_threads > 256;
+			break;
 		case O_LOG:
 			if (!strcmp(optarg, "error"))
 				moor_log_level = MOOR_LOG_ERROR;
@@ -1073,7 +1108,8 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 		if (bad) {
 			moor_err("--%s %s: expected %s", lo[o - O_RUN].name,
 				 optarg,
-				 o == O_END || o == O_SESS || o == O_UNIFIED
+				 o == O_END || o == O_SESS || o == O_UNIFIED ||
+					 o == O_CODEC
 				     ? "on or off"
 				 : o == O_DEVICE ? "auto, shm or cuda"
 				 : o == O_LOG ? "a log level"
@@ -1181,6 +1217,17 @@ int main(int argc, char **argv)
 			  ai.dev_name, (double)ai.dev_size / (1 << 20),
 			  ai.host_name, (double)ai.host_size / (1 << 20));
 		rc = serve(&d);
+		/* the drain: the work in flight was answered; what the
+		 * resident rows hold goes to the session spill */
+		close_open_plan(&d, "the drain");
+		double t0 = moor_now();
+		err[0] = 0;
+		int drc = cache_drain(d.c, err);
+		if (drc)
+			moor_err("drain: %s", err[0] ? err : moor_strerror(drc));
+		else if (d.cfg.spill_dir[0])
+			moor_info("drain: done in %.0f ms",
+				  (moor_now() - t0) * 1e3);
 	}
 	for (int w = 0; w < 2; w++) {
 		if (!d.open[w])

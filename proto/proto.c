@@ -753,6 +753,15 @@ static void fini_text(proto_msg *m)
 	free(m->u.text.text);
 }
 
+int proto_clear_tier_ok(const char *t)
+{
+	static const char *const names[] = {PROTO_CLEAR_TIERS};
+	for (size_t i = 0; t && i < sizeof names / sizeof names[0]; i++)
+		if (!strcmp(t, names[i]))
+			return 1;
+	return 0;
+}
+
 static void enc_clear(moor_buf *b, const proto_msg *m)
 {
 	put_str(b, m->u.clear.tier);

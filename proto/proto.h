@@ -249,8 +249,19 @@ typedef struct proto_text { /* STATS_OK: u32 length, <= PROTO_MAX_TEXT */
 	char *text;
 } proto_text;
 
+/* The tiers CLEAR names: the one table cached, moorctl and gatewayd use.
+ * "ram" is every RAM cache (the default when none is named), "all" those
+ * and the NVMe tiers; "spill" the session spill alone. */
+#define PROTO_CLEAR_TIERS                                                     \
+	"ram", "all", "resident", "end", "stash", "pin", "park", "store",     \
+	    "spill"
+#define PROTO_CLEAR_TIER_LIST                                                 \
+	"ram, all, resident, end, stash, pin, park, store, spill"
+/* 1 when t is one of PROTO_CLEAR_TIERS. */
+int proto_clear_tier_ok(const char *t);
+
 typedef struct proto_clear {
-	char *tier; /* "all", "resident", "end", "stash", "pin", "park", "store" */
+	char *tier; /* one of PROTO_CLEAR_TIERS; empty: "ram" */
 } proto_clear;
 
 /* Where would this prompt resume? cached answers what its next PLAN of
