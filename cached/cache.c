@@ -357,6 +357,7 @@ static void drop_all(cache *c)
 	park_drop(c);
 	store_clear(c);
 	c->valid = 0;
+	c->n_mk = 0;
 	c->taint = NO_TAINT;
 	free(c->res_session);
 	c->res_session = NULL;
@@ -394,6 +395,7 @@ void cache_free(cache *c)
 		return;
 	layout_release(c);
 	free(c->anc);
+	free(c->mk);
 	free(c->st);
 	free(c->lay);
 	arena_close(c->dev);
@@ -553,6 +555,7 @@ int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 		return rc == -ENOMEM ? rc : MOOR_ENOSPACE;
 	}
 	c->valid = 0;
+	c->n_mk = 0;
 	c->taint = NO_TAINT;
 	rc = secs_zero(c);
 	if (rc) {
@@ -761,6 +764,7 @@ int cache_clear(cache *c, const char *tier)
 			stash_drop(c);
 		if (!c->t.active || c->t.guest) {
 			c->valid = 0;
+			c->n_mk = 0;
 			c->taint = NO_TAINT;
 		}
 	}

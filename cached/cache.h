@@ -260,6 +260,37 @@ int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 		    uint64_t n_gen, uint64_t state_len);
 int cache_abort(cache *c, uint32_t n_filled, uint64_t valid);
 
+/* Marks on the resident rows: the generation regions (rows a decode wrote:
+ * [n, n + absorbed) of each turn) and the hidden spans (rows the client
+ * never receives), kept while the rows are, carried with the end anchor
+ * into the park. gatewayd's end alignment reads them with the end anchor's
+ * ids (cache_end_get): cached knows no tokenizer, so it hands over the
+ * record and the gateway, which has the tokenizer and the template,
+ * aligns the client's copy on the rows' own bytes. */
+enum { CACHE_MARK_GEN = 1, CACHE_MARK_HIDDEN = 2 };
+typedef struct cache_mark {
+	uint64_t start, len;
+	uint32_t kind;
+} cache_mark;
+
+/* The end anchor a copy (ids[0, n)) may be aligned to: the resident end
+ * anchor, or the parked conversation's end when the copy shares more with
+ * the park's ids. tier CACHE_TIER_END or CACHE_TIER_PARK with common (the
+ * ids the copy shares with that record), end (its length), rows (its ids
+ * [0, end), borrowed until the next call that changes the caches) and its
+ * marks below end (borrowed); CACHE_TIER_NONE when no end anchor is kept,
+ * a turn is in flight, or the copy holds every id up to it (common >= end:
+ * nothing to align). Changes nothing, counts nothing. */
+typedef struct cache_end_out {
+	int tier;
+	uint64_t common, end;
+	const int32_t *rows;
+	uint32_t n_marks;
+	const cache_mark *marks;
+} cache_end_out;
+void cache_end_get(cache *c, const int32_t *ids, uint64_t n,
+		   cache_end_out *out);
+
 /* Counters and bytes of every cache as one JSON object (heap string). */
 char *cache_stats_json(cache *c);
 /* tier: "all", "resident", "end", "stash", "pin", "park", "store". */

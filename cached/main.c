@@ -505,6 +505,35 @@ static void on_clear(cd *d, const proto_msg *m)
 	reply_ok(d, SOCK_ADMIN, m->h.req);
 }
 
+/* END_GET: the end anchor's record for gatewayd's end alignment (cache.h
+ * cache_end_get); the reply borrows the cache's arrays until it is sent. */
+static void on_end_get(cd *d, const proto_msg *m)
+{
+	const proto_end_get *p = &m->u.end_get;
+	cache_end_out o;
+	cache_end_get(d->c, p->ids, p->n_ids, &o);
+	proto_msg r = {0};
+	r.h.type = PROTO_END_OK;
+	r.h.req = m->h.req;
+	proto_end_ok *e = &r.u.end_ok;
+	proto_mark *mk = NULL;
+	if (o.tier != CACHE_TIER_NONE) {
+		e->tier = (uint32_t)o.tier;
+		e->common = o.common;
+		e->end = o.end;
+		e->n_ids = (uint32_t)(o.end - o.common);
+		e->ids = (int32_t *)o.rows + o.common;
+		mk = o.n_marks ? calloc(o.n_marks, sizeof *mk) : NULL;
+		for (uint32_t i = 0; mk && i < o.n_marks; i++)
+			mk[i] = (proto_mark){o.marks[i].start, o.marks[i].len,
+					     o.marks[i].kind};
+		e->n_marks = mk ? o.n_marks : 0;
+		e->marks = mk;
+	}
+	send_msg(d, SOCK_ADMIN, &r);
+	free(mk);
+}
+
 static void on_peek(cd *d, const proto_msg *m)
 {
 	const proto_peek *p = &m->u.peek;
@@ -648,10 +677,13 @@ static void handle(cd *d, int w, nng_msg *nm)
 		case PROTO_PEEK:
 			on_peek(d, &m);
 			break;
+		case PROTO_END_GET:
+			on_end_get(d, &m);
+			break;
 		default:
 			reply_err(d, w, m.h.req, MOOR_EUNSUP,
 				  "%s (type %u) is not served on admin.sock "
-				  "(STATS, CLEAR, PEEK)",
+				  "(STATS, CLEAR, PEEK, END_GET)",
 				  proto_type_name(t), t);
 		}
 	}

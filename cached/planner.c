@@ -502,6 +502,11 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	t->taint = A.taint;
 	t->cut = A.cut;
 	t->tier = A.tier;
+	/* the marks below the start describe the ids there: the park's came
+	 * back with its rows; another source shares ids with the rows in
+	 * place only up to c_res */
+	t->mk_keep = A.tier == CACHE_TIER_PARK ? A.start
+					       : min64(A.start, A.c_res);
 	t->n_slots = 0;
 	if (!r->no_cache)
 		reserve_slots(c, limit);
@@ -593,6 +598,8 @@ int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 		memcpy(c->res_ids + n, gen, n_gen * sizeof *gen);
 	c->valid = e;
 	c->taint = taint < e ? taint : NO_TAINT;
+	marks_cut(c, t->mk_keep);
+	(void)marks_add(c, n, n_gen, CACHE_MARK_GEN);
 	/* the end anchor first: a declined store put costs it nothing */
 	if (c->cfg.end_anchor && !ahead && e > anchor_top(c))
 		(void)end_keep(c, e, c->taint);

@@ -10,6 +10,7 @@
  *              its events dispatched, waited for, cancelled, refused
  *   reply.c    the tokens turned into the OpenAI reply; usage; the end
  *   sse.c      the streamed reply: SSE frames and h2o's send/proceed
+ *   align.c    the end alignment of a copy (asks cached, text/endalign.c)
  *   peek.c     POST /v1/cache/peek
  *   routes.c   the routes that are not generations (models, health, ...)
  *   metrics.c  the counters, the prefill rate and GET /metrics' text
@@ -90,6 +91,8 @@ typedef struct gw_cfg {
 	double engine_wait_s;
 	uint32_t default_max_tokens;
 	uint32_t window; /* engined's --window: caps the default max_tokens */
+	int end_align;	 /* --end-align (align.c) */
+	int end_align_reasoning; /* --end-align-reasoning: its second pass */
 } gw_cfg;
 
 /* ---- the engine link (link.c) ---------------------------------------- */
@@ -186,8 +189,11 @@ typedef struct gw_job {
 
 	/* prepared by the work */
 	json_t *json; /* the parsed body (p.tools borrows from it) */
-	gw_params p;  /* the prompt's ids included */
+	gw_params p;  /* the prompt's ids included (aligned: align.c) */
 	gw_fail fail;
+	uint64_t n_client; /* the client's prompt tokens (usage) */
+	int align_pass;	   /* the end alignment's pass; 0: the copy as sent */
+	uint64_t injected; /* hidden-span tokens the alignment put back */
 
 	/* the generation */
 	uint64_t rid;  /* engined request id; 0: not sent */
@@ -310,7 +316,7 @@ void gw_reply_token(gw_job *j, const proto_step_entry *e);
  * dropped. */
 void gw_reply_finish(gw_job *j);
 /* The usage object of a finished generation (a new reference). */
-json_t *gw_reply_usage(const proto_done *d);
+json_t *gw_reply_usage(const gw_job *j);
 /* finish_reason: "stop", "length" or "tool_calls" (n_calls > 0). */
 const char *gw_reply_finish_name(const gw_job *j, int n_calls);
 
@@ -329,6 +335,10 @@ void gw_sse_error(gw_job *j, const char *type, const char *msg);
 void gw_sse_flush(gw_job *j);
 /* h2o's generator callbacks of a job's anchor (gw_job_new sets them). */
 void gw_sse_proceed(h2o_generator_t *g, h2o_req_t *req);
+
+/* align.c: on the thread pool after the body was read, the end alignment
+ * of the copy (text/endalign.h); sets n_client, may replace p.ids. */
+void gw_align_work(gw_job *j);
 
 /* peek.c: POST /v1/cache/peek */
 int gw_on_cache_peek(gw_srv *s, h2o_req_t *req);

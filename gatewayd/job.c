@@ -133,6 +133,7 @@ static void prepare_work(uv_work_t *w)
 	if (gw_params_read(&env, j->kind, j->json, j->hdr_session, seed, &j->p,
 			   &j->fail))
 		return;
+	gw_align_work(j);
 	if (j->kind == GW_KIND_PEEK)
 		gw_peek_work(j);
 }

@@ -42,6 +42,12 @@ static void usage(FILE *f)
 		"  --default-max-tokens N   chat max_tokens when unset (1024)\n"
 		"  --window N               engined's window: caps the default "
 		"(32768)\n"
+		"  --end-align on|off       align a client's copy to the end "
+		"anchor on\n"
+		"                           the rows' own bytes (on)\n"
+		"  --end-align-reasoning on|off  its second pass, for copies "
+		"that leave\n"
+		"                           earlier reasoning out (on)\n"
 		"  --log-level L            error, warn, info, debug (info)\n");
 }
 
@@ -137,6 +143,8 @@ int main(int argc, char **argv)
 	s->cfg.engine_wait_s = 10;
 	s->cfg.default_max_tokens = 1024;
 	s->cfg.window = 32768;
+	s->cfg.end_align = 1;
+	s->cfg.end_align_reasoning = 1;
 	s->cfg.admin_token = getenv("MOOR_ADMIN_TOKEN");
 	s->defs = (gw_gen_defaults){.temperature = 1.0, .top_p = 1.0};
 
@@ -151,6 +159,8 @@ int main(int argc, char **argv)
 		O_MAXTOK,
 		O_WINDOW,
 		O_LOG,
+		O_ALIGN,
+		O_ALIGN_R,
 		O_HELP
 	};
 	static const struct option lo[] = {
@@ -164,6 +174,8 @@ int main(int argc, char **argv)
 	    {"default-max-tokens", 1, 0, O_MAXTOK},
 	    {"window", 1, 0, O_WINDOW},
 	    {"log-level", 1, 0, O_LOG},
+	    {"end-align", 1, 0, O_ALIGN},
+	    {"end-align-reasoning", 1, 0, O_ALIGN_R},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
 	};
@@ -231,6 +243,24 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			moor_log_level = k;
+			break;
+		}
+		case O_ALIGN:
+		case O_ALIGN_R: {
+			int v = !strcmp(optarg, "on")	 ? 1
+				: !strcmp(optarg, "off") ? 0
+							 : -1;
+			if (v < 0) {
+				fprintf(stderr,
+					"gatewayd: --%s %s: expected on or "
+					"off\n",
+					o == O_ALIGN ? "end-align"
+						     : "end-align-reasoning",
+					optarg);
+				return 2;
+			}
+			*(o == O_ALIGN ? &s->cfg.end_align
+				       : &s->cfg.end_align_reasoning) = v;
 			break;
 		}
 		case O_HELP:

@@ -80,24 +80,32 @@ const char *gw_tier_word(uint32_t tier)
 
 const char *gw_tier_source(uint32_t tier)
 {
-	static const char *const n[] = {"none", "anchor", "end_anchor", "pin",
+	static const char *const n[] = {"none", "anchor", "end", "pin",
 					"park", "store",  "stash"};
 	return tier < sizeof n / sizeof n[0] ? n[tier] : "none";
 }
 
-json_t *gw_reply_usage(const proto_done *d)
+/* prompt_tokens is the client's count (its copy as the template renders
+ * and the tokenizer splits it); cached and reread are in the positions of
+ * the prompt the engine read, which the end alignment may have respelled
+ * (the rows' tokens) and given back its hidden spans (injected). */
+json_t *gw_reply_usage(const gw_job *j)
 {
+	const proto_done *d = &j->dn;
+	uint64_t client = j->n_client ? j->n_client : d->prompt_tokens;
 	json_t *u = json_object();
-	json_object_set_new(u, "prompt_tokens",
-			    json_integer((json_int_t)d->prompt_tokens));
+	json_object_set_new(u, "prompt_tokens", json_integer((json_int_t)client));
 	json_object_set_new(u, "completion_tokens",
 			    json_integer((json_int_t)d->completion_tokens));
-	json_object_set_new(u, "total_tokens",
-			    json_integer((json_int_t)(d->prompt_tokens +
-						      d->completion_tokens)));
+	json_object_set_new(
+	    u, "total_tokens",
+	    json_integer((json_int_t)(client + d->completion_tokens)));
 	json_t *det = json_object();
-	json_object_set_new(det, "cached_tokens",
-			    json_integer((json_int_t)d->cached_tokens));
+	json_object_set_new(
+	    det, "cached_tokens",
+	    json_integer((json_int_t)(d->cached_tokens < client
+					  ? d->cached_tokens
+					  : client)));
 	json_object_set_new(u, "prompt_tokens_details", det);
 	json_t *m = json_object();
 	json_object_set_new(m, "tier", json_string(gw_tier_word(d->tier)));
@@ -108,6 +116,11 @@ json_t *gw_reply_usage(const proto_done *d)
 			      ? d->prompt_tokens - d->cached_tokens
 			      : 0;
 	json_object_set_new(m, "reread", json_integer((json_int_t)reread));
+	json_object_set_new(m, "prompt_read",
+			    json_integer((json_int_t)d->prompt_tokens));
+	json_object_set_new(m, "injected",
+			    json_integer((json_int_t)j->injected));
+	json_object_set_new(m, "aligned", json_integer(j->align_pass));
 	json_object_set_new(u, "moor", m);
 	return u;
 }
@@ -198,7 +211,7 @@ static void reply_whole(gw_job *j)
 	json_t *a = json_array();
 	json_array_append_new(a, c);
 	json_object_set_new(o, "choices", a);
-	json_object_set_new(o, "usage", gw_reply_usage(&j->dn));
+	json_object_set_new(o, "usage", gw_reply_usage(j));
 	char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(o);
 	gw_metrics_count(s, j->route, 200);

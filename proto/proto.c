@@ -801,6 +801,68 @@ static void dec_peek_ok(rd *r, proto_msg *m)
 	p->restore_bytes = get_u64(r);
 }
 
+static void enc_end_get(moor_buf *b, const proto_msg *m)
+{
+	const proto_end_get *p = &m->u.end_get;
+	put_str(b, p->session);
+	put_i32s(b, p->n_ids, PROTO_MAX_IDS, p->ids);
+}
+
+static void dec_end_get(rd *r, proto_msg *m)
+{
+	proto_end_get *p = &m->u.end_get;
+	get_str(r, &p->session);
+	p->ids = get_i32s(r, &p->n_ids, PROTO_MAX_IDS);
+}
+
+static void fini_end_get(proto_msg *m)
+{
+	free(m->u.end_get.session);
+	free(m->u.end_get.ids);
+}
+
+#define MARK_WIRE 20
+
+static void enc_end_ok(moor_buf *b, const proto_msg *m)
+{
+	const proto_end_ok *p = &m->u.end_ok;
+	put_u32(b, p->tier);
+	put_u64(b, p->common);
+	put_u64(b, p->end);
+	put_i32s(b, p->n_ids, PROTO_MAX_IDS, p->ids);
+	if (put_count(b, p->n_marks, PROTO_MAX_MARKS, p->marks))
+		for (uint32_t i = 0; i < p->n_marks && !b->err; i++) {
+			put_u64(b, p->marks[i].start);
+			put_u64(b, p->marks[i].len);
+			put_u32(b, p->marks[i].kind);
+		}
+}
+
+static void dec_end_ok(rd *r, proto_msg *m)
+{
+	proto_end_ok *p = &m->u.end_ok;
+	p->tier = get_u32(r);
+	p->common = get_u64(r);
+	p->end = get_u64(r);
+	p->ids = get_i32s(r, &p->n_ids, PROTO_MAX_IDS);
+	p->marks = get_array(r, &p->n_marks, PROTO_MAX_MARKS, MARK_WIRE,
+			     sizeof *p->marks);
+	for (uint32_t i = 0; p->marks && i < p->n_marks; i++) {
+		p->marks[i].start = get_u64(r);
+		p->marks[i].len = get_u64(r);
+		p->marks[i].kind = get_u32(r);
+	}
+	if (!r->err && (p->common > p->end ||
+			(p->common < p->end && p->end - p->common != p->n_ids)))
+		rd_fail(r, MOOR_EFORMAT);
+}
+
+static void fini_end_ok(proto_msg *m)
+{
+	free(m->u.end_ok.ids);
+	free(m->u.end_ok.marks);
+}
+
 /* A type's name and payload functions; NULL functions: nothing to do (an
  * empty payload, or no heap members). A NULL name: an unknown type. */
 typedef struct proto_kind {
@@ -828,6 +890,8 @@ static const proto_kind kinds[PROTO_TYPE_MAX] = {
     [PROTO_CLEAR] = {"CLEAR", enc_clear, dec_clear, fini_clear},
     [PROTO_PEEK] = {"PEEK", enc_peek, dec_peek, fini_peek},
     [PROTO_PEEK_OK] = {"PEEK_OK", enc_peek_ok, dec_peek_ok, NULL},
+    [PROTO_END_GET] = {"END_GET", enc_end_get, dec_end_get, fini_end_get},
+    [PROTO_END_OK] = {"END_OK", enc_end_ok, dec_end_ok, fini_end_ok},
 };
 
 static const proto_kind *kind_of(uint16_t type)

@@ -72,6 +72,8 @@ enum proto_type {
 	PROTO_CLEAR = 52,    /* answered with PROTO_OK */
 	PROTO_PEEK = 54,     /* where a prompt would resume; changes nothing */
 	PROTO_PEEK_OK = 55,
+	PROTO_END_GET = 56, /* the end anchor's record, for the alignment */
+	PROTO_END_OK = 57,
 
 	PROTO_TYPE_MAX = 64,
 };
@@ -253,6 +255,37 @@ typedef struct proto_peek_ok {
 				 * sequence (sections and rows) */
 } proto_peek_ok;
 
+/* The end anchor a client's copy may be aligned to (gatewayd's end
+ * alignment, gatewayd/text/endalign.h). The query is the copy's key ids as
+ * the gateway tokenized them; cached answers the end anchor's record that
+ * the copy parts from: the rows in place, else the parked conversation's
+ * end. tier NONE: no end anchor to align to (none kept, or the copy holds
+ * every id up to it already: common >= end). ids are the rows' ids
+ * [common, end) (the copy and the rows agree on [0, common)); marks are
+ * the generation regions and hidden spans below end. */
+#define PROTO_MAX_MARKS 4096
+enum { PROTO_MARK_GEN = 1, PROTO_MARK_HIDDEN = 2 };
+typedef struct proto_mark {
+	uint64_t start, len;
+	uint32_t kind; /* PROTO_MARK_* */
+} proto_mark;
+
+typedef struct proto_end_get {
+	char *session;
+	uint32_t n_ids;
+	int32_t *ids;
+} proto_end_get;
+
+typedef struct proto_end_ok {
+	uint32_t tier;   /* PROTO_TIER_END, PROTO_TIER_PARK or NONE */
+	uint64_t common; /* ids the copy shares with the rows */
+	uint64_t end;    /* the end anchor's length */
+	uint32_t n_ids;
+	int32_t *ids;    /* the rows' ids [common, end) */
+	uint32_t n_marks;
+	proto_mark *marks;
+} proto_end_ok;
+
 /* A decoded message: the header and the payload of its type. */
 typedef struct proto_msg {
 	proto_hdr h;
@@ -272,6 +305,8 @@ typedef struct proto_msg {
 		proto_clear clear;
 		proto_peek peek;
 		proto_peek_ok peek_ok;
+		proto_end_get end_get;
+		proto_end_ok end_ok;
 	} u;
 } proto_msg;
 
