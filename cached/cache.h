@@ -250,6 +250,12 @@ typedef struct cache_peek_out {
 int cache_peek(cache *c, const cache_req *req, cache_peek_out *out,
 	       char *err);
 
+enum { CACHE_MARK_GEN = 1, CACHE_MARK_HIDDEN = 2 };
+typedef struct cache_mark {
+	uint64_t start, len;
+	uint32_t kind;
+} cache_mark;
+
 int cache_commit(cache *c, uint32_t n_filled, const int32_t *gen,
 		 uint64_t n_gen);
 /* cache_commit where the engine also says how many positions its state
@@ -259,6 +265,12 @@ int cache_commit(cache *c, uint32_t n_filled, const int32_t *gen,
 int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 		    uint64_t n_gen, uint64_t state_len);
 int cache_abort(cache *c, uint32_t n_filled, uint64_t valid);
+/* cache_commit with the generation's hidden spans (the reasoning budget's
+ * close phrase): hid[i].start indexes gen; they are kept with the end
+ * anchor (CACHE_MARK_HIDDEN at n + start) for the replay. A span outside
+ * gen is MOOR_ERANGE. */
+int cache_commit_marks(cache *c, uint32_t n_filled, const int32_t *gen,
+		       uint64_t n_gen, const cache_mark *hid, uint32_t n_hid);
 
 /* Marks on the resident rows: the generation regions (rows a decode wrote:
  * [n, n + absorbed) of each turn) and the hidden spans (rows the client
@@ -267,11 +279,6 @@ int cache_abort(cache *c, uint32_t n_filled, uint64_t valid);
  * ids (cache_end_get): cached knows no tokenizer, so it hands over the
  * record and the gateway, which has the tokenizer and the template,
  * aligns the client's copy on the rows' own bytes. */
-enum { CACHE_MARK_GEN = 1, CACHE_MARK_HIDDEN = 2 };
-typedef struct cache_mark {
-	uint64_t start, len;
-	uint32_t kind;
-} cache_mark;
 
 /* The end anchor a copy (ids[0, n)) may be aligned to: the resident end
  * anchor, or the parked conversation's end when the copy shares more with

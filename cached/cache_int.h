@@ -106,6 +106,8 @@ typedef struct turn {
 	uint32_t max_tokens;
 	uint64_t start, taint, cut;
 	uint64_t mk_keep; /* the resident marks below it stay at commit */
+	cache_mark hid[64]; /* the commit's hidden spans (start: into gen) */
+	uint32_t n_hid;
 	int tier;
 	uint32_t n_slots;
 	tslot slot[CACHE_MAX_SLOTS];

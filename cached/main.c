@@ -382,7 +382,15 @@ static void on_commit(cd *d, uint32_t pipe, const proto_msg *m)
 	}
 	d->plan_open = 0;
 	const proto_commit *c = &m->u.commit;
-	int rc = cache_commit(d->c, c->n_filled, c->ids, c->n_ids);
+	cache_mark hid[64];
+	uint32_t nh = 0;
+	for (uint32_t i = 0; i < c->n_marks && nh < 64; i++)
+		if (c->marks[i].kind == PROTO_MARK_HIDDEN)
+			hid[nh++] = (cache_mark){c->marks[i].start,
+						 c->marks[i].len,
+						 CACHE_MARK_HIDDEN};
+	int rc = cache_commit_marks(d->c, c->n_filled, c->ids, c->n_ids,
+				    hid, nh);
 	if (rc) {
 		reply_err(d, SOCK_ENG, m->h.req, rc, "COMMIT: %s",
 			  moor_strerror(rc));

@@ -600,6 +600,10 @@ int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 	c->taint = taint < e ? taint : NO_TAINT;
 	marks_cut(c, t->mk_keep);
 	(void)marks_add(c, n, n_gen, CACHE_MARK_GEN);
+	for (uint32_t i = 0; i < t->n_hid; i++)
+		(void)marks_add(c, n + t->hid[i].start, t->hid[i].len,
+				CACHE_MARK_HIDDEN);
+	t->n_hid = 0;
 	/* the end anchor first: a declined store put costs it nothing */
 	if (c->cfg.end_anchor && !ahead && e > anchor_top(c))
 		(void)end_keep(c, e, c->taint);
@@ -612,6 +616,23 @@ int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 	}
 	t->active = 0;
 	return 0;
+}
+
+int cache_commit_marks(cache *c, uint32_t n_filled, const int32_t *gen,
+		       uint64_t n_gen, const cache_mark *hid, uint32_t n_hid)
+{
+	turn *t = &c->t;
+	if (!t->active || n_hid > sizeof t->hid / sizeof t->hid[0])
+		return MOOR_ERANGE;
+	for (uint32_t i = 0; i < n_hid; i++)
+		if (hid[i].start > n_gen || hid[i].len > n_gen - hid[i].start ||
+		    (i && hid[i].start < hid[i - 1].start + hid[i - 1].len))
+			return MOOR_ERANGE;
+	memcpy(t->hid, hid, n_hid * sizeof *hid);
+	t->n_hid = n_hid;
+	int rc = cache_commit_at(c, n_filled, gen, n_gen, t->n + n_gen);
+	t->n_hid = 0;
+	return rc;
 }
 
 int cache_commit(cache *c, uint32_t n_filled, const int32_t *gen,

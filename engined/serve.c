@@ -1015,8 +1015,51 @@ static void run_job(srv *s, job *j, proto_done *d, char *msg)
 	int ignore_eos = (g->flags & PROTO_GEN_IGNORE_EOS) != 0;
 	uint32_t finish = g->max_tokens == 0 ? PROTO_FINISH_LENGTH : 0;
 	uint64_t produced = 0, absorbed = 0;
+	/* the reasoning budget (proto.h, GENERATE): reasoning tokens sampled
+	 * while the prompt's <think> is open; at the budget the close ids
+	 * are forwarded instead of a sample, the first n_hidden of them a
+	 * hidden span (not streamed, not counted, COMMIT's mark) */
+	int thinking = (g->flags & PROTO_GEN_THINKING) && g->budget &&
+		       g->n_close;
+	uint64_t reasoned = 0;
+	proto_mark hid = {0, 0, PROTO_MARK_HIDDEN};
 	double td = moor_now();
 	while (!finish) {
+		if (thinking && reasoned >= g->budget &&
+		    s->seq.len + g->n_close + 1 <= (int64_t)s->lay->window) {
+			thinking = 0;
+			hid.start = absorbed;
+			hid.len = g->n_hidden;
+			for (uint32_t i = 0; i < g->n_close && !rc; i++) {
+				int32_t ct = g->close_ids[i];
+				rc = eng_decode(s->model, &s->seq, ct,
+						s->logits);
+				if (rc)
+					break;
+				s->gen[absorbed++] = ct;
+				if (i >= g->n_hidden) {
+					produced++;
+					s->pend[s->n_pend++] =
+					    (proto_step_entry){.req = req,
+							       .token = ct};
+					steps_flush(s, j, 0);
+				}
+			}
+			if (rc) {
+				moor_errf(msg, "the reasoning budget's close at "
+					  "%lld: %s",
+					  (long long)s->seq.len,
+					  moor_strerror(rc));
+				steps_flush(s, j, 1);
+				eng_sampler_free(smp);
+				goto fail;
+			}
+			moor_info("req %llu: the reasoning budget (%u) closed "
+				  "the reasoning (%u hidden tokens)",
+				  (unsigned long long)req, g->budget,
+				  g->n_hidden);
+			continue;
+		}
 		if (atomic_load(&s->cancel)) {
 			finish = PROTO_FINISH_CANCEL;
 			break;
@@ -1029,6 +1072,12 @@ static void run_job(srv *s, job *j, proto_done *d, char *msg)
 		}
 		int32_t t = eng_sample(smp, s->logits);
 		produced++;
+		if (thinking) {
+			if (t == g->think_close)
+				thinking = 0;
+			else
+				reasoned++;
+		}
 		uint32_t f = 0;
 		if ((t == s->eos && !ignore_eos) || is_stop(g, t))
 			f = PROTO_FINISH_STOP;
@@ -1063,6 +1112,10 @@ static void run_job(srv *s, job *j, proto_done *d, char *msg)
 	c.u.commit.n_filled = (uint32_t)n_filled;
 	c.u.commit.n_ids = (uint32_t)absorbed;
 	c.u.commit.ids = s->gen;
+	if (hid.len && hid.start + hid.len <= absorbed) {
+		c.u.commit.n_marks = 1;
+		c.u.commit.marks = &hid;
+	}
 	char cmsg[MOOR_ERRLEN];
 	if (cached_call(s, &c, &rep, cmsg))
 		moor_warn("req %llu: commit: %s (the caches keep nothing of "

@@ -74,12 +74,24 @@ void gw_align_work(gw_job *j)
 		j->align_pass = o.pass;
 		j->injected = o.hidden;
 		o.ids = NULL;
-	} else if (!rv) {
+	} else if (!rv && moor_log_level >= 3) {
+		/* what parts, for the log: a few tokens of each side */
+		char *a = NULL, *b = NULL;
+		size_t al = 0, bl = 0;
+		size_t na = e->n_ids < 24 ? e->n_ids : 24;
+		size_t nb = j->p.n_ids - e->common < 24 ? j->p.n_ids - e->common
+							 : 24;
+		(void)gw_tok_decode(s->tok, e->ids, na, &a, &al);
+		(void)gw_tok_decode(s->tok, j->p.ids + e->common, nb, &b, &bl);
 		moor_debug("end alignment: the copy parts from the %s end at "
-			   "%llu of %llu and does not align",
+			   "%llu of %llu and does not align: rows \"%.*s\" "
+			   "copy \"%.*s\"",
 			   proto_tier_name(e->tier),
 			   (unsigned long long)e->common,
-			   (unsigned long long)e->end);
+			   (unsigned long long)e->end, (int)al, a ? a : "",
+			   (int)bl, b ? b : "");
+		free(a);
+		free(b);
 	}
 	gw_align_out_fini(&o);
 	proto_msg_fini(&r);

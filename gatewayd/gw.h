@@ -65,6 +65,13 @@
 #include "tokenizer.h"
 
 /* Limits and documented constants. */
+/* Qwen's documented early-stop text for a thinking budget (the Qwen3
+ * model card's "thinking budget" recipe), the hidden part; the visible
+ * part that follows is GW_CLOSE_VISIBLE. */
+#define GW_CLOSE_PHRASE                                                        \
+	"\n\nConsidering the limited time by the user, I have to give the "     \
+	"solution based on the thinking directly now.\n"
+#define GW_CLOSE_VISIBLE "</think>\n\n"
 #define GW_MAX_BODY (64u << 20)	 /* request bodies over it: 413 */
 #define GW_ADMIN_TIMEOUT_MS 2000 /* one round trip to cached */
 #define GW_MAX_STOP_IDS 8	 /* stop token ids sent to engined */
@@ -92,6 +99,7 @@ typedef struct gw_cfg {
 	uint32_t default_max_tokens;
 	uint32_t window; /* engined's --window: caps the default max_tokens */
 	int end_align;	 /* --end-align (align.c) */
+	uint32_t reasoning_budget; /* --reasoning-budget (0: none) */
 	int end_align_reasoning; /* --end-align-reasoning: its second pass */
 } gw_cfg;
 
@@ -256,6 +264,11 @@ typedef struct gw_srv {
 	gw_tmpl_family family;
 	int32_t stop_ids[GW_MAX_STOP_IDS];
 	int n_stop_ids;
+	/* the reasoning budget's close: Qwen's phrase (hidden) then
+	 * </think> and the blank line (GW_CLOSE_PHRASE, main.c) */
+	int32_t close_ids[64];
+	uint32_t n_close, n_close_hidden;
+	int32_t think_close;
 	gw_gen_defaults defs;
 	int64_t started_unix;
 

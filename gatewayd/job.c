@@ -126,6 +126,7 @@ static void prepare_work(uv_work_t *w)
 	    .family = s->family,
 	    .window = s->cfg.window,
 	    .default_max_tokens = s->cfg.default_max_tokens,
+	    .reasoning_budget = s->cfg.reasoning_budget,
 	};
 	/* no seed in the body: a different one per request */
 	uint64_t seed = (uint64_t)j->created * 0x9e3779b97f4a7c15ull ^ j->rid ^
@@ -160,6 +161,14 @@ static int send_generate(gw_job *j)
 	if (!j->p.ignore_eos) {
 		g->n_stop = (uint32_t)s->n_stop_ids;
 		g->stop_ids = s->stop_ids;
+	}
+	if (j->p.reasoning_budget && j->p.think_open && s->n_close) {
+		g->flags |= PROTO_GEN_THINKING;
+		g->budget = j->p.reasoning_budget;
+		g->think_close = s->think_close;
+		g->n_hidden = s->n_close_hidden;
+		g->n_close = s->n_close;
+		g->close_ids = s->close_ids;
 	}
 	j->pipe = atomic_load(&s->link.pipe);
 	int rv = gw_link_send(s, &m);

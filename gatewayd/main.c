@@ -48,6 +48,11 @@ static void usage(FILE *f)
 		"  --end-align-reasoning on|off  its second pass, for copies "
 		"that leave\n"
 		"                           earlier reasoning out (on)\n"
+		"  --reasoning-budget N     reasoning tokens before the server "
+		"closes the\n"
+		"                           reasoning (0: none; a body's "
+		"reasoning_budget\n"
+		"                           or thinking_budget wins) (0)\n"
 		"  --log-level L            error, warn, info, debug (info)\n");
 }
 
@@ -161,6 +166,7 @@ int main(int argc, char **argv)
 		O_LOG,
 		O_ALIGN,
 		O_ALIGN_R,
+		O_BUDGET,
 		O_HELP
 	};
 	static const struct option lo[] = {
@@ -176,6 +182,7 @@ int main(int argc, char **argv)
 	    {"log-level", 1, 0, O_LOG},
 	    {"end-align", 1, 0, O_ALIGN},
 	    {"end-align-reasoning", 1, 0, O_ALIGN_R},
+	    {"reasoning-budget", 1, 0, O_BUDGET},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
 	};
@@ -245,6 +252,15 @@ int main(int argc, char **argv)
 			moor_log_level = k;
 			break;
 		}
+		case O_BUDGET:
+			if (moor_parse_u32(optarg, &s->cfg.reasoning_budget)) {
+				fprintf(stderr,
+					"gatewayd: --reasoning-budget %s: "
+					"expected an integer >= 0\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case O_ALIGN:
 		case O_ALIGN_R: {
 			int v = !strcmp(optarg, "on")	 ? 1
@@ -337,6 +353,23 @@ int main(int argc, char **argv)
 			s->stop_ids[s->n_stop_ids++] = id;
 	}
 	read_gen_config(s);
+	s->think_close = gw_tok_token_id(s->tok, "</think>");
+	if (s->think_close >= 0) {
+		int32_t *a = NULL, *b = NULL;
+		size_t na = 0, nb = 0;
+		if (!gw_tok_encode(s->tok, GW_CLOSE_PHRASE,
+				   strlen(GW_CLOSE_PHRASE), &a, &na) &&
+		    !gw_tok_encode(s->tok, GW_CLOSE_VISIBLE,
+				   strlen(GW_CLOSE_VISIBLE), &b, &nb) &&
+		    na + nb <= sizeof s->close_ids / sizeof s->close_ids[0]) {
+			memcpy(s->close_ids, a, na * sizeof *a);
+			memcpy(s->close_ids + na, b, nb * sizeof *b);
+			s->n_close = (uint32_t)(na + nb);
+			s->n_close_hidden = (uint32_t)na;
+		}
+		free(a);
+		free(b);
+	}
 	s->started_unix = (int64_t)time(NULL);
 	{
 		uint64_t r = 0;

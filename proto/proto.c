@@ -561,11 +561,40 @@ static void fini_plan_ok(proto_msg *m)
 	free(m->u.plan_ok.slots);
 }
 
+#define MARK_WIRE 20
+
+static void put_marks(moor_buf *b, uint32_t n, const proto_mark *mk)
+{
+	if (put_count(b, n, PROTO_MAX_MARKS, mk))
+		for (uint32_t i = 0; i < n && !b->err; i++) {
+			put_u64(b, mk[i].start);
+			put_u64(b, mk[i].len);
+			put_u32(b, mk[i].kind);
+		}
+}
+
+static proto_mark *get_marks(rd *r, uint32_t *n)
+{
+	proto_mark *mk =
+	    get_array(r, n, PROTO_MAX_MARKS, MARK_WIRE, sizeof *mk);
+	for (uint32_t i = 0; mk && i < *n; i++) {
+		mk[i].start = get_u64(r);
+		mk[i].len = get_u64(r);
+		mk[i].kind = get_u32(r);
+		if (!r->err && (mk[i].kind < PROTO_MARK_GEN ||
+				mk[i].kind > PROTO_MARK_HIDDEN ||
+				mk[i].len > UINT64_MAX - mk[i].start))
+			rd_fail(r, MOOR_EFORMAT);
+	}
+	return mk;
+}
+
 static void enc_commit(moor_buf *b, const proto_msg *m)
 {
 	const proto_commit *c = &m->u.commit;
 	put_u32(b, c->n_filled);
 	put_i32s(b, c->n_ids, PROTO_MAX_IDS, c->ids);
+	put_marks(b, c->n_marks, c->marks);
 }
 
 static void dec_commit(rd *r, proto_msg *m)
@@ -573,11 +602,13 @@ static void dec_commit(rd *r, proto_msg *m)
 	proto_commit *c = &m->u.commit;
 	c->n_filled = get_u32(r);
 	c->ids = get_i32s(r, &c->n_ids, PROTO_MAX_IDS);
+	c->marks = get_marks(r, &c->n_marks);
 }
 
 static void fini_commit(proto_msg *m)
 {
 	free(m->u.commit.ids);
+	free(m->u.commit.marks);
 }
 
 static void enc_abort(moor_buf *b, const proto_msg *m)
@@ -605,6 +636,12 @@ static void enc_generate(moor_buf *b, const proto_msg *m)
 	put_u32(b, g->flags);
 	put_i32s(b, g->n_ids, PROTO_MAX_IDS, g->ids);
 	put_i32s(b, g->n_stop, PROTO_MAX_IDS, g->stop_ids);
+	put_u32(b, g->budget);
+	put_i32(b, g->think_close);
+	put_u32(b, g->n_hidden);
+	put_i32s(b, g->n_close, PROTO_MAX_IDS, g->close_ids);
+	if (g->n_hidden > g->n_close)
+		wr_fail(b, MOOR_ERANGE);
 }
 
 static void dec_generate(rd *r, proto_msg *m)
@@ -620,6 +657,12 @@ static void dec_generate(rd *r, proto_msg *m)
 	g->flags = get_u32(r);
 	g->ids = get_i32s(r, &g->n_ids, PROTO_MAX_IDS);
 	g->stop_ids = get_i32s(r, &g->n_stop, PROTO_MAX_IDS);
+	g->budget = get_u32(r);
+	g->think_close = get_i32(r);
+	g->n_hidden = get_u32(r);
+	g->close_ids = get_i32s(r, &g->n_close, PROTO_MAX_IDS);
+	if (!r->err && g->n_hidden > g->n_close)
+		rd_fail(r, MOOR_EFORMAT);
 }
 
 static void fini_generate(proto_msg *m)
@@ -627,6 +670,7 @@ static void fini_generate(proto_msg *m)
 	free(m->u.gen.session);
 	free(m->u.gen.ids);
 	free(m->u.gen.stop_ids);
+	free(m->u.gen.close_ids);
 }
 
 /* STEP has no PROTO_MAX_* of its own: the payload limit bounds it. */
@@ -821,7 +865,6 @@ static void fini_end_get(proto_msg *m)
 	free(m->u.end_get.ids);
 }
 
-#define MARK_WIRE 20
 
 static void enc_end_ok(moor_buf *b, const proto_msg *m)
 {
@@ -830,12 +873,7 @@ static void enc_end_ok(moor_buf *b, const proto_msg *m)
 	put_u64(b, p->common);
 	put_u64(b, p->end);
 	put_i32s(b, p->n_ids, PROTO_MAX_IDS, p->ids);
-	if (put_count(b, p->n_marks, PROTO_MAX_MARKS, p->marks))
-		for (uint32_t i = 0; i < p->n_marks && !b->err; i++) {
-			put_u64(b, p->marks[i].start);
-			put_u64(b, p->marks[i].len);
-			put_u32(b, p->marks[i].kind);
-		}
+	put_marks(b, p->n_marks, p->marks);
 }
 
 static void dec_end_ok(rd *r, proto_msg *m)
@@ -845,13 +883,7 @@ static void dec_end_ok(rd *r, proto_msg *m)
 	p->common = get_u64(r);
 	p->end = get_u64(r);
 	p->ids = get_i32s(r, &p->n_ids, PROTO_MAX_IDS);
-	p->marks = get_array(r, &p->n_marks, PROTO_MAX_MARKS, MARK_WIRE,
-			     sizeof *p->marks);
-	for (uint32_t i = 0; p->marks && i < p->n_marks; i++) {
-		p->marks[i].start = get_u64(r);
-		p->marks[i].len = get_u64(r);
-		p->marks[i].kind = get_u32(r);
-	}
+	p->marks = get_marks(r, &p->n_marks);
 	if (!r->err && (p->common > p->end ||
 			(p->common < p->end && p->end - p->common != p->n_ids)))
 		rd_fail(r, MOOR_EFORMAT);

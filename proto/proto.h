@@ -27,7 +27,7 @@
 #include "buf.h"
 
 #define PROTO_MAGIC 0x524f4f4du /* "MOOR" little-endian */
-#define PROTO_VERSION 1
+#define PROTO_VERSION 2 /* 2: GENERATE's reasoning budget, COMMIT's marks */
 #define PROTO_HDR_SIZE 24
 /* Largest payload accepted: a 256k-token prompt of ids plus slack. */
 #define PROTO_MAX_PAYLOAD (4u << 20)
@@ -166,10 +166,20 @@ typedef struct proto_plan_ok {
 	proto_slot *slots; /* anchor slots to fill during the prefill */
 } proto_plan_ok;
 
+/* A mark on rows: a generation region or a hidden span (END_OK, COMMIT). */
+#define PROTO_MAX_MARKS 4096
+enum { PROTO_MARK_GEN = 1, PROTO_MARK_HIDDEN = 2 };
+typedef struct proto_mark {
+	uint64_t start, len;
+	uint32_t kind; /* PROTO_MARK_* */
+} proto_mark;
+
 typedef struct proto_commit {
 	uint32_t n_filled; /* slots filled, a prefix of the plan's list */
 	uint32_t n_ids;
 	int32_t *ids;      /* generated tokens the state absorbed */
+	uint32_t n_marks;  /* hidden spans among them: start is an index */
+	proto_mark *marks; /* into ids (PROTO_MARK_HIDDEN) */
 } proto_commit;
 
 typedef struct proto_abort {
@@ -196,11 +206,24 @@ typedef struct proto_generate {
 	int32_t *ids;
 	uint32_t n_stop;
 	int32_t *stop_ids; /* token ids that end the generation */
+	/* The reasoning budget (PROTO_GEN_THINKING: the prompt ends inside
+	 * <think>): after `budget` generated tokens with no think_close the
+	 * engine forwards close_ids instead of sampling; their first
+	 * n_hidden are a hidden span (not streamed, not counted: COMMIT's
+	 * marks), the rest go out as generated tokens. budget 0: none. */
+	uint32_t budget;
+	int32_t think_close;
+	uint32_t n_hidden;
+	uint32_t n_close;
+	int32_t *close_ids;
 } proto_generate;
 
 /* GENERATE flags of engined's own, in the high half (the low half is
  * PROTO_PLAN_*, which engined passes to cached). */
-enum { PROTO_GEN_IGNORE_EOS = 1u << 16 }; /* do not stop at the model's eos */
+enum {
+	PROTO_GEN_IGNORE_EOS = 1u << 16, /* do not stop at the model's eos */
+	PROTO_GEN_THINKING = 1u << 17,   /* the prompt ends inside <think> */
+};
 
 /* One decode step, every sequence it advanced. */
 typedef struct proto_step_entry {
@@ -263,12 +286,6 @@ typedef struct proto_peek_ok {
  * every id up to it already: common >= end). ids are the rows' ids
  * [common, end) (the copy and the rows agree on [0, common)); marks are
  * the generation regions and hidden spans below end. */
-#define PROTO_MAX_MARKS 4096
-enum { PROTO_MARK_GEN = 1, PROTO_MARK_HIDDEN = 2 };
-typedef struct proto_mark {
-	uint64_t start, len;
-	uint32_t kind; /* PROTO_MARK_* */
-} proto_mark;
 
 typedef struct proto_end_get {
 	char *session;

@@ -24,6 +24,7 @@ typedef struct walk {
 	const char *cb;	     /* the copy's bytes from w */
 	size_t ncb;
 	uint8_t *skip; /* [end]: 1 hidden, 2 reasoning (this choice) */
+	uint8_t *soft; /* [end]: 1 where a region's part starts or ends */
 	size_t w;      /* the walk's start */
 	const char *disp; /* the rows' bytes from w as the client got them */
 	const size_t *doff; /* [end - w + 1]: token p's are disp[doff[p-w]..] */
@@ -59,47 +60,73 @@ static int tok_ws(const walk *W, size_t p)
 	return 1;
 }
 
-/* Matches rows [p0, p1) against the copy's bytes from *k; advances *k. */
+/* Matches rows [p0, p1) against the copy's bytes from *k; advances *k.
+ * The rows' side is their bytes with a marker where a skipped span was and
+ * at each soft point (a region's parts, which the templates trim); the
+ * whitespace bytes next to a marker are dropped from the rows' side and a
+ * marker takes any whitespace of the copy's. Every other byte must be
+ * equal. */
 static int match_range(const walk *W, size_t p0, size_t p1, size_t *kp)
 {
-	size_t k = *kp;
-	for (size_t p = p0; p < p1;) {
-		if (W->skip[p] || tok_ws(W, p)) {
-			size_t q = p;
-			int gap = 0;
-			while (q < p1 && (W->skip[q] || tok_ws(W, q))) {
-				gap |= W->skip[q] != 0;
-				q++;
-			}
-			if (gap) {
-				size_t k0 = k;
-				while (k < W->ncb && is_ws_byte(W->cb[k]))
-					k++;
-				/* leave the next token its leading spaces */
-				if (q < p1) {
-					size_t n;
-					const char *b = tb(W, q, &n);
-					size_t lead = 0;
-					while (b && lead < n &&
-					       is_ws_byte(b[lead]))
-						lead++;
-					size_t back = lead < k - k0 ? lead
-								    : k - k0;
-					k -= back;
-				}
-				p = q;
+	size_t tot = 0;
+	for (size_t p = p0; p < p1; p++) {
+		size_t n;
+		tb(W, p, &n);
+		tot += n + 2;
+	}
+	char *rb = malloc(tot + 1);
+	uint8_t *kind = malloc(tot + 1); /* 0 byte, 1 marker, 2 dropped */
+	if (!rb || !kind) {
+		free(rb);
+		free(kind);
+		return -ENOMEM;
+	}
+	size_t m = 0;
+	for (size_t p = p0; p < p1; p++) {
+		if ((W->soft && W->soft[p]) || W->skip[p]) {
+			if (!m || kind[m - 1] != 1)
+				kind[m++] = 1;
+			if (W->skip[p])
 				continue;
-			}
 		}
 		size_t n;
 		const char *b = tb(W, p, &n);
-		if (!b || n > W->ncb - k || memcmp(b, W->cb + k, n))
-			return -1;
-		k += n;
-		p++;
+		for (size_t i = 0; b && i < n; i++) {
+			rb[m] = b[i];
+			kind[m++] = 0;
+		}
 	}
-	*kp = k;
-	return 0;
+	for (size_t i = 0; i < m; i++) {
+		if (kind[i] != 1)
+			continue;
+		for (size_t q = i; q > 0 && kind[q - 1] != 1 &&
+				   is_ws_byte(rb[q - 1]);
+		     q--)
+			kind[q - 1] = 2;
+		for (size_t q = i + 1; q < m && kind[q] != 1 && is_ws_byte(rb[q]);
+		     q++)
+			kind[q] = 2;
+	}
+	size_t k = *kp;
+	int rc = 0;
+	for (size_t i = 0; i < m && !rc; i++) {
+		if (kind[i] == 2)
+			continue;
+		if (kind[i] == 1) {
+			while (k < W->ncb && is_ws_byte(W->cb[k]))
+				k++;
+			continue;
+		}
+		if (k >= W->ncb || W->cb[k] != rb[i])
+			rc = -1;
+		else
+			k++;
+	}
+	free(rb);
+	free(kind);
+	if (!rc)
+		*kp = k;
+	return rc;
 }
 
 /* One step of a lossy UTF-8 decode at s[0, n): the bytes it takes; *ok 0
@@ -317,12 +344,15 @@ int gw_end_align(const gw_align_in *in, gw_align_out *out)
 	char *cb = NULL, *disp = NULL;
 	size_t *doff = NULL;
 	int rc = -ENOMEM;
+	walk W = {0};
 	if (!rows || !skip || !off)
 		goto done;
 	memcpy(rows, in->copy, in->common * sizeof *rows);
 	memcpy(rows + in->common, in->tail,
 	       (end - in->common) * sizeof *rows);
-	walk W = {.in = in, .rows = rows, .skip = skip};
+	W.in = in;
+	W.rows = rows;
+	W.skip = skip;
 	W.think_open = gw_tok_token_id(in->tok, "<think>");
 	W.think_close = gw_tok_token_id(in->tok, "</think>");
 	for (size_t i = 0; i < in->n_marks; i++) {
@@ -333,6 +363,28 @@ int gw_end_align(const gw_align_in *in, gw_align_out *out)
 		     p++)
 			skip[p] = 1;
 	}
+	/* the soft points: where each generation region's reasoning and
+	 * answer start and end (the templates trim them) */
+	uint8_t *soft = calloc(end + 1, 1);
+	if (!soft)
+		goto done;
+	W.soft = soft;
+	for (size_t i = 0; i < in->n_marks; i++) {
+		const gw_align_mark *m = &in->marks[i];
+		if (m->kind != GW_MARK_GEN || m->start + m->len > end || !m->len)
+			continue;
+		size_t s0 = (size_t)m->start, e0 = (size_t)(m->start + m->len);
+		soft[s0] = 1;
+		for (size_t p = s0; p < e0; p++)
+			if (rows[p] == W.think_close) {
+				soft[p] = 1;
+				soft[p + 1] = 1;
+				break;
+			}
+		if (e0 < end)
+			soft[e0] = 1;
+	}
+	soft[end] = 0;
 	/* back over the whitespace both hold: glue may start there */
 	size_t w = in->common;
 	while (w > 0 && !skip[w - 1] && tok_ws(&W, w - 1))
@@ -440,6 +492,7 @@ done:
 	free(cb);
 	free(disp);
 	free(doff);
+	free(W.soft);
 	return rc;
 }
 

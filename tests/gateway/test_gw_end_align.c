@@ -1,6 +1,15 @@
 /* test_gw_end_align: a client that sends back exactly the text it was given
  * resumes at the end anchor on every follow-up (issue 12, point 1).
  *
+ * Built twice: as test_gw_reasoning_budget (BUDGET_MODE) the gateway
+ * serves the Qwen3.8 template (the prompt ends inside <think>) and every
+ * request has a reasoning budget of BUDGET tokens: the server closes the
+ * reasoning with Qwen's phrase (a hidden span: in the rows, never in the
+ * reply) and </think>, so every answer has reasoning, and the follow-ups
+ * come back (a) with the reasoning as reasoning_content (the replay of the
+ * hidden span, with the template's whitespace as glue) and (b) without it
+ * (Open WebUI: the template writes an empty think; the second pass).
+ *
  * Through the stack on the tiny model: conversations of TURNS turns, greedy,
  * each follow-up appending the assistant message as the reply gave it (the
  * whole reply's message, or the streamed deltas added up) and a new user
@@ -28,6 +37,12 @@
 
 #define TURNS 8
 #define MAX_TOKENS 48
+#define BUDGET 6
+#ifdef BUDGET_MODE
+#define NAME "test_gw_reasoning_budget"
+#else
+#define NAME "test_gw_end_align"
+#endif
 
 static const char *const users[TURNS] = {
     "Tell me a story about a lighthouse.",
@@ -81,16 +96,20 @@ static json_t *sse_message(const char *body, json_t **usage)
 
 typedef struct turn_out {
 	long long prompt, cached, reread, completion, read;
-	char source[32], finish[16];
+	char source[32], finish[16], pk_source[32];
 	int fffd;
+	long long pk_cached;
 } turn_out;
 
 /* One turn: posts msgs, appends the assistant message as given. */
 static void do_turn(json_t *msgs, const char *session, int stream,
-		    turn_out *o)
+		    int drop_reasoning, turn_out *o)
 {
 	json_t *b = json_pack("{s:O,s:i,s:i}", "messages", msgs, "max_tokens",
 			      MAX_TOKENS, "temperature", 0);
+#ifdef BUDGET_MODE
+	json_object_set_new(b, "reasoning_budget", json_integer(BUDGET));
+#endif
 	if (stream) {
 		json_object_set_new(b, "stream", json_true());
 		json_object_set_new(b, "stream_options",
@@ -100,6 +119,16 @@ static void do_turn(json_t *msgs, const char *session, int stream,
 	json_decref(b);
 	char hdr[128];
 	snprintf(hdr, sizeof hdr, "x-session-id: %s\r\n", session);
+	/* the peek first: it must count the alignment as the turn will */
+	gt_resp pk = gt_request(gt_.port, "POST", "/v1/cache/peek", body, hdr,
+				30);
+	REQUIRE(pk.status == 200, "peek: %d %s", pk.status, pk.body);
+	json_t *pj = gt_json(&pk);
+	o->pk_cached = gt_int(pj, "cached_tokens");
+	snprintf(o->pk_source, sizeof o->pk_source, "%s",
+		 gt_str(pj, "source") ? gt_str(pj, "source") : "(none)");
+	json_decref(pj);
+	gt_resp_fini(&pk);
 	gt_resp r = gt_request(gt_.port, "POST", "/v1/chat/completions", body,
 			       hdr, 120);
 	free(body);
@@ -124,10 +153,22 @@ static void do_turn(json_t *msgs, const char *session, int stream,
 		json_decref(j);
 	}
 	const char *ct = json_string_value(json_object_get(msg, "content"));
+#ifdef BUDGET_MODE
+	const char *rs =
+	    json_string_value(json_object_get(msg, "reasoning_content"));
+	CHECK(rs && *rs, "%s: no reasoning in the reply", session);
+	CHECK(!(rs && strstr(rs, "Considering the limited time")) &&
+		  !(ct && strstr(ct, "Considering the limited time")),
+	      "%s: the hidden close phrase reached the client", session);
+	CHECK(ct && !strstr(ct, "</think>"), "%s: the close in the content",
+	      session);
+#endif
+	if (drop_reasoning)
+		json_object_del(msg, "reasoning_content");
 	o->fffd = ct && strstr(ct, "\xef\xbf\xbd");
 	o->prompt = gt_int(usage, "prompt_tokens");
 	o->completion = gt_int(usage, "completion_tokens");
-	o->cached = gt_int(usage, "prompt_tokens_details.cached_tokens");
+	o->cached = gt_int(usage, "moor.cached");
 	o->reread = gt_int(usage, "moor.reread");
 	o->read = gt_int(usage, "moor.prompt_read");
 	const char *src = gt_str(usage, "moor.source");
@@ -140,7 +181,8 @@ static void do_turn(json_t *msgs, const char *session, int stream,
 /* A conversation; returns the number of follow-ups not at the end. */
 static int respelled;
 
-static int conversation(const char *session, int stream, long long *prompts)
+static int conversation(const char *session, int stream, int drop,
+			long long *prompts)
 {
 	json_t *msgs = json_array();
 	turn_out prev = {0};
@@ -150,7 +192,7 @@ static int conversation(const char *session, int stream, long long *prompts)
 						      "user", "content",
 						      users[t]));
 		turn_out o;
-		do_turn(msgs, session, stream, &o);
+		do_turn(msgs, session, stream, drop, &o);
 		prompts[t] = o.prompt;
 		respelled += o.read != o.prompt;
 		CHECK(o.read == o.cached + o.reread,
@@ -168,13 +210,24 @@ static int conversation(const char *session, int stream, long long *prompts)
 			 * either count is taken there */
 			long long read = prev.cached + prev.reread;
 			long long e1 = read + prev.completion;
+#ifdef BUDGET_MODE
+			/* the rows also hold the hidden phrase's tokens */
+			int at_end = !strcmp(o.source, "end") &&
+				     o.cached >= e1 - 1 && o.cached <= e1 + 40;
+#else
 			int at_end = !strcmp(o.source, "end") &&
 				     (o.cached == e1 || o.cached == e1 - 1);
+#endif
 			CHECK(at_end,
 			      "%s turn %d resumed at %lld from %s, not at the "
 			      "end anchor (%lld)",
 			      session, t, o.cached, o.source, e1);
 			missed += !at_end;
+			CHECK(!strcmp(o.pk_source, "end") &&
+				  o.pk_cached == o.cached,
+			      "%s turn %d: the peek said %s at %lld, the turn "
+			      "resumed at %lld",
+			      session, t, o.pk_source, o.pk_cached, o.cached);
 			/* what is re-read is the new turn and the template's
 			 * glue, never the previous answer again */
 			CHECK(o.reread > 0 && o.reread < 40,
@@ -189,15 +242,21 @@ static int conversation(const char *session, int stream, long long *prompts)
 
 int main(int argc, char **argv)
 {
-	gt_stack(argc, argv, "gwalign", 400, NULL, NULL, NULL);
+#ifdef BUDGET_MODE
+	static const char *const gw_extra[] = {"--chat-template", "qwen3.8",
+					       NULL};
+#else
+	static const char *const *gw_extra = NULL;
+#endif
+	gt_stack(argc, argv, "gwalign", 400, gw_extra, NULL, NULL);
 	long long p_whole[TURNS], p_stream[TURNS];
-	int m1 = conversation("whole", 0, p_whole);
+	int m1 = conversation("whole", 0, 0, p_whole);
 	/* the first conversation's rows out of the way: a short new one
 	 * beside a long resident is a guest (it keeps no end anchor) */
 	gt_resp r = gt_post(gt_.port, "/v1/cache/clear", "{}");
 	CHECK(r.status == 200, "clear: %d %s", r.status, r.body);
 	gt_resp_fini(&r);
-	int m2 = conversation("streamed", 1, p_stream);
+	int m2 = conversation("streamed", 1, 0, p_stream);
 	printf("follow-ups not at the end anchor: %d whole, %d streamed of "
 	       "%d each\n",
 	       m1, m2, TURNS - 1);
@@ -210,5 +269,40 @@ int main(int argc, char **argv)
 		      p_whole[t], p_stream[t]);
 	printf("%d turns read a respelled prompt\n", respelled);
 	CHECK(respelled > 0, "no turn was respelled: the test shows nothing");
-	return h_done("test_gw_end_align");
+#ifndef BUDGET_MODE
+	/* the peek answers 409 while a turn runs (its rows are being
+	 * written), and 200 again after it */
+	{
+		char *lb = gt_chat_body("Go on for a long time.", 300,
+					"\"ignore_eos\":true");
+		int fd = gt_send(gt_.port, "POST", "/v1/chat/completions", lb,
+				 NULL);
+		REQUIRE(fd >= 0, "long request");
+		struct timespec ts = {0, 400 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+		gt_resp pk = gt_post(gt_.port, "/v1/cache/peek", lb);
+		CHECK(pk.status == 409, "peek during a turn: %d %s", pk.status,
+		      pk.body);
+		gt_resp_fini(&pk);
+		char *raw;
+		size_t n;
+		gt_read_all(fd, &raw, &n, 120);
+		close(fd);
+		free(raw);
+		pk = gt_post(gt_.port, "/v1/cache/peek", lb);
+		CHECK(pk.status == 200, "peek after the turn: %d", pk.status);
+		gt_resp_fini(&pk);
+		free(lb);
+	}
+#endif
+#ifdef BUDGET_MODE
+	/* Open WebUI: every earlier answer's reasoning left out */
+	r = gt_post(gt_.port, "/v1/cache/clear", "{}");
+	gt_resp_fini(&r);
+	long long p_drop[TURNS];
+	int m3 = conversation("dropped", 0, 1, p_drop);
+	printf("reasoning left out: %d follow-ups not at the end anchor\n",
+	       m3);
+#endif
+	return h_done(NAME);
 }
