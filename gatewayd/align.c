@@ -14,6 +14,49 @@
 #include "endalign.h"
 #include "gw.h"
 
+/* A compaction request: the continuation of the record e when the guard
+ * holds (compact.c), else the request as sent. */
+static void compact(gw_job *j, const gw_compact *cp, const proto_end_ok *e)
+{
+	gw_srv *s = j->s;
+	int32_t *rows = malloc((size_t)e->end * sizeof *rows);
+	if (!rows)
+		return;
+	memcpy(rows, j->p.ids, (size_t)e->common * sizeof *rows);
+	memcpy(rows + e->common, e->ids, (size_t)(e->end - e->common) *
+					     sizeof *rows);
+	int32_t *ids;
+	size_t n;
+	const char *why = "";
+	int rv = gw_compact_build(s, cp, rows, (size_t)e->end, &ids, &n, &why);
+	free(rows);
+	if (rv <= 0) {
+		moor_info("compaction of session %s: served as sent (%s)",
+			  j->p.session, rv ? moor_strerror(rv) : why);
+		return;
+	}
+	if (n > s->cfg.window) {
+		free(ids);
+		moor_info("compaction of session %s: served as sent (the "
+			  "continuation is over the window)",
+			  j->p.session);
+		return;
+	}
+	moor_info("compaction of session %s: the continuation of the %s end "
+		  "at %llu, %zu tokens (the client's %zu)",
+		  j->p.session, proto_tier_name(e->tier),
+		  (unsigned long long)e->end, n, j->p.n_ids);
+	free(j->p.ids);
+	j->p.ids = ids;
+	j->p.n_ids = n;
+	j->p.think_open = 0; /* thinking off: the answer is the summary */
+	j->p.reasoning_budget = 0;
+	j->continuation = 1;
+	/* the window's room after the continuation */
+	if (j->p.max_tokens > s->cfg.window - n)
+		j->p.max_tokens = (uint32_t)(s->cfg.window - n);
+}
+
 void gw_align_work(gw_job *j)
 {
 	gw_srv *s = j->s;
@@ -39,6 +82,15 @@ void gw_align_work(gw_job *j)
 	    e->common > j->p.n_ids) {
 		proto_msg_fini(&r);
 		return;
+	}
+	gw_compact cp;
+	if (j->kind == GW_KIND_CHAT || j->kind == GW_KIND_PEEK) {
+		if (gw_compact_detect(j->json, j->p.session, &cp)) {
+			compact(j, &cp, e);
+			gw_compact_fini(&cp);
+			proto_msg_fini(&r);
+			return;
+		}
 	}
 	gw_align_mark *mk =
 	    e->n_marks ? calloc(e->n_marks, sizeof *mk) : NULL;

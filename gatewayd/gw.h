@@ -11,6 +11,7 @@
  *   reply.c    the tokens turned into the OpenAI reply; usage; the end
  *   sse.c      the streamed reply: SSE frames and h2o's send/proceed
  *   align.c    the end alignment of a copy (asks cached, text/endalign.c)
+ *   compact.c  compaction as a continuation of the session's end anchor
  *   peek.c     POST /v1/cache/peek
  *   routes.c   the routes that are not generations (models, health, ...)
  *   metrics.c  the counters, the prefill rate and GET /metrics' text
@@ -202,6 +203,7 @@ typedef struct gw_job {
 	uint64_t n_client; /* the client's prompt tokens (usage) */
 	int align_pass;	   /* the end alignment's pass; 0: the copy as sent */
 	uint64_t injected; /* hidden-span tokens the alignment put back */
+	int continuation;  /* served as a compaction's continuation */
 
 	/* the generation */
 	uint64_t rid;  /* engined request id; 0: not sent */
@@ -352,6 +354,24 @@ void gw_sse_proceed(h2o_generator_t *g, h2o_req_t *req);
 /* align.c: on the thread pool after the body was read, the end alignment
  * of the copy (text/endalign.h); sets n_client, may replace p.ids. */
 void gw_align_work(gw_job *j);
+
+/* compact.c: compaction as a continuation (its header says how a
+ * compaction request is recognised and what the guard checks) */
+typedef struct gw_compact {
+	int is;
+	moor_buf system, instructions; /* the client's system text, the
+					* summary instructions */
+	moor_buf first_user, last_user; /* the guard's lines */
+} gw_compact;
+/* 1 with out filled when body is a compaction request of session. */
+int gw_compact_detect(const json_t *body, const char *session,
+		      gw_compact *out);
+void gw_compact_fini(gw_compact *c);
+/* The continuation of rows[0, end) (the end anchor's record) when the
+ * guard holds: 1 with *ids (malloc'd) and *n; 0 with *why when it does
+ * not; -ENOMEM. */
+int gw_compact_build(gw_srv *s, const gw_compact *cp, const int32_t *rows,
+		     size_t end, int32_t **ids, size_t *n, const char **why);
 
 /* peek.c: POST /v1/cache/peek */
 int gw_on_cache_peek(gw_srv *s, h2o_req_t *req);

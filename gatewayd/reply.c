@@ -109,7 +109,11 @@ json_t *gw_reply_usage(const gw_job *j)
 	json_object_set_new(u, "prompt_tokens_details", det);
 	json_t *m = json_object();
 	json_object_set_new(m, "tier", json_string(gw_tier_word(d->tier)));
-	json_object_set_new(m, "source", json_string(gw_tier_source(d->tier)));
+	json_object_set_new(
+	    m, "source",
+	    json_string(j->continuation && d->tier == PROTO_TIER_END
+			    ? "continuation"
+			    : gw_tier_source(d->tier)));
 	json_object_set_new(m, "cached",
 			    json_integer((json_int_t)d->cached_tokens));
 	uint64_t reread = d->prompt_tokens > d->cached_tokens
