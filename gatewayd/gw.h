@@ -12,6 +12,7 @@
  *   sse.c      the streamed reply: SSE frames and h2o's send/proceed
  *   align.c    the end alignment of a copy (asks cached, text/endalign.c)
  *   compact.c  compaction as a continuation of the session's end anchor
+ *   respcache.c the response cache (--response-cache)
  *   peek.c     POST /v1/cache/peek
  *   routes.c   the routes that are not generations (models, health, ...)
  *   metrics.c  the counters, the prefill rate and GET /metrics' text
@@ -66,6 +67,7 @@
 #include "tokenizer.h"
 
 /* Limits and documented constants. */
+#define GW_RC_ENTRIES 256 /* --response-cache: the answers kept (a ring) */
 /* Qwen's documented early-stop text for a thinking budget (the Qwen3
  * model card's "thinking budget" recipe), the hidden part; the visible
  * part that follows is GW_CLOSE_VISIBLE. */
@@ -101,6 +103,7 @@ typedef struct gw_cfg {
 	uint32_t window; /* engined's --window: caps the default max_tokens */
 	int end_align;	 /* --end-align (align.c) */
 	uint32_t reasoning_budget; /* --reasoning-budget (0: none) */
+	int response_cache;	   /* --response-cache (respcache.c), off */
 	int end_align_reasoning; /* --end-align-reasoning: its second pass */
 } gw_cfg;
 
@@ -204,6 +207,11 @@ typedef struct gw_job {
 	int align_pass;	   /* the end alignment's pass; 0: the copy as sent */
 	uint64_t injected; /* hidden-span tokens the alignment put back */
 	int continuation;  /* served as a compaction's continuation */
+	int from_cache;	   /* answered by the response cache */
+	int32_t *rec;	   /* the generation's tokens, for the response */
+	uint32_t *rec_fin; /* cache (respcache.c) */
+	size_t n_rec, cap_rec;
+	int rec_failed;
 
 	/* the generation */
 	uint64_t rid;  /* engined request id; 0: not sent */
@@ -354,6 +362,14 @@ void gw_sse_proceed(h2o_generator_t *g, h2o_req_t *req);
 /* align.c: on the thread pool after the body was read, the end alignment
  * of the copy (text/endalign.h); sets n_client, may replace p.ids. */
 void gw_align_work(gw_job *j);
+
+/* respcache.c: the response cache (off unless --response-cache on) */
+int gw_rc_greedy(const gw_job *j);
+/* Answers j from memory when an identical greedy request was kept: 1 (the
+ * reply went out), 0 (send it to engined). */
+int gw_rc_replay(gw_job *j);
+void gw_rc_record(gw_job *j, const proto_step_entry *e); /* a STEP token */
+void gw_rc_keep(gw_job *j); /* at the DONE: kept when it ended on its own */
 
 /* compact.c: compaction as a continuation (its header says how a
  * compaction request is recognised and what the guard checks) */

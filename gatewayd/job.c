@@ -65,6 +65,8 @@ void gw_job_unref(gw_job *j)
 		j->next->prev = j->prev;
 	free(j->body);
 	free(j->hdr_session);
+	free(j->rec);
+	free(j->rec_fin);
 	moor_buf_fini(&j->pend);
 	gw_params_fini(&j->p);
 	if (j->ts_init)
@@ -195,6 +197,8 @@ static void submit(gw_job *j)
 {
 	gw_srv *s = j->s;
 	j->rid = ++s->next_rid;
+	if (gw_rc_replay(j))
+		return;
 	j->refs++; /* the engine's (or the wait's) */
 	if (!atomic_load(&s->link.pipe)) {
 		j->waiting = 1;
@@ -344,6 +348,7 @@ static void on_done(gw_job *j, const proto_done *d, const char *msg)
 	if (d->finish != PROTO_FINISH_ERROR) {
 		gw_metrics_done(j->s, d);
 		gw_prefill_sample(j->s, d);
+		gw_rc_keep(j);
 	}
 	gw_reply_finish(j);
 }

@@ -48,6 +48,9 @@ static void usage(FILE *f)
 		"  --end-align-reasoning on|off  its second pass, for copies "
 		"that leave\n"
 		"                           earlier reasoning out (on)\n"
+		"  --response-cache on|off  answer an identical greedy request "
+		"from\n"
+		"                           memory (off)\n"
 		"  --reasoning-budget N     reasoning tokens before the server "
 		"closes the\n"
 		"                           reasoning (0: none; a body's "
@@ -167,6 +170,7 @@ int main(int argc, char **argv)
 		O_ALIGN,
 		O_ALIGN_R,
 		O_BUDGET,
+		O_RCACHE,
 		O_HELP
 	};
 	static const struct option lo[] = {
@@ -183,6 +187,7 @@ int main(int argc, char **argv)
 	    {"end-align", 1, 0, O_ALIGN},
 	    {"end-align-reasoning", 1, 0, O_ALIGN_R},
 	    {"reasoning-budget", 1, 0, O_BUDGET},
+	    {"response-cache", 1, 0, O_RCACHE},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
 	};
@@ -261,6 +266,7 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case O_RCACHE:
 		case O_ALIGN:
 		case O_ALIGN_R: {
 			int v = !strcmp(optarg, "on")	 ? 1
@@ -270,13 +276,15 @@ int main(int argc, char **argv)
 				fprintf(stderr,
 					"gatewayd: --%s %s: expected on or "
 					"off\n",
-					o == O_ALIGN ? "end-align"
-						     : "end-align-reasoning",
+					o == O_ALIGN	 ? "end-align"
+					: o == O_RCACHE ? "response-cache"
+							: "end-align-reasoning",
 					optarg);
 				return 2;
 			}
-			*(o == O_ALIGN ? &s->cfg.end_align
-				       : &s->cfg.end_align_reasoning) = v;
+			*(o == O_ALIGN	   ? &s->cfg.end_align
+			  : o == O_RCACHE ? &s->cfg.response_cache
+					  : &s->cfg.end_align_reasoning) = v;
 			break;
 		}
 		case O_HELP:

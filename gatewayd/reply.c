@@ -42,6 +42,7 @@ void gw_reply_token(gw_job *j, const proto_step_entry *e)
 {
 	if (j->have_done)
 		return;
+	gw_rc_record(j, e);
 	if (!j->n_tokens++) {
 		j->t_first = moor_now();
 		gw_metrics_ttft(j->s, j->t_first - j->t_start);
@@ -108,10 +109,13 @@ json_t *gw_reply_usage(const gw_job *j)
 					  : client)));
 	json_object_set_new(u, "prompt_tokens_details", det);
 	json_t *m = json_object();
-	json_object_set_new(m, "tier", json_string(gw_tier_word(d->tier)));
+	json_object_set_new(m, "tier",
+			    json_string(j->from_cache ? "response_cache"
+						      : gw_tier_word(d->tier)));
 	json_object_set_new(
 	    m, "source",
-	    json_string(j->continuation && d->tier == PROTO_TIER_END
+	    json_string(j->from_cache ? "response_cache"
+			: j->continuation && d->tier == PROTO_TIER_END
 			    ? "continuation"
 			    : gw_tier_source(d->tier)));
 	json_object_set_new(m, "cached",
