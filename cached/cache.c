@@ -371,6 +371,7 @@ static void drop_all(cache *c)
 	park_drop(c);
 	store_clear(c);
 	c->valid = 0;
+	c->n_mk = 0;
 	c->taint = NO_TAINT;
 	free(c->res_session);
 	c->res_session = NULL;
@@ -409,6 +410,7 @@ void cache_free(cache *c)
 	layout_release(c);
 	spill_close(c);
 	free(c->anc);
+	free(c->mk);
 	free(c->st);
 	free(c->lay);
 	arena_cuda_mover_free(c->mv_own); /* before the host arena goes */
@@ -578,6 +580,7 @@ int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 		return rc == -ENOMEM ? rc : MOOR_ENOSPACE;
 	}
 	c->valid = 0;
+	c->n_mk = 0;
 	c->taint = NO_TAINT;
 	rc = secs_zero(c);
 	if (rc) {
@@ -826,6 +829,7 @@ int cache_clear(cache *c, const char *tier)
 			stash_drop(c);
 		if (!c->t.active || c->t.guest) {
 			c->valid = 0;
+			c->n_mk = 0;
 			c->taint = NO_TAINT;
 		}
 	}

@@ -419,7 +419,15 @@ static void on_commit(cd *d, uint32_t pipe, const proto_msg *m)
 	}
 	d->plan_open = 0;
 	const proto_commit *c = &m->u.commit;
-	int rc = cache_commit(d->c, c->n_filled, c->ids, c->n_ids);
+	cache_mark hid[64];
+	uint32_t nh = 0;
+	for (uint32_t i = 0; i < c->n_marks && nh < 64; i++)
+		if (c->marks[i].kind == PROTO_MARK_HIDDEN)
+			hid[nh++] = (cache_mark){c->marks[i].start,
+						 c->marks[i].len,
+						 CACHE_MARK_HIDDEN};
+	int rc = cache_commit_marks(d->c, c->n_filled, c->ids, c->n_ids,
+				    hid, nh);
 	if (rc) {
 		reply_err(d, SOCK_ENG, m->h.req, rc, "COMMIT: %s",
 			  moor_strerror(rc));
@@ -533,6 +541,35 @@ static void on_clear(cd *d, const proto_msg *m)
 	}
 	moor_info("cleared %s", t);
 	reply_ok(d, SOCK_ADMIN, m->h.req);
+}
+
+/* END_GET: the end anchor's record for gatewayd's end alignment (cache.h
+ * cache_end_get); the reply borrows the cache's arrays until it is sent. */
+static void on_end_get(cd *d, const proto_msg *m)
+{
+	const proto_end_get *p = &m->u.end_get;
+	cache_end_out o;
+	cache_end_get(d->c, p->ids, p->n_ids, &o);
+	proto_msg r = {0};
+	r.h.type = PROTO_END_OK;
+	r.h.req = m->h.req;
+	proto_end_ok *e = &r.u.end_ok;
+	proto_mark *mk = NULL;
+	if (o.tier != CACHE_TIER_NONE) {
+		e->tier = (uint32_t)o.tier;
+		e->common = o.common;
+		e->end = o.end;
+		e->n_ids = (uint32_t)(o.end - o.common);
+		e->ids = (int32_t *)o.rows + o.common;
+		mk = o.n_marks ? calloc(o.n_marks, sizeof *mk) : NULL;
+		for (uint32_t i = 0; mk && i < o.n_marks; i++)
+			mk[i] = (proto_mark){o.marks[i].start, o.marks[i].len,
+					     o.marks[i].kind};
+		e->n_marks = mk ? o.n_marks : 0;
+		e->marks = mk;
+	}
+	send_msg(d, SOCK_ADMIN, &r);
+	free(mk);
 }
 
 static void on_peek(cd *d, const proto_msg *m)
@@ -678,10 +715,13 @@ static void handle(cd *d, int w, nng_msg *nm)
 		case PROTO_PEEK:
 			on_peek(d, &m);
 			break;
+		case PROTO_END_GET:
+			on_end_get(d, &m);
+			break;
 		default:
 			reply_err(d, w, m.h.req, MOOR_EUNSUP,
 				  "%s (type %u) is not served on admin.sock "
-				  "(STATS, CLEAR, PEEK)",
+				  "(STATS, CLEAR, PEEK, END_GET)",
 				  proto_type_name(t), t);
 		}
 	}
