@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,7 @@
 
 #include "moor.h"
 #include "net.h"
+#include "outbox.h"
 #include "proto.h"
 
 #ifndef MOOR_VERSION
@@ -273,9 +275,10 @@ typedef struct srv {
 	uint64_t dev_size, host_size;
 	eng_seq seq;
 
-	/* clients (PAIR1 poly) */
+	/* clients (PAIR1 poly); every send to them goes through `out` */
 	nng_socket cs;
 	int cs_open;
+	eng_outbox *out;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	job **queue; /* FIFO of queue_max */
@@ -291,7 +294,6 @@ typedef struct srv {
 	eng_slot *slots;	/* [PROTO_MAX_SLOTS] */
 	proto_step_entry *pend; /* [window + 1] steps not sent yet */
 	uint32_t n_pend;
-	double last_step;	    /* when the last STEP left */
 	char done_msg[MOOR_ERRLEN]; /* the running request's DONE text */
 } srv;
 
@@ -597,7 +599,26 @@ static void send_done(srv *s, nng_pipe p, uint64_t req, uint32_t finish,
 	d.u.done.finish = finish;
 	d.u.done.code = code;
 	d.u.done.msg = (char *)(msg ? msg : "");
-	proto_send(s->cs, &d, p);
+	eng_out_send(s->out, p, &d);
+}
+
+/* PROTO_ERROR{code, text} with request id req, to pipe p. */
+static void send_error(srv *s, nng_pipe p, uint64_t req, int code,
+		       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void send_error(srv *s, nng_pipe p, uint64_t req, int code,
+		       const char *fmt, ...)
+{
+	char text[MOOR_ERRLEN];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	proto_msg m = {0};
+	m.h.type = PROTO_ERROR;
+	m.h.req = req;
+	m.u.error.code = code;
+	m.u.error.msg = text;
+	eng_out_send(s->out, p, &m);
 }
 
 static void job_free(job *j)
@@ -722,8 +743,13 @@ static void on_cancel(srv *s, nng_pipe p, const proto_msg *m)
 static void client_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
 	srv *s = arg;
+	if (ev == NNG_PIPE_EV_ADD_POST) {
+		eng_out_pipe_add(s->out, p);
+		return;
+	}
 	if (ev != NNG_PIPE_EV_REM_POST)
 		return;
+	eng_out_pipe_rem(s->out, p);
 	job *drop[64];
 	int nd = 0;
 	pthread_mutex_lock(&s->mu);
@@ -761,22 +787,25 @@ static void *receiver_main(void *arg)
 			continue;
 		}
 		if (rc == MOOR_EVERSION) {
-			proto_send_error(s->cs, p, m.h.req, MOOR_EVERSION,
+			send_error(s, p, m.h.req, MOOR_EVERSION,
 					 "protocol version %u; engined speaks "
 					 "version %u",
 					 m.h.version, PROTO_VERSION);
 		} else if (rc) {
-			proto_send_error(
-			    s->cs, p, m.h.req, rc, "malformed %s message: %s",
+			send_error(
+			    s, p, m.h.req, rc, "malformed %s message: %s",
 			    proto_type_name(m.h.type), moor_strerror(rc));
 		} else if (m.h.type == PROTO_GENERATE) {
 			on_generate(s, p, &m);
 		} else if (m.h.type == PROTO_CANCEL) {
 			on_cancel(s, p, &m);
+		} else if (m.h.type == PROTO_CREDIT) {
+			eng_out_credit(s->out, p, m.u.credit.n);
 		} else {
-			proto_send_error(s->cs, p, m.h.req, MOOR_EUNSUP,
+			send_error(s, p, m.h.req, MOOR_EUNSUP,
 					 "%s (type %u) is not served on "
-					 "engined.sock (GENERATE, CANCEL)",
+					 "engined.sock (GENERATE, CANCEL, "
+					 "CREDIT)",
 					 proto_type_name(m.h.type), m.h.type);
 		}
 		proto_msg_fini(&m);
@@ -801,10 +830,13 @@ static int clients_open(srv *s)
 	if (rv)
 		return proto_nng_err(rv);
 	s->cs_open = 1;
+	if ((rv = eng_out_new(s->cs, &s->out)))
+		return rv;
 	/* A client that stops reading must not stall the engine forever. */
 	nng_socket_set_ms(s->cs, NNG_OPT_SENDTIMEO, 2000);
 	nng_socket_set_size(s->cs, NNG_OPT_RECVMAXSZ,
 			    2 * (PROTO_HDR_SIZE + (size_t)PROTO_MAX_PAYLOAD));
+	nng_pipe_notify(s->cs, NNG_PIPE_EV_ADD_POST, client_pipe_cb, s);
 	nng_pipe_notify(s->cs, NNG_PIPE_EV_REM_POST, client_pipe_cb, s);
 	rv = nng_listen(s->cs, s->eng_url, NULL, 0);
 	if (rv) {
@@ -883,34 +915,26 @@ static int plan_check(srv *s, const proto_plan_ok *p, uint64_t n, char *msg)
 	return 0;
 }
 
-/* PAIR1 poly delivers best effort: NNG keeps two messages per pipe behind
- * the one being written and drops what comes on top, silently. So a STEP
- * leaves at most every STEP_GAP_S: decode steps closer together (a small
- * model on an idle CPU) share one STEP, entries in order, and a real
- * model's steps, tens of ms apart, go one a message. The last flush waits
- * out the gap, so the final STEP and the DONE behind it find the pipe's
- * queue drained. */
-#define STEP_GAP_S 0.001
+/* A STEP leaves when the client's pipe can take it (outbox.h: credit
+ * left, nothing waiting); until then decode steps pile up in pend and
+ * leave together, entries in order, so a client that reads slowly gets
+ * fewer, larger STEPs and the engine never waits for it. STEP_MAX entries
+ * (16 bytes each on the wire) keep one STEP well under PROTO_MAX_PAYLOAD. */
+#define STEP_MAX 65536
 
 static void steps_flush(srv *s, const job *j, int last)
 {
 	if (s->n_pend == 0)
 		return;
-	double wait = s->last_step + STEP_GAP_S - moor_now();
-	if (!last && wait > 0)
-		return; /* too soon: keep them for the next flush */
-	if (wait > 0) {
-		struct timespec ts = {0, (long)(wait * 1e9)};
-		nanosleep(&ts, NULL);
-	}
+	if (!last && s->n_pend < STEP_MAX && !eng_out_ready(s->out, j->pipe))
+		return; /* keep them for the next flush */
 	proto_msg st = {0};
 	st.h.type = PROTO_STEP;
 	st.h.req = j->m.h.req;
 	st.u.step.n = s->n_pend;
 	st.u.step.e = s->pend;
-	if (proto_send(s->cs, &st, j->pipe))
+	if (eng_out_send(s->out, j->pipe, &st))
 		atomic_store(&s->cancel, 2); /* nobody reads it */
-	s->last_step = moor_now();
 	s->n_pend = 0;
 }
 
@@ -1144,7 +1168,7 @@ static void worker_loop(srv *s)
 		pthread_mutex_lock(&s->mu);
 		s->cur = NULL;
 		pthread_mutex_unlock(&s->mu);
-		proto_send(s->cs, &d, j->pipe);
+		eng_out_send(s->out, j->pipe, &d);
 		job_free(j);
 	}
 }
@@ -1276,8 +1300,11 @@ int eng_serve(const eng_serve_cfg *cfg)
 		job_free(j);
 	}
 	pthread_mutex_unlock(&s->mu);
-	/* NNG drops what a closing socket has not written yet: give the last
-	 * DONE a moment to leave */
+	/* what waits for credit leaves first (a client that reads gets it in
+	 * milliseconds); then NNG, which drops what a closing socket has not
+	 * written yet, gets a moment for the last messages */
+	if (!eng_out_drain(s->out, 2000))
+		moor_warn("a client did not take its last messages in 2 s");
 	struct timespec grace = {0, 100 * 1000 * 1000};
 	nanosleep(&grace, NULL);
 	rc = 0;
@@ -1288,6 +1315,7 @@ out:
 	}
 	if (rcv_started)
 		pthread_join(rcv_th, NULL);
+	eng_out_free(s->out);
 	pthread_mutex_lock(&s->mu);
 	while (s->qn > 0)
 		job_free(s->queue[--s->qn]);

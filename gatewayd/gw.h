@@ -88,6 +88,9 @@ typedef struct gw_cfg {
 	const char *chat_template;
 	char served[256];
 	double engine_wait_s;
+	/* a job sent to engined that has not ended by then is cancelled and
+	 * answered 504: the backstop that no request waits forever */
+	double request_timeout_s;
 	uint32_t default_max_tokens;
 	uint32_t window; /* engined's --window: caps the default max_tokens */
 } gw_cfg;

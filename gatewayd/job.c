@@ -392,6 +392,24 @@ void gw_jobs_tick(gw_srv *s)
 				  (unsigned long long)j->rid);
 			gw_job_cancel(j);
 		}
+		/* the deadline of a job sent: whatever engined does, the
+		 * client gets an answer */
+		if (j->sent && !j->have_done &&
+		    now - j->t_start > s->cfg.request_timeout_s) {
+			moor_warn("req %llu: not ended after %g s "
+				  "(--request-timeout-s): cancelling",
+				  (unsigned long long)j->rid,
+				  s->cfg.request_timeout_s);
+			gw_job_cancel(j);
+			j->done = 1;
+			char m[160];
+			snprintf(m, sizeof m,
+				 "the request did not end within %g s "
+				 "(--request-timeout-s)",
+				 s->cfg.request_timeout_s);
+			fail_engine(j, -ETIME, m);
+			continue;
+		}
 		if (!j->waiting)
 			continue;
 		if (s->stopping) {

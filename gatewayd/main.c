@@ -39,6 +39,11 @@ static void usage(FILE *f)
 		"basename)\n"
 		"  --engine-wait-s S        how long a request waits for "
 		"engined (10)\n"
+		"  --request-timeout-s S    a request sent to engined that has "
+		"not\n"
+		"                           ended by then is cancelled and "
+		"answered\n"
+		"                           504 (600)\n"
 		"  --default-max-tokens N   chat max_tokens when unset (1024)\n"
 		"  --window N               engined's window: caps the default "
 		"(32768)\n"
@@ -135,6 +140,7 @@ int main(int argc, char **argv)
 
 	const char *listen = "127.0.0.1:8000", *served = NULL;
 	s->cfg.engine_wait_s = 10;
+	s->cfg.request_timeout_s = 600;
 	s->cfg.default_max_tokens = 1024;
 	s->cfg.window = 32768;
 	s->cfg.admin_token = getenv("MOOR_ADMIN_TOKEN");
@@ -148,6 +154,7 @@ int main(int argc, char **argv)
 		O_TMPL,
 		O_SERVED,
 		O_WAIT,
+		O_REQ_TIMEOUT,
 		O_MAXTOK,
 		O_WINDOW,
 		O_LOG,
@@ -161,6 +168,7 @@ int main(int argc, char **argv)
 	    {"chat-template", 1, 0, O_TMPL},
 	    {"served-model-name", 1, 0, O_SERVED},
 	    {"engine-wait-s", 1, 0, O_WAIT},
+	    {"request-timeout-s", 1, 0, O_REQ_TIMEOUT},
 	    {"default-max-tokens", 1, 0, O_MAXTOK},
 	    {"window", 1, 0, O_WINDOW},
 	    {"log-level", 1, 0, O_LOG},
@@ -197,6 +205,16 @@ int main(int argc, char **argv)
 				    "gatewayd: --engine-wait-s %s: expected "
 				    "seconds >= 0\n",
 				    optarg);
+				return 2;
+			}
+			break;
+		case O_REQ_TIMEOUT:
+			if (parse_double(optarg, &s->cfg.request_timeout_s) ||
+			    s->cfg.request_timeout_s <= 0) {
+				fprintf(stderr,
+					"gatewayd: --request-timeout-s %s: "
+					"expected seconds > 0\n",
+					optarg);
 				return 2;
 			}
 			break;

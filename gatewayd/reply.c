@@ -131,6 +131,8 @@ static void error_of(int code, int *status, const char **type, int *retry)
 	if (code == MOOR_ERANGE) {
 		*status = 400;
 		*type = "invalid_request_error";
+	} else if (code == -ETIME) { /* the job's deadline (gw_jobs_tick) */
+		*status = 504;
 	} else if (code == -EBUSY || code == -ESHUTDOWN ||
 		   code == MOOR_ENOSPACE || code == -EPIPE ||
 		   code == -ETIMEDOUT) {
