@@ -220,6 +220,7 @@ void gw_reply_finish(gw_job *j)
 		if (j->rs)
 			gw_rs_finish(j->rs, gw_sse_event, j);
 	}
+	gw_admit_leave(j); /* the next waiting request's turn */
 	if (!j->req) {
 		gw_job_unref(j); /* the engine's */
 		return;

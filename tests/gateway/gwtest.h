@@ -406,10 +406,12 @@ typedef struct gt_one {
 
 /* Sends n copies of one POST at once, each on its own connection, from one
  * thread (poll), and reads every answer until its peer closes or
- * deadline_s passes. out[i] says what request i got. Returns how many got
- * no answer. */
-static inline int gt_many(int port, const char *path, const char *body, int n,
-			  double deadline_s, gt_one *out)
+ * deadline_s passes. hdrs: request i's extra header lines (NULL: none, or
+ * hdrs[i] NULL). out[i] says what request i got. Returns how many got no
+ * answer. */
+static inline int gt_many_h(int port, const char *path, const char *body,
+			    int n, const char *const *hdrs, double deadline_s,
+			    gt_one *out)
 {
 	int *fd = calloc((size_t)n, sizeof *fd);
 	char **buf = calloc((size_t)n, sizeof *buf);
@@ -421,7 +423,7 @@ static inline int gt_many(int port, const char *path, const char *body, int n,
 	for (int i = 0; i < n; i++) {
 		memset(&out[i], 0, sizeof out[i]);
 		out[i].retry_after = -1;
-		fd[i] = gt_send(port, "POST", path, body, NULL);
+		fd[i] = gt_send(port, "POST", path, body, hdrs ? hdrs[i] : NULL);
 		if (fd[i] >= 0)
 			open_n++;
 		cap[i] = 4096;
@@ -490,6 +492,12 @@ static inline int gt_many(int port, const char *path, const char *body, int n,
 	free(cap);
 	free(p);
 	return hung;
+}
+
+static inline int gt_many(int port, const char *path, const char *body, int n,
+			  double deadline_s, gt_one *out)
+{
+	return gt_many_h(port, path, body, n, NULL, deadline_s, out);
 }
 
 #endif

@@ -16,18 +16,22 @@
 
 #define N 300
 #define ROUNDS 3
+#define N_QUEUED 200
 
 int main(int argc, char **argv)
 {
 	/* 2 ms a decode step: a long generation outlives a short deadline */
 	gt_stack(argc, argv, "gwall", 240, NULL, "--test-step-delay-ms", "2");
+	static const char *const all_in[] = {"--inflight", "1000", NULL};
+	int port1;
+	pid_t gw1 = gt_gatewayd(&port1, all_in);
 	char *body = gt_chat_body("Hello", 4, NULL);
 	static gt_one r[ROUNDS * N];
 	int hung = 0;
 	for (int k = 0; k < ROUNDS; k++)
-		hung += gt_many(gt_.port, "/v1/chat/completions", body, N, 120,
+		hung += gt_many(port1, "/v1/chat/completions", body, N, 120,
 				r + k * N);
-	free(body);
+	h_kill9(gw1);
 	int ok = 0, busy = 0, other = 0;
 	double worst = 0;
 	for (int i = 0; i < ROUNDS * N; i++) {
@@ -52,6 +56,27 @@ int main(int argc, char **argv)
 	CHECK(hung == 0, "%d of %d requests got no answer in 120 s", hung,
 	      ROUNDS * N);
 	CHECK(ok > 0, "none answered 200");
+
+	/* the default gateway queues what engined cannot take yet */
+	static gt_one q[N_QUEUED];
+	hung = gt_many(gt_.port, "/v1/chat/completions", body, N_QUEUED, 120,
+		       q);
+	ok = 0;
+	worst = 0;
+	for (int i = 0; i < N_QUEUED; i++) {
+		ok += q[i].status == 200;
+		if (q[i].secs > worst)
+			worst = q[i].secs;
+		if (q[i].status != 200)
+			CHECK(0, "queued request %d: %d %s", i, q[i].status,
+			      q[i].err);
+	}
+	printf("through the admission queue: %d of %d answered 200, %d hung; "
+	       "the last after %.2f s\n",
+	       ok, N_QUEUED, hung, worst);
+	CHECK(hung == 0 && ok == N_QUEUED, "%d of %d answered 200", ok,
+	      N_QUEUED);
+	free(body);
 	/* the stack still serves */
 	body = gt_chat_body("Hello again", 4, NULL);
 	gt_resp a = gt_post(gt_.port, "/v1/chat/completions", body);
