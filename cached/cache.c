@@ -37,6 +37,7 @@ void cache_cfg_defaults(cache_cfg *c)
 	c->store_boundaries = 1;
 	c->store_sessions = 1;
 	c->unified = 1;
+	c->dev_cuda = -1;
 	c->spill_bytes = 64 * GiB;
 	c->spill_hours = 48;
 	c->spill_codec = 1;
@@ -335,13 +336,19 @@ int cache_new(const cache_cfg *cfg, cache **out, char *err)
 	}
 	char name[ARENA_NAME_MAX];
 	snprintf(name, sizeof name, "/%s.dev", c->cfg.arena_prefix);
-	int rc = arena_create(name, round_up(cfg->device_bytes, ARENA_ALIGN),
-			      &c->dev, err);
+	uint64_t dsz = round_up(cfg->device_bytes, ARENA_ALIGN);
+	int rc = cfg->dev_cuda >= 0
+		     ? arena_cuda_create(name, dsz, cfg->dev_cuda, &c->dev, err)
+		     : arena_create(name, dsz, &c->dev, err);
 	if (!rc) {
 		snprintf(name, sizeof name, "/%s.host", c->cfg.arena_prefix);
 		rc = arena_create(name, round_up(cfg->host_bytes, ARENA_ALIGN),
 				  &c->host, err);
 	}
+	if (!rc && cfg->dev_cuda >= 0 &&
+	    (rc = arena_cuda_mover_new(cfg->dev_cuda, c->host, &c->mv_own,
+				       err)) == 0)
+		c->mv = c->mv_own;
 	c->spill.dfd = -1;
 	if (!rc)
 		rc = spill_open(c, err);
@@ -366,6 +373,7 @@ static void drop_all(cache *c)
 	park_drop(c);
 	store_clear(c);
 	c->valid = 0;
+	c->n_mk = 0;
 	c->taint = NO_TAINT;
 	free(c->res_session);
 	c->res_session = NULL;
@@ -404,11 +412,18 @@ void cache_free(cache *c)
 	layout_release(c);
 	spill_close(c);
 	free(c->anc);
+	free(c->mk);
 	free(c->st);
 	free(c->lay);
+	arena_cuda_mover_free(c->mv_own); /* before the host arena goes */
 	arena_close(c->dev);
 	arena_close(c->host);
 	free(c);
+}
+
+int cache_sync(cache *c)
+{
+	return c->mv->sync ? c->mv->sync(c->mv->ctx) : 0;
 }
 
 void cache_arena_info_get(const cache *c, cache_arena_info *out)
@@ -419,6 +434,10 @@ void cache_arena_info_get(const cache *c, cache_arena_info *out)
 		 arena_name(c->host));
 	out->dev_size = arena_size(c->dev);
 	out->host_size = arena_size(c->host);
+	out->dev_device = -1;
+	if (c->cfg.dev_cuda >= 0 &&
+	    arena_cuda_handle(c->dev, out->dev_handle, &out->dev_device) == 0)
+		out->dev_cuda = 1;
 }
 
 void *cache_dev_base(cache *c)
@@ -563,6 +582,7 @@ int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 		return rc == -ENOMEM ? rc : MOOR_ENOSPACE;
 	}
 	c->valid = 0;
+	c->n_mk = 0;
 	c->taint = NO_TAINT;
 	rc = secs_zero(c);
 	if (rc) {
@@ -814,6 +834,7 @@ int cache_clear(cache *c, const char *tier)
 			stash_drop(c);
 		if (!c->t.active || c->t.guest) {
 			c->valid = 0;
+			c->n_mk = 0;
 			c->taint = NO_TAINT;
 		}
 	}

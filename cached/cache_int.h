@@ -72,6 +72,8 @@ typedef struct span {
 	uint64_t taint;
 	char *session;
 	uint64_t bytes; /* blocks and anchors */
+	cache_mark *mk; /* the rows' marks (with the end anchor) */
+	uint32_t n_mk;
 } span;
 
 enum { ENTRY_PREFIX = 0, ENTRY_SESSION = 1 };
@@ -103,6 +105,9 @@ typedef struct turn {
 	char *session;
 	uint32_t max_tokens;
 	uint64_t start, taint, cut;
+	uint64_t mk_keep; /* the resident marks below it stay at commit */
+	cache_mark hid[64]; /* the commit's hidden spans (start: into gen) */
+	uint32_t n_hid;
 	int tier;
 	uint32_t n_slots;
 	tslot slot[CACHE_MAX_SLOTS];
@@ -136,6 +141,7 @@ struct cache {
 	cache_cfg cfg;
 	arena *dev, *host;
 	const arena_mover *mv;
+	arena_mover *mv_own; /* the CUDA mover, freed at cache_free */
 
 	int have_layout;
 	cache_layout *lay;
@@ -148,6 +154,8 @@ struct cache {
 	uint64_t valid;
 	uint64_t taint;
 	char *res_session;
+	cache_mark *mk; /* marks on rows [0, valid), ascending starts */
+	uint32_t n_mk, cap_mk;
 	anchor *anc; /* ascending lines */
 	uint32_t n_anc, cap_anc;
 	int protect_anchors; /* a pin or park is copying them */
@@ -273,6 +281,11 @@ uint64_t anchor_top(cache *c); /* the largest line, 0 if none */
 void resident_cut(cache *c, uint64_t line);
 void end_drop(cache *c);
 void end_release(cache *c);
+/* Marks: those ending above line go; one appended (ascending). */
+void marks_cut(cache *c, uint64_t line);
+int marks_add(cache *c, uint64_t start, uint64_t len, uint32_t kind);
+/* A copy of the resident marks below line (malloc'd; NULL when none). */
+cache_mark *marks_copy(const cache *c, uint64_t line, uint32_t *n);
 int end_keep(cache *c, uint64_t len, uint64_t taint);
 
 /* ---- stash.c ---- */

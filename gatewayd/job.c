@@ -4,6 +4,7 @@
  * (params.h), sent to engined (or held while engined is down, for
  * --engine-wait-s), its STEP and DONE messages dispatched by request id to
  * reply.c, cancelled when the client goes away, refused on shutdown. */
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,7 @@ void gw_job_unref(gw_job *j)
 	if (--j->refs)
 		return;
 	gw_srv *s = j->s;
+	gw_admit_leave(j);
 	if (j->prev)
 		j->prev->next = j->next;
 	else
@@ -65,6 +67,8 @@ void gw_job_unref(gw_job *j)
 		j->next->prev = j->prev;
 	free(j->body);
 	free(j->hdr_session);
+	free(j->rec);
+	free(j->rec_fin);
 	moor_buf_fini(&j->pend);
 	gw_params_fini(&j->p);
 	if (j->ts_init)
@@ -126,6 +130,7 @@ static void prepare_work(uv_work_t *w)
 	    .family = s->family,
 	    .window = s->cfg.window,
 	    .default_max_tokens = s->cfg.default_max_tokens,
+	    .reasoning_budget = s->cfg.reasoning_budget,
 	};
 	/* no seed in the body: a different one per request */
 	uint64_t seed = (uint64_t)j->created * 0x9e3779b97f4a7c15ull ^ j->rid ^
@@ -133,6 +138,7 @@ static void prepare_work(uv_work_t *w)
 	if (gw_params_read(&env, j->kind, j->json, j->hdr_session, seed, &j->p,
 			   &j->fail))
 		return;
+	gw_align_work(j);
 	if (j->kind == GW_KIND_PEEK)
 		gw_peek_work(j);
 }
@@ -160,6 +166,14 @@ static int send_generate(gw_job *j)
 		g->n_stop = (uint32_t)s->n_stop_ids;
 		g->stop_ids = s->stop_ids;
 	}
+	if (j->p.reasoning_budget && j->p.think_open && s->n_close) {
+		g->flags |= PROTO_GEN_THINKING;
+		g->budget = j->p.reasoning_budget;
+		g->think_close = s->think_close;
+		g->n_hidden = s->n_close_hidden;
+		g->n_close = s->n_close;
+		g->close_ids = s->close_ids;
+	}
 	j->pipe = atomic_load(&s->link.pipe);
 	int rv = gw_link_send(s, &m);
 	if (rv)
@@ -185,6 +199,8 @@ static void submit(gw_job *j)
 {
 	gw_srv *s = j->s;
 	j->rid = ++s->next_rid;
+	if (gw_rc_replay(j))
+		return;
 	j->refs++; /* the engine's (or the wait's) */
 	if (!atomic_load(&s->link.pipe)) {
 		j->waiting = 1;
@@ -210,12 +226,14 @@ static void prepare_after(uv_work_t *w, int status)
 			gw_send_error(j->req, 503, "server_error", NULL, NULL,
 				      1, "the gateway is shutting down");
 		}
+		gw_admit_leave(j);
 		gw_job_unref(j);
 		return;
 	}
 	if (j->fail.status) {
 		gw_metrics_count(s, j->route, j->fail.status);
 		gw_send_fail(j->req, &j->fail);
+		gw_admit_leave(j);
 		gw_job_unref(j);
 		return;
 	}
@@ -245,12 +263,44 @@ static void prepare_after(uv_work_t *w, int status)
 		gw_metrics_count(s, j->route, 500);
 		gw_send_error(j->req, 500, "server_error", NULL, NULL, 0,
 			      "out of memory");
+		gw_admit_leave(j);
 		gw_job_unref(j);
 		return;
 	}
 	j->ts_init = 1;
 	submit(j);
 	gw_job_unref(j); /* the work's */
+}
+
+/* The body copied off the h2o pool (only now: a waiting request holds
+ * none of its own) and read on the thread pool. 0 or -ENOMEM. */
+static int start_work(gw_job *j)
+{
+	h2o_req_t *req = j->req;
+	j->body_len = req->entity.len;
+	j->body = malloc(j->body_len + 1);
+	if (!j->body)
+		return -ENOMEM;
+	if (j->body_len)
+		memcpy(j->body, req->entity.base, j->body_len);
+	j->body[j->body_len] = 0;
+	j->work.data = j;
+	j->refs++;
+	if (uv_queue_work(j->s->loop, &j->work, prepare_work, prepare_after)) {
+		j->refs--;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void gw_job_admitted(gw_job *j)
+{
+	if (start_work(j)) {
+		gw_metrics_count(j->s, j->route, 500);
+		gw_send_error(j->req, 500, "server_error", NULL, NULL, 0,
+			      "out of memory");
+		gw_admit_leave(j);
+	}
 }
 
 int gw_job_start(gw_srv *s, h2o_req_t *req, int kind, int route)
@@ -271,13 +321,6 @@ int gw_job_start(gw_srv *s, h2o_req_t *req, int kind, int route)
 		 (unsigned long long)(nid * 0x9e3779b97f4a7c15ull ^
 				      (uint64_t)s->started_unix),
 		 (unsigned long long)(nid & 0xffffffffu));
-	j->body_len = req->entity.len;
-	j->body = malloc(j->body_len + 1);
-	if (!j->body)
-		goto oom_job;
-	if (j->body_len)
-		memcpy(j->body, req->entity.base, j->body_len);
-	j->body[j->body_len] = 0;
 	const h2o_iovec_t *h = gw_header(req, "x-session-id");
 	if (h) {
 		j->hdr_session = malloc(h->len + 1);
@@ -286,15 +329,19 @@ int gw_job_start(gw_srv *s, h2o_req_t *req, int kind, int route)
 		memcpy(j->hdr_session, h->base, h->len);
 		j->hdr_session[h->len] = 0;
 	}
-	j->work.data = j;
-	j->refs++;
-	if (kind == GW_KIND_PEEK)
+	if (kind == GW_KIND_PEEK) {
 		j->rid = ++s->next_rid; /* the PEEK's request id */
-	int rv = uv_queue_work(s->loop, &j->work, prepare_work, prepare_after);
-	if (rv) {
-		j->refs--;
-		goto oom_job;
+	} else {
+		int a = gw_admit_enter(j);
+		if (a < 0) { /* refused, answered */
+			gw_job_detach(j);
+			return 0;
+		}
+		if (a == 0) /* waits; gw_job_admitted runs it */
+			return 0;
 	}
+	if (start_work(j))
+		goto oom_job;
 	return 0;
 oom_job:
 	gw_job_detach(j);
@@ -334,6 +381,7 @@ static void on_done(gw_job *j, const proto_done *d, const char *msg)
 	if (d->finish != PROTO_FINISH_ERROR) {
 		gw_metrics_done(j->s, d);
 		gw_prefill_sample(j->s, d);
+		gw_rc_keep(j);
 	}
 	gw_reply_finish(j);
 }
@@ -380,6 +428,7 @@ void gw_on_engine_pipe(gw_srv *s, int up, uint32_t pipe)
 
 void gw_jobs_tick(gw_srv *s)
 {
+	gw_admit_tick(s);
 	double now = moor_now();
 	for (gw_job *j = s->jobs, *n; j; j = n) {
 		n = j->next;
@@ -391,6 +440,24 @@ void gw_jobs_tick(gw_srv *s)
 				  "cancelling",
 				  (unsigned long long)j->rid);
 			gw_job_cancel(j);
+		}
+		/* the deadline of a job sent: whatever engined does, the
+		 * client gets an answer */
+		if (j->sent && !j->have_done &&
+		    now - j->t_start > s->cfg.request_timeout_s) {
+			moor_warn("req %llu: not ended after %g s "
+				  "(--request-timeout-s): cancelling",
+				  (unsigned long long)j->rid,
+				  s->cfg.request_timeout_s);
+			gw_job_cancel(j);
+			j->done = 1;
+			char m[160];
+			snprintf(m, sizeof m,
+				 "the request did not end within %g s "
+				 "(--request-timeout-s)",
+				 s->cfg.request_timeout_s);
+			fail_engine(j, -ETIME, m);
+			continue;
 		}
 		if (!j->waiting)
 			continue;
@@ -420,6 +487,7 @@ void gw_jobs_tick(gw_srv *s)
 
 void gw_jobs_shutdown(gw_srv *s)
 {
+	gw_admit_shutdown(s);
 	gw_jobs_tick(s); /* the waiting ones are refused */
 	for (gw_job *j = s->jobs; j; j = j->next)
 		if (j->sent && !j->have_done)

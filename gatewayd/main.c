@@ -39,9 +39,37 @@ static void usage(FILE *f)
 		"basename)\n"
 		"  --engine-wait-s S        how long a request waits for "
 		"engined (10)\n"
+		"  --request-timeout-s S    a request sent to engined that has "
+		"not\n"
+		"                           ended by then is cancelled and "
+		"answered\n"
+		"                           504 (600)\n"
+		"  --inflight N             requests read and sent to engined "
+		"at a\n"
+		"                           time; the rest wait their turn (4)\n"
+		"  --queue-max N            requests that may wait (4096); past "
+		"it: 503\n"
+		"  --queue-wait-s S         the longest wait; past it: 503 with "
+		"a\n"
+		"                           Retry-After from the drain rate "
+		"(120)\n"
 		"  --default-max-tokens N   chat max_tokens when unset (1024)\n"
 		"  --window N               engined's window: caps the default "
 		"(32768)\n"
+		"  --end-align on|off       align a client's copy to the end "
+		"anchor on\n"
+		"                           the rows' own bytes (on)\n"
+		"  --end-align-reasoning on|off  its second pass, for copies "
+		"that leave\n"
+		"                           earlier reasoning out (on)\n"
+		"  --response-cache on|off  answer an identical greedy request "
+		"from\n"
+		"                           memory (off)\n"
+		"  --reasoning-budget N     reasoning tokens before the server "
+		"closes the\n"
+		"                           reasoning (0: none; a body's "
+		"reasoning_budget\n"
+		"                           or thinking_budget wins) (0)\n"
 		"  --log-level L            error, warn, info, debug (info)\n");
 }
 
@@ -135,8 +163,14 @@ int main(int argc, char **argv)
 
 	const char *listen = "127.0.0.1:8000", *served = NULL;
 	s->cfg.engine_wait_s = 10;
+	s->cfg.request_timeout_s = 600;
+	s->cfg.queue_max = 4096;
+	s->cfg.inflight = 4;
+	s->cfg.queue_wait_s = 120;
 	s->cfg.default_max_tokens = 1024;
 	s->cfg.window = 32768;
+	s->cfg.end_align = 1;
+	s->cfg.end_align_reasoning = 1;
 	s->cfg.admin_token = getenv("MOOR_ADMIN_TOKEN");
 	s->defs = (gw_gen_defaults){.temperature = 1.0, .top_p = 1.0};
 
@@ -148,9 +182,17 @@ int main(int argc, char **argv)
 		O_TMPL,
 		O_SERVED,
 		O_WAIT,
+		O_REQ_TIMEOUT,
+		O_INFLIGHT,
+		O_QUEUE_MAX,
+		O_QUEUE_WAIT,
 		O_MAXTOK,
 		O_WINDOW,
 		O_LOG,
+		O_ALIGN,
+		O_ALIGN_R,
+		O_BUDGET,
+		O_RCACHE,
 		O_HELP
 	};
 	static const struct option lo[] = {
@@ -161,9 +203,17 @@ int main(int argc, char **argv)
 	    {"chat-template", 1, 0, O_TMPL},
 	    {"served-model-name", 1, 0, O_SERVED},
 	    {"engine-wait-s", 1, 0, O_WAIT},
+	    {"request-timeout-s", 1, 0, O_REQ_TIMEOUT},
+	    {"inflight", 1, 0, O_INFLIGHT},
+	    {"queue-max", 1, 0, O_QUEUE_MAX},
+	    {"queue-wait-s", 1, 0, O_QUEUE_WAIT},
 	    {"default-max-tokens", 1, 0, O_MAXTOK},
 	    {"window", 1, 0, O_WINDOW},
 	    {"log-level", 1, 0, O_LOG},
+	    {"end-align", 1, 0, O_ALIGN},
+	    {"end-align-reasoning", 1, 0, O_ALIGN_R},
+	    {"reasoning-budget", 1, 0, O_BUDGET},
+	    {"response-cache", 1, 0, O_RCACHE},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
 	};
@@ -200,6 +250,41 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case O_REQ_TIMEOUT:
+			if (parse_double(optarg, &s->cfg.request_timeout_s) ||
+			    s->cfg.request_timeout_s <= 0) {
+				fprintf(stderr,
+					"gatewayd: --request-timeout-s %s: "
+					"expected seconds > 0\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case O_QUEUE_WAIT:
+			if (parse_double(optarg, &s->cfg.queue_wait_s)) {
+				fprintf(stderr,
+					"gatewayd: --queue-wait-s %s: expected "
+					"seconds >= 0\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case O_INFLIGHT:
+		case O_QUEUE_MAX: {
+			uint32_t *dst = o == O_INFLIGHT ? &s->cfg.inflight
+							: &s->cfg.queue_max;
+			if (moor_parse_u32(optarg, dst) ||
+			    (o == O_INFLIGHT && *dst == 0) || *dst > 1000000) {
+				fprintf(stderr,
+					"gatewayd: --%s %s: expected an "
+					"integer in [%d, 1000000]\n",
+					o == O_INFLIGHT ? "inflight"
+							: "queue-max",
+					optarg, o == O_INFLIGHT);
+				return 2;
+			}
+			break;
+		}
 		case O_MAXTOK:
 		case O_WINDOW: {
 			uint32_t *dst = o == O_MAXTOK
@@ -231,6 +316,36 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			moor_log_level = k;
+			break;
+		}
+		case O_BUDGET:
+			if (moor_parse_u32(optarg, &s->cfg.reasoning_budget)) {
+				fprintf(stderr,
+					"gatewayd: --reasoning-budget %s: "
+					"expected an integer >= 0\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case O_RCACHE:
+		case O_ALIGN:
+		case O_ALIGN_R: {
+			int v = !strcmp(optarg, "on")	 ? 1
+				: !strcmp(optarg, "off") ? 0
+							 : -1;
+			if (v < 0) {
+				fprintf(stderr,
+					"gatewayd: --%s %s: expected on or "
+					"off\n",
+					o == O_ALIGN	 ? "end-align"
+					: o == O_RCACHE ? "response-cache"
+							: "end-align-reasoning",
+					optarg);
+				return 2;
+			}
+			*(o == O_ALIGN	   ? &s->cfg.end_align
+			  : o == O_RCACHE ? &s->cfg.response_cache
+					  : &s->cfg.end_align_reasoning) = v;
 			break;
 		}
 		case O_HELP:
@@ -307,6 +422,28 @@ int main(int argc, char **argv)
 			s->stop_ids[s->n_stop_ids++] = id;
 	}
 	read_gen_config(s);
+	s->think_close = gw_tok_token_id(s->tok, "</think>");
+	if (s->think_close >= 0) {
+		int32_t *a = NULL, *b = NULL;
+		size_t na = 0, nb = 0;
+		if (!gw_tok_encode(s->tok, GW_CLOSE_PHRASE,
+				   strlen(GW_CLOSE_PHRASE), &a, &na) &&
+		    !gw_tok_encode(s->tok, GW_CLOSE_VISIBLE,
+				   strlen(GW_CLOSE_VISIBLE), &b, &nb) &&
+		    na + nb <= sizeof s->close_ids / sizeof s->close_ids[0]) {
+			memcpy(s->close_ids, a, na * sizeof *a);
+			memcpy(s->close_ids + na, b, nb * sizeof *b);
+			s->n_close = (uint32_t)(na + nb);
+			s->n_close_hidden = (uint32_t)na;
+		}
+		free(a);
+		free(b);
+	}
+	if (gw_admit_init(&s->admit, s->cfg.queue_max, s->cfg.inflight,
+			  s->cfg.queue_wait_s)) {
+		moor_err("out of memory");
+		return 1;
+	}
 	s->started_unix = (int64_t)time(NULL);
 	{
 		uint64_t r = 0;

@@ -52,11 +52,11 @@ static void engine_start(env *e, int64_t window)
 {
 	char err[MOOR_ERRLEN] = "";
 	kern_config kc = {.threads = e->threads};
-	int rc = kern_cpu_ops.create(&kc, &e->ctx);
+	int rc = kern_backend("cpu")->create(&kc, &e->ctx);
 	if (rc)
 		die("backend", rc, NULL);
 	eng_opts o = {.grid = 1024, .window = window, .threads = e->threads};
-	if ((rc = eng_model_load(e->dir, &kern_cpu_ops, e->ctx, &o, &e->m, err)))
+	if ((rc = eng_model_load(e->dir, kern_backend("cpu"), e->ctx, &o, &e->m, err)))
 		die("load", rc, err);
 	const eng_layout *y = eng_model_layout(e->m);
 	h_layout(y, e->dir, &e->lay);
@@ -80,7 +80,7 @@ static void engine_stop(env *e)
 	free(e->s.view);
 	free(e->logits);
 	eng_model_free(e->m);
-	kern_cpu_ops.destroy(e->ctx);
+	kern_backend("cpu")->destroy(e->ctx);
 }
 
 static int32_t argmax(const float *l, int V)

@@ -18,7 +18,7 @@ static const uint16_t sample_types[] = {
     PROTO_ERROR,   PROTO_OK,	  PROTO_HELLO, PROTO_HELLO_OK, PROTO_PLAN,
     PROTO_PLAN_OK, PROTO_COMMIT,  PROTO_ABORT, PROTO_GENERATE, PROTO_STEP,
     PROTO_DONE,	   PROTO_CANCEL,  PROTO_STATS, PROTO_STATS_OK, PROTO_CLEAR,
-    PROTO_PEEK,	   PROTO_PEEK_OK,
+    PROTO_PEEK,	   PROTO_PEEK_OK, PROTO_CREDIT,
 };
 #define N_SAMPLE_TYPES (sizeof sample_types / sizeof sample_types[0])
 
@@ -158,6 +158,10 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 		h->sec_off = sample_u64s(h->n_sec);
 		h->n_view = count_for(size, 5, PROTO_MAX_VIEWS);
 		h->view_off = sample_u64s(h->n_view);
+		h->dev_kind = size & 1 ? PROTO_ARENA_CUDA : PROTO_ARENA_SHM;
+		h->dev_device = (int32_t)rnd();
+		for (size_t i = 0; i < sizeof h->dev_handle; i++)
+			h->dev_handle[i] = (uint8_t)rnd();
 		break;
 	}
 	case PROTO_PLAN: {
@@ -242,6 +246,9 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 	}
 	case PROTO_CANCEL:
 		m->u.cancel.target = rnd();
+		break;
+	case PROTO_CREDIT:
+		m->u.credit.n = 1 + (uint32_t)(rnd() % 1000);
 		break;
 	case PROTO_STATS_OK:
 		m->u.text.text = sample_str(size);
@@ -346,6 +353,10 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 		DIFF(ARR_EQ(x->n_sec, x->sec_off, y->sec_off), "sec_off");
 		DIFF(x->n_view == y->n_view, "n_view");
 		DIFF(ARR_EQ(x->n_view, x->view_off, y->view_off), "view_off");
+		DIFF(x->dev_kind == y->dev_kind, "dev_kind");
+		DIFF(x->dev_device == y->dev_device, "dev_device");
+		DIFF(!memcmp(x->dev_handle, y->dev_handle, sizeof x->dev_handle),
+		     "dev_handle");
 		break;
 	}
 	case PROTO_PLAN: {
@@ -424,6 +435,9 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 	}
 	case PROTO_CANCEL:
 		DIFF(a->u.cancel.target == b->u.cancel.target, "target");
+		break;
+	case PROTO_CREDIT:
+		DIFF(a->u.credit.n == b->u.credit.n, "credit.n");
 		break;
 	case PROTO_STATS_OK:
 		DIFF(str_eq(a->u.text.text, b->u.text.text), "text");
