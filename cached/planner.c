@@ -549,8 +549,9 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	/* the marks below the start describe the ids there: the park's came
 	 * back with its rows; another source shares ids with the rows in
 	 * place only up to c_res */
-	t->mk_keep = A.tier == CACHE_TIER_PARK ? A.start
-					       : min64(A.start, A.c_res);
+	t->mk_keep = A.tier == CACHE_TIER_PARK || A.tier == CACHE_TIER_SPILL
+			 ? A.start
+			 : min64(A.start, A.c_res);
 	t->n_slots = 0;
 	if (!r->no_cache)
 		reserve_slots(c, limit);

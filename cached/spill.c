@@ -63,7 +63,7 @@
 #include "moor.h"
 
 #define SPILL_MAGIC 0x314c5053524f4f4dull /* "MOORSPL1" */
-#define SPILL_VERSION 2u
+#define SPILL_VERSION 3u
 #define SPILL_BLK 1024u
 #define SPILL_ANCHORS 4u
 
@@ -90,8 +90,10 @@ _Static_assert(sizeof(spill_hdr) == 104, "spill_hdr is 104 bytes");
 typedef struct spill_man {
 	uint64_t valid, taint, end_len, end_taint;
 	uint64_t n_blk, n_anc, session_len, saved_at; /* unix seconds */
+	uint64_t n_mk; /* the rows' marks (cache_mark: 24 bytes each) */
 } spill_man;
-_Static_assert(sizeof(spill_man) == 64, "spill_man is 64 bytes");
+_Static_assert(sizeof(spill_man) == 72, "spill_man is 72 bytes");
+_Static_assert(sizeof(cache_mark) == 24, "a mark is 24 bytes on disk");
 
 /* ---- the layout's digest: what a stored byte's meaning depends on ---- */
 
@@ -350,6 +352,7 @@ typedef struct man_view {
 	uint64_t *blk;	 /* per block: rows, ids hash, 2 * n_views sums */
 	uint64_t *anc;	 /* per anchor: line, 2 * n_sections sums */
 	uint64_t *end;	 /* 2 * n_sections sums, or NULL */
+	cache_mark *mk;	 /* n_mk marks */
 } man_view;
 
 static uint64_t pad8(uint64_t x)
@@ -397,7 +400,7 @@ static int man_parse(cache *c, void *buf, uint64_t len, man_view *mv,
 	if (m->valid == 0 || m->valid > c->lay->window ||
 	    m->n_blk != (m->valid + SPILL_BLK - 1) / SPILL_BLK ||
 	    m->n_anc > SPILL_ANCHORS || m->end_len > m->valid ||
-	    m->session_len > 4096) {
+	    m->session_len > 4096 || m->n_mk > m->valid) {
 		snprintf(why, MOOR_ERRLEN,
 			 "manifest: valid %llu (window %llu), %llu blocks, "
 			 "%llu anchors, end %llu",
@@ -411,7 +414,7 @@ static int man_parse(cache *c, void *buf, uint64_t len, man_view *mv,
 	uint64_t need = o + pad8(m->session_len) + pad8(m->valid * 4) +
 			m->n_blk * (2 + 2ull * nv) * 8 +
 			m->n_anc * (1 + 2ull * ns) * 8 +
-			(m->end_len ? 2ull * ns * 8 : 0) + 8;
+			(m->end_len ? 2ull * ns * 8 : 0) + m->n_mk * 24 + 8;
 	if (need != len) {
 		snprintf(why, MOOR_ERRLEN,
 			 "manifest: %llu bytes where its counts say %llu",
@@ -429,6 +432,14 @@ static int man_parse(cache *c, void *buf, uint64_t len, man_view *mv,
 	mv->anc = (uint64_t *)((char *)buf + o);
 	o += m->n_anc * (1 + 2ull * ns) * 8;
 	mv->end = m->end_len ? (uint64_t *)((char *)buf + o) : NULL;
+	o += m->end_len ? 2ull * ns * 8 : 0;
+	mv->mk = (cache_mark *)((char *)buf + o);
+	for (uint64_t i = 0; i < m->n_mk; i++)
+		if (mv->mk[i].start > m->valid ||
+		    mv->mk[i].len > m->valid - mv->mk[i].start) {
+			snprintf(why, MOOR_ERRLEN, "manifest: a mark past the rows");
+			return MOOR_EFORMAT;
+		}
 	if (mv->session && memchr(mv->session, 0, m->session_len) !=
 			       mv->session + m->session_len - 1) {
 		snprintf(why, MOOR_ERRLEN, "manifest: a bad session key");
@@ -702,10 +713,12 @@ static int save_resident(cache *c, char name[17], char *err)
 	int end = c->end.have && c->end.len <= valid;
 	uint64_t n_blk = (valid + SPILL_BLK - 1) / SPILL_BLK;
 	size_t slen = c->res_session ? strlen(c->res_session) + 1 : 0;
+	uint32_t n_mk = 0;
+	cache_mark *mk = marks_copy(c, valid, &n_mk);
 	uint64_t mlen = sizeof(spill_hdr) + sizeof(spill_man) + pad8(slen) +
 			pad8(valid * 4) + n_blk * (2 + 2ull * nv) * 8 +
 			n_anc * (1 + 2ull * ns) * 8 + (end ? 2ull * ns * 8 : 0) +
-			8;
+			n_mk * 24ull + 8;
 	char *mb = calloc(1, mlen);
 	uint64_t bbytes = SPILL_BLK * c->row_bytes;
 	void *stage = malloc(bbytes ? bbytes : 1);
@@ -734,7 +747,16 @@ static int save_resident(cache *c, char name[17], char *err)
 		anc = (uint64_t *)(mb + o);
 		o += n_anc * (1 + 2ull * ns) * 8;
 		es = end ? (uint64_t *)(mb + o) : NULL;
+		o += end ? 2ull * ns * 8 : 0;
+		m->n_mk = n_mk;
+		for (uint32_t i = 0; i < n_mk; i++) { /* no padding bytes */
+			char *q = mb + o + 24ull * i;
+			memcpy(q, &mk[i].start, 8);
+			memcpy(q + 8, &mk[i].len, 8);
+			memcpy(q + 16, &mk[i].kind, 4);
+		}
 	}
+	free(mk);
 	uint64_t written0 = c->spill.k.bytes_written;
 	for (uint64_t j = 0; j < n_blk && !rc; j++) {
 		uint64_t a = j * SPILL_BLK, rows = min64(SPILL_BLK, valid - a);
@@ -1040,6 +1062,10 @@ int spill_read_back(cache *c)
 							   : NO_TAINT;
 			free(c->res_session);
 			c->res_session = str_dup(mv.session);
+			marks_cut(c, 0);
+			for (uint64_t i = 0; i < mv.m->n_mk; i++)
+				(void)marks_add(c, mv.mk[i].start,
+						mv.mk[i].len, mv.mk[i].kind);
 		}
 	}
 	close(efd);
@@ -1226,6 +1252,12 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 		moor_errf(why, "no state at %llu", (unsigned long long)s);
 		rc = MOOR_EFORMAT;
 	}
+	/* the entry's marks on the rows it gave back (the rows below k are
+	 * clean: no mark) */
+	for (uint64_t i = 0; !rc && i < mv.m->n_mk; i++)
+		if (mv.mk[i].start >= k && mv.mk[i].start + mv.mk[i].len <= s)
+			(void)marks_add(c, mv.mk[i].start, mv.mk[i].len,
+					mv.mk[i].kind);
 	free(stage);
 	free(got);
 	free(mv.buf);
