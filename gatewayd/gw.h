@@ -66,7 +66,21 @@
 #include "tokenizer.h"
 
 /* Limits and documented constants. */
-#define GW_MAX_BODY (64u << 20)	 /* request bodies over it: 413 */
+/* Request bodies over it: 413 (--max-body-bytes). A 128k-token
+ * conversation with tools is under 2 MB of JSON; a whole 262k-token window
+ * of text, escaped, about 2 to 4 MB. */
+#define GW_MAX_BODY_DEFAULT (4u << 20)
+/* limits.c: what a body may ask for, checked before the work */
+#define GW_MAX_JSON_TOKENS 262144 /* ~ JSON values, before the parse */
+#define GW_MAX_MESSAGES 16384
+#define GW_MAX_TOOLS 1024
+#define GW_MAX_STOP_BYTES 1024 /* each stop string */
+/* connections at once (--max-conns); past it a connection is answered
+ * 503 and closed at once */
+#define GW_MAX_CONNS_DEFAULT 4096
+#define GW_SNDBUF 65536 /* SO_SNDBUF of a connection (http.c) */
+/* a stream's bytes waiting behind a send the client does not take */
+#define GW_MAX_PENDING (4u << 20)
 #define GW_ADMIN_TIMEOUT_MS 2000 /* one round trip to cached */
 #define GW_MAX_STOP_IDS 8	 /* stop token ids sent to engined */
 /* reread_eta_ms before this gateway has seen a long prefill: CPU prefill
@@ -93,6 +107,10 @@ typedef struct gw_cfg {
 	/* a job sent to engined that has not ended by then is cancelled and
 	 * answered 504: the backstop that no request waits forever */
 	double request_timeout_s;
+	uint32_t max_body;    /* bytes: GW_MAX_BODY_DEFAULT */
+	uint32_t max_conns;   /* GW_MAX_CONNS_DEFAULT */
+	double read_timeout_s; /* a request's head and body arrive within: 30 */
+	double write_timeout_s; /* a send the client does not take: 30 */
 	uint32_t queue_max;   /* requests waiting for admission: 4096 */
 	uint32_t inflight;    /* admitted at a time (read, sent): 4 */
 	double queue_wait_s;  /* the longest wait for admission: 120 */
@@ -212,6 +230,7 @@ typedef struct gw_job {
 	/* streamed SSE: what waits for the next h2o_send */
 	moor_buf pend;
 	int sending, final_sent;
+	double t_send; /* when the send in flight began */
 	int n_tool_calls;
 	/* non-streamed and streamed: the finished reply's parts */
 	proto_done dn;
@@ -235,6 +254,15 @@ struct gw_anchor {
 	h2o_generator_t gen; /* first: h2o gives it back to proceed/stop */
 	gw_job *job;
 };
+
+/* ---- limits (limits.c) ------------------------------------------------ */
+
+/* Before the parse: refuses a body of more than GW_MAX_JSON_TOKENS values
+ * (a scan, no allocation). 0 or -1 with f filled (400). */
+int gw_limits_scan(const char *body, size_t len, gw_fail *f);
+/* After the parse, before the template: counts of messages and tools,
+ * stop strings' lengths. 0 or -1 with f filled (400). */
+int gw_limits_check(const json_t *body, gw_fail *f);
 
 /* ---- the admission queue (admit.c) ------------------------------------ */
 
@@ -320,6 +348,8 @@ typedef struct gw_srv {
 	gw_metrics m;
 	gw_job *jobs;	/* live jobs (a list: a handful at a time) */
 	gw_conn *conns; /* accepted connections */
+	uint32_t n_conns;
+	uint64_t conns_refused; /* past --max-conns */
 	uint64_t next_rid;
 	uint64_t next_id;
 
@@ -341,6 +371,9 @@ void gw_send_fail(h2o_req_t *req, const gw_fail *f);
 /* Whether the client of req has closed its connection (an EOF or a reset
  * seen without consuming anything). */
 int gw_client_gone(gw_srv *s, h2o_req_t *req);
+/* Shuts req's connection down (a client that stopped reading): h2o's
+ * pending write fails and h2o closes the connection, freeing req. */
+void gw_conn_abort(gw_srv *s, h2o_req_t *req);
 /* A header's value (h2o's lowercase name), or NULL. */
 const h2o_iovec_t *gw_header(h2o_req_t *req, const char *name);
 

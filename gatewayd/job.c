@@ -118,8 +118,10 @@ static void prepare_work(uv_work_t *w)
 {
 	gw_job *j = w->data;
 	gw_srv *s = j->s;
+	if (gw_limits_scan(j->body, j->body_len, &j->fail))
+		return;
 	j->json = gw_params_parse(j->body, j->body_len, &j->fail);
-	if (!j->json)
+	if (!j->json || gw_limits_check(j->json, &j->fail))
 		return;
 	const gw_params_env env = {
 	    .served = s->cfg.served,
@@ -135,6 +137,21 @@ static void prepare_work(uv_work_t *w)
 	if (gw_params_read(&env, j->kind, j->json, j->hdr_session, seed, &j->p,
 			   &j->fail))
 		return;
+	/* what engined would refuse or run for nothing is a 400 here, never
+	 * a 503 that a client retries forever */
+	if (j->p.n_ids > s->cfg.window) {
+		gw_failf(&j->fail, 400, "invalid_request_error", "messages",
+			 "context_length_exceeded",
+			 "the prompt has %zu tokens; the window is %u",
+			 j->p.n_ids, s->cfg.window);
+		return;
+	}
+	if (j->p.max_tokens_set && j->p.max_tokens > s->cfg.window) {
+		gw_failf(&j->fail, 400, "invalid_request_error", "max_tokens",
+			 NULL, "max_tokens %u is larger than the window (%u)",
+			 j->p.max_tokens, s->cfg.window);
+		return;
+	}
 	if (j->kind == GW_KIND_PEEK)
 		gw_peek_work(j);
 }
@@ -425,6 +442,20 @@ void gw_jobs_tick(gw_srv *s)
 				  "cancelling",
 				  (unsigned long long)j->rid);
 			gw_job_cancel(j);
+		}
+		/* a stream whose client stopped reading: its send has waited
+		 * past --write-timeout-s, or what waits behind it is past
+		 * GW_MAX_PENDING: the connection goes, the job is cancelled
+		 * when h2o frees the request */
+		if (j->req && j->sending &&
+		    (now - j->t_send > s->cfg.write_timeout_s ||
+		     j->pend.len > GW_MAX_PENDING)) {
+			moor_info("req %llu: the client has not read for %.1f s "
+				  "(%zu bytes wait): closing",
+				  (unsigned long long)j->rid, now - j->t_send,
+				  j->pend.len);
+			gw_conn_abort(s, j->req);
+			j->t_send = now; /* once a timeout, not every tick */
 		}
 		/* the deadline of a job sent: whatever engined does, the
 		 * client gets an answer */

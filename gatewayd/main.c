@@ -44,6 +44,18 @@ static void usage(FILE *f)
 		"                           ended by then is cancelled and "
 		"answered\n"
 		"                           504 (600)\n"
+		"  --max-body-bytes N       larger request bodies get 413 (4 MiB: "
+		"a\n"
+		"                           128k-token conversation with tools "
+		"is\n"
+		"                           under 2 MB of JSON)\n"
+		"  --max-conns N            connections at once; past it 503 "
+		"(4096)\n"
+		"  --read-timeout-s S       a request's head and body arrive "
+		"within (30)\n"
+		"  --write-timeout-s S      a client that takes no bytes for "
+		"that long\n"
+		"                           is disconnected (30)\n"
 		"  --inflight N             requests read and sent to engined "
 		"at a\n"
 		"                           time; the rest wait their turn (4)\n"
@@ -151,6 +163,10 @@ int main(int argc, char **argv)
 	s->cfg.engine_wait_s = 10;
 	s->cfg.request_timeout_s = 600;
 	s->cfg.queue_max = 4096;
+	s->cfg.max_body = GW_MAX_BODY_DEFAULT;
+	s->cfg.max_conns = GW_MAX_CONNS_DEFAULT;
+	s->cfg.read_timeout_s = 30;
+	s->cfg.write_timeout_s = 30;
 	s->cfg.inflight = 4;
 	s->cfg.queue_wait_s = 120;
 	s->cfg.default_max_tokens = 1024;
@@ -168,6 +184,10 @@ int main(int argc, char **argv)
 		O_WAIT,
 		O_REQ_TIMEOUT,
 		O_INFLIGHT,
+		O_MAX_BODY,
+		O_MAX_CONNS,
+		O_READ_TIMEOUT,
+		O_WRITE_TIMEOUT,
 		O_QUEUE_MAX,
 		O_QUEUE_WAIT,
 		O_MAXTOK,
@@ -185,6 +205,10 @@ int main(int argc, char **argv)
 	    {"engine-wait-s", 1, 0, O_WAIT},
 	    {"request-timeout-s", 1, 0, O_REQ_TIMEOUT},
 	    {"inflight", 1, 0, O_INFLIGHT},
+	    {"max-body-bytes", 1, 0, O_MAX_BODY},
+	    {"max-conns", 1, 0, O_MAX_CONNS},
+	    {"read-timeout-s", 1, 0, O_READ_TIMEOUT},
+	    {"write-timeout-s", 1, 0, O_WRITE_TIMEOUT},
 	    {"queue-max", 1, 0, O_QUEUE_MAX},
 	    {"queue-wait-s", 1, 0, O_QUEUE_WAIT},
 	    {"default-max-tokens", 1, 0, O_MAXTOK},
@@ -236,6 +260,39 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case O_READ_TIMEOUT:
+		case O_WRITE_TIMEOUT: {
+			double *dst = o == O_READ_TIMEOUT
+					  ? &s->cfg.read_timeout_s
+					  : &s->cfg.write_timeout_s;
+			if (parse_double(optarg, dst) || *dst <= 0) {
+				fprintf(stderr,
+					"gatewayd: --%s %s: expected seconds "
+					"> 0\n",
+					o == O_READ_TIMEOUT ? "read-timeout-s"
+							    : "write-timeout-s",
+					optarg);
+				return 2;
+			}
+			break;
+		}
+		case O_MAX_BODY:
+		case O_MAX_CONNS: {
+			uint32_t *dst = o == O_MAX_BODY ? &s->cfg.max_body
+							: &s->cfg.max_conns;
+			if (moor_parse_u32(optarg, dst) || *dst == 0 ||
+			    (o == O_MAX_BODY && *dst > (256u << 20))) {
+				fprintf(stderr,
+					"gatewayd: --%s %s: expected a "
+					"positive integer%s\n",
+					o == O_MAX_BODY ? "max-body-bytes"
+							: "max-conns",
+					optarg,
+					o == O_MAX_BODY ? " up to 256 MiB" : "");
+				return 2;
+			}
+			break;
+		}
 		case O_QUEUE_WAIT:
 			if (parse_double(optarg, &s->cfg.queue_wait_s)) {
 				fprintf(stderr,
