@@ -67,6 +67,8 @@ void gw_job_unref(gw_job *j)
 		j->next->prev = j->prev;
 	free(j->body);
 	free(j->hdr_session);
+	free(j->rec);
+	free(j->rec_fin);
 	moor_buf_fini(&j->pend);
 	gw_params_fini(&j->p);
 	if (j->ts_init)
@@ -130,6 +132,7 @@ static void prepare_work(uv_work_t *w)
 	    .family = s->family,
 	    .window = s->cfg.window,
 	    .default_max_tokens = s->cfg.default_max_tokens,
+	    .reasoning_budget = s->cfg.reasoning_budget,
 	};
 	/* no seed in the body: a different one per request */
 	uint64_t seed = (uint64_t)j->created * 0x9e3779b97f4a7c15ull ^ j->rid ^
@@ -152,6 +155,7 @@ static void prepare_work(uv_work_t *w)
 			 j->p.max_tokens, s->cfg.window);
 		return;
 	}
+	gw_align_work(j);
 	if (j->kind == GW_KIND_PEEK)
 		gw_peek_work(j);
 }
@@ -179,6 +183,14 @@ static int send_generate(gw_job *j)
 		g->n_stop = (uint32_t)s->n_stop_ids;
 		g->stop_ids = s->stop_ids;
 	}
+	if (j->p.reasoning_budget && j->p.think_open && s->n_close) {
+		g->flags |= PROTO_GEN_THINKING;
+		g->budget = j->p.reasoning_budget;
+		g->think_close = s->think_close;
+		g->n_hidden = s->n_close_hidden;
+		g->n_close = s->n_close;
+		g->close_ids = s->close_ids;
+	}
 	j->pipe = atomic_load(&s->link.pipe);
 	int rv = gw_link_send(s, &m);
 	if (rv)
@@ -204,6 +216,8 @@ static void submit(gw_job *j)
 {
 	gw_srv *s = j->s;
 	j->rid = ++s->next_rid;
+	if (gw_rc_replay(j))
+		return;
 	j->refs++; /* the engine's (or the wait's) */
 	if (!atomic_load(&s->link.pipe)) {
 		j->waiting = 1;
@@ -384,6 +398,7 @@ static void on_done(gw_job *j, const proto_done *d, const char *msg)
 	if (d->finish != PROTO_FINISH_ERROR) {
 		gw_metrics_done(j->s, d);
 		gw_prefill_sample(j->s, d);
+		gw_rc_keep(j);
 	}
 	gw_reply_finish(j);
 }

@@ -3,6 +3,7 @@
  * the floors of GPU-BUDGET.md measured side by side in one run.
  *
  *   bench_gpu CONFIG_DIR [--backend NAME] [--lens 8192,32768] [--decode N]
+ *             [--profile 1]
  *
  * For each prompt length: a cold prefill on the 1,024 grid (logits kept on
  * the device, the first token sampled there), its rate and its floor (the
@@ -12,12 +13,16 @@
  * memory-bandwidth bound (every weight byte but the embedding table, the
  * state and the KV rows read once, at 4.3 TB/s); and a follow-up turn's
  * engine part: 100 more tokens prefilled from the end of the sequence and
- * the first token sampled. Prints a table. */
+ * the first token sampled. Prints a table. --profile 1 runs the same steps
+ * through kern_prof's shim (each op synced, no graphs) and prints where the
+ * prefill and the decode steps go, op by op; its table's times are then
+ * the shim's, not the engine's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "eng.h"
+#include "kern_prof.h"
 #include "moor.h"
 
 #define GEMM_TFLOPS 612.0
@@ -84,7 +89,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const char *dir = argv[1], *bname = "cuda", *lens_s = "8192,32768";
-	int steps = 32;
+	int steps = 32, profile = 0;
 	for (int i = 2; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--backend"))
 			bname = argv[i + 1];
@@ -92,6 +97,8 @@ int main(int argc, char **argv)
 			lens_s = argv[i + 1];
 		else if (!strcmp(argv[i], "--decode"))
 			steps = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--profile"))
+			profile = atoi(argv[i + 1]);
 	}
 	int64_t lens[16];
 	int nl = 0;
@@ -120,13 +127,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_gpu: backend %s unusable: %s\n", bname, err);
 		return 77;
 	}
+	if (profile)
+		ops = kern_prof_wrap(ops);
 	kern_config kc = {.threads = 16};
 	kern_ctx *ctx;
 	if (ops->create(&kc, &ctx)) {
 		fprintf(stderr, "bench_gpu: create failed\n");
 		return 1;
 	}
-	eng_opts o = {.grid = 1024, .window = maxlen + steps + 1024,
+	/* room for the warm-up's 2,048 tokens, the longest prompt, its decode
+	 * steps and the follow-up */
+	eng_opts o = {.grid = 1024,
+		      .window = (maxlen > 2048 ? maxlen : 2048) + steps + 1024,
 		      .load_format = ENG_LOAD_DUMMY, .seed = 1, .progress = 1};
 	eng_model *m;
 	double t0 = moor_now();
@@ -144,7 +156,8 @@ int main(int argc, char **argv)
 	       bname, err, desc, wb / 1e9, tload, wb / 1e9 / tload);
 	const eng_layout *lay = eng_model_layout(m);
 	int V = eng_model_vocab(m);
-	int32_t *ids = malloc((size_t)(maxlen + 200) * sizeof *ids);
+	int32_t *ids = malloc((size_t)((maxlen > 2048 ? maxlen : 2048) + 200) *
+			     sizeof *ids);
 	double *st = malloc((size_t)(steps > 0 ? steps : 1) * sizeof *st);
 	eng_seq s;
 	if (!ids || !st || eng_seq_alloc(m, &s)) {
@@ -166,10 +179,16 @@ int main(int argc, char **argv)
 	eng_seq_reset(m, &s);
 	make_ids(ids, 2048, V, 7);
 	int32_t id = 0;
-	if (eng_prefill(m, &s, ids, 2048, NULL, ENG_LOGITS_KEEP) ||
-	    eng_model_sample(m, smp, &id) || eng_decode(m, &s, id, NULL) ||
-	    eng_model_sample(m, smp, &id)) {
-		fprintf(stderr, "bench_gpu: warm-up failed\n");
+	int wrc = eng_prefill(m, &s, ids, 2048, NULL, ENG_LOGITS_KEEP);
+	if (!wrc)
+		wrc = eng_model_sample(m, smp, &id);
+	if (!wrc)
+		wrc = eng_decode(m, &s, id, NULL);
+	if (!wrc)
+		wrc = eng_model_sample(m, smp, &id);
+	if (wrc) {
+		fprintf(stderr, "bench_gpu: warm-up failed: %s\n",
+			moor_strerror(wrc));
 		return 1;
 	}
 	for (int li = 0; li < nl; li++) {
@@ -177,11 +196,19 @@ int main(int argc, char **argv)
 		make_ids(ids, n + 100, V, 88172645463325252ULL + (uint64_t)n);
 		eng_seq_reset(m, &s);
 		eng_model_sync(m);
+		kern_prof_reset();
 		t0 = moor_now();
 		int rc = eng_prefill(m, &s, ids, n, NULL, ENG_LOGITS_KEEP);
 		if (!rc)
 			rc = eng_model_sample(m, smp, &id);
 		double tp = moor_now() - t0;
+		char title[64];
+		if (profile) {
+			snprintf(title, sizeof title, "prefill of %lld tokens",
+				 (long long)n);
+			kern_prof_report(stdout, title);
+			kern_prof_reset();
+		}
 		if (rc) {
 			fprintf(stderr, "bench_gpu: prefill %lld: %s\n", (long long)n,
 				moor_strerror(rc));
@@ -200,6 +227,11 @@ int main(int argc, char **argv)
 				fprintf(stderr, "bench_gpu: decode: %s\n", moor_strerror(rc));
 				return 1;
 			}
+		}
+		if (profile) {
+			snprintf(title, sizeof title, "%d decode steps at %lld",
+				 steps, (long long)n);
+			kern_prof_report(stdout, title);
 		}
 		qsort(st, (size_t)steps, sizeof *st, cmp_d);
 		double dms = steps ? st[steps / 2] * 1e3 : 0;

@@ -133,14 +133,14 @@ static void test_reqrep(void)
 	      "error reply kept: %s", r.u.error.msg ? r.u.error.msg : "-");
 	proto_msg_fini(&r);
 
-	/* a peer of version 2: refused with the same req */
+	/* a peer of another version: refused with the same req */
 	{
 		moor_buf b = {0};
 		memset(&q, 0, sizeof q);
 		q.h.type = PROTO_STATS;
 		q.h.req = 1003;
 		REQUIRE(proto_encode(&b, &q) == 0, "encode");
-		b.p[4] = 2;
+		b.p[4] = PROTO_VERSION + 1;
 		rv = proto_nng_err(nng_send(req, b.p, b.len, 0));
 		CHECK(rv == 0, "raw send: %s", moor_strerror(rv));
 		rv = proto_recv(req, &r, NULL, 2000);
@@ -149,7 +149,9 @@ static void test_reqrep(void)
 			  r.u.error.code == MOOR_EVERSION,
 		      "version refused: type %u req %llu code %d", r.h.type,
 		      (unsigned long long)r.h.req, r.u.error.code);
-		CHECK(r.u.error.msg && strstr(r.u.error.msg, "version 2"),
+		char vs[32];
+		snprintf(vs, sizeof vs, "version %d", PROTO_VERSION + 1);
+		CHECK(r.u.error.msg && strstr(r.u.error.msg, vs),
 		      "names the version: %s",
 		      r.u.error.msg ? r.u.error.msg : "-");
 		proto_msg_fini(&r);

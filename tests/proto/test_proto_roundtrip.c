@@ -81,7 +81,7 @@ static void test_wire_layout(void)
 	REQUIRE(proto_encode(&b, &m) == 0, "encode plan");
 	static const uint8_t want[] = {
 	    0x4d, 0x4f, 0x4f, 0x52, /* "MOOR" */
-	    1,	  0,	12,   0,    /* version 1, PLAN */
+	    2,	  0,	12,   0,    /* version 2, PLAN */
 	    28,	  0,	0,    0,    /* length */
 	    0,	  0,	0,    0,    /* flags */
 	    0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, /* req */
@@ -124,6 +124,10 @@ static void test_wire_layout(void)
 	raw_le(&r, 0, 4);	    /* flags */
 	raw_le(&r, 0, 4);	    /* n_ids */
 	raw_le(&r, 0, 4);	    /* n_stop */
+	raw_le(&r, 0, 4);	    /* budget */
+	raw_le(&r, 0, 4);	    /* think_close */
+	raw_le(&r, 0, 4);	    /* n_hidden */
+	raw_le(&r, 0, 4);	    /* n_close */
 	raw_end(&r);
 	CHECK(b.len == r.n && !memcmp(b.p, r.p, r.n), "GENERATE bytes");
 
