@@ -237,7 +237,17 @@ static int layout_from_hello(cd *d, const proto_hello *h, char *why)
 					 i, k, (long long)p->dims[k]);
 				return MOOR_ERANGE;
 			}
-			inner *= (uint64_t)p->dims[k];
+			/* a product past the row's bytes is refused before
+			 * it can wrap (to 0: a division by zero below) */
+			if (__builtin_mul_overflow(inner, (uint64_t)p->dims[k],
+						   &inner) ||
+			    inner > p->row_bytes) {
+				snprintf(why, MOOR_ERRLEN,
+					 "view %u: its dims multiply past its "
+					 "%llu bytes a row",
+					 i, (unsigned long long)p->row_bytes);
+				return MOOR_ERANGE;
+			}
 		}
 		if (p->row_bytes % inner || p->row_bytes / inner > 16) {
 			snprintf(why, MOOR_ERRLEN,

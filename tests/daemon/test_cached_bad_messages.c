@@ -354,6 +354,20 @@ int main(int argc, char **argv)
 	n = encode(&h, &b);
 	expect_error(eng, "HELLO of a bad layout", b, n, MOOR_ERANGE, "layout");
 	free(b);
+	/* a HELLO whose dims multiply to 2^64 (0 in 64 bits): an error, not a
+	 * division by zero (SIGFPE) */
+	proto_view wide = {.name = "w",
+			   .ndim = 4,
+			   .dims = {0, 1 << 24, 1 << 24, 1 << 16},
+			   .token_axis = 0,
+			   .row_bytes = 8};
+	h.h.req = 15;
+	h.u.hello.view = &wide;
+	n = encode(&h, &b);
+	expect_error(eng, "HELLO of dims past 2^64", b, n, MOOR_ERANGE,
+		     "multiply");
+	free(b);
+	h.u.hello.view = &view;
 	/* CLEAR of an unknown tier */
 	proto_msg c = {0};
 	c.h.type = PROTO_CLEAR;
