@@ -799,6 +799,7 @@ static int serve(cd *d)
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP); /* a hangup stops cleanly, as SIGTERM */
 	int sfd = signalfd(-1, &set, SFD_CLOEXEC);
 	if (sfd < 0)
 		return -errno;
@@ -824,8 +825,7 @@ static int serve(cd *d)
 			struct signalfd_siginfo si;
 			if (read(sfd, &si, sizeof si) > 0)
 				moor_info("%s: stopping",
-					  si.ssi_signo == SIGTERM ? "SIGTERM"
-								  : "SIGINT");
+					  strsignal((int)si.ssi_signo));
 			break;
 		}
 		for (int w = 0; w < 2; w++) {
@@ -1195,6 +1195,7 @@ int main(int argc, char **argv)
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP); /* a hangup stops cleanly, as SIGTERM */
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 

@@ -355,7 +355,7 @@ typedef struct gw_srv {
 	h2o_context_t hctx;
 	h2o_accept_ctx_t actx;
 	uv_tcp_t listener;
-	uv_signal_t sig_term, sig_int;
+	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_timer_t tick;
 	int stopping;
 	double stop_at;

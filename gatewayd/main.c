@@ -528,9 +528,12 @@ int main(int argc, char **argv)
 	}
 	uv_signal_init(&loop, &s->sig_term);
 	uv_signal_init(&loop, &s->sig_int);
-	s->sig_term.data = s->sig_int.data = s;
+	uv_signal_init(&loop, &s->sig_hup);
+	s->sig_term.data = s->sig_int.data = s->sig_hup.data = s;
 	uv_signal_start(&s->sig_term, on_signal, SIGTERM);
 	uv_signal_start(&s->sig_int, on_signal, SIGINT);
+	/* a hangup stops cleanly, as SIGTERM (no configuration to reload) */
+	uv_signal_start(&s->sig_hup, on_signal, SIGHUP);
 	uv_timer_init(&loop, &s->tick);
 	s->tick.data = s;
 	uv_timer_start(&s->tick, on_tick, 50, 50);
