@@ -376,6 +376,16 @@ int main(int argc, char **argv)
 	n = encode(&c, &b);
 	expect_error(adm, "CLEAR bogus", b, n, MOOR_ERANGE, "unknown tier");
 	free(b);
+	/* a tier name with a newline: the log quotes it on one line */
+	c.h.req = 16;
+	c.u.clear.tier = "x\ncached: info: cleared all";
+	n = encode(&c, &b);
+	expect_error(adm, "CLEAR with a newline", b, n, MOOR_ERANGE,
+		     "unknown tier");
+	free(b);
+	CHECK(!h_log_has("cached", "\ncached: info: cleared all") &&
+		  h_log_has("cached", "x\\x0acached: info: cleared all"),
+	      "the tier's newline reached the log raw (a forged line)");
 
 	peek_battery(eng, adm);
 
