@@ -13,6 +13,7 @@
  *   align.c    the end alignment of a copy (asks cached, text/endalign.c)
  *   compact.c  compaction as a continuation of the session's end anchor
  *   respcache.c the response cache (--response-cache)
+ *   journal.c  a JSON line per turn in the state directory
  *   peek.c     POST /v1/cache/peek
  *   routes.c   the routes that are not generations (models, health, ...)
  *   metrics.c  the counters, the prefill rate and GET /metrics' text
@@ -104,6 +105,8 @@ typedef struct gw_cfg {
 	int end_align;	 /* --end-align (align.c) */
 	uint32_t reasoning_budget; /* --reasoning-budget (0: none) */
 	int response_cache;	   /* --response-cache (respcache.c), off */
+	char state_dir[256];	   /* --state-dir: the journal; "" none */
+	uint32_t journal_max_mb;   /* --journal-max-mb, 64 */
 	int end_align_reasoning; /* --end-align-reasoning: its second pass */
 } gw_cfg;
 
@@ -362,6 +365,9 @@ void gw_sse_proceed(h2o_generator_t *g, h2o_req_t *req);
 /* align.c: on the thread pool after the body was read, the end alignment
  * of the copy (text/endalign.h); sets n_client, may replace p.ids. */
 void gw_align_work(gw_job *j);
+
+/* journal.c: one JSON line per finished turn (--state-dir) */
+void gw_journal_turn(gw_job *j, const char *finish);
 
 /* respcache.c: the response cache (off unless --response-cache on) */
 int gw_rc_greedy(const gw_job *j);

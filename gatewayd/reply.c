@@ -220,6 +220,7 @@ static void reply_whole(gw_job *j)
 	json_array_append_new(a, c);
 	json_object_set_new(o, "choices", a);
 	json_object_set_new(o, "usage", gw_reply_usage(j));
+	gw_journal_turn(j, gw_reply_finish_name(j, n_calls));
 	char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(o);
 	gw_metrics_count(s, j->route, 200);
@@ -258,6 +259,7 @@ void gw_reply_finish(gw_job *j)
 				      "%s", msg);
 		}
 	} else if (j->p.stream) {
+		gw_journal_turn(j, gw_reply_finish_name(j, j->n_tool_calls));
 		gw_sse_start(j);
 		gw_sse_end(j);
 		gw_metrics_count(s, j->route, 200);
