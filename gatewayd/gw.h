@@ -158,6 +158,7 @@ enum {
 	GW_ROUTE_STATS,
 	GW_ROUTE_CLEAR,
 	GW_ROUTE_PEEK,
+	GW_ROUTE_PREWARM,
 	GW_ROUTE_OTHER,
 	GW_ROUTE_N
 };
@@ -210,6 +211,8 @@ typedef struct gw_job {
 	int align_pass;	   /* the end alignment's pass; 0: the copy as sent */
 	uint64_t injected; /* hidden-span tokens the alignment put back */
 	int continuation;  /* served as a compaction's continuation */
+	uint32_t pw_tier;  /* a prewarm: the tier the peek found */
+	uint64_t pw_cached;
 	int from_cache;	   /* answered by the response cache */
 	int32_t *rec;	   /* the generation's tokens, for the response */
 	uint32_t *rec_fin; /* cache (respcache.c) */
@@ -395,8 +398,14 @@ void gw_compact_fini(gw_compact *c);
 int gw_compact_build(gw_srv *s, const gw_compact *cp, const int32_t *rows,
 		     size_t end, int32_t **ids, size_t *n, const char **why);
 
-/* peek.c: POST /v1/cache/peek */
+/* peek.c: POST /v1/cache/peek and POST /v1/cache/prewarm */
 int gw_on_cache_peek(gw_srv *s, h2o_req_t *req);
+int gw_on_cache_prewarm(gw_srv *s, h2o_req_t *req);
+/* A prewarm's generation ended (reply.c hands its DONE here). */
+void gw_prewarm_done(gw_job *j);
+/* job.c: sends a prepared job to engined (or holds it while engined is
+ * down); the job's reference for the engine is taken here. */
+void gw_job_submit(gw_job *j);
 /* On the thread pool, after the body was read: the round trip to cached. */
 void gw_peek_work(gw_job *j);
 /* On the loop: the answer. */

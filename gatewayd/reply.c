@@ -232,6 +232,11 @@ void gw_reply_finish(gw_job *j)
 {
 	gw_srv *s = j->s;
 	const proto_done *d = &j->dn;
+	if (j->route == GW_ROUTE_PREWARM) {
+		gw_prewarm_done(j);
+		gw_job_unref(j); /* the engine's */
+		return;
+	}
 	if (d->finish != PROTO_FINISH_ERROR) {
 		const char *piece;
 		size_t len;
