@@ -129,6 +129,19 @@ json_t *gw_reply_usage(const gw_job *j)
 	json_object_set_new(m, "injected",
 			    json_integer((json_int_t)j->injected));
 	json_object_set_new(m, "aligned", json_integer(j->align_pass));
+	/* the parts of the prompt the engine read: system, tools, history,
+	 * injected (hidden spans put back), images (none: text only) */
+	uint64_t rd = d->prompt_tokens, head = j->p.n_system + j->p.n_tools;
+	uint64_t hist = rd > head + j->injected ? rd - head - j->injected : 0;
+	json_t *pt = json_object();
+	json_object_set_new(pt, "system",
+			    json_integer((json_int_t)j->p.n_system));
+	json_object_set_new(pt, "tools", json_integer((json_int_t)j->p.n_tools));
+	json_object_set_new(pt, "history", json_integer((json_int_t)hist));
+	json_object_set_new(pt, "injected",
+			    json_integer((json_int_t)j->injected));
+	json_object_set_new(pt, "images", json_integer(0));
+	json_object_set_new(m, "parts", pt);
 	json_object_set_new(u, "moor", m);
 	return u;
 }

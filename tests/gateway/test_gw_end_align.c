@@ -171,6 +171,13 @@ static void do_turn(json_t *msgs, const char *session, int stream,
 	o->cached = gt_int(usage, "moor.cached");
 	o->reread = gt_int(usage, "moor.reread");
 	o->read = gt_int(usage, "moor.prompt_read");
+	long long parts = gt_int(usage, "moor.parts.system") +
+			  gt_int(usage, "moor.parts.tools") +
+			  gt_int(usage, "moor.parts.history") +
+			  gt_int(usage, "moor.parts.injected") +
+			  gt_int(usage, "moor.parts.images");
+	CHECK(parts == o->read, "%s: the parts add up to %lld, read %lld",
+	      session, parts, o->read);
 	const char *src = gt_str(usage, "moor.source");
 	snprintf(o->source, sizeof o->source, "%s", src ? src : "(none)");
 	json_decref(usage);
