@@ -27,6 +27,10 @@ struct arena {
 	void *base;
 	uint64_t size;
 	int owner;
+	/* arena_adopt: memory allocated elsewhere (no shm object), given
+	 * back by ext_release(ext_ctx) at arena_close */
+	void (*ext_release)(void *ctx);
+	void *ext_ctx;
 	extents free_; /* owner only */
 	extents used_; /* owner only: allocated blocks */
 	uint64_t used_bytes;
@@ -172,14 +176,51 @@ int arena_map(const char *name, arena **out, char *err)
 	return arena_open(name, 0, 0, out, err);
 }
 
+int arena_adopt(const char *name, void *base, uint64_t size,
+		void (*release)(void *ctx), void *ctx, arena **out, char *err)
+{
+	*out = NULL;
+	if (!base || size == 0 || size % ARENA_ALIGN || !release) {
+		moor_errf(err, "arena %s: %llu bytes at %p cannot be adopted",
+			  name ? name : "(null)", (unsigned long long)size,
+			  base);
+		return MOOR_ERANGE;
+	}
+	arena *a = calloc(1, sizeof *a);
+	if (!a)
+		return -ENOMEM;
+	snprintf(a->name, sizeof a->name, "%s", name ? name : "");
+	a->base = base;
+	a->size = size;
+	a->owner = 1;
+	int rc = ext_insert(&a->free_, 0, (extent){0, size});
+	if (rc) {
+		free(a);
+		return rc;
+	}
+	a->ext_release = release;
+	a->ext_ctx = ctx;
+	*out = a;
+	return 0;
+}
+
+void *arena_ext_ctx(const arena *a)
+{
+	return a->ext_ctx;
+}
+
 void arena_close(arena *a)
 {
 	if (!a)
 		return;
-	if (a->base)
-		munmap(a->base, (size_t)a->size);
-	if (a->owner)
-		shm_unlink(a->name);
+	if (a->ext_release) {
+		a->ext_release(a->ext_ctx);
+	} else {
+		if (a->base)
+			munmap(a->base, (size_t)a->size);
+		if (a->owner)
+			shm_unlink(a->name);
+	}
 	free(a->free_.v);
 	free(a->used_.v);
 	free(a);

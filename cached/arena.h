@@ -13,10 +13,21 @@
  * block 64-byte aligned and rounded up to 64 bytes, neighbours coalesced on
  * release. A mapping made with arena_map has no allocator.
  *
- * The mover copies between addresses inside mapped arenas. The memcpy mover
- * serves the CPU backend (both arenas are host memory); a CUDA mover
- * (cudaMemcpy / cudaMemcpy2D on an IPC-mapped device arena and a registered
- * host arena) replaces it behind the same vtable.
+ * An arena can also be memory allocated elsewhere (arena_adopt): the
+ * device arena on CUDA is cudaMalloc'ed by cached (arena_cuda_create) and
+ * reaches the engine as a CUDA IPC handle; the allocator is the same.
+ *
+ * The mover copies between addresses inside the arenas. The memcpy mover
+ * serves the CPU backend (both arenas are host memory). The CUDA mover
+ * (arena_cuda_mover_new: cudaMemcpyAsync / cudaMemcpy2DAsync on a stream
+ * of its own, between the device arena and the host arena it registered
+ * with cudaHostRegister) replaces it behind the same vtable; its copies are
+ * complete only after sync().
+ *
+ * Ordering between processes: cached calls the mover's sync() before any
+ * message that hands arena bytes to the engine (HELLO_OK, PLAN_OK, the OK
+ * of COMMIT and ABORT: cache_sync), and the engine synchronises its queues
+ * before COMMIT and ABORT (proto.h).
  *
  * Sizes are bytes. The tmpfs object is sparse: ftruncate reserves nothing,
  * pages are taken when first touched.
@@ -38,6 +49,13 @@ typedef struct arena arena;
 int arena_create(const char *name, uint64_t size, arena **out, char *err);
 /* Maps an existing arena by name (its size from fstat); no allocator. */
 int arena_map(const char *name, arena **out, char *err);
+/* An owner arena (with the allocator) over `size` bytes at base that
+ * something else allocated, no shm object; arena_close calls
+ * release(ctx) instead of unmapping. name labels it in logs. */
+int arena_adopt(const char *name, void *base, uint64_t size,
+		void (*release)(void *ctx), void *ctx, arena **out, char *err);
+/* The ctx an adopted arena was given (NULL for shm arenas). */
+void *arena_ext_ctx(const arena *a);
 /* Unmaps; the owner also unlinks the name. Safe on NULL. */
 void arena_close(arena *a);
 
@@ -77,5 +95,28 @@ typedef struct arena_mover {
 
 /* memcpy between host-mapped arenas; every call is complete on return. */
 extern const arena_mover arena_mover_memcpy;
+
+/* ---- CUDA (arena_cuda.c; arena_nocuda.c answers MOOR_EUNSUP in a build
+ * without CUDA) ---- */
+
+/* 0 when GPU `device` is present and the driver answers; else a negative
+ * code and err says why. Creates nothing that outlives the call. */
+int arena_cuda_probe(int device, char *err);
+/* cudaMallocs `size` bytes on `device` (after cudaMemGetInfo says they fit:
+ * else MOOR_ENOSPACE and err names the numbers), zeroed, as an owner arena
+ * labelled name; arena_close cudaFrees it. */
+int arena_cuda_create(const char *name, uint64_t size, int device,
+		      arena **out, char *err);
+/* The cudaIpcMemHandle_t of an arena_cuda_create arena (64 bytes) and its
+ * device. */
+int arena_cuda_handle(const arena *a, uint8_t handle[64], int *device);
+/* The CUDA mover on device: its own stream; registers the host arena
+ * `host` with cudaHostRegister in parts (a progress line per part while it
+ * takes more than a second), so copies to and from it run as DMA. The
+ * mover's ctx is freed by arena_cuda_mover_free (which unregisters).
+ * err: MOOR_ERRLEN. */
+int arena_cuda_mover_new(int device, arena *host, arena_mover **out,
+			 char *err);
+void arena_cuda_mover_free(arena_mover *m); /* safe on NULL */
 
 #endif

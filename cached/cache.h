@@ -142,6 +142,17 @@ typedef struct cache_cfg {
 	uint64_t store_entry_bytes; /* --store-entry-gb 1 */
 	int store_boundaries;    /* --store-boundaries 1 (0: every boundary) */
 	int store_sessions;      /* session snapshots, on */
+	int dev_cuda;            /* -1: the device arena is shm (the CPU
+				  * backend); else the GPU it is
+				  * cudaMalloc'ed on (arena_cuda.c), with
+				  * the CUDA mover */
+	/* the session spill (spill.c): DIR/sessions under spill_dir; empty:
+	 * off */
+	char spill_dir[256];
+	uint64_t spill_bytes;    /* --session-spill-gb 64 */
+	uint32_t spill_hours;    /* an entry unused this long goes: 48 */
+	int spill_codec;         /* byte planes + zstd frames (codec.h), on */
+	uint32_t codec_threads;  /* the codec's threads: 8 */
 	int unified;             /* both arenas are one memory (the CPU
 				  * backend, a unified-memory board): the
 				  * memory limits count the host arena too;
@@ -156,12 +167,20 @@ typedef struct cache cache;
 int cache_new(const cache_cfg *cfg, cache **out, char *err);
 void cache_free(cache *c); /* safe on NULL */
 
-/* Arena identity for the engine to map. */
+/* Arena identity for the engine to map: the device arena by shm name
+ * (dev_cuda 0) or by CUDA IPC handle on GPU dev_device (dev_cuda 1). */
 typedef struct cache_arena_info {
 	char dev_name[80], host_name[80];
 	uint64_t dev_size, host_size;
+	int dev_cuda;
+	int dev_device;
+	uint8_t dev_handle[64];
 } cache_arena_info;
 void cache_arena_info_get(const cache *c, cache_arena_info *out);
+/* Waits for every copy the mover has under way (the CUDA mover's stream;
+ * nothing on the memcpy mover). The daemon calls it before any reply that
+ * hands arena bytes to the engine (arena.h). Errors: MOOR_EBACKEND. */
+int cache_sync(cache *c);
 /* In-process access (tests, the mover): the mapped bases. */
 void *cache_dev_base(cache *c);
 void *cache_host_base(cache *c);
@@ -298,9 +317,19 @@ typedef struct cache_end_out {
 void cache_end_get(cache *c, const int32_t *ids, uint64_t n,
 		   cache_end_out *out);
 
+/* The drain (cached's SIGTERM): a turn in flight is aborted to its start,
+ * a guest's stash put back, and the resident conversation (rows [0,
+ * valid), the end anchor, the newest 4 anchors, ids, taint, session) is
+ * written to the session spill; the next cache_hello of an engine with the
+ * same fingerprint and layout reads it back (cache_hello_out.resident_len
+ * says how much), so its next turn resumes at the end anchor. 0 when the
+ * spill is off or nothing is resident. */
+int cache_drain(cache *c, char *err);
+
 /* Counters and bytes of every cache as one JSON object (heap string). */
 char *cache_stats_json(cache *c);
-/* tier: "all", "resident", "end", "stash", "pin", "park", "store". */
+/* tier: "all", "resident", "end", "stash", "pin", "park", "store",
+ * "spill" ("all" is every RAM cache: the spill is cleared by name). */
 int cache_clear(cache *c, const char *tier);
 
 /* Strided row copy of one view between two buffers laid out as the live

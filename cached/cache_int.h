@@ -141,6 +141,7 @@ struct cache {
 	cache_cfg cfg;
 	arena *dev, *host;
 	const arena_mover *mv;
+	arena_mover *mv_own; /* the CUDA mover, freed at cache_free */
 
 	int have_layout;
 	cache_layout *lay;
@@ -182,6 +183,20 @@ struct cache {
 
 	turn t;
 	cache_counters k;
+
+	struct {
+		int on;
+		int dfd;	 /* DIR/sessions */
+		struct moor_pool *pool; /* the codec's threads (NULL: one) */
+		uint64_t digest; /* the attached layout's */
+		double last_save_ms, last_restore_ms;
+		struct {
+			uint64_t saves, save_failed, restores, restore_failed,
+			    blocks_written, blocks_kept, anchors_written,
+			    anchors_kept, bytes_written, bytes_read, swept,
+			    expired, evicted, codec_raw, codec_out;
+		} k;
+	} spill;
 };
 
 /* ---- cache.c: byte movement between live buffers and arena memory ---- */
@@ -321,6 +336,19 @@ int store_lru(cache *c);
 void store_clear(cache *c);
 void store_declined(cache *c, const char *why, uint64_t len, uint64_t bytes,
 		    const char *session);
+
+/* ---- spill.c ---- */
+/* Opens DIR/sessions (cfg.spill_dir; nothing when empty): deletes .tmp
+ * files, entries without a manifest and entries past the TTL. */
+int spill_open(cache *c, char *err);
+void spill_close(cache *c);
+/* After the live buffers are carved for a new layout: deletes the entries
+ * this layout and fingerprint cannot read and reads the drained resident
+ * conversation back into the live buffers (a failure costs the entry and
+ * leaves them empty; it is logged, never returned). */
+int spill_read_back(cache *c);
+int spill_clear(cache *c);
+void spill_stats(cache *c, uint64_t *entries, uint64_t *bytes);
 
 /* ---- planner.c ---- */
 void turn_abort(cache *c, uint32_t n_filled, uint64_t valid);

@@ -25,8 +25,18 @@
  * PEEK answers what a PLAN of the same ids would (cache_peek): nothing
  * changes, nothing is counted but the message and, if refused, the error.
  *
- * SIGTERM/SIGINT: the request in hand is answered, then the sockets and the
- * arenas' shm objects are unlinked and cached exits 0.
+ * The device arena (--device auto|shm|cuda): shm for the CPU backend, or
+ * cudaMalloc'ed on --gpu N and handed to the engine as a CUDA IPC handle
+ * (arena_cuda.c); auto takes CUDA when this build has it and the GPU
+ * answers. On CUDA the mover's copies run on a stream: every reply on
+ * cached.sock waits for them first (cache_sync), so the engine never reads
+ * bytes cached is still writing.
+ *
+ * SIGTERM/SIGINT: the request in hand is answered, then the drain: an open
+ * plan is aborted to its start and the resident conversation is written to
+ * the session spill (--disk-dir), which the next cached reads back when an
+ * engine of the same fingerprint attaches; then the sockets and the arenas'
+ * shm objects are unlinked and cached exits 0.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -54,6 +64,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <xxhash.h>
 
+#include "arena.h"
 #include "cache.h"
 #include "moor.h"
 #include "net.h"
@@ -85,6 +96,11 @@ typedef struct cd {
 	int plan_open;
 	uint64_t plan_start;
 
+	/* --device, --gpu; whether --unified was given */
+	const char *dev_mode;
+	uint32_t gpu;
+	int unified_set;
+
 	/* counters */
 	uint64_t n_msgs, n_errors, n_hello, n_plan, n_commit, n_abort, n_peek;
 
@@ -113,6 +129,24 @@ static void on_pipe_gone(nng_pipe p, nng_pipe_ev ev, void *arg)
 
 static int send_msg(cd *d, int w, proto_msg *m)
 {
+	/* the engine may read what this request copied once it hears back */
+	if (w == SOCK_ENG && m->h.type != PROTO_ERROR) {
+		int sr = cache_sync(d->c);
+		if (sr) {
+			proto_msg e = {0};
+			e.h.type = PROTO_ERROR;
+			e.h.req = m->h.req;
+			e.u.error.code = sr;
+			e.u.error.msg = "cached: the device copies of this "
+					"request failed";
+			moor_err("%s: %s", proto_type_name(m->h.type),
+				 e.u.error.msg);
+			m = &e;
+			int rc = proto_send(d->sock[w], m,
+					    (nng_pipe)NNG_PIPE_INITIALIZER);
+			return rc ? rc : sr;
+		}
+	}
 	int rc = proto_send(d->sock[w], m, (nng_pipe)NNG_PIPE_INITIALIZER);
 	if (rc)
 		moor_warn("%s: reply %s: %s", d->url[w],
@@ -312,6 +346,9 @@ static void on_hello(cd *d, uint32_t pipe, const proto_msg *m)
 	o->sec_off = d->ho.sec_off;
 	o->n_view = d->lay.n_views;
 	o->view_off = d->ho.view_off;
+	o->dev_kind = ai.dev_cuda ? PROTO_ARENA_CUDA : PROTO_ARENA_SHM;
+	o->dev_device = ai.dev_device;
+	memcpy(o->dev_handle, ai.dev_handle, sizeof o->dev_handle);
 	send_msg(d, SOCK_ENG, &r);
 }
 
@@ -423,9 +460,6 @@ static void on_abort(cd *d, uint32_t pipe, const proto_msg *m)
 /* ===================================================================== */
 /* admin requests                                                        */
 
-static const char *const tiers[] = {"all", "resident", "end",  "stash",
-				    "pin", "park",     "store"};
-
 static void on_stats(cd *d, const proto_msg *m)
 {
 	char *core = cache_stats_json(d->c);
@@ -491,15 +525,11 @@ static void on_clear(cd *d, const proto_msg *m)
 {
 	const char *t = m->u.clear.tier ? m->u.clear.tier : "";
 	if (!t[0])
-		t = "all";
-	size_t i;
-	for (i = 0; i < sizeof tiers / sizeof tiers[0]; i++)
-		if (!strcmp(t, tiers[i]))
-			break;
-	if (i == sizeof tiers / sizeof tiers[0]) {
+		t = "ram";
+	if (!proto_clear_tier_ok(t)) {
 		reply_err(d, SOCK_ADMIN, m->h.req, MOOR_ERANGE,
-			  "CLEAR: unknown tier '%.64s' (all, resident, end, "
-			  "stash, pin, park, store)",
+			  "CLEAR: unknown tier '%.64s' (" PROTO_CLEAR_TIER_LIST
+			  ")",
 			  t);
 		return;
 	}
@@ -841,7 +871,21 @@ static void usage(FILE *f)
 	    "  --cache-gb G (CACHE_GB, 2)  --store-entry-gb G (1)  "
 	    "--store-boundaries N (1)  --store-sessions on|off (on)\n"
 	    "  --unified on|off         the memory limits count both arenas "
-	    "(one memory: the CPU backend)\n"
+	    "(one memory: the CPU backend;\n"
+	    "                           default on with a shm device arena, "
+	    "off on CUDA)\n"
+	    "  --device auto|shm|cuda   the device arena: shm (the CPU "
+	    "backend) or cudaMalloc'ed\n"
+	    "                           on the GPU (auto: CUDA when built and "
+	    "present)\n"
+	    "  --gpu N                  the GPU of a CUDA device arena "
+	    "(default 0)\n"
+	    "NVMe tiers:\n"
+	    "  --disk-dir DIR           the tiers' directory (the session "
+	    "spill in DIR/sessions); default none: off\n"
+	    "  --session-spill-gb G (64)  --session-spill-hours N (48)\n"
+	    "  --spill-codec on|off (on: byte planes + zstd)  --codec-threads "
+	    "N (8)\n"
 	    "  --log-level error|warn|info|debug\n");
 }
 
@@ -893,9 +937,44 @@ enum {
 	O_BOUND,
 	O_SESS,
 	O_UNIFIED,
+	O_DEVICE,
+	O_GPU,
+	O_DISK_DIR,
+	O_SPILL_GB,
+	O_SPILL_H,
+	O_CODEC,
+	O_CODEC_T,
 	O_LOG,
 	O_HELP,
 };
+
+/* --device: where the device arena lives (cfg.dev_cuda), logged. */
+static int device_pick(cd *d)
+{
+	const char *m = d->dev_mode ? d->dev_mode : "auto";
+	char why[MOOR_ERRLEN] = "";
+	int cuda = 0;
+	if (!strcmp(m, "cuda")) {
+		if (arena_cuda_probe((int)d->gpu, why)) {
+			moor_err("--device cuda: %s", why);
+			return -1;
+		}
+		cuda = 1;
+	} else if (!strcmp(m, "auto")) {
+		cuda = arena_cuda_probe((int)d->gpu, why) == 0;
+	}
+	d->cfg.dev_cuda = cuda ? (int)d->gpu : -1;
+	if (cuda && !d->unified_set)
+		d->cfg.unified = 0; /* device memory is not the host's */
+	if (cuda)
+		moor_info("device arena on CUDA (GPU %u, --device %s)", d->gpu,
+			  m);
+	else if (!strcmp(m, "auto"))
+		moor_info("device arena in shm (--device auto: %s)", why);
+	else
+		moor_info("device arena in shm (--device shm)");
+	return 0;
+}
 
 static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 {
@@ -923,6 +1002,13 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 	    {"store-boundaries", 1, 0, O_BOUND},
 	    {"store-sessions", 1, 0, O_SESS},
 	    {"unified", 1, 0, O_UNIFIED},
+	    {"device", 1, 0, O_DEVICE},
+	    {"gpu", 1, 0, O_GPU},
+	    {"disk-dir", 1, 0, O_DISK_DIR},
+	    {"session-spill-gb", 1, 0, O_SPILL_GB},
+	    {"session-spill-hours", 1, 0, O_SPILL_H},
+	    {"spill-codec", 1, 0, O_CODEC},
+	    {"codec-threads", 1, 0, O_CODEC_T},
 	    {"log-level", 1, 0, O_LOG},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
@@ -1007,6 +1093,38 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 			break;
 		case O_UNIFIED:
 			bad = parse_onoff(optarg, &c->unified);
+			d->unified_set = 1;
+			break;
+		case O_DEVICE:
+			d->dev_mode = optarg;
+			bad = strcmp(optarg, "auto") && strcmp(optarg, "shm") &&
+			      strcmp(optarg, "cuda");
+			break;
+		case O_GPU:
+			bad = moor_parse_u32(optarg, &d->gpu);
+			break;
+		case O_DISK_DIR:
+			if (strlen(optarg) >= sizeof c->spill_dir - 16) {
+				moor_err("--disk-dir %s: the path must be "
+					 "under %zu bytes",
+					 optarg, sizeof c->spill_dir - 16);
+				return 2;
+			}
+			snprintf(c->spill_dir, sizeof c->spill_dir, "%s",
+				 optarg);
+			break;
+		case O_SPILL_GB:
+			bad = parse_gb(optarg, &c->spill_bytes);
+			break;
+		case O_SPILL_H:
+			bad = moor_parse_u32(optarg, &c->spill_hours);
+			break;
+		case O_CODEC:
+			bad = parse_onoff(optarg, &c->spill_codec);
+			break;
+		case O_CODEC_T:
+			bad = moor_parse_u32(optarg, &c->codec_threads) ||
+			      c->codec_threads < 1 || c->codec_threads > 256;
 			break;
 		case O_LOG:
 			if (!strcmp(optarg, "error"))
@@ -1030,8 +1148,10 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 		if (bad) {
 			moor_err("--%s %s: expected %s", lo[o - O_RUN].name,
 				 optarg,
-				 o == O_END || o == O_SESS || o == O_UNIFIED
+				 o == O_END || o == O_SESS || o == O_UNIFIED ||
+					 o == O_CODEC
 				     ? "on or off"
+				 : o == O_DEVICE ? "auto, shm or cuda"
 				 : o == O_LOG ? "a log level"
 				 : strstr(lo[o - O_RUN].name, "-gb")
 				     ? "a number of GiB"
@@ -1118,6 +1238,9 @@ int main(int argc, char **argv)
 	}
 
 	char err[MOOR_ERRLEN] = "";
+	rc = device_pick(&d);
+	if (rc)
+		return 1;
 	rc = cache_new(&d.cfg, &d.c, err);
 	if (rc) {
 		moor_err("arenas: %s", err[0] ? err : moor_strerror(rc));
@@ -1134,6 +1257,17 @@ int main(int argc, char **argv)
 			  ai.dev_name, (double)ai.dev_size / (1 << 20),
 			  ai.host_name, (double)ai.host_size / (1 << 20));
 		rc = serve(&d);
+		/* the drain: the work in flight was answered; what the
+		 * resident rows hold goes to the session spill */
+		close_open_plan(&d, "the drain");
+		double t0 = moor_now();
+		err[0] = 0;
+		int drc = cache_drain(d.c, err);
+		if (drc)
+			moor_err("drain: %s", err[0] ? err : moor_strerror(drc));
+		else if (d.cfg.spill_dir[0])
+			moor_info("drain: done in %.0f ms",
+				  (moor_now() - t0) * 1e3);
 	}
 	for (int w = 0; w < 2; w++) {
 		if (!d.open[w])

@@ -91,6 +91,13 @@ typedef struct eng_opts {
 
 typedef struct eng_model eng_model;
 
+/* The backend an operator names (`--backend auto|cpu|cuda`): auto is CUDA
+ * when this build has it and its probe finds `device`, else the CPU
+ * backend; a named backend this build lacks, or whose probe fails, is NULL.
+ * why (MOOR_ERRLEN) gets the sentence for the start-up log: which backend
+ * and why, or why none. */
+const kern_ops *eng_backend_pick(const char *name, int device, char *why);
+
 /* Loads DIR (config.json + safetensors) onto the backend. On failure returns
  * a negative code and fills err (naming the file and tensor). The model
  * borrows ops and ctx, which must outlive it. */

@@ -5,6 +5,7 @@
  * ids on stdout;
  *
  *   engined --model DIR --prompt-ids 1,2,3 [--max-tokens N] [--threads N]
+ *           [--backend auto|cpu|cuda] [--gpu N]
  *           [--grid N] [--window N] [--temperature T] [--top-k K]
  *           [--top-p P] [--min-p P] [--seed S] [--ignore-eos]
  *
@@ -13,6 +14,10 @@
  *
  *   engined --model DIR [--run-dir DIR] [--threads N] [--grid N]
  *           [--window N] [--connect-timeout S] [--queue N]
+ *           [--backend auto|cpu|cuda] [--gpu N]
+ *
+ * Either mode runs on the backend --backend names (eng_backend_pick); the
+ * choice and its reason are the first line of the log.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -39,6 +44,9 @@ static void usage(FILE *f)
 	    "  --temperature T   0 = greedy (default 0)\n"
 	    "  --top-k K  --top-p P  --min-p P  --seed S\n"
 	    "  --ignore-eos      do not stop at the end-of-sequence token\n"
+	    "  --backend B       auto (CUDA when built and a GPU is present,\n"
+	    "                    else the CPU), cpu or cuda (default auto)\n"
+	    "  --gpu N           the CUDA device ordinal (default 0)\n"
 	    "daemon options (no --prompt-ids):\n"
 	    "  --run-dir DIR         sockets of cached and engined (default\n"
 	    "                        $XDG_RUNTIME_DIR/moor or /tmp/moor-$UID)\n"
@@ -46,7 +54,8 @@ static void usage(FILE *f)
 	    "  --call-timeout S      one round trip to cached (default 30)\n"
 	    "  --queue N             requests waiting behind the running one\n"
 	    "                        (default 64; more are answered busy)\n"
-	    "  --threads N  --grid N  --window N   as above\n");
+	    "  --threads N  --grid N  --window N  --backend B  --gpu N\n"
+	    "                        as above\n");
 }
 
 /* A positive integer flag, or -1. */
@@ -100,7 +109,8 @@ static int parse_ids(const char *s, int32_t **out, int64_t *n)
 int main(int argc, char **argv)
 {
 	moor_log_set_name("engined");
-	const char *model = NULL, *ids_s = NULL;
+	const char *model = NULL, *ids_s = NULL, *backend = "auto";
+	int gpu = 0;
 	int max_tokens = 16, ignore_eos = 0;
 	eng_opts o = {0};
 	eng_sampling sp = {.temperature = 0, .top_p = 1};
@@ -122,6 +132,8 @@ int main(int argc, char **argv)
 	    {"call-timeout", 1, 0, 'L'},
 	    {"queue", 1, 0, 'Q'},
 	    {"test-step-delay-ms", 1, 0, 'D'},
+	    {"backend", 1, 0, 'B'},
+	    {"gpu", 1, 0, 'G'},
 	    {"help", 0, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
@@ -181,6 +193,12 @@ int main(int argc, char **argv)
 		case 'D':
 			sc.test_step_delay_ms = (int)parse_pos(optarg);
 			break;
+		case 'B':
+			backend = optarg;
+			break;
+		case 'G':
+			gpu = (int)parse_pos(optarg);
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -194,7 +212,22 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (model && !ids_s) {
+	if (gpu < 0) {
+		moor_err("--gpu: expected a device ordinal (0, 1, ...)");
+		return 2;
+	}
+	if (!model || (ids_s && max_tokens < 0)) {
+		usage(stderr);
+		return 2;
+	}
+	char why[MOOR_ERRLEN] = "";
+	const kern_ops *ops = eng_backend_pick(backend, gpu, why);
+	if (!ops) {
+		moor_err("%s", why);
+		return 2;
+	}
+	moor_info("%s", why);
+	if (!ids_s) {
 		if (sc.connect_timeout_s < 0 || sc.call_timeout_s <= 0 ||
 		    sc.queue_max < 0 || sc.test_step_delay_ms < 0) {
 			moor_err("--connect-timeout, --call-timeout, --queue: "
@@ -203,11 +236,9 @@ int main(int argc, char **argv)
 		}
 		sc.model_dir = model;
 		sc.opts = o;
+		sc.ops = ops;
+		sc.device = gpu;
 		return eng_serve(&sc) ? 1 : 0;
-	}
-	if (!model || !ids_s || max_tokens < 0) {
-		usage(stderr);
-		return 2;
 	}
 	int32_t *ids;
 	int64_t n;
@@ -215,21 +246,22 @@ int main(int argc, char **argv)
 		moor_err("--prompt-ids: expected comma-separated token ids");
 		return 2;
 	}
-	kern_config kc = {.threads = o.threads > 0 ? o.threads : 1};
+	kern_config kc = {.threads = o.threads > 0 ? o.threads : 1,
+			  .device = gpu};
 	kern_ctx *ctx;
-	int rc = kern_cpu_ops.create(&kc, &ctx);
+	int rc = ops->create(&kc, &ctx);
 	if (rc) {
-		moor_err("backend %s: %s", kern_cpu_ops.name,
-			 moor_strerror(rc));
+		moor_err("backend %s: %s", ops->name, moor_strerror(rc));
+		free(ids);
 		return 1;
 	}
 	char err[MOOR_ERRLEN] = "";
 	eng_model *m;
 	double t0 = moor_now();
-	rc = eng_model_load(model, &kern_cpu_ops, ctx, &o, &m, err);
+	rc = eng_model_load(model, ops, ctx, &o, &m, err);
 	if (rc) {
 		moor_err("%s: %s", model, err[0] ? err : moor_strerror(rc));
-		kern_cpu_ops.destroy(ctx);
+		ops->destroy(ctx);
 		free(ids);
 		return 1;
 	}
@@ -243,25 +275,28 @@ int main(int argc, char **argv)
 			rc = MOOR_ERANGE;
 		}
 	}
+	/* The logits stay on the device: each pick runs there (sample())
+	 * and only the token id comes back. */
 	eng_seq s;
-	float *logits = malloc((size_t)V * sizeof *logits);
 	eng_sampler *smp = eng_sampler_new(V, &sp);
-	if (rc == 0 && (!logits || !smp))
+	if (rc == 0 && !smp)
 		rc = -ENOMEM;
 	if (rc == 0 && (rc = eng_seq_alloc(m, &s)) != 0)
 		moor_err("sequence buffers: %s", moor_strerror(rc));
 	if (rc == 0) {
 		double t1 = moor_now();
-		rc = eng_prefill(m, &s, ids, n, logits, ENG_LOGITS_LAST);
+		rc = eng_prefill(m, &s, ids, n, NULL, ENG_LOGITS_KEEP);
 		double t2 = moor_now();
 		int produced = 0;
 		while (rc == 0 && produced < max_tokens) {
-			int32_t t = eng_sample(smp, logits);
+			int32_t t;
+			if ((rc = eng_model_sample(m, smp, &t)) != 0)
+				break;
 			printf(produced ? " %d" : "%d", t);
 			produced++;
 			if ((t == eos && !ignore_eos) || produced == max_tokens)
 				break;
-			rc = eng_decode(m, &s, t, logits);
+			rc = eng_decode(m, &s, t, NULL);
 		}
 		printf("\n");
 		double t3 = moor_now();
@@ -275,9 +310,8 @@ int main(int argc, char **argv)
 		eng_seq_free(m, &s);
 	}
 	eng_sampler_free(smp);
-	free(logits);
 	free(ids);
 	eng_model_free(m);
-	kern_cpu_ops.destroy(ctx);
+	ops->destroy(ctx);
 	return rc ? 1 : 0;
 }

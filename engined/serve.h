@@ -27,6 +27,8 @@
 
 typedef struct eng_serve_cfg {
 	const char *model_dir;
+	const kern_ops *ops; /* the backend (eng_backend_pick) */
+	int device;	     /* its GPU ordinal (device backends) */
 	const char *run_dir; /* NULL: moor_run_dir_default */
 	eng_opts opts;
 	int connect_timeout_s;	/* wait for cached at start: 30 */

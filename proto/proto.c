@@ -479,6 +479,9 @@ static void enc_hello_ok(moor_buf *b, const proto_msg *m)
 	put_u64(b, h->resident_len);
 	put_u64s(b, h->n_sec, PROTO_MAX_SECTIONS, h->sec_off);
 	put_u64s(b, h->n_view, PROTO_MAX_VIEWS, h->view_off);
+	put_u32(b, h->dev_kind);
+	put_i32(b, h->dev_device);
+	put_bytes(b, h->dev_handle, sizeof h->dev_handle);
 }
 
 static void dec_hello_ok(rd *r, proto_msg *m)
@@ -492,6 +495,10 @@ static void dec_hello_ok(rd *r, proto_msg *m)
 	h->resident_len = get_u64(r);
 	h->sec_off = get_u64s(r, &h->n_sec, PROTO_MAX_SECTIONS);
 	h->view_off = get_u64s(r, &h->n_view, PROTO_MAX_VIEWS);
+	h->dev_kind = get_u32(r);
+	h->dev_device = get_i32(r);
+	/* an unknown dev_kind decodes: the engine refuses it, naming it */
+	get_bytes(r, h->dev_handle, sizeof h->dev_handle);
 }
 
 static void fini_hello_ok(proto_msg *m)
@@ -788,6 +795,15 @@ static void dec_text(rd *r, proto_msg *m)
 static void fini_text(proto_msg *m)
 {
 	free(m->u.text.text);
+}
+
+int proto_clear_tier_ok(const char *t)
+{
+	static const char *const names[] = {PROTO_CLEAR_TIERS};
+	for (size_t i = 0; t && i < sizeof names / sizeof names[0]; i++)
+		if (!strcmp(t, names[i]))
+			return 1;
+	return 0;
 }
 
 static void enc_clear(moor_buf *b, const proto_msg *m)

@@ -27,7 +27,9 @@
 #include "buf.h"
 
 #define PROTO_MAGIC 0x524f4f4du /* "MOOR" little-endian */
-#define PROTO_VERSION 2 /* 2: GENERATE's reasoning budget, COMMIT's marks */
+/* 2: HELLO_OK names the device arena by kind (shm or a CUDA IPC handle);
+ * GENERATE's reasoning budget, COMMIT's marks. */
+#define PROTO_VERSION 2
 #define PROTO_HDR_SIZE 24
 /* Largest payload accepted: a 256k-token prompt of ids plus slack. */
 #define PROTO_MAX_PAYLOAD (4u << 20)
@@ -117,8 +119,22 @@ typedef struct proto_hello {
 	proto_view *view;
 } proto_hello;
 
+/* What HELLO_OK's device arena is (the values of ops.h's kern_ipc_kind). */
+enum proto_arena_kind { PROTO_ARENA_SHM = 1, PROTO_ARENA_CUDA = 2 };
+#define PROTO_IPC_HANDLE_BYTES 64
+
+/* cached's arenas for the engine. The device arena is either a shm object
+ * (dev_kind SHM: dev_arena names it) or device memory cached allocated
+ * (dev_kind CUDA: dev_handle is its cudaIpcMemHandle_t on GPU dev_device,
+ * dev_arena a name for the logs). The host arena is always shm.
+ *
+ * Ordering: cached has synchronised every copy of its own into either
+ * arena before it sends HELLO_OK, PLAN_OK or the OK of COMMIT / ABORT; the
+ * engine synchronises its queues before it sends COMMIT or ABORT (the slot
+ * report n_filled included). Neither reads bytes the other may still be
+ * writing. */
 typedef struct proto_hello_ok {
-	char *dev_arena;  /* shm name of the device arena */
+	char *dev_arena;  /* shm name of the device arena (SHM), a label (CUDA) */
 	uint64_t dev_size;
 	char *host_arena; /* shm name of the host arena */
 	uint64_t host_size;
@@ -128,6 +144,9 @@ typedef struct proto_hello_ok {
 	uint64_t *sec_off; /* device arena, in the layout's order */
 	uint32_t n_view;
 	uint64_t *view_off;
+	uint32_t dev_kind;  /* proto_arena_kind */
+	int32_t dev_device; /* CUDA: the device ordinal; SHM: -1 */
+	uint8_t dev_handle[PROTO_IPC_HANDLE_BYTES]; /* CUDA: the IPC handle */
 } proto_hello_ok;
 
 /* Where should this prompt resume? cached restores the state into the live
@@ -256,8 +275,19 @@ typedef struct proto_text { /* STATS_OK: u32 length, <= PROTO_MAX_TEXT */
 	char *text;
 } proto_text;
 
+/* The tiers CLEAR names: the one table cached, moorctl and gatewayd use.
+ * "ram" is every RAM cache (the default when none is named), "all" those
+ * and the NVMe tiers; "spill" the session spill alone. */
+#define PROTO_CLEAR_TIERS                                                     \
+	"ram", "all", "resident", "end", "stash", "pin", "park", "store",     \
+	    "spill"
+#define PROTO_CLEAR_TIER_LIST                                                 \
+	"ram, all, resident, end, stash, pin, park, store, spill"
+/* 1 when t is one of PROTO_CLEAR_TIERS. */
+int proto_clear_tier_ok(const char *t);
+
 typedef struct proto_clear {
-	char *tier; /* "all", "resident", "end", "stash", "pin", "park", "store" */
+	char *tier; /* one of PROTO_CLEAR_TIERS; empty: "ram" */
 } proto_clear;
 
 /* Where would this prompt resume? cached answers what its next PLAN of

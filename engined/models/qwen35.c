@@ -105,7 +105,12 @@ struct eng_model {
 	void *delta_ws;
 	int32_t *ids;
 	float *logits;
-	int32_t *ids_host; /* [T] host: upload()'s source, valid to the sync */
+	/* [IDS_RING] host: the ids' uploads read from here, each from its own
+	 * stretch (ids_at advances), so that no stretch is rewritten before
+	 * the queue's next sync (ops.h: an upload's source stays unchanged
+	 * until then); a full ring syncs the queue and starts over */
+	int32_t *ids_host;
+	int64_t ids_at;
 	int32_t dev_id;	   /* the id sample() left in ids[0], or -1 */
 	int logits_kept;   /* logits row 0 holds the last token's */
 
@@ -118,6 +123,9 @@ struct eng_model {
 };
 
 #define LOGIT_ROWS 8
+/* ids_host's length: 8 chunks of ids (or 8 grids of decode steps) between
+ * the syncs it forces. */
+#define IDS_RING(m) ((size_t)(m)->T * 8)
 
 /* Probe points: only in the test build of this file (-DENG_PROBE,
  * tests/engine/golden_probe), which compares each tensor where the model
@@ -738,7 +746,7 @@ int eng_model_load(const char *dir, const kern_ops *ops, kern_ctx *ctx,
 		moor_errf(err, "events: %s", moor_strerror(rc));
 		goto fail;
 	}
-	m->ids_host = calloc((size_t)grid, sizeof *m->ids_host);
+	m->ids_host = calloc(IDS_RING(m), sizeof *m->ids_host);
 	if (!m->ids_host) {
 		rc = -ENOMEM;
 		goto fail;
@@ -1155,12 +1163,18 @@ static int ids_check(const eng_model *m, const int32_t *ids, int64_t n)
 	return 0;
 }
 
-/* Stages T ids in the host buffer and uploads them to m->ids. */
+/* Stages T ids in the host ring and uploads them to m->ids. */
 static int ids_upload(eng_model *m, const int32_t *ids, int T)
 {
-	memcpy(m->ids_host, ids, (size_t)T * sizeof *ids);
+	if (m->ids_at + T > (int64_t)IDS_RING(m)) {
+		CK(m->ops->sync(m->q)); /* every stretch has been read */
+		m->ids_at = 0;
+	}
+	int32_t *src = m->ids_host + m->ids_at;
+	m->ids_at += T;
+	memcpy(src, ids, (size_t)T * sizeof *ids);
 	m->dev_id = -1;
-	return m->ops->upload(m->q, m->ids, m->ids_host, (size_t)T * 4);
+	return m->ops->upload(m->q, m->ids, src, (size_t)T * 4);
 }
 
 int eng_prefill(eng_model *m, eng_seq *s, const int32_t *ids, int64_t n,

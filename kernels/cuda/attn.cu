@@ -67,6 +67,7 @@ static __device__ inline void key_dots(float *acc, const float *qs,
 		acc[h] = 0.0f;
 	if (vec) {
 		const uint4 *kp = (const uint4 *)((const bf16 *)K + row);
+#pragma unroll 4
 		for (int d8 = 0; d8 < D / 8; d8++) {
 			uint4 u = kp[d8];
 			const bf16 *e = (const bf16 *)&u;
@@ -156,6 +157,41 @@ __global__ void __launch_bounds__(KCU_SPLIT_KEYS)
 		}
 	}
 	__syncthreads();
+	/* p V: a thread two adjacent dims (one 4-byte load a key) when the
+	 * rows are bf16, every head of the group, keys in order */
+	if (vec && D == 2 * KCU_SPLIT_KEYS && ((uintptr_t)V & 3) == 0) {
+		const int d = 2 * tid;
+		float a0[KCU_GROUP_MAX], a1[KCU_GROUP_MAX];
+#pragma unroll
+		for (int h = 0; h < KCU_GROUP_MAX; h++)
+			a0[h] = a1[h] = 0.0f;
+		const __nv_bfloat162 *vp =
+		    (const __nv_bfloat162 *)((const bf16 *)V + (size_t)j0 * kstride +
+					     (size_t)kh * D + d);
+		const size_t vs = kstride / 2;
+#pragma unroll 8
+		for (int j = 0; j < n; j++) {
+			float2 v = __bfloat1622float2(vp[(size_t)j * vs]);
+#pragma unroll
+			for (int h = 0; h < KCU_GROUP_MAX; h++)
+				if (h < G) {
+					float p_ = sc[h * KCU_SPLIT_KEYS + j];
+					a0[h] = fmaf(p_, v.x, a0[h]);
+					a1[h] = fmaf(p_, v.y, a1[h]);
+				}
+		}
+#pragma unroll
+		for (int h = 0; h < KCU_GROUP_MAX; h++)
+			if (h < G) {
+				float *op = part +
+					    (((size_t)rl * Hq + kh * G + h) * nsplit + s) *
+						(D + 2) +
+					    2 + d;
+				op[0] = a0[h];
+				op[1] = a1[h];
+			}
+		return;
+	}
 	/* p V: a thread a dim, every head of the group, keys in order */
 	for (int d = tid; d < D; d += blockDim.x) {
 		float acc[KCU_GROUP_MAX];
@@ -163,7 +199,7 @@ __global__ void __launch_bounds__(KCU_SPLIT_KEYS)
 		for (int h = 0; h < KCU_GROUP_MAX; h++)
 			acc[h] = 0.0f;
 		const size_t base = (size_t)j0 * kstride + (size_t)kh * D + d;
-#pragma unroll 4
+#pragma unroll 8
 		for (int j = 0; j < n; j++) {
 			float v = kv_get(V, kvdt, base + (size_t)j * kstride);
 #pragma unroll
@@ -549,7 +585,7 @@ int kcu_attention(kern_queue *q, float *out, const float *qv, int ldq,
 		return MOOR_ERANGE;
 	if (T == 0)
 		return 0;
-	cudaSetDevice(q->ctx->device);
+	kcu_use(q->ctx);
 	/* the tensor-core kernel: bf16 rows and KV, 16-byte aligned q rows */
 	int tc = kvdt == KERN_BF16 && act == KERN_ACT_BF16 &&
 		 T > KCU_SPLIT_ROWS && ldq % 4 == 0 &&

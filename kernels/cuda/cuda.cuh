@@ -103,6 +103,16 @@ static inline int64_t kcu_padd(const kern_queue *q, int64_t pos0)
 {
 	return q->capturing ? pos0 - q->cap_pos : pos0;
 }
+/* Makes the context's device current for the calling thread, once per
+ * thread and device: cudaSetDevice took about 0.1 ms a call on the lent
+ * H200's runtime, too much for an op of a decode step. */
+static inline void kcu_use(const kern_ctx *c)
+{
+	static __thread int cur = -1;
+	if (cur != c->device && cudaSetDevice(c->device) == cudaSuccess)
+		cur = c->device;
+}
+
 static __device__ inline int64_t kcu_pos(const int64_t *dpos, int64_t add)
 {
 	return (dpos ? *dpos : 0) + add;

@@ -21,8 +21,8 @@
  * GEMV instead (k_gemv): cuBLASLt reached 1.9 to 3.5 TB/s on the 27B's
  * one-row products on the H200, and the stage, product and rounding were
  * three launches. x is rounded to bf16 as the stage kernel does, on the
- * way in (a SwiGLU's input is staged once a block in shared memory), a
- * warp takes GEMV_RPW rows, a lane sums its 16-byte pieces
+ * way in (a SwiGLU's input is staged by stage_swiglu first), a warp takes
+ * GEMV_RPW rows, a lane sums its 16-byte pieces
  * k = 8 (lane + 32 i) .. in order, and the lanes' sums meet in a fixed
  * butterfly: one order per K. */
 #include "cuda.cuh"
@@ -286,17 +286,15 @@ static unsigned grid_for(size_t n)
 
 #define GEMV_THREADS 256
 #define GEMV_RPW 2 /* rows of a warp */
-#define GEMV_KMAX 32768 /* bf16 of a SwiGLU's x in shared memory (64 KiB) */
 
-/* the 8 values of x's piece i, as bf16 made float: a plain x from global
- * memory (L1-resident after the first warp), a SwiGLU's from the block's
- * staged copy */
-template <bool SW>
-static __device__ inline void gemv_x8(float *xf, const float *x,
-				      const __nv_bfloat16 *xs, int i)
+/* the 8 values of x's piece i as bf16 made float: fp32 x rounded on the
+ * way in (L1-resident after the first warp), or (X16) x already staged in
+ * bf16 */
+template <bool X16>
+static __device__ inline void gemv_x8(float *xf, const void *x, int i)
 {
-	if (SW) {
-		uint4 u = ((const uint4 *)xs)[i];
+	if (X16) {
+		uint4 u = __ldg((const uint4 *)x + i);
 		const __nv_bfloat16 *e = (const __nv_bfloat16 *)&u;
 #pragma unroll
 		for (int k = 0; k < 8; k++)
@@ -311,21 +309,14 @@ static __device__ inline void gemv_x8(float *xf, const float *x,
 	}
 }
 
-/* y[n] = rnd(sum_k x16[k] W[n, k]) for one row; x16 = bf16(x), or (SW) the
- * SwiGLU of gate x and up staged in bf16. W bf16 [N, K], K % 8 == 0. */
-template <bool SW>
+/* y[n] = rnd(sum_k x16[k] W[n, k]) for one row: x16 = bf16(x) (x fp32),
+ * or x itself (X16: bf16, a SwiGLU staged by stage_swiglu). W bf16
+ * [N, K], K % 8 == 0. */
+template <bool X16>
 static __global__ void __launch_bounds__(GEMV_THREADS)
-    k_gemv(float *y, const float *x, const float *up, const __nv_bfloat16 *W,
-	   int N, int K, int act)
+    k_gemv(float *y, const void *x, const __nv_bfloat16 *W, int N, int K,
+	   int act)
 {
-	extern __shared__ __align__(16) unsigned char gsm[];
-	__nv_bfloat16 *xs = (__nv_bfloat16 *)gsm;
-	if (SW) {
-		for (int k = threadIdx.x; k < K; k += blockDim.x)
-			xs[k] = __float2bfloat16_rn(
-			    kcu_rnd(kcu_rnd(kcu_silu(x[k]), act) * up[k], act));
-		__syncthreads();
-	}
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
 	const int n0 = (blockIdx.x * (GEMV_THREADS / 32) + w) * GEMV_RPW;
 	if (n0 >= N)
@@ -346,7 +337,7 @@ static __global__ void __launch_bounds__(GEMV_THREADS)
 		for (int r = 0; r < GEMV_RPW; r++)
 			wu[r] = __ldg(wr[r] + i);
 		float xf[8];
-		gemv_x8<SW>(xf, x, xs, i);
+		gemv_x8<X16>(xf, x, i);
 #pragma unroll
 		for (int r = 0; r < GEMV_RPW; r++) {
 			const __nv_bfloat16 *we = (const __nv_bfloat16 *)&wu[r];
@@ -365,33 +356,24 @@ static __global__ void __launch_bounds__(GEMV_THREADS)
 	}
 }
 
-static int gemv_ok(const float *x, const void *W, int wdt, int T, int K)
+static int gemv_ok(const void *x, const void *W, int wdt, int T, int K)
 {
-	return T == 1 && wdt == KERN_BF16 && K % 8 == 0 && K <= GEMV_KMAX &&
+	return T == 1 && wdt == KERN_BF16 && K % 8 == 0 &&
 	       ((uintptr_t)W & 15) == 0 && ((uintptr_t)x & 15) == 0;
 }
 
-static int gemv(kern_queue *q, float *y, const float *x, const float *up,
-		const void *W, int N, int K, int act)
+/* x: fp32, or bf16 when x16 */
+static int gemv(kern_queue *q, float *y, const void *x, int x16, const void *W,
+		int N, int K, int act)
 {
 	int rows = GEMV_THREADS / 32 * GEMV_RPW;
 	unsigned nb = (unsigned)((N + rows - 1) / rows);
-	if (up) {
-		size_t shm = (size_t)K * 2;
-		static int set;
-		if (shm > 48 * 1024 && !set) {
-			KCU(q->ctx, cudaFuncSetAttribute(
-					k_gemv<true>,
-					cudaFuncAttributeMaxDynamicSharedMemorySize,
-					GEMV_KMAX * 2));
-			set = 1;
-		}
-		k_gemv<true><<<nb, GEMV_THREADS, shm, q->s>>>(
-		    y, x, up, (const __nv_bfloat16 *)W, N, K, act);
-	} else {
+	if (x16)
+		k_gemv<true><<<nb, GEMV_THREADS, 0, q->s>>>(
+		    y, x, (const __nv_bfloat16 *)W, N, K, act);
+	else
 		k_gemv<false><<<nb, GEMV_THREADS, 0, q->s>>>(
-		    y, x, NULL, (const __nv_bfloat16 *)W, N, K, act);
-	}
+		    y, x, (const __nv_bfloat16 *)W, N, K, act);
 	KCU_LAUNCHED(q->ctx);
 	return 0;
 }
@@ -449,7 +431,7 @@ int kcu_matmul(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 	if (wdt == KERN_F32)
 		return product(q, y, ldy, x, ldx, W, wdt, T, N, K, act);
 	if (gemv_ok(x, W, wdt, T, K))
-		return gemv(q, y, x, NULL, W, N, K, act);
+		return gemv(q, y, x, 0, W, N, K, act);
 	size_t n = (size_t)T * K;
 	if (wdt == KERN_BF16)
 		stage_x<__nv_bfloat16><<<grid_for(n), 256, 0, q->s>>>(
@@ -472,8 +454,6 @@ int kcu_matmul_swiglu(kern_queue *q, float *y, int ldy, const float *gate,
 		return 0;
 	if (K == 0)
 		return MOOR_ERANGE;
-	if (gemv_ok(gate, W, wdt, T, K))
-		return gemv(q, y, gate, up, W, N, K, act);
 	size_t n = (size_t)T * K;
 	if (wdt == KERN_F32 && n * 4 > q->ctx->stage_bytes)
 		return MOOR_ERANGE;
@@ -488,5 +468,7 @@ int kcu_matmul_swiglu(kern_queue *q, float *y, int ldy, const float *gate,
 		stage_swiglu_f32<<<grid_for(n), 256, 0, q->s>>>(
 		    (float *)st, gate, up, ldgu, T, K, act);
 	KCU_LAUNCHED(q->ctx);
+	if (gemv_ok(st, W, wdt, T, K))
+		return gemv(q, y, st, 1, W, N, K, act);
 	return product(q, y, ldy, st, K, W, wdt, T, N, K, act);
 }

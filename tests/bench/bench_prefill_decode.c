@@ -114,12 +114,12 @@ static int run_bound(const char *dir, int threads)
 	enum { PROMPT = 16, PREFILLS = 40, STEPS = 64 };
 	kern_config kc = {.threads = threads};
 	kern_ctx *ctx;
-	if (kern_cpu_ops.create(&kc, &ctx))
+	if (kern_backend("cpu")->create(&kc, &ctx))
 		return 1;
 	char err[MOOR_ERRLEN] = "";
 	eng_opts o = {.grid = 1024, .window = 1024};
 	eng_model *m;
-	if (eng_model_load(dir, &kern_cpu_ops, ctx, &o, &m, err)) {
+	if (eng_model_load(dir, kern_backend("cpu"), ctx, &o, &m, err)) {
 		fprintf(stderr, "load: %s\n", err);
 		return 1;
 	}
@@ -176,7 +176,7 @@ static int run_bound(const char *dir, int threads)
 	eng_seq_free(m, &s);
 	free(logits);
 	eng_model_free(m);
-	kern_cpu_ops.destroy(ctx);
+	kern_backend("cpu")->destroy(ctx);
 	return 0;
 }
 
@@ -202,12 +202,12 @@ int main(int argc, char **argv)
 	const int steps = 32;
 	kern_config kc = {.threads = threads};
 	kern_ctx *ctx;
-	if (kern_cpu_ops.create(&kc, &ctx))
+	if (kern_backend("cpu")->create(&kc, &ctx))
 		return 1;
 	char err[MOOR_ERRLEN] = "";
 	eng_opts o = {.grid = 1024, .window = maxlen + steps};
 	eng_model *m;
-	if (eng_model_load(argv[1], &kern_cpu_ops, ctx, &o, &m, err)) {
+	if (eng_model_load(argv[1], kern_backend("cpu"), ctx, &o, &m, err)) {
 		fprintf(stderr, "load: %s\n", err);
 		return 1;
 	}
@@ -246,6 +246,6 @@ int main(int argc, char **argv)
 	free(ids);
 	free(logits);
 	eng_model_free(m);
-	kern_cpu_ops.destroy(ctx);
+	kern_backend("cpu")->destroy(ctx);
 	return 0;
 }

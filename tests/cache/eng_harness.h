@@ -7,7 +7,14 @@
  * back right after the prefill (for the bit-for-bit checks); a few greedy
  * decode steps, the last sampled token not forwarded; cache_commit with
  * the tokens the state absorbed. A cold run does the same on a sequence
- * the engine owns, from length 0. */
+ * the engine owns, from length 0.
+ *
+ * The backend is MOOR_TEST_BACKEND's (tb.h). On CUDA the cache's device
+ * arena is cudaMalloc'ed (cfg.dev_cuda 0) and its mover copies on a
+ * stream; the engine, in the same process, computes into it through the
+ * arena's base pointer. The daemons' ordering holds here too: the cache's
+ * copies are waited for after a plan (cache_sync), the engine's queues
+ * before a commit (eng_model_sync). */
 #ifndef MOOR_TEST_ENG_HARNESS_H
 #define MOOR_TEST_ENG_HARNESS_H
 
@@ -23,10 +30,12 @@
 #include "moor.h"
 #include "state.h"
 #include "t.h"
+#include "tb.h"
 
 #define H_MAX_GEN 64
 
 typedef struct harness {
+	const kern_ops *ops;
 	kern_ctx *ctx;
 	eng_model *m;
 	const eng_layout *y;
@@ -68,6 +77,7 @@ static inline void h_cfg(cache_cfg *cfg, const char *test)
 	cfg->park_bytes = 8ull << 20;
 	cfg->store_bytes = 16ull << 20;
 	cfg->store_entry_bytes = 8ull << 20;
+	cfg->dev_cuda = tb_cuda() ? 0 : -1; /* the engine's memory */
 }
 
 static inline const char *h_model(const char *name, char *buf, size_t n)
@@ -82,10 +92,11 @@ static inline void h_open(harness *h, const char *model, int grid,
 	memset(h, 0, sizeof *h);
 	char err[MOOR_ERRLEN] = "", dir[1024];
 	kern_config kc = {.threads = 1};
-	REQUIRE(kern_cpu_ops.create(&kc, &h->ctx) == 0, "backend");
+	h->ops = tb_backend("eng_harness");
+	REQUIRE(h->ops->create(&kc, &h->ctx) == 0, "backend");
 	eng_opts o = {.grid = grid, .window = window, .threads = 1};
 	h_model(model, dir, sizeof dir);
-	REQUIRE(eng_model_load(dir, &kern_cpu_ops, h->ctx, &o, &h->m, err) == 0,
+	REQUIRE(eng_model_load(dir, h->ops, h->ctx, &o, &h->m, err) == 0,
 		"load %s: %s", dir, err);
 	h->y = eng_model_layout(h->m);
 	h->V = eng_model_vocab(h->m);
@@ -93,7 +104,10 @@ static inline void h_open(harness *h, const char *model, int grid,
 	h->lay = malloc(sizeof *h->lay);
 	REQUIRE(h->lay, "oom");
 	h_layout(h->y, dir, h->lay);
-	REQUIRE(cache_new(cfg, &h->c, err) == 0, "cache_new: %s", err);
+	cache_cfg cc = *cfg;
+	if (tb_cuda())
+		cc.dev_cuda = 0;
+	REQUIRE(cache_new(&cc, &h->c, err) == 0, "cache_new: %s", err);
 	REQUIRE(cache_hello(h->c, h->lay, &h->ho, err) == 0, "hello: %s", err);
 	h->s.sec = calloc((size_t)h->y->n_sections + 1, sizeof(void *));
 	h->s.view = calloc((size_t)h->y->n_views + 1, sizeof(void *));
@@ -122,7 +136,7 @@ static inline void h_close(harness *h)
 	free(h->l1);
 	free(h->lay);
 	eng_model_free(h->m);
-	kern_cpu_ops.destroy(h->ctx);
+	h->ops->destroy(h->ctx);
 }
 
 static inline int32_t h_argmax(const float *l, int V)
@@ -161,6 +175,7 @@ static inline int h_turn_run(harness *h, const int32_t *ids, int64_t n,
 	int rc = cache_plan(h->c, &r, &t->plan, err);
 	if (rc)
 		return rc;
+	REQUIRE(cache_sync(h->c) == 0, "the cache's restore copies");
 	uint64_t st = t->plan.start;
 	REQUIRE(st < (uint64_t)n, "start %llu of %lld", (unsigned long long)st,
 		(long long)n);
@@ -179,9 +194,10 @@ static inline int h_turn_run(harness *h, const int32_t *ids, int64_t n,
 		moor_strerror(rc));
 	REQUIRE(t->n_filled == (int)t->plan.n_slots, "filled %d of %u",
 		t->n_filled, t->plan.n_slots);
-	t->st = state_read(&kern_cpu_ops, h->ctx, h->y, &h->s, n);
+	t->st = state_read(h->ops, h->ctx, h->y, &h->s, n);
 	t->n_gen = n_sample;
 	h_decode(h, &h->s, h->lg + (size_t)(n - 1) * h->V, n_sample, t->gen);
+	REQUIRE(eng_model_sync(h->m) == 0, "the engine's queues");
 	REQUIRE(cache_commit(h->c, (uint32_t)t->n_filled, t->gen,
 			     (uint64_t)(n_sample - 1)) == 0,
 		"commit");
@@ -199,7 +215,7 @@ static inline void h_cold(harness *h, const int32_t *ids, int64_t n,
 	REQUIRE(eng_seq_reset(h->m, &h->cold) == 0, "reset");
 	REQUIRE(eng_prefill(h->m, &h->cold, ids, n, h->lc, ENG_LOGITS_ALL) == 0,
 		"cold prefill");
-	o->st = state_read(&kern_cpu_ops, h->ctx, h->y, &h->cold, n);
+	o->st = state_read(h->ops, h->ctx, h->y, &h->cold, n);
 	h_decode(h, &h->cold, h->lc + (size_t)(n - 1) * h->V, n_sample, o->gen);
 }
 

@@ -4,6 +4,11 @@
  * REQUIRE, on the test's time bound (SIGALRM) and, through
  * PR_SET_PDEATHSIG, when the test itself dies. A failed test prints the
  * logs. Include once, after t.h.
+ *
+ * The backend: engined gets --backend MOOR_TEST_BACKEND (tb.h; cpu when
+ * unset) and cached the device arena that goes with it (--device shm, or
+ * cuda under MOOR_TEST_BACKEND=cuda), so a test runs the same pair on a
+ * GPU host and on a CPU one.
  */
 #ifndef MOOR_HARNESS_H
 #define MOOR_HARNESS_H
@@ -24,6 +29,7 @@
 #include <unistd.h>
 
 #include "moor.h"
+#include "tb.h"
 
 #define H_MAX_PROCS 32
 
@@ -283,12 +289,19 @@ static inline int h_wait_ready(const char *logname, const char *ready,
 	    "--resident-park-gb", "0.02", "--cache-gb", "0.05",                \
 	    "--store-entry-gb", "0.02"
 
+/* cached's --device for MOOR_TEST_BACKEND. */
+static inline const char *h_device(void)
+{
+	return tb_cuda() ? "cuda" : "shm";
+}
+
 /* Starts cached on run and waits for both sockets. */
 static inline pid_t h_cached(const char *exe, const char *run,
 			     const char *logname)
 {
-	char *argv[] = {(char *)exe, "--run-dir", (char *)run, H_CACHED_BUDGETS,
-			NULL};
+	char *argv[] = {(char *)exe,	     "--run-dir", (char *)run,
+			"--device",	     (char *)h_device(),
+			H_CACHED_BUDGETS, NULL};
 	pid_t pid = h_spawn(logname, argv);
 	REQUIRE(h_wait_ready(logname, "serving", run, "admin.sock", pid, 20) ==
 		    0,
@@ -300,10 +313,11 @@ static inline pid_t h_cached(const char *exe, const char *run,
 static inline pid_t h_engined(const char *exe, const char *model,
 			      const char *run, const char *logname, ...)
 {
-	char *argv[32] = {(char *)exe, "--model",   (char *)model,
-			  "--run-dir", (char *)run, "--connect-timeout",
-			  "20",	       NULL};
-	int k = 7;
+	char *argv[32] = {(char *)exe,	   "--model",	(char *)model,
+			  "--run-dir",	   (char *)run, "--connect-timeout",
+			  "20",		   "--backend", (char *)tb_name(),
+			  NULL};
+	int k = 9;
 	va_list ap;
 	va_start(ap, logname);
 	const char *a;

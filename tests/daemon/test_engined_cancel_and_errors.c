@@ -39,6 +39,7 @@ int main(int argc, char **argv)
 {
 	REQUIRE(argc == 4, "usage: %s CACHED ENGINED MODEL_DIR", argv[0]);
 	const char *cached = argv[1], *engined = argv[2], *model = argv[3];
+	tb_backend("test_engined_cancel_and_errors"); /* skips without it */
 	const char *run = h_init("cancel", 240);
 	pid_t cd = h_cached(cached, run, "cached");
 	/* 5 ms a decode step: a generation of 200 takes a second */

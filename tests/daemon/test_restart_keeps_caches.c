@@ -76,6 +76,8 @@ int main(int argc, char **argv)
 {
 	REQUIRE(argc == 4, "usage: %s CACHED ENGINED MODEL_DIR", argv[0]);
 	const char *cached = argv[1], *engined = argv[2], *model = argv[3];
+	tb_backend("test_restart_keeps_caches"); /* skips without it */
+	printf("backend %s, device arena %s\n", tb_name(), h_device());
 	h_init("restart", 240);
 	const char *runA = h_subdir("a"), *runB = h_subdir("b");
 

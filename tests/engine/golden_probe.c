@@ -231,11 +231,11 @@ int main(int argc, char **argv)
 	n_prompt = (int)g.n_prompt;
 	kern_config kc = {.threads = 2};
 	kern_ctx *ctx;
-	if (kern_cpu_ops.create(&kc, &ctx))
+	if (kern_backend("cpu")->create(&kc, &ctx))
 		return 1;
 	eng_opts o = {.grid = grid, .window = 1024};
 	eng_model *m;
-	if (eng_model_load(dir, &kern_cpu_ops, ctx, &o, &m, err)) {
+	if (eng_model_load(dir, kern_backend("cpu"), ctx, &o, &m, err)) {
 		fprintf(stderr, "load: %s\n", err);
 		return 1;
 	}
@@ -302,7 +302,7 @@ int main(int argc, char **argv)
 	free(row);
 	eng_seq_free(m, &s);
 	eng_model_free(m);
-	kern_cpu_ops.destroy(ctx);
+	kern_backend("cpu")->destroy(ctx);
 	golden_free(&g);
 	return 0;
 }

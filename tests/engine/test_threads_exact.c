@@ -17,10 +17,10 @@ static run run_with(const char *dir, int threads, int grid, int64_t n,
 	char err[MOOR_ERRLEN] = "";
 	kern_config kc = {.threads = threads};
 	kern_ctx *ctx;
-	REQUIRE(kern_cpu_ops.create(&kc, &ctx) == 0, "backend");
+	REQUIRE(kern_backend("cpu")->create(&kc, &ctx) == 0, "backend");
 	eng_opts o = {.grid = grid, .window = n + steps + 1};
 	eng_model *m;
-	REQUIRE(eng_model_load(dir, &kern_cpu_ops, ctx, &o, &m, err) == 0,
+	REQUIRE(eng_model_load(dir, kern_backend("cpu"), ctx, &o, &m, err) == 0,
 		"load: %s", err);
 	int V = eng_model_vocab(m);
 	int32_t *ids = malloc(n * sizeof *ids);
@@ -38,12 +38,12 @@ static run run_with(const char *dir, int threads, int grid, int64_t n,
 		REQUIRE(eng_decode(m, &s, t, r.logits + (size_t)(n + i) * V) == 0,
 			"decode");
 	}
-	r.st = state_read(&kern_cpu_ops, ctx, eng_model_layout(m), &s,
+	r.st = state_read(kern_backend("cpu"), ctx, eng_model_layout(m), &s,
 			  n + steps);
 	eng_seq_free(m, &s);
 	free(ids);
 	eng_model_free(m);
-	kern_cpu_ops.destroy(ctx);
+	kern_backend("cpu")->destroy(ctx);
 	return r;
 }
 

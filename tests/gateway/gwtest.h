@@ -354,9 +354,10 @@ static inline void gt_stack(int argc, char **argv, const char *name,
 	gt_.model = argv[4];
 	gt_.run = h_init(name, bound_s);
 	if (gt_.cached_args) {
-		char *a[32] = {(char *)gt_.cached, "--run-dir",
+		char *a[32] = {(char *)gt_.cached, "--device",
+			       (char *)h_device(), "--run-dir",
 			       (char *)gt_.run};
-		int k = 3;
+		int k = 5;
 		for (int i = 0; gt_.cached_args[i] && k < 31; i++)
 			a[k++] = (char *)gt_.cached_args[i];
 		a[k] = NULL;

@@ -158,6 +158,10 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 		h->sec_off = sample_u64s(h->n_sec);
 		h->n_view = count_for(size, 5, PROTO_MAX_VIEWS);
 		h->view_off = sample_u64s(h->n_view);
+		h->dev_kind = size & 1 ? PROTO_ARENA_CUDA : PROTO_ARENA_SHM;
+		h->dev_device = (int32_t)rnd();
+		for (size_t i = 0; i < sizeof h->dev_handle; i++)
+			h->dev_handle[i] = (uint8_t)rnd();
 		break;
 	}
 	case PROTO_PLAN: {
@@ -346,6 +350,10 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 		DIFF(ARR_EQ(x->n_sec, x->sec_off, y->sec_off), "sec_off");
 		DIFF(x->n_view == y->n_view, "n_view");
 		DIFF(ARR_EQ(x->n_view, x->view_off, y->view_off), "view_off");
+		DIFF(x->dev_kind == y->dev_kind, "dev_kind");
+		DIFF(x->dev_device == y->dev_device, "dev_device");
+		DIFF(!memcmp(x->dev_handle, y->dev_handle, sizeof x->dev_handle),
+		     "dev_handle");
 		break;
 	}
 	case PROTO_PLAN: {

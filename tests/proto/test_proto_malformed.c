@@ -184,8 +184,9 @@ static void test_type(uint16_t type, int size)
 	}
 
 	/* versions: refused, but the header is there for the answer */
-	static const uint16_t versions[] = {0, PROTO_VERSION + 1, 0xffff};
-	for (int i = 0; i < 3; i++) {
+	static const uint16_t versions[] = {0, PROTO_VERSION - 1,
+					    PROTO_VERSION + 1, 0xffff};
+	for (int i = 0; i < 4; i++) {
 		memcpy(p, ok, len);
 		put16(p, 4, versions[i]);
 		proto_msg d;

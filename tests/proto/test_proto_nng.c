@@ -133,7 +133,7 @@ static void test_reqrep(void)
 	      "error reply kept: %s", r.u.error.msg ? r.u.error.msg : "-");
 	proto_msg_fini(&r);
 
-	/* a peer of the next version: refused with the same req */
+	/* a peer of another version: refused with the same req */
 	{
 		moor_buf b = {0};
 		memset(&q, 0, sizeof q);
@@ -149,9 +149,9 @@ static void test_reqrep(void)
 			  r.u.error.code == MOOR_EVERSION,
 		      "version refused: type %u req %llu code %d", r.h.type,
 		      (unsigned long long)r.h.req, r.u.error.code);
-		char vname[32];
-		snprintf(vname, sizeof vname, "version %d", PROTO_VERSION + 1);
-		CHECK(r.u.error.msg && strstr(r.u.error.msg, vname),
+		char vs[32];
+		snprintf(vs, sizeof vs, "version %d", PROTO_VERSION + 1);
+		CHECK(r.u.error.msg && strstr(r.u.error.msg, vs),
 		      "names the version: %s",
 		      r.u.error.msg ? r.u.error.msg : "-");
 		proto_msg_fini(&r);

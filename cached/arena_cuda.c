@@ -1,0 +1,357 @@
+/* arena_cuda.c: the device arena on CUDA and the CUDA mover (arena.h).
+ * Built only when CUDA is (arena_nocuda.c otherwise).
+ *
+ * The device arena is one cudaMalloc of the whole --device-gb, checked
+ * against cudaMemGetInfo first and zeroed (a fresh shm arena reads as zeros
+ * too), exported with cudaIpcGetMemHandle; the engine opens the handle
+ * (import_ipc) and computes into it. The memory is cached's: an engine
+ * that dies frees nothing of it.
+ *
+ * The mover runs every copy of cached's on one stream of its own, in
+ * order; sync() waits for them. A host pointer inside the host arena is
+ * pinned memory (registered here, in parts of REG_PART bytes, each its own
+ * cudaHostRegister): a copy is split at the parts' edges so that every DMA
+ * reads or writes one registration. Host-to-host copies (the park's bounce
+ * buffer) wait for the stream, then memcpy: the stream's earlier copies
+ * may be writing their source.
+ */
+#include "arena.h"
+
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "moor.h"
+
+/* The host arena is registered in parts of this many bytes (1 GiB;
+ * MOOR_REG_PART_KB sets another, a test seam: test_arena_cuda crosses the
+ * parts' edges with a small arena). */
+static uint64_t reg_part = 1ull << 30;
+#define REG_PART reg_part
+
+static double gib(uint64_t b)
+{
+	return (double)b / (double)(1ull << 30);
+}
+
+static int cu_err(cudaError_t e, const char *what, char *err)
+{
+	moor_errf(err, "%s: %s", what, cudaGetErrorString(e));
+	(void)cudaGetLastError();
+	return e == cudaErrorMemoryAllocation ? -ENOMEM : MOOR_EBACKEND;
+}
+
+int arena_cuda_probe(int device, char *err)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess) {
+		moor_errf(err, "no CUDA device: %s", cudaGetErrorString(e));
+		(void)cudaGetLastError();
+		return MOOR_EUNSUP;
+	}
+	if (device < 0 || device >= n) {
+		moor_errf(err, "CUDA device %d asked for, %d present", device,
+			  n);
+		return MOOR_EUNSUP;
+	}
+	return 0;
+}
+
+/* ---- the device arena ---- */
+
+typedef struct dev_mem {
+	void *p;
+	int device;
+	cudaIpcMemHandle_t h;
+} dev_mem;
+
+static void dev_release(void *ctx)
+{
+	dev_mem *d = ctx;
+	if (!d)
+		return;
+	cudaSetDevice(d->device);
+	cudaFree(d->p);
+	free(d);
+}
+
+int arena_cuda_create(const char *name, uint64_t size, int device,
+		      arena **out, char *err)
+{
+	*out = NULL;
+	if (size == 0 || size % ARENA_ALIGN) {
+		moor_errf(err,
+			  "arena %s: size %llu is not a positive multiple of "
+			  "%d",
+			  name, (unsigned long long)size, ARENA_ALIGN);
+		return MOOR_ERANGE;
+	}
+	int rc = arena_cuda_probe(device, err);
+	if (rc)
+		return rc;
+	cudaError_t e = cudaSetDevice(device);
+	if (e != cudaSuccess)
+		return cu_err(e, "cudaSetDevice", err);
+	size_t fr = 0, tot = 0;
+	if ((e = cudaMemGetInfo(&fr, &tot)) != cudaSuccess)
+		return cu_err(e, "cudaMemGetInfo", err);
+	if (size > fr) {
+		moor_errf(err,
+			  "the device arena of %.2f GiB does not fit on GPU "
+			  "%d: %.2f GiB free of %.2f GiB (lower --device-gb; "
+			  "the engine's weights and workspace need room too)",
+			  gib(size), device, gib(fr), gib(tot));
+		return MOOR_ENOSPACE;
+	}
+	dev_mem *d = calloc(1, sizeof *d);
+	if (!d)
+		return -ENOMEM;
+	d->device = device;
+	double t0 = moor_now();
+	if ((e = cudaMalloc(&d->p, size)) != cudaSuccess) {
+		free(d);
+		return cu_err(e, "cudaMalloc of the device arena", err);
+	}
+	double t1 = moor_now();
+	if ((e = cudaMemset(d->p, 0, size)) != cudaSuccess ||
+	    (e = cudaIpcGetMemHandle(&d->h, d->p)) != cudaSuccess) {
+		rc = cu_err(e, "the device arena", err);
+		dev_release(d);
+		return rc;
+	}
+	rc = arena_adopt(name, d->p, size, dev_release, d, out, err);
+	if (rc) {
+		dev_release(d);
+		return rc;
+	}
+	moor_info("device arena %s: %.2f GiB cudaMalloc'ed on GPU %d in "
+		  "%.1f ms, zeroed in %.1f ms (%.2f GiB were free of %.2f)",
+		  name, gib(size), device, (t1 - t0) * 1e3,
+		  (moor_now() - t1) * 1e3, gib(fr), gib(tot));
+	return 0;
+}
+
+int arena_cuda_handle(const arena *a, uint8_t handle[64], int *device)
+{
+	const dev_mem *d = arena_ext_ctx(a);
+	if (!d)
+		return MOOR_EUNSUP;
+	_Static_assert(sizeof d->h <= 64, "cudaIpcMemHandle_t fits");
+	memset(handle, 0, 64);
+	memcpy(handle, &d->h, sizeof d->h);
+	*device = d->device;
+	return 0;
+}
+
+/* ---- the mover ---- */
+
+typedef struct cmv {
+	arena_mover m; /* handed out; m.ctx is this struct */
+	cudaStream_t s;
+	int device;
+	char *hbase;	 /* the host arena */
+	uint64_t hsize;
+	uint32_t nparts; /* registered parts of REG_PART from hbase */
+} cmv;
+
+static int mv_fail(cudaError_t e, const char *what)
+{
+	moor_err("cuda mover: %s: %s", what, cudaGetErrorString(e));
+	(void)cudaGetLastError();
+	return MOOR_EBACKEND;
+}
+
+static int is_device(const void *p)
+{
+	struct cudaPointerAttributes a;
+	if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return 0;
+	}
+	return a.type == cudaMemoryTypeDevice ||
+	       a.type == cudaMemoryTypeManaged;
+}
+
+/* Bytes from host pointer h, at most n, before the end of its registered
+ * part (n when h is not in the host arena). */
+static size_t part_room(const cmv *c, const void *h, size_t n)
+{
+	const char *p = h;
+	if (p < c->hbase || p >= c->hbase + c->hsize)
+		return n;
+	uint64_t off = (uint64_t)(p - c->hbase);
+	uint64_t end = (off / REG_PART + 1) * REG_PART;
+	return end - off < n ? (size_t)(end - off) : n;
+}
+
+static int mv_sync(void *ctx)
+{
+	cmv *c = ctx;
+	cudaError_t e = cudaStreamSynchronize(c->s);
+	return e == cudaSuccess ? 0 : mv_fail(e, "cudaStreamSynchronize");
+}
+
+static int mv_copy(void *ctx, void *dst, const void *src, size_t n)
+{
+	cmv *c = ctx;
+	if (!n)
+		return 0;
+	int dd = is_device(dst), sd = is_device(src);
+	if (!dd && !sd) {
+		int rc = mv_sync(c);
+		if (rc)
+			return rc;
+		memcpy(dst, src, n);
+		return 0;
+	}
+	const char *h = dd ? src : dst; /* the host side, if one */
+	char *d = dst;
+	const char *s = src;
+	while (n) {
+		size_t k = dd && sd ? n : part_room(c, h, n);
+		cudaError_t e =
+		    cudaMemcpyAsync(d, s, k, cudaMemcpyDefault, c->s);
+		if (e != cudaSuccess)
+			return mv_fail(e, "cudaMemcpyAsync");
+		d += k;
+		s += k;
+		h += k;
+		n -= k;
+	}
+	return 0;
+}
+
+static int mv_copy2d(void *ctx, void *dst, size_t dpitch, const void *src,
+		     size_t spitch, size_t width, size_t height)
+{
+	cmv *c = ctx;
+	if (!width || !height)
+		return 0;
+	int dd = is_device(dst), sd = is_device(src);
+	int whole = dd && sd;
+	if (!whole && (dd || sd)) {
+		const void *h = dd ? src : dst;
+		size_t hp = dd ? spitch : dpitch;
+		size_t ext = (height - 1) * hp + width;
+		whole = part_room(c, h, ext) == ext;
+	}
+	if (whole) {
+		cudaError_t e =
+		    cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
+				      cudaMemcpyDefault, c->s);
+		return e == cudaSuccess ? 0 : mv_fail(e, "cudaMemcpy2DAsync");
+	}
+	/* host to host, or a host side that crosses a part: row by row */
+	for (size_t i = 0; i < height; i++) {
+		int rc = mv_copy(c, (char *)dst + i * dpitch,
+				 (const char *)src + i * spitch, width);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int mv_zero(void *ctx, void *dst, size_t n)
+{
+	cmv *c = ctx;
+	if (!n)
+		return 0;
+	if (is_device(dst)) {
+		cudaError_t e = cudaMemsetAsync(dst, 0, n, c->s);
+		return e == cudaSuccess ? 0 : mv_fail(e, "cudaMemsetAsync");
+	}
+	int rc = mv_sync(c);
+	if (rc == 0)
+		memset(dst, 0, n);
+	return rc;
+}
+
+static void unregister_parts(cmv *c)
+{
+	for (uint32_t i = 0; i < c->nparts; i++)
+		cudaHostUnregister(c->hbase + (uint64_t)i * REG_PART);
+	c->nparts = 0;
+}
+
+void arena_cuda_mover_free(arena_mover *m)
+{
+	if (!m)
+		return;
+	cmv *c = m->ctx;
+	cudaSetDevice(c->device);
+	if (c->s) {
+		cudaStreamSynchronize(c->s);
+		cudaStreamDestroy(c->s);
+	}
+	unregister_parts(c);
+	free(c);
+}
+
+int arena_cuda_mover_new(int device, arena *host, arena_mover **out,
+			 char *err)
+{
+	*out = NULL;
+	int rc = arena_cuda_probe(device, err);
+	if (rc)
+		return rc;
+	cmv *c = calloc(1, sizeof *c);
+	if (!c)
+		return -ENOMEM;
+	c->device = device;
+	c->m = (arena_mover){.name = "cuda",
+			     .ctx = c,
+			     .copy = mv_copy,
+			     .copy2d = mv_copy2d,
+			     .zero = mv_zero,
+			     .sync = mv_sync};
+	cudaError_t e = cudaSetDevice(device);
+	if (e == cudaSuccess)
+		e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
+	if (e != cudaSuccess) {
+		rc = cu_err(e, "the mover's stream", err);
+		free(c);
+		return rc;
+	}
+	const char *pk = getenv("MOOR_REG_PART_KB");
+	if (pk && atol(pk) > 0)
+		reg_part = (uint64_t)atol(pk) << 10;
+	c->hbase = arena_base(host);
+	c->hsize = arena_size(host);
+	/* the mapping covers whole pages: the last part may round up */
+	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t mapped = (c->hsize + pg - 1) / pg * pg;
+	double t0 = moor_now(), last = t0;
+	for (uint64_t off = 0; off < mapped; off += REG_PART) {
+		uint64_t k = mapped - off < REG_PART ? mapped - off : REG_PART;
+		e = cudaHostRegister(c->hbase + off, k,
+				     cudaHostRegisterPortable);
+		if (e != cudaSuccess) {
+			char what[128];
+			snprintf(what, sizeof what,
+				 "cudaHostRegister of the host arena at "
+				 "%.2f GiB (+%.2f GiB)",
+				 gib(off), gib(k));
+			rc = cu_err(e, what, err);
+			arena_cuda_mover_free(&c->m);
+			return rc;
+		}
+		c->nparts++;
+		double now = moor_now();
+		if (now - last >= 1.0) {
+			moor_info("registering the host arena for DMA: %.1f of "
+				  "%.1f GiB in %.1f s",
+				  gib(off + k), gib(mapped), now - t0);
+			last = now;
+		}
+	}
+	moor_info("host arena %s: %.2f GiB registered for DMA on GPU %d in "
+		  "%u parts, %.2f s",
+		  arena_name(host), gib(mapped), device, c->nparts,
+		  moor_now() - t0);
+	*out = &c->m;
+	return 0;
+}

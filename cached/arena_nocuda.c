@@ -1,0 +1,49 @@
+/* arena_nocuda.c: arena.h's CUDA calls in a build without CUDA. */
+#include "arena.h"
+
+#include "moor.h"
+
+static int no_cuda(char *err)
+{
+	moor_errf(err, "this build has no CUDA (built with -Dcuda=disabled, "
+		       "or nvcc was not found)");
+	return MOOR_EUNSUP;
+}
+
+int arena_cuda_probe(int device, char *err)
+{
+	(void)device;
+	return no_cuda(err);
+}
+
+int arena_cuda_create(const char *name, uint64_t size, int device,
+		      arena **out, char *err)
+{
+	(void)name;
+	(void)size;
+	(void)device;
+	*out = NULL;
+	return no_cuda(err);
+}
+
+int arena_cuda_handle(const arena *a, uint8_t handle[64], int *device)
+{
+	(void)a;
+	(void)handle;
+	(void)device;
+	return MOOR_EUNSUP;
+}
+
+int arena_cuda_mover_new(int device, arena *host, arena_mover **out,
+			 char *err)
+{
+	(void)device;
+	(void)host;
+	*out = NULL;
+	return no_cuda(err);
+}
+
+void arena_cuda_mover_free(arena_mover *m)
+{
+	(void)m;
+}

@@ -1,0 +1,121 @@
+/* test_arena_cuda: the device arena on CUDA and the CUDA mover (arena.h),
+ * on the GPU (skips, saying why, without CUDA or a device).
+ *   - a device arena past the GPU's free memory is refused with
+ *     MOOR_ENOSPACE and a message naming the GiB free;
+ *   - a device arena has an IPC handle (not all zero) on its device and
+ *     the offset allocator of any arena;
+ *   - copies host -> device -> device -> host, plain and 2D, whose host
+ *     side crosses the edge of a registered part (MOOR_REG_PART_KB makes
+ *     the parts 64 KiB), give back the bytes a host memcpy gives, after
+ *     sync(); a fresh device arena reads as zeros; zero() zeroes;
+ *   - a host-to-host copy after device copies sees their bytes (the mover
+ *     waits for its stream first). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "moor.h"
+#include "t.h"
+
+#define MB (1ull << 20)
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		p[i] = (uint8_t)(seed >> 24);
+	}
+}
+
+int main(void)
+{
+	char err[MOOR_ERRLEN] = "";
+	if (arena_cuda_probe(0, err) != 0) {
+		printf("test_arena_cuda: skipped: %s\n", err);
+		return 77;
+	}
+	setenv("MOOR_REG_PART_KB", "64", 1);
+
+	arena *big = NULL;
+	int rc = arena_cuda_create("/moor-test-big", 1ull << 50, 0, &big, err);
+	CHECK(rc == MOOR_ENOSPACE && strstr(err, "GiB free"),
+	      "a 1 PiB arena: %d (%s)", rc, err);
+
+	char hn[64];
+	snprintf(hn, sizeof hn, "/moor-test-acuda-%d", (int)getpid());
+	arena *dev, *host;
+	REQUIRE(arena_cuda_create("/moor-test-dev", 4 * MB, 0, &dev, err) == 0,
+		"device arena: %s", err);
+	REQUIRE(arena_create(hn, 4 * MB, &host, err) == 0, "host arena: %s",
+		err);
+	uint8_t hd[64] = {0}, zero[64] = {0};
+	int device = -1;
+	REQUIRE(arena_cuda_handle(dev, hd, &device) == 0, "handle");
+	CHECK(device == 0 && memcmp(hd, zero, sizeof hd) != 0,
+	      "IPC handle on device %d", device);
+	uint64_t o1, o2;
+	CHECK(arena_alloc(dev, 100, &o1) == 0 && arena_alloc(dev, 64, &o2) == 0 &&
+		  o1 == 0 && o2 == 128,
+	      "the allocator over device memory");
+	arena_release(dev, o1);
+	arena_release(dev, o2);
+
+	arena_mover *mv;
+	REQUIRE(arena_cuda_mover_new(0, host, &mv, err) == 0, "mover: %s", err);
+	uint8_t *H = arena_base(host), *D = arena_base(dev);
+	size_t n = 300 * 1024; /* crosses four 64 KiB parts */
+	uint8_t *want = malloc(n);
+	REQUIRE(want, "oom");
+	fill(want, n, 7);
+
+	/* a fresh device arena reads as zeros */
+	REQUIRE(mv->copy(mv->ctx, H, D, n) == 0 && mv->sync(mv->ctx) == 0,
+		"read back");
+	int zeros = 1;
+	for (size_t i = 0; i < n; i++)
+		zeros &= H[i] == 0;
+	CHECK(zeros, "a fresh device arena reads as zeros");
+
+	/* host (from 1000 bytes before a part's end) -> device -> device ->
+	 * host (another offset) */
+	size_t hs = 64 * 1024 - 1000, hd2 = 2 * MB + 12345;
+	memcpy(H + hs, want, n);
+	CHECK(mv->copy(mv->ctx, D + 4096, H + hs, n) == 0, "h2d");
+	CHECK(mv->copy(mv->ctx, D + MB, D + 4096, n) == 0, "d2d");
+	CHECK(mv->copy(mv->ctx, H + hd2, D + MB, n) == 0, "d2h");
+	CHECK(mv->sync(mv->ctx) == 0, "sync");
+	CHECK(memcmp(H + hd2, want, n) == 0, "round trip of %zu bytes", n);
+
+	/* 2D: 40 rows of 5000 bytes, host pitch 7000 (the rows cross parts),
+	 * device pitch 5120, back to host pitch 6000 */
+	size_t w = 5000, rows = 40, hp = 7000, dp = 5120, bp = 6000;
+	memset(H, 0, 3 * MB);
+	for (size_t r = 0; r < rows; r++)
+		memcpy(H + 100 + r * hp, want + r * w, w);
+	CHECK(mv->copy2d(mv->ctx, D, dp, H + 100, hp, w, rows) == 0, "2d h2d");
+	CHECK(mv->copy2d(mv->ctx, H + MB, bp, D, dp, w, rows) == 0, "2d d2h");
+	CHECK(mv->sync(mv->ctx) == 0, "sync");
+	int ok2 = 1;
+	for (size_t r = 0; r < rows; r++)
+		ok2 &= memcmp(H + MB + r * bp, want + r * w, w) == 0;
+	CHECK(ok2, "2D round trip");
+
+	/* zero, then a host-to-host copy that must see the device's bytes */
+	CHECK(mv->zero(mv->ctx, D + 4096, 1000) == 0, "zero");
+	CHECK(mv->copy(mv->ctx, H + 2 * MB, D + 4096, 2000) == 0, "d2h");
+	CHECK(mv->copy(mv->ctx, H + 3 * MB, H + 2 * MB, 2000) == 0, "h2h");
+	int okz = 1;
+	for (size_t i = 0; i < 1000; i++)
+		okz &= H[3 * MB + i] == 0;
+	CHECK(okz && memcmp(H + 3 * MB + 1000, want + 1000, 1000) == 0,
+	      "zero() and the host copy behind the device copies");
+
+	free(want);
+	arena_cuda_mover_free(mv);
+	arena_close(host);
+	arena_close(dev);
+	return t_done("test_arena_cuda");
+}
