@@ -4,6 +4,7 @@
  * messages are answered PROTO_ERROR; the worker never reads the socket. A
  * client pipe that goes away cancels its requests. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +34,27 @@ void srv_send_done(srv *s, nng_pipe p, uint64_t req, uint32_t finish,
 	d.u.done.finish = finish;
 	d.u.done.code = code;
 	d.u.done.msg = (char *)(msg ? msg : "");
-	proto_send(s->cs, &d, p);
+	eng_out_send(s->out, p, &d);
+}
+
+/* PROTO_ERROR{code, text} with request id req, to pipe p, through the
+ * outbox. */
+static void send_error(srv *s, nng_pipe p, uint64_t req, int code,
+		       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void send_error(srv *s, nng_pipe p, uint64_t req, int code,
+		       const char *fmt, ...)
+{
+	char text[MOOR_ERRLEN];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	proto_msg m = {0};
+	m.h.type = PROTO_ERROR;
+	m.h.req = req;
+	m.u.error.code = code;
+	m.u.error.msg = text;
+	eng_out_send(s->out, p, &m);
 }
 
 void srv_job_free(job *j)
@@ -158,8 +179,13 @@ static void on_cancel(srv *s, nng_pipe p, const proto_msg *m)
 static void client_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
 	srv *s = arg;
+	if (ev == NNG_PIPE_EV_ADD_POST) {
+		eng_out_pipe_add(s->out, p);
+		return;
+	}
 	if (ev != NNG_PIPE_EV_REM_POST)
 		return;
+	eng_out_pipe_rem(s->out, p);
 	job *drop[64];
 	int nd = 0;
 	pthread_mutex_lock(&s->mu);
@@ -197,23 +223,24 @@ void *srv_receiver_main(void *arg)
 			continue;
 		}
 		if (rc == MOOR_EVERSION) {
-			proto_send_error(s->cs, p, m.h.req, MOOR_EVERSION,
-					 "protocol version %u; engined speaks "
-					 "version %u",
-					 m.h.version, PROTO_VERSION);
+			send_error(s, p, m.h.req, MOOR_EVERSION,
+				   "protocol version %u; engined speaks "
+				   "version %u",
+				   m.h.version, PROTO_VERSION);
 		} else if (rc) {
-			proto_send_error(
-			    s->cs, p, m.h.req, rc, "malformed %s message: %s",
-			    proto_type_name(m.h.type), moor_strerror(rc));
+			send_error(s, p, m.h.req, rc, "malformed %s message: %s",
+				   proto_type_name(m.h.type), moor_strerror(rc));
 		} else if (m.h.type == PROTO_GENERATE) {
 			on_generate(s, p, &m);
 		} else if (m.h.type == PROTO_CANCEL) {
 			on_cancel(s, p, &m);
+		} else if (m.h.type == PROTO_CREDIT) {
+			eng_out_credit(s->out, p, m.u.credit.n);
 		} else {
-			proto_send_error(s->cs, p, m.h.req, MOOR_EUNSUP,
-					 "%s (type %u) is not served on "
-					 "engined.sock (GENERATE, CANCEL)",
-					 proto_type_name(m.h.type), m.h.type);
+			send_error(s, p, m.h.req, MOOR_EUNSUP,
+				   "%s (type %u) is not served on "
+				   "engined.sock (GENERATE, CANCEL, CREDIT)",
+				   proto_type_name(m.h.type), m.h.type);
 		}
 		proto_msg_fini(&m);
 	}
@@ -237,10 +264,13 @@ int srv_clients_open(srv *s)
 	if (rv)
 		return proto_nng_err(rv);
 	s->cs_open = 1;
+	if ((rv = eng_out_new(s->cs, &s->out)))
+		return rv;
 	/* A client that stops reading must not stall the engine forever. */
 	nng_socket_set_ms(s->cs, NNG_OPT_SENDTIMEO, 2000);
 	nng_socket_set_size(s->cs, NNG_OPT_RECVMAXSZ,
 			    2 * (PROTO_HDR_SIZE + (size_t)PROTO_MAX_PAYLOAD));
+	nng_pipe_notify(s->cs, NNG_PIPE_EV_ADD_POST, client_pipe_cb, s);
 	nng_pipe_notify(s->cs, NNG_PIPE_EV_REM_POST, client_pipe_cb, s);
 	rv = nng_listen(s->cs, s->eng_url, NULL, 0);
 	if (rv) {

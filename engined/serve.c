@@ -95,7 +95,7 @@ static void worker_loop(srv *s)
 		pthread_mutex_lock(&s->mu);
 		s->cur = NULL;
 		pthread_mutex_unlock(&s->mu);
-		proto_send(s->cs, &d, j->pipe);
+		eng_out_send(s->out, j->pipe, &d);
 		srv_job_free(j);
 	}
 }
@@ -229,8 +229,11 @@ int eng_serve(const eng_serve_cfg *cfg)
 		srv_job_free(j);
 	}
 	pthread_mutex_unlock(&s->mu);
-	/* NNG drops what a closing socket has not written yet: give the last
-	 * DONE a moment to leave */
+	/* what waits for credit leaves first (a client that reads gets it in
+	 * milliseconds); then NNG, which drops what a closing socket has not
+	 * written yet, gets a moment for the last messages */
+	if (!eng_out_drain(s->out, 2000))
+		moor_warn("a client did not take its last messages in 2 s");
 	struct timespec grace = {0, 100 * 1000 * 1000};
 	nanosleep(&grace, NULL);
 	rc = 0;
@@ -241,6 +244,7 @@ out:
 	}
 	if (rcv_started)
 		pthread_join(rcv_th, NULL);
+	eng_out_free(s->out);
 	pthread_mutex_lock(&s->mu);
 	while (s->qn > 0)
 		srv_job_free(s->queue[--s->qn]);

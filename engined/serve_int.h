@@ -26,6 +26,7 @@
 #include <nng/nng.h>
 
 #include "eng.h"
+#include "outbox.h"
 #include "proto.h"
 #include "serve.h"
 
@@ -63,9 +64,10 @@ typedef struct srv {
 	uint64_t dev_size, host_size;
 	eng_seq seq;
 
-	/* clients (PAIR1 poly) */
+	/* clients (PAIR1 poly); every send to them goes through `out` */
 	nng_socket cs;
 	int cs_open;
+	eng_outbox *out;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	job **queue; /* FIFO of queue_max */
@@ -80,7 +82,6 @@ typedef struct srv {
 	eng_slot *slots;	/* [PROTO_MAX_SLOTS] */
 	proto_step_entry *pend; /* [window + 1] steps not sent yet */
 	uint32_t n_pend;
-	double last_step;	    /* when the last STEP left */
 	char done_msg[MOOR_ERRLEN]; /* the running request's DONE text */
 } srv;
 

@@ -66,34 +66,26 @@ static int plan_check(srv *s, const proto_plan_ok *p, uint64_t n, char *msg)
 	return 0;
 }
 
-/* PAIR1 poly delivers best effort: NNG keeps two messages per pipe behind
- * the one being written and drops what comes on top, silently. So a STEP
- * leaves at most every STEP_GAP_S: decode steps closer together (a small
- * model on an idle CPU) share one STEP, entries in order, and a real
- * model's steps, tens of ms apart, go one a message. The last flush waits
- * out the gap, so the final STEP and the DONE behind it find the pipe's
- * queue drained. */
-#define STEP_GAP_S 0.001
+/* A STEP leaves when the client's pipe can take it (outbox.h: credit
+ * left, nothing waiting); until then decode steps pile up in pend and
+ * leave together, entries in order, so a client that reads slowly gets
+ * fewer, larger STEPs and the engine never waits for it. STEP_MAX entries
+ * (16 bytes each on the wire) keep one STEP well under PROTO_MAX_PAYLOAD. */
+#define STEP_MAX 65536
 
 static void steps_flush(srv *s, const job *j, int last)
 {
 	if (s->n_pend == 0)
 		return;
-	double wait = s->last_step + STEP_GAP_S - moor_now();
-	if (!last && wait > 0)
-		return; /* too soon: keep them for the next flush */
-	if (wait > 0) {
-		struct timespec ts = {0, (long)(wait * 1e9)};
-		nanosleep(&ts, NULL);
-	}
+	if (!last && s->n_pend < STEP_MAX && !eng_out_ready(s->out, j->pipe))
+		return; /* keep them for the next flush */
 	proto_msg st = {0};
 	st.h.type = PROTO_STEP;
 	st.h.req = j->m.h.req;
 	st.u.step.n = s->n_pend;
 	st.u.step.e = s->pend;
-	if (proto_send(s->cs, &st, j->pipe))
+	if (eng_out_send(s->out, j->pipe, &st))
 		atomic_store(&s->cancel, 2); /* nobody reads it */
-	s->last_step = moor_now();
 	s->n_pend = 0;
 }
 

@@ -6,6 +6,8 @@
  *   http.c     h2o on libuv: the listener, the handler, routing, responses
  *   link.c     the NNG links to engined (PAIR1) and cached (REQ)
  *   params.c   a body read into gw_params (params.h: pure, no HTTP)
+ *   admit.c    the admission queue: --inflight at a time, the rest wait,
+ *              fair across flows, 503 + Retry-After past --queue-wait-s
  *   job.c      a generation's job: prepared on the pool, sent to engined,
  *              its events dispatched, waited for, cancelled, refused
  *   reply.c    the tokens turned into the OpenAI reply; usage; the end
@@ -100,6 +102,12 @@ typedef struct gw_cfg {
 	const char *chat_template;
 	char served[256];
 	double engine_wait_s;
+	/* a job sent to engined that has not ended by then is cancelled and
+	 * answered 504: the backstop that no request waits forever */
+	double request_timeout_s;
+	uint32_t queue_max;   /* requests waiting for admission: 4096 */
+	uint32_t inflight;    /* admitted at a time (read, sent): 4 */
+	double queue_wait_s;  /* the longest wait for admission: 120 */
 	uint32_t default_max_tokens;
 	uint32_t window; /* engined's --window: caps the default max_tokens */
 	int end_align;	 /* --end-align (align.c) */
@@ -240,6 +248,12 @@ typedef struct gw_job {
 	int have_done;
 	char err_msg[MOOR_ERRLEN];
 
+	/* the admission queue (admit.c) */
+	struct gw_job *q_next; /* the flow's FIFO */
+	uint64_t flow;
+	double t_queued;
+	int queued, admitted;
+
 	/* admin work */
 	proto_msg q, reply;
 	int admin_rv;
@@ -251,6 +265,54 @@ struct gw_anchor {
 	h2o_generator_t gen; /* first: h2o gives it back to proceed/stop */
 	gw_job *job;
 };
+
+/* ---- the admission queue (admit.c) ------------------------------------ */
+
+#define GW_FLOW_BUCKETS 1024
+#define GW_DRAIN_SAMPLES 64 /* the drain rate: over the last N ends */
+#define GW_GONE_CHECKS 16   /* waiting clients checked per tick */
+
+typedef struct gw_flow {
+	uint64_t key;
+	struct gw_flow *next;		   /* the bucket's chain */
+	struct gw_flow *ring_next, *ring_prev; /* the flows with requests */
+	gw_job *head, *tail;
+} gw_flow;
+
+typedef struct gw_admit {
+	uint32_t queue_max, inflight_max;
+	double wait_s;
+	uint32_t n_queued, n_inflight;
+	gw_flow **table; /* [GW_FLOW_BUCKETS] */
+	gw_flow *ring;	 /* whose turn it is */
+	double ends[GW_DRAIN_SAMPLES]; /* when generations ended, a ring */
+	int k_ends;
+	uint64_t n_ends;
+	unsigned check_cursor;
+	int pumping;
+} gw_admit;
+
+int gw_admit_init(gw_admit *a, uint32_t queue_max, uint32_t inflight,
+		  double wait_s);
+void gw_admit_fini(gw_admit *a);
+/* A chat or completion job asks to run: 1 admitted now (run it), 0 queued
+ * (gw_job_admitted runs it later; the queue holds a reference), -1
+ * refused (answered 503 + Retry-After). */
+int gw_admit_enter(gw_job *j);
+/* The admitted job's work ended (answered, failed, refused): its place
+ * goes to the next waiting job. Idempotent. */
+void gw_admit_leave(gw_job *j);
+/* Admits waiting jobs while there is room. */
+void gw_admit_pump(struct gw_srv *s);
+/* Once per tick: waits past --queue-wait-s are answered 503, clients that
+ * left are dropped. */
+void gw_admit_tick(struct gw_srv *s);
+/* SIGTERM: every waiting request is answered 503. */
+void gw_admit_shutdown(struct gw_srv *s);
+/* Requests ending per second (0: not measured yet), and the Retry-After
+ * for a request with `ahead` requests before it. */
+double gw_admit_rate(const gw_admit *a);
+int gw_admit_retry_after(const gw_admit *a, uint32_t ahead);
 
 /* ---- the server ------------------------------------------------------ */
 
@@ -289,6 +351,7 @@ typedef struct gw_srv {
 	int64_t started_unix;
 
 	gw_link link;
+	gw_admit admit;
 	gw_metrics m;
 	gw_job *jobs;	/* live jobs (a list: a handful at a time) */
 	gw_conn *conns; /* accepted connections */
@@ -327,6 +390,8 @@ void gw_job_cancel(gw_job *j);
  * (gw_params_read), then sent to engined (or, a peek, answered). Always
  * answers req, on failure too; returns 0 (h2o's "handled"). */
 int gw_job_start(gw_srv *s, h2o_req_t *req, int kind, int route);
+/* A queued job was admitted (admit.c): its body is read and it runs. */
+void gw_job_admitted(gw_job *j);
 /* job.c: routes */
 int gw_on_chat(gw_srv *s, h2o_req_t *req);
 int gw_on_completions(gw_srv *s, h2o_req_t *req);

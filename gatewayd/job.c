@@ -4,6 +4,7 @@
  * (params.h), sent to engined (or held while engined is down, for
  * --engine-wait-s), its STEP and DONE messages dispatched by request id to
  * reply.c, cancelled when the client goes away, refused on shutdown. */
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,7 @@ void gw_job_unref(gw_job *j)
 	if (--j->refs)
 		return;
 	gw_srv *s = j->s;
+	gw_admit_leave(j);
 	if (j->prev)
 		j->prev->next = j->next;
 	else
@@ -224,12 +226,14 @@ static void prepare_after(uv_work_t *w, int status)
 			gw_send_error(j->req, 503, "server_error", NULL, NULL,
 				      1, "the gateway is shutting down");
 		}
+		gw_admit_leave(j);
 		gw_job_unref(j);
 		return;
 	}
 	if (j->fail.status) {
 		gw_metrics_count(s, j->route, j->fail.status);
 		gw_send_fail(j->req, &j->fail);
+		gw_admit_leave(j);
 		gw_job_unref(j);
 		return;
 	}
@@ -259,12 +263,44 @@ static void prepare_after(uv_work_t *w, int status)
 		gw_metrics_count(s, j->route, 500);
 		gw_send_error(j->req, 500, "server_error", NULL, NULL, 0,
 			      "out of memory");
+		gw_admit_leave(j);
 		gw_job_unref(j);
 		return;
 	}
 	j->ts_init = 1;
 	gw_job_submit(j);
 	gw_job_unref(j); /* the work's */
+}
+
+/* The body copied off the h2o pool (only now: a waiting request holds
+ * none of its own) and read on the thread pool. 0 or -ENOMEM. */
+static int start_work(gw_job *j)
+{
+	h2o_req_t *req = j->req;
+	j->body_len = req->entity.len;
+	j->body = malloc(j->body_len + 1);
+	if (!j->body)
+		return -ENOMEM;
+	if (j->body_len)
+		memcpy(j->body, req->entity.base, j->body_len);
+	j->body[j->body_len] = 0;
+	j->work.data = j;
+	j->refs++;
+	if (uv_queue_work(j->s->loop, &j->work, prepare_work, prepare_after)) {
+		j->refs--;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void gw_job_admitted(gw_job *j)
+{
+	if (start_work(j)) {
+		gw_metrics_count(j->s, j->route, 500);
+		gw_send_error(j->req, 500, "server_error", NULL, NULL, 0,
+			      "out of memory");
+		gw_admit_leave(j);
+	}
 }
 
 int gw_job_start(gw_srv *s, h2o_req_t *req, int kind, int route)
@@ -285,13 +321,6 @@ int gw_job_start(gw_srv *s, h2o_req_t *req, int kind, int route)
 		 (unsigned long long)(nid * 0x9e3779b97f4a7c15ull ^
 				      (uint64_t)s->started_unix),
 		 (unsigned long long)(nid & 0xffffffffu));
-	j->body_len = req->entity.len;
-	j->body = malloc(j->body_len + 1);
-	if (!j->body)
-		goto oom_job;
-	if (j->body_len)
-		memcpy(j->body, req->entity.base, j->body_len);
-	j->body[j->body_len] = 0;
 	const h2o_iovec_t *h = gw_header(req, "x-session-id");
 	if (h) {
 		j->hdr_session = malloc(h->len + 1);
@@ -300,15 +329,19 @@ int gw_job_start(gw_srv *s, h2o_req_t *req, int kind, int route)
 		memcpy(j->hdr_session, h->base, h->len);
 		j->hdr_session[h->len] = 0;
 	}
-	j->work.data = j;
-	j->refs++;
-	if (kind == GW_KIND_PEEK)
+	if (kind == GW_KIND_PEEK) {
 		j->rid = ++s->next_rid; /* the PEEK's request id */
-	int rv = uv_queue_work(s->loop, &j->work, prepare_work, prepare_after);
-	if (rv) {
-		j->refs--;
-		goto oom_job;
+	} else {
+		int a = gw_admit_enter(j);
+		if (a < 0) { /* refused, answered */
+			gw_job_detach(j);
+			return 0;
+		}
+		if (a == 0) /* waits; gw_job_admitted runs it */
+			return 0;
 	}
+	if (start_work(j))
+		goto oom_job;
 	return 0;
 oom_job:
 	gw_job_detach(j);
@@ -395,6 +428,7 @@ void gw_on_engine_pipe(gw_srv *s, int up, uint32_t pipe)
 
 void gw_jobs_tick(gw_srv *s)
 {
+	gw_admit_tick(s);
 	double now = moor_now();
 	for (gw_job *j = s->jobs, *n; j; j = n) {
 		n = j->next;
@@ -406,6 +440,24 @@ void gw_jobs_tick(gw_srv *s)
 				  "cancelling",
 				  (unsigned long long)j->rid);
 			gw_job_cancel(j);
+		}
+		/* the deadline of a job sent: whatever engined does, the
+		 * client gets an answer */
+		if (j->sent && !j->have_done &&
+		    now - j->t_start > s->cfg.request_timeout_s) {
+			moor_warn("req %llu: not ended after %g s "
+				  "(--request-timeout-s): cancelling",
+				  (unsigned long long)j->rid,
+				  s->cfg.request_timeout_s);
+			gw_job_cancel(j);
+			j->done = 1;
+			char m[160];
+			snprintf(m, sizeof m,
+				 "the request did not end within %g s "
+				 "(--request-timeout-s)",
+				 s->cfg.request_timeout_s);
+			fail_engine(j, -ETIME, m);
+			continue;
 		}
 		if (!j->waiting)
 			continue;
@@ -435,6 +487,7 @@ void gw_jobs_tick(gw_srv *s)
 
 void gw_jobs_shutdown(gw_srv *s)
 {
+	gw_admit_shutdown(s);
 	gw_jobs_tick(s); /* the waiting ones are refused */
 	for (gw_job *j = s->jobs; j; j = j->next)
 		if (j->sent && !j->have_done)

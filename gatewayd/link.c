@@ -62,6 +62,18 @@ static void adm_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 			 ev == NNG_PIPE_EV_ADD_POST ? 1 : -1);
 }
 
+/* Tells engined that one more message came (proto.h: PROTO_CREDIT), so
+ * it may send the next; it sends a pipe no more than it was credited. */
+static void credit(gw_srv *s)
+{
+	proto_msg c = {0};
+	c.h.type = PROTO_CREDIT;
+	c.u.credit.n = 1;
+	int rv = proto_send(s->link.eng, &c, (nng_pipe)NNG_PIPE_INITIALIZER);
+	if (rv && rv != -EPIPE)
+		moor_warn("engine link: credit: %s", moor_strerror(rv));
+}
+
 static void *rx_main(void *arg)
 {
 	gw_srv *s = arg;
@@ -73,6 +85,9 @@ static void *rx_main(void *arg)
 			proto_msg_fini(&m);
 			break;
 		}
+		/* every message that came counts, a malformed one too */
+		if (rv == 0 || rv <= MOOR_EBASE)
+			credit(s);
 		if (rv) {
 			moor_warn("engine link: %s", moor_strerror(rv));
 			proto_msg_fini(&m);

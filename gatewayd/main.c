@@ -41,6 +41,20 @@ static void usage(FILE *f)
 		"basename)\n"
 		"  --engine-wait-s S        how long a request waits for "
 		"engined (10)\n"
+		"  --request-timeout-s S    a request sent to engined that has "
+		"not\n"
+		"                           ended by then is cancelled and "
+		"answered\n"
+		"                           504 (600)\n"
+		"  --inflight N             requests read and sent to engined "
+		"at a\n"
+		"                           time; the rest wait their turn (4)\n"
+		"  --queue-max N            requests that may wait (4096); past "
+		"it: 503\n"
+		"  --queue-wait-s S         the longest wait; past it: 503 with "
+		"a\n"
+		"                           Retry-After from the drain rate "
+		"(120)\n"
 		"  --default-max-tokens N   chat max_tokens when unset (1024)\n"
 		"  --window N               engined's window: caps the default "
 		"(32768)\n"
@@ -155,6 +169,10 @@ int main(int argc, char **argv)
 
 	const char *listen = "127.0.0.1:8000", *served = NULL;
 	s->cfg.engine_wait_s = 10;
+	s->cfg.request_timeout_s = 600;
+	s->cfg.queue_max = 4096;
+	s->cfg.inflight = 4;
+	s->cfg.queue_wait_s = 120;
 	s->cfg.default_max_tokens = 1024;
 	s->cfg.window = 32768;
 	s->cfg.end_align = 1;
@@ -171,6 +189,10 @@ int main(int argc, char **argv)
 		O_TMPL,
 		O_SERVED,
 		O_WAIT,
+		O_REQ_TIMEOUT,
+		O_INFLIGHT,
+		O_QUEUE_MAX,
+		O_QUEUE_WAIT,
 		O_MAXTOK,
 		O_WINDOW,
 		O_LOG,
@@ -190,6 +212,10 @@ int main(int argc, char **argv)
 	    {"chat-template", 1, 0, O_TMPL},
 	    {"served-model-name", 1, 0, O_SERVED},
 	    {"engine-wait-s", 1, 0, O_WAIT},
+	    {"request-timeout-s", 1, 0, O_REQ_TIMEOUT},
+	    {"inflight", 1, 0, O_INFLIGHT},
+	    {"queue-max", 1, 0, O_QUEUE_MAX},
+	    {"queue-wait-s", 1, 0, O_QUEUE_WAIT},
 	    {"default-max-tokens", 1, 0, O_MAXTOK},
 	    {"window", 1, 0, O_WINDOW},
 	    {"log-level", 1, 0, O_LOG},
@@ -235,6 +261,41 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case O_REQ_TIMEOUT:
+			if (parse_double(optarg, &s->cfg.request_timeout_s) ||
+			    s->cfg.request_timeout_s <= 0) {
+				fprintf(stderr,
+					"gatewayd: --request-timeout-s %s: "
+					"expected seconds > 0\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case O_QUEUE_WAIT:
+			if (parse_double(optarg, &s->cfg.queue_wait_s)) {
+				fprintf(stderr,
+					"gatewayd: --queue-wait-s %s: expected "
+					"seconds >= 0\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case O_INFLIGHT:
+		case O_QUEUE_MAX: {
+			uint32_t *dst = o == O_INFLIGHT ? &s->cfg.inflight
+							: &s->cfg.queue_max;
+			if (moor_parse_u32(optarg, dst) ||
+			    (o == O_INFLIGHT && *dst == 0) || *dst > 1000000) {
+				fprintf(stderr,
+					"gatewayd: --%s %s: expected an "
+					"integer in [%d, 1000000]\n",
+					o == O_INFLIGHT ? "inflight"
+							: "queue-max",
+					optarg, o == O_INFLIGHT);
+				return 2;
+			}
+			break;
+		}
 		case O_MAXTOK:
 		case O_WINDOW: {
 			uint32_t *dst = o == O_MAXTOK
@@ -409,6 +470,11 @@ int main(int argc, char **argv)
 		}
 		free(a);
 		free(b);
+	}
+	if (gw_admit_init(&s->admit, s->cfg.queue_max, s->cfg.inflight,
+			  s->cfg.queue_wait_s)) {
+		moor_err("out of memory");
+		return 1;
 	}
 	s->started_unix = (int64_t)time(NULL);
 	{

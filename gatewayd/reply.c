@@ -165,6 +165,8 @@ static void error_of(int code, int *status, const char **type, int *retry)
 	if (code == MOOR_ERANGE) {
 		*status = 400;
 		*type = "invalid_request_error";
+	} else if (code == -ETIME) { /* the job's deadline (gw_jobs_tick) */
+		*status = 504;
 	} else if (code == -EBUSY || code == -ESHUTDOWN ||
 		   code == MOOR_ENOSPACE || code == -EPIPE ||
 		   code == -ETIMEDOUT) {
@@ -258,6 +260,7 @@ void gw_reply_finish(gw_job *j)
 		if (j->rs)
 			gw_rs_finish(j->rs, gw_sse_event, j);
 	}
+	gw_admit_leave(j); /* the next waiting request's turn */
 	if (!j->req) {
 		gw_job_unref(j); /* the engine's */
 		return;

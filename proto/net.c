@@ -51,8 +51,7 @@ static nng_duration duration(int timeout_ms)
 	return timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms;
 }
 
-/* Encodes m into a fresh nng_msg addressed to pipe (id 0: none). */
-static int msg_make(const proto_msg *m, nng_pipe pipe, nng_msg **out)
+int proto_msg_make(const proto_msg *m, nng_pipe pipe, nng_msg **out)
 {
 	moor_buf b = {0};
 	int rv = proto_encode(&b, m);
@@ -79,7 +78,7 @@ static int send_within(nng_socket s, const proto_msg *m, nng_pipe pipe,
 		       nng_duration timeout)
 {
 	nng_msg *msg;
-	int rv = msg_make(m, pipe, &msg);
+	int rv = proto_msg_make(m, pipe, &msg);
 	if (rv)
 		return rv;
 	nng_aio *aio;

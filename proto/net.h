@@ -30,6 +30,11 @@ int proto_nng_err(int nng_rv);
  * Returns 0, an encode error (MOOR_ERANGE) or a transport error. */
 int proto_send(nng_socket s, const proto_msg *m, nng_pipe pipe);
 
+/* Encodes m into a fresh nng_msg addressed to pipe (id 0: none), for a
+ * caller that sends it later (nng_sendmsg takes it on success). Returns 0
+ * with *out the caller's, or an encode error / -ENOMEM. */
+int proto_msg_make(const proto_msg *m, nng_pipe pipe, nng_msg **out);
+
 /* Receives and decodes one message into out (overwritten, not freed first).
  * timeout_ms < 0 blocks; 0 only takes a message already queued. pipe_out
  * (may be NULL) gets the pipe it came on, on decode errors too. Returns 0,

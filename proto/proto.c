@@ -751,6 +751,22 @@ static void dec_cancel(rd *r, proto_msg *m)
 	m->u.cancel.target = get_u64(r);
 }
 
+static void enc_credit(moor_buf *b, const proto_msg *m)
+{
+	if (m->u.credit.n == 0) {
+		wr_fail(b, MOOR_ERANGE);
+		return;
+	}
+	put_u32(b, m->u.credit.n);
+}
+
+static void dec_credit(rd *r, proto_msg *m)
+{
+	m->u.credit.n = get_u32(r);
+	if (m->u.credit.n == 0)
+		rd_fail(r, MOOR_EFORMAT);
+}
+
 /* A long text (STATS_OK's JSON): u32 length + bytes, at most
  * PROTO_MAX_TEXT, no NUL inside. */
 static void enc_text(moor_buf *b, const proto_msg *m)
@@ -933,6 +949,7 @@ static const proto_kind kinds[PROTO_TYPE_MAX] = {
     [PROTO_STEP] = {"STEP", enc_step, dec_step, fini_step},
     [PROTO_DONE] = {"DONE", enc_done, dec_done, fini_done},
     [PROTO_CANCEL] = {"CANCEL", enc_cancel, dec_cancel, NULL},
+    [PROTO_CREDIT] = {"CREDIT", enc_credit, dec_credit, NULL},
     [PROTO_STATS] = {"STATS", NULL, NULL, NULL},
     [PROTO_STATS_OK] = {"STATS_OK", enc_text, dec_text, fini_text},
     [PROTO_CLEAR] = {"CLEAR", enc_clear, dec_clear, fini_clear},

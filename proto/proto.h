@@ -67,6 +67,7 @@ enum proto_type {
 	PROTO_STEP = 31, /* engined -> client: one decode step's tokens */
 	PROTO_DONE = 32, /* engined -> client: a request ended */
 	PROTO_CANCEL = 33,
+	PROTO_CREDIT = 34, /* client -> engined: flow control (below) */
 
 	/* operators, gatewayd -> cached (admin.sock, REQ/REP) */
 	PROTO_STATS = 50,
@@ -271,6 +272,17 @@ typedef struct proto_cancel {
 	uint64_t target; /* the request to cancel */
 } proto_cancel;
 
+/* Flow control on engined.sock. NNG 1.5's PAIR1 poly socket gives each
+ * pipe a send queue of two messages and drops what does not fit, silently
+ * (a DONE lost so is a request never answered). So engined sends a pipe at
+ * most PROTO_CREDIT_INITIAL messages more than the client has confirmed:
+ * a client sends CREDIT{n} once it has received n messages, and engined
+ * keeps the rest in its own queue for that pipe until credit comes. */
+#define PROTO_CREDIT_INITIAL 2
+typedef struct proto_credit {
+	uint32_t n; /* messages received since the last CREDIT, >= 1 */
+} proto_credit;
+
 typedef struct proto_text { /* STATS_OK: u32 length, <= PROTO_MAX_TEXT */
 	char *text;
 } proto_text;
@@ -348,6 +360,7 @@ typedef struct proto_msg {
 		proto_step step;
 		proto_done done;
 		proto_cancel cancel;
+		proto_credit credit;
 		proto_text text;
 		proto_clear clear;
 		proto_peek peek;

@@ -179,6 +179,8 @@ static int direct_run(mc_conn *c, uint64_t req, uint32_t max_tokens, dtime *d,
 			proto_msg_fini(&m);
 			continue;
 		}
+		if (rv == 0 || rv <= MOOR_EBASE)
+			mc_credit(c);
 		if (rv) {
 			proto_msg_fini(&m);
 			snprintf(err, errn, "receive: %s", moor_strerror(rv));

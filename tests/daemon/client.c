@@ -67,6 +67,14 @@ void mc_result_fini(mc_result *r)
 	memset(r, 0, sizeof *r);
 }
 
+void mc_credit(mc_conn *c)
+{
+	proto_msg m = {0};
+	m.h.type = PROTO_CREDIT;
+	m.u.credit.n = 1;
+	proto_send(c->s, &m, (nng_pipe)NNG_PIPE_INITIALIZER);
+}
+
 int mc_send_generate(mc_conn *c, uint64_t req, const mc_params *p)
 {
 	proto_msg m = {0};
@@ -135,6 +143,8 @@ int mc_wait(mc_conn *c, uint64_t req, mc_result *r, int timeout_ms,
 			proto_msg_fini(&m);
 			continue;
 		}
+		if (rv == 0 || rv <= MOOR_EBASE)
+			mc_credit(c); /* proto.h: PROTO_CREDIT */
 		if (rv) {
 			proto_msg_fini(&m);
 			snprintf(r->msg, sizeof r->msg, "receive: %s",

@@ -53,6 +53,9 @@ typedef struct mc_result {
 void mc_result_fini(mc_result *r);
 
 int mc_send_generate(mc_conn *c, uint64_t req, const mc_params *p);
+/* Confirms one received message to engined (proto.h: PROTO_CREDIT); every
+ * reader of engined.sock sends one per message it receives. */
+void mc_credit(mc_conn *c);
 int mc_send_cancel(mc_conn *c, uint64_t req, uint64_t target);
 
 /* Collects the STEPs of request req until its DONE (messages of other

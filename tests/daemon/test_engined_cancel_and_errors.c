@@ -139,6 +139,7 @@ int main(int argc, char **argv)
 		REQUIRE(nng_sendmsg(c.s, m, 0) == 0, "send junk");
 		proto_msg e;
 		int rv = proto_recv(c.s, &e, NULL, 10000);
+		mc_credit(&c);
 		CHECK(rv == 0 && e.h.type == PROTO_ERROR, "junk: %d, %s", rv,
 		      proto_type_name(e.h.type));
 		proto_msg_fini(&e);
@@ -147,6 +148,7 @@ int main(int argc, char **argv)
 		s.h.req = 30;
 		proto_send(c.s, &s, (nng_pipe)NNG_PIPE_INITIALIZER);
 		rv = proto_recv(c.s, &e, NULL, 10000);
+		mc_credit(&c);
 		CHECK(rv == 0 && e.h.type == PROTO_ERROR && e.h.req == 30 &&
 			  strstr(e.u.error.msg, "not served"),
 		      "STATS to engined: %d, %s", rv,
@@ -159,6 +161,7 @@ int main(int argc, char **argv)
 	REQUIRE(mc_send_generate(&c, 40, &p) == 0, "send");
 	proto_msg first;
 	int rv = proto_recv(c.s, &first, NULL, 10000);
+	mc_credit(&c);
 	CHECK(rv == 0 && first.h.type == PROTO_STEP, "first step: %d", rv);
 	proto_msg_fini(&first);
 	kill(e1, SIGTERM);
@@ -181,6 +184,7 @@ int main(int argc, char **argv)
 	p = params(30, 200);
 	REQUIRE(mc_send_generate(&c, 50, &p) == 0, "send");
 	rv = proto_recv(c.s, &first, NULL, 10000);
+	mc_credit(&c);
 	CHECK(rv == 0 && first.h.type == PROTO_STEP, "first step: %d", rv);
 	proto_msg_fini(&first);
 	h_kill9(e2);

@@ -395,4 +395,110 @@ static inline char *gt_chat_body(const char *user, int max_tokens,
 	return t;
 }
 
+/* ---- many requests at once ------------------------------------------- */
+
+/* One request of gt_many: what came back. */
+typedef struct gt_one {
+	int status;	  /* 0: no answer before the deadline (a hang) */
+	int retry_after;  /* the Retry-After header's seconds, or -1 */
+	double secs;	  /* from connect to the end of the answer */
+	char err[160];	  /* the error's message of a non-200, or "" */
+} gt_one;
+
+/* Sends n copies of one POST at once, each on its own connection, from one
+ * thread (poll), and reads every answer until its peer closes or
+ * deadline_s passes. hdrs: request i's extra header lines (NULL: none, or
+ * hdrs[i] NULL). out[i] says what request i got. Returns how many got no
+ * answer. */
+static inline int gt_many_h(int port, const char *path, const char *body,
+			    int n, const char *const *hdrs, double deadline_s,
+			    gt_one *out)
+{
+	int *fd = calloc((size_t)n, sizeof *fd);
+	char **buf = calloc((size_t)n, sizeof *buf);
+	size_t *len = calloc((size_t)n, sizeof *len),
+	       *cap = calloc((size_t)n, sizeof *cap);
+	struct pollfd *p = calloc((size_t)n, sizeof *p);
+	double t0 = moor_now(), end = t0 + deadline_s;
+	int open_n = 0;
+	for (int i = 0; i < n; i++) {
+		memset(&out[i], 0, sizeof out[i]);
+		out[i].retry_after = -1;
+		fd[i] = gt_send(port, "POST", path, body, hdrs ? hdrs[i] : NULL);
+		if (fd[i] >= 0)
+			open_n++;
+		cap[i] = 4096;
+		buf[i] = malloc(cap[i]);
+	}
+	while (open_n > 0) {
+		int left = (int)((end - moor_now()) * 1000);
+		if (left <= 0)
+			break;
+		for (int i = 0; i < n; i++)
+			p[i] = (struct pollfd){fd[i], POLLIN, 0};
+		if (poll(p, (nfds_t)n, left) <= 0)
+			continue;
+		for (int i = 0; i < n; i++) {
+			if (fd[i] < 0 || !(p[i].revents & (POLLIN | POLLHUP |
+							   POLLERR)))
+				continue;
+			if (len[i] + 4096 > cap[i])
+				buf[i] = realloc(buf[i], cap[i] *= 2);
+			ssize_t r = read(fd[i], buf[i] + len[i],
+					 cap[i] - len[i] - 1);
+			if (r > 0) {
+				len[i] += (size_t)r;
+				continue;
+			}
+			close(fd[i]);
+			fd[i] = -1;
+			open_n--;
+			out[i].secs = moor_now() - t0;
+			buf[i][len[i]] = 0;
+			gt_resp rs = {0};
+			gt_parse(buf[i], len[i], &rs);
+			buf[i] = NULL;
+			out[i].status = rs.status;
+			char ra[32];
+			if (gt_header(&rs, "retry-after", ra, sizeof ra))
+				out[i].retry_after = atoi(ra);
+			if (rs.status && rs.status != 200 && rs.body) {
+				json_t *o = json_loads(rs.body, 0, NULL);
+				const char *m =
+				    o ? json_string_value(json_object_get(
+					    json_object_get(o, "error"),
+					    "message"))
+				      : NULL;
+				snprintf(out[i].err, sizeof out[i].err, "%s",
+					 m ? m : rs.body);
+				json_decref(o);
+			}
+			gt_resp_fini(&rs);
+		}
+	}
+	int hung = 0;
+	for (int i = 0; i < n; i++) {
+		if (fd[i] >= 0) {
+			close(fd[i]);
+			out[i].status = 0;
+			out[i].secs = moor_now() - t0;
+		}
+		if (!out[i].status)
+			hung++;
+		free(buf[i]);
+	}
+	free(fd);
+	free(buf);
+	free(len);
+	free(cap);
+	free(p);
+	return hung;
+}
+
+static inline int gt_many(int port, const char *path, const char *body, int n,
+			  double deadline_s, gt_one *out)
+{
+	return gt_many_h(port, path, body, n, NULL, deadline_s, out);
+}
+
 #endif

@@ -18,7 +18,7 @@ static const uint16_t sample_types[] = {
     PROTO_ERROR,   PROTO_OK,	  PROTO_HELLO, PROTO_HELLO_OK, PROTO_PLAN,
     PROTO_PLAN_OK, PROTO_COMMIT,  PROTO_ABORT, PROTO_GENERATE, PROTO_STEP,
     PROTO_DONE,	   PROTO_CANCEL,  PROTO_STATS, PROTO_STATS_OK, PROTO_CLEAR,
-    PROTO_PEEK,	   PROTO_PEEK_OK,
+    PROTO_PEEK,	   PROTO_PEEK_OK, PROTO_CREDIT,
 };
 #define N_SAMPLE_TYPES (sizeof sample_types / sizeof sample_types[0])
 
@@ -247,6 +247,9 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 	case PROTO_CANCEL:
 		m->u.cancel.target = rnd();
 		break;
+	case PROTO_CREDIT:
+		m->u.credit.n = 1 + (uint32_t)(rnd() % 1000);
+		break;
 	case PROTO_STATS_OK:
 		m->u.text.text = sample_str(size);
 		break;
@@ -432,6 +435,9 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 	}
 	case PROTO_CANCEL:
 		DIFF(a->u.cancel.target == b->u.cancel.target, "target");
+		break;
+	case PROTO_CREDIT:
+		DIFF(a->u.credit.n == b->u.credit.n, "credit.n");
 		break;
 	case PROTO_STATS_OK:
 		DIFF(str_eq(a->u.text.text, b->u.text.text), "text");

@@ -205,7 +205,7 @@ static void test_type(uint16_t type, int size)
 	}
 
 	/* unknown types */
-	static const uint16_t unknown[] = {0,  3,  9,  16, 34,
+	static const uint16_t unknown[] = {0,  3,  9,  16, 35,
 					   49, 53, 63, 64, 0xffff};
 	for (int i = 0; i < 10; i++) {
 		memcpy(p, ok, len);
@@ -633,6 +633,17 @@ static void test_headers(void)
 	proto_hdr h;
 	EXPECT(proto_peek_hdr(p, len, &h), MOOR_EFORMAT, "peek over 4 MiB");
 	free(p);
+
+	/* a CREDIT of nothing is malformed (proto.h: n >= 1) */
+	raw_hdr(&r, PROTO_CREDIT, 5);
+	raw_le(&r, 0, 4);
+	raw_end(&r);
+	EXPECT(decode_rv(r.p, r.n), MOOR_EFORMAT, "CREDIT of 0");
+	proto_msg c0 = {0};
+	c0.h.type = PROTO_CREDIT;
+	moor_buf cb = {0};
+	EXPECT(proto_encode(&cb, &c0), MOOR_ERANGE, "encode a CREDIT of 0");
+	moor_buf_fini(&cb);
 
 	raw_hdr(&r, PROTO_CANCEL, 42);
 	raw_le(&r, 7, 8);
