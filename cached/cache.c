@@ -38,6 +38,10 @@ void cache_cfg_defaults(cache_cfg *c)
 	c->store_sessions = 1;
 	c->unified = 1;
 	c->dev_cuda = -1;
+	c->spill_bytes = 64 * GiB;
+	c->spill_hours = 48;
+	c->spill_codec = 1;
+	c->codec_threads = 8;
 }
 
 /* ---- layout ---- */
@@ -343,6 +347,9 @@ int cache_new(const cache_cfg *cfg, cache **out, char *err)
 	    (rc = arena_cuda_mover_new(cfg->dev_cuda, c->host, &c->mv_own,
 				       err)) == 0)
 		c->mv = c->mv_own;
+	c->spill.dfd = -1;
+	if (!rc)
+		rc = spill_open(c, err);
 	if (rc) {
 		cache_free(c);
 		return rc;
@@ -364,6 +371,7 @@ static void drop_all(cache *c)
 	park_drop(c);
 	store_clear(c);
 	c->valid = 0;
+	c->n_mk = 0;
 	c->taint = NO_TAINT;
 	free(c->res_session);
 	c->res_session = NULL;
@@ -400,7 +408,9 @@ void cache_free(cache *c)
 	if (!c)
 		return;
 	layout_release(c);
+	spill_close(c);
 	free(c->anc);
+	free(c->mk);
 	free(c->st);
 	free(c->lay);
 	arena_cuda_mover_free(c->mv_own); /* before the host arena goes */
@@ -570,6 +580,7 @@ int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 		return rc == -ENOMEM ? rc : MOOR_ENOSPACE;
 	}
 	c->valid = 0;
+	c->n_mk = 0;
 	c->taint = NO_TAINT;
 	rc = secs_zero(c);
 	if (rc) {
@@ -581,6 +592,9 @@ int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 		  ns, (unsigned long long)c->sec_bytes, nv,
 		  (unsigned long long)c->row_bytes, (unsigned long long)W,
 		  lay->grid);
+	/* a drained conversation of this fingerprint and layout comes back
+	 * into the live buffers (a failure costs the entry, not the hello) */
+	(void)spill_read_back(c);
 	hello_fill(c, out, 0);
 	return 0;
 }
@@ -720,6 +734,37 @@ char *cache_stats_json(cache *c)
 	json_object_set_new(r, "store", o);
 
 	o = json_object();
+	{
+		uint64_t ne, nb;
+		spill_stats(c, &ne, &nb);
+		json_object_set_new(o, "on", json_boolean(c->spill.on));
+		SETI(o, "entries", ne);
+		SETI(o, "bytes", nb);
+		SETI(o, "budget", c->cfg.spill_bytes);
+		SETI(o, "saves", c->spill.k.saves);
+		SETI(o, "save_failed", c->spill.k.save_failed);
+		SETI(o, "restores", c->spill.k.restores);
+		SETI(o, "restore_failed", c->spill.k.restore_failed);
+		SETI(o, "blocks_written", c->spill.k.blocks_written);
+		SETI(o, "blocks_kept", c->spill.k.blocks_kept);
+		SETI(o, "anchors_written", c->spill.k.anchors_written);
+		SETI(o, "anchors_kept", c->spill.k.anchors_kept);
+		SETI(o, "bytes_written", c->spill.k.bytes_written);
+		SETI(o, "bytes_read", c->spill.k.bytes_read);
+		json_object_set_new(o, "codec", json_boolean(c->cfg.spill_codec));
+		SETI(o, "codec_raw", c->spill.k.codec_raw);
+		SETI(o, "codec_out", c->spill.k.codec_out);
+		SETI(o, "swept", c->spill.k.swept);
+		SETI(o, "expired", c->spill.k.expired);
+		SETI(o, "evicted", c->spill.k.evicted);
+		json_object_set_new(o, "last_save_ms",
+				    json_real(c->spill.last_save_ms));
+		json_object_set_new(o, "last_restore_ms",
+				    json_real(c->spill.last_restore_ms));
+	}
+	json_object_set_new(r, "spill", o);
+
+	o = json_object();
 	static const char *const lvn[LV_N] = {"store", "anchors", "end",
 					      "stash", "park",	  "pin"};
 	SETI(o, "held", held_bytes(c));
@@ -754,11 +799,17 @@ int cache_clear(cache *c, const char *tier)
 {
 	if (!tier)
 		return MOOR_ERANGE;
-	int all = strcmp(tier, "all") == 0;
+	/* "ram": every RAM cache; "all": those and the NVMe tiers */
+	int all = strcmp(tier, "all") == 0 || strcmp(tier, "ram") == 0;
 	if (!all && strcmp(tier, "resident") && strcmp(tier, "end") &&
 	    strcmp(tier, "stash") && strcmp(tier, "pin") &&
-	    strcmp(tier, "park") && strcmp(tier, "store"))
+	    strcmp(tier, "park") && strcmp(tier, "store") &&
+	    strcmp(tier, "spill"))
 		return MOOR_ERANGE;
+	if (!strcmp(tier, "all") || !strcmp(tier, "spill"))
+		(void)spill_clear(c);
+	if (!strcmp(tier, "spill"))
+		return 0;
 	if (!c->have_layout)
 		return 0;
 	if (all || !strcmp(tier, "store"))
@@ -780,6 +831,7 @@ int cache_clear(cache *c, const char *tier)
 			stash_drop(c);
 		if (!c->t.active || c->t.guest) {
 			c->valid = 0;
+			c->n_mk = 0;
 			c->taint = NO_TAINT;
 		}
 	}

@@ -146,6 +146,13 @@ typedef struct cache_cfg {
 				  * backend); else the GPU it is
 				  * cudaMalloc'ed on (arena_cuda.c), with
 				  * the CUDA mover */
+	/* the session spill (spill.c): DIR/sessions under spill_dir; empty:
+	 * off */
+	char spill_dir[256];
+	uint64_t spill_bytes;    /* --session-spill-gb 64 */
+	uint32_t spill_hours;    /* an entry unused this long goes: 48 */
+	int spill_codec;         /* byte planes + zstd frames (codec.h), on */
+	uint32_t codec_threads;  /* the codec's threads: 8 */
 	int unified;             /* both arenas are one memory (the CPU
 				  * backend, a unified-memory board): the
 				  * memory limits count the host arena too;
@@ -262,6 +269,12 @@ typedef struct cache_peek_out {
 int cache_peek(cache *c, const cache_req *req, cache_peek_out *out,
 	       char *err);
 
+enum { CACHE_MARK_GEN = 1, CACHE_MARK_HIDDEN = 2 };
+typedef struct cache_mark {
+	uint64_t start, len;
+	uint32_t kind;
+} cache_mark;
+
 int cache_commit(cache *c, uint32_t n_filled, const int32_t *gen,
 		 uint64_t n_gen);
 /* cache_commit where the engine also says how many positions its state
@@ -271,10 +284,52 @@ int cache_commit(cache *c, uint32_t n_filled, const int32_t *gen,
 int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 		    uint64_t n_gen, uint64_t state_len);
 int cache_abort(cache *c, uint32_t n_filled, uint64_t valid);
+/* cache_commit with the generation's hidden spans (the reasoning budget's
+ * close phrase): hid[i].start indexes gen; they are kept with the end
+ * anchor (CACHE_MARK_HIDDEN at n + start) for the replay. A span outside
+ * gen is MOOR_ERANGE. */
+int cache_commit_marks(cache *c, uint32_t n_filled, const int32_t *gen,
+		       uint64_t n_gen, const cache_mark *hid, uint32_t n_hid);
+
+/* Marks on the resident rows: the generation regions (rows a decode wrote:
+ * [n, n + absorbed) of each turn) and the hidden spans (rows the client
+ * never receives), kept while the rows are, carried with the end anchor
+ * into the park. gatewayd's end alignment reads them with the end anchor's
+ * ids (cache_end_get): cached knows no tokenizer, so it hands over the
+ * record and the gateway, which has the tokenizer and the template,
+ * aligns the client's copy on the rows' own bytes. */
+
+/* The end anchor a copy (ids[0, n)) may be aligned to: the resident end
+ * anchor, or the parked conversation's end when the copy shares more with
+ * the park's ids. tier CACHE_TIER_END or CACHE_TIER_PARK with common (the
+ * ids the copy shares with that record), end (its length), rows (its ids
+ * [0, end), borrowed until the next call that changes the caches) and its
+ * marks below end (borrowed); CACHE_TIER_NONE when no end anchor is kept,
+ * a turn is in flight, or the copy holds every id up to it (common >= end:
+ * nothing to align). Changes nothing, counts nothing. */
+typedef struct cache_end_out {
+	int tier;
+	uint64_t common, end;
+	const int32_t *rows;
+	uint32_t n_marks;
+	const cache_mark *marks;
+} cache_end_out;
+void cache_end_get(cache *c, const int32_t *ids, uint64_t n,
+		   cache_end_out *out);
+
+/* The drain (cached's SIGTERM): a turn in flight is aborted to its start,
+ * a guest's stash put back, and the resident conversation (rows [0,
+ * valid), the end anchor, the newest 4 anchors, ids, taint, session) is
+ * written to the session spill; the next cache_hello of an engine with the
+ * same fingerprint and layout reads it back (cache_hello_out.resident_len
+ * says how much), so its next turn resumes at the end anchor. 0 when the
+ * spill is off or nothing is resident. */
+int cache_drain(cache *c, char *err);
 
 /* Counters and bytes of every cache as one JSON object (heap string). */
 char *cache_stats_json(cache *c);
-/* tier: "all", "resident", "end", "stash", "pin", "park", "store". */
+/* tier: "all", "resident", "end", "stash", "pin", "park", "store",
+ * "spill" ("all" is every RAM cache: the spill is cleared by name). */
 int cache_clear(cache *c, const char *tier);
 
 /* Strided row copy of one view between two buffers laid out as the live

@@ -72,6 +72,8 @@ typedef struct span {
 	uint64_t taint;
 	char *session;
 	uint64_t bytes; /* blocks and anchors */
+	cache_mark *mk; /* the rows' marks (with the end anchor) */
+	uint32_t n_mk;
 } span;
 
 enum { ENTRY_PREFIX = 0, ENTRY_SESSION = 1 };
@@ -103,6 +105,9 @@ typedef struct turn {
 	char *session;
 	uint32_t max_tokens;
 	uint64_t start, taint, cut;
+	uint64_t mk_keep; /* the resident marks below it stay at commit */
+	cache_mark hid[64]; /* the commit's hidden spans (start: into gen) */
+	uint32_t n_hid;
 	int tier;
 	uint32_t n_slots;
 	tslot slot[CACHE_MAX_SLOTS];
@@ -149,6 +154,8 @@ struct cache {
 	uint64_t valid;
 	uint64_t taint;
 	char *res_session;
+	cache_mark *mk; /* marks on rows [0, valid), ascending starts */
+	uint32_t n_mk, cap_mk;
 	anchor *anc; /* ascending lines */
 	uint32_t n_anc, cap_anc;
 	int protect_anchors; /* a pin or park is copying them */
@@ -176,6 +183,20 @@ struct cache {
 
 	turn t;
 	cache_counters k;
+
+	struct {
+		int on;
+		int dfd;	 /* DIR/sessions */
+		struct moor_pool *pool; /* the codec's threads (NULL: one) */
+		uint64_t digest; /* the attached layout's */
+		double last_save_ms, last_restore_ms;
+		struct {
+			uint64_t saves, save_failed, restores, restore_failed,
+			    blocks_written, blocks_kept, anchors_written,
+			    anchors_kept, bytes_written, bytes_read, swept,
+			    expired, evicted, codec_raw, codec_out;
+		} k;
+	} spill;
 };
 
 /* ---- cache.c: byte movement between live buffers and arena memory ---- */
@@ -254,6 +275,11 @@ uint64_t anchor_top(cache *c); /* the largest line, 0 if none */
 void resident_cut(cache *c, uint64_t line);
 void end_drop(cache *c);
 void end_release(cache *c);
+/* Marks: those ending above line go; one appended (ascending). */
+void marks_cut(cache *c, uint64_t line);
+int marks_add(cache *c, uint64_t start, uint64_t len, uint32_t kind);
+/* A copy of the resident marks below line (malloc'd; NULL when none). */
+cache_mark *marks_copy(const cache *c, uint64_t line, uint32_t *n);
 int end_keep(cache *c, uint64_t len, uint64_t taint);
 
 /* ---- stash.c ---- */
@@ -310,6 +336,19 @@ int store_lru(cache *c);
 void store_clear(cache *c);
 void store_declined(cache *c, const char *why, uint64_t len, uint64_t bytes,
 		    const char *session);
+
+/* ---- spill.c ---- */
+/* Opens DIR/sessions (cfg.spill_dir; nothing when empty): deletes .tmp
+ * files, entries without a manifest and entries past the TTL. */
+int spill_open(cache *c, char *err);
+void spill_close(cache *c);
+/* After the live buffers are carved for a new layout: deletes the entries
+ * this layout and fingerprint cannot read and reads the drained resident
+ * conversation back into the live buffers (a failure costs the entry and
+ * leaves them empty; it is logged, never returned). */
+int spill_read_back(cache *c);
+int spill_clear(cache *c);
+void spill_stats(cache *c, uint64_t *entries, uint64_t *bytes);
 
 /* ---- planner.c ---- */
 void turn_abort(cache *c, uint32_t n_filled, uint64_t valid);

@@ -25,15 +25,18 @@
  * PEEK answers what a PLAN of the same ids would (cache_peek): nothing
  * changes, nothing is counted but the message and, if refused, the error.
  *
- * SIGTERM/SIGINT: the request in hand is answered, then the sockets and the
- * arenas' shm objects are unlinked and cached exits 0.
- *
  * The device arena (--device auto|shm|cuda): shm for the CPU backend, or
  * cudaMalloc'ed on --gpu N and handed to the engine as a CUDA IPC handle
  * (arena_cuda.c); auto takes CUDA when this build has it and the GPU
  * answers. On CUDA the mover's copies run on a stream: every reply on
  * cached.sock waits for them first (cache_sync), so the engine never reads
  * bytes cached is still writing.
+ *
+ * SIGTERM/SIGINT: the request in hand is answered, then the drain: an open
+ * plan is aborted to its start and the resident conversation is written to
+ * the session spill (--disk-dir), which the next cached reads back when an
+ * engine of the same fingerprint attaches; then the sockets and the arenas'
+ * shm objects are unlinked and cached exits 0.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -417,7 +420,15 @@ static void on_commit(cd *d, uint32_t pipe, const proto_msg *m)
 	}
 	d->plan_open = 0;
 	const proto_commit *c = &m->u.commit;
-	int rc = cache_commit(d->c, c->n_filled, c->ids, c->n_ids);
+	cache_mark hid[64];
+	uint32_t nh = 0;
+	for (uint32_t i = 0; i < c->n_marks && nh < 64; i++)
+		if (c->marks[i].kind == PROTO_MARK_HIDDEN)
+			hid[nh++] = (cache_mark){c->marks[i].start,
+						 c->marks[i].len,
+						 CACHE_MARK_HIDDEN};
+	int rc = cache_commit_marks(d->c, c->n_filled, c->ids, c->n_ids,
+				    hid, nh);
 	if (rc) {
 		reply_err(d, SOCK_ENG, m->h.req, rc, "COMMIT: %s",
 			  moor_strerror(rc));
@@ -449,9 +460,6 @@ static void on_abort(cd *d, uint32_t pipe, const proto_msg *m)
 
 /* ===================================================================== */
 /* admin requests                                                        */
-
-static const char *const tiers[] = {"all", "resident", "end",  "stash",
-				    "pin", "park",     "store"};
 
 static void on_stats(cd *d, const proto_msg *m)
 {
@@ -518,15 +526,11 @@ static void on_clear(cd *d, const proto_msg *m)
 {
 	const char *t = m->u.clear.tier ? m->u.clear.tier : "";
 	if (!t[0])
-		t = "all";
-	size_t i;
-	for (i = 0; i < sizeof tiers / sizeof tiers[0]; i++)
-		if (!strcmp(t, tiers[i]))
-			break;
-	if (i == sizeof tiers / sizeof tiers[0]) {
+		t = "ram";
+	if (!proto_clear_tier_ok(t)) {
 		reply_err(d, SOCK_ADMIN, m->h.req, MOOR_ERANGE,
-			  "CLEAR: unknown tier '%.64s' (all, resident, end, "
-			  "stash, pin, park, store)",
+			  "CLEAR: unknown tier '%.64s' (" PROTO_CLEAR_TIER_LIST
+			  ")",
 			  t);
 		return;
 	}
@@ -538,6 +542,35 @@ static void on_clear(cd *d, const proto_msg *m)
 	}
 	moor_info("cleared %s", t);
 	reply_ok(d, SOCK_ADMIN, m->h.req);
+}
+
+/* END_GET: the end anchor's record for gatewayd's end alignment (cache.h
+ * cache_end_get); the reply borrows the cache's arrays until it is sent. */
+static void on_end_get(cd *d, const proto_msg *m)
+{
+	const proto_end_get *p = &m->u.end_get;
+	cache_end_out o;
+	cache_end_get(d->c, p->ids, p->n_ids, &o);
+	proto_msg r = {0};
+	r.h.type = PROTO_END_OK;
+	r.h.req = m->h.req;
+	proto_end_ok *e = &r.u.end_ok;
+	proto_mark *mk = NULL;
+	if (o.tier != CACHE_TIER_NONE) {
+		e->tier = (uint32_t)o.tier;
+		e->common = o.common;
+		e->end = o.end;
+		e->n_ids = (uint32_t)(o.end - o.common);
+		e->ids = (int32_t *)o.rows + o.common;
+		mk = o.n_marks ? calloc(o.n_marks, sizeof *mk) : NULL;
+		for (uint32_t i = 0; mk && i < o.n_marks; i++)
+			mk[i] = (proto_mark){o.marks[i].start, o.marks[i].len,
+					     o.marks[i].kind};
+		e->n_marks = mk ? o.n_marks : 0;
+		e->marks = mk;
+	}
+	send_msg(d, SOCK_ADMIN, &r);
+	free(mk);
 }
 
 static void on_peek(cd *d, const proto_msg *m)
@@ -683,10 +716,13 @@ static void handle(cd *d, int w, nng_msg *nm)
 		case PROTO_PEEK:
 			on_peek(d, &m);
 			break;
+		case PROTO_END_GET:
+			on_end_get(d, &m);
+			break;
 		default:
 			reply_err(d, w, m.h.req, MOOR_EUNSUP,
 				  "%s (type %u) is not served on admin.sock "
-				  "(STATS, CLEAR, PEEK)",
+				  "(STATS, CLEAR, PEEK, END_GET)",
 				  proto_type_name(t), t);
 		}
 	}
@@ -845,6 +881,12 @@ static void usage(FILE *f)
 	    "present)\n"
 	    "  --gpu N                  the GPU of a CUDA device arena "
 	    "(default 0)\n"
+	    "NVMe tiers:\n"
+	    "  --disk-dir DIR           the tiers' directory (the session "
+	    "spill in DIR/sessions); default none: off\n"
+	    "  --session-spill-gb G (64)  --session-spill-hours N (48)\n"
+	    "  --spill-codec on|off (on: byte planes + zstd)  --codec-threads "
+	    "N (8)\n"
 	    "  --log-level error|warn|info|debug\n");
 }
 
@@ -898,6 +940,11 @@ enum {
 	O_UNIFIED,
 	O_DEVICE,
 	O_GPU,
+	O_DISK_DIR,
+	O_SPILL_GB,
+	O_SPILL_H,
+	O_CODEC,
+	O_CODEC_T,
 	O_LOG,
 	O_HELP,
 };
@@ -958,6 +1005,11 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 	    {"unified", 1, 0, O_UNIFIED},
 	    {"device", 1, 0, O_DEVICE},
 	    {"gpu", 1, 0, O_GPU},
+	    {"disk-dir", 1, 0, O_DISK_DIR},
+	    {"session-spill-gb", 1, 0, O_SPILL_GB},
+	    {"session-spill-hours", 1, 0, O_SPILL_H},
+	    {"spill-codec", 1, 0, O_CODEC},
+	    {"codec-threads", 1, 0, O_CODEC_T},
 	    {"log-level", 1, 0, O_LOG},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
@@ -1052,6 +1104,29 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 		case O_GPU:
 			bad = moor_parse_u32(optarg, &d->gpu);
 			break;
+		case O_DISK_DIR:
+			if (strlen(optarg) >= sizeof c->spill_dir - 16) {
+				moor_err("--disk-dir %s: the path must be "
+					 "under %zu bytes",
+					 optarg, sizeof c->spill_dir - 16);
+				return 2;
+			}
+			snprintf(c->spill_dir, sizeof c->spill_dir, "%s",
+				 optarg);
+			break;
+		case O_SPILL_GB:
+			bad = parse_gb(optarg, &c->spill_bytes);
+			break;
+		case O_SPILL_H:
+			bad = moor_parse_u32(optarg, &c->spill_hours);
+			break;
+		case O_CODEC:
+			bad = parse_onoff(optarg, &c->spill_codec);
+			break;
+		case O_CODEC_T:
+			bad = moor_parse_u32(optarg, &c->codec_threads) ||
+			      c->codec_threads < 1 || c->codec_threads > 256;
+			break;
 		case O_LOG:
 			if (!strcmp(optarg, "error"))
 				moor_log_level = MOOR_LOG_ERROR;
@@ -1074,7 +1149,8 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 		if (bad) {
 			moor_err("--%s %s: expected %s", lo[o - O_RUN].name,
 				 optarg,
-				 o == O_END || o == O_SESS || o == O_UNIFIED
+				 o == O_END || o == O_SESS || o == O_UNIFIED ||
+					 o == O_CODEC
 				     ? "on or off"
 				 : o == O_DEVICE ? "auto, shm or cuda"
 				 : o == O_LOG ? "a log level"
@@ -1182,6 +1258,17 @@ int main(int argc, char **argv)
 			  ai.dev_name, (double)ai.dev_size / (1 << 20),
 			  ai.host_name, (double)ai.host_size / (1 << 20));
 		rc = serve(&d);
+		/* the drain: the work in flight was answered; what the
+		 * resident rows hold goes to the session spill */
+		close_open_plan(&d, "the drain");
+		double t0 = moor_now();
+		err[0] = 0;
+		int drc = cache_drain(d.c, err);
+		if (drc)
+			moor_err("drain: %s", err[0] ? err : moor_strerror(drc));
+		else if (d.cfg.spill_dir[0])
+			moor_info("drain: done in %.0f ms",
+				  (moor_now() - t0) * 1e3);
 	}
 	for (int w = 0; w < 2; w++) {
 		if (!d.open[w])

@@ -28,14 +28,11 @@
 #include "net.h"
 #include "proto.h"
 
-static const char *const tiers[] = {"all", "resident", "end",  "stash",
-				    "pin", "park",     "store"};
-
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: moorctl [--run-dir DIR] [--timeout-ms N] stats\n"
 		   "       moorctl [--run-dir DIR] [--timeout-ms N] clear "
-		   "[--tier all|resident|end|stash|pin|park|store]\n"
+		   "[--tier TIER]   (" PROTO_CLEAR_TIER_LIST "; default ram)\n"
 		   "       moorctl [--run-dir DIR] [--timeout-ms N] peek "
 		   "--ids 1,2,3 [--session S]\n");
 }
@@ -86,7 +83,7 @@ int main(int argc, char **argv)
 {
 	moor_log_set_name("moorctl");
 	char run_dir[512] = "";
-	const char *tier = "all", *ids_arg = NULL, *session = NULL;
+	const char *tier = "ram", *ids_arg = NULL, *session = NULL;
 	int timeout_ms = 5000;
 	static const struct option lo[] = {
 	    {"run-dir", 1, 0, 'R'}, {"timeout-ms", 1, 0, 'T'},
@@ -134,14 +131,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (is_clear) {
-		size_t i;
-		for (i = 0; i < sizeof tiers / sizeof tiers[0]; i++)
-			if (!strcmp(tier, tiers[i]))
-				break;
-		if (i == sizeof tiers / sizeof tiers[0]) {
+		if (!proto_clear_tier_ok(tier)) {
 			fprintf(stderr,
-				"moorctl: unknown tier '%s' (expected all, "
-				"resident, end, stash, pin, park or store)\n",
+				"moorctl: unknown tier '%s' (expected "
+				"one of " PROTO_CLEAR_TIER_LIST ")\n",
 				tier);
 			return 2;
 		}

@@ -170,6 +170,7 @@ int park_make(cache *c, uint64_t base, uint64_t limit)
 			  moor_strerror(rc));
 		return rc;
 	}
+	s.mk = marks_copy(c, T, &s.n_mk);
 	park_finish(c, &s, c->taint, str_dup(c->res_session));
 	c->park = s;
 	c->k.parks++;
@@ -230,7 +231,15 @@ int park_swap(cache *c, int hi, uint64_t limit)
 	/* B keeps what it holds; the rows in place above b go */
 	uint64_t taint_B = c->taint;
 	char *session_B = TB ? str_dup(c->res_session) : NULL;
+	if (TB)
+		B.mk = marks_copy(c, TB, &B.n_mk);
 	resident_cut(c, b);
+	/* A's marks are the rows' again (the end alignment's regions) */
+	c->n_mk = 0;
+	for (uint32_t i = 0; i < A->n_mk; i++)
+		if (A->mk[i].start + A->mk[i].len <= src.line)
+			(void)marks_add(c, A->mk[i].start, A->mk[i].len,
+					A->mk[i].kind);
 	uint32_t nb = nbA > nbB ? nbA : nbB;
 	for (uint32_t j = 0; j < nb && !rc; j++) {
 		uint64_t r0 = b + (uint64_t)j * blk;

@@ -502,6 +502,11 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	t->taint = A.taint;
 	t->cut = A.cut;
 	t->tier = A.tier;
+	/* the marks below the start describe the ids there: the park's came
+	 * back with its rows; another source shares ids with the rows in
+	 * place only up to c_res */
+	t->mk_keep = A.tier == CACHE_TIER_PARK ? A.start
+					       : min64(A.start, A.c_res);
 	t->n_slots = 0;
 	if (!r->no_cache)
 		reserve_slots(c, limit);
@@ -593,6 +598,12 @@ int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 		memcpy(c->res_ids + n, gen, n_gen * sizeof *gen);
 	c->valid = e;
 	c->taint = taint < e ? taint : NO_TAINT;
+	marks_cut(c, t->mk_keep);
+	(void)marks_add(c, n, n_gen, CACHE_MARK_GEN);
+	for (uint32_t i = 0; i < t->n_hid; i++)
+		(void)marks_add(c, n + t->hid[i].start, t->hid[i].len,
+				CACHE_MARK_HIDDEN);
+	t->n_hid = 0;
 	/* the end anchor first: a declined store put costs it nothing */
 	if (c->cfg.end_anchor && !ahead && e > anchor_top(c))
 		(void)end_keep(c, e, c->taint);
@@ -605,6 +616,23 @@ int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 	}
 	t->active = 0;
 	return 0;
+}
+
+int cache_commit_marks(cache *c, uint32_t n_filled, const int32_t *gen,
+		       uint64_t n_gen, const cache_mark *hid, uint32_t n_hid)
+{
+	turn *t = &c->t;
+	if (!t->active || n_hid > sizeof t->hid / sizeof t->hid[0])
+		return MOOR_ERANGE;
+	for (uint32_t i = 0; i < n_hid; i++)
+		if (hid[i].start > n_gen || hid[i].len > n_gen - hid[i].start ||
+		    (i && hid[i].start < hid[i - 1].start + hid[i - 1].len))
+			return MOOR_ERANGE;
+	memcpy(t->hid, hid, n_hid * sizeof *hid);
+	t->n_hid = n_hid;
+	int rc = cache_commit_at(c, n_filled, gen, n_gen, t->n + n_gen);
+	t->n_hid = 0;
+	return rc;
 }
 
 int cache_commit(cache *c, uint32_t n_filled, const int32_t *gen,

@@ -224,6 +224,7 @@ void resident_cut(cache *c, uint64_t line)
 	anchors_drop_above(c, line);
 	if (c->end.have && c->end.len > line)
 		end_drop(c);
+	marks_cut(c, line);
 	if (c->taint >= c->valid)
 		c->taint = NO_TAINT;
 }
@@ -263,4 +264,85 @@ int end_keep(cache *c, uint64_t len, uint64_t taint)
 	c->end.taint = taint;
 	c->k.end_kept++;
 	return 0;
+}
+
+/* ---- marks and the end anchor's record ---- */
+
+void marks_cut(cache *c, uint64_t line)
+{
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < c->n_mk; i++)
+		if (c->mk[i].start + c->mk[i].len <= line)
+			c->mk[k++] = c->mk[i];
+	c->n_mk = k;
+}
+
+int marks_add(cache *c, uint64_t start, uint64_t len, uint32_t kind)
+{
+	if (!len)
+		return 0;
+	if (c->n_mk == c->cap_mk) {
+		uint32_t cap = c->cap_mk ? 2 * c->cap_mk : 16;
+		cache_mark *m = realloc(c->mk, cap * sizeof *m);
+		if (!m)
+			return -ENOMEM;
+		c->mk = m;
+		c->cap_mk = cap;
+	}
+	c->mk[c->n_mk++] = (cache_mark){start, len, kind};
+	return 0;
+}
+
+cache_mark *marks_copy(const cache *c, uint64_t line, uint32_t *n)
+{
+	*n = 0;
+	cache_mark *m = c->n_mk ? malloc(c->n_mk * sizeof *m) : NULL;
+	for (uint32_t i = 0; m && i < c->n_mk; i++)
+		if (c->mk[i].start + c->mk[i].len <= line)
+			m[(*n)++] = c->mk[i];
+	if (m && !*n) {
+		free(m);
+		m = NULL;
+	}
+	return m;
+}
+
+void cache_end_get(cache *c, const int32_t *ids, uint64_t n,
+		   cache_end_out *out)
+{
+	memset(out, 0, sizeof *out);
+	out->tier = CACHE_TIER_NONE;
+	if (!c->have_layout || c->t.active || !ids)
+		return;
+	uint64_t cr = 0, cp = 0, ep = 0;
+	if (c->end.have)
+		cr = common_prefix(ids, n, c->res_ids, c->end.len);
+	int j = c->park.have ? span_anchor_le(&c->park, c->park.top, 1) : -1;
+	if (j >= 0 && c->park.anc[j].end) {
+		ep = c->park.anc[j].line;
+		cp = common_prefix(ids, n, c->park.ids, ep);
+	}
+	if (c->end.have && (cr >= cp || !ep)) {
+		if (cr >= c->end.len)
+			return;
+		out->tier = CACHE_TIER_END;
+		out->common = cr;
+		out->end = c->end.len;
+		out->rows = c->res_ids;
+		out->marks = c->mk;
+		out->n_marks = 0;
+		while (out->n_marks < c->n_mk &&
+		       c->mk[out->n_marks].start + c->mk[out->n_marks].len <=
+			   out->end)
+			out->n_marks++;
+		return;
+	}
+	if (ep && cp < ep) {
+		out->tier = CACHE_TIER_PARK;
+		out->common = cp;
+		out->end = ep;
+		out->rows = c->park.ids;
+		out->marks = c->park.mk;
+		out->n_marks = c->park.n_mk;
+	}
 }

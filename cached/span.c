@@ -36,6 +36,7 @@ void span_free(cache *c, span *s)
 		if (s->anc[i].off != UINT64_MAX)
 			arena_release(c->host, s->anc[i].off);
 	free(s->blk);
+	free(s->mk);
 	free(s->ids);
 	free(s->session);
 	memset(s, 0, sizeof *s);

@@ -110,6 +110,7 @@ typedef struct turn {
 	proto_plan_ok po; /* the plan (its slots copied to s->slots) */
 	int n_filled;	  /* anchor slots the prefill filled */
 	uint64_t produced, absorbed;
+	proto_mark hid; /* the reasoning budget's hidden span, if any */
 	uint32_t finish;
 	uint64_t prefill_us, decode_us;
 	char *msg;
@@ -216,8 +217,46 @@ static int turn_decode(turn *t)
 	}
 	int ignore_eos = (g->flags & PROTO_GEN_IGNORE_EOS) != 0, rc = 0;
 	uint32_t finish = g->max_tokens == 0 ? PROTO_FINISH_LENGTH : 0;
+	/* the reasoning budget (proto.h, GENERATE): reasoning tokens sampled
+	 * while the prompt's <think> is open; at the budget the close ids
+	 * are forwarded instead of a sample, the first n_hidden of them a
+	 * hidden span (not streamed, not counted, COMMIT's mark) */
+	int thinking =
+	    (g->flags & PROTO_GEN_THINKING) && g->budget && g->n_close;
+	uint64_t reasoned = 0;
+	t->hid = (proto_mark){0, 0, PROTO_MARK_HIDDEN};
 	double td = moor_now();
 	while (!finish) {
+		if (thinking && reasoned >= g->budget &&
+		    s->seq.len + g->n_close + 1 <= (int64_t)s->lay->window) {
+			thinking = 0;
+			t->hid.start = t->absorbed;
+			t->hid.len = g->n_hidden;
+			for (uint32_t i = 0; i < g->n_close && !rc; i++) {
+				int32_t ct = g->close_ids[i];
+				rc = eng_decode(s->model, &s->seq, ct, NULL);
+				if (rc)
+					break;
+				s->gen[t->absorbed++] = ct;
+				if (i >= g->n_hidden) {
+					t->produced++;
+					s->pend[s->n_pend++] = (proto_step_entry){
+					    .req = t->req, .token = ct};
+					steps_flush(s, t->j, 0);
+				}
+			}
+			if (rc) {
+				moor_errf(t->msg,
+					  "the reasoning budget's close at %lld: %s",
+					  (long long)s->seq.len, moor_strerror(rc));
+				break;
+			}
+			moor_info("req %llu: the reasoning budget (%u) closed "
+				  "the reasoning (%u hidden tokens)",
+				  (unsigned long long)t->req, g->budget,
+				  g->n_hidden);
+			continue;
+		}
 		if (atomic_load(&s->cancel)) {
 			finish = PROTO_FINISH_CANCEL;
 			break;
@@ -236,6 +275,12 @@ static int turn_decode(turn *t)
 			break;
 		}
 		t->produced++;
+		if (thinking) {
+			if (tok == g->think_close)
+				thinking = 0;
+			else
+				reasoned++;
+		}
 		uint32_t f = 0;
 		if ((tok == s->eos && !ignore_eos) || is_stop(g, tok))
 			f = PROTO_FINISH_STOP;
@@ -282,6 +327,10 @@ static int turn_commit(turn *t)
 	c.u.commit.n_filled = (uint32_t)t->n_filled;
 	c.u.commit.n_ids = (uint32_t)t->absorbed;
 	c.u.commit.ids = s->gen;
+	if (t->hid.len && t->hid.start + t->hid.len <= t->absorbed) {
+		c.u.commit.n_marks = 1;
+		c.u.commit.marks = &t->hid;
+	}
 	char cmsg[MOOR_ERRLEN];
 	if (srv_cached_call(s, &c, &rep, cmsg))
 		moor_warn("req %llu: commit: %s (the caches keep nothing of "

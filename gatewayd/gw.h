@@ -10,6 +10,9 @@
  *              its events dispatched, waited for, cancelled, refused
  *   reply.c    the tokens turned into the OpenAI reply; usage; the end
  *   sse.c      the streamed reply: SSE frames and h2o's send/proceed
+ *   align.c    the end alignment of a copy (asks cached, text/endalign.c)
+ *   compact.c  compaction as a continuation of the session's end anchor
+ *   respcache.c the response cache (--response-cache)
  *   peek.c     POST /v1/cache/peek
  *   routes.c   the routes that are not generations (models, health, ...)
  *   metrics.c  the counters, the prefill rate and GET /metrics' text
@@ -64,6 +67,14 @@
 #include "tokenizer.h"
 
 /* Limits and documented constants. */
+#define GW_RC_ENTRIES 256 /* --response-cache: the answers kept (a ring) */
+/* Qwen's documented early-stop text for a thinking budget (the Qwen3
+ * model card's "thinking budget" recipe), the hidden part; the visible
+ * part that follows is GW_CLOSE_VISIBLE. */
+#define GW_CLOSE_PHRASE                                                        \
+	"\n\nConsidering the limited time by the user, I have to give the "     \
+	"solution based on the thinking directly now.\n"
+#define GW_CLOSE_VISIBLE "</think>\n\n"
 #define GW_MAX_BODY (64u << 20)	 /* request bodies over it: 413 */
 #define GW_ADMIN_TIMEOUT_MS 2000 /* one round trip to cached */
 #define GW_MAX_STOP_IDS 8	 /* stop token ids sent to engined */
@@ -90,6 +101,10 @@ typedef struct gw_cfg {
 	double engine_wait_s;
 	uint32_t default_max_tokens;
 	uint32_t window; /* engined's --window: caps the default max_tokens */
+	int end_align;	 /* --end-align (align.c) */
+	uint32_t reasoning_budget; /* --reasoning-budget (0: none) */
+	int response_cache;	   /* --response-cache (respcache.c), off */
+	int end_align_reasoning; /* --end-align-reasoning: its second pass */
 } gw_cfg;
 
 /* ---- the engine link (link.c) ---------------------------------------- */
@@ -186,8 +201,17 @@ typedef struct gw_job {
 
 	/* prepared by the work */
 	json_t *json; /* the parsed body (p.tools borrows from it) */
-	gw_params p;  /* the prompt's ids included */
+	gw_params p;  /* the prompt's ids included (aligned: align.c) */
 	gw_fail fail;
+	uint64_t n_client; /* the client's prompt tokens (usage) */
+	int align_pass;	   /* the end alignment's pass; 0: the copy as sent */
+	uint64_t injected; /* hidden-span tokens the alignment put back */
+	int continuation;  /* served as a compaction's continuation */
+	int from_cache;	   /* answered by the response cache */
+	int32_t *rec;	   /* the generation's tokens, for the response */
+	uint32_t *rec_fin; /* cache (respcache.c) */
+	size_t n_rec, cap_rec;
+	int rec_failed;
 
 	/* the generation */
 	uint64_t rid;  /* engined request id; 0: not sent */
@@ -250,6 +274,11 @@ typedef struct gw_srv {
 	gw_tmpl_family family;
 	int32_t stop_ids[GW_MAX_STOP_IDS];
 	int n_stop_ids;
+	/* the reasoning budget's close: Qwen's phrase (hidden) then
+	 * </think> and the blank line (GW_CLOSE_PHRASE, main.c) */
+	int32_t close_ids[64];
+	uint32_t n_close, n_close_hidden;
+	int32_t think_close;
 	gw_gen_defaults defs;
 	int64_t started_unix;
 
@@ -310,7 +339,7 @@ void gw_reply_token(gw_job *j, const proto_step_entry *e);
  * dropped. */
 void gw_reply_finish(gw_job *j);
 /* The usage object of a finished generation (a new reference). */
-json_t *gw_reply_usage(const proto_done *d);
+json_t *gw_reply_usage(const gw_job *j);
 /* finish_reason: "stop", "length" or "tool_calls" (n_calls > 0). */
 const char *gw_reply_finish_name(const gw_job *j, int n_calls);
 
@@ -329,6 +358,36 @@ void gw_sse_error(gw_job *j, const char *type, const char *msg);
 void gw_sse_flush(gw_job *j);
 /* h2o's generator callbacks of a job's anchor (gw_job_new sets them). */
 void gw_sse_proceed(h2o_generator_t *g, h2o_req_t *req);
+
+/* align.c: on the thread pool after the body was read, the end alignment
+ * of the copy (text/endalign.h); sets n_client, may replace p.ids. */
+void gw_align_work(gw_job *j);
+
+/* respcache.c: the response cache (off unless --response-cache on) */
+int gw_rc_greedy(const gw_job *j);
+/* Answers j from memory when an identical greedy request was kept: 1 (the
+ * reply went out), 0 (send it to engined). */
+int gw_rc_replay(gw_job *j);
+void gw_rc_record(gw_job *j, const proto_step_entry *e); /* a STEP token */
+void gw_rc_keep(gw_job *j); /* at the DONE: kept when it ended on its own */
+
+/* compact.c: compaction as a continuation (its header says how a
+ * compaction request is recognised and what the guard checks) */
+typedef struct gw_compact {
+	int is;
+	moor_buf system, instructions; /* the client's system text, the
+					* summary instructions */
+	moor_buf first_user, last_user; /* the guard's lines */
+} gw_compact;
+/* 1 with out filled when body is a compaction request of session. */
+int gw_compact_detect(const json_t *body, const char *session,
+		      gw_compact *out);
+void gw_compact_fini(gw_compact *c);
+/* The continuation of rows[0, end) (the end anchor's record) when the
+ * guard holds: 1 with *ids (malloc'd) and *n; 0 with *why when it does
+ * not; -ENOMEM. */
+int gw_compact_build(gw_srv *s, const gw_compact *cp, const int32_t *rows,
+		     size_t end, int32_t **ids, size_t *n, const char **why);
 
 /* peek.c: POST /v1/cache/peek */
 int gw_on_cache_peek(gw_srv *s, h2o_req_t *req);

@@ -65,6 +65,8 @@ void gw_job_unref(gw_job *j)
 		j->next->prev = j->prev;
 	free(j->body);
 	free(j->hdr_session);
+	free(j->rec);
+	free(j->rec_fin);
 	moor_buf_fini(&j->pend);
 	gw_params_fini(&j->p);
 	if (j->ts_init)
@@ -126,6 +128,7 @@ static void prepare_work(uv_work_t *w)
 	    .family = s->family,
 	    .window = s->cfg.window,
 	    .default_max_tokens = s->cfg.default_max_tokens,
+	    .reasoning_budget = s->cfg.reasoning_budget,
 	};
 	/* no seed in the body: a different one per request */
 	uint64_t seed = (uint64_t)j->created * 0x9e3779b97f4a7c15ull ^ j->rid ^
@@ -133,6 +136,7 @@ static void prepare_work(uv_work_t *w)
 	if (gw_params_read(&env, j->kind, j->json, j->hdr_session, seed, &j->p,
 			   &j->fail))
 		return;
+	gw_align_work(j);
 	if (j->kind == GW_KIND_PEEK)
 		gw_peek_work(j);
 }
@@ -160,6 +164,14 @@ static int send_generate(gw_job *j)
 		g->n_stop = (uint32_t)s->n_stop_ids;
 		g->stop_ids = s->stop_ids;
 	}
+	if (j->p.reasoning_budget && j->p.think_open && s->n_close) {
+		g->flags |= PROTO_GEN_THINKING;
+		g->budget = j->p.reasoning_budget;
+		g->think_close = s->think_close;
+		g->n_hidden = s->n_close_hidden;
+		g->n_close = s->n_close;
+		g->close_ids = s->close_ids;
+	}
 	j->pipe = atomic_load(&s->link.pipe);
 	int rv = gw_link_send(s, &m);
 	if (rv)
@@ -185,6 +197,8 @@ static void submit(gw_job *j)
 {
 	gw_srv *s = j->s;
 	j->rid = ++s->next_rid;
+	if (gw_rc_replay(j))
+		return;
 	j->refs++; /* the engine's (or the wait's) */
 	if (!atomic_load(&s->link.pipe)) {
 		j->waiting = 1;
@@ -334,6 +348,7 @@ static void on_done(gw_job *j, const proto_done *d, const char *msg)
 	if (d->finish != PROTO_FINISH_ERROR) {
 		gw_metrics_done(j->s, d);
 		gw_prefill_sample(j->s, d);
+		gw_rc_keep(j);
 	}
 	gw_reply_finish(j);
 }

@@ -42,6 +42,20 @@ static void usage(FILE *f)
 		"  --default-max-tokens N   chat max_tokens when unset (1024)\n"
 		"  --window N               engined's window: caps the default "
 		"(32768)\n"
+		"  --end-align on|off       align a client's copy to the end "
+		"anchor on\n"
+		"                           the rows' own bytes (on)\n"
+		"  --end-align-reasoning on|off  its second pass, for copies "
+		"that leave\n"
+		"                           earlier reasoning out (on)\n"
+		"  --response-cache on|off  answer an identical greedy request "
+		"from\n"
+		"                           memory (off)\n"
+		"  --reasoning-budget N     reasoning tokens before the server "
+		"closes the\n"
+		"                           reasoning (0: none; a body's "
+		"reasoning_budget\n"
+		"                           or thinking_budget wins) (0)\n"
 		"  --log-level L            error, warn, info, debug (info)\n");
 }
 
@@ -137,6 +151,8 @@ int main(int argc, char **argv)
 	s->cfg.engine_wait_s = 10;
 	s->cfg.default_max_tokens = 1024;
 	s->cfg.window = 32768;
+	s->cfg.end_align = 1;
+	s->cfg.end_align_reasoning = 1;
 	s->cfg.admin_token = getenv("MOOR_ADMIN_TOKEN");
 	s->defs = (gw_gen_defaults){.temperature = 1.0, .top_p = 1.0};
 
@@ -151,6 +167,10 @@ int main(int argc, char **argv)
 		O_MAXTOK,
 		O_WINDOW,
 		O_LOG,
+		O_ALIGN,
+		O_ALIGN_R,
+		O_BUDGET,
+		O_RCACHE,
 		O_HELP
 	};
 	static const struct option lo[] = {
@@ -164,6 +184,10 @@ int main(int argc, char **argv)
 	    {"default-max-tokens", 1, 0, O_MAXTOK},
 	    {"window", 1, 0, O_WINDOW},
 	    {"log-level", 1, 0, O_LOG},
+	    {"end-align", 1, 0, O_ALIGN},
+	    {"end-align-reasoning", 1, 0, O_ALIGN_R},
+	    {"reasoning-budget", 1, 0, O_BUDGET},
+	    {"response-cache", 1, 0, O_RCACHE},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
 	};
@@ -231,6 +255,36 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			moor_log_level = k;
+			break;
+		}
+		case O_BUDGET:
+			if (moor_parse_u32(optarg, &s->cfg.reasoning_budget)) {
+				fprintf(stderr,
+					"gatewayd: --reasoning-budget %s: "
+					"expected an integer >= 0\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case O_RCACHE:
+		case O_ALIGN:
+		case O_ALIGN_R: {
+			int v = !strcmp(optarg, "on")	 ? 1
+				: !strcmp(optarg, "off") ? 0
+							 : -1;
+			if (v < 0) {
+				fprintf(stderr,
+					"gatewayd: --%s %s: expected on or "
+					"off\n",
+					o == O_ALIGN	 ? "end-align"
+					: o == O_RCACHE ? "response-cache"
+							: "end-align-reasoning",
+					optarg);
+				return 2;
+			}
+			*(o == O_ALIGN	   ? &s->cfg.end_align
+			  : o == O_RCACHE ? &s->cfg.response_cache
+					  : &s->cfg.end_align_reasoning) = v;
 			break;
 		}
 		case O_HELP:
@@ -307,6 +361,23 @@ int main(int argc, char **argv)
 			s->stop_ids[s->n_stop_ids++] = id;
 	}
 	read_gen_config(s);
+	s->think_close = gw_tok_token_id(s->tok, "</think>");
+	if (s->think_close >= 0) {
+		int32_t *a = NULL, *b = NULL;
+		size_t na = 0, nb = 0;
+		if (!gw_tok_encode(s->tok, GW_CLOSE_PHRASE,
+				   strlen(GW_CLOSE_PHRASE), &a, &na) &&
+		    !gw_tok_encode(s->tok, GW_CLOSE_VISIBLE,
+				   strlen(GW_CLOSE_VISIBLE), &b, &nb) &&
+		    na + nb <= sizeof s->close_ids / sizeof s->close_ids[0]) {
+			memcpy(s->close_ids, a, na * sizeof *a);
+			memcpy(s->close_ids + na, b, nb * sizeof *b);
+			s->n_close = (uint32_t)(na + nb);
+			s->n_close_hidden = (uint32_t)na;
+		}
+		free(a);
+		free(b);
+	}
 	s->started_unix = (int64_t)time(NULL);
 	{
 		uint64_t r = 0;

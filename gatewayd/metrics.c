@@ -120,7 +120,8 @@ char *gw_metrics_text(gw_srv *s, const json_t *stats, size_t *len)
 			(unsigned long long)m->ttft_count);
 	if (stats) {
 		static const char *const caches[] = {
-		    "resident", "end", "stash", "pin", "park", "store"};
+		    "resident", "end", "stash", "pin", "park", "store",
+		    "spill"};
 		moor_buf_printf(
 		    &b, "# HELP moor_cache_bytes Bytes each cache holds "
 			"(cached's stats).\n"
@@ -134,6 +135,19 @@ char *gw_metrics_text(gw_srv *s, const json_t *stats, size_t *len)
 		moor_buf_printf(
 		    &b, "moor_cache_bytes{cache=\"memory_held\"} %llu\n",
 		    (unsigned long long)stat_u(stats, "memory", "held"));
+		/* the session spill's traffic (cached's "spill" object) */
+		static const char *const sp[] = {
+		    "saves",	      "save_failed",   "restores",
+		    "restore_failed", "bytes_written", "bytes_read"};
+		moor_buf_printf(&b, "# HELP moor_spill_total The session "
+				    "spill's counters (cached's stats).\n"
+				    "# TYPE moor_spill_total counter\n");
+		for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++)
+			moor_buf_printf(&b,
+					"moor_spill_total{what=\"%s\"} %llu\n",
+					sp[i],
+					(unsigned long long)stat_u(
+					    stats, "spill", sp[i]));
 	}
 	moor_buf_printf(&b,
 			"# HELP moor_engine_up 1 when engined's pipe is up.\n"

@@ -356,6 +356,19 @@ static int read_chat(const gw_params_env *env, int kind, const json_t *b,
 		return unsup(f, "messages", "image and video input");
 	}
 	p->think_open = pr.think_open;
+	long long bud = env->reasoning_budget;
+	for (int i = 0; i < 2; i++) {
+		const char *k = i ? "thinking_budget" : "reasoning_budget";
+		if (json_object_get(b, k) &&
+		    !json_is_null(json_object_get(b, k))) {
+			if (get_int(b, k, 0, INT32_MAX, &bud, f) < 0) {
+				gw_prompt_fini(&pr);
+				return -1;
+			}
+			break;
+		}
+	}
+	p->reasoning_budget = pr.think_open ? (uint32_t)bud : 0;
 	p->family = env->family;
 	p->tools = ctx.tools && json_is_array(ctx.tools) ? ctx.tools : NULL;
 	rv = tokenize(env, pr.text, pr.len, p, f);

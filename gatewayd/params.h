@@ -18,6 +18,11 @@
  *   - max_tokens (or a chat's max_completion_tokens) absent: the default
  *     (a chat's is the server's --default-max-tokens, a completion's 16),
  *     capped by the room the window leaves after the prompt.
+ *   - reasoning_budget (Qwen's spelling) or thinking_budget (vLLM's): the
+ *     reasoning tokens after which the server closes the reasoning (with
+ *     Qwen's close phrase, a hidden span, and </think>); absent: the
+ *     server's --reasoning-budget; 0: none. Only a prompt that ends inside
+ *     <think> has a budget.
  *   - The session: the body's conversation id (conversation_id, a
  *     conversation string or its id, metadata.conversation_id), else the
  *     x-session-id header, else "" (cached names it by the prompt).
@@ -67,6 +72,7 @@ typedef struct gw_params_env {
 	gw_tmpl_family family;	     /* the chat template */
 	uint32_t window;	     /* engined's window, tokens */
 	uint32_t default_max_tokens; /* a chat's max_tokens when unset */
+	uint32_t reasoning_budget;   /* --reasoning-budget (0: none) */
 } gw_params_env;
 
 /* What a request asked for. */
@@ -83,6 +89,8 @@ typedef struct gw_params {
 	char *session;	       /* malloc'd, "" when none */
 	const json_t *tools;   /* borrowed from the body; NULL: none */
 	int think_open;	       /* the prompt ends inside <think> */
+	uint32_t reasoning_budget; /* reasoning tokens before the server
+				    * closes the reasoning; 0: none */
 	gw_tmpl_family family; /* GW_TMPL_UNKNOWN for /v1/completions */
 	int32_t *ids;	       /* [n_ids] the prompt, malloc'd */
 	size_t n_ids;

@@ -1,5 +1,7 @@
 /* peek.c: POST /v1/cache/peek. A chat body (and its session) is read,
- * rendered and tokenized as a request would be (job.c, params.h); on the
+ * rendered and tokenized as a request would be (job.c, params.h), and the
+ * end alignment runs on it as on a turn (align.c); 409 while a turn runs
+ * or waits (the rows are being written); on the
  * thread pool cached is asked where its plan would start (PROTO_PEEK);
  * nothing is generated or counted. */
 #include <stdio.h>
@@ -29,8 +31,24 @@ void gw_peek_work(gw_job *j)
 	j->admin_rv = gw_link_admin(j->s, &q, &j->reply); /* q borrowed */
 }
 
+/* Whether a generation is running or waiting (engined's one sequence is
+ * taken: the rows the peek would read are being rewritten). */
+static int turn_running(const gw_srv *s)
+{
+	for (const gw_job *o = s->jobs; o; o = o->next)
+		if ((o->sent && !o->have_done) || o->waiting)
+			return 1;
+	return 0;
+}
+
 void gw_peek_answer(gw_job *j)
 {
+	if (turn_running(j->s)) {
+		gw_send_error(j->req, 409, "conflict", NULL, "turn_running", 1,
+			      "a turn is running: its rows are being written; "
+			      "peek again when it ends");
+		return;
+	}
 	if (j->admin_rv == MOOR_ERANGE || j->admin_rv == MOOR_EFORMAT) {
 		/* cached refused the prompt itself (longer than the window) */
 		gw_send_error(j->req, 400, "invalid_request_error", "messages",
@@ -75,6 +93,11 @@ void gw_peek_answer(gw_job *j)
 	json_object_set_new(o, "reread_eta_ms",
 			    json_real(reread / rate * 1000.0));
 	json_object_set_new(o, "tokens", json_integer((json_int_t)pk->tokens));
+	/* the client's count; tokens is the prompt the next turn would read
+	 * (the end alignment's respelling and replay counted, align.c) */
+	json_object_set_new(o, "client_tokens",
+			    json_integer((json_int_t)j->n_client));
+	json_object_set_new(o, "aligned", json_integer(j->align_pass));
 	json_object_set_new(o, "restore_bytes",
 			    json_integer((json_int_t)pk->restore_bytes));
 	json_object_set_new(

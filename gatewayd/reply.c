@@ -42,6 +42,7 @@ void gw_reply_token(gw_job *j, const proto_step_entry *e)
 {
 	if (j->have_done)
 		return;
+	gw_rc_record(j, e);
 	if (!j->n_tokens++) {
 		j->t_first = moor_now();
 		gw_metrics_ttft(j->s, j->t_first - j->t_start);
@@ -80,34 +81,54 @@ const char *gw_tier_word(uint32_t tier)
 
 const char *gw_tier_source(uint32_t tier)
 {
-	static const char *const n[] = {"none", "anchor", "end_anchor", "pin",
+	static const char *const n[] = {"none", "anchor", "end", "pin",
 					"park", "store",  "stash"};
 	return tier < sizeof n / sizeof n[0] ? n[tier] : "none";
 }
 
-json_t *gw_reply_usage(const proto_done *d)
+/* prompt_tokens is the client's count (its copy as the template renders
+ * and the tokenizer splits it); cached and reread are in the positions of
+ * the prompt the engine read, which the end alignment may have respelled
+ * (the rows' tokens) and given back its hidden spans (injected). */
+json_t *gw_reply_usage(const gw_job *j)
 {
+	const proto_done *d = &j->dn;
+	uint64_t client = j->n_client ? j->n_client : d->prompt_tokens;
 	json_t *u = json_object();
-	json_object_set_new(u, "prompt_tokens",
-			    json_integer((json_int_t)d->prompt_tokens));
+	json_object_set_new(u, "prompt_tokens", json_integer((json_int_t)client));
 	json_object_set_new(u, "completion_tokens",
 			    json_integer((json_int_t)d->completion_tokens));
-	json_object_set_new(u, "total_tokens",
-			    json_integer((json_int_t)(d->prompt_tokens +
-						      d->completion_tokens)));
+	json_object_set_new(
+	    u, "total_tokens",
+	    json_integer((json_int_t)(client + d->completion_tokens)));
 	json_t *det = json_object();
-	json_object_set_new(det, "cached_tokens",
-			    json_integer((json_int_t)d->cached_tokens));
+	json_object_set_new(
+	    det, "cached_tokens",
+	    json_integer((json_int_t)(d->cached_tokens < client
+					  ? d->cached_tokens
+					  : client)));
 	json_object_set_new(u, "prompt_tokens_details", det);
 	json_t *m = json_object();
-	json_object_set_new(m, "tier", json_string(gw_tier_word(d->tier)));
-	json_object_set_new(m, "source", json_string(gw_tier_source(d->tier)));
+	json_object_set_new(m, "tier",
+			    json_string(j->from_cache ? "response_cache"
+						      : gw_tier_word(d->tier)));
+	json_object_set_new(
+	    m, "source",
+	    json_string(j->from_cache ? "response_cache"
+			: j->continuation && d->tier == PROTO_TIER_END
+			    ? "continuation"
+			    : gw_tier_source(d->tier)));
 	json_object_set_new(m, "cached",
 			    json_integer((json_int_t)d->cached_tokens));
 	uint64_t reread = d->prompt_tokens > d->cached_tokens
 			      ? d->prompt_tokens - d->cached_tokens
 			      : 0;
 	json_object_set_new(m, "reread", json_integer((json_int_t)reread));
+	json_object_set_new(m, "prompt_read",
+			    json_integer((json_int_t)d->prompt_tokens));
+	json_object_set_new(m, "injected",
+			    json_integer((json_int_t)j->injected));
+	json_object_set_new(m, "aligned", json_integer(j->align_pass));
 	json_object_set_new(u, "moor", m);
 	return u;
 }
@@ -198,7 +219,7 @@ static void reply_whole(gw_job *j)
 	json_t *a = json_array();
 	json_array_append_new(a, c);
 	json_object_set_new(o, "choices", a);
-	json_object_set_new(o, "usage", gw_reply_usage(&j->dn));
+	json_object_set_new(o, "usage", gw_reply_usage(j));
 	char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(o);
 	gw_metrics_count(s, j->route, 200);

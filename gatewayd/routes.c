@@ -258,7 +258,28 @@ int gw_on_cache_clear(gw_srv *s, h2o_req_t *req)
 			      "(Authorization: Bearer <token>)");
 		return 0;
 	}
-	const char *tier = "all";
+	/* the tier: ?tier= in the query, else the body's "tier", else every
+	 * RAM cache (cached's "ram"); an unknown name is 400 here */
+	const char *tier = "ram";
+	char qtier[32] = "";
+	if (req->query_at != SIZE_MAX) {
+		const char *q = req->path.base + req->query_at + 1;
+		size_t ql = req->path.len - req->query_at - 1;
+		while (ql) {
+			const char *amp = memchr(q, '&', ql);
+			size_t pl = amp ? (size_t)(amp - q) : ql;
+			if (pl > 5 && !memcmp(q, "tier=", 5)) {
+				if (pl - 5 >= sizeof qtier)
+					pl = 5 + sizeof qtier - 1;
+				memcpy(qtier, q + 5, pl - 5);
+				qtier[pl - 5] = 0;
+			}
+			if (!amp)
+				break;
+			ql -= pl + 1;
+			q = amp + 1;
+		}
+	}
 	json_t *b = NULL;
 	if (req->entity.len) {
 		json_error_t je;
@@ -283,6 +304,17 @@ int gw_on_cache_clear(gw_srv *s, h2o_req_t *req)
 			}
 			tier = json_string_value(t);
 		}
+	}
+	if (qtier[0])
+		tier = qtier;
+	if (!proto_clear_tier_ok(tier)) {
+		json_decref(b);
+		gw_metrics_count(s, GW_ROUTE_CLEAR, 400);
+		gw_send_error(req, 400, "invalid_request_error", "tier", NULL,
+			      0,
+			      "unknown tier (expected one of "
+			      PROTO_CLEAR_TIER_LIST ")");
+		return 0;
 	}
 	gw_job *j = gw_job_new(s, req, GW_KIND_ADMIN, GW_ROUTE_CLEAR);
 	if (!j) {

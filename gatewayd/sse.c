@@ -172,7 +172,7 @@ void gw_sse_end(gw_job *j)
 	if (j->p.include_usage) {
 		json_t *o = chunk_head(j);
 		json_object_set_new(o, "choices", json_array());
-		json_object_set_new(o, "usage", gw_reply_usage(&j->dn));
+		json_object_set_new(o, "usage", gw_reply_usage(j));
 		pend_json(j, o);
 	}
 	moor_buf_puts(&j->pend, "data: [DONE]\n\n");

@@ -568,11 +568,40 @@ static void fini_plan_ok(proto_msg *m)
 	free(m->u.plan_ok.slots);
 }
 
+#define MARK_WIRE 20
+
+static void put_marks(moor_buf *b, uint32_t n, const proto_mark *mk)
+{
+	if (put_count(b, n, PROTO_MAX_MARKS, mk))
+		for (uint32_t i = 0; i < n && !b->err; i++) {
+			put_u64(b, mk[i].start);
+			put_u64(b, mk[i].len);
+			put_u32(b, mk[i].kind);
+		}
+}
+
+static proto_mark *get_marks(rd *r, uint32_t *n)
+{
+	proto_mark *mk =
+	    get_array(r, n, PROTO_MAX_MARKS, MARK_WIRE, sizeof *mk);
+	for (uint32_t i = 0; mk && i < *n; i++) {
+		mk[i].start = get_u64(r);
+		mk[i].len = get_u64(r);
+		mk[i].kind = get_u32(r);
+		if (!r->err && (mk[i].kind < PROTO_MARK_GEN ||
+				mk[i].kind > PROTO_MARK_HIDDEN ||
+				mk[i].len > UINT64_MAX - mk[i].start))
+			rd_fail(r, MOOR_EFORMAT);
+	}
+	return mk;
+}
+
 static void enc_commit(moor_buf *b, const proto_msg *m)
 {
 	const proto_commit *c = &m->u.commit;
 	put_u32(b, c->n_filled);
 	put_i32s(b, c->n_ids, PROTO_MAX_IDS, c->ids);
+	put_marks(b, c->n_marks, c->marks);
 }
 
 static void dec_commit(rd *r, proto_msg *m)
@@ -580,11 +609,13 @@ static void dec_commit(rd *r, proto_msg *m)
 	proto_commit *c = &m->u.commit;
 	c->n_filled = get_u32(r);
 	c->ids = get_i32s(r, &c->n_ids, PROTO_MAX_IDS);
+	c->marks = get_marks(r, &c->n_marks);
 }
 
 static void fini_commit(proto_msg *m)
 {
 	free(m->u.commit.ids);
+	free(m->u.commit.marks);
 }
 
 static void enc_abort(moor_buf *b, const proto_msg *m)
@@ -612,6 +643,12 @@ static void enc_generate(moor_buf *b, const proto_msg *m)
 	put_u32(b, g->flags);
 	put_i32s(b, g->n_ids, PROTO_MAX_IDS, g->ids);
 	put_i32s(b, g->n_stop, PROTO_MAX_IDS, g->stop_ids);
+	put_u32(b, g->budget);
+	put_i32(b, g->think_close);
+	put_u32(b, g->n_hidden);
+	put_i32s(b, g->n_close, PROTO_MAX_IDS, g->close_ids);
+	if (g->n_hidden > g->n_close)
+		wr_fail(b, MOOR_ERANGE);
 }
 
 static void dec_generate(rd *r, proto_msg *m)
@@ -627,6 +664,12 @@ static void dec_generate(rd *r, proto_msg *m)
 	g->flags = get_u32(r);
 	g->ids = get_i32s(r, &g->n_ids, PROTO_MAX_IDS);
 	g->stop_ids = get_i32s(r, &g->n_stop, PROTO_MAX_IDS);
+	g->budget = get_u32(r);
+	g->think_close = get_i32(r);
+	g->n_hidden = get_u32(r);
+	g->close_ids = get_i32s(r, &g->n_close, PROTO_MAX_IDS);
+	if (!r->err && g->n_hidden > g->n_close)
+		rd_fail(r, MOOR_EFORMAT);
 }
 
 static void fini_generate(proto_msg *m)
@@ -634,6 +677,7 @@ static void fini_generate(proto_msg *m)
 	free(m->u.gen.session);
 	free(m->u.gen.ids);
 	free(m->u.gen.stop_ids);
+	free(m->u.gen.close_ids);
 }
 
 /* STEP has no PROTO_MAX_* of its own: the payload limit bounds it. */
@@ -753,6 +797,15 @@ static void fini_text(proto_msg *m)
 	free(m->u.text.text);
 }
 
+int proto_clear_tier_ok(const char *t)
+{
+	static const char *const names[] = {PROTO_CLEAR_TIERS};
+	for (size_t i = 0; t && i < sizeof names / sizeof names[0]; i++)
+		if (!strcmp(t, names[i]))
+			return 1;
+	return 0;
+}
+
 static void enc_clear(moor_buf *b, const proto_msg *m)
 {
 	put_str(b, m->u.clear.tier);
@@ -808,6 +861,56 @@ static void dec_peek_ok(rd *r, proto_msg *m)
 	p->restore_bytes = get_u64(r);
 }
 
+static void enc_end_get(moor_buf *b, const proto_msg *m)
+{
+	const proto_end_get *p = &m->u.end_get;
+	put_str(b, p->session);
+	put_i32s(b, p->n_ids, PROTO_MAX_IDS, p->ids);
+}
+
+static void dec_end_get(rd *r, proto_msg *m)
+{
+	proto_end_get *p = &m->u.end_get;
+	get_str(r, &p->session);
+	p->ids = get_i32s(r, &p->n_ids, PROTO_MAX_IDS);
+}
+
+static void fini_end_get(proto_msg *m)
+{
+	free(m->u.end_get.session);
+	free(m->u.end_get.ids);
+}
+
+
+static void enc_end_ok(moor_buf *b, const proto_msg *m)
+{
+	const proto_end_ok *p = &m->u.end_ok;
+	put_u32(b, p->tier);
+	put_u64(b, p->common);
+	put_u64(b, p->end);
+	put_i32s(b, p->n_ids, PROTO_MAX_IDS, p->ids);
+	put_marks(b, p->n_marks, p->marks);
+}
+
+static void dec_end_ok(rd *r, proto_msg *m)
+{
+	proto_end_ok *p = &m->u.end_ok;
+	p->tier = get_u32(r);
+	p->common = get_u64(r);
+	p->end = get_u64(r);
+	p->ids = get_i32s(r, &p->n_ids, PROTO_MAX_IDS);
+	p->marks = get_marks(r, &p->n_marks);
+	if (!r->err && (p->common > p->end ||
+			(p->common < p->end && p->end - p->common != p->n_ids)))
+		rd_fail(r, MOOR_EFORMAT);
+}
+
+static void fini_end_ok(proto_msg *m)
+{
+	free(m->u.end_ok.ids);
+	free(m->u.end_ok.marks);
+}
+
 /* A type's name and payload functions; NULL functions: nothing to do (an
  * empty payload, or no heap members). A NULL name: an unknown type. */
 typedef struct proto_kind {
@@ -835,6 +938,8 @@ static const proto_kind kinds[PROTO_TYPE_MAX] = {
     [PROTO_CLEAR] = {"CLEAR", enc_clear, dec_clear, fini_clear},
     [PROTO_PEEK] = {"PEEK", enc_peek, dec_peek, fini_peek},
     [PROTO_PEEK_OK] = {"PEEK_OK", enc_peek_ok, dec_peek_ok, NULL},
+    [PROTO_END_GET] = {"END_GET", enc_end_get, dec_end_get, fini_end_get},
+    [PROTO_END_OK] = {"END_OK", enc_end_ok, dec_end_ok, fini_end_ok},
 };
 
 static const proto_kind *kind_of(uint16_t type)

@@ -27,7 +27,8 @@
 #include "buf.h"
 
 #define PROTO_MAGIC 0x524f4f4du /* "MOOR" little-endian */
-/* 2: HELLO_OK names the device arena by kind (shm or a CUDA IPC handle). */
+/* 2: HELLO_OK names the device arena by kind (shm or a CUDA IPC handle);
+ * GENERATE's reasoning budget, COMMIT's marks. */
 #define PROTO_VERSION 2
 #define PROTO_HDR_SIZE 24
 /* Largest payload accepted: a 256k-token prompt of ids plus slack. */
@@ -73,6 +74,8 @@ enum proto_type {
 	PROTO_CLEAR = 52,    /* answered with PROTO_OK */
 	PROTO_PEEK = 54,     /* where a prompt would resume; changes nothing */
 	PROTO_PEEK_OK = 55,
+	PROTO_END_GET = 56, /* the end anchor's record, for the alignment */
+	PROTO_END_OK = 57,
 
 	PROTO_TYPE_MAX = 64,
 };
@@ -182,10 +185,20 @@ typedef struct proto_plan_ok {
 	proto_slot *slots; /* anchor slots to fill during the prefill */
 } proto_plan_ok;
 
+/* A mark on rows: a generation region or a hidden span (END_OK, COMMIT). */
+#define PROTO_MAX_MARKS 4096
+enum { PROTO_MARK_GEN = 1, PROTO_MARK_HIDDEN = 2 };
+typedef struct proto_mark {
+	uint64_t start, len;
+	uint32_t kind; /* PROTO_MARK_* */
+} proto_mark;
+
 typedef struct proto_commit {
 	uint32_t n_filled; /* slots filled, a prefix of the plan's list */
 	uint32_t n_ids;
 	int32_t *ids;      /* generated tokens the state absorbed */
+	uint32_t n_marks;  /* hidden spans among them: start is an index */
+	proto_mark *marks; /* into ids (PROTO_MARK_HIDDEN) */
 } proto_commit;
 
 typedef struct proto_abort {
@@ -212,11 +225,24 @@ typedef struct proto_generate {
 	int32_t *ids;
 	uint32_t n_stop;
 	int32_t *stop_ids; /* token ids that end the generation */
+	/* The reasoning budget (PROTO_GEN_THINKING: the prompt ends inside
+	 * <think>): after `budget` generated tokens with no think_close the
+	 * engine forwards close_ids instead of sampling; their first
+	 * n_hidden are a hidden span (not streamed, not counted: COMMIT's
+	 * marks), the rest go out as generated tokens. budget 0: none. */
+	uint32_t budget;
+	int32_t think_close;
+	uint32_t n_hidden;
+	uint32_t n_close;
+	int32_t *close_ids;
 } proto_generate;
 
 /* GENERATE flags of engined's own, in the high half (the low half is
  * PROTO_PLAN_*, which engined passes to cached). */
-enum { PROTO_GEN_IGNORE_EOS = 1u << 16 }; /* do not stop at the model's eos */
+enum {
+	PROTO_GEN_IGNORE_EOS = 1u << 16, /* do not stop at the model's eos */
+	PROTO_GEN_THINKING = 1u << 17,   /* the prompt ends inside <think> */
+};
 
 /* One decode step, every sequence it advanced. */
 typedef struct proto_step_entry {
@@ -249,8 +275,19 @@ typedef struct proto_text { /* STATS_OK: u32 length, <= PROTO_MAX_TEXT */
 	char *text;
 } proto_text;
 
+/* The tiers CLEAR names: the one table cached, moorctl and gatewayd use.
+ * "ram" is every RAM cache (the default when none is named), "all" those
+ * and the NVMe tiers; "spill" the session spill alone. */
+#define PROTO_CLEAR_TIERS                                                     \
+	"ram", "all", "resident", "end", "stash", "pin", "park", "store",     \
+	    "spill"
+#define PROTO_CLEAR_TIER_LIST                                                 \
+	"ram, all, resident, end, stash, pin, park, store, spill"
+/* 1 when t is one of PROTO_CLEAR_TIERS. */
+int proto_clear_tier_ok(const char *t);
+
 typedef struct proto_clear {
-	char *tier; /* "all", "resident", "end", "stash", "pin", "park", "store" */
+	char *tier; /* one of PROTO_CLEAR_TIERS; empty: "ram" */
 } proto_clear;
 
 /* Where would this prompt resume? cached answers what its next PLAN of
@@ -271,6 +308,31 @@ typedef struct proto_peek_ok {
 				 * sequence (sections and rows) */
 } proto_peek_ok;
 
+/* The end anchor a client's copy may be aligned to (gatewayd's end
+ * alignment, gatewayd/text/endalign.h). The query is the copy's key ids as
+ * the gateway tokenized them; cached answers the end anchor's record that
+ * the copy parts from: the rows in place, else the parked conversation's
+ * end. tier NONE: no end anchor to align to (none kept, or the copy holds
+ * every id up to it already: common >= end). ids are the rows' ids
+ * [common, end) (the copy and the rows agree on [0, common)); marks are
+ * the generation regions and hidden spans below end. */
+
+typedef struct proto_end_get {
+	char *session;
+	uint32_t n_ids;
+	int32_t *ids;
+} proto_end_get;
+
+typedef struct proto_end_ok {
+	uint32_t tier;   /* PROTO_TIER_END, PROTO_TIER_PARK or NONE */
+	uint64_t common; /* ids the copy shares with the rows */
+	uint64_t end;    /* the end anchor's length */
+	uint32_t n_ids;
+	int32_t *ids;    /* the rows' ids [common, end) */
+	uint32_t n_marks;
+	proto_mark *marks;
+} proto_end_ok;
+
 /* A decoded message: the header and the payload of its type. */
 typedef struct proto_msg {
 	proto_hdr h;
@@ -290,6 +352,8 @@ typedef struct proto_msg {
 		proto_clear clear;
 		proto_peek peek;
 		proto_peek_ok peek_ok;
+		proto_end_get end_get;
+		proto_end_ok end_ok;
 	} u;
 } proto_msg;
 

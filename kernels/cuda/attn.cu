@@ -1,8 +1,8 @@
 /* attn.cu: causal GQA attention (ops.h) in two kernels.
  *
  * The tensor-core kernel (k_flash) runs prefill rows of a bf16 model whose
- * head dim is 64, 128 or 256: a block takes 64 query rows of one query
- * head, four warps of 16 rows each, and walks the keys in tiles of 64 from
+ * head dim is 64, 128 or 256: a block takes 128 query rows of one query
+ * head, eight warps of 16 rows each, and walks the keys in tiles of 64 from
  * key 0 (tile edges fixed by the key index, so a row's arithmetic does not
  * depend on the rows it shares a block with). Scores come from
  * mma.m16n8k16 (bf16 in, fp32 out) and are rounded as ops.h says
@@ -16,9 +16,11 @@
  * The split kernel (k_split + k_combine) runs everything else: decode and
  * rows up to KCU_SPLIT_ROWS, fp32 models, other head dims. A block takes one
  * row and one KV head with all its query heads (the K and V rows are read
- * once for the group) over KCU_SPLIT_KEYS keys; each split writes its max,
- * its sum and its unnormalised output, and k_combine adds the splits in
- * order 0, 1, ... No atomics anywhere: the same call gives the same bits.
+ * once for the group) over KCU_SPLIT_KEYS keys, a thread a key for the
+ * scores (the sum over d in order, no shuffles); each split writes its
+ * max, its sum and its unnormalised output, and k_combine adds the splits
+ * in order 0, 1, ... (its L in a fixed tree). No atomics anywhere: the same
+ * call gives the same bits.
  *
  * Both read the position from the queue's register under graph capture
  * (kcu_pos); the split grid is then shaped for the graph's max_len and the
@@ -27,7 +29,8 @@
 
 typedef __nv_bfloat16 bf16;
 
-#define FL_BR 64 /* query rows of a block */
+#define FL_BR 128 /* query rows of a block: 8 warps of 16 */
+#define FL_THREADS (FL_BR / 16 * 32)
 #define FL_BC 64 /* keys of a tile */
 #define FL_PAD 8 /* bf16 of padding a smem row: conflict-free fragments */
 
@@ -42,7 +45,7 @@ size_t kcu_att_part_bytes(const kern_limits *lim)
 {
 	if (lim->window <= 0 || lim->q_heads <= 0 || lim->head_dim <= 0)
 		return 0;
-	return (size_t)KCU_SPLIT_ROWS * (size_t)lim->q_heads *
+	return (size_t)KCU_SPLIT_BATCH * (size_t)lim->q_heads *
 	       (size_t)splits_of(lim->window) * (size_t)(lim->head_dim + 2) *
 	       sizeof(float);
 }
@@ -52,8 +55,48 @@ static __device__ inline float kv_get(const void *p, int dt, size_t i)
 	return kcu_wget(p, dt, i);
 }
 
-/* grid (splits, Hkv, rows), 256 threads. part[r][h][s][D + 2]. */
-__global__ void __launch_bounds__(256)
+/* One key's scores against the G query heads in qs [G][D]: the sum over
+ * d in order 0..D-1 (fmaf), a bf16 row read 8 values (16 bytes) at a
+ * time when vec. */
+static __device__ inline void key_dots(float *acc, const float *qs,
+				       const void *K, int kvdt, size_t row,
+				       int G, int D, int vec)
+{
+#pragma unroll
+	for (int h = 0; h < KCU_GROUP_MAX; h++)
+		acc[h] = 0.0f;
+	if (vec) {
+		const uint4 *kp = (const uint4 *)((const bf16 *)K + row);
+#pragma unroll 4
+		for (int d8 = 0; d8 < D / 8; d8++) {
+			uint4 u = kp[d8];
+			const bf16 *e = (const bf16 *)&u;
+#pragma unroll
+			for (int i = 0; i < 8; i++) {
+				float kd = __bfloat162float(e[i]);
+				const float *qd = qs + d8 * 8 + i;
+#pragma unroll
+				for (int h = 0; h < KCU_GROUP_MAX; h++)
+					if (h < G)
+						acc[h] = fmaf(qd[h * D], kd, acc[h]);
+			}
+		}
+		return;
+	}
+	for (int d = 0; d < D; d++) {
+		float kd = kv_get(K, kvdt, row + d);
+#pragma unroll
+		for (int h = 0; h < KCU_GROUP_MAX; h++)
+			if (h < G)
+				acc[h] = fmaf(qs[h * D + d], kd, acc[h]);
+	}
+}
+
+/* grid (splits, Hkv, rows), KCU_SPLIT_KEYS threads: a thread a key for
+ * the scores, a warp a head for the split's softmax, a thread a dim for
+ * P V. part[r][h][s][D + 2] = the split's max, its sum, its unnormalised
+ * output. */
+__global__ void __launch_bounds__(KCU_SPLIT_KEYS)
     k_split(float *part, int nsplit, const float *qv, int ldq, const void *K,
 	    const void *V, int kvdt, int r0, const int64_t *dpos, int64_t padd,
 	    int Hq, int Hkv, int D, float scale, int act)
@@ -69,40 +112,29 @@ __global__ void __launch_bounds__(256)
 	float *qs = sh;		       /* [G][D] */
 	float *sc = sh + (size_t)G * D; /* [G][KCU_SPLIT_KEYS] */
 	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+	const int nw = blockDim.x >> 5;
 	for (int i = tid; i < G * D; i += blockDim.x) {
 		int h = i / D, d = i - h * D;
 		qs[i] = qv[(size_t)t * ldq + (size_t)(kh * G + h) * D + d];
 	}
 	__syncthreads();
 	const size_t kstride = (size_t)Hkv * D;
-	/* scores: a warp a key, a lane 8 dims at most (d = lane + 32 i) */
-	for (int j = w; j < n; j += 8) {
-		const size_t row = (size_t)(j0 + j) * kstride + (size_t)kh * D;
-		float kr[8];
+	const int vec = kvdt == KERN_BF16 && D % 8 == 0 &&
+			((uintptr_t)K & 15) == 0;
+	if (tid < n) {
+		float acc[KCU_GROUP_MAX];
+		key_dots(acc, qs, K, kvdt,
+			 (size_t)(j0 + tid) * kstride + (size_t)kh * D, G, D, vec);
 #pragma unroll
-		for (int i = 0; i < 8; i++) {
-			int d = lane + 32 * i;
-			kr[i] = d < D ? kv_get(K, kvdt, row + d) : 0.0f;
-		}
-		for (int h = 0; h < G; h++) {
-			float a = 0.0f;
-#pragma unroll
-			for (int i = 0; i < 8; i++) {
-				int d = lane + 32 * i;
-				if (d < D)
-					a = __fadd_rn(a, __fmul_rn(qs[h * D + d], kr[i]));
-			}
-			for (int o = 16; o > 0; o >>= 1)
-				a += __shfl_xor_sync(0xffffffffu, a, o);
-			if (lane == 0)
-				sc[h * KCU_SPLIT_KEYS + j] =
-				    kcu_rnd(__fmul_rn(kcu_rnd(a, act), scale), act);
-		}
+		for (int h = 0; h < KCU_GROUP_MAX; h++)
+			if (h < G)
+				sc[h * KCU_SPLIT_KEYS + tid] =
+				    kcu_rnd(__fmul_rn(kcu_rnd(acc[h], act), scale), act);
 	}
 	__syncthreads();
 	/* per head: the split's max, p = rnd(e^(s - m)), their sum (a lane's
 	 * keys in order, then a butterfly) */
-	for (int h = w; h < G; h += 8) {
+	for (int h = w; h < G; h += nw) {
 		float *x = sc + h * KCU_SPLIT_KEYS;
 		float m = -INFINITY;
 		for (int j = lane; j < n; j += 32)
@@ -125,20 +157,55 @@ __global__ void __launch_bounds__(256)
 		}
 	}
 	__syncthreads();
+	/* p V: a thread two adjacent dims (one 4-byte load a key) when the
+	 * rows are bf16, every head of the group, keys in order */
+	if (vec && D == 2 * KCU_SPLIT_KEYS && ((uintptr_t)V & 3) == 0) {
+		const int d = 2 * tid;
+		float a0[KCU_GROUP_MAX], a1[KCU_GROUP_MAX];
+#pragma unroll
+		for (int h = 0; h < KCU_GROUP_MAX; h++)
+			a0[h] = a1[h] = 0.0f;
+		const __nv_bfloat162 *vp =
+		    (const __nv_bfloat162 *)((const bf16 *)V + (size_t)j0 * kstride +
+					     (size_t)kh * D + d);
+		const size_t vs = kstride / 2;
+#pragma unroll 8
+		for (int j = 0; j < n; j++) {
+			float2 v = __bfloat1622float2(vp[(size_t)j * vs]);
+#pragma unroll
+			for (int h = 0; h < KCU_GROUP_MAX; h++)
+				if (h < G) {
+					float p_ = sc[h * KCU_SPLIT_KEYS + j];
+					a0[h] = fmaf(p_, v.x, a0[h]);
+					a1[h] = fmaf(p_, v.y, a1[h]);
+				}
+		}
+#pragma unroll
+		for (int h = 0; h < KCU_GROUP_MAX; h++)
+			if (h < G) {
+				float *op = part +
+					    (((size_t)rl * Hq + kh * G + h) * nsplit + s) *
+						(D + 2) +
+					    2 + d;
+				op[0] = a0[h];
+				op[1] = a1[h];
+			}
+		return;
+	}
 	/* p V: a thread a dim, every head of the group, keys in order */
 	for (int d = tid; d < D; d += blockDim.x) {
 		float acc[KCU_GROUP_MAX];
 #pragma unroll
 		for (int h = 0; h < KCU_GROUP_MAX; h++)
 			acc[h] = 0.0f;
+		const size_t base = (size_t)j0 * kstride + (size_t)kh * D + d;
+#pragma unroll 8
 		for (int j = 0; j < n; j++) {
-			float v = kv_get(V, kvdt,
-					 (size_t)(j0 + j) * kstride + (size_t)kh * D + d);
+			float v = kv_get(V, kvdt, base + (size_t)j * kstride);
 #pragma unroll
 			for (int h = 0; h < KCU_GROUP_MAX; h++)
 				if (h < G)
-					acc[h] = __fadd_rn(acc[h],
-						  __fmul_rn(sc[h * KCU_SPLIT_KEYS + j], v));
+					acc[h] = fmaf(sc[h * KCU_SPLIT_KEYS + j], v, acc[h]);
 		}
 #pragma unroll
 		for (int h = 0; h < KCU_GROUP_MAX; h++)
@@ -149,30 +216,66 @@ __global__ void __launch_bounds__(256)
 	}
 }
 
-/* grid (Hq, rows), 256 threads: the splits of a row in order. */
-__global__ void __launch_bounds__(256)
+#define COMB_THREADS 256
+#define COMB_CHUNK 1024 /* splits whose weights sit in shared memory at once */
+
+/* grid (Hq, rows), COMB_THREADS threads: the splits of a row. The max is
+ * order-free; the weights w_s = e^(m_s - M) are computed once a split;
+ * L = the block's fixed-order sum of w_s l_s; a thread a dim adds
+ * w_s o_s in order s = 0, 1, ... */
+__global__ void __launch_bounds__(COMB_THREADS)
     k_combine(float *out, const float *part, int nsplit, int r0,
 	      const int64_t *dpos, int64_t padd, int Hq, int D, int act)
 {
+	__shared__ float wsh[COMB_CHUNK];
+	__shared__ float red[32];
 	const int h = blockIdx.x, rl = blockIdx.y, t = r0 + rl;
+	const int tid = threadIdx.x;
 	const int64_t len = kcu_pos(dpos, padd) + t + 1;
 	const int ns = (int)splits_of(len);
 	const float *p = part + ((size_t)rl * Hq + h) * nsplit * (D + 2);
 	float M = -INFINITY;
-	for (int s = 0; s < ns; s++)
+	for (int s = tid; s < ns; s += blockDim.x)
 		M = fmaxf(M, p[(size_t)s * (D + 2)]);
-	float L = 0.0f;
-	for (int s = 0; s < ns; s++) {
+	for (int o = 16; o > 0; o >>= 1)
+		M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+	if ((tid & 31) == 0)
+		red[tid >> 5] = M;
+	__syncthreads();
+	M = -INFINITY;
+	for (int i = 0; i < (int)(blockDim.x >> 5); i++)
+		M = fmaxf(M, red[i]);
+	float l = 0.0f;
+	for (int s = tid; s < ns; s += blockDim.x) {
 		const float *q = p + (size_t)s * (D + 2);
-		L = __fadd_rn(L, __fmul_rn(expf(q[0] - M), q[1]));
+		l = fmaf(expf(q[0] - M), q[1], l);
 	}
-	for (int d = threadIdx.x; d < D; d += blockDim.x) {
-		float o = 0.0f;
-		for (int s = 0; s < ns; s++) {
-			const float *q = p + (size_t)s * (D + 2);
-			o = __fadd_rn(o, __fmul_rn(expf(q[0] - M), q[2 + d]));
+	const float L = kcu_block_sum(l, red);
+	float o[2] = {0.0f, 0.0f}; /* dims tid, tid + COMB_THREADS (D <= 512) */
+	for (int c0 = 0; c0 < ns; c0 += COMB_CHUNK) {
+		const int cn = ns - c0 < COMB_CHUNK ? ns - c0 : COMB_CHUNK;
+		__syncthreads();
+		for (int i = tid; i < cn; i += blockDim.x)
+			wsh[i] = expf(p[(size_t)(c0 + i) * (D + 2)] - M);
+		__syncthreads();
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			int d = tid + k * COMB_THREADS;
+			if (d >= D)
+				continue;
+			const float *q = p + (size_t)c0 * (D + 2) + 2 + d;
+			float acc = o[k];
+#pragma unroll 4
+			for (int i = 0; i < cn; i++)
+				acc = fmaf(wsh[i], q[(size_t)i * (D + 2)], acc);
+			o[k] = acc;
 		}
-		out[((size_t)t * Hq + h) * D + d] = kcu_rnd(o / L, act);
+	}
+#pragma unroll
+	for (int k = 0; k < 2; k++) {
+		int d = tid + k * COMB_THREADS;
+		if (d < D)
+			out[((size_t)t * Hq + h) * D + d] = kcu_rnd(o[k] / L, act);
 	}
 }
 
@@ -187,7 +290,7 @@ static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
 	/* the grid: this call's keys, or the graph's max_len */
 	int64_t keys = q->capturing ? q->max_len : pos0 + T;
 	int64_t ns64 = splits_of(keys);
-	if ((size_t)KCU_SPLIT_ROWS * Hq * ns64 * (D + 2) * sizeof(float) >
+	if ((size_t)KCU_SPLIT_BATCH * Hq * ns64 * (D + 2) * sizeof(float) >
 	    c->att_part_bytes) {
 		moor_err("attention: %lld keys, %d heads of %d need the split "
 			 "scratch reserve() sizes (window %lld)",
@@ -207,13 +310,13 @@ static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
 	}
 	const int64_t *dp = kcu_dpos(q);
 	int64_t pa = kcu_padd(q, pos0);
-	for (int r0 = 0; r0 < T; r0 += KCU_SPLIT_ROWS) {
-		int nr = T - r0 < KCU_SPLIT_ROWS ? T - r0 : KCU_SPLIT_ROWS;
-		k_split<<<dim3(ns, Hkv, nr), 256, shm, q->s>>>(
+	for (int r0 = 0; r0 < T; r0 += KCU_SPLIT_BATCH) {
+		int nr = T - r0 < KCU_SPLIT_BATCH ? T - r0 : KCU_SPLIT_BATCH;
+		k_split<<<dim3(ns, Hkv, nr), KCU_SPLIT_KEYS, shm, q->s>>>(
 		    c->att_part, ns, qv, ldq, K, V, kvdt, r0, dp, pa, Hq, Hkv,
 		    D, scale, act);
 		KCU_LAUNCHED(c);
-		k_combine<<<dim3(Hq, nr), 256, 0, q->s>>>(
+		k_combine<<<dim3(Hq, nr), COMB_THREADS, 0, q->s>>>(
 		    out, c->att_part, ns, r0, dp, pa, Hq, D, act);
 		KCU_LAUNCHED(c);
 	}
@@ -288,10 +391,10 @@ static __device__ inline void load_tile(bf16 *s, const bf16 *X, int64_t kb,
 	}
 }
 
-/* grid (ceil(T / 64), Hq), 128 threads. K and V are double-buffered:
- * the next tile's copies run under this tile's products. */
+/* grid (ceil(T / FL_BR), Hq), FL_THREADS threads. K and V are
+ * double-buffered: the next tile's copies run under this tile's products. */
 template <int D>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(FL_THREADS)
     k_flash(float *out, const float *qv, int ldq, const bf16 *K, const bf16 *V,
 	    int T, const int64_t *dpos, int64_t padd, int Hq, int Hkv,
 	    float scale)
@@ -457,7 +560,7 @@ static int run_flash(kern_queue *q, float *out, const float *qv, int ldq,
 		     int Hkv, float scale)
 {
 	kern_ctx *c = q->ctx;
-	size_t shm = (size_t)5 * FL_BR * (D + FL_PAD) * sizeof(bf16);
+	size_t shm = (size_t)(FL_BR + 4 * FL_BC) * (D + FL_PAD) * sizeof(bf16);
 	static int set;
 	if (!set) {
 		KCU(c, cudaFuncSetAttribute(
@@ -465,7 +568,7 @@ static int run_flash(kern_queue *q, float *out, const float *qv, int ldq,
 			   (int)shm));
 		set = 1;
 	}
-	k_flash<D><<<dim3((T + FL_BR - 1) / FL_BR, Hq), 128, shm, q->s>>>(
+	k_flash<D><<<dim3((T + FL_BR - 1) / FL_BR, Hq), FL_THREADS, shm, q->s>>>(
 	    out, qv, ldq, (const bf16 *)K, (const bf16 *)V, T, kcu_dpos(q),
 	    kcu_padd(q, pos0), Hq, Hkv, scale);
 	KCU_LAUNCHED(c);
@@ -482,7 +585,7 @@ int kcu_attention(kern_queue *q, float *out, const float *qv, int ldq,
 		return MOOR_ERANGE;
 	if (T == 0)
 		return 0;
-	cudaSetDevice(q->ctx->device);
+	kcu_use(q->ctx);
 	/* the tensor-core kernel: bf16 rows and KV, 16-byte aligned q rows */
 	int tc = kvdt == KERN_BF16 && act == KERN_ACT_BF16 &&
 		 T > KCU_SPLIT_ROWS && ldq % 4 == 0 &&

@@ -62,7 +62,7 @@ struct kern_ctx {
 	/* matmul input staged in the weights' 16-bit dtype [rows, width] */
 	void *stage;
 	size_t stage_bytes;
-	/* attention split partials [KCU_SPLIT_ROWS][Hq][splits][D + 2] */
+	/* attention split partials [KCU_SPLIT_BATCH][Hq][splits][D + 2] */
 	float *att_part;
 	size_t att_part_bytes;
 	/* sampler scratch */
@@ -103,6 +103,16 @@ static inline int64_t kcu_padd(const kern_queue *q, int64_t pos0)
 {
 	return q->capturing ? pos0 - q->cap_pos : pos0;
 }
+/* Makes the context's device current for the calling thread, once per
+ * thread and device: cudaSetDevice took about 0.1 ms a call on the lent
+ * H200's runtime, too much for an op of a decode step. */
+static inline void kcu_use(const kern_ctx *c)
+{
+	static __thread int cur = -1;
+	if (cur != c->device && cudaSetDevice(c->device) == cudaSuccess)
+		cur = c->device;
+}
+
 static __device__ inline int64_t kcu_pos(const int64_t *dpos, int64_t add)
 {
 	return (dpos ? *dpos : 0) + add;
@@ -232,7 +242,8 @@ int kcu_delta_recurrent(kern_queue *q, float *o, float *S, const float *qq,
  * (fixed: a row's splits and their combine do not depend on T, on the
  * window or on a graph's max_len), query heads of one KV head at most. */
 #define KCU_SPLIT_ROWS 16
-#define KCU_SPLIT_KEYS 512
+#define KCU_SPLIT_KEYS 128 /* also the split kernel's threads */
+#define KCU_SPLIT_BATCH 4  /* rows of one split launch (the scratch's rows) */
 #define KCU_GROUP_MAX 16
 size_t kcu_att_part_bytes(const kern_limits *lim);
 int kcu_attention(kern_queue *q, float *out, const float *qv, int ldq,

@@ -258,9 +258,16 @@ int kcu_l2norm(kern_queue *q, float *x, int ld, int T, int heads, int dim,
 	return 0;
 }
 
-/* ---- conv1d: a thread per channel walks the tokens ---- */
+/* ---- conv1d: a thread per (channel, tile of CONV_TT tokens) ----
+ *
+ * Each output reads its Kc - 1 inputs before it from in (or from the tail
+ * before token 0), so the tiles are independent. The thread of tile 0 is
+ * the only one that reads the channel's tail, and it writes the new tail
+ * after (from in, or from the old tail it holds when T < Kc - 1): no two
+ * threads touch one channel's tail. */
 
 #define CONV_KMAX 16
+#define CONV_TT 16
 
 static __global__ void k_conv1d(float *out, const float *in, int ldin,
 				float *tail, const void *w, int wdt, int T,
@@ -269,13 +276,19 @@ static __global__ void k_conv1d(float *out, const float *in, int ldin,
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
 	if (c >= C)
 		return;
+	const int ta = blockIdx.y * CONV_TT;
+	const int tb = ta + CONV_TT < T ? ta + CONV_TT : T;
 	float wt[CONV_KMAX], win[CONV_KMAX]; /* win: the Kc - 1 inputs before t */
 #pragma unroll
 	for (int k = 0; k < CONV_KMAX; k++) {
 		wt[k] = k < Kc ? kcu_wget(w, wdt, (size_t)c * Kc + k) : 0.0f;
-		win[k] = k < Kc - 1 ? tail[(size_t)k * C + c] : 0.0f;
+		/* input ta - (Kc - 1) + k */
+		int t = ta - (Kc - 1) + k;
+		win[k] = k >= Kc - 1 ? 0.0f
+		       : t >= 0	     ? in[(size_t)t * ldin + c]
+				     : tail[(size_t)(t + Kc - 1) * C + c];
 	}
-	for (int t = 0; t < T; t++) {
+	for (int t = ta; t < tb; t++) {
 		float cur = in[(size_t)t * ldin + c];
 		float acc = 0.0f;
 #pragma unroll
@@ -292,10 +305,27 @@ static __global__ void k_conv1d(float *out, const float *in, int ldin,
 			if (k == Kc - 2)
 				win[k] = cur;
 	}
+	if (blockIdx.y != 0)
+		return;
+	/* the new tail: inputs T - (Kc - 1) .. T - 1 */
+	float old[CONV_KMAX];
 #pragma unroll
 	for (int k = 0; k < CONV_KMAX; k++)
-		if (k < Kc - 1)
-			tail[(size_t)k * C + c] = win[k];
+		old[k] = k < Kc - 1 ? tail[(size_t)k * C + c] : 0.0f;
+#pragma unroll
+	for (int k = 0; k < CONV_KMAX; k++)
+		if (k < Kc - 1) {
+			int t = T - (Kc - 1) + k;
+			float x = 0.0f;
+			if (t >= 0)
+				x = in[(size_t)t * ldin + c];
+			else
+#pragma unroll
+				for (int j = 0; j < CONV_KMAX; j++)
+					if (j == t + Kc - 1)
+						x = old[j];
+			tail[(size_t)k * C + c] = x;
+		}
 }
 
 int kcu_conv1d(kern_queue *q, float *out, const float *in, int ldin,
@@ -303,13 +333,16 @@ int kcu_conv1d(kern_queue *q, float *out, const float *in, int ldin,
 	       int act)
 {
 	if (!q || !out || !in || !w || (Kc > 1 && !tail) || T < 0 || C < 0 ||
-	    Kc < 1 || Kc > CONV_KMAX || ldin < C)
+	    Kc < 1 || Kc > CONV_KMAX || ldin < C ||
+	    (T + CONV_TT - 1) / CONV_TT > 65535)
 		return MOOR_ERANGE;
 	if (!kcu_dtype_ok(wdt) || !kcu_act_ok(act))
 		return MOOR_EDTYPE;
 	if (T == 0 || C == 0)
 		return 0;
-	k_conv1d<<<kcu_blocks((size_t)C, 128), 128, 0, q->s>>>(
+	k_conv1d<<<dim3(kcu_blocks((size_t)C, 128),
+			(T + CONV_TT - 1) / CONV_TT),
+		   128, 0, q->s>>>(
 	    out, in, ldin, tail, w, wdt, T, C, Kc, act);
 	KCU_LAUNCHED(q->ctx);
 	return 0;

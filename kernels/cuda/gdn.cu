@@ -14,6 +14,9 @@
  *          are independent), the sub-chunks in order, the state slice in
  *          shared memory: V' = U - W S, O = (q e^G) S + Am V' (rounded when
  *          act is BF16), S <- e^(G_last) S + (k e^(G_last - G))^T V'.
+ *          k_inter32 (full 32-column slices) holds 4 x 2 and 4 x 4 tiles
+ *          of those products in registers; k_inter (narrow slices) a
+ *          product each. Both sum in the same order.
  *
  * Recurrent (decode): one block per (value head, 32-column slice), a
  * thread holds 16 rows of one column of the state in registers; the sums
@@ -52,81 +55,156 @@ size_t kcu_delta_ws_bytes(kern_ctx *ctx, int T, int Hv, int dk, int dv)
 
 /* ---- intra ---- */
 
-static __global__ void k_intra(float *ws, const float *q, const float *k,
-			       int ldqk, const float *v, int ldv, const float *g,
-			       const float *beta, int T, int Hk, int Hv, int dk,
-			       int dv)
+/* A thread of k_intra's 256 computes a 4 x 4 tile of the 64 x 64 products:
+ * rows ti + 16 a, columns tj + 16 b (ti = tid / 16, tj = tid % 16), so a
+ * warp's column loads hit 16 banks (k's rows are dk + 1 apart in shared
+ * memory) and every load feeds four products. */
+#define INTRA_THREADS 256
+
+static __global__ void __launch_bounds__(INTRA_THREADS)
+    k_intra(float *ws, const float *q, const float *k, int ldqk, const float *v,
+	    int ldv, const float *g, const float *beta, int T, int Hk, int Hv,
+	    int dk, int dv)
 {
 	extern __shared__ float sm[];
 	const int c = blockIdx.x, h = blockIdx.y, t0 = c * C;
 	const int n = T - t0 < C ? T - t0 : C;
 	const int kh = h / (Hv / Hk);
-	float *sk = sm;		     /* [C][dk] */
-	float *sq = sk + C * dk;     /* [C][dk] */
-	float *sA = sq + C * dk;     /* [C][C+1] A, strictly lower */
-	float *sD = sA + C * (C + 1); /* [C][C+1] e^(G_i - G_j) */
-	float *sW = sD + C * (C + 1); /* [C][dk] */
+	const int PK = dk + 1;
+	float *sk = sm;		    /* [C][PK] */
+	float *sq = sk + C * PK;    /* [C][PK] */
+	float *sA = sq + C * PK;    /* [C][C+1] A, strictly lower */
+	float *sW = sA + C * (C + 1); /* [C][dk] */
 	float *sU = sW + C * dk;      /* [C][dv] */
 	float *sG = sU + C * dv;      /* [C] */
 	float *sb = sG + C;	      /* [C] beta */
 	const int tid = threadIdx.x, nt = blockDim.x;
 
-	for (int e = tid; e < n * dk; e += nt) {
-		int i = e / dk, d = e % dk;
-		size_t t = (size_t)(t0 + i);
-		sk[e] = k[t * ldqk + (size_t)kh * dk + d];
-		sq[e] = q[t * ldqk + (size_t)kh * dk + d];
+	const int vec = dk % 4 == 0 && dv % 4 == 0 && ldqk % 4 == 0 &&
+			ldv % 4 == 0 && (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) & 15) == 0;
+	if (vec) {
+		const int q4 = dk / 4;
+#pragma unroll 4
+		for (int e = tid; e < n * q4; e += nt) {
+			int i = e / q4, d = (e - i * q4) * 4;
+			size_t off = (size_t)(t0 + i) * ldqk + (size_t)kh * dk + d;
+			float4 a = *(const float4 *)(k + off), b = *(const float4 *)(q + off);
+			float *pk = sk + i * PK + d, *pq = sq + i * PK + d;
+			pk[0] = a.x, pk[1] = a.y, pk[2] = a.z, pk[3] = a.w;
+			pq[0] = b.x, pq[1] = b.y, pq[2] = b.z, pq[3] = b.w;
+		}
+	} else {
+		for (int e = tid; e < n * dk; e += nt) {
+			int i = e / dk, d = e % dk;
+			size_t t = (size_t)(t0 + i);
+			sk[i * PK + d] = k[t * ldqk + (size_t)kh * dk + d];
+			sq[i * PK + d] = q[t * ldqk + (size_t)kh * dk + d];
+		}
 	}
+	for (int i = tid; i < C; i += nt) {
+		size_t t = (size_t)(t0 + i);
+		sG[i] = i < n ? g[t * Hv + h] : 0.0f;
+		sb[i] = i < n ? beta[t * Hv + h] : 0.0f;
+	}
+	__syncthreads();
 	if (tid == 0) {
+		/* the cumulative sum in fp64, rounded per row (as the CPU) */
 		double cum = 0.0;
 		for (int i = 0; i < n; i++) {
-			size_t t = (size_t)(t0 + i);
-			cum += g[t * Hv + h];
+			cum += sG[i];
 			sG[i] = (float)cum;
-			sb[i] = beta[t * Hv + h];
 		}
 	}
 	__syncthreads();
 	float *Am = ws + ((size_t)c * Hv + h) * unit_floats(dk, dv) +
 		    (size_t)C * dk + (size_t)C * dv;
-	for (int e = tid; e < C * C; e += nt) {
-		int i = e / C, j = e % C;
-		float dm = 0.0f, a = 0.0f, am = 0.0f;
-		if (i < n && j <= i) {
-			dm = expf(sG[i] - sG[j]);
-			float sa = 0.0f, sqk = 0.0f;
-			for (int d = 0; d < dk; d++) {
-				float kj = sk[j * dk + d];
-				sa += (sk[i * dk + d] * sb[i]) * kj;
-				sqk += sq[i * dk + d] * kj;
-			}
-			if (j < i)
-				a = sa * dm;
-			am = sqk * dm;
+	{
+		const int ti = tid / 16, tj = tid % 16;
+		float sa[4][4], sqk[4][4], bi[4];
+#pragma unroll
+		for (int a = 0; a < 4; a++) {
+			int i = ti + 16 * a;
+			bi[a] = i < n ? sb[i] : 0.0f;
+#pragma unroll
+			for (int b = 0; b < 4; b++)
+				sa[a][b] = sqk[a][b] = 0.0f;
 		}
-		sD[i * (C + 1) + j] = dm;
-		sA[i * (C + 1) + j] = a;
-		Am[e] = am;
+		/* rows past n hold stale values: their products are masked */
+		for (int d = 0; d < dk; d++) {
+			float ki[4], qi[4], kj[4];
+#pragma unroll
+			for (int a = 0; a < 4; a++) {
+				ki[a] = sk[(ti + 16 * a) * PK + d];
+				qi[a] = sq[(ti + 16 * a) * PK + d];
+				kj[a] = sk[(tj + 16 * a) * PK + d];
+			}
+#pragma unroll
+			for (int a = 0; a < 4; a++)
+#pragma unroll
+				for (int b = 0; b < 4; b++) {
+					sa[a][b] += (ki[a] * bi[a]) * kj[b];
+					sqk[a][b] += qi[a] * kj[b];
+				}
+		}
+#pragma unroll
+		for (int a = 0; a < 4; a++)
+#pragma unroll
+			for (int b = 0; b < 4; b++) {
+				int i = ti + 16 * a, j = tj + 16 * b;
+				float x = 0.0f, am = 0.0f;
+				if (i < n && j <= i) {
+					float dm = expf(sG[i] - sG[j]);
+					if (j < i)
+						x = sa[a][b] * dm;
+					am = sqk[a][b] * dm;
+				}
+				sA[i * (C + 1) + j] = x;
+				Am[i * C + j] = am;
+			}
 	}
 	for (int e = tid; e < n * dk; e += nt) {
-		int i = e / dk;
-		sW[e] = (sk[e] * sb[i]) * expf(sG[i]);
+		int i = e / dk, d = e % dk;
+		sW[e] = (sk[i * PK + d] * sb[i]) * expf(sG[i]);
 	}
-	for (int e = tid; e < n * dv; e += nt) {
-		int i = e / dv, d = e % dv;
-		sU[e] = v[(size_t)(t0 + i) * ldv + (size_t)h * dv + d] * sb[i];
+	if (vec) {
+		const int v4 = dv / 4;
+#pragma unroll 4
+		for (int e = tid; e < n * v4; e += nt) {
+			int i = e / v4, d = (e - i * v4) * 4;
+			float4 a = *(const float4 *)(v + (size_t)(t0 + i) * ldv +
+						     (size_t)h * dv + d);
+			float *pu = sU + i * dv + d;
+			pu[0] = a.x * sb[i], pu[1] = a.y * sb[i];
+			pu[2] = a.z * sb[i], pu[3] = a.w * sb[i];
+		}
+	} else {
+		for (int e = tid; e < n * dv; e += nt) {
+			int i = e / dv, d = e % dv;
+			sU[e] = v[(size_t)(t0 + i) * ldv + (size_t)h * dv + d] * sb[i];
+		}
 	}
 	__syncthreads();
-	/* forward substitution, a thread per column of [W | U] */
+	/* forward substitution, a thread per column of [W | U], the column
+	 * in registers (rows past n are junk no row below n reads) */
 	for (int col = tid; col < dk + dv; col += nt) {
 		float *X = col < dk ? sW + col : sU + (col - dk);
 		int w = col < dk ? dk : dv;
-		for (int i = 0; i < n; i++) {
-			float x = X[i * w];
+		float xr[C];
+#pragma unroll
+		for (int i = 0; i < C; i++)
+			xr[i] = X[i * w];
+#pragma unroll
+		for (int i = 1; i < C; i++) {
+			const float *ar = sA + i * (C + 1);
+			float x = xr[i];
+#pragma unroll
 			for (int j = 0; j < i; j++)
-				x -= sA[i * (C + 1) + j] * X[j * w];
-			X[i * w] = x;
+				x -= ar[j] * xr[j];
+			xr[i] = x;
 		}
+#pragma unroll
+		for (int i = 0; i < C; i++)
+			X[i * w] = xr[i];
 	}
 	__syncthreads();
 	float *u = ws + ((size_t)c * Hv + h) * unit_floats(dk, dv);
@@ -221,6 +299,179 @@ static __global__ void k_inter(float *o, float *S, const float *ws,
 		Sh[(size_t)(e / sw) * dv + s0 + e % sw] = sS[e];
 }
 
+/* k_inter for 32-column slices with register tiles: 256 threads, a
+ * thread (tx = tid % 8, ty = tid / 8) holds columns 4 tx .. 4 tx + 3 of
+ * rows ty and ty + 32 (for V' and O) or of state rows ty + 32 m (for the
+ * state's update), so a float4 of a 32-wide row feeds four products and
+ * a broadcast scalar four more. Rows of W, q and k are dk + 4 apart and
+ * rows of A 65 apart (no bank conflicts). Every output's sums run in the
+ * order k_inter's do: the same bits. Needs dk <= 128. */
+#define I32_PK(dk) ((dk) + 4)
+
+static __global__ void __launch_bounds__(256)
+    k_inter32(float *o, float *S, const float *ws, const float *q,
+	      const float *k, int ldqk, int T, int Hk, int Hv, int dk, int dv,
+	      int act)
+{
+	extern __shared__ float sm[];
+	const int h = blockIdx.x, s0 = blockIdx.y * SLICE;
+	const int kh = h / (Hv / Hk);
+	const int PK = I32_PK(dk), PA = C + 1;
+	float *sW = sm;		    /* [C][PK] */
+	float *sQ = sW + C * PK;    /* [C][PK] q e^G */
+	float *sK = sQ + C * PK;    /* [C][PK] k e^(G_last - G) */
+	float *sU = sK + C * PK;    /* [C][SLICE] U, then V' */
+	float *sA = sU + C * SLICE; /* [C][PA] */
+	float *sS = sA + C * PA;    /* [dk][SLICE] */
+	float *sG = sS + dk * SLICE; /* [C] */
+	const int tid = threadIdx.x, tx = tid & 7, ty = tid >> 3;
+	const int c4 = tx * 4;
+	float *Sh = S + (size_t)h * dk * dv;
+	/* ws's units are 16-byte aligned when dk and dv are multiples of 4 */
+	const int vec = dk % 4 == 0 && dv % 4 == 0 && ldqk % 4 == 0 &&
+			(((uintptr_t)q | (uintptr_t)k | (uintptr_t)ws) & 15) == 0;
+
+	for (int e = tid; e < dk * SLICE; e += blockDim.x)
+		sS[e] = Sh[(size_t)(e / SLICE) * dv + s0 + e % SLICE];
+	const int nch = (T + C - 1) / C;
+	for (int c = 0; c < nch; c++) {
+		const int t0 = c * C, n = T - t0 < C ? T - t0 : C;
+		const float *u = ws + ((size_t)c * Hv + h) * unit_floats(dk, dv);
+		const float *gW = u, *gU = u + (size_t)C * dk;
+		const float *gA = gU + (size_t)C * dv, *gG = gA + C * C;
+		__syncthreads(); /* the last sub-chunk's reads are done */
+		for (int e = tid; e < C; e += blockDim.x)
+			sG[e] = gG[e];
+		__syncthreads();
+		const float gl = sG[n - 1];
+		if (vec) {
+			const int q4 = dk / 4;
+#pragma unroll 4
+			for (int e = tid; e < n * q4; e += blockDim.x) {
+				int i = e / q4, d = (e - i * q4) * 4;
+				size_t off = (size_t)(t0 + i) * ldqk + (size_t)kh * dk + d;
+				float4 wv = *(const float4 *)(gW + (size_t)i * dk + d);
+				float4 qv = *(const float4 *)(q + off);
+				float4 kv = *(const float4 *)(k + off);
+				float eq = expf(sG[i]), ek = expf(gl - sG[i]);
+				*(float4 *)(sW + i * PK + d) = wv;
+				*(float4 *)(sQ + i * PK + d) =
+				    make_float4(qv.x * eq, qv.y * eq, qv.z * eq, qv.w * eq);
+				*(float4 *)(sK + i * PK + d) =
+				    make_float4(kv.x * ek, kv.y * ek, kv.z * ek, kv.w * ek);
+			}
+		} else {
+			for (int e = tid; e < n * dk; e += blockDim.x) {
+				int i = e / dk, d = e % dk;
+				size_t t = (size_t)(t0 + i);
+				sW[i * PK + d] = gW[e];
+				sQ[i * PK + d] =
+				    q[t * ldqk + (size_t)kh * dk + d] * expf(sG[i]);
+				sK[i * PK + d] = k[t * ldqk + (size_t)kh * dk + d] *
+						 expf(gl - sG[i]);
+			}
+		}
+		for (int e = tid; e < C * SLICE; e += blockDim.x)
+			sU[e] = e < n * SLICE
+				    ? gU[(size_t)(e / SLICE) * dv + s0 + e % SLICE]
+				    : 0.0f;
+		for (int e = tid; e < n * C; e += blockDim.x)
+			sA[(e / C) * PA + e % C] = gA[e];
+		__syncthreads();
+		/* V' = U - W S */
+		{
+			float acc[2][4] = {};
+			const float *w0 = sW + ty * PK, *w1 = sW + (ty + 32) * PK;
+			for (int d = 0; d < dk; d++) {
+				float4 sv = *(const float4 *)(sS + d * SLICE + c4);
+				float a0 = w0[d], a1 = w1[d];
+				acc[0][0] += a0 * sv.x;
+				acc[0][1] += a0 * sv.y;
+				acc[0][2] += a0 * sv.z;
+				acc[0][3] += a0 * sv.w;
+				acc[1][0] += a1 * sv.x;
+				acc[1][1] += a1 * sv.y;
+				acc[1][2] += a1 * sv.z;
+				acc[1][3] += a1 * sv.w;
+			}
+#pragma unroll
+			for (int r = 0; r < 2; r++)
+				if (ty + 32 * r < n)
+#pragma unroll
+					for (int e = 0; e < 4; e++)
+						sU[(ty + 32 * r) * SLICE + c4 + e] -= acc[r][e];
+		}
+		__syncthreads();
+		/* O = (q e^G) S + Am V' */
+		{
+			float x[2][4] = {}, y[2][4] = {};
+			const float *q0 = sQ + ty * PK, *q1 = sQ + (ty + 32) * PK;
+			for (int d = 0; d < dk; d++) {
+				float4 sv = *(const float4 *)(sS + d * SLICE + c4);
+				float a0 = q0[d], a1 = q1[d];
+				x[0][0] += a0 * sv.x;
+				x[0][1] += a0 * sv.y;
+				x[0][2] += a0 * sv.z;
+				x[0][3] += a0 * sv.w;
+				x[1][0] += a1 * sv.x;
+				x[1][1] += a1 * sv.y;
+				x[1][2] += a1 * sv.z;
+				x[1][3] += a1 * sv.w;
+			}
+#pragma unroll
+			for (int r = 0; r < 2; r++) {
+				const int i = ty + 32 * r;
+				if (i >= n)
+					continue;
+				const float *ar = sA + i * PA;
+				for (int j = 0; j <= i; j++) {
+					float4 uv = *(const float4 *)(sU + j * SLICE + c4);
+					float a = ar[j];
+					y[r][0] += a * uv.x;
+					y[r][1] += a * uv.y;
+					y[r][2] += a * uv.z;
+					y[r][3] += a * uv.w;
+				}
+				float *op = o + ((size_t)(t0 + i) * Hv + h) * dv + s0 + c4;
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					op[e] = kcu_rnd(x[r][e] + y[r][e], act);
+			}
+		}
+		__syncthreads();
+		/* S <- e^(G_last) S + (k e^(G_last - G))^T V' */
+		{
+			const float egl = expf(gl);
+			float acc[4][4] = {};
+			for (int j = 0; j < n; j++) {
+				float4 uv = *(const float4 *)(sU + j * SLICE + c4);
+				const float *kr = sK + j * PK + ty;
+#pragma unroll
+				for (int m = 0; m < 4; m++) {
+					float kd = ty + 32 * m < dk ? kr[32 * m] : 0.0f;
+					acc[m][0] += kd * uv.x;
+					acc[m][1] += kd * uv.y;
+					acc[m][2] += kd * uv.z;
+					acc[m][3] += kd * uv.w;
+				}
+			}
+#pragma unroll
+			for (int m = 0; m < 4; m++) {
+				const int d = ty + 32 * m;
+				if (d < dk)
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						float *sp = sS + d * SLICE + c4 + e;
+						*sp = *sp * egl + acc[m][e];
+					}
+			}
+		}
+	}
+	__syncthreads();
+	for (int e = tid; e < dk * SLICE; e += blockDim.x)
+		Sh[(size_t)(e / SLICE) * dv + s0 + e % SLICE] = sS[e];
+}
+
 static int delta_check(float *o, float *S, const float *qq, const float *k,
 		       int ldqk, const float *v, int ldv, const float *g,
 		       const float *beta, int T, int Hk, int Hv, int dk, int dv,
@@ -235,6 +486,26 @@ static int delta_check(float *o, float *S, const float *qq, const float *k,
 	if (!shape_ok(dk, dv))
 		return MOOR_EUNSUP;
 	return 0;
+}
+
+/* shared memory of the three kernels */
+static size_t intra_smem(int dk, int dv)
+{
+	return ((size_t)2 * C * (dk + 1) + (size_t)C * dk + (size_t)C * dv +
+		(size_t)C * (C + 1) + 2 * C) *
+	       sizeof(float);
+}
+static size_t inter_smem(int dk, int sw)
+{
+	return ((size_t)3 * C * dk + (size_t)C * sw + (size_t)C * C +
+		(size_t)dk * sw + C) *
+	       sizeof(float);
+}
+static size_t inter32_smem(int dk)
+{
+	return ((size_t)3 * C * I32_PK(dk) + (size_t)C * SLICE +
+		(size_t)C * (C + 1) + (size_t)dk * SLICE + C) *
+	       sizeof(float);
 }
 
 static int slice_of(int dv)
@@ -255,25 +526,35 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 		return rc;
 	kern_ctx *cx = q->ctx;
 	int nch = (T + C - 1) / C;
-	size_t sm1 = ((size_t)3 * C * dk + (size_t)C * dv +
-		      2 * (size_t)C * (C + 1) + 2 * C) *
-		     sizeof(float);
+	size_t sm1 = intra_smem(dk, dv);
 	int sw = slice_of(dv);
-	size_t sm2 = ((size_t)3 * C * dk + (size_t)C * sw + (size_t)C * C +
-		      (size_t)dk * sw + C) *
-		     sizeof(float);
-	KCU(cx, cudaFuncSetAttribute(k_intra,
-				     cudaFuncAttributeMaxDynamicSharedMemorySize,
-				     (int)sm1));
-	KCU(cx, cudaFuncSetAttribute(k_inter,
-				     cudaFuncAttributeMaxDynamicSharedMemorySize,
-				     (int)sm2));
-	k_intra<<<dim3(nch, Hv), 256, sm1, q->s>>>((float *)ws, qq, k, ldqk, v,
+	size_t sm2 = inter_smem(dk, sw);
+	static int attr_set; /* once a process: sized for DMAX */
+	if (!attr_set) {
+		KCU(cx, cudaFuncSetAttribute(
+			    k_intra, cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)intra_smem(DMAX, DMAX)));
+		KCU(cx, cudaFuncSetAttribute(
+			    k_inter, cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)inter_smem(DMAX, SLICE)));
+		KCU(cx, cudaFuncSetAttribute(
+			    k_inter32, cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)inter32_smem(DMAX)));
+		attr_set = 1;
+	}
+	k_intra<<<dim3(nch, Hv), INTRA_THREADS, sm1, q->s>>>((float *)ws, qq, k, ldqk, v,
 						   ldv, g, beta, T, Hk, Hv, dk,
 						   dv);
 	KCU_LAUNCHED(cx);
-	k_inter<<<dim3(Hv, dv / sw), 256, sm2, q->s>>>(
-	    o, S, (const float *)ws, qq, k, ldqk, T, Hk, Hv, dk, dv, sw, act);
+	if (sw == SLICE) {
+		size_t sm3 = inter32_smem(dk);
+		k_inter32<<<dim3(Hv, dv / SLICE), 256, sm3, q->s>>>(
+		    o, S, (const float *)ws, qq, k, ldqk, T, Hk, Hv, dk, dv, act);
+	} else {
+		k_inter<<<dim3(Hv, dv / sw), 512, sm2, q->s>>>(
+		    o, S, (const float *)ws, qq, k, ldqk, T, Hk, Hv, dk, dv, sw,
+		    act);
+	}
 	KCU_LAUNCHED(cx);
 	return 0;
 }

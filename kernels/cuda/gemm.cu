@@ -15,7 +15,16 @@
  * algorithms are never taken (their reduction order is not fixed), so the
  * same call gives the same bits every time, in every process on the same
  * device and library. Row buckets are powers of two: T in (b/2, b] runs
- * the algorithm picked for b rows. */
+ * the algorithm picked for b rows.
+ *
+ * One row (decode) of bf16 weights whose K is a multiple of 8 runs our own
+ * GEMV instead (k_gemv): cuBLASLt reached 1.9 to 3.5 TB/s on the 27B's
+ * one-row products on the H200, and the stage, product and rounding were
+ * three launches. x is rounded to bf16 as the stage kernel does, on the
+ * way in (a SwiGLU's input is staged by stage_swiglu first), a warp takes
+ * GEMV_RPW rows, a lane sums its 16-byte pieces
+ * k = 8 (lane + 32 i) .. in order, and the lanes' sums meet in a fixed
+ * butterfly: one order per K. */
 #include "cuda.cuh"
 
 #include <string.h>
@@ -275,6 +284,100 @@ static unsigned grid_for(size_t n)
 	return b > 65535u * 4 ? 65535u * 4 : b;
 }
 
+#define GEMV_THREADS 256
+#define GEMV_RPW 2 /* rows of a warp */
+
+/* the 8 values of x's piece i as bf16 made float: fp32 x rounded on the
+ * way in (L1-resident after the first warp), or (X16) x already staged in
+ * bf16 */
+template <bool X16>
+static __device__ inline void gemv_x8(float *xf, const void *x, int i)
+{
+	if (X16) {
+		uint4 u = __ldg((const uint4 *)x + i);
+		const __nv_bfloat16 *e = (const __nv_bfloat16 *)&u;
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			xf[k] = __bfloat162float(e[k]);
+	} else {
+		float4 a = __ldg((const float4 *)x + 2 * i);
+		float4 b = __ldg((const float4 *)x + 2 * i + 1);
+		float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			xf[k] = __bfloat162float(__float2bfloat16_rn(v[k]));
+	}
+}
+
+/* y[n] = rnd(sum_k x16[k] W[n, k]) for one row: x16 = bf16(x) (x fp32),
+ * or x itself (X16: bf16, a SwiGLU staged by stage_swiglu). W bf16
+ * [N, K], K % 8 == 0. */
+template <bool X16>
+static __global__ void __launch_bounds__(GEMV_THREADS)
+    k_gemv(float *y, const void *x, const __nv_bfloat16 *W, int N, int K,
+	   int act)
+{
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	const int n0 = (blockIdx.x * (GEMV_THREADS / 32) + w) * GEMV_RPW;
+	if (n0 >= N)
+		return;
+	const int K8 = K / 8;
+	float acc[GEMV_RPW];
+	const uint4 *wr[GEMV_RPW];
+#pragma unroll
+	for (int r = 0; r < GEMV_RPW; r++) {
+		acc[r] = 0.0f;
+		int n = n0 + r < N ? n0 + r : N - 1; /* a spare row reads row N-1 */
+		wr[r] = (const uint4 *)(W + (size_t)n * K);
+	}
+#pragma unroll 4
+	for (int i = lane; i < K8; i += 32) {
+		uint4 wu[GEMV_RPW];
+#pragma unroll
+		for (int r = 0; r < GEMV_RPW; r++)
+			wu[r] = __ldg(wr[r] + i);
+		float xf[8];
+		gemv_x8<X16>(xf, x, i);
+#pragma unroll
+		for (int r = 0; r < GEMV_RPW; r++) {
+			const __nv_bfloat16 *we = (const __nv_bfloat16 *)&wu[r];
+#pragma unroll
+			for (int e = 0; e < 8; e++)
+				acc[r] = fmaf(xf[e], __bfloat162float(we[e]), acc[r]);
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < GEMV_RPW; r++) {
+		float v = acc[r];
+		for (int o = 16; o > 0; o >>= 1)
+			v += __shfl_xor_sync(0xffffffffu, v, o);
+		if (lane == 0 && n0 + r < N)
+			y[n0 + r] = kcu_rnd(v, act);
+	}
+}
+
+static int gemv_ok(const void *x, const void *W, int wdt, int T, int K)
+{
+	return T == 1 && wdt == KERN_BF16 && K % 8 == 0 &&
+	       ((uintptr_t)W & 15) == 0 && ((uintptr_t)x & 15) == 0;
+}
+
+/* x: fp32, or bf16 when x16 */
+static int gemv(kern_queue *q, float *y, const void *x, int x16, const void *W,
+		int N, int K, int act)
+{
+	int rows = GEMV_THREADS / 32 * GEMV_RPW;
+	unsigned nb = (unsigned)((N + rows - 1) / rows);
+	if (x16)
+		k_gemv<true><<<nb, GEMV_THREADS, 0, q->s>>>(
+		    y, x, (const __nv_bfloat16 *)W, N, K, act);
+	else
+		k_gemv<false><<<nb, GEMV_THREADS, 0, q->s>>>(
+		    y, x, (const __nv_bfloat16 *)W, N, K, act);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
+}
+
 /* The product of the staged (or fp32) input b [T, K] (row stride ldb). */
 static int product(kern_queue *q, float *y, int ldy, const void *b, int ldb,
 		   const void *W, int wdt, int T, int N, int K, int act)
@@ -327,6 +430,8 @@ int kcu_matmul(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 		return MOOR_ERANGE;
 	if (wdt == KERN_F32)
 		return product(q, y, ldy, x, ldx, W, wdt, T, N, K, act);
+	if (gemv_ok(x, W, wdt, T, K))
+		return gemv(q, y, x, 0, W, N, K, act);
 	size_t n = (size_t)T * K;
 	if (wdt == KERN_BF16)
 		stage_x<__nv_bfloat16><<<grid_for(n), 256, 0, q->s>>>(
@@ -363,5 +468,7 @@ int kcu_matmul_swiglu(kern_queue *q, float *y, int ldy, const float *gate,
 		stage_swiglu_f32<<<grid_for(n), 256, 0, q->s>>>(
 		    (float *)st, gate, up, ldgu, T, K, act);
 	KCU_LAUNCHED(q->ctx);
+	if (gemv_ok(st, W, wdt, T, K))
+		return gemv(q, y, st, 1, W, N, K, act);
 	return product(q, y, ldy, st, K, W, wdt, T, N, K, act);
 }

@@ -267,7 +267,7 @@ int kcu_sample(kern_queue *q, const float *logits, int V,
 		moor_err("sample: %d logits, reserve() sized %d", V, c->smp_v);
 		return MOOR_ERANGE;
 	}
-	cudaSetDevice(c->device);
+	kcu_use(c);
 	smp_lay L;
 	smp_layout(c->smp, c->smp_v, c->smp_cub_bytes, &L);
 	if (p->temperature <= 0.0f || p->top_k == 1) {

@@ -51,7 +51,8 @@ complete() { # n
 port=$(free_port)
 base=http://127.0.0.1:$port
 run=$tmp/run
-flags=(--no-setup --model "$model" --port "$port" --threads 2 --grid 64 --window 4096)
+flags=(--no-setup --model "$model" --port "$port" --threads 2 --grid 64 --window 4096
+	--disk-dir "$tmp/disk")
 
 # ---- bad flag ----
 MOOR_BUILD=$build "$src/deploy/run" --bogus >"$tmp/bad.log" 2>&1

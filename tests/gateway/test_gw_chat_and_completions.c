@@ -498,7 +498,7 @@ int main(int argc, char **argv)
 	CHECK(metric(m1, "moor_ttft_seconds_count") >= 8, "ttft count %g",
 	      metric(m1, "moor_ttft_seconds_count"));
 	CHECK(metric(m1, "moor_engine_up") == 1, "engine_up");
-	CHECK(metric(m1, "moor_cache_hits_total{tier=\"end_anchor\"}") +
+	CHECK(metric(m1, "moor_cache_hits_total{tier=\"end\"}") +
 		      metric(m1, "moor_cache_hits_total{tier=\"anchor\"}") >=
 		  1,
 	      "cache hits by tier");

@@ -131,9 +131,10 @@ static void case_matmul(void)
 			free(c2);
 		}
 	}
-	/* matmul_swiglu against swiglu + matmul, on the device, bit for bit */
-	if (gpu.o->matmul_swiglu) {
-		int T = 64, N = 256, K = 512;
+	/* matmul_swiglu against swiglu + matmul, on the device, bit for bit
+	 * (T = 1: the one-row product, T = 64: cuBLASLt) */
+	for (int T = 1; gpu.o->matmul_swiglu && T <= 64; T += 63) {
+		int N = 256, K = 512;
 		void *W;
 		float *wf = kt_weights((size_t)N * K, KERN_BF16, -0.05f, 0.05f, &W);
 		float *gu = rnd((size_t)T * 2 * K, -2, 2);
@@ -157,7 +158,7 @@ static void case_matmul(void)
 		down(&gpu, a, y1, (size_t)T * N * 4);
 		down(&gpu, c, y2, (size_t)T * N * 4);
 		ASSERT(!memcmp(a, c, (size_t)T * N * 4),
-		       "matmul_swiglu differs from swiglu + matmul");
+		       "matmul_swiglu differs from swiglu + matmul (T=%d)", T);
 		free(wf);
 		free(W);
 		free(gu);
@@ -404,10 +405,10 @@ static void case_small(void)
 	int32_t ids[33];
 	for (int i = 0; i < T; i++)
 		ids[i] = (i * 37 + 5) % V;
-	float *r[2][6];
+	float *r[2][8];
 	for (int i = 0; i < 2; i++) {
 		bk *b = bs[i];
-		for (int k = 0; k < 6; k++)
+		for (int k = 0; k < 8; k++)
 			r[i][k] = malloc((size_t)T * (C > H ? C : H) * 8 + 4096);
 		float *din = up(b, in, (size_t)T * C * 4), *dt = up(b, tail, (size_t)(Kc - 1) * C * 4);
 		void *dw = up(b, Wc, (size_t)C * Kc * 2), *de = up(b, Emb, (size_t)V * H * 2);
@@ -415,6 +416,14 @@ static void case_small(void)
 		b->o->conv1d(b->q, dout, din, C, dt, dw, KERN_BF16, T, C, Kc, KERN_ACT_BF16);
 		down(b, r[i][0], dout, (size_t)T * C * 4);
 		down(b, r[i][1], dt, (size_t)(Kc - 1) * C * 4);
+		/* decode-sized calls after it (T = 1, then 2: shorter than the
+		 * tail, whose old values then stay in the new one) */
+		float *dout2 = zz(b, (size_t)3 * C * 4);
+		b->o->conv1d(b->q, dout2, din, C, dt, dw, KERN_BF16, 1, C, Kc, KERN_ACT_BF16);
+		b->o->conv1d(b->q, dout2 + C, din + C, C, dt, dw, KERN_BF16, 2, C, Kc,
+			     KERN_ACT_BF16);
+		down(b, r[i][6], dout2, (size_t)3 * C * 4);
+		down(b, r[i][7], dt, (size_t)(Kc - 1) * C * 4);
 		int32_t *did = up(b, ids, sizeof ids);
 		float *demb = zz(b, (size_t)T * H * 4);
 		b->o->embed(b->q, demb, de, KERN_BF16, did, T, H, V);
@@ -434,6 +443,9 @@ static void case_small(void)
 	 * of the device's expf in silu then bf16 */
 	close_all("conv1d bf16", r[1][0], r[0][0], (size_t)T * C, 1e-6, 8e-3);
 	ASSERT(!memcmp(r[1][1], r[0][1], (size_t)(Kc - 1) * C * 4), "conv1d tail differs");
+	close_all("conv1d bf16 T=1, 2", r[1][6], r[0][6], (size_t)3 * C, 1e-6, 8e-3);
+	ASSERT(!memcmp(r[1][7], r[0][7], (size_t)(Kc - 1) * C * 4),
+	       "conv1d tail after T=1, 2 differs");
 	ASSERT(!memcmp(r[1][2], r[0][2], (size_t)T * H * 4), "embed differs");
 	close_all("gdn_gates beta", r[1][3], r[0][3], (size_t)T * Hv, 1e-6, 8e-3);
 	close_all("gdn_gates g", r[1][4], r[0][4], (size_t)T * Hv, 1e-5, 1e-3);

@@ -124,6 +124,10 @@ static void test_wire_layout(void)
 	raw_le(&r, 0, 4);	    /* flags */
 	raw_le(&r, 0, 4);	    /* n_ids */
 	raw_le(&r, 0, 4);	    /* n_stop */
+	raw_le(&r, 0, 4);	    /* budget */
+	raw_le(&r, 0, 4);	    /* think_close */
+	raw_le(&r, 0, 4);	    /* n_hidden */
+	raw_le(&r, 0, 4);	    /* n_close */
 	raw_end(&r);
 	CHECK(b.len == r.n && !memcmp(b.p, r.p, r.n), "GENERATE bytes");
 

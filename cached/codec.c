@@ -1,0 +1,171 @@
+/* codec.c: byte planes + zstd frames (codec.h). */
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#include "codec.h"
+#include "moor.h"
+
+#define RAW_BIT (1ull << 63)
+
+uint64_t codec_bound(uint64_t n)
+{
+	uint64_t f = (n + CODEC_FRAME - 1) / CODEC_FRAME;
+	/* a frame is stored raw when zstd does not shrink it */
+	return sizeof(codec_hdr) + f * 8 + n;
+}
+
+static void planes_split(const uint8_t *src, uint64_t n, uint8_t *dst)
+{
+	uint64_t h = n / 2;
+	uint8_t *lo = dst, *hi = dst + h;
+	for (uint64_t i = 0; i < h; i++) {
+		lo[i] = src[2 * i];
+		hi[i] = src[2 * i + 1];
+	}
+	if (n & 1)
+		dst[n - 1] = src[n - 1];
+}
+
+static void planes_join(const uint8_t *src, uint64_t n, uint8_t *dst)
+{
+	uint64_t h = n / 2;
+	const uint8_t *lo = src, *hi = src + h;
+	for (uint64_t i = 0; i < h; i++) {
+		dst[2 * i] = lo[i];
+		dst[2 * i + 1] = hi[i];
+	}
+	if (n & 1)
+		dst[n - 1] = src[n - 1];
+}
+
+typedef struct job {
+	const uint8_t *in;  /* planed bytes */
+	uint8_t *out;	    /* encode: per-frame scratch; decode: planed */
+	uint64_t n, nf;
+	uint64_t *len;	    /* encoded frame lengths (RAW_BIT: raw) */
+	uint64_t *off;	    /* decode: offsets of the frames in `in` */
+	uint64_t cap;	    /* encode: scratch bytes per frame */
+	int *rc;
+} job;
+
+static void enc_frame(void *ctx, int f)
+{
+	job *j = ctx;
+	uint64_t a = (uint64_t)f * CODEC_FRAME;
+	uint64_t m = j->n - a < CODEC_FRAME ? j->n - a : CODEC_FRAME;
+	uint8_t *o = j->out + (uint64_t)f * j->cap;
+	/* level 1, and a checksum in each frame: a flipped byte fails its
+	 * frame before the block sums look */
+	ZSTD_CCtx *z = ZSTD_createCCtx();
+	size_t r = (size_t)-1;
+	if (z && !ZSTD_isError(ZSTD_CCtx_setParameter(z, ZSTD_c_compressionLevel,
+						      1)) &&
+	    !ZSTD_isError(ZSTD_CCtx_setParameter(z, ZSTD_c_checksumFlag, 1)))
+		r = ZSTD_compress2(z, o, j->cap, j->in + a, m);
+	ZSTD_freeCCtx(z);
+	if (ZSTD_isError(r) || r >= m) {
+		memcpy(o, j->in + a, m);
+		j->len[f] = m | RAW_BIT;
+	} else {
+		j->len[f] = r;
+	}
+}
+
+int codec_encode(const void *src, uint64_t n, void *dst, uint64_t *out_n,
+		 moor_pool *pool)
+{
+	uint64_t nf = (n + CODEC_FRAME - 1) / CODEC_FRAME;
+	uint64_t cap = ZSTD_compressBound(CODEC_FRAME);
+	uint8_t *pl = malloc(n ? n : 1);
+	uint8_t *scr = malloc(nf ? nf * cap : 1);
+	uint64_t *len = malloc((nf + 1) * 8);
+	if (!pl || !scr || !len) {
+		free(pl);
+		free(scr);
+		free(len);
+		return -ENOMEM;
+	}
+	planes_split(src, n, pl);
+	job j = {.in = pl, .out = scr, .n = n, .nf = nf, .len = len,
+		 .cap = cap};
+	moor_pool_run(pool, (int)nf, enc_frame, &j);
+	codec_hdr h = {CODEC_MAGIC, n, nf, CODEC_FRAME};
+	uint8_t *d = dst;
+	memcpy(d, &h, sizeof h);
+	memcpy(d + sizeof h, len, nf * 8);
+	uint64_t o = sizeof h + nf * 8;
+	for (uint64_t f = 0; f < nf; f++) {
+		uint64_t m = len[f] & ~RAW_BIT;
+		memcpy(d + o, scr + f * cap, m);
+		o += m;
+	}
+	*out_n = o;
+	free(pl);
+	free(scr);
+	free(len);
+	return 0;
+}
+
+static void dec_frame(void *ctx, int f)
+{
+	job *j = ctx;
+	uint64_t a = (uint64_t)f * CODEC_FRAME;
+	uint64_t m = j->n - a < CODEC_FRAME ? j->n - a : CODEC_FRAME;
+	uint64_t el = j->len[f] & ~RAW_BIT;
+	if (j->len[f] & RAW_BIT) {
+		if (el != m)
+			j->rc[f] = MOOR_EFORMAT;
+		else
+			memcpy(j->out + a, j->in + j->off[f], m);
+		return;
+	}
+	size_t r = ZSTD_decompress(j->out + a, m, j->in + j->off[f], el);
+	if (ZSTD_isError(r) || r != m)
+		j->rc[f] = MOOR_EFORMAT;
+}
+
+int codec_decode(const void *enc, uint64_t enc_n, void *dst, uint64_t raw,
+		 moor_pool *pool)
+{
+	const uint8_t *e = enc;
+	codec_hdr h;
+	if (enc_n < sizeof h)
+		return MOOR_EFORMAT;
+	memcpy(&h, e, sizeof h);
+	uint64_t nf = (raw + CODEC_FRAME - 1) / CODEC_FRAME;
+	if (h.magic != CODEC_MAGIC || h.raw != raw || h.n_frames != nf ||
+	    h.frame != CODEC_FRAME || (enc_n - sizeof h) / 8 < nf)
+		return MOOR_EFORMAT;
+	uint64_t *len = malloc((nf + 1) * 8), *off = malloc((nf + 1) * 8);
+	int *rc = calloc(nf + 1, sizeof *rc);
+	uint8_t *pl = malloc(raw ? raw : 1);
+	int ret = len && off && rc && pl ? 0 : -ENOMEM;
+	if (!ret) {
+		memcpy(len, e + sizeof h, nf * 8);
+		uint64_t o = sizeof h + nf * 8;
+		for (uint64_t f = 0; f < nf && !ret; f++) {
+			uint64_t m = len[f] & ~RAW_BIT;
+			if (m > enc_n - o)
+				ret = MOOR_EFORMAT;
+			off[f] = o;
+			o += m;
+		}
+		if (!ret && o != enc_n)
+			ret = MOOR_EFORMAT;
+	}
+	if (!ret) {
+		job j = {.in = e, .out = pl, .n = raw, .nf = nf, .len = len,
+			 .off = off, .rc = rc};
+		moor_pool_run(pool, (int)nf, dec_frame, &j);
+		for (uint64_t f = 0; f < nf && !ret; f++)
+			ret = rc[f];
+	}
+	if (!ret)
+		planes_join(pl, raw, dst);
+	free(len);
+	free(off);
+	free(rc);
+	free(pl);
+	return ret;
+}

@@ -1,0 +1,67 @@
+/* dfile.h: the file helpers of cached's NVMe tiers (`dfile_`): a whole
+ * file written crash-safely, a whole file read back, the two 64-bit sums,
+ * and the fault seam the sweeps drive.
+ *
+ * A write goes to NAME.tmp in the directory, is fsynced, renamed over NAME,
+ * and the directory is fsynced: a crash leaves NAME as it was or as it is
+ * now, and at most a NAME.tmp, which the next start deletes
+ * (dfile_sweep_tmp). Pages written or read are dropped from the page cache
+ * (posix_fadvise DONTNEED after the fsync / the read): the tiers' bytes are
+ * read once, by a restore, and must not push the engine's pages out.
+ *
+ * Errors: -errno of the failing call, MOOR_ETRUNC for a file shorter than
+ * it says. Every call names the file in err (MOOR_ERRLEN) where err is not
+ * NULL.
+ */
+#ifndef DFILE_H
+#define DFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The fault seam (tests only; NULL in production). Called before every
+ * operation with its kind and the file's name; a negative return is the
+ * error that operation fails with (-ENOSPC, -EIO), DFILE_SHORT makes a
+ * write stop half way through and return what it wrote as a short write
+ * (the helper then fails with -EIO, as a full disk does on the next
+ * call), 0 lets it run. */
+enum { DFILE_OP_WRITE = 1, DFILE_OP_FSYNC, DFILE_OP_RENAME, DFILE_OP_READ };
+#define DFILE_SHORT 1
+extern int (*dfile_fault)(int op, const char *name);
+
+typedef struct dfile_part {
+	const void *p;
+	uint64_t n;
+} dfile_part;
+
+/* Writes the parts back to back as dirfd/name, crash-safely (above). The
+ * directory is fsynced unless no_dir_sync (the caller fsyncs it once after
+ * several files: dfile_sync_dir). On failure name is untouched and the
+ * .tmp is gone. */
+int dfile_write(int dirfd, const char *name, const dfile_part *parts, int n,
+		int no_dir_sync, char *err);
+int dfile_sync_dir(int dirfd, char *err);
+
+/* Reads dirfd/name whole into a malloc'd buffer (*out, *n; the caller
+ * frees it). -ENOENT when absent. max: the largest size accepted (a bigger
+ * file is MOOR_EFORMAT). */
+int dfile_read(int dirfd, const char *name, uint64_t max, void **out,
+	       uint64_t *n, char *err);
+/* Reads `n` bytes at `off` of dirfd/name into dst (a staging buffer). */
+int dfile_read_at(int dirfd, const char *name, uint64_t off, void *dst,
+		  uint64_t n, char *err);
+
+/* Deletes every *.tmp in the directory; returns how many. */
+int dfile_sweep_tmp(int dirfd);
+/* Removes dirfd/name and, if it is a directory, everything under it. */
+int dfile_rm_rf(int dirfd, const char *name);
+/* Bytes the files under dirfd/name hold (a file or one directory level). */
+uint64_t dfile_bytes(int dirfd, const char *name);
+
+/* The two sums of a buffer (the spill's block check): over its 32-bit
+ * little-endian words w_i (the last one zero-padded), s[0] = sum w_i and
+ * s[1] = sum (i + 1) * w_i, both mod 2^64. The plain sum sees a changed
+ * word, the weighted one also two words swapped. */
+void dfile_sum2(const void *p, uint64_t n, uint64_t s[2]);
+
+#endif

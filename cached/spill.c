@@ -1,0 +1,1027 @@
+/* spill.c: the session spill: whole conversations on the NVMe.
+ *
+ * An entry is one conversation: the rows [0, valid) of every view, the end
+ * anchor, the newest 4 grid anchors, the token ids, taint and the session
+ * key. These are the bytes that were in the engine, not a cold prefill's,
+ * so a restore is held to the gate the rows were held to in RAM (the taint
+ * line travels with them): the next turn resumes at the end anchor and
+ * writes what it would have written had the rows never left.
+ *
+ * On disk, under DIR/sessions/<entry id>/ (the id: the session key's
+ * hash, else the hash of the conversation's first grid chunk):
+ *   r<j>       block j: rows [j * 1024, min(valid, (j + 1) * 1024)) of
+ *              every view, a compact rows buffer (window = its rows);
+ *   a<line>    a grid anchor's sections, in the layout's order;
+ *   end        the end anchor's sections;
+ *   manifest   written last, removed first: the layout's digest, the
+ *              fingerprint, valid, taint, the end's line, the session key,
+ *              the ids, and per block and anchor the two sums of every
+ *              buffer (dfile_sum2); an XXH3 of the whole manifest at its
+ *              end.
+ * Every data file starts with a spill_hdr (magic, version, kind, index,
+ * rows, the layout digest, the fingerprint) and its sums; a block or
+ * anchor is good when its header says what the manifest says, its sums are
+ * the manifest's and the sums of its bytes are again the same.
+ *
+ * Crash safety: an entry without a manifest is a write that did not
+ * finish, deleted at the next open with every .tmp. An entry of another
+ * fingerprint or layout is deleted at the attach of an engine that cannot
+ * read it. A file that fails its check costs the entry (deleted, logged),
+ * never an answer: the conversation prefills cold.
+ *
+ * Incremental by content: a save first reads the entry's manifest; a block
+ * whose rows, ids and sums equal the manifest's and whose file is there is
+ * not written again, nor an anchor whose sums equal its file's; so the
+ * drain of a conversation that did not move writes only the manifest.
+ *
+ * DIR/sessions/resident names the entry the drain wrote for the resident
+ * conversation; the attach of an engine with the same fingerprint and
+ * layout reads it back into the live buffers (cache_hello), so a planned
+ * restart of cached resumes the next turn at its end anchor.
+ *
+ * Budgets: --session-spill-gb (64) over every entry, least recently used
+ * first; an entry unused for --session-spill-hours (48) goes at the open.
+ *
+ * The sums are computed where the bytes are: on the CPU backend the
+ * arena is host memory; a device backend computes them on the device
+ * (the mover's job) and copies 16 bytes a buffer back.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "cache_int.h"
+#include "codec.h"
+#include "dfile.h"
+#include "moor.h"
+
+#define SPILL_MAGIC 0x314c5053524f4f4dull /* "MOORSPL1" */
+#define SPILL_VERSION 2u
+#define SPILL_BLK 1024u
+#define SPILL_ANCHORS 4u
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+	       "the spill's files are little-endian, written as the host's");
+
+enum { SF_MANIFEST = 1, SF_BLOCK = 2, SF_ANCHOR = 3, SF_END = 4 };
+
+typedef struct spill_hdr {
+	uint64_t magic;
+	uint32_t version, kind;
+	uint64_t index;	   /* block index; anchor line; end: its line */
+	uint64_t rows;	   /* block rows; 0 for an anchor */
+	uint64_t digest;   /* the layout's (spill_layout_digest) */
+	uint64_t n_sums;   /* u64 sums that follow the header */
+	uint64_t data;	   /* bytes after the sums (encoded, with codec) */
+	uint64_t raw;	   /* the decoded data's bytes */
+	uint32_t codec;	   /* 0: raw; 1: codec.h's planes + zstd frames */
+	uint32_t pad0;
+	uint8_t fp[32];
+} spill_hdr;
+_Static_assert(sizeof(spill_hdr) == 104, "spill_hdr is 104 bytes");
+
+typedef struct spill_man {
+	uint64_t valid, taint, end_len, end_taint;
+	uint64_t n_blk, n_anc, session_len, saved_at; /* unix seconds */
+} spill_man;
+_Static_assert(sizeof(spill_man) == 64, "spill_man is 64 bytes");
+
+/* ---- the layout's digest: what a stored byte's meaning depends on ---- */
+
+static uint64_t layout_digest(const cache_layout *l)
+{
+	XXH3_state_t *s = XXH3_createState();
+	MOOR_ASSERT(s);
+	XXH3_64bits_reset(s);
+	uint32_t v = SPILL_VERSION;
+	XXH3_64bits_update(s, &v, 4);
+	XXH3_64bits_update(s, &l->n_sections, 4);
+	XXH3_64bits_update(s, &l->n_views, 4);
+	XXH3_64bits_update(s, &l->grid, 4);
+	for (uint32_t i = 0; i < l->n_sections; i++) {
+		XXH3_64bits_update(s, l->sec[i].name, strnlen(l->sec[i].name,
+							      CACHE_NAME_MAX));
+		XXH3_64bits_update(s, &l->sec[i].layer, 4);
+		XXH3_64bits_update(s, &l->sec[i].bytes, 8);
+	}
+	for (uint32_t i = 0; i < l->n_views; i++) {
+		const cache_view *w = &l->view[i];
+		XXH3_64bits_update(s, w->name, strnlen(w->name, CACHE_NAME_MAX));
+		XXH3_64bits_update(s, &w->layer, 4);
+		XXH3_64bits_update(s, &w->elt, 4);
+		XXH3_64bits_update(s, &w->ndim, 4);
+		XXH3_64bits_update(s, &w->token_axis, 4);
+		for (uint32_t d = 0; d < w->ndim; d++) {
+			int64_t x = d == w->token_axis ? 0 : w->dims[d];
+			XXH3_64bits_update(s, &x, 8);
+		}
+	}
+	uint64_t h = XXH3_64bits_digest(s);
+	XXH3_freeState(s);
+	return h;
+}
+
+/* ---- the directory ---- */
+
+static double now_ms(void)
+{
+	return moor_now() * 1e3;
+}
+
+static void entry_name(const cache *c, const int32_t *ids, uint64_t n,
+		       const char *session, char out[17])
+{
+	uint64_t h;
+	if (!session_none(session))
+		h = XXH3_64bits_withSeed(session, strlen(session), 1);
+	else
+		h = XXH3_64bits_withSeed(ids,
+					 min64(n, c->lay->grid) * sizeof *ids,
+					 2);
+	snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+static int open_dir_at(int dfd, const char *name, int make)
+{
+	if (make && mkdirat(dfd, name, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+static int mkdir_p(const char *path)
+{
+	char b[512];
+	if (snprintf(b, sizeof b, "%s", path) >= (int)sizeof b)
+		return MOOR_ERANGE;
+	for (char *p = b + 1; *p; p++)
+		if (*p == '/') {
+			*p = 0;
+			if (mkdir(b, 0700) < 0 && errno != EEXIST)
+				return -errno;
+			*p = '/';
+		}
+	if (mkdir(b, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+typedef struct ent_info {
+	char name[64];
+	time_t mtime; /* the manifest's */
+	uint64_t bytes;
+} ent_info;
+
+/* Every entry directory (with a manifest: mtime; without: mtime 0). */
+static int list_entries(cache *c, ent_info **out)
+{
+	*out = NULL;
+	int d2 = dup(c->spill.dfd);
+	if (d2 < 0)
+		return 0;
+	DIR *d = fdopendir(d2);
+	if (!d) {
+		close(d2);
+		return 0;
+	}
+	rewinddir(d);
+	int n = 0, cap = 0;
+	ent_info *v = NULL;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		struct stat st;
+		if (e->d_name[0] == '.' || strlen(e->d_name) >= 64 ||
+		    fstatat(c->spill.dfd, e->d_name, &st, 0) < 0 ||
+		    !S_ISDIR(st.st_mode))
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			ent_info *nv = realloc(v, (size_t)cap * sizeof *v);
+			if (!nv)
+				break;
+			v = nv;
+		}
+		ent_info *x = &v[n++];
+		snprintf(x->name, sizeof x->name, "%s", e->d_name);
+		char mp[96];
+		snprintf(mp, sizeof mp, "%s/manifest", e->d_name);
+		x->mtime = fstatat(c->spill.dfd, mp, &st, 0) == 0
+			       ? st.st_mtime
+			       : 0;
+		x->bytes = dfile_bytes(c->spill.dfd, e->d_name);
+	}
+	closedir(d);
+	*out = v;
+	return n;
+}
+
+static void entry_delete(cache *c, const char *name, const char *why)
+{
+	if (dfile_rm_rf(c->spill.dfd, name) == 0)
+		moor_info("[spill] entry %s deleted: %s", name, why);
+	(void)dfile_sync_dir(c->spill.dfd, NULL);
+}
+
+int spill_open(cache *c, char *err)
+{
+	c->spill.dfd = -1;
+	if (!c->cfg.spill_dir[0])
+		return 0;
+	if (c->cfg.dev_cuda >= 0) {
+		/* the spill reads and writes the device arena's rows in place
+		 * (host memory); through the CUDA mover is not built yet */
+		moor_warn("spill: off: the session spill does not run on a "
+			  "CUDA device arena yet (--disk-dir %s ignored)",
+			  c->cfg.spill_dir);
+		return 0;
+	}
+	char p[300];
+	snprintf(p, sizeof p, "%s/sessions", c->cfg.spill_dir);
+	int rc = mkdir_p(p);
+	if (!rc) {
+		int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		rc = fd < 0 ? -errno : 0;
+		c->spill.dfd = fd;
+	}
+	if (rc) {
+		moor_errf(err, "spill: %s: %s", p, moor_strerror(rc));
+		return rc;
+	}
+	c->spill.on = 1;
+	if (c->cfg.spill_codec && c->cfg.codec_threads > 1)
+		c->spill.pool = moor_pool_new((int)c->cfg.codec_threads);
+	int tmp = dfile_sweep_tmp(c->spill.dfd);
+	ent_info *v;
+	int n = list_entries(c, &v);
+	time_t now = time(NULL);
+	uint32_t kept = 0;
+	uint64_t bytes = 0;
+	for (int i = 0; i < n; i++) {
+		int fd = open_dir_at(c->spill.dfd, v[i].name, 0);
+		if (fd >= 0) {
+			tmp += dfile_sweep_tmp(fd);
+			close(fd);
+		}
+		if (!v[i].mtime) {
+			entry_delete(c, v[i].name,
+				     "no manifest (a write that did not "
+				     "finish)");
+			c->spill.k.swept++;
+		} else if (c->cfg.spill_hours &&
+			   now - v[i].mtime >
+			       (time_t)c->cfg.spill_hours * 3600) {
+			entry_delete(c, v[i].name, "unused for over the TTL");
+			c->spill.k.expired++;
+		} else {
+			kept++;
+			bytes += v[i].bytes;
+		}
+	}
+	free(v);
+	moor_info("[spill] %s: %u entries, %.1f MiB%s", p, kept,
+		  (double)bytes / (1 << 20),
+		  tmp ? " (removed unfinished .tmp files)" : "");
+	return 0;
+}
+
+void spill_close(cache *c)
+{
+	if (c->spill.dfd >= 0)
+		close(c->spill.dfd);
+	c->spill.dfd = -1;
+	c->spill.on = 0;
+	moor_pool_free(c->spill.pool);
+	c->spill.pool = NULL;
+}
+
+/* ---- the manifest ---- */
+
+/* A decoded manifest; pointers into buf. */
+typedef struct man_view {
+	void *buf;
+	uint64_t len;
+	spill_hdr *h;
+	spill_man *m;
+	const char *session;
+	int32_t *ids;
+	uint64_t *blk;	 /* per block: rows, ids hash, 2 * n_views sums */
+	uint64_t *anc;	 /* per anchor: line, 2 * n_sections sums */
+	uint64_t *end;	 /* 2 * n_sections sums, or NULL */
+} man_view;
+
+static uint64_t pad8(uint64_t x)
+{
+	return (x + 7) & ~7ull;
+}
+
+static int man_parse(cache *c, void *buf, uint64_t len, man_view *mv,
+		     char *why)
+{
+	memset(mv, 0, sizeof *mv);
+	mv->buf = buf;
+	mv->len = len;
+	uint32_t ns = c->lay->n_sections, nv = c->lay->n_views;
+	if (len < sizeof(spill_hdr) + sizeof(spill_man) + 8) {
+		snprintf(why, MOOR_ERRLEN, "manifest: %llu bytes, too short",
+			 (unsigned long long)len);
+		return MOOR_ETRUNC;
+	}
+	uint64_t sum;
+	memcpy(&sum, (char *)buf + len - 8, 8);
+	if (XXH3_64bits(buf, len - 8) != sum) {
+		snprintf(why, MOOR_ERRLEN, "manifest: checksum mismatch");
+		return MOOR_EFORMAT;
+	}
+	spill_hdr *h = buf;
+	if (h->magic != SPILL_MAGIC || h->version != SPILL_VERSION ||
+	    h->kind != SF_MANIFEST) {
+		snprintf(why, MOOR_ERRLEN, "manifest: magic/version/kind %llx "
+			 "%u %u", (unsigned long long)h->magic, h->version,
+			 h->kind);
+		return MOOR_EVERSION;
+	}
+	if (memcmp(h->fp, c->lay->fingerprint, 32) ||
+	    h->digest != layout_digest(c->lay)) {
+		snprintf(why, MOOR_ERRLEN,
+			 "written under another %s",
+			 memcmp(h->fp, c->lay->fingerprint, 32)
+			     ? "fingerprint"
+			     : "state layout");
+		return MOOR_EVERSION;
+	}
+	spill_man *m = (spill_man *)(h + 1);
+	uint64_t o = sizeof *h + sizeof *m;
+	if (m->valid == 0 || m->valid > c->lay->window ||
+	    m->n_blk != (m->valid + SPILL_BLK - 1) / SPILL_BLK ||
+	    m->n_anc > SPILL_ANCHORS || m->end_len > m->valid ||
+	    m->session_len > 4096) {
+		snprintf(why, MOOR_ERRLEN,
+			 "manifest: valid %llu (window %llu), %llu blocks, "
+			 "%llu anchors, end %llu",
+			 (unsigned long long)m->valid,
+			 (unsigned long long)c->lay->window,
+			 (unsigned long long)m->n_blk,
+			 (unsigned long long)m->n_anc,
+			 (unsigned long long)m->end_len);
+		return MOOR_EFORMAT;
+	}
+	uint64_t need = o + pad8(m->session_len) + pad8(m->valid * 4) +
+			m->n_blk * (2 + 2ull * nv) * 8 +
+			m->n_anc * (1 + 2ull * ns) * 8 +
+			(m->end_len ? 2ull * ns * 8 : 0) + 8;
+	if (need != len) {
+		snprintf(why, MOOR_ERRLEN,
+			 "manifest: %llu bytes where its counts say %llu",
+			 (unsigned long long)len, (unsigned long long)need);
+		return MOOR_EFORMAT;
+	}
+	mv->h = h;
+	mv->m = m;
+	mv->session = m->session_len ? (char *)buf + o : NULL;
+	o += pad8(m->session_len);
+	mv->ids = (int32_t *)((char *)buf + o);
+	o += pad8(m->valid * 4);
+	mv->blk = (uint64_t *)((char *)buf + o);
+	o += m->n_blk * (2 + 2ull * nv) * 8;
+	mv->anc = (uint64_t *)((char *)buf + o);
+	o += m->n_anc * (1 + 2ull * ns) * 8;
+	mv->end = m->end_len ? (uint64_t *)((char *)buf + o) : NULL;
+	if (mv->session && memchr(mv->session, 0, m->session_len) !=
+			       mv->session + m->session_len - 1) {
+		snprintf(why, MOOR_ERRLEN, "manifest: a bad session key");
+		return MOOR_EFORMAT;
+	}
+	for (uint64_t i = 1; i < m->n_anc; i++)
+		if (mv->anc[i * (1 + 2ull * ns)] <=
+		    mv->anc[(i - 1) * (1 + 2ull * ns)]) {
+			snprintf(why, MOOR_ERRLEN,
+				 "manifest: anchors out of order");
+			return MOOR_EFORMAT;
+		}
+	for (uint64_t i = 0; i < m->n_anc; i++) {
+		uint64_t L = mv->anc[i * (1 + 2ull * ns)];
+		if (!L || L > m->valid || L % c->lay->grid) {
+			snprintf(why, MOOR_ERRLEN,
+				 "manifest: an anchor at %llu",
+				 (unsigned long long)L);
+			return MOOR_EFORMAT;
+		}
+	}
+	return 0;
+}
+
+static int man_load(cache *c, int efd, man_view *mv, char *why)
+{
+	void *b;
+	uint64_t n;
+	int rc = dfile_read(efd, "manifest", 1ull << 34, &b, &n, why);
+	if (rc)
+		return rc;
+	rc = man_parse(c, b, n, mv, why);
+	if (rc) {
+		free(b);
+		memset(mv, 0, sizeof *mv);
+	}
+	return rc;
+}
+
+static void hdr_fill(cache *c, spill_hdr *h, uint32_t kind, uint64_t index,
+		     uint64_t rows, uint64_t n_sums, uint64_t data)
+{
+	memset(h, 0, sizeof *h);
+	h->magic = SPILL_MAGIC;
+	h->version = SPILL_VERSION;
+	h->kind = kind;
+	h->index = index;
+	h->rows = rows;
+	h->digest = c->spill.digest;
+	h->n_sums = n_sums;
+	h->data = data;
+	h->raw = data;
+	memcpy(h->fp, c->lay->fingerprint, 32);
+}
+
+/* The data part of a file: raw, or encoded into *enc (freed by the
+ * caller) when the codec is on and it shrinks. */
+static int data_part(cache *c, spill_hdr *h, const void *src, uint64_t n,
+		     dfile_part *p, void **enc)
+{
+	*enc = NULL;
+	p->p = src;
+	p->n = n;
+	if (!c->cfg.spill_codec || !n)
+		return 0;
+	void *e = malloc(codec_bound(n));
+	if (!e)
+		return -ENOMEM;
+	uint64_t en;
+	int rc = codec_encode(src, n, e, &en, c->spill.pool);
+	if (rc || en >= n) {
+		free(e);
+		return rc;
+	}
+	*enc = e;
+	p->p = e;
+	p->n = en;
+	h->codec = 1;
+	h->data = en;
+	c->spill.k.codec_raw += n;
+	c->spill.k.codec_out += en;
+	return 0;
+}
+
+/* ---- save ---- */
+
+static void secs_sums(cache *c, const void *secs, uint64_t *s)
+{
+	uint64_t o = 0;
+	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
+		dfile_sum2((const char *)secs + o, c->lay->sec[i].bytes,
+			   s + 2 * i);
+		o += c->lay->sec[i].bytes;
+	}
+}
+
+static int file_exists(int fd, const char *name)
+{
+	struct stat st;
+	return fstatat(fd, name, &st, 0) == 0;
+}
+
+/* An anchor's sections (src: sec_bytes back to back) as a file, unless the
+ * old manifest holds the same sums and the file is there. */
+static int save_secs(cache *c, int efd, uint32_t kind, uint64_t line,
+		     const void *src, uint64_t *sums, const uint64_t *old,
+		     char *err)
+{
+	uint32_t ns = c->lay->n_sections;
+	secs_sums(c, src, sums);
+	char name[32];
+	if (kind == SF_END)
+		snprintf(name, sizeof name, "end");
+	else
+		snprintf(name, sizeof name, "a%llu", (unsigned long long)line);
+	if (old && !memcmp(old, sums, 2ull * ns * 8) &&
+	    file_exists(efd, name)) {
+		c->spill.k.anchors_kept++;
+		return 0;
+	}
+	spill_hdr h;
+	hdr_fill(c, &h, kind, line, 0, 2ull * ns, c->sec_bytes);
+	dfile_part p[3] = {{&h, sizeof h}, {sums, 2ull * ns * 8}, {0, 0}};
+	void *enc;
+	int rc = data_part(c, &h, src, c->sec_bytes, &p[2], &enc);
+	if (!rc)
+		rc = dfile_write(efd, name, p, 3, 1, err);
+	if (!rc) {
+		c->spill.k.anchors_written++;
+		c->spill.k.bytes_written += sizeof h + 2ull * ns * 8 + p[2].n;
+	}
+	free(enc);
+	return rc;
+}
+
+/* Removes the files of the entry the new manifest does not name. */
+static void save_prune(int efd, uint64_t n_blk, const uint64_t *lines,
+		       uint32_t n_anc, int end)
+{
+	int d2 = dup(efd);
+	DIR *d = d2 >= 0 ? fdopendir(d2) : NULL;
+	if (!d) {
+		if (d2 >= 0)
+			close(d2);
+		return;
+	}
+	rewinddir(d);
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		const char *s = e->d_name;
+		if (s[0] == '.')
+			continue;
+		int keep = 0;
+		char *endp;
+		if (!strcmp(s, "manifest") || (end && !strcmp(s, "end")))
+			keep = 1;
+		else if (s[0] == 'r') {
+			unsigned long long j = strtoull(s + 1, &endp, 10);
+			keep = !*endp && s[1] && j < n_blk;
+		} else if (s[0] == 'a') {
+			unsigned long long L = strtoull(s + 1, &endp, 10);
+			for (uint32_t i = 0; !*endp && s[1] && i < n_anc; i++)
+				keep |= lines[i] == L;
+		}
+		if (!keep)
+			unlinkat(efd, s, 0);
+	}
+	closedir(d);
+}
+
+static void spill_budget(cache *c, const char *keep)
+{
+	ent_info *v;
+	int n = list_entries(c, &v);
+	uint64_t total = 0;
+	for (int i = 0; i < n; i++)
+		total += v[i].bytes;
+	while (c->cfg.spill_bytes && total > c->cfg.spill_bytes) {
+		int lru = -1;
+		for (int i = 0; i < n; i++)
+			if (v[i].bytes && strcmp(v[i].name, keep) &&
+			    (lru < 0 || v[i].mtime < v[lru].mtime))
+				lru = i;
+		if (lru < 0)
+			break;
+		entry_delete(c, v[lru].name, "over the spill budget (LRU)");
+		c->spill.k.evicted++;
+		total -= v[lru].bytes;
+		v[lru].bytes = 0;
+	}
+	free(v);
+}
+
+/* Writes the resident conversation as an entry; *name gets its id. */
+static int save_resident(cache *c, char name[17], char *err)
+{
+	uint32_t ns = c->lay->n_sections, nv = c->lay->n_views;
+	uint64_t valid = c->valid;
+	double t0 = now_ms();
+	entry_name(c, c->res_ids, valid, c->res_session, name);
+	int efd = open_dir_at(c->spill.dfd, name, 1);
+	if (efd < 0) {
+		moor_errf(err, "spill: entry %s: %s", name,
+			  moor_strerror(efd));
+		return efd;
+	}
+	(void)dfile_sync_dir(c->spill.dfd, NULL);
+	char why[MOOR_ERRLEN];
+	man_view old = {0};
+	int have_old = man_load(c, efd, &old, why) == 0;
+	/* the manifest goes first: from here to its rewrite the entry is a
+	 * write that did not finish */
+	if (file_exists(efd, "manifest")) {
+		unlinkat(efd, "manifest", 0);
+		(void)dfile_sync_dir(efd, NULL);
+	}
+	/* the anchors: the newest 4 at or below valid */
+	uint64_t lines[SPILL_ANCHORS];
+	uint64_t offs[SPILL_ANCHORS];
+	uint32_t n_anc = 0;
+	for (int i = (int)c->n_anc - 1; i >= 0 && n_anc < SPILL_ANCHORS; i--)
+		if (c->anc[i].line <= valid) {
+			lines[n_anc] = c->anc[i].line;
+			offs[n_anc++] = c->anc[i].off;
+		}
+	for (uint32_t i = 0; i < n_anc / 2; i++) { /* ascending */
+		uint64_t t = lines[i], u = offs[i];
+		lines[i] = lines[n_anc - 1 - i];
+		offs[i] = offs[n_anc - 1 - i];
+		lines[n_anc - 1 - i] = t;
+		offs[n_anc - 1 - i] = u;
+	}
+	int end = c->end.have && c->end.len <= valid;
+	uint64_t n_blk = (valid + SPILL_BLK - 1) / SPILL_BLK;
+	size_t slen = c->res_session ? strlen(c->res_session) + 1 : 0;
+	uint64_t mlen = sizeof(spill_hdr) + sizeof(spill_man) + pad8(slen) +
+			pad8(valid * 4) + n_blk * (2 + 2ull * nv) * 8 +
+			n_anc * (1 + 2ull * ns) * 8 + (end ? 2ull * ns * 8 : 0) +
+			8;
+	char *mb = calloc(1, mlen);
+	uint64_t bbytes = SPILL_BLK * c->row_bytes;
+	void *stage = malloc(bbytes ? bbytes : 1);
+	int rc = mb && stage ? 0 : -ENOMEM;
+	spill_hdr *mh = (spill_hdr *)mb;
+	spill_man *m = mb ? (spill_man *)(mh + 1) : NULL;
+	uint64_t o = sizeof(spill_hdr) + sizeof(spill_man);
+	uint64_t *blk = NULL, *anc = NULL, *es = NULL;
+	if (!rc) {
+		hdr_fill(c, mh, SF_MANIFEST, 0, valid, 0, 0);
+		m->valid = valid;
+		m->taint = c->taint;
+		m->end_len = end ? c->end.len : 0;
+		m->end_taint = end ? c->end.taint : NO_TAINT;
+		m->n_blk = n_blk;
+		m->n_anc = n_anc;
+		m->session_len = slen;
+		m->saved_at = (uint64_t)time(NULL);
+		if (slen)
+			memcpy(mb + o, c->res_session, slen);
+		o += pad8(slen);
+		memcpy(mb + o, c->res_ids, valid * 4);
+		o += pad8(valid * 4);
+		blk = (uint64_t *)(mb + o);
+		o += n_blk * (2 + 2ull * nv) * 8;
+		anc = (uint64_t *)(mb + o);
+		o += n_anc * (1 + 2ull * ns) * 8;
+		es = end ? (uint64_t *)(mb + o) : NULL;
+	}
+	uint64_t written0 = c->spill.k.bytes_written;
+	for (uint64_t j = 0; j < n_blk && !rc; j++) {
+		uint64_t a = j * SPILL_BLK, rows = min64(SPILL_BLK, valid - a);
+		uint64_t *e = blk + j * (2 + 2ull * nv);
+		e[0] = rows;
+		e[1] = XXH3_64bits(c->res_ids + a, rows * 4);
+		rc = rows_out(c, stage, rows, 0, a, rows);
+		if (rc)
+			break;
+		uint64_t vo = 0;
+		for (uint32_t v = 0; v < nv; v++) {
+			dfile_sum2((char *)stage + vo, rows * c->vg[v].rowb,
+				   e + 2 + 2 * v);
+			vo += rows * c->vg[v].rowb;
+		}
+		char bn[32];
+		snprintf(bn, sizeof bn, "r%llu", (unsigned long long)j);
+		if (have_old && j < old.m->n_blk &&
+		    !memcmp(old.blk + j * (2 + 2ull * nv), e,
+			    (2 + 2ull * nv) * 8) &&
+		    file_exists(efd, bn)) {
+			c->spill.k.blocks_kept++;
+			continue;
+		}
+		spill_hdr h;
+		hdr_fill(c, &h, SF_BLOCK, j, rows, 2ull * nv,
+			 rows * c->row_bytes);
+		dfile_part p[3] = {{&h, sizeof h}, {e + 2, 2ull * nv * 8},
+				   {0, 0}};
+		void *enc;
+		rc = data_part(c, &h, stage, rows * c->row_bytes, &p[2], &enc);
+		if (!rc)
+			rc = dfile_write(efd, bn, p, 3, 1, err);
+		if (!rc) {
+			c->spill.k.blocks_written++;
+			c->spill.k.bytes_written +=
+			    sizeof h + 2ull * nv * 8 + p[2].n;
+		}
+		free(enc);
+	}
+	for (uint32_t i = 0; i < n_anc && !rc; i++) {
+		uint64_t *e = anc + i * (1 + 2ull * ns);
+		e[0] = lines[i];
+		const uint64_t *os = NULL;
+		for (uint64_t k = 0; have_old && k < old.m->n_anc; k++)
+			if (old.anc[k * (1 + 2ull * ns)] == lines[i])
+				os = old.anc + k * (1 + 2ull * ns) + 1;
+		rc = save_secs(c, efd, SF_ANCHOR, lines[i],
+			       dev_at(c, offs[i]), e + 1, os, err);
+	}
+	if (end && !rc)
+		rc = save_secs(c, efd, SF_END, c->end.len, dev_at(c, c->end.off),
+			       es, have_old ? old.end : NULL, err);
+	if (have_old)
+		free(old.buf);
+	if (!rc) {
+		save_prune(efd, n_blk, lines, n_anc, end);
+		rc = dfile_sync_dir(efd, err);
+	}
+	if (!rc) {
+		uint64_t sum = XXH3_64bits(mb, mlen - 8);
+		memcpy(mb + mlen - 8, &sum, 8);
+		dfile_part p = {mb, mlen};
+		rc = dfile_write(efd, "manifest", &p, 1, 0, err);
+		if (!rc)
+			c->spill.k.bytes_written += mlen;
+	}
+	free(mb);
+	free(stage);
+	close(efd);
+	if (rc) {
+		/* an entry without its manifest: the next open deletes it,
+		 * and so does this */
+		entry_delete(c, name, "its save failed");
+		c->spill.k.save_failed++;
+		return rc;
+	}
+	c->spill.k.saves++;
+	c->spill.last_save_ms = now_ms() - t0;
+	moor_info("[spill] saved %s: %llu tokens (end %s, %u anchors, taint "
+		  "%lld), %llu bytes written in %.1f ms",
+		  name, (unsigned long long)valid,
+		  end ? "kept" : "none", n_anc,
+		  c->taint == NO_TAINT ? -1ll : (long long)c->taint,
+		  (unsigned long long)(c->spill.k.bytes_written - written0),
+		  c->spill.last_save_ms);
+	spill_budget(c, name);
+	return 0;
+}
+
+int cache_drain(cache *c, char *err)
+{
+	if (!c->spill.on || !c->have_layout)
+		return 0;
+	if (c->t.active)
+		turn_abort(c, 0, c->t.start);
+	if (c->stash.have && stash_restore(c))
+		return 0; /* the resident rows are not whole: nothing to keep */
+	if (c->valid == 0) {
+		moor_info("[spill] drain: no resident conversation");
+		return 0;
+	}
+	char name[17];
+	int rc = save_resident(c, name, err);
+	if (rc)
+		return rc;
+	dfile_part p = {name, 16};
+	return dfile_write(c->spill.dfd, "resident", &p, 1, 0, err);
+}
+
+/* ---- read back ---- */
+
+/* A data file of the entry into dst (data bytes), checked against the
+ * manifest's sums: its header, the sums it carries and the sums of its
+ * bytes. */
+static int load_file(cache *c, int efd, const char *name, uint32_t kind,
+		     uint64_t index, uint64_t rows, const uint64_t *sums,
+		     uint64_t n_sums, void *dst, uint64_t data, char *why)
+{
+	spill_hdr h;
+	uint64_t fs[2 * CACHE_MAX_SECTIONS > 2 * CACHE_MAX_VIEWS
+			? 2 * CACHE_MAX_SECTIONS
+			: 2 * CACHE_MAX_VIEWS];
+	int rc = dfile_read_at(efd, name, 0, &h, sizeof h, why);
+	if (rc)
+		return rc;
+	if (h.magic != SPILL_MAGIC || h.version != SPILL_VERSION ||
+	    h.kind != kind || h.index != index || h.rows != rows ||
+	    h.digest != c->spill.digest || h.n_sums != n_sums ||
+	    h.raw != data || h.codec > 1 ||
+	    (h.codec == 0 && h.data != data) ||
+	    (h.codec == 1 && h.data > codec_bound(data)) ||
+	    memcmp(h.fp, c->lay->fingerprint, 32)) {
+		moor_errf(why, "%s: its header is not the manifest's", name);
+		return MOOR_EFORMAT;
+	}
+	rc = dfile_read_at(efd, name, sizeof h, fs, n_sums * 8, why);
+	if (!rc && !h.codec)
+		rc = dfile_read_at(efd, name, sizeof h + n_sums * 8, dst, data,
+				   why);
+	if (!rc && h.codec) {
+		void *e = malloc(h.data ? h.data : 1);
+		rc = e ? dfile_read_at(efd, name, sizeof h + n_sums * 8, e,
+				       h.data, why)
+		       : -ENOMEM;
+		if (!rc) {
+			rc = codec_decode(e, h.data, dst, data, c->spill.pool);
+			if (rc)
+				moor_errf(why, "%s: its frames do not decode",
+					  name);
+		}
+		free(e);
+	}
+	if (rc)
+		return rc;
+	if (memcmp(fs, sums, n_sums * 8)) {
+		moor_errf(why, "%s: its sums are not the manifest's", name);
+		return MOOR_EFORMAT;
+	}
+	c->spill.k.bytes_read += sizeof h + n_sums * 8 + h.data;
+	return 0;
+}
+
+static int sums_check(const uint64_t *want, const uint64_t *got, uint64_t n,
+		      const char *name, char *why)
+{
+	if (memcmp(want, got, n * 8)) {
+		moor_errf(why, "%s: its bytes do not sum to what was written",
+			  name);
+		return MOOR_EFORMAT;
+	}
+	return 0;
+}
+
+static int load_entry(cache *c, int efd, const man_view *mv, char *why)
+{
+	uint32_t ns = c->lay->n_sections, nv = c->lay->n_views;
+	const spill_man *m = mv->m;
+	uint64_t bbytes = SPILL_BLK * c->row_bytes;
+	uint64_t big = bbytes > c->sec_bytes ? bbytes : c->sec_bytes;
+	void *stage = malloc(big ? big : 1);
+	uint64_t *got = malloc((2ull * (ns > nv ? ns : nv) + 2) * 8);
+	if (!stage || !got) {
+		free(stage);
+		free(got);
+		return -ENOMEM;
+	}
+	int rc = 0;
+	for (uint64_t j = 0; j < m->n_blk && !rc; j++) {
+		const uint64_t *e = mv->blk + j * (2 + 2ull * nv);
+		uint64_t a = j * SPILL_BLK, rows = min64(SPILL_BLK, m->valid - a);
+		char bn[32];
+		snprintf(bn, sizeof bn, "r%llu", (unsigned long long)j);
+		if (e[0] != rows ||
+		    e[1] != XXH3_64bits(mv->ids + a, rows * 4)) {
+			moor_errf(why, "%s: the manifest's rows or ids hash",
+				  bn);
+			rc = MOOR_EFORMAT;
+			break;
+		}
+		rc = load_file(c, efd, bn, SF_BLOCK, j, rows, e + 2, 2ull * nv,
+			       stage, rows * c->row_bytes, why);
+		if (rc)
+			break;
+		uint64_t vo = 0;
+		for (uint32_t v = 0; v < nv; v++) {
+			dfile_sum2((char *)stage + vo, rows * c->vg[v].rowb,
+				   got + 2 * v);
+			vo += rows * c->vg[v].rowb;
+		}
+		rc = sums_check(e + 2, got, 2ull * nv, bn, why);
+		if (!rc)
+			rc = rows_in(c, stage, rows, 0, a, rows);
+	}
+	for (uint64_t i = 0; i < m->n_anc && !rc; i++) {
+		const uint64_t *e = mv->anc + i * (1 + 2ull * ns);
+		char an[32];
+		snprintf(an, sizeof an, "a%llu", (unsigned long long)e[0]);
+		rc = load_file(c, efd, an, SF_ANCHOR, e[0], 0, e + 1, 2ull * ns,
+			       stage, c->sec_bytes, why);
+		if (!rc) {
+			secs_sums(c, stage, got);
+			rc = sums_check(e + 1, got, 2ull * ns, an, why);
+		}
+		if (!rc)
+			rc = anchor_adopt(c, e[0], stage, c->cfg.mem_ceiling);
+	}
+	if (m->end_len && !rc) {
+		rc = load_file(c, efd, "end", SF_END, m->end_len, 0, mv->end,
+			       2ull * ns, stage, c->sec_bytes, why);
+		if (!rc) {
+			secs_sums(c, stage, got);
+			rc = sums_check(mv->end, got, 2ull * ns, "end", why);
+		}
+		if (!rc)
+			rc = secs_in(c, stage);
+		if (!rc)
+			rc = end_keep(c, m->end_len, m->end_taint);
+	}
+	free(stage);
+	free(got);
+	return rc;
+}
+
+int spill_read_back(cache *c)
+{
+	if (!c->spill.on)
+		return 0;
+	c->spill.digest = layout_digest(c->lay);
+	char why[MOOR_ERRLEN] = "";
+	/* entries another engine's rows filled cannot be read by this one */
+	ent_info *v;
+	int n = list_entries(c, &v);
+	for (int i = 0; i < n; i++) {
+		int fd = open_dir_at(c->spill.dfd, v[i].name, 0);
+		if (fd < 0)
+			continue;
+		man_view mv = {0};
+		int rc = man_load(c, fd, &mv, why);
+		close(fd);
+		if (rc == MOOR_EVERSION) {
+			entry_delete(c, v[i].name, why);
+			c->spill.k.swept++;
+		} else if (!rc) {
+			free(mv.buf);
+		}
+	}
+	free(v);
+	char name[17] = "";
+	void *nb;
+	uint64_t nn;
+	int rc = dfile_read(c->spill.dfd, "resident", 64, &nb, &nn, why);
+	if (rc) {
+		if (rc != -ENOENT)
+			moor_warn("[spill] %s", why);
+		return 0;
+	}
+	if (nn == 16) {
+		memcpy(name, nb, 16);
+		name[16] = 0;
+	}
+	free(nb);
+	unlinkat(c->spill.dfd, "resident", 0);
+	if (!name[0] || strspn(name, "0123456789abcdef") != 16)
+		return 0;
+	int efd = open_dir_at(c->spill.dfd, name, 0);
+	if (efd < 0) {
+		moor_info("[spill] the drained entry %s is gone", name);
+		return 0;
+	}
+	double t0 = now_ms();
+	man_view mv = {0};
+	rc = man_load(c, efd, &mv, why);
+	if (!rc) {
+		rc = load_entry(c, efd, &mv, why);
+		if (!rc) {
+			memcpy(c->res_ids, mv.ids, mv.m->valid * 4);
+			c->valid = mv.m->valid;
+			c->taint = mv.m->taint < c->valid ? mv.m->taint
+							   : NO_TAINT;
+			free(c->res_session);
+			c->res_session = str_dup(mv.session);
+		}
+	}
+	close(efd);
+	if (rc) {
+		/* nothing of it is trusted: the live buffers start empty */
+		anchors_clear(c);
+		end_release(c);
+		c->valid = 0;
+		c->taint = NO_TAINT;
+		(void)secs_zero(c);
+		if (mv.buf)
+			free(mv.buf);
+		moor_warn("[spill] the restore of %s failed: %s",
+			  name, why[0] ? why : moor_strerror(rc));
+		entry_delete(c, name, "its restore failed");
+		c->spill.k.restore_failed++;
+		return 0;
+	}
+	uint64_t end_len = mv.m->end_len;
+	free(mv.buf);
+	/* the manifest's mtime is the entry's last use (the LRU's order) */
+	int mfd = openat(c->spill.dfd, name, O_RDONLY | O_DIRECTORY);
+	if (mfd >= 0) {
+		(void)utimensat(mfd, "manifest", NULL, 0);
+		close(mfd);
+	}
+	c->spill.k.restores++;
+	c->spill.last_restore_ms = now_ms() - t0;
+	moor_info("[spill] read back %s: %llu tokens (end anchor at %llu, %u "
+		  "anchors) in %.1f ms",
+		  name, (unsigned long long)c->valid,
+		  (unsigned long long)end_len, c->n_anc,
+		  c->spill.last_restore_ms);
+	return 0;
+}
+
+int spill_clear(cache *c)
+{
+	if (!c->spill.on)
+		return 0;
+	ent_info *v;
+	int n = list_entries(c, &v);
+	for (int i = 0; i < n; i++)
+		entry_delete(c, v[i].name, "cleared");
+	free(v);
+	unlinkat(c->spill.dfd, "resident", 0);
+	return 0;
+}
+
+void spill_stats(cache *c, uint64_t *entries, uint64_t *bytes)
+{
+	*entries = *bytes = 0;
+	if (!c->spill.on)
+		return;
+	ent_info *v;
+	int n = list_entries(c, &v);
+	for (int i = 0; i < n; i++) {
+		(*entries)++;
+		*bytes += v[i].bytes;
+	}
+	free(v);
+}

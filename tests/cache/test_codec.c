@@ -1,0 +1,117 @@
+/* test_codec: the NVMe tiers' codec (byte planes + zstd frames) is
+ * lossless and checked:
+ *   - round trips bit for bit (memcmp) for 0, 1 and 3 bytes, a bf16-like
+ *     buffer, random bytes (stored raw: they do not shrink), and a buffer
+ *     of two frames and an odd tail (8 MiB + 5 bytes);
+ *   - the encoded bytes are the same on 1 thread and on 3 (each frame
+ *     alone);
+ *   - bf16 rows of few exponents shrink (the planes' point);
+ *   - a flipped byte in a frame, a cut buffer, a wrong decoded size and a
+ *     bad magic are MOOR_EFORMAT, never a crash. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "moor.h"
+#include "t.h"
+
+static uint64_t rnd(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+static void bf16ish(uint8_t *p, uint64_t n, uint64_t seed)
+{
+	uint64_t x = seed | 1;
+	for (uint64_t i = 0; i + 1 < n; i += 2) {
+		/* values near +-1: a few exponents, random mantissas */
+		float f = (float)((double)(rnd(&x) % 20000) / 10000.0 - 1.0);
+		uint16_t h = moor_f32_to_bf16(f);
+		memcpy(p + i, &h, 2);
+	}
+	if (n & 1)
+		p[n - 1] = 0x5a;
+}
+
+static int roundtrip(const uint8_t *src, uint64_t n, moor_pool *pool,
+		     uint64_t *enc_n, const char *what)
+{
+	uint8_t *e = malloc(codec_bound(n)), *d = malloc(n + 1);
+	REQUIRE(e && d, "oom");
+	REQUIRE(codec_encode(src, n, e, enc_n, pool) == 0, "%s: encode", what);
+	CHECK(*enc_n <= codec_bound(n), "%s: within the bound", what);
+	int rc = codec_decode(e, *enc_n, d, n, pool);
+	CHECK(rc == 0, "%s: decode: %s", what, moor_strerror(rc));
+	int ok = rc == 0 && memcmp(src, d, n) == 0;
+	CHECK(ok, "%s: round trip bit for bit", what);
+	free(e);
+	free(d);
+	return ok;
+}
+
+int main(void)
+{
+	moor_pool *pool = moor_pool_new(3);
+	REQUIRE(pool, "pool");
+	uint64_t en;
+	uint8_t small[3] = {1, 2, 3};
+	roundtrip(small, 0, NULL, &en, "0 bytes");
+	roundtrip(small, 1, NULL, &en, "1 byte");
+	roundtrip(small, 3, pool, &en, "3 bytes");
+
+	uint64_t n = (8ull << 20) + 5;
+	uint8_t *b = malloc(n), *r = malloc(n);
+	REQUIRE(b && r, "oom");
+	bf16ish(b, n, 7);
+	uint64_t x = 99;
+	for (uint64_t i = 0; i < n; i++)
+		r[i] = (uint8_t)rnd(&x);
+	roundtrip(b, n, pool, &en, "bf16, two frames");
+	CHECK(en < n * 80 / 100,
+	      "bf16 values of few exponents shrink by 20%% or more: %llu of "
+	      "%llu",
+	      (unsigned long long)en, (unsigned long long)n);
+	uint64_t en_r;
+	roundtrip(r, n, pool, &en_r, "random bytes");
+	CHECK(en_r <= n + 32 + 16, "random bytes stored raw: %llu",
+	      (unsigned long long)en_r);
+
+	/* the same bytes whatever the threads */
+	uint8_t *e1 = malloc(codec_bound(n)), *e3 = malloc(codec_bound(n));
+	uint64_t n1, n3;
+	REQUIRE(e1 && e3, "oom");
+	REQUIRE(codec_encode(b, n, e1, &n1, NULL) == 0 &&
+		    codec_encode(b, n, e3, &n3, pool) == 0,
+		"encode");
+	CHECK(n1 == n3 && !memcmp(e1, e3, n1),
+	      "1 thread and 3 threads write the same bytes");
+
+	/* bad buffers */
+	uint8_t *d = malloc(n);
+	REQUIRE(d, "oom");
+	e1[n1 / 2] ^= 0x10;
+	CHECK(codec_decode(e1, n1, d, n, pool) == MOOR_EFORMAT,
+	      "a flipped byte in a frame");
+	e1[n1 / 2] ^= 0x10;
+	CHECK(codec_decode(e1, n1 - 7, d, n, pool) == MOOR_EFORMAT,
+	      "a cut buffer");
+	CHECK(codec_decode(e1, n1, d, n - 1, pool) == MOOR_EFORMAT,
+	      "a wrong decoded size");
+	CHECK(codec_decode(e1, 10, d, n, pool) == MOOR_EFORMAT,
+	      "shorter than a header");
+	e1[0] ^= 1;
+	CHECK(codec_decode(e1, n1, d, n, pool) == MOOR_EFORMAT, "bad magic");
+	e1[0] ^= 1;
+	CHECK(codec_decode(e1, n1, d, n, pool) == 0 && !memcmp(d, b, n),
+	      "the repaired buffer decodes again");
+	free(b);
+	free(r);
+	free(e1);
+	free(e3);
+	free(d);
+	moor_pool_free(pool);
+	return t_done("test_codec");
+}

@@ -1,0 +1,142 @@
+/* test_gw_compaction: compaction as a continuation (issue 12, point 3).
+ *
+ * Through the stack on the tiny model, one session (x-session-id as
+ * opencode sends it): three turns, each sending back what it was given;
+ * then opencode's compaction request (its agent's system prompt and one
+ * user message holding "<conversation> [User]: ... </conversation>" and
+ * the instructions). It must be served as the continuation of the
+ * session's end anchor: usage.moor.source "continuation", cached = the end
+ * anchor's length (the last turn's prompt as read plus what its state
+ * absorbed), re-reading only the new turn; prompt_tokens the client's
+ * count. The guard: the same request with a user line the conversation
+ * never had is served as sent (not a continuation).
+ */
+#include <stdlib.h>
+
+#include "t.h"
+
+#include "buf.h"
+#include "gwtest.h"
+#include "harness.h"
+
+static const char *const users[3] = {
+    "Write a function that adds two numbers.",
+    "Now make it handle lists.",
+    "Add a docstring.",
+};
+
+static json_t *post(json_t *b, const char *session, json_t **usage)
+{
+	char *body = json_dumps(b, JSON_COMPACT);
+	char hdr[128];
+	snprintf(hdr, sizeof hdr, "x-session-id: %s\r\n", session);
+	gt_resp r = gt_request(gt_.port, "POST", "/v1/chat/completions", body,
+			       hdr, 120);
+	free(body);
+	REQUIRE(r.status == 200, "%d %s", r.status, r.body);
+	json_t *j = gt_json(&r);
+	REQUIRE(j, "not JSON: %s", r.body);
+	gt_resp_fini(&r);
+	*usage = json_object_get(j, "usage");
+	return j;
+}
+
+static char *compaction_body(const char *first, const char *last)
+{
+	moor_buf u = {0};
+	moor_buf_printf(&u,
+			"Here is the conversation so far:\n<conversation>\n"
+			"[User]: %s\n[Assistant]: (an answer)\n"
+			"[User]: %s\n[Assistant]: (another answer)\n"
+			"</conversation>\n\nProvide a detailed summary of the "
+			"conversation above, for continuing it.",
+			first, last);
+	json_t *b = json_pack(
+	    "{s:[{s:s,s:s},{s:s,s:s}],s:i,s:i}", "messages", "role", "system",
+	    "content", "You are a helpful AI assistant tasked with summarizing "
+		       "conversations.",
+	    "role", "user", "content", u.p, "max_tokens", 16, "temperature", 0);
+	moor_buf_fini(&u);
+	char *t = json_dumps(b, JSON_COMPACT);
+	json_decref(b);
+	return t;
+}
+
+static void compaction(const char *session, const char *first,
+		       const char *last, long long *cached, char *src,
+		       long long *reread, long long *prompt, long long *read)
+{
+	char *body = compaction_body(first, last);
+	json_t *b = json_loads(body, 0, NULL);
+	free(body);
+	json_t *u;
+	json_t *j = post(b, session, &u);
+	json_decref(b);
+	*cached = gt_int(u, "moor.cached");
+	*reread = gt_int(u, "moor.reread");
+	*prompt = gt_int(u, "prompt_tokens");
+	*read = gt_int(u, "moor.prompt_read");
+	snprintf(src, 32, "%s",
+		 gt_str(u, "moor.source") ? gt_str(u, "moor.source") : "-");
+	json_decref(j);
+}
+
+int main(int argc, char **argv)
+{
+	gt_stack(argc, argv, "gwcompact", 300, NULL, NULL, NULL);
+	const char *S = "ses_compaction_test";
+	json_t *msgs = json_array();
+	long long end = 0;
+	for (int t = 0; t < 3; t++) {
+		json_array_append_new(msgs, json_pack("{s:s,s:s}", "role",
+						      "user", "content",
+						      users[t]));
+		json_t *b = json_pack("{s:O,s:i,s:i}", "messages", msgs,
+				      "max_tokens", 24, "temperature", 0);
+		json_t *u;
+		json_t *j = post(b, S, &u);
+		json_decref(b);
+		long long read = gt_int(u, "moor.prompt_read");
+		long long comp = gt_int(u, "completion_tokens");
+		const char *fin = gt_str(j, "choices.0.finish_reason");
+		/* the stop token is sampled, never forwarded */
+		end = read + comp - (fin && !strcmp(fin, "stop") ? 1 : 0);
+		printf("turn %d: read %lld completion %lld (%s) source %s\n", t,
+		       read, comp, fin, gt_str(u, "moor.source"));
+		json_t *m = json_deep_copy(json_object_get(
+		    json_array_get(json_object_get(j, "choices"), 0),
+		    "message"));
+		if (!json_is_string(json_object_get(m, "content")))
+			json_object_set_new(m, "content", json_string(""));
+		json_array_append_new(msgs, m);
+		json_decref(j);
+	}
+	json_decref(msgs);
+
+	long long cached, reread, prompt, read;
+	char src[32];
+	compaction(S, users[0], users[2], &cached, src, &reread, &prompt,
+		   &read);
+	printf("compaction: source %s cached %lld reread %lld prompt %lld "
+	       "(read %lld); the end anchor was at %lld\n",
+	       src, cached, reread, prompt, read, end);
+	CHECK(!strcmp(src, "continuation"), "compaction served from %s", src);
+	CHECK(cached == end, "compaction resumed at %lld, the end at %lld",
+	      cached, end);
+	CHECK(reread > 0 && reread < 80, "compaction re-read %lld", reread);
+	CHECK(prompt != read,
+	      "prompt_tokens %lld: not the client's count (read %lld)", prompt,
+	      read);
+
+	/* the guard: a user line the conversation never had */
+	compaction(S, users[0], "What is the capital of France?", &cached, src,
+		   &reread, &prompt, &read);
+	printf("guard miss: source %s cached %lld reread %lld\n", src, cached,
+	       reread);
+	CHECK(strcmp(src, "continuation") != 0,
+	      "a compaction whose history is not the record's was served as "
+	      "its continuation");
+	CHECK(prompt == read, "served as sent: read %lld of %lld", read,
+	      prompt);
+	return h_done("test_gw_compaction");
+}
