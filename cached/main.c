@@ -129,10 +129,11 @@ static void on_pipe_gone(nng_pipe p, nng_pipe_ev ev, void *arg)
 
 static int send_msg(cd *d, int w, proto_msg *m)
 {
-	/* the engine may read what this request copied once it hears back */
-	if (w == SOCK_ENG && m->h.type != PROTO_ERROR) {
+	/* the engine may read what this request copied once it hears back
+	 * (an error too: a plan that failed half way copied some) */
+	if (w == SOCK_ENG) {
 		int sr = cache_sync(d->c);
-		if (sr) {
+		if (sr && m->h.type != PROTO_ERROR) {
 			proto_msg e = {0};
 			e.h.type = PROTO_ERROR;
 			e.h.req = m->h.req;

@@ -38,7 +38,8 @@ void srv_send_done(srv *s, nng_pipe p, uint64_t req, uint32_t finish,
 	eng_out_send(s->out, p, &d);
 }
 
-/* PROTO_ERROR{code, text} with request id req, to pipe p. */
+/* PROTO_ERROR{code, text} with request id req, to pipe p, through the
+ * outbox. */
 static void send_error(srv *s, nng_pipe p, uint64_t req, int code,
 		       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 static void send_error(srv *s, nng_pipe p, uint64_t req, int code,
@@ -224,13 +225,12 @@ void *srv_receiver_main(void *arg)
 		}
 		if (rc == MOOR_EVERSION) {
 			send_error(s, p, m.h.req, MOOR_EVERSION,
-					 "protocol version %u; engined speaks "
-					 "version %u",
-					 m.h.version, PROTO_VERSION);
+				   "protocol version %u; engined speaks "
+				   "version %u",
+				   m.h.version, PROTO_VERSION);
 		} else if (rc) {
-			send_error(
-			    s, p, m.h.req, rc, "malformed %s message: %s",
-			    proto_type_name(m.h.type), moor_strerror(rc));
+			send_error(s, p, m.h.req, rc, "malformed %s message: %s",
+				   proto_type_name(m.h.type), moor_strerror(rc));
 		} else if (m.h.type == PROTO_GENERATE) {
 			on_generate(s, p, &m);
 		} else if (m.h.type == PROTO_CANCEL) {
@@ -239,10 +239,9 @@ void *srv_receiver_main(void *arg)
 			eng_out_credit(s->out, p, m.u.credit.n);
 		} else {
 			send_error(s, p, m.h.req, MOOR_EUNSUP,
-					 "%s (type %u) is not served on "
-					 "engined.sock (GENERATE, CANCEL, "
-					 "CREDIT)",
-					 proto_type_name(m.h.type), m.h.type);
+				   "%s (type %u) is not served on "
+				   "engined.sock (GENERATE, CANCEL, CREDIT)",
+				   proto_type_name(m.h.type), m.h.type);
 		}
 		proto_msg_fini(&m);
 	}

@@ -33,7 +33,6 @@
 
 #include "moor.h"
 #include "net.h"
-#include "outbox.h"
 #include "serve_int.h"
 #include "util.h"
 

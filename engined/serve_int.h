@@ -26,6 +26,7 @@
 #include <nng/nng.h>
 
 #include "eng.h"
+#include "outbox.h"
 #include "proto.h"
 #include "serve.h"
 
@@ -66,7 +67,7 @@ typedef struct srv {
 	/* clients (PAIR1 poly); every send to them goes through `out` */
 	nng_socket cs;
 	int cs_open;
-	struct eng_outbox *out; /* outbox.h */
+	eng_outbox *out;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	job **queue; /* FIFO of queue_max */

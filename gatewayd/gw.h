@@ -15,6 +15,7 @@
  *   align.c    the end alignment of a copy (asks cached, text/endalign.c)
  *   compact.c  compaction as a continuation of the session's end anchor
  *   respcache.c the response cache (--response-cache)
+ *   journal.c  a JSON line per turn in the state directory
  *   peek.c     POST /v1/cache/peek
  *   routes.c   the routes that are not generations (models, health, ...)
  *   metrics.c  the counters, the prefill rate and GET /metrics' text
@@ -130,6 +131,8 @@ typedef struct gw_cfg {
 	int end_align;	 /* --end-align (align.c) */
 	uint32_t reasoning_budget; /* --reasoning-budget (0: none) */
 	int response_cache;	   /* --response-cache (respcache.c), off */
+	char state_dir[256];	   /* --state-dir: the journal; "" none */
+	uint32_t journal_max_mb;   /* --journal-max-mb, 64 */
 	int end_align_reasoning; /* --end-align-reasoning: its second pass */
 } gw_cfg;
 
@@ -181,6 +184,7 @@ enum {
 	GW_ROUTE_STATS,
 	GW_ROUTE_CLEAR,
 	GW_ROUTE_PEEK,
+	GW_ROUTE_PREWARM,
 	GW_ROUTE_OTHER,
 	GW_ROUTE_N
 };
@@ -233,6 +237,8 @@ typedef struct gw_job {
 	int align_pass;	   /* the end alignment's pass; 0: the copy as sent */
 	uint64_t injected; /* hidden-span tokens the alignment put back */
 	int continuation;  /* served as a compaction's continuation */
+	uint32_t pw_tier;  /* a prewarm: the tier the peek found */
+	uint64_t pw_cached;
 	int from_cache;	   /* answered by the response cache */
 	int32_t *rec;	   /* the generation's tokens, for the response */
 	uint32_t *rec_fin; /* cache (respcache.c) */
@@ -461,6 +467,9 @@ void gw_sse_proceed(h2o_generator_t *g, h2o_req_t *req);
  * of the copy (text/endalign.h); sets n_client, may replace p.ids. */
 void gw_align_work(gw_job *j);
 
+/* journal.c: one JSON line per finished turn (--state-dir) */
+void gw_journal_turn(gw_job *j, const char *finish);
+
 /* respcache.c: the response cache (off unless --response-cache on) */
 int gw_rc_greedy(const gw_job *j);
 /* Answers j from memory when an identical greedy request was kept: 1 (the
@@ -487,8 +496,14 @@ void gw_compact_fini(gw_compact *c);
 int gw_compact_build(gw_srv *s, const gw_compact *cp, const int32_t *rows,
 		     size_t end, int32_t **ids, size_t *n, const char **why);
 
-/* peek.c: POST /v1/cache/peek */
+/* peek.c: POST /v1/cache/peek and POST /v1/cache/prewarm */
 int gw_on_cache_peek(gw_srv *s, h2o_req_t *req);
+int gw_on_cache_prewarm(gw_srv *s, h2o_req_t *req);
+/* A prewarm's generation ended (reply.c hands its DONE here). */
+void gw_prewarm_done(gw_job *j);
+/* job.c: sends a prepared job to engined (or holds it while engined is
+ * down); the job's reference for the engine is taken here. */
+void gw_job_submit(gw_job *j);
 /* On the thread pool, after the body was read: the round trip to cached. */
 void gw_peek_work(gw_job *j);
 /* On the loop: the answer. */

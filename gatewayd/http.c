@@ -108,6 +108,7 @@ static const route routes[] = {
     {"/v1/cache/stats", "GET", GW_ROUTE_STATS, gw_on_cache_stats},
     {"/v1/cache/clear", "POST", GW_ROUTE_CLEAR, gw_on_cache_clear},
     {"/v1/cache/peek", "POST", GW_ROUTE_PEEK, gw_on_cache_peek},
+    {"/v1/cache/prewarm", "POST", GW_ROUTE_PREWARM, gw_on_cache_prewarm},
 };
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)

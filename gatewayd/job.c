@@ -212,7 +212,7 @@ static void fail_engine(gw_job *j, int code, const char *msg)
 	gw_reply_finish(j);
 }
 
-static void submit(gw_job *j)
+void gw_job_submit(gw_job *j)
 {
 	gw_srv *s = j->s;
 	j->rid = ++s->next_rid;
@@ -285,7 +285,7 @@ static void prepare_after(uv_work_t *w, int status)
 		return;
 	}
 	j->ts_init = 1;
-	submit(j);
+	gw_job_submit(j);
 	gw_job_unref(j); /* the work's */
 }
 

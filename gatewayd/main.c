@@ -8,7 +8,9 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <errno.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -74,6 +76,10 @@ static void usage(FILE *f)
 		"  --end-align-reasoning on|off  its second pass, for copies "
 		"that leave\n"
 		"                           earlier reasoning out (on)\n"
+		"  --state-dir DIR          the journal: DIR/journal.jsonl, a "
+		"line a turn\n"
+		"                           (default: none)\n"
+		"  --journal-max-mb N       rotate the journal past N MiB (64)\n"
 		"  --response-cache on|off  answer an identical greedy request "
 		"from\n"
 		"                           memory (off)\n"
@@ -186,6 +192,7 @@ int main(int argc, char **argv)
 	s->cfg.default_max_tokens = 1024;
 	s->cfg.window = 32768;
 	s->cfg.end_align = 1;
+	s->cfg.journal_max_mb = 64;
 	s->cfg.end_align_reasoning = 1;
 	s->cfg.admin_token = getenv("MOOR_ADMIN_TOKEN");
 	s->defs = (gw_gen_defaults){.temperature = 1.0, .top_p = 1.0};
@@ -213,6 +220,8 @@ int main(int argc, char **argv)
 		O_ALIGN_R,
 		O_BUDGET,
 		O_RCACHE,
+		O_STATE,
+		O_JMAX,
 		O_HELP
 	};
 	static const struct option lo[] = {
@@ -238,6 +247,8 @@ int main(int argc, char **argv)
 	    {"end-align-reasoning", 1, 0, O_ALIGN_R},
 	    {"reasoning-budget", 1, 0, O_BUDGET},
 	    {"response-cache", 1, 0, O_RCACHE},
+	    {"state-dir", 1, 0, O_STATE},
+	    {"journal-max-mb", 1, 0, O_JMAX},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
 	};
@@ -375,6 +386,21 @@ int main(int argc, char **argv)
 			moor_log_level = k;
 			break;
 		}
+		case O_STATE:
+			snprintf(s->cfg.state_dir, sizeof s->cfg.state_dir,
+				 "%s", optarg);
+			break;
+		case O_JMAX:
+			if (moor_parse_u32(optarg, &s->cfg.journal_max_mb) ||
+			    !s->cfg.journal_max_mb ||
+			    s->cfg.journal_max_mb > 65536) {
+				fprintf(stderr,
+					"gatewayd: --journal-max-mb %s: "
+					"expected 1 to 65536\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case O_BUDGET:
 			if (moor_parse_u32(optarg, &s->cfg.reasoning_budget)) {
 				fprintf(stderr,
@@ -448,6 +474,12 @@ int main(int argc, char **argv)
 	}
 	if (!s->cfg.run_dir[0])
 		moor_run_dir_default(s->cfg.run_dir, sizeof s->cfg.run_dir);
+	if (s->cfg.state_dir[0] && mkdir(s->cfg.state_dir, 0755) &&
+	    errno != EEXIST) {
+		moor_err("--state-dir %s: %s", s->cfg.state_dir,
+			 strerror(errno));
+		return 1;
+	}
 	if (served) {
 		snprintf(s->cfg.served, sizeof s->cfg.served, "%s", served);
 	} else {
@@ -479,11 +511,6 @@ int main(int argc, char **argv)
 			s->stop_ids[s->n_stop_ids++] = id;
 	}
 	read_gen_config(s);
-	if (gw_admit_init(&s->admit, s->cfg.queue_max, s->cfg.inflight,
-			  s->cfg.queue_wait_s)) {
-		moor_err("out of memory");
-		return 1;
-	}
 	s->think_close = gw_tok_token_id(s->tok, "</think>");
 	if (s->think_close >= 0) {
 		int32_t *a = NULL, *b = NULL;
@@ -500,6 +527,11 @@ int main(int argc, char **argv)
 		}
 		free(a);
 		free(b);
+	}
+	if (gw_admit_init(&s->admit, s->cfg.queue_max, s->cfg.inflight,
+			  s->cfg.queue_wait_s)) {
+		moor_err("out of memory");
+		return 1;
 	}
 	s->started_unix = (int64_t)time(NULL);
 	{
