@@ -41,6 +41,7 @@ void cache_cfg_defaults(cache_cfg *c)
 	c->spill_bytes = 64 * GiB;
 	c->spill_hours = 48;
 	c->spill_codec = 1;
+	c->spill_min_tokens = 16384;
 	c->codec_threads = 8;
 }
 
@@ -302,9 +303,10 @@ char *str_dup(const char *s)
 
 const char *cache_tier_name(int tier)
 {
-	static const char *const names[] = {"none", "resident", "end",	"pin",
-					    "park", "store",	"stash"};
-	if (tier < 0 || tier > CACHE_TIER_STASH)
+	static const char *const names[] = {"none",  "resident", "end",
+					    "pin",   "park",	 "store",
+					    "stash", "spill"};
+	if (tier < 0 || tier > CACHE_TIER_SPILL)
 		return "unknown";
 	return names[tier];
 }
@@ -639,7 +641,7 @@ char *cache_stats_json(cache *c)
 	SETI(r, "commits", k->commits);
 	SETI(r, "aborts", k->aborts);
 	json_t *tiers = json_object();
-	for (int t = 0; t <= CACHE_TIER_STASH; t++)
+	for (int t = 0; t <= CACHE_TIER_SPILL; t++)
 		SETI(tiers, cache_tier_name(t), k->tier_hits[t]);
 	json_object_set_new(r, "tiers", tiers);
 
@@ -757,6 +759,9 @@ char *cache_stats_json(cache *c)
 		SETI(o, "swept", c->spill.k.swept);
 		SETI(o, "expired", c->spill.k.expired);
 		SETI(o, "evicted", c->spill.k.evicted);
+		SETI(o, "evict_saves", c->spill.k.evict_saves);
+		SETI(o, "hits", c->spill.k.hits);
+		SETI(o, "hit_failed", c->spill.k.hit_failed);
 		json_object_set_new(o, "last_save_ms",
 				    json_real(c->spill.last_save_ms));
 		json_object_set_new(o, "last_restore_ms",

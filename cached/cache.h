@@ -152,6 +152,9 @@ typedef struct cache_cfg {
 	uint64_t spill_bytes;    /* --session-spill-gb 64 */
 	uint32_t spill_hours;    /* an entry unused this long goes: 48 */
 	int spill_codec;         /* byte planes + zstd frames (codec.h), on */
+	uint32_t spill_min_tokens; /* --session-spill-min-tokens 16384: an
+				    * eviction writes a conversation this long
+				    * that the park cannot hold whole */
 	uint32_t codec_threads;  /* the codec's threads: 8 */
 	int unified;             /* both arenas are one memory (the CPU
 				  * backend, a unified-memory board): the
@@ -207,6 +210,7 @@ enum cache_tier {
 	CACHE_TIER_PARK = 4,
 	CACHE_TIER_STORE = 5,
 	CACHE_TIER_STASH = 6,
+	CACHE_TIER_SPILL = 7, /* a conversation read back from the spill */
 };
 const char *cache_tier_name(int tier);
 

@@ -187,6 +187,11 @@ struct cache {
 	struct {
 		int on;
 		int dfd;	 /* DIR/sessions */
+		/* the entries this layout reads (spill_index_*): their ids,
+		 * lines and the end, for the planner's offer */
+		struct spill_ent *ent;
+		uint32_t n_ent;
+		double read_bps; /* measured by the last restore */
 		struct moor_pool *pool; /* the codec's threads (NULL: one) */
 		uint64_t digest; /* the attached layout's */
 		double last_save_ms, last_restore_ms;
@@ -194,7 +199,8 @@ struct cache {
 			uint64_t saves, save_failed, restores, restore_failed,
 			    blocks_written, blocks_kept, anchors_written,
 			    anchors_kept, bytes_written, bytes_read, swept,
-			    expired, evicted, codec_raw, codec_out;
+			    expired, evicted, codec_raw, codec_out,
+			    evict_saves, hits, hit_failed;
 		} k;
 	} spill;
 };
@@ -348,6 +354,26 @@ void spill_close(cache *c);
  * leaves them empty; it is logged, never returned). */
 int spill_read_back(cache *c);
 int spill_clear(cache *c);
+/* The planner's offer: the entry whose end anchor (or, below it, a saved
+ * grid anchor) continues ids[0, n) furthest, when that line is more than a
+ * grid chunk above `ram` (what RAM offers) and reading it costs less than
+ * the prefill it saves. Its index (-1: none), the line in *start and the
+ * entry's taint in *taint. Nothing is read. */
+int spill_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
+		uint64_t *start, uint64_t *taint);
+/* Restores entry `name` (an offer's) up to line s into the live buffers: the rows [k, s),
+ * the state at s, the saved anchors in (k, s] as resident anchors. Every
+ * id is compared with ids[0, s) and every block and anchor checked first
+ * (a failure costs the entry: deleted, MOOR_EFORMAT). */
+int spill_restore(cache *c, const char *name, const int32_t *ids,
+		  uint64_t k, uint64_t s, uint64_t limit);
+/* The entry name of offer i (valid until the next spill call). */
+const char *spill_ent_name(cache *c, int i);
+/* An eviction: the resident conversation, about to be replaced by another
+ * session's rows from `base`, is written to the spill when it holds at
+ * least spill_min_tokens and the park cannot hold it whole. 1 when
+ * written (it is then not parked). */
+int spill_evict(cache *c, uint64_t base);
 void spill_stats(cache *c, uint64_t *entries, uint64_t *bytes);
 
 /* ---- planner.c ---- */

@@ -894,7 +894,8 @@ static void usage(FILE *f)
 	    "NVMe tiers:\n"
 	    "  --disk-dir DIR           the tiers' directory (the session "
 	    "spill in DIR/sessions); default none: off\n"
-	    "  --session-spill-gb G (64)  --session-spill-hours N (48)\n"
+	    "  --session-spill-gb G (64)  --session-spill-hours N (48)  "
+	    "--session-spill-min-tokens N (16384)\n"
 	    "  --spill-codec on|off (on: byte planes + zstd)  --codec-threads "
 	    "N (8)\n"
 	    "  --log-level error|warn|info|debug\n");
@@ -953,6 +954,7 @@ enum {
 	O_DISK_DIR,
 	O_SPILL_GB,
 	O_SPILL_H,
+	O_SPILL_MIN,
 	O_CODEC,
 	O_CODEC_T,
 	O_LOG,
@@ -1018,6 +1020,7 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 	    {"disk-dir", 1, 0, O_DISK_DIR},
 	    {"session-spill-gb", 1, 0, O_SPILL_GB},
 	    {"session-spill-hours", 1, 0, O_SPILL_H},
+	    {"session-spill-min-tokens", 1, 0, O_SPILL_MIN},
 	    {"spill-codec", 1, 0, O_CODEC},
 	    {"codec-threads", 1, 0, O_CODEC_T},
 	    {"log-level", 1, 0, O_LOG},
@@ -1129,6 +1132,9 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 			break;
 		case O_SPILL_H:
 			bad = moor_parse_u32(optarg, &c->spill_hours);
+			break;
+		case O_SPILL_MIN:
+			bad = moor_parse_u32(optarg, &c->spill_min_tokens);
 			break;
 		case O_CODEC:
 			bad = parse_onoff(optarg, &c->spill_codec);

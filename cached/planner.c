@@ -24,6 +24,7 @@
  * protected (stash, pin, park), the cut is made, the source restored, and
  * the slots reserved.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,11 +43,15 @@ typedef struct plan_a {
 	int store_seen;
 	uint64_t stash_lo, stash_hi, stash_bytes;
 	int act;
+	const int32_t *ids; /* the request's */
+	uint64_t src_taint;  /* the spill entry's */
+	char spill_name[17];
 } plan_a;
 
 static void analyze(cache *c, const cache_req *r, int allow_guest, plan_a *A)
 {
 	memset(A, 0, sizeof *A);
+	A->ids = r->ids;
 	uint64_t n = r->n, t_res = c->taint;
 	A->n = n;
 	A->c_res = common_prefix(r->ids, n, c->res_ids, c->valid);
@@ -95,6 +100,18 @@ static void analyze(cache *c, const cache_req *r, int allow_guest, plan_a *A)
 			A->start = c->st[s].len;
 			A->src = s;
 		}
+		/* the session spill: only further than RAM by a chunk and
+		 * cheaper to read than to prefill (spill_offer) */
+		uint64_t ss, st;
+		int e = A->guest ? -1
+				 : spill_offer(c, r->ids, n, A->start, &ss, &st);
+		if (e >= 0) {
+			A->tier = CACHE_TIER_SPILL;
+			A->start = ss;
+			A->src_taint = st;
+			snprintf(A->spill_name, sizeof A->spill_name, "%s",
+				 spill_ent_name(c, e));
+		}
 	}
 	A->src_line = A->start;
 	uint64_t s = A->start, t = NO_TAINT;
@@ -128,6 +145,13 @@ static void analyze(cache *c, const cache_req *r, int allow_guest, plan_a *A)
 		A->cut = c->park.base;
 		t = min64(t_res < c->park.base ? t_res : NO_TAINT,
 			  c->park.taint < s ? c->park.taint : NO_TAINT);
+		break;
+	case CACHE_TIER_SPILL:
+		/* rows in place below k are clean and the entry's: its
+		 * blocks from k on are read */
+		A->k = min64(min64(A->c_res, t_res), s);
+		A->cut = A->k;
+		t = A->src_taint < s ? A->src_taint : NO_TAINT;
 		break;
 	}
 	if (s % c->lay->grid)
@@ -233,6 +257,9 @@ static int restore(cache *c, const plan_a *A, uint64_t limit)
 		return MOOR_ERANGE;
 	case CACHE_TIER_PARK:
 		return park_swap(c, A->src, limit);
+	case CACHE_TIER_SPILL:
+		return spill_restore(c, A->spill_name, A->ids, A->k, A->start,
+				     limit);
 	}
 	return MOOR_ERANGE;
 }
@@ -396,6 +423,9 @@ int cache_peek(cache *c, const cache_req *r, cache_peek_out *out, char *err)
 	case CACHE_TIER_PARK:
 		rb += c->sec_bytes + (c->park.top - c->park.base) * rowb;
 		break;
+	case CACHE_TIER_SPILL:
+		rb += c->sec_bytes + (A.start - A.k) * rowb;
+		break;
 	}
 	int tier = A.tier;
 	if (c->stash.have &&
@@ -468,13 +498,27 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 			    session_same(c->park.session, r->session))
 				park_drop(c);
 		} else if (A.act == ACT_PARK) {
-			(void)park_make(c, A.cut, limit);
+			/* a long conversation the park cannot hold whole goes
+			 * to the spill instead */
+			if (!spill_evict(c, A.cut))
+				(void)park_make(c, A.cut, limit);
 		}
 		if (A.tier != CACHE_TIER_PARK)
 			resident_cut(c, A.cut);
 	}
 	rc = restore(c, &A, limit);
 	set_busy(c, &A, 0);
+	if (rc && A.tier == CACHE_TIER_SPILL) {
+		/* a file that fails costs the entry, never an answer: the
+		 * prompt prefills cold */
+		moor_warn("cache: the spill entry failed its checks: a cold "
+			  "prefill");
+		resident_cut(c, 0);
+		A.tier = CACHE_TIER_NONE;
+		A.start = A.cut = A.k = 0;
+		A.taint = NO_TAINT;
+		rc = secs_zero(c);
+	}
 	if (rc) {
 		moor_errf(err, "cache: restoring from the %s failed: %s",
 			  cache_tier_name(A.tier), moor_strerror(rc));
@@ -505,8 +549,9 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	/* the marks below the start describe the ids there: the park's came
 	 * back with its rows; another source shares ids with the rows in
 	 * place only up to c_res */
-	t->mk_keep = A.tier == CACHE_TIER_PARK ? A.start
-					       : min64(A.start, A.c_res);
+	t->mk_keep = A.tier == CACHE_TIER_PARK || A.tier == CACHE_TIER_SPILL
+			 ? A.start
+			 : min64(A.start, A.c_res);
 	t->n_slots = 0;
 	if (!r->no_cache)
 		reserve_slots(c, limit);

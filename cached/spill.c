@@ -72,7 +72,7 @@
 #include "moor.h"
 
 #define SPILL_MAGIC 0x314c5053524f4f4dull /* "MOORSPL1" */
-#define SPILL_VERSION 2u
+#define SPILL_VERSION 3u
 #define SPILL_BLK 1024u
 #define SPILL_ANCHORS 4u
 
@@ -99,8 +99,10 @@ _Static_assert(sizeof(spill_hdr) == 104, "spill_hdr is 104 bytes");
 typedef struct spill_man {
 	uint64_t valid, taint, end_len, end_taint;
 	uint64_t n_blk, n_anc, session_len, saved_at; /* unix seconds */
+	uint64_t n_mk; /* the rows' marks (cache_mark: 24 bytes each) */
 } spill_man;
-_Static_assert(sizeof(spill_man) == 64, "spill_man is 64 bytes");
+_Static_assert(sizeof(spill_man) == 72, "spill_man is 72 bytes");
+_Static_assert(sizeof(cache_mark) == 24, "a mark is 24 bytes on disk");
 
 /* ---- the layout's digest: what a stored byte's meaning depends on ---- */
 
@@ -135,6 +137,40 @@ static uint64_t layout_digest(const cache_layout *l)
 	uint64_t h = XXH3_64bits_digest(s);
 	XXH3_freeState(s);
 	return h;
+}
+
+/* ---- the index of entries (the planner's offer) ---- */
+
+/* The seed's fastest cold prefill: a read is worth taking when it costs
+ * less than prefilling what it restores at this rate (cached does not see
+ * the engine's rate; a slower engine only makes the read worth more). */
+#define SPILL_PREFILL_TPS 740.0
+
+typedef struct spill_ent {
+	char name[17];
+	int32_t *ids; /* [valid] */
+	uint64_t valid, taint, end_len;
+	uint32_t n_anc;
+	uint64_t anc[SPILL_ANCHORS];
+} spill_ent;
+
+static void index_drop(cache *c, const char *name)
+{
+	for (uint32_t i = 0; i < c->spill.n_ent; i++)
+		if (!strcmp(c->spill.ent[i].name, name)) {
+			free(c->spill.ent[i].ids);
+			c->spill.ent[i] = c->spill.ent[--c->spill.n_ent];
+			return;
+		}
+}
+
+static void index_clear(cache *c)
+{
+	for (uint32_t i = 0; i < c->spill.n_ent; i++)
+		free(c->spill.ent[i].ids);
+	free(c->spill.ent);
+	c->spill.ent = NULL;
+	c->spill.n_ent = 0;
 }
 
 /* ---- the directory ---- */
@@ -233,6 +269,7 @@ static int list_entries(cache *c, ent_info **out)
 
 static void entry_delete(cache *c, const char *name, const char *why)
 {
+	index_drop(c, name);
 	if (dfile_rm_rf(c->spill.dfd, name) == 0)
 		moor_info("[spill] entry %s deleted: %s", name, why);
 	(void)dfile_sync_dir(c->spill.dfd, NULL);
@@ -300,6 +337,7 @@ void spill_close(cache *c)
 	c->spill.on = 0;
 	moor_pool_free(c->spill.pool);
 	c->spill.pool = NULL;
+	index_clear(c);
 }
 
 /* ---- the manifest ---- */
@@ -315,6 +353,7 @@ typedef struct man_view {
 	uint64_t *blk;	 /* per block: rows, ids hash, 2 * n_views sums */
 	uint64_t *anc;	 /* per anchor: line, 2 * n_sections sums */
 	uint64_t *end;	 /* 2 * n_sections sums, or NULL */
+	cache_mark *mk;	 /* n_mk marks */
 } man_view;
 
 static uint64_t pad8(uint64_t x)
@@ -362,7 +401,7 @@ static int man_parse(cache *c, void *buf, uint64_t len, man_view *mv,
 	if (m->valid == 0 || m->valid > c->lay->window ||
 	    m->n_blk != (m->valid + SPILL_BLK - 1) / SPILL_BLK ||
 	    m->n_anc > SPILL_ANCHORS || m->end_len > m->valid ||
-	    m->session_len > 4096) {
+	    m->session_len > 4096 || m->n_mk > m->valid) {
 		snprintf(why, MOOR_ERRLEN,
 			 "manifest: valid %llu (window %llu), %llu blocks, "
 			 "%llu anchors, end %llu",
@@ -376,7 +415,7 @@ static int man_parse(cache *c, void *buf, uint64_t len, man_view *mv,
 	uint64_t need = o + pad8(m->session_len) + pad8(m->valid * 4) +
 			m->n_blk * (2 + 2ull * nv) * 8 +
 			m->n_anc * (1 + 2ull * ns) * 8 +
-			(m->end_len ? 2ull * ns * 8 : 0) + 8;
+			(m->end_len ? 2ull * ns * 8 : 0) + m->n_mk * 24 + 8;
 	if (need != len) {
 		snprintf(why, MOOR_ERRLEN,
 			 "manifest: %llu bytes where its counts say %llu",
@@ -394,6 +433,14 @@ static int man_parse(cache *c, void *buf, uint64_t len, man_view *mv,
 	mv->anc = (uint64_t *)((char *)buf + o);
 	o += m->n_anc * (1 + 2ull * ns) * 8;
 	mv->end = m->end_len ? (uint64_t *)((char *)buf + o) : NULL;
+	o += m->end_len ? 2ull * ns * 8 : 0;
+	mv->mk = (cache_mark *)((char *)buf + o);
+	for (uint64_t i = 0; i < m->n_mk; i++)
+		if (mv->mk[i].start > m->valid ||
+		    mv->mk[i].len > m->valid - mv->mk[i].start) {
+			snprintf(why, MOOR_ERRLEN, "manifest: a mark past the rows");
+			return MOOR_EFORMAT;
+		}
 	if (mv->session && memchr(mv->session, 0, m->session_len) !=
 			       mv->session + m->session_len - 1) {
 		snprintf(why, MOOR_ERRLEN, "manifest: a bad session key");
@@ -431,6 +478,44 @@ static int man_load(cache *c, int efd, man_view *mv, char *why)
 		memset(mv, 0, sizeof *mv);
 	}
 	return rc;
+}
+
+static void index_put(cache *c, const char *name, const man_view *mv)
+{
+	index_drop(c, name);
+	spill_ent *v = realloc(c->spill.ent,
+			       (c->spill.n_ent + 1) * sizeof *c->spill.ent);
+	if (!v)
+		return;
+	c->spill.ent = v;
+	spill_ent *e = &v[c->spill.n_ent];
+	memset(e, 0, sizeof *e);
+	e->ids = malloc(mv->m->valid * 4);
+	if (!e->ids)
+		return;
+	memcpy(e->ids, mv->ids, mv->m->valid * 4);
+	snprintf(e->name, sizeof e->name, "%s", name);
+	e->valid = mv->m->valid;
+	e->taint = mv->m->taint;
+	e->end_len = mv->m->end_len;
+	e->n_anc = (uint32_t)mv->m->n_anc;
+	for (uint32_t i = 0; i < e->n_anc; i++)
+		e->anc[i] = mv->anc[i * (1 + 2ull * c->lay->n_sections)];
+	c->spill.n_ent++;
+}
+
+static void index_load(cache *c, const char *name)
+{
+	int efd = open_dir_at(c->spill.dfd, name, 0);
+	if (efd < 0)
+		return;
+	char why[MOOR_ERRLEN];
+	man_view mv = {0};
+	if (man_load(c, efd, &mv, why) == 0) {
+		index_put(c, name, &mv);
+		free(mv.buf);
+	}
+	close(efd);
 }
 
 static void hdr_fill(cache *c, spill_hdr *h, uint32_t kind, uint64_t index,
@@ -648,10 +733,12 @@ static int save_resident(cache *c, char name[17], char *err)
 	int end = c->end.have && c->end.len <= valid;
 	uint64_t n_blk = (valid + SPILL_BLK - 1) / SPILL_BLK;
 	size_t slen = c->res_session ? strlen(c->res_session) + 1 : 0;
+	uint32_t n_mk = 0;
+	cache_mark *mk = marks_copy(c, valid, &n_mk);
 	uint64_t mlen = sizeof(spill_hdr) + sizeof(spill_man) + pad8(slen) +
 			pad8(valid * 4) + n_blk * (2 + 2ull * nv) * 8 +
 			n_anc * (1 + 2ull * ns) * 8 + (end ? 2ull * ns * 8 : 0) +
-			8;
+			n_mk * 24ull + 8;
 	char *mb = calloc(1, mlen);
 	/* the staging buffer: a block, or an anchor's sections off a CUDA
 	 * arena (secs_host) */
@@ -683,7 +770,16 @@ static int save_resident(cache *c, char name[17], char *err)
 		anc = (uint64_t *)(mb + o);
 		o += n_anc * (1 + 2ull * ns) * 8;
 		es = end ? (uint64_t *)(mb + o) : NULL;
+		o += end ? 2ull * ns * 8 : 0;
+		m->n_mk = n_mk;
+		for (uint32_t i = 0; i < n_mk; i++) { /* no padding bytes */
+			char *q = mb + o + 24ull * i;
+			memcpy(q, &mk[i].start, 8);
+			memcpy(q + 8, &mk[i].len, 8);
+			memcpy(q + 16, &mk[i].kind, 4);
+		}
 	}
+	free(mk);
 	uint64_t written0 = c->spill.k.bytes_written;
 	for (uint64_t j = 0; j < n_blk && !rc; j++) {
 		uint64_t a = j * SPILL_BLK, rows = min64(SPILL_BLK, valid - a);
@@ -773,6 +869,7 @@ static int save_resident(cache *c, char name[17], char *err)
 	}
 	c->spill.k.saves++;
 	c->spill.last_save_ms = now_ms() - t0;
+	index_load(c, name);
 	moor_info("[spill] saved %s: %llu tokens (end %s, %u anchors, taint "
 		  "%lld), %llu bytes written in %.1f ms",
 		  name, (unsigned long long)valid,
@@ -951,6 +1048,7 @@ int spill_read_back(cache *c)
 {
 	if (!c->spill.on)
 		return 0;
+	index_clear(c);
 	c->spill.digest = layout_digest(c->lay);
 	char why[MOOR_ERRLEN] = "";
 	/* entries another engine's rows filled cannot be read by this one */
@@ -967,6 +1065,7 @@ int spill_read_back(cache *c)
 			entry_delete(c, v[i].name, why);
 			c->spill.k.swept++;
 		} else if (!rc) {
+			index_put(c, v[i].name, &mv);
 			free(mv.buf);
 		}
 	}
@@ -1005,6 +1104,10 @@ int spill_read_back(cache *c)
 							   : NO_TAINT;
 			free(c->res_session);
 			c->res_session = str_dup(mv.session);
+			marks_cut(c, 0);
+			for (uint64_t i = 0; i < mv.m->n_mk; i++)
+				(void)marks_add(c, mv.mk[i].start,
+						mv.mk[i].len, mv.mk[i].kind);
 		}
 	}
 	close(efd);
@@ -1052,6 +1155,7 @@ int spill_clear(cache *c)
 		entry_delete(c, v[i].name, "cleared");
 	free(v);
 	unlinkat(c->spill.dfd, "resident", 0);
+	index_clear(c);
 	return 0;
 }
 
@@ -1067,4 +1171,178 @@ void spill_stats(cache *c, uint64_t *entries, uint64_t *bytes)
 		*bytes += v[i].bytes;
 	}
 	free(v);
+}
+
+/* ---- the planner's side: offer, restore, eviction ---- */
+
+int spill_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
+		uint64_t *start, uint64_t *taint)
+{
+	int best = -1;
+	uint64_t bs = 0;
+	for (uint32_t i = 0; i < c->spill.n_ent; i++) {
+		const spill_ent *e = &c->spill.ent[i];
+		uint64_t cp = common_prefix(ids, n, e->ids, e->valid);
+		uint64_t lim = min64(cp, n - 1), s = 0;
+		if (e->end_len && e->end_len <= lim)
+			s = e->end_len;
+		else
+			for (uint32_t j = e->n_anc; j-- > 0;)
+				if (e->anc[j] <= lim) {
+					s = e->anc[j];
+					break;
+				}
+		if (s > bs) {
+			bs = s;
+			best = (int)i;
+		}
+	}
+	if (best < 0 || bs <= ram + c->lay->grid)
+		return -1;
+	/* the read: every row up to the line and the state, at the rate the
+	 * last restore measured (2 GB/s before one) */
+	double bytes = (double)bs * (double)c->row_bytes +
+		       2.0 * (double)c->sec_bytes;
+	double read_s = bytes / (c->spill.read_bps > 0 ? c->spill.read_bps
+						       : 2e9);
+	if (read_s >= (double)(bs - ram) / SPILL_PREFILL_TPS)
+		return -1;
+	*start = bs;
+	*taint = c->spill.ent[best].taint;
+	return best;
+}
+
+const char *spill_ent_name(cache *c, int i)
+{
+	return c->spill.ent[i].name;
+}
+
+int spill_restore(cache *c, const char *name_in, const int32_t *ids,
+		  uint64_t k, uint64_t s, uint64_t limit)
+{
+	uint32_t ns = c->lay->n_sections, nv = c->lay->n_views;
+	char name[17], why[MOOR_ERRLEN] = "";
+	snprintf(name, sizeof name, "%s", name_in);
+	double t0 = now_ms();
+	int efd = open_dir_at(c->spill.dfd, name, 0);
+	if (efd < 0) {
+		index_drop(c, name);
+		return MOOR_EFORMAT;
+	}
+	man_view mv = {0};
+	int rc = man_load(c, efd, &mv, why);
+	if (!rc && (mv.m->valid < s || memcmp(mv.ids, ids, s * 4))) {
+		moor_errf(why, "its ids are not the prompt's");
+		rc = MOOR_EFORMAT;
+	}
+	uint64_t bbytes = SPILL_BLK * c->row_bytes;
+	uint64_t big = bbytes > c->sec_bytes ? bbytes : c->sec_bytes;
+	void *stage = rc ? NULL : malloc(big ? big : 1);
+	uint64_t *got = rc ? NULL : malloc((2ull * (ns > nv ? ns : nv) + 2) * 8);
+	if (!rc && (!stage || !got))
+		rc = -ENOMEM;
+	uint64_t read0 = c->spill.k.bytes_read;
+	for (uint64_t j = 0; !rc && j < mv.m->n_blk; j++) {
+		const uint64_t *e = mv.blk + j * (2 + 2ull * nv);
+		uint64_t a = j * SPILL_BLK, rows = min64(SPILL_BLK, mv.m->valid - a);
+		if (a >= s || a + rows <= k)
+			continue; /* past the line, or in place */
+		char bn[32];
+		snprintf(bn, sizeof bn, "r%llu", (unsigned long long)j);
+		rc = load_file(c, efd, bn, SF_BLOCK, j, rows, e + 2, 2ull * nv,
+			       stage, rows * c->row_bytes, why);
+		if (rc)
+			break;
+		uint64_t vo = 0;
+		for (uint32_t v = 0; v < nv; v++) {
+			dfile_sum2((char *)stage + vo, rows * c->vg[v].rowb,
+				   got + 2 * v);
+			vo += rows * c->vg[v].rowb;
+		}
+		rc = sums_check(e + 2, got, 2ull * nv, bn, why);
+		uint64_t lo = max64(k, a), hi = min64(s, a + rows);
+		if (!rc)
+			rc = rows_in(c, stage, rows, lo - a, lo, hi - lo);
+	}
+	/* the saved anchors in (k, s], then the state at s */
+	for (uint64_t i = 0; !rc && i < mv.m->n_anc; i++) {
+		const uint64_t *e = mv.anc + i * (1 + 2ull * ns);
+		if (e[0] <= k || e[0] > s)
+			continue;
+		char an[32];
+		snprintf(an, sizeof an, "a%llu", (unsigned long long)e[0]);
+		rc = load_file(c, efd, an, SF_ANCHOR, e[0], 0, e + 1, 2ull * ns,
+			       stage, c->sec_bytes, why);
+		if (!rc) {
+			secs_sums(c, stage, got);
+			rc = sums_check(e + 1, got, 2ull * ns, an, why);
+		}
+		if (!rc)
+			(void)anchor_adopt(c, e[0], stage, limit);
+		if (!rc && e[0] == s)
+			rc = secs_in(c, stage);
+	}
+	if (!rc && s == mv.m->end_len) {
+		rc = load_file(c, efd, "end", SF_END, mv.m->end_len, 0, mv.end,
+			       2ull * ns, stage, c->sec_bytes, why);
+		if (!rc) {
+			secs_sums(c, stage, got);
+			rc = sums_check(mv.end, got, 2ull * ns, "end", why);
+		}
+		if (!rc)
+			rc = secs_in(c, stage);
+	} else if (!rc && anchor_find(c, s) < 0) {
+		moor_errf(why, "no state at %llu", (unsigned long long)s);
+		rc = MOOR_EFORMAT;
+	}
+	/* the entry's marks on the rows it gave back (the rows below k are
+	 * clean: no mark) */
+	for (uint64_t i = 0; !rc && i < mv.m->n_mk; i++)
+		if (mv.mk[i].start >= k && mv.mk[i].start + mv.mk[i].len <= s)
+			(void)marks_add(c, mv.mk[i].start, mv.mk[i].len,
+					mv.mk[i].kind);
+	free(stage);
+	free(got);
+	free(mv.buf);
+	close(efd);
+	if (rc) {
+		moor_warn("[spill] the restore of %s failed: %s", name,
+			  why[0] ? why : moor_strerror(rc));
+		entry_delete(c, name, "its restore failed");
+		c->spill.k.hit_failed++;
+		return MOOR_EFORMAT;
+	}
+	double ms = now_ms() - t0;
+	uint64_t rd = c->spill.k.bytes_read - read0;
+	if (ms > 0 && rd > (1u << 20))
+		c->spill.read_bps = (double)rd / (ms / 1e3);
+	int mfd = openat(c->spill.dfd, name, O_RDONLY | O_DIRECTORY);
+	if (mfd >= 0) {
+		(void)utimensat(mfd, "manifest", NULL, 0);
+		close(mfd);
+	}
+	c->spill.k.hits++;
+	moor_info("[spill] restored %s at %llu (rows [%llu, %llu) read, %llu "
+		  "bytes) in %.1f ms",
+		  name, (unsigned long long)s, (unsigned long long)k,
+		  (unsigned long long)s, (unsigned long long)rd, ms);
+	return 0;
+}
+
+int spill_evict(cache *c, uint64_t base)
+{
+	if (!c->spill.on || c->valid < c->cfg.spill_min_tokens)
+		return 0;
+	uint32_t idx[SPAN_MAX_ANCHORS], m;
+	int whole;
+	(void)park_choose(c, base, idx, &m, &whole);
+	if (whole && c->cfg.park_bytes)
+		return 0; /* the park holds it to its end */
+	char name[17], err[MOOR_ERRLEN] = "";
+	if (save_resident(c, name, err)) {
+		moor_warn("[spill] eviction: %s", err);
+		return 0;
+	}
+	c->spill.k.evict_saves++;
+	return 1;
 }

@@ -98,7 +98,7 @@ char *gw_metrics_text(gw_srv *s, const json_t *stats, size_t *len)
 			"# HELP moor_cache_hits_total Generations by the cache "
 			"tier their prompt resumed from.\n"
 			"# TYPE moor_cache_hits_total counter\n");
-	for (uint32_t t = 0; t <= PROTO_TIER_STASH; t++)
+	for (uint32_t t = 0; t <= PROTO_TIER_SPILL; t++)
 		moor_buf_printf(&b, "moor_cache_hits_total{tier=\"%s\"} %llu\n",
 				gw_tier_source(t),
 				(unsigned long long)m->tier_hits[t]);

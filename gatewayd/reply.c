@@ -74,6 +74,8 @@ const char *gw_tier_word(uint32_t tier)
 		return "ram_park";
 	case PROTO_TIER_STORE:
 		return "ram_snapshot";
+	case PROTO_TIER_SPILL:
+		return "nvme_spill";
 	default:
 		return "none";
 	}
@@ -81,8 +83,8 @@ const char *gw_tier_word(uint32_t tier)
 
 const char *gw_tier_source(uint32_t tier)
 {
-	static const char *const n[] = {"none", "anchor", "end", "pin",
-					"park", "store",  "stash"};
+	static const char *const n[] = {"none", "anchor", "end",   "pin",
+					"park", "store",  "stash", "spill"};
 	return tier < sizeof n / sizeof n[0] ? n[tier] : "none";
 }
 

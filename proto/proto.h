@@ -170,6 +170,7 @@ enum proto_tier {
 	PROTO_TIER_PARK = 4,
 	PROTO_TIER_STORE = 5,    /* state store snapshot */
 	PROTO_TIER_STASH = 6,    /* guest stash (rows put back) */
+	PROTO_TIER_SPILL = 7,    /* the session spill (NVMe) */
 };
 
 typedef struct proto_slot {

@@ -5,7 +5,8 @@
  *     sampled, 5 absorbed; the drain writes it;
  *   - a new cache and engine: rows [0, 1305), the live sections (the end
  *     anchor's state), the end anchor, every anchor's line and bytes, the
- *     taint line and the session equal the first cache's, memcmp;
+ *     taint line, the session and the rows' marks (the generation region
+ *     the end alignment reads) equal the first cache's, memcmp;
  *   - the next turn (A + the answer + a message) resumes at the end anchor
  *     (1305) and its prefill writes the same logits, state and greedy
  *     tokens as the same turn on a cache that never stopped;
@@ -52,6 +53,8 @@ typedef struct snap {
 	unsigned char *anc; /* n_anc * sec_bytes */
 	unsigned char *end;
 	char session[32];
+	uint32_t n_mk;
+	cache_mark mk[16];
 } snap;
 
 static void snap_take(harness *h, snap *s)
@@ -84,6 +87,8 @@ static void snap_take(harness *h, snap *s)
 	REQUIRE(cache_sync(c) == 0, "the anchors' copies");
 	snprintf(s->session, sizeof s->session, "%s",
 		 c->res_session ? c->res_session : "");
+	s->n_mk = c->n_mk < 16 ? c->n_mk : 16;
+	memcpy(s->mk, c->mk, s->n_mk * sizeof *s->mk);
 }
 
 static void snap_free(snap *s)
@@ -218,6 +223,14 @@ int main(void)
 		    "read back: live sections and rows [0, 1305)");
 	CHECK(!memcmp(s2.end, s1.end, h2.c->sec_bytes),
 	      "the end anchor's bytes");
+	int mk_same = s1.n_mk >= 1 && s2.n_mk == s1.n_mk;
+	for (uint32_t i = 0; mk_same && i < s1.n_mk; i++)
+		mk_same = s1.mk[i].start == s2.mk[i].start &&
+			  s1.mk[i].len == s2.mk[i].len &&
+			  s1.mk[i].kind == s2.mk[i].kind;
+	CHECK(mk_same,
+	      "the rows' marks (the generation region) travel: %u and %u",
+	      s1.n_mk, s2.n_mk);
 	/* the newest 4 anchors travel */
 	CHECK(s2.n_anc == 4, "4 anchors read back, got %u", s2.n_anc);
 	for (uint32_t i = 0; i < s2.n_anc && i < 4; i++) {

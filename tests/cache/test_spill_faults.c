@@ -266,14 +266,17 @@ static void sweep_kill(const truth *T)
 	}
 }
 
-static const char *const files[] = {"manifest", "r0", "r1", "r2", "end",
-				    NULL};
+static const char *const files[] = {"manifest", "r0",	  "r1",	  "r2",
+				    "end",	"a2400", "a2496", NULL};
 
 /* A good drain, then damage to one file of the entry. */
 static void sweep_damage(const truth *T)
 {
+	/* flips at np places spread over the file (the suite: 8, the full
+	 * sweep: 128), then the torn copy */
+	int np = full ? 128 : 8;
 	for (int fi = 0; files[fi]; fi++)
-		for (int k = 0; k < 9; k++) {
+		for (int k = 0; k <= np; k++) {
 			wipe();
 			toy_env e;
 			conv(&e, 2);
@@ -297,15 +300,20 @@ static void sweep_damage(const truth *T)
 			fstat(fd, &st);
 			uint64_t sz = (uint64_t)st.st_size;
 			char what[128];
-			if (k == 8) { /* torn */
+			if (k == np) { /* torn */
 				REQUIRE(ftruncate(fd, (off_t)(sz / 2)) == 0,
 					"truncate");
 				snprintf(what, sizeof what, "%s torn", files[fi]);
 			} else {
+				/* the header and sums first, then the data */
 				static const double at[8] = {0.0, 0.03, 0.06,
 							     0.2, 0.5, 0.8,
 							     0.97, 1.0};
-				uint64_t o = (uint64_t)(at[k] * (double)(sz - 1));
+				double f = np == 8 ? at[k]
+						   : (double)k / (double)(np - 1);
+				uint64_t o = (uint64_t)(f * (double)(sz - 1));
+				if (np != 8 && k < 32)
+					o = (uint64_t)k * 5 % sz; /* headers */
 				uint8_t b;
 				REQUIRE(pread(fd, &b, 1, (off_t)o) == 1, "pread");
 				b ^= (uint8_t)(1u << (k % 8));
