@@ -777,6 +777,8 @@ char *cache_stats_json(cache *c)
 	SETI(o, "peak", c->cfg.mem_peak);
 	SETI(o, "refused", k->refused);
 	json_object_set_new(o, "unified", json_boolean(c->cfg.unified));
+	json_object_set_new(o, "device_arena",
+			    json_string(c->cfg.dev_cuda >= 0 ? "cuda" : "shm"));
 	json_t *shed = json_object(), *shedb = json_object();
 	uint64_t total = 0;
 	for (int l = 0; l < LV_N; l++) {

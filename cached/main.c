@@ -129,10 +129,11 @@ static void on_pipe_gone(nng_pipe p, nng_pipe_ev ev, void *arg)
 
 static int send_msg(cd *d, int w, proto_msg *m)
 {
-	/* the engine may read what this request copied once it hears back */
-	if (w == SOCK_ENG && m->h.type != PROTO_ERROR) {
+	/* the engine may read what this request copied once it hears back
+	 * (an error too: a plan that failed half way copied some) */
+	if (w == SOCK_ENG) {
 		int sr = cache_sync(d->c);
-		if (sr) {
+		if (sr && m->h.type != PROTO_ERROR) {
 			proto_msg e = {0};
 			e.h.type = PROTO_ERROR;
 			e.h.req = m->h.req;
@@ -237,7 +238,17 @@ static int layout_from_hello(cd *d, const proto_hello *h, char *why)
 					 i, k, (long long)p->dims[k]);
 				return MOOR_ERANGE;
 			}
-			inner *= (uint64_t)p->dims[k];
+			/* a product past the row's bytes is refused before
+			 * it can wrap (to 0: a division by zero below) */
+			if (__builtin_mul_overflow(inner, (uint64_t)p->dims[k],
+						   &inner) ||
+			    inner > p->row_bytes) {
+				snprintf(why, MOOR_ERRLEN,
+					 "view %u: its dims multiply past its "
+					 "%llu bytes a row",
+					 i, (unsigned long long)p->row_bytes);
+				return MOOR_ERANGE;
+			}
 		}
 		if (p->row_bytes % inner || p->row_bytes / inner > 16) {
 			snprintf(why, MOOR_ERRLEN,
@@ -789,6 +800,7 @@ static int serve(cd *d)
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP); /* a hangup stops cleanly, as SIGTERM */
 	int sfd = signalfd(-1, &set, SFD_CLOEXEC);
 	if (sfd < 0)
 		return -errno;
@@ -814,8 +826,7 @@ static int serve(cd *d)
 			struct signalfd_siginfo si;
 			if (read(sfd, &si, sizeof si) > 0)
 				moor_info("%s: stopping",
-					  si.ssi_signo == SIGTERM ? "SIGTERM"
-								  : "SIGINT");
+					  strsignal((int)si.ssi_signo));
 			break;
 		}
 		for (int w = 0; w < 2; w++) {
@@ -1191,6 +1202,7 @@ int main(int argc, char **argv)
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP); /* a hangup stops cleanly, as SIGTERM */
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 

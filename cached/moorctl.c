@@ -10,6 +10,11 @@
  *       "cached" (the start line), "tokens", "taint" (null: none),
  *       "restore_bytes"}; cached changes nothing
  *
+ *   moorctl journal --tail [N] --state-dir DIR
+ *       the last N (10) lines of gatewayd's journal (DIR/journal.jsonl,
+ *       then journal.jsonl.1 for what the rotation moved), one JSON object
+ *       a turn; needs no daemon
+ *
  * Exit status: 0 done, 1 cached failed or is not reachable, 2 usage.
  */
 #include <errno.h>
@@ -34,7 +39,66 @@ static void usage(FILE *f)
 		   "       moorctl [--run-dir DIR] [--timeout-ms N] clear "
 		   "[--tier TIER]   (" PROTO_CLEAR_TIER_LIST "; default ram)\n"
 		   "       moorctl [--run-dir DIR] [--timeout-ms N] peek "
-		   "--ids 1,2,3 [--session S]\n");
+		   "--ids 1,2,3 [--session S]\n"
+		   "       moorctl journal --tail [N] --state-dir DIR\n");
+}
+
+/* The last n lines of DIR/journal.jsonl (after its rotated .1). */
+static int journal_tail(const char *dir, long n)
+{
+	size_t cap = 1 << 16, len = 0;
+	char *b = malloc(cap);
+	int found = 0;
+	for (int k = 1; k >= 0 && b; k--) {
+		char path[600];
+		snprintf(path, sizeof path, "%s/journal.jsonl%s", dir,
+			 k ? ".1" : "");
+		FILE *f = fopen(path, "rb");
+		if (!f) {
+			if (errno != ENOENT) {
+				fprintf(stderr, "moorctl: %s: %s\n", path,
+					strerror(errno));
+				free(b);
+				return 1;
+			}
+			continue;
+		}
+		found = 1;
+		for (;;) {
+			if (len == cap) {
+				char *nb = realloc(b, cap *= 2);
+				if (!nb) {
+					free(b);
+					b = NULL;
+					break;
+				}
+				b = nb;
+			}
+			size_t r = fread(b + len, 1, cap - len, f);
+			if (!r)
+				break;
+			len += r;
+		}
+		fclose(f);
+	}
+	if (!b) {
+		fprintf(stderr, "moorctl: out of memory\n");
+		return 1;
+	}
+	if (!found) {
+		free(b);
+		fprintf(stderr, "moorctl: no journal in %s\n", dir);
+		return 1;
+	}
+	size_t i = len;
+	if (i && b[i - 1] == '\n')
+		i--;
+	for (long seen = 0; i > 0; i--)
+		if (b[i - 1] == '\n' && ++seen == n)
+			break;
+	fwrite(b + i, 1, len - i, stdout);
+	free(b);
+	return 0;
 }
 
 /* "1,2,3" into a heap array; -1 on a bad list. */
@@ -84,11 +148,13 @@ int main(int argc, char **argv)
 	moor_log_set_name("moorctl");
 	char run_dir[512] = "";
 	const char *tier = "ram", *ids_arg = NULL, *session = NULL;
-	int timeout_ms = 5000;
+	int timeout_ms = 5000, tail = 0;
+	const char *state_dir = NULL;
 	static const struct option lo[] = {
 	    {"run-dir", 1, 0, 'R'}, {"timeout-ms", 1, 0, 'T'},
 	    {"tier", 1, 0, 't'},    {"help", 0, 0, 'h'},
 	    {"ids", 1, 0, 'i'},     {"session", 1, 0, 's'},
+	    {"tail", 0, 0, 'L'},    {"state-dir", 1, 0, 'D'},
 	    {0, 0, 0, 0},
 	};
 	int o;
@@ -110,6 +176,12 @@ int main(int argc, char **argv)
 		case 's':
 			session = optarg;
 			break;
+		case 'L':
+			tail = 1;
+			break;
+		case 'D':
+			state_dir = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -117,6 +189,23 @@ int main(int argc, char **argv)
 			usage(stderr);
 			return 2;
 		}
+	}
+	if (optind < argc && !strcmp(argv[optind], "journal")) {
+		long n = 10;
+		if (optind + 1 < argc) {
+			char *e;
+			n = strtol(argv[optind + 1], &e, 10);
+			if (*e || n <= 0 || optind + 2 != argc) {
+				usage(stderr);
+				return 2;
+			}
+		}
+		if (!tail || !state_dir) {
+			fprintf(stderr, "moorctl: journal needs --tail and "
+					"--state-dir DIR\n");
+			return 2;
+		}
+		return journal_tail(state_dir, n);
 	}
 	if (optind != argc - 1) {
 		usage(stderr);

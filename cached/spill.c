@@ -42,9 +42,18 @@
  * Budgets: --session-spill-gb (64) over every entry, least recently used
  * first; an entry unused for --session-spill-hours (48) goes at the open.
  *
- * The sums are computed where the bytes are: on the CPU backend the
- * arena is host memory; a device backend computes them on the device
- * (the mover's job) and copies 16 bytes a buffer back.
+ * Where the bytes are: the spill reads and writes the device arena only
+ * through cached's mover (c->mv), one bounded host staging buffer at a
+ * time (a block: 1,024 rows of every view; an anchor: its sections). On
+ * the CPU backend the device arena is host memory: the blocks go through
+ * the memcpy mover as before and an anchor's sections are read in place
+ * (no extra copy). On a CUDA device arena (cfg.dev_cuda >= 0) the CUDA
+ * mover's copies are asynchronous on its stream, so the spill syncs
+ * (cache_sync) after every copy into the staging buffer before the host
+ * reads it (the sums, the codec, the file), and after every copy out of it
+ * before the buffer is filled again or freed; the read-back ends synced,
+ * so the rows are in place before HELLO_OK hands them to the engine. The
+ * sums are computed on the host over the staged bytes.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -271,14 +280,6 @@ int spill_open(cache *c, char *err)
 	c->spill.dfd = -1;
 	if (!c->cfg.spill_dir[0])
 		return 0;
-	if (c->cfg.dev_cuda >= 0) {
-		/* the spill reads and writes the device arena's rows in place
-		 * (host memory); through the CUDA mover is not built yet */
-		moor_warn("spill: off: the session spill does not run on a "
-			  "CUDA device arena yet (--disk-dir %s ignored)",
-			  c->cfg.spill_dir);
-		return 0;
-	}
 	char p[300];
 	snprintf(p, sizeof p, "%s/sessions", c->cfg.spill_dir);
 	int rc = mkdir_p(p);
@@ -580,6 +581,25 @@ static int file_exists(int fd, const char *name)
 	return fstatat(fd, name, &st, 0) == 0;
 }
 
+/* The sec_bytes of sections at device offset off where the host can read
+ * them: in place when the device arena is host memory (the CPU backend),
+ * else copied by the mover into stage (sec_bytes or more) and waited
+ * for. */
+static int secs_host(cache *c, uint64_t off, void *stage, const void **out)
+{
+	*out = NULL;
+	if (c->cfg.dev_cuda < 0) {
+		*out = dev_at(c, off);
+		return 0;
+	}
+	int rc = c->mv->copy(c->mv->ctx, stage, dev_at(c, off), c->sec_bytes);
+	if (!rc)
+		rc = cache_sync(c);
+	if (!rc)
+		*out = stage;
+	return rc;
+}
+
 /* An anchor's sections (src: sec_bytes back to back) as a file, unless the
  * old manifest holds the same sums and the file is there. */
 static int save_secs(cache *c, int efd, uint32_t kind, uint64_t line,
@@ -720,8 +740,11 @@ static int save_resident(cache *c, char name[17], char *err)
 			n_anc * (1 + 2ull * ns) * 8 + (end ? 2ull * ns * 8 : 0) +
 			n_mk * 24ull + 8;
 	char *mb = calloc(1, mlen);
+	/* the staging buffer: a block, or an anchor's sections off a CUDA
+	 * arena (secs_host) */
 	uint64_t bbytes = SPILL_BLK * c->row_bytes;
-	void *stage = malloc(bbytes ? bbytes : 1);
+	uint64_t big = bbytes > c->sec_bytes ? bbytes : c->sec_bytes;
+	void *stage = malloc(big ? big : 1);
 	int rc = mb && stage ? 0 : -ENOMEM;
 	spill_hdr *mh = (spill_hdr *)mb;
 	spill_man *m = mb ? (spill_man *)(mh + 1) : NULL;
@@ -764,6 +787,8 @@ static int save_resident(cache *c, char name[17], char *err)
 		e[0] = rows;
 		e[1] = XXH3_64bits(c->res_ids + a, rows * 4);
 		rc = rows_out(c, stage, rows, 0, a, rows);
+		if (!rc) /* the mover's copies are done before the host reads */
+			rc = cache_sync(c);
 		if (rc)
 			break;
 		uint64_t vo = 0;
@@ -804,12 +829,19 @@ static int save_resident(cache *c, char name[17], char *err)
 		for (uint64_t k = 0; have_old && k < old.m->n_anc; k++)
 			if (old.anc[k * (1 + 2ull * ns)] == lines[i])
 				os = old.anc + k * (1 + 2ull * ns) + 1;
-		rc = save_secs(c, efd, SF_ANCHOR, lines[i],
-			       dev_at(c, offs[i]), e + 1, os, err);
+		const void *src;
+		rc = secs_host(c, offs[i], stage, &src);
+		if (!rc)
+			rc = save_secs(c, efd, SF_ANCHOR, lines[i], src, e + 1,
+				       os, err);
 	}
-	if (end && !rc)
-		rc = save_secs(c, efd, SF_END, c->end.len, dev_at(c, c->end.off),
-			       es, have_old ? old.end : NULL, err);
+	if (end && !rc) {
+		const void *src;
+		rc = secs_host(c, c->end.off, stage, &src);
+		if (!rc)
+			rc = save_secs(c, efd, SF_END, c->end.len, src, es,
+				       have_old ? old.end : NULL, err);
+	}
 	if (have_old)
 		free(old.buf);
 	if (!rc) {
@@ -825,6 +857,7 @@ static int save_resident(cache *c, char name[17], char *err)
 			c->spill.k.bytes_written += mlen;
 	}
 	free(mb);
+	(void)cache_sync(c); /* a copy into stage a failure left in flight */
 	free(stage);
 	close(efd);
 	if (rc) {
@@ -971,6 +1004,8 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 		rc = sums_check(e + 2, got, 2ull * nv, bn, why);
 		if (!rc)
 			rc = rows_in(c, stage, rows, 0, a, rows);
+		if (!rc) /* the copies out of stage are done before its reuse */
+			rc = cache_sync(c);
 	}
 	for (uint64_t i = 0; i < m->n_anc && !rc; i++) {
 		const uint64_t *e = mv->anc + i * (1 + 2ull * ns);
@@ -984,6 +1019,8 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 		}
 		if (!rc)
 			rc = anchor_adopt(c, e[0], stage, c->cfg.mem_ceiling);
+		if (!rc)
+			rc = cache_sync(c);
 	}
 	if (m->end_len && !rc) {
 		rc = load_file(c, efd, "end", SF_END, m->end_len, 0, mv->end,
@@ -997,6 +1034,11 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 		if (!rc)
 			rc = end_keep(c, m->end_len, m->end_taint);
 	}
+	/* every copy done (out of stage, and the end's on the device) before
+	 * stage goes and before the caller hands the rows to the engine */
+	int sr = cache_sync(c);
+	if (!rc)
+		rc = sr;
 	free(stage);
 	free(got);
 	return rc;
@@ -1076,6 +1118,7 @@ int spill_read_back(cache *c)
 		c->valid = 0;
 		c->taint = NO_TAINT;
 		(void)secs_zero(c);
+		(void)cache_sync(c);
 		if (mv.buf)
 			free(mv.buf);
 		moor_warn("[spill] the restore of %s failed: %s",

@@ -62,7 +62,24 @@ void moor_log(int level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof line, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "%s: %s: %s\n", log_name, lv[level & 3], line);
+	/* one record a line: control bytes (a newline in a client's text
+	 * that a message quotes, an escape sequence) are written as \xNN, so
+	 * nobody forges a log line or drives the reader's terminal */
+	char esc[sizeof line * 4];
+	size_t k = 0;
+	for (const unsigned char *c = (const unsigned char *)line; *c; c++) {
+		if (*c < 0x20 || *c == 0x7f) {
+			static const char hx[] = "0123456789abcdef";
+			esc[k++] = '\\';
+			esc[k++] = 'x';
+			esc[k++] = hx[*c >> 4];
+			esc[k++] = hx[*c & 15];
+		} else {
+			esc[k++] = (char)*c;
+		}
+	}
+	esc[k] = 0;
+	fprintf(stderr, "%s: %s: %s\n", log_name, lv[level & 3], esc);
 }
 
 void moor_errf(char *buf, const char *fmt, ...)

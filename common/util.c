@@ -1,14 +1,55 @@
 /* util.c: the helpers of util.h. */
 #include "util.h"
 
+#include "moor.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+int moor_run_dir_check(const char *run_dir, char *err)
+{
+	struct stat st;
+	if (stat(run_dir, &st)) {
+		int e = errno;
+		moor_errf(err, "run dir %s: %s", run_dir, strerror(e));
+		return -e;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		moor_errf(err, "run dir %s is not a directory", run_dir);
+		return -ENOTDIR;
+	}
+	/* sockets and locks in a directory another user owns, or may write,
+	 * can be replaced under us (a fake engined.sock, a stolen lock) */
+	if (st.st_uid != geteuid()) {
+		moor_errf(err,
+			  "run dir %s belongs to uid %u, not to this process "
+			  "(uid %u)",
+			  run_dir, (unsigned)st.st_uid, (unsigned)geteuid());
+		return -EPERM;
+	}
+	if (st.st_mode & 022) {
+		moor_errf(err,
+			  "run dir %s has mode %03o: it must not be group- or "
+			  "world-writable (chmod go-w)",
+			  run_dir, (unsigned)(st.st_mode & 0777));
+		return -EPERM;
+	}
+	return 0;
+}
 
 int moor_run_lock(const char *run_dir, const char *name)
 {
+	char err[MOOR_ERRLEN];
+	int rc = moor_run_dir_check(run_dir, err);
+	if (rc) {
+		moor_err("%s", err);
+		return rc;
+	}
 	char p[4096];
 	int n = snprintf(p, sizeof p, "%s/%s.lock", run_dir, name);
 	if (n < 0 || (size_t)n >= sizeof p)

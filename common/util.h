@@ -15,6 +15,11 @@
  * Returns the lock's descriptor (close-on-exec; keep it open until exit),
  * -EADDRINUSE when another process holds the lock, or -errno. */
 int moor_run_lock(const char *run_dir, const char *name);
+/* The run dir must be a directory of this process's user that neither
+ * group nor others may write: 0, or -ENOTDIR / -EPERM / -errno with err
+ * (MOOR_ERRLEN) saying which and the numbers. moor_run_lock checks it
+ * first (and logs err). */
+int moor_run_dir_check(const char *run_dir, char *err);
 
 /* s as a decimal uint32_t: digits only (no sign, no space, no empty
  * string), at most UINT32_MAX. 0, or -EINVAL leaving *out alone. */

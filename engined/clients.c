@@ -17,6 +17,7 @@
 
 #include "moor.h"
 #include "net.h"
+#include "outbox.h"
 #include "serve_int.h"
 #include "util.h"
 

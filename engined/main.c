@@ -21,6 +21,8 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,6 +221,17 @@ int main(int argc, char **argv)
 	if (!model || (ids_s && max_tokens < 0)) {
 		usage(stderr);
 		return 2;
+	}
+	if (!ids_s) {
+		/* The daemon's signals go to its signal thread only (serve.c):
+		 * block them before the backend's probe, whose runtime (CUDA)
+		 * starts threads that would otherwise take a SIGTERM and die
+		 * of it. */
+		sigset_t set;
+		sigemptyset(&set);
+		sigaddset(&set, SIGTERM);
+		sigaddset(&set, SIGINT);
+		pthread_sigmask(SIG_BLOCK, &set, NULL);
 	}
 	char why[MOOR_ERRLEN] = "";
 	const kern_ops *ops = eng_backend_pick(backend, gpu, why);

@@ -54,13 +54,14 @@ static void *signal_main(void *arg)
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP); /* a hangup stops cleanly, as SIGTERM */
 	int sig = 0;
 	if (sigwait(&set, &sig))
 		return NULL;
 	pthread_mutex_lock(&s->mu);
 	if (!s->exiting)
 		moor_info("%s: finishing the request in flight, then exiting",
-			  sig == SIGTERM ? "SIGTERM" : "SIGINT");
+			  strsignal(sig));
 	s->stop = 1;
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
@@ -148,6 +149,7 @@ int eng_serve(const eng_serve_cfg *cfg)
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP); /* a hangup stops cleanly, as SIGTERM */
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 

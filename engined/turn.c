@@ -13,6 +13,7 @@
 
 #include "moor.h"
 #include "net.h"
+#include "outbox.h"
 #include "serve_int.h"
 
 static int is_stop(const proto_generate *g, int32_t t)

@@ -15,6 +15,7 @@
  *   align.c    the end alignment of a copy (asks cached, text/endalign.c)
  *   compact.c  compaction as a continuation of the session's end anchor
  *   respcache.c the response cache (--response-cache)
+ *   journal.c  a JSON line per turn in the state directory
  *   peek.c     POST /v1/cache/peek
  *   routes.c   the routes that are not generations (models, health, ...)
  *   metrics.c  the counters, the prefill rate and GET /metrics' text
@@ -77,7 +78,21 @@
 	"\n\nConsidering the limited time by the user, I have to give the "     \
 	"solution based on the thinking directly now.\n"
 #define GW_CLOSE_VISIBLE "</think>\n\n"
-#define GW_MAX_BODY (64u << 20)	 /* request bodies over it: 413 */
+/* Request bodies over it: 413 (--max-body-bytes). A 128k-token
+ * conversation with tools is under 2 MB of JSON; a whole 262k-token window
+ * of text, escaped, about 2 to 4 MB. */
+#define GW_MAX_BODY_DEFAULT (4u << 20)
+/* limits.c: what a body may ask for, checked before the work */
+#define GW_MAX_JSON_TOKENS 262144 /* ~ JSON values, before the parse */
+#define GW_MAX_MESSAGES 16384
+#define GW_MAX_TOOLS 1024
+#define GW_MAX_STOP_BYTES 1024 /* each stop string */
+/* connections at once (--max-conns); past it a connection is answered
+ * 503 and closed at once */
+#define GW_MAX_CONNS_DEFAULT 4096
+#define GW_SNDBUF 65536 /* SO_SNDBUF of a connection (http.c) */
+/* a stream's bytes waiting behind a send the client does not take */
+#define GW_MAX_PENDING (4u << 20)
 #define GW_ADMIN_TIMEOUT_MS 2000 /* one round trip to cached */
 #define GW_MAX_STOP_IDS 8	 /* stop token ids sent to engined */
 /* reread_eta_ms before this gateway has seen a long prefill: CPU prefill
@@ -104,6 +119,10 @@ typedef struct gw_cfg {
 	/* a job sent to engined that has not ended by then is cancelled and
 	 * answered 504: the backstop that no request waits forever */
 	double request_timeout_s;
+	uint32_t max_body;    /* bytes: GW_MAX_BODY_DEFAULT */
+	uint32_t max_conns;   /* GW_MAX_CONNS_DEFAULT */
+	double read_timeout_s; /* a request's head and body arrive within: 30 */
+	double write_timeout_s; /* a send the client does not take: 30 */
 	uint32_t queue_max;   /* requests waiting for admission: 4096 */
 	uint32_t inflight;    /* admitted at a time (read, sent): 4 */
 	double queue_wait_s;  /* the longest wait for admission: 120 */
@@ -112,6 +131,8 @@ typedef struct gw_cfg {
 	int end_align;	 /* --end-align (align.c) */
 	uint32_t reasoning_budget; /* --reasoning-budget (0: none) */
 	int response_cache;	   /* --response-cache (respcache.c), off */
+	char state_dir[256];	   /* --state-dir: the journal; "" none */
+	uint32_t journal_max_mb;   /* --journal-max-mb, 64 */
 	int end_align_reasoning; /* --end-align-reasoning: its second pass */
 } gw_cfg;
 
@@ -163,6 +184,7 @@ enum {
 	GW_ROUTE_STATS,
 	GW_ROUTE_CLEAR,
 	GW_ROUTE_PEEK,
+	GW_ROUTE_PREWARM,
 	GW_ROUTE_OTHER,
 	GW_ROUTE_N
 };
@@ -215,6 +237,8 @@ typedef struct gw_job {
 	int align_pass;	   /* the end alignment's pass; 0: the copy as sent */
 	uint64_t injected; /* hidden-span tokens the alignment put back */
 	int continuation;  /* served as a compaction's continuation */
+	uint32_t pw_tier;  /* a prewarm: the tier the peek found */
+	uint64_t pw_cached;
 	int from_cache;	   /* answered by the response cache */
 	int32_t *rec;	   /* the generation's tokens, for the response */
 	uint32_t *rec_fin; /* cache (respcache.c) */
@@ -236,6 +260,7 @@ typedef struct gw_job {
 	/* streamed SSE: what waits for the next h2o_send */
 	moor_buf pend;
 	int sending, final_sent;
+	double t_send; /* when the send in flight began */
 	int n_tool_calls;
 	/* non-streamed and streamed: the finished reply's parts */
 	proto_done dn;
@@ -259,6 +284,15 @@ struct gw_anchor {
 	h2o_generator_t gen; /* first: h2o gives it back to proceed/stop */
 	gw_job *job;
 };
+
+/* ---- limits (limits.c) ------------------------------------------------ */
+
+/* Before the parse: refuses a body of more than GW_MAX_JSON_TOKENS values
+ * (a scan, no allocation). 0 or -1 with f filled (400). */
+int gw_limits_scan(const char *body, size_t len, gw_fail *f);
+/* After the parse, before the template: counts of messages and tools,
+ * stop strings' lengths. 0 or -1 with f filled (400). */
+int gw_limits_check(const json_t *body, gw_fail *f);
 
 /* ---- the admission queue (admit.c) ------------------------------------ */
 
@@ -327,7 +361,7 @@ typedef struct gw_srv {
 	h2o_context_t hctx;
 	h2o_accept_ctx_t actx;
 	uv_tcp_t listener;
-	uv_signal_t sig_term, sig_int;
+	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_timer_t tick;
 	int stopping;
 	double stop_at;
@@ -349,6 +383,8 @@ typedef struct gw_srv {
 	gw_metrics m;
 	gw_job *jobs;	/* live jobs (a list: a handful at a time) */
 	gw_conn *conns; /* accepted connections */
+	uint32_t n_conns;
+	uint64_t conns_refused; /* past --max-conns */
 	uint64_t next_rid;
 	uint64_t next_id;
 
@@ -370,6 +406,9 @@ void gw_send_fail(h2o_req_t *req, const gw_fail *f);
 /* Whether the client of req has closed its connection (an EOF or a reset
  * seen without consuming anything). */
 int gw_client_gone(gw_srv *s, h2o_req_t *req);
+/* Shuts req's connection down (a client that stopped reading): h2o's
+ * pending write fails and h2o closes the connection, freeing req. */
+void gw_conn_abort(gw_srv *s, h2o_req_t *req);
 /* A header's value (h2o's lowercase name), or NULL. */
 const h2o_iovec_t *gw_header(h2o_req_t *req, const char *name);
 
@@ -428,6 +467,9 @@ void gw_sse_proceed(h2o_generator_t *g, h2o_req_t *req);
  * of the copy (text/endalign.h); sets n_client, may replace p.ids. */
 void gw_align_work(gw_job *j);
 
+/* journal.c: one JSON line per finished turn (--state-dir) */
+void gw_journal_turn(gw_job *j, const char *finish);
+
 /* respcache.c: the response cache (off unless --response-cache on) */
 int gw_rc_greedy(const gw_job *j);
 /* Answers j from memory when an identical greedy request was kept: 1 (the
@@ -454,8 +496,14 @@ void gw_compact_fini(gw_compact *c);
 int gw_compact_build(gw_srv *s, const gw_compact *cp, const int32_t *rows,
 		     size_t end, int32_t **ids, size_t *n, const char **why);
 
-/* peek.c: POST /v1/cache/peek */
+/* peek.c: POST /v1/cache/peek and POST /v1/cache/prewarm */
 int gw_on_cache_peek(gw_srv *s, h2o_req_t *req);
+int gw_on_cache_prewarm(gw_srv *s, h2o_req_t *req);
+/* A prewarm's generation ended (reply.c hands its DONE here). */
+void gw_prewarm_done(gw_job *j);
+/* job.c: sends a prepared job to engined (or holds it while engined is
+ * down); the job's reference for the engine is taken here. */
+void gw_job_submit(gw_job *j);
 /* On the thread pool, after the body was read: the round trip to cached. */
 void gw_peek_work(gw_job *j);
 /* On the loop: the answer. */

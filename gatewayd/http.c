@@ -108,6 +108,7 @@ static const route routes[] = {
     {"/v1/cache/stats", "GET", GW_ROUTE_STATS, gw_on_cache_stats},
     {"/v1/cache/clear", "POST", GW_ROUTE_CLEAR, gw_on_cache_clear},
     {"/v1/cache/peek", "POST", GW_ROUTE_PEEK, gw_on_cache_peek},
+    {"/v1/cache/prewarm", "POST", GW_ROUTE_PREWARM, gw_on_cache_prewarm},
 };
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
@@ -158,6 +159,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 static void conn_closed(uv_handle_t *h)
 {
 	gw_conn *c = (gw_conn *)h;
+	c->s->n_conns--;
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -167,14 +169,51 @@ static void conn_closed(uv_handle_t *h)
 	free(c);
 }
 
+/* A connection past --max-conns: a canned 503 written without h2o, then
+ * closed (the client hears why instead of a reset). */
+static void refuse_closed(uv_handle_t *h)
+{
+	free(h);
+}
+
+static void refuse_conn(gw_srv *s, uv_stream_t *listener)
+{
+	uv_tcp_t *t = malloc(sizeof *t);
+	if (!t)
+		return;
+	uv_tcp_init(listener->loop, t);
+	if (uv_accept(listener, (uv_stream_t *)t) == 0) {
+		static const char body[] =
+		    "{\"error\":{\"message\":\"too many connections "
+		    "(--max-conns)\",\"type\":\"server_error\",\"param\":null,"
+		    "\"code\":\"too_many_connections\"}}";
+		char resp[512];
+		int n = snprintf(resp, sizeof resp,
+				 "HTTP/1.1 503 Service Unavailable\r\n"
+				 "Content-Type: application/json\r\n"
+				 "Retry-After: 1\r\nConnection: close\r\n"
+				 "Content-Length: %zu\r\n\r\n%s",
+				 sizeof body - 1, body);
+		uv_buf_t b = uv_buf_init(resp, (unsigned)n);
+		uv_try_write((uv_stream_t *)t, &b, 1);
+	}
+	s->conns_refused++;
+	uv_close((uv_handle_t *)t, refuse_closed);
+}
+
 static void on_accept(uv_stream_t *listener, int status)
 {
 	gw_srv *s = listener->data;
 	if (status != 0 || s->stopping)
 		return;
+	if (s->n_conns >= s->cfg.max_conns) {
+		refuse_conn(s, listener);
+		return;
+	}
 	gw_conn *c = h2o_mem_alloc(sizeof *c);
 	memset(c, 0, sizeof *c);
 	c->s = s;
+	s->n_conns++;
 	c->next = s->conns;
 	if (s->conns)
 		s->conns->prev = c;
@@ -185,6 +224,12 @@ static void on_accept(uv_stream_t *listener, int status)
 		return;
 	}
 	uv_tcp_nodelay(&c->tcp, 1);
+	/* a fixed send buffer (the kernel doubles it: 128 KiB) instead of
+	 * autotuning up to 4 MB per connection: what a client that stops
+	 * reading can park in the kernel is bounded, and --write-timeout-s
+	 * sees the stall after that much */
+	int sndbuf = GW_SNDBUF;
+	uv_send_buffer_size((uv_handle_t *)&c->tcp, &sndbuf);
 	int len = sizeof c->peer;
 	uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&c->peer, &len);
 	h2o_socket_t *sock =
@@ -192,35 +237,62 @@ static void on_accept(uv_stream_t *listener, int status)
 	h2o_accept(&s->actx, sock);
 }
 
-int gw_client_gone(gw_srv *s, h2o_req_t *req)
+/* The socket of req's connection, or -1. */
+static int conn_fd(gw_srv *s, h2o_req_t *req)
 {
 	struct sockaddr_storage sa;
 	memset(&sa, 0, sizeof sa);
 	if (!req->conn->callbacks->get_peername ||
 	    !req->conn->callbacks->get_peername(req->conn,
 						(struct sockaddr *)&sa))
-		return 0;
+		return -1;
 	for (gw_conn *c = s->conns; c; c = c->next) {
 		if (c->peer.ss_family != sa.ss_family)
 			continue;
 		if (sa.ss_family == AF_INET &&
 		    memcmp(&c->peer, &sa, sizeof(struct sockaddr_in)))
 			continue;
+		if (sa.ss_family == AF_INET6 &&
+		    memcmp(&c->peer, &sa, sizeof(struct sockaddr_in6)))
+			continue;
 		uv_os_fd_t fd;
 		if (uv_fileno((uv_handle_t *)&c->tcp, &fd))
-			return 0;
-		char b;
-		ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-		return r == 0 || (r < 0 && errno != EAGAIN &&
-				  errno != EWOULDBLOCK && errno != EINTR);
+			return -1;
+		return fd;
 	}
-	return 0;
+	return -1;
+}
+
+void gw_conn_abort(gw_srv *s, h2o_req_t *req)
+{
+	int fd = conn_fd(s, req);
+	/* h2o's pending write then fails and h2o closes the connection
+	 * itself (closing it under h2o would free what h2o still uses) */
+	if (fd >= 0)
+		shutdown(fd, SHUT_RDWR);
+}
+
+int gw_client_gone(gw_srv *s, h2o_req_t *req)
+{
+	int fd = conn_fd(s, req);
+	if (fd < 0)
+		return 0;
+	char b;
+	ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+			  errno != EINTR);
 }
 
 int gw_http_start(gw_srv *s, char *err)
 {
 	h2o_config_init(&s->hconf);
-	s->hconf.max_request_entity_size = GW_MAX_BODY;
+	s->hconf.max_request_entity_size = s->cfg.max_body;
+	/* HTTP/1.1 only: h2o 2.2.5's h2c (Upgrade and prior knowledge) is a
+	 * second protocol stack on a plain port that nothing here needs */
+	s->hconf.http1.upgrade_to_http2 = 0;
+	/* a request's head and body must arrive within this (h2o arms it
+	 * once per request, not per read: slowloris gets no longer) */
+	s->hconf.http1.req_timeout = (uint64_t)(s->cfg.read_timeout_s * 1000);
 	s->hconf.server_name = h2o_iovec_init(H2O_STRLIT("moor-gatewayd"));
 	h2o_hostconf_t *host = h2o_config_register_host(
 	    &s->hconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);

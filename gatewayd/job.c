@@ -120,8 +120,10 @@ static void prepare_work(uv_work_t *w)
 {
 	gw_job *j = w->data;
 	gw_srv *s = j->s;
+	if (gw_limits_scan(j->body, j->body_len, &j->fail))
+		return;
 	j->json = gw_params_parse(j->body, j->body_len, &j->fail);
-	if (!j->json)
+	if (!j->json || gw_limits_check(j->json, &j->fail))
 		return;
 	const gw_params_env env = {
 	    .served = s->cfg.served,
@@ -138,6 +140,21 @@ static void prepare_work(uv_work_t *w)
 	if (gw_params_read(&env, j->kind, j->json, j->hdr_session, seed, &j->p,
 			   &j->fail))
 		return;
+	/* what engined would refuse or run for nothing is a 400 here, never
+	 * a 503 that a client retries forever */
+	if (j->p.n_ids > s->cfg.window) {
+		gw_failf(&j->fail, 400, "invalid_request_error", "messages",
+			 "context_length_exceeded",
+			 "the prompt has %zu tokens; the window is %u",
+			 j->p.n_ids, s->cfg.window);
+		return;
+	}
+	if (j->p.max_tokens_set && j->p.max_tokens > s->cfg.window) {
+		gw_failf(&j->fail, 400, "invalid_request_error", "max_tokens",
+			 NULL, "max_tokens %u is larger than the window (%u)",
+			 j->p.max_tokens, s->cfg.window);
+		return;
+	}
 	gw_align_work(j);
 	if (j->kind == GW_KIND_PEEK)
 		gw_peek_work(j);
@@ -195,7 +212,7 @@ static void fail_engine(gw_job *j, int code, const char *msg)
 	gw_reply_finish(j);
 }
 
-static void submit(gw_job *j)
+void gw_job_submit(gw_job *j)
 {
 	gw_srv *s = j->s;
 	j->rid = ++s->next_rid;
@@ -268,7 +285,7 @@ static void prepare_after(uv_work_t *w, int status)
 		return;
 	}
 	j->ts_init = 1;
-	submit(j);
+	gw_job_submit(j);
 	gw_job_unref(j); /* the work's */
 }
 
@@ -440,6 +457,20 @@ void gw_jobs_tick(gw_srv *s)
 				  "cancelling",
 				  (unsigned long long)j->rid);
 			gw_job_cancel(j);
+		}
+		/* a stream whose client stopped reading: its send has waited
+		 * past --write-timeout-s, or what waits behind it is past
+		 * GW_MAX_PENDING: the connection goes, the job is cancelled
+		 * when h2o frees the request */
+		if (j->req && j->sending &&
+		    (now - j->t_send > s->cfg.write_timeout_s ||
+		     j->pend.len > GW_MAX_PENDING)) {
+			moor_info("req %llu: the client has not read for %.1f s "
+				  "(%zu bytes wait): closing",
+				  (unsigned long long)j->rid, now - j->t_send,
+				  j->pend.len);
+			gw_conn_abort(s, j->req);
+			j->t_send = now; /* once a timeout, not every tick */
 		}
 		/* the deadline of a job sent: whatever engined does, the
 		 * client gets an answer */

@@ -8,7 +8,9 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <errno.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -44,6 +46,18 @@ static void usage(FILE *f)
 		"                           ended by then is cancelled and "
 		"answered\n"
 		"                           504 (600)\n"
+		"  --max-body-bytes N       larger request bodies get 413 (4 MiB: "
+		"a\n"
+		"                           128k-token conversation with tools "
+		"is\n"
+		"                           under 2 MB of JSON)\n"
+		"  --max-conns N            connections at once; past it 503 "
+		"(4096)\n"
+		"  --read-timeout-s S       a request's head and body arrive "
+		"within (30)\n"
+		"  --write-timeout-s S      a client that takes no bytes for "
+		"that long\n"
+		"                           is disconnected (30)\n"
 		"  --inflight N             requests read and sent to engined "
 		"at a\n"
 		"                           time; the rest wait their turn (4)\n"
@@ -62,6 +76,10 @@ static void usage(FILE *f)
 		"  --end-align-reasoning on|off  its second pass, for copies "
 		"that leave\n"
 		"                           earlier reasoning out (on)\n"
+		"  --state-dir DIR          the journal: DIR/journal.jsonl, a "
+		"line a turn\n"
+		"                           (default: none)\n"
+		"  --journal-max-mb N       rotate the journal past N MiB (64)\n"
 		"  --response-cache on|off  answer an identical greedy request "
 		"from\n"
 		"                           memory (off)\n"
@@ -165,11 +183,16 @@ int main(int argc, char **argv)
 	s->cfg.engine_wait_s = 10;
 	s->cfg.request_timeout_s = 600;
 	s->cfg.queue_max = 4096;
+	s->cfg.max_body = GW_MAX_BODY_DEFAULT;
+	s->cfg.max_conns = GW_MAX_CONNS_DEFAULT;
+	s->cfg.read_timeout_s = 30;
+	s->cfg.write_timeout_s = 30;
 	s->cfg.inflight = 4;
 	s->cfg.queue_wait_s = 120;
 	s->cfg.default_max_tokens = 1024;
 	s->cfg.window = 32768;
 	s->cfg.end_align = 1;
+	s->cfg.journal_max_mb = 64;
 	s->cfg.end_align_reasoning = 1;
 	s->cfg.admin_token = getenv("MOOR_ADMIN_TOKEN");
 	s->defs = (gw_gen_defaults){.temperature = 1.0, .top_p = 1.0};
@@ -184,6 +207,10 @@ int main(int argc, char **argv)
 		O_WAIT,
 		O_REQ_TIMEOUT,
 		O_INFLIGHT,
+		O_MAX_BODY,
+		O_MAX_CONNS,
+		O_READ_TIMEOUT,
+		O_WRITE_TIMEOUT,
 		O_QUEUE_MAX,
 		O_QUEUE_WAIT,
 		O_MAXTOK,
@@ -193,6 +220,8 @@ int main(int argc, char **argv)
 		O_ALIGN_R,
 		O_BUDGET,
 		O_RCACHE,
+		O_STATE,
+		O_JMAX,
 		O_HELP
 	};
 	static const struct option lo[] = {
@@ -205,6 +234,10 @@ int main(int argc, char **argv)
 	    {"engine-wait-s", 1, 0, O_WAIT},
 	    {"request-timeout-s", 1, 0, O_REQ_TIMEOUT},
 	    {"inflight", 1, 0, O_INFLIGHT},
+	    {"max-body-bytes", 1, 0, O_MAX_BODY},
+	    {"max-conns", 1, 0, O_MAX_CONNS},
+	    {"read-timeout-s", 1, 0, O_READ_TIMEOUT},
+	    {"write-timeout-s", 1, 0, O_WRITE_TIMEOUT},
 	    {"queue-max", 1, 0, O_QUEUE_MAX},
 	    {"queue-wait-s", 1, 0, O_QUEUE_WAIT},
 	    {"default-max-tokens", 1, 0, O_MAXTOK},
@@ -214,6 +247,8 @@ int main(int argc, char **argv)
 	    {"end-align-reasoning", 1, 0, O_ALIGN_R},
 	    {"reasoning-budget", 1, 0, O_BUDGET},
 	    {"response-cache", 1, 0, O_RCACHE},
+	    {"state-dir", 1, 0, O_STATE},
+	    {"journal-max-mb", 1, 0, O_JMAX},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
 	};
@@ -260,6 +295,39 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case O_READ_TIMEOUT:
+		case O_WRITE_TIMEOUT: {
+			double *dst = o == O_READ_TIMEOUT
+					  ? &s->cfg.read_timeout_s
+					  : &s->cfg.write_timeout_s;
+			if (parse_double(optarg, dst) || *dst <= 0) {
+				fprintf(stderr,
+					"gatewayd: --%s %s: expected seconds "
+					"> 0\n",
+					o == O_READ_TIMEOUT ? "read-timeout-s"
+							    : "write-timeout-s",
+					optarg);
+				return 2;
+			}
+			break;
+		}
+		case O_MAX_BODY:
+		case O_MAX_CONNS: {
+			uint32_t *dst = o == O_MAX_BODY ? &s->cfg.max_body
+							: &s->cfg.max_conns;
+			if (moor_parse_u32(optarg, dst) || *dst == 0 ||
+			    (o == O_MAX_BODY && *dst > (256u << 20))) {
+				fprintf(stderr,
+					"gatewayd: --%s %s: expected a "
+					"positive integer%s\n",
+					o == O_MAX_BODY ? "max-body-bytes"
+							: "max-conns",
+					optarg,
+					o == O_MAX_BODY ? " up to 256 MiB" : "");
+				return 2;
+			}
+			break;
+		}
 		case O_QUEUE_WAIT:
 			if (parse_double(optarg, &s->cfg.queue_wait_s)) {
 				fprintf(stderr,
@@ -318,6 +386,21 @@ int main(int argc, char **argv)
 			moor_log_level = k;
 			break;
 		}
+		case O_STATE:
+			snprintf(s->cfg.state_dir, sizeof s->cfg.state_dir,
+				 "%s", optarg);
+			break;
+		case O_JMAX:
+			if (moor_parse_u32(optarg, &s->cfg.journal_max_mb) ||
+			    !s->cfg.journal_max_mb ||
+			    s->cfg.journal_max_mb > 65536) {
+				fprintf(stderr,
+					"gatewayd: --journal-max-mb %s: "
+					"expected 1 to 65536\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case O_BUDGET:
 			if (moor_parse_u32(optarg, &s->cfg.reasoning_budget)) {
 				fprintf(stderr,
@@ -391,6 +474,12 @@ int main(int argc, char **argv)
 	}
 	if (!s->cfg.run_dir[0])
 		moor_run_dir_default(s->cfg.run_dir, sizeof s->cfg.run_dir);
+	if (s->cfg.state_dir[0] && mkdir(s->cfg.state_dir, 0755) &&
+	    errno != EEXIST) {
+		moor_err("--state-dir %s: %s", s->cfg.state_dir,
+			 strerror(errno));
+		return 1;
+	}
 	if (served) {
 		snprintf(s->cfg.served, sizeof s->cfg.served, "%s", served);
 	} else {
@@ -471,9 +560,12 @@ int main(int argc, char **argv)
 	}
 	uv_signal_init(&loop, &s->sig_term);
 	uv_signal_init(&loop, &s->sig_int);
-	s->sig_term.data = s->sig_int.data = s;
+	uv_signal_init(&loop, &s->sig_hup);
+	s->sig_term.data = s->sig_int.data = s->sig_hup.data = s;
 	uv_signal_start(&s->sig_term, on_signal, SIGTERM);
 	uv_signal_start(&s->sig_int, on_signal, SIGINT);
+	/* a hangup stops cleanly, as SIGTERM (no configuration to reload) */
+	uv_signal_start(&s->sig_hup, on_signal, SIGHUP);
 	uv_timer_init(&loop, &s->tick);
 	s->tick.data = s;
 	uv_timer_start(&s->tick, on_tick, 50, 50);

@@ -16,6 +16,7 @@ static const char *const route_names[GW_ROUTE_N] = {"/v1/chat/completions",
 						    "/v1/cache/stats",
 						    "/v1/cache/clear",
 						    "/v1/cache/peek",
+						    "/v1/cache/prewarm",
 						    "other"};
 
 /* upper bounds of the TTFT buckets, seconds */

@@ -313,6 +313,56 @@ static int tokenize(const gw_params_env *env, const char *text, size_t len,
 	return 0;
 }
 
+/* Tokens of text[0, len) (a prefix ending where a special token split
+ * the prompt, so its ids are a prefix of the prompt's). */
+static size_t count_tokens(const gw_params_env *env, const char *text,
+			   size_t len, int *err)
+{
+	int32_t *ids = NULL;
+	size_t n = 0;
+	*err = gw_tok_encode(env->tok, text, len, &ids, &n);
+	free(ids);
+	return n;
+}
+
+/* usage.moor.parts: the header (a first system message, and the tools the
+ * template writes into it) split into system and tools by rendering the
+ * header once more without the tools. */
+static int count_parts(const gw_params_env *env, const gw_tmpl_ctx *ctx,
+		       const gw_prompt *pr, const json_t *msgs, gw_params *p,
+		       gw_fail *f)
+{
+	const char *r0 =
+	    json_string_value(json_object_get(json_array_get(msgs, 0), "role"));
+	if (!r0 || strcmp(r0, "system") || !pr->msg_off || pr->n_msgs < 1)
+		return 0;
+	size_t hend = pr->msg_off[1];
+	int e = 0;
+	size_t head = count_tokens(env, pr->text, hend, &e);
+	size_t sys = head;
+	if (!e && ctx->tools && json_is_array(ctx->tools) &&
+	    json_array_size(ctx->tools)) {
+		gw_tmpl_ctx c2 = *ctx;
+		c2.tools = NULL;
+		gw_prompt p2 = {0};
+		char err[MOOR_ERRLEN] = "";
+		if (!gw_tmpl_render(env->family, &c2, &p2, err) && p2.msg_off &&
+		    p2.n_msgs >= 1)
+			sys = count_tokens(env, p2.text, p2.msg_off[1], &e);
+		gw_prompt_fini(&p2);
+	}
+	if (e == -ENOMEM) {
+		gw_failf(f, 500, "server_error", NULL, NULL,
+			 "tokenize: out of memory");
+		return -1;
+	}
+	if (e || sys > head)
+		return 0; /* no split: counted as history */
+	p->n_system = sys;
+	p->n_tools = head - sys;
+	return 0;
+}
+
 static int read_chat(const gw_params_env *env, int kind, const json_t *b,
 		     gw_params *p, gw_fail *f)
 {
@@ -372,6 +422,8 @@ static int read_chat(const gw_params_env *env, int kind, const json_t *b,
 	p->family = env->family;
 	p->tools = ctx.tools && json_is_array(ctx.tools) ? ctx.tools : NULL;
 	rv = tokenize(env, pr.text, pr.len, p, f);
+	if (!rv)
+		rv = count_parts(env, &ctx, &pr, msgs, p, f);
 	gw_prompt_fini(&pr);
 	if (rv)
 		return -1;

@@ -94,6 +94,8 @@ typedef struct gw_params {
 	gw_tmpl_family family; /* GW_TMPL_UNKNOWN for /v1/completions */
 	int32_t *ids;	       /* [n_ids] the prompt, malloc'd */
 	size_t n_ids;
+	size_t n_system, n_tools; /* the prompt's first ids: a first system
+				   * message and the tools in its header */
 } gw_params;
 
 /* The body's bytes as a JSON object, or NULL with f filled (400: not JSON,

@@ -20,6 +20,82 @@ int gw_on_cache_peek(gw_srv *s, h2o_req_t *req)
 	return gw_job_start(s, req, GW_KIND_PEEK, GW_ROUTE_PEEK);
 }
 
+/* POST /v1/cache/prewarm: the body as a peek reads it; when the peek finds
+ * the conversation on a slower RAM tier (the park, the pin, the state
+ * store), it is brought back as its next request would bring it: a
+ * generation of no tokens over the prompt less its last token, so cached
+ * restores the tier (parking the conversation in place, as a request of
+ * another session does), the rest is prefilled and an end anchor is kept
+ * one token short of the prompt, where the send then resumes. Otherwise
+ * {"prewarmed": false, "why"}: "resident" (the rows are in place: RAM
+ * needs nothing), "not_cached" (no tier holds it: a prewarm would be the
+ * cold prefill itself); 409 while a turn runs or waits. The NVMe spill is
+ * the tier this is for once it exists. */
+int gw_on_cache_prewarm(gw_srv *s, h2o_req_t *req)
+{
+	return gw_job_start(s, req, GW_KIND_PEEK, GW_ROUTE_PREWARM);
+}
+
+static void prewarm_no(gw_job *j, const char *why, const proto_peek_ok *pk)
+{
+	json_t *o = json_pack("{s:b,s:s,s:s,s:I}", "prewarmed", 0, "why", why,
+			      "tier", gw_tier_word(pk->tier), "cached_tokens",
+			      (json_int_t)pk->cached);
+	char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(o);
+	gw_metrics_count(j->s, j->route, 200);
+	gw_send_json(j->req, 200, t ? t : "{}", t ? strlen(t) : 2);
+	free(t);
+}
+
+static void prewarm(gw_job *j, const proto_peek_ok *pk)
+{
+	if (pk->tier == PROTO_TIER_RESIDENT || pk->tier == PROTO_TIER_END ||
+	    pk->tier == PROTO_TIER_STASH) {
+		prewarm_no(j, "resident", pk);
+		return;
+	}
+	if (pk->tier == PROTO_TIER_NONE || j->p.n_ids < 2) {
+		prewarm_no(j, "not_cached", pk);
+		return;
+	}
+	j->pw_tier = pk->tier;
+	j->pw_cached = pk->cached;
+	j->p.n_ids--; /* the send forwards the last token */
+	j->p.max_tokens = 0;
+	j->p.stream = 0;
+	j->p.reasoning_budget = 0;
+	gw_job_submit(j);
+}
+
+void gw_prewarm_done(gw_job *j)
+{
+	if (!j->req)
+		return;
+	const proto_done *d = &j->dn;
+	if (d->finish == PROTO_FINISH_ERROR) {
+		gw_metrics_count(j->s, j->route, 503);
+		gw_send_error(j->req, 503, "server_error", NULL, NULL, 1,
+			      "the prewarm failed: %s",
+			      j->err_msg[0] ? j->err_msg
+					    : moor_strerror(d->code));
+		return;
+	}
+	json_t *r = json_pack(
+	    "{s:s,s:s,s:I,s:I,s:I,s:f}", "tier", gw_tier_word(d->tier),
+	    "source", gw_tier_source(d->tier), "cached",
+	    (json_int_t)d->cached_tokens, "prefilled",
+	    (json_int_t)(d->prompt_tokens - d->cached_tokens), "tokens",
+	    (json_int_t)d->prompt_tokens, "prefill_ms", d->prefill_us / 1e3);
+	json_t *o = json_pack("{s:b,s:o,s:s}", "prewarmed", 1, "restore", r,
+			      "session", j->p.session);
+	char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(o);
+	gw_metrics_count(j->s, j->route, 200);
+	gw_send_json(j->req, 200, t ? t : "{}", t ? strlen(t) : 2);
+	free(t);
+}
+
 void gw_peek_work(gw_job *j)
 {
 	proto_msg q = {0};
@@ -80,6 +156,10 @@ void gw_peek_answer(gw_job *j)
 		return;
 	}
 	const proto_peek_ok *pk = &j->reply.u.peek_ok;
+	if (j->route == GW_ROUTE_PREWARM) {
+		prewarm(j, pk);
+		return;
+	}
 	uint64_t cached = pk->cached <= pk->tokens ? pk->cached : pk->tokens;
 	uint64_t reread = pk->tokens - cached;
 	double rate = gw_prefill_rate(j->s);

@@ -131,6 +131,19 @@ json_t *gw_reply_usage(const gw_job *j)
 	json_object_set_new(m, "injected",
 			    json_integer((json_int_t)j->injected));
 	json_object_set_new(m, "aligned", json_integer(j->align_pass));
+	/* the parts of the prompt the engine read: system, tools, history,
+	 * injected (hidden spans put back), images (none: text only) */
+	uint64_t rd = d->prompt_tokens, head = j->p.n_system + j->p.n_tools;
+	uint64_t hist = rd > head + j->injected ? rd - head - j->injected : 0;
+	json_t *pt = json_object();
+	json_object_set_new(pt, "system",
+			    json_integer((json_int_t)j->p.n_system));
+	json_object_set_new(pt, "tools", json_integer((json_int_t)j->p.n_tools));
+	json_object_set_new(pt, "history", json_integer((json_int_t)hist));
+	json_object_set_new(pt, "injected",
+			    json_integer((json_int_t)j->injected));
+	json_object_set_new(pt, "images", json_integer(0));
+	json_object_set_new(m, "parts", pt);
 	json_object_set_new(u, "moor", m);
 	return u;
 }
@@ -224,6 +237,7 @@ static void reply_whole(gw_job *j)
 	json_array_append_new(a, c);
 	json_object_set_new(o, "choices", a);
 	json_object_set_new(o, "usage", gw_reply_usage(j));
+	gw_journal_turn(j, gw_reply_finish_name(j, n_calls));
 	char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(o);
 	gw_metrics_count(s, j->route, 200);
@@ -235,6 +249,11 @@ void gw_reply_finish(gw_job *j)
 {
 	gw_srv *s = j->s;
 	const proto_done *d = &j->dn;
+	if (j->route == GW_ROUTE_PREWARM) {
+		gw_prewarm_done(j);
+		gw_job_unref(j); /* the engine's */
+		return;
+	}
 	if (d->finish != PROTO_FINISH_ERROR) {
 		const char *piece;
 		size_t len;
@@ -263,6 +282,7 @@ void gw_reply_finish(gw_job *j)
 				      "%s", msg);
 		}
 	} else if (j->p.stream) {
+		gw_journal_turn(j, gw_reply_finish_name(j, j->n_tool_calls));
 		gw_sse_start(j);
 		gw_sse_end(j);
 		gw_metrics_count(s, j->route, 200);

@@ -36,6 +36,8 @@ static unsigned next_slot;
 
 int gw_rc_greedy(const gw_job *j)
 {
+	if (j->route == GW_ROUTE_PREWARM)
+		return 0;
 	return j->p.temperature == 0.0f || j->p.top_k == 1;
 }
 

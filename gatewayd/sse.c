@@ -70,6 +70,7 @@ void gw_sse_flush(gw_job *j)
 	    h2o_strdup(&req->pool, j->pend.p ? j->pend.p : "", j->pend.len);
 	moor_buf_reset(&j->pend);
 	j->sending = 1;
+	j->t_send = moor_now();
 	if (final)
 		j->final_sent = 1;
 	h2o_send(req, &b, 1,

@@ -1274,6 +1274,9 @@ static int decode_graph(eng_model *m, eng_seq *s)
 	}
 	int64_t pos = s->len, max_len;
 	int b = graph_bucket(m, pos, &max_len);
+	/* a slot copy still running is waited for outside any capture (a
+	 * captured wait on work recorded before the capture is refused) */
+	CK(sections_ready(m));
 	if (!m->graph[b]) {
 		CK(o->graph_begin(m->q, pos, max_len));
 		int rc = forward_layers(m, s, 1, pos, 1);

@@ -59,12 +59,12 @@ static void model_rows(const char *dir, int threads, int64_t T,
 	char err[MOOR_ERRLEN] = "";
 	kern_ctx *ctx;
 	kern_config kc = {.threads = threads};
-	int rc = kern_cpu_ops.create(&kc, &ctx);
+	int rc = kern_backend("cpu")->create(&kc, &ctx);
 	if (rc)
 		die("backend", rc, NULL);
 	eng_opts o = {.grid = 1024, .window = T + 64, .threads = threads};
 	eng_model *m;
-	if ((rc = eng_model_load(dir, &kern_cpu_ops, ctx, &o, &m, err)))
+	if ((rc = eng_model_load(dir, kern_backend("cpu"), ctx, &o, &m, err)))
 		die("load", rc, err);
 	const eng_layout *y = eng_model_layout(m);
 	eng_seq s;
@@ -82,7 +82,7 @@ static void model_rows(const char *dir, int threads, int64_t T,
 	}
 	if ((rc = eng_prefill(m, &s, ids, T, lg, ENG_LOGITS_LAST)))
 		die("prefill", rc, NULL);
-	kern_queue *q = kern_cpu_ops.queue(ctx, KERN_Q_COMPUTE);
+	kern_queue *q = kern_backend("cpu")->queue(ctx, KERN_Q_COMPUTE);
 	uint64_t kv = 0, st = 0;
 	for (int i = 0; i < y->n_views; i++)
 		kv += y->view[i].row_bytes * (uint64_t)T;
@@ -92,12 +92,12 @@ static void model_rows(const char *dir, int threads, int64_t T,
 	uint64_t o1 = 0;
 	for (int i = 0; i < y->n_views; i++) {
 		uint64_t n = y->view[i].row_bytes * (uint64_t)T;
-		kern_cpu_ops.download(q, kvb + o1, s.view[i], n);
+		kern_backend("cpu")->download(q, kvb + o1, s.view[i], n);
 		o1 += n;
 	}
 	o1 = 0;
 	for (int i = 0; i < y->n_sections; i++) {
-		kern_cpu_ops.download(q, stb + o1, s.sec[i], y->sec[i].bytes);
+		kern_backend("cpu")->download(q, stb + o1, s.sec[i], y->sec[i].bytes);
 		o1 += y->sec[i].bytes;
 	}
 	const char *name = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
@@ -109,7 +109,7 @@ static void model_rows(const char *dir, int threads, int64_t T,
 	free(lg);
 	eng_seq_free(m, &s);
 	eng_model_free(m);
-	kern_cpu_ops.destroy(ctx);
+	kern_backend("cpu")->destroy(ctx);
 }
 
 static double gbps(uint64_t n, double s)

@@ -20,8 +20,12 @@ static unsigned char *rows_copy(harness *h, uint64_t n)
 		rb += h->y->view[i].row_bytes;
 	unsigned char *p = malloc(rb * n + 1), *q = p;
 	REQUIRE(p, "oom");
+	/* the views are device memory on CUDA: read through the backend */
+	kern_queue *kq = h->ops->queue(h->ctx, KERN_Q_COMPUTE);
 	for (int i = 0; i < h->y->n_views; i++) {
-		memcpy(q, h->s.view[i], h->y->view[i].row_bytes * n);
+		REQUIRE(h->ops->download(kq, q, h->s.view[i],
+					 h->y->view[i].row_bytes * n) == 0,
+			"download of view %d", i);
 		q += h->y->view[i].row_bytes * n;
 	}
 	return p;

@@ -43,6 +43,23 @@ int main(void)
 	      "A parked up to its end anchor (1003), got %lld",
 	      h_stat(h.c, "park.tokens"));
 	CHECK(h_stat(h.c, "park.end") == 1, "the end anchor went along");
+	/* with its marks: the end alignment's record of A (cache_end_get)
+	 * is the park's, with A's generation region [1000, 1003); B's copy
+	 * gets the resident end with B's region [900, 903) */
+	cache_end_out eo;
+	cache_end_get(h.c, A1, 1000, &eo);
+	CHECK(eo.tier == CACHE_TIER_PARK && eo.end == 1003 &&
+		  eo.common == 1000 && eo.n_marks == 1 &&
+		  eo.marks[0].start == 1000 && eo.marks[0].len == 3 &&
+		  eo.marks[0].kind == CACHE_MARK_GEN,
+	      "A's record: tier %d end %llu common %llu marks %u",
+	      eo.tier, (unsigned long long)eo.end,
+	      (unsigned long long)eo.common, eo.n_marks);
+	cache_end_get(h.c, B1, 900, &eo);
+	CHECK(eo.tier == CACHE_TIER_END && eo.end == 903 && eo.n_marks == 1 &&
+		  eo.marks[0].start == 900 && eo.marks[0].len == 3,
+	      "B's record: tier %d end %llu marks %u", eo.tier,
+	      (unsigned long long)eo.end, eo.n_marks);
 	uint64_t lines[16];
 	int nl = h_lines(h.c, "park", lines, 16);
 	CHECK(nl == 4 && lines[0] == 640 && lines[2] == 896 && lines[3] == 1003,
@@ -57,6 +74,12 @@ int main(void)
 	h_exact(&h, A2, 1100, &t, "A2 (swapped back)");
 	state_free(&t.st);
 	CHECK(h_stat(h.c, "park.park_hits") == 1, "a park hit");
+	/* the swap brought A's marks back with its rows and parked B's */
+	cache_end_get(h.c, B1, 900, &eo);
+	CHECK(eo.tier == CACHE_TIER_PARK && eo.end == 903 && eo.n_marks == 1 &&
+		  eo.marks[0].start == 900,
+	      "B's record after the swap: tier %d end %llu marks %u", eo.tier,
+	      (unsigned long long)eo.end, eo.n_marks);
 	CHECK(h_stat(h.c, "park.parks") == 2, "B parked by the swap");
 	CHECK(h_stat(h.c, "park.tokens") == 903,
 	      "B parked to its end, got "

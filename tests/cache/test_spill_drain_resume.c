@@ -17,8 +17,15 @@
  *     planes + zstd): its unchanged blocks stay raw, the new ones are
  *     encoded, and a cache reads the mixed entry back;
  *   - another fingerprint: the entry is swept at the attach and nothing is
- *     read back (a cold start).
+ *     read back (a cold start);
+ *   - the mover's ordering (CPU): a drain and a read-back through a mover
+ *     that, like the CUDA one, does its copies only at sync() keep every
+ *     block's sums and read back the same rows, sections and anchors bit
+ *     for bit (a missing sync reads or refills the staging buffer early).
+ * On CUDA (test_spill_drain_resume_cuda) the same runs on a cudaMalloc'ed
+ * device arena and the CUDA mover, the deferring part aside.
  * Session snapshots are off: the store would offer the same state. */
+#include <errno.h>
 #include <fcntl.h>
 
 #include "cache_int.h"
@@ -56,7 +63,7 @@ static void snap_take(harness *h, snap *s)
 	memset(s, 0, sizeof *s);
 	s->valid = c->valid;
 	s->taint = c->taint;
-	s->st = state_read(&kern_cpu_ops, h->ctx, h->y, &h->s,
+	s->st = state_read(h->ops, h->ctx, h->y, &h->s,
 			   (int64_t)c->valid);
 	s->end_len = c->end.have ? c->end.len : 0;
 	s->n_anc = c->n_anc;
@@ -64,13 +71,20 @@ static void snap_take(harness *h, snap *s)
 	s->anc = malloc(c->n_anc * c->sec_bytes + 1);
 	s->end = malloc(c->sec_bytes);
 	REQUIRE(s->anc && s->end, "oom");
+	/* through the cache's mover: on CUDA the device arena is GPU memory
+	 * and the copies are done only after cache_sync */
 	for (uint32_t i = 0; i < c->n_anc; i++) {
 		s->line[i] = c->anc[i].line;
-		memcpy(s->anc + i * c->sec_bytes, dev_at(c, c->anc[i].off),
-		       c->sec_bytes);
+		REQUIRE(c->mv->copy(c->mv->ctx, s->anc + i * c->sec_bytes,
+				    dev_at(c, c->anc[i].off),
+				    c->sec_bytes) == 0,
+			"anchor %u out", i);
 	}
 	if (c->end.have)
-		memcpy(s->end, dev_at(c, c->end.off), c->sec_bytes);
+		REQUIRE(c->mv->copy(c->mv->ctx, s->end, dev_at(c, c->end.off),
+				    c->sec_bytes) == 0,
+			"the end anchor out");
+	REQUIRE(cache_sync(c) == 0, "the anchors' copies");
 	snprintf(s->session, sizeof s->session, "%s",
 		 c->res_session ? c->res_session : "");
 	s->n_mk = c->n_mk < 16 ? c->n_mk : 16;
@@ -82,6 +96,83 @@ static void snap_free(snap *s)
 	state_free(&s->st);
 	free(s->anc);
 	free(s->end);
+}
+
+/* A mover with the CUDA mover's semantics on host memory: every copy is
+ * queued and done, in order, only at sync() (a stream). A spill that read
+ * its staging buffer before a sync, or refilled it before the copies out
+ * of it were done, would read or write other bytes, and the bit-for-bit
+ * checks below would fail. CPU only (the in-place paths stay CPU). */
+typedef struct dop {
+	int kind; /* 0 copy2d, 1 zero */
+	char *dst;
+	const char *src;
+	size_t dp, sp, w, h;
+} dop;
+typedef struct defer {
+	dop *q;
+	size_t n, cap;
+	uint64_t syncs;
+} defer;
+
+static int d_push(defer *d, dop o)
+{
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? 2 * d->cap : 256;
+		dop *q = realloc(d->q, cap * sizeof *q);
+		if (!q)
+			return -ENOMEM;
+		d->q = q;
+		d->cap = cap;
+	}
+	d->q[d->n++] = o;
+	return 0;
+}
+
+static int d_copy2d(void *ctx, void *dst, size_t dp, const void *src,
+		    size_t sp, size_t w, size_t h)
+{
+	return d_push(ctx, (dop){0, dst, src, dp, sp, w, h});
+}
+
+static int d_copy(void *ctx, void *dst, const void *src, size_t n)
+{
+	return d_copy2d(ctx, dst, n, src, n, n, 1);
+}
+
+static int d_zero(void *ctx, void *dst, size_t n)
+{
+	return d_push(ctx, (dop){1, dst, NULL, n, 0, n, 1});
+}
+
+static int d_sync(void *ctx)
+{
+	defer *d = ctx;
+	for (size_t i = 0; i < d->n; i++) {
+		dop *o = &d->q[i];
+		for (size_t r = 0; r < o->h; r++)
+			if (o->kind)
+				memset(o->dst + r * o->dp, 0, o->w);
+			else
+				memcpy(o->dst + r * o->dp, o->src + r * o->sp,
+				       o->w);
+	}
+	d->n = 0;
+	d->syncs++;
+	return 0;
+}
+
+/* The rows [0, valid) of every view and the live sections of c. */
+static unsigned char *live_take(cache *c)
+{
+	size_t n = c->valid * c->row_bytes + c->sec_bytes;
+	unsigned char *b = malloc(n + 1);
+	REQUIRE(b, "oom");
+	REQUIRE(rows_out(c, b, c->valid, 0, 0, c->valid) == 0 &&
+		    secs_out(c, b + c->valid * c->row_bytes) == 0 &&
+		    cache_sync(c) == 0,
+		"the live rows out");
+	return b;
 }
 
 int main(void)
@@ -151,8 +242,18 @@ int main(void)
 		      "anchor %u (line %llu) bit for bit", i,
 		      (unsigned long long)s1.line[k]);
 	}
-	/* a drain of what was read back writes nothing but the manifest */
+	/* a drain of what was read back writes nothing but the manifest;
+	 * through the deferring mover (on CPU): the staged blocks' sums are
+	 * still the manifest's */
+	defer dq = {0};
+	arena_mover dmv = {.name = "deferred", .ctx = &dq, .copy = d_copy,
+			   .copy2d = d_copy2d, .zero = d_zero, .sync = d_sync};
+	const arena_mover *mv0 = h2.c->mv;
+	if (!tb_cuda())
+		h2.c->mv = &dmv;
 	REQUIRE(cache_drain(h2.c, err) == 0, "drain 2: %s", err);
+	h2.c->mv = mv0;
+	CHECK(dq.n == 0, "the drain left %zu copies unsynced", dq.n);
 	CHECK(h_stat(h2.c, "spill.blocks_written") == 0 &&
 		  h_stat(h2.c, "spill.blocks_kept") == 2 &&
 		  h_stat(h2.c, "spill.anchors_written") == 0,
@@ -161,6 +262,49 @@ int main(void)
 	      h_stat(h2.c, "spill.blocks_written"),
 	      h_stat(h2.c, "spill.blocks_kept"),
 	      h_stat(h2.c, "spill.anchors_written"));
+
+	/* a read back through the deferring mover (CPU; a cache of its own,
+	 * no engine: the live buffers compared with h2's) */
+	if (!tb_cuda()) {
+		cache_cfg xc;
+		h_cfg(&xc, "spill-x");
+		xc.store_sessions = 0;
+		snprintf(xc.spill_dir, sizeof xc.spill_dir, "%s", dir);
+		cache *x;
+		cache_hello_out xo;
+		REQUIRE(cache_new(&xc, &x, err) == 0, "cache x: %s", err);
+		x->mv = &dmv;
+		uint64_t s0 = dq.syncs;
+		REQUIRE(cache_hello(x, h2.lay, &xo, err) == 0, "hello x: %s",
+			err);
+		CHECK(dq.n == 0 && dq.syncs > s0,
+		      "the read-back ends synced (%zu left)", dq.n);
+		CHECK(xo.resident_len == 1305 && x->valid == h2.c->valid &&
+			  x->taint == h2.c->taint && x->end.have &&
+			  x->end.len == h2.c->end.len,
+		      "the deferred read-back: %llu tokens",
+		      (unsigned long long)xo.resident_len);
+		x->mv = &arena_mover_memcpy;
+		unsigned char *lx = live_take(x), *l2 = live_take(h2.c);
+		CHECK(!memcmp(lx, l2,
+			      h2.c->valid * h2.c->row_bytes + h2.c->sec_bytes),
+		      "the deferred read-back's rows and sections, bit for "
+		      "bit");
+		free(lx);
+		free(l2);
+		CHECK(!memcmp(dev_at(x, x->end.off), dev_at(h2.c, h2.c->end.off),
+			      h2.c->sec_bytes),
+		      "the deferred read-back's end anchor");
+		CHECK(x->n_anc == h2.c->n_anc, "anchors %u", x->n_anc);
+		for (uint32_t i = 0; i < x->n_anc && i < h2.c->n_anc; i++)
+			CHECK(x->anc[i].line == h2.c->anc[i].line &&
+				  !memcmp(dev_at(x, x->anc[i].off),
+					  dev_at(h2.c, h2.c->anc[i].off),
+					  h2.c->sec_bytes),
+			      "the deferred read-back's anchor %u", i);
+		cache_free(x);
+	}
+	free(dq.q);
 
 	/* the next turn, against a cache that never stopped */
 	int32_t *P = h_cat(A, 1300, ans, 6);

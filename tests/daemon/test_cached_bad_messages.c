@@ -354,6 +354,20 @@ int main(int argc, char **argv)
 	n = encode(&h, &b);
 	expect_error(eng, "HELLO of a bad layout", b, n, MOOR_ERANGE, "layout");
 	free(b);
+	/* a HELLO whose dims multiply to 2^64 (0 in 64 bits): an error, not a
+	 * division by zero (SIGFPE) */
+	proto_view wide = {.name = "w",
+			   .ndim = 4,
+			   .dims = {0, 1 << 24, 1 << 24, 1 << 16},
+			   .token_axis = 0,
+			   .row_bytes = 8};
+	h.h.req = 15;
+	h.u.hello.view = &wide;
+	n = encode(&h, &b);
+	expect_error(eng, "HELLO of dims past 2^64", b, n, MOOR_ERANGE,
+		     "multiply");
+	free(b);
+	h.u.hello.view = &view;
 	/* CLEAR of an unknown tier */
 	proto_msg c = {0};
 	c.h.type = PROTO_CLEAR;
@@ -362,6 +376,16 @@ int main(int argc, char **argv)
 	n = encode(&c, &b);
 	expect_error(adm, "CLEAR bogus", b, n, MOOR_ERANGE, "unknown tier");
 	free(b);
+	/* a tier name with a newline: the log quotes it on one line */
+	c.h.req = 16;
+	c.u.clear.tier = "x\ncached: info: cleared all";
+	n = encode(&c, &b);
+	expect_error(adm, "CLEAR with a newline", b, n, MOOR_ERANGE,
+		     "unknown tier");
+	free(b);
+	CHECK(!h_log_has("cached", "\ncached: info: cleared all") &&
+		  h_log_has("cached", "x\\x0acached: info: cleared all"),
+	      "the tier's newline reached the log raw (a forged line)");
 
 	peek_battery(eng, adm);
 

@@ -102,5 +102,18 @@ check "no cached: exit 1, names the socket" '[ $rc -eq 1 ] && echo "$err" | grep
 err=$("$moorctl" frobnicate 2>&1); rc=$?
 check "unknown command: exit 2" '[ $rc -eq 2 ]'
 
+# journal --tail: the last N lines, the rotated file's before the current's
+mkdir -p "$run/state"
+printf '{"n":1}\n{"n":2}\n' >"$run/state/journal.jsonl.1"
+printf '{"n":3}\n{"n":4}\n{"n":5}\n' >"$run/state/journal.jsonl"
+out=$("$moorctl" journal --tail 4 --state-dir "$run/state")
+check "journal --tail 4: lines 2 to 5" '[ "$(echo "$out" | tr -d "\n")" = "{\"n\":2}{\"n\":3}{\"n\":4}{\"n\":5}" ]'
+out=$("$moorctl" journal --tail --state-dir "$run/state")
+check "journal --tail: every line when fewer than 10" '[ "$(echo "$out" | wc -l)" -eq 5 ]'
+err=$("$moorctl" journal --tail --state-dir "$run/nowhere" 2>&1); rc=$?
+check "journal of no state dir: exit 1" '[ $rc -eq 1 ] && echo "$err" | grep -q "no journal"'
+err=$("$moorctl" journal --state-dir "$run/state" 2>&1); rc=$?
+check "journal without --tail: exit 2" '[ $rc -eq 2 ]'
+
 [ $fail -eq 0 ] && echo "test_moorctl: ok"
 exit $fail

@@ -24,5 +24,18 @@ err=$("$engined" --model "$tiny" --prompt-ids abc 2>&1 >/dev/null); rc=$?
 check "malformed ids: refused" '[ $rc -eq 2 ]'
 err=$("$engined" --model "$tiny" --prompt-ids 1 --grid 100 2>&1 >/dev/null); rc=$?
 check "grid not a multiple of 64: refused" '[ $rc -ne 0 ] && echo "$err" | grep -q "multiple of 64"'
+# the backend: named in the first log line; --backend cpu gives auto's ids
+# on a host without a GPU; a backend this build or host lacks, or a name
+# that is none, is refused with one line and exit 2
+log=$("$engined" --model "$golden/f32_untied" --prompt-ids 1,2,3 --max-tokens 3 --backend cpu 2>&1 >/dev/null)
+check "the backend is logged at start" 'echo "$log" | head -n1 | grep -q "backend cpu"'
+c1=$("$engined" --model "$tiny" --prompt-ids 9707,11,1879,0 --max-tokens 6 --ignore-eos --backend cpu 2>/dev/null)
+check "--backend cpu: the same greedy ids" '[ "$c1" = "$a" ]'
+err=$("$engined" --model "$tiny" --prompt-ids 1 --backend bogus 2>&1 >/dev/null); rc=$?
+check "--backend bogus: refused" '[ $rc -eq 2 ] && echo "$err" | grep -q "expected auto, cpu or cuda"'
+if ! "$engined" --model "$golden/f32_untied" --prompt-ids 1 --max-tokens 1 --backend cuda >/dev/null 2>&1; then
+	err=$("$engined" --model "$tiny" --prompt-ids 1 --backend cuda 2>&1 >/dev/null); rc=$?
+	check "--backend cuda without CUDA: one clear line, exit 2" '[ $rc -eq 2 ] && echo "$err" | grep -q "backend cuda: "'
+fi
 [ $fail -eq 0 ] && echo "test_engined_cli: ok"
 exit $fail

@@ -83,6 +83,33 @@ check(cached > 0 && cached <= f2.usage.prompt_tokens,
   'follow-up cached ' + JSON.stringify(f2.usage));
 console.log(`openai sdk: follow-up turn ${f2.usage.prompt_tokens} prompt tokens, ${cached} cached`);
 
+// a 20-turn conversation streamed through the SDK, as opencode sends it:
+// the answer's deltas added up and sent back; every follow-up resumes at
+// the end anchor (usage.moor.source 'end', the new turn and the template's
+// glue re-read), whatever spelling the tokenizer gives the text again
+await fetch(`http://127.0.0.1:${port}/v1/cache/clear`, { method: 'POST', body: '{}' });
+const conv = [{ role: 'system', content: 'You are a storyteller.' }];
+const eopts = { headers: { 'x-session-id': 'sdk-20' } };
+let atEnd = 0;
+for (let t = 0; t < 20; t++) {
+  conv.push({ role: 'user', content: `Part ${t + 1} of the story, please.` });
+  const st = await client.chat.completions.create({ model: 'tiny', temperature: 0,
+    max_tokens: 24, messages: conv, stream: true,
+    stream_options: { include_usage: true } }, eopts);
+  let txt = '', u = null;
+  for await (const c of st) {
+    if (c.usage) u = c.usage;
+    for (const ch of c.choices) if (ch.delta?.content) txt += ch.delta.content;
+  }
+  conv.push({ role: 'assistant', content: txt });
+  if (t > 0) {
+    check(u && u.moor && u.moor.source === 'end' && u.moor.reread < 40,
+      `turn ${t}: ${JSON.stringify(u && u.moor)}`);
+    atEnd++;
+  }
+}
+console.log(`openai sdk: ${atEnd} of 19 follow-ups at the end anchor`);
+
 // errors come back as the SDK's typed errors
 try {
   await client.chat.completions.create({ ...base, model: 'nope' });

@@ -83,7 +83,11 @@ static void compaction(const char *session, const char *first,
 
 int main(int argc, char **argv)
 {
-	gt_stack(argc, argv, "gwcompact", 300, NULL, NULL, NULL);
+	/* the journal too: a line a turn in the state dir, no user text */
+	static char sdir[] = "/tmp/moor-gwjournal-XXXXXX";
+	REQUIRE(mkdtemp(sdir), "mkdtemp");
+	const char *extra[] = {"--state-dir", sdir, NULL};
+	gt_stack(argc, argv, "gwcompact", 300, extra, NULL, NULL);
 	const char *S = "ses_compaction_test";
 	json_t *msgs = json_array();
 	long long end = 0;
@@ -138,5 +142,34 @@ int main(int argc, char **argv)
 	      "its continuation");
 	CHECK(prompt == read, "served as sent: read %lld of %lld", read,
 	      prompt);
+
+	/* the journal: one line a turn (3 turns, 2 compactions), the
+	 * sources as usage said, no user text */
+	char jp[400];
+	snprintf(jp, sizeof jp, "%s/journal.jsonl", sdir);
+	FILE *f = fopen(jp, "r");
+	CHECK(f, "no journal at %s", jp);
+	int lines = 0, cont = 0, text = 0;
+	char line[4096];
+	while (f && fgets(line, sizeof line, f)) {
+		json_t *o = json_loads(line, 0, NULL);
+		CHECK(o && gt_str(o, "source") && gt_str(o, "finish") &&
+			  gt_int(o, "cached") >= 0 && gt_int(o, "reread") >= 0,
+		      "journal line: %s", line);
+		cont += o && gt_str(o, "source") &&
+			!strcmp(gt_str(o, "source"), "continuation");
+		text += strstr(line, "function") != NULL ||
+			strstr(line, "docstring") != NULL;
+		json_decref(o);
+		lines++;
+	}
+	if (f)
+		fclose(f);
+	printf("journal: %d lines, %d continuation\n", lines, cont);
+	CHECK(lines == 5 && cont == 1, "journal: %d lines, %d continuations",
+	      lines, cont);
+	CHECK(!text, "the journal holds user text");
+	unlink(jp);
+	rmdir(sdir);
 	return h_done("test_gw_compaction");
 }

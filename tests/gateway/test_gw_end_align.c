@@ -10,7 +10,8 @@
  * hidden span, with the template's whitespace as glue) and (b) without it
  * (Open WebUI: the template writes an empty think; the second pass).
  *
- * Through the stack on the tiny model: conversations of TURNS turns, greedy,
+ * Through the stack on the tiny model: conversations of TURNS (20) turns,
+ * greedy,
  * each follow-up appending the assistant message as the reply gave it (the
  * whole reply's message, or the streamed deltas added up) and a new user
  * message. The ids the engine generated are often not the ids the tokenizer
@@ -35,7 +36,11 @@
 #include "harness.h"
 #include "buf.h"
 
+#ifdef BUDGET_MODE
 #define TURNS 8
+#else
+#define TURNS 20 /* the acceptance: a 20-turn conversation */
+#endif
 #define MAX_TOKENS 48
 #define BUDGET 6
 #ifdef BUDGET_MODE
@@ -44,7 +49,7 @@
 #define NAME "test_gw_end_align"
 #endif
 
-static const char *const users[TURNS] = {
+static const char *const users[20] = {
     "Tell me a story about a lighthouse.",
     "And then what happened?",
     "Why did the keeper leave?",
@@ -53,6 +58,18 @@ static const char *const users[TURNS] = {
     "Who found the letter?",
     "How does it end?",
     "Give it a title.",
+    "Now tell it from the cat's side.",
+    "What did the cat eat?",
+    "Where did the ship sink?",
+    "Was anyone saved?",
+    "Describe the keeper's room.",
+    "What was written in the letter?",
+    "Who wrote it?",
+    "Add a twist.",
+    "Make the ending happier.",
+    "Summarise it in one line.",
+    "Translate the title into French.",
+    "Thank you, that is all.",
 };
 
 /* The assistant message of a streamed reply: the deltas' content and
@@ -171,6 +188,13 @@ static void do_turn(json_t *msgs, const char *session, int stream,
 	o->cached = gt_int(usage, "moor.cached");
 	o->reread = gt_int(usage, "moor.reread");
 	o->read = gt_int(usage, "moor.prompt_read");
+	long long parts = gt_int(usage, "moor.parts.system") +
+			  gt_int(usage, "moor.parts.tools") +
+			  gt_int(usage, "moor.parts.history") +
+			  gt_int(usage, "moor.parts.injected") +
+			  gt_int(usage, "moor.parts.images");
+	CHECK(parts == o->read, "%s: the parts add up to %lld, read %lld",
+	      session, parts, o->read);
 	const char *src = gt_str(usage, "moor.source");
 	snprintf(o->source, sizeof o->source, "%s", src ? src : "(none)");
 	json_decref(usage);

@@ -375,6 +375,77 @@ static void test_completion_prompt(void)
 	gw_params_fini(&p);
 }
 
+/* usage.moor.parts: the system message and the tools of the header are
+ * counted apart; the counts are the tokens of those renderings, so the
+ * system alone is what a body with no tools counts, and the tools add
+ * what their block adds; the reasoning budget's fields. */
+static void test_parts_and_budget(void)
+{
+	gw_params p, q, u;
+	gw_fail f;
+	json_t *k1, *k2, *k3;
+	const char *tools =
+	    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+	    "\"bash\",\"description\":\"run a command\",\"parameters\":"
+	    "{\"type\":\"object\",\"properties\":{\"cmd\":{\"type\":"
+	    "\"string\"}}}}}]";
+	REQUIRE(readf(GW_KIND_CHAT, NULL, &p, &f, &k1,
+		      "{\"messages\":[{\"role\":\"system\",\"content\":"
+		      "\"You are a careful assistant.\"},{\"role\":\"user\","
+		      "\"content\":\"hi\"}],%s}",
+		      tools) == 0,
+		"with tools: %s", f.msg);
+	REQUIRE(readf(GW_KIND_CHAT, NULL, &q, &f, &k2,
+		      "{\"messages\":[{\"role\":\"system\",\"content\":"
+		      "\"You are a careful assistant.\"},{\"role\":\"user\","
+		      "\"content\":\"hi\"}]}") == 0,
+		"without: %s", f.msg);
+	REQUIRE(readf(GW_KIND_CHAT, NULL, &u, &f, &k3, CHAT("")) == 0,
+		"no system: %s", f.msg);
+	printf("parts: system %zu tools %zu of %zu; without tools %zu of "
+	       "%zu\n",
+	       p.n_system, p.n_tools, p.n_ids, q.n_system, q.n_ids);
+	CHECK(p.n_system > 0 && p.n_system == q.n_system,
+	      "system %zu with tools, %zu without", p.n_system, q.n_system);
+	CHECK(p.n_tools > 0 && q.n_tools == 0, "tools %zu / %zu", p.n_tools,
+	      q.n_tools);
+	CHECK(p.n_system + p.n_tools < p.n_ids &&
+		  p.n_ids - p.n_system - p.n_tools == q.n_ids - q.n_system,
+	      "the history differs: %zu vs %zu",
+	      p.n_ids - p.n_system - p.n_tools, q.n_ids - q.n_system);
+	/* the system header's ids are the prompt's first ids */
+	CHECK(!memcmp(p.ids, q.ids, q.n_system * sizeof *p.ids) ||
+		  p.n_tools > 0,
+	      "the header is not a prefix");
+	CHECK(u.n_system == 0 && u.n_tools == 0, "no system message: %zu %zu",
+	      u.n_system, u.n_tools);
+	gw_params_fini(&p);
+	gw_params_fini(&q);
+	gw_params_fini(&u);
+	json_decref(k1);
+	json_decref(k2);
+	json_decref(k3);
+	/* the budget: only where the prompt ends inside <think> (qwen3's
+	 * generation prompt does not) */
+	REQUIRE(readf(GW_KIND_CHAT, NULL, &p, &f, NULL,
+		      CHAT(",\"reasoning_budget\":64")) == 0,
+		"budget: %s", f.msg);
+	CHECK(p.reasoning_budget == 0 && !p.think_open,
+	      "a budget without an open think: %u", p.reasoning_budget);
+	gw_params_fini(&p);
+	gw_tmpl_family fam = env.family;
+	env.family = GW_TMPL_QWEN3_8;
+	REQUIRE(readf(GW_KIND_CHAT, NULL, &p, &f, NULL,
+		      CHAT(",\"thinking_budget\":64")) == 0,
+		"thinking_budget: %s", f.msg);
+	CHECK(p.think_open && p.reasoning_budget == 64,
+	      "thinking_budget under qwen3.8: %u", p.reasoning_budget);
+	gw_params_fini(&p);
+	refused(GW_KIND_CHAT, CHAT(",\"reasoning_budget\":-1"), 400,
+		"reasoning_budget", NULL);
+	env.family = fam;
+}
+
 int main(void)
 {
 	char path[4096], err[MOOR_ERRLEN];
@@ -398,6 +469,7 @@ int main(void)
 	test_sessions();
 	test_chat_prompt();
 	test_completion_prompt();
+	test_parts_and_budget();
 	gw_tok_free(tok);
 	return t_done("test_gw_params_read");
 }

@@ -1,0 +1,82 @@
+/* limits.c: what a request body may cost, checked before the work it
+ * causes (gw.h: gw_limits_*).
+ *
+ * The parse: jansson allocates a node per JSON value (an empty object is
+ * ~200 bytes of heap for 3 bytes of text), so a 60 MB body of
+ * `[{},{},...]` once grew gatewayd by 5 GB. Before jansson sees a body, a
+ * scan without allocation counts its structural tokens ('{', '[', ',' and
+ * ':' outside strings, about one per value); over GW_MAX_JSON_TOKENS the
+ * body is refused. A parse then costs at most ~GW_MAX_JSON_TOKENS x 250
+ * bytes (~64 MB) on top of the body, and at most --inflight parse at once:
+ * that is the parse budget across concurrent requests.
+ *
+ * After the parse, before the template and the tokenizer: the counts of
+ * messages, tools and stop strings, and each stop string's length (stop
+ * strings are matched against the text on every token). */
+#include <stdio.h>
+#include <string.h>
+
+#include "gw.h"
+
+int gw_limits_scan(const char *body, size_t len, gw_fail *f)
+{
+	size_t tokens = 0;
+	int in_str = 0;
+	for (size_t i = 0; i < len; i++) {
+		char c = body[i];
+		if (in_str) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_str = 0;
+			continue;
+		}
+		if (c == '"')
+			in_str = 1;
+		else if (c == '{' || c == '[' || c == ',' || c == ':')
+			tokens++;
+	}
+	if (tokens > GW_MAX_JSON_TOKENS) {
+		gw_failf(f, 400, "invalid_request_error", NULL,
+			 "too_many_values",
+			 "the body has %zu JSON values or more; at most %d are "
+			 "read (a 128k-token conversation with tools has a "
+			 "few thousand)",
+			 tokens, GW_MAX_JSON_TOKENS);
+		return -1;
+	}
+	return 0;
+}
+
+static int count(const json_t *b, const char *key, size_t max, gw_fail *f)
+{
+	const json_t *v = json_object_get(b, key);
+	if (json_is_array(v) && json_array_size(v) > max) {
+		gw_failf(f, 400, "invalid_request_error", key, NULL,
+			 "'%s' has %zu entries; at most %zu", key,
+			 json_array_size(v), max);
+		return -1;
+	}
+	return 0;
+}
+
+int gw_limits_check(const json_t *b, gw_fail *f)
+{
+	if (count(b, "messages", GW_MAX_MESSAGES, f) ||
+	    count(b, "tools", GW_MAX_TOOLS, f))
+		return -1;
+	const json_t *st = json_object_get(b, "stop");
+	const json_t *one[1] = {st};
+	size_t n = json_is_string(st) ? 1 : json_is_array(st) ? json_array_size(st) : 0;
+	for (size_t i = 0; i < n && i <= GW_MAX_STOP; i++) {
+		const json_t *e = json_is_string(st) ? one[0] : json_array_get(st, i);
+		if (json_is_string(e) &&
+		    json_string_length(e) > GW_MAX_STOP_BYTES) {
+			gw_failf(f, 400, "invalid_request_error", "stop", NULL,
+				 "a stop string of %zu bytes; at most %d",
+				 json_string_length(e), GW_MAX_STOP_BYTES);
+			return -1;
+		}
+	}
+	return 0;
+}
