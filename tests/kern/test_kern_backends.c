@@ -452,6 +452,8 @@ static void case_small(void)
 	/* cos/sin of large angles: the device's and libm's may differ by an
 	 * ulp, then bf16 roundings */
 	close_all("rope bf16", r[1][5], r[0][5], (size_t)T * 8 * 64, 1e-2, 8e-3);
+	free(wcf); /* the fp32 copies kt_weights made: the checks read the 16-bit ones */
+	free(ef);
 }
 
 /* ---- fill_random and sample(): the CPU's bits ---- */
