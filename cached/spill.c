@@ -575,6 +575,17 @@ static void secs_sums(cache *c, const void *secs, uint64_t *s)
 	}
 }
 
+/* The two sums of each view's rows in a block staged view by view. */
+static void blk_sums(cache *c, const void *stage, uint64_t rows, uint64_t *s)
+{
+	uint64_t o = 0;
+	for (uint32_t v = 0; v < c->lay->n_views; v++) {
+		dfile_sum2((const char *)stage + o, rows * c->vg[v].rowb,
+			   s + 2 * v);
+		o += rows * c->vg[v].rowb;
+	}
+}
+
 static int file_exists(int fd, const char *name)
 {
 	struct stat st;
@@ -791,12 +802,7 @@ static int save_resident(cache *c, char name[17], char *err)
 			rc = cache_sync(c);
 		if (rc)
 			break;
-		uint64_t vo = 0;
-		for (uint32_t v = 0; v < nv; v++) {
-			dfile_sum2((char *)stage + vo, rows * c->vg[v].rowb,
-				   e + 2 + 2 * v);
-			vo += rows * c->vg[v].rowb;
-		}
+		blk_sums(c, stage, rows, e + 2);
 		char bn[32];
 		snprintf(bn, sizeof bn, "r%llu", (unsigned long long)j);
 		if (have_old && j < old.m->n_blk &&
@@ -965,6 +971,22 @@ static int sums_check(const uint64_t *want, const uint64_t *got, uint64_t n,
 	return 0;
 }
 
+/* Block j's file bn (rows rows of every view, view by view) into stage and
+ * its sums (got: 2 a view) checked against the manifest's entry e (rows,
+ * ids hash, then the sums). */
+static int load_block(cache *c, int efd, const char *bn, uint64_t j,
+		      uint64_t rows, const uint64_t *e, void *stage,
+		      uint64_t *got, char *why)
+{
+	uint32_t nv = c->lay->n_views;
+	int rc = load_file(c, efd, bn, SF_BLOCK, j, rows, e + 2, 2ull * nv,
+			   stage, rows * c->row_bytes, why);
+	if (rc)
+		return rc;
+	blk_sums(c, stage, rows, got);
+	return sums_check(e + 2, got, 2ull * nv, bn, why);
+}
+
 static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 {
 	uint32_t ns = c->lay->n_sections, nv = c->lay->n_views;
@@ -991,17 +1013,7 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 			rc = MOOR_EFORMAT;
 			break;
 		}
-		rc = load_file(c, efd, bn, SF_BLOCK, j, rows, e + 2, 2ull * nv,
-			       stage, rows * c->row_bytes, why);
-		if (rc)
-			break;
-		uint64_t vo = 0;
-		for (uint32_t v = 0; v < nv; v++) {
-			dfile_sum2((char *)stage + vo, rows * c->vg[v].rowb,
-				   got + 2 * v);
-			vo += rows * c->vg[v].rowb;
-		}
-		rc = sums_check(e + 2, got, 2ull * nv, bn, why);
+		rc = load_block(c, efd, bn, j, rows, e, stage, got, why);
 		if (!rc)
 			rc = rows_in(c, stage, rows, 0, a, rows);
 		if (!rc) /* the copies out of stage are done before its reuse */
@@ -1249,17 +1261,7 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 			continue; /* past the line, or in place */
 		char bn[32];
 		snprintf(bn, sizeof bn, "r%llu", (unsigned long long)j);
-		rc = load_file(c, efd, bn, SF_BLOCK, j, rows, e + 2, 2ull * nv,
-			       stage, rows * c->row_bytes, why);
-		if (rc)
-			break;
-		uint64_t vo = 0;
-		for (uint32_t v = 0; v < nv; v++) {
-			dfile_sum2((char *)stage + vo, rows * c->vg[v].rowb,
-				   got + 2 * v);
-			vo += rows * c->vg[v].rowb;
-		}
-		rc = sums_check(e + 2, got, 2ull * nv, bn, why);
+		rc = load_block(c, efd, bn, j, rows, e, stage, got, why);
 		uint64_t lo = max64(k, a), hi = min64(s, a + rows);
 		if (!rc)
 			rc = rows_in(c, stage, rows, lo - a, lo, hi - lo);
