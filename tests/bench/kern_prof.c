@@ -26,8 +26,14 @@ static void add_row(const char *name, double s)
 		if (!strcmp(rows[i].name, name))
 			break;
 	if (i == nrows) {
-		if (nrows == PROF_ROWS)
+		if (nrows == PROF_ROWS) {
+			static int said;
+			if (!said++)
+				fprintf(stderr, "kern_prof: more than %d rows; "
+						"%s and later ones not counted\n",
+					PROF_ROWS, name);
 			return;
+		}
 		memset(&rows[i], 0, sizeof rows[i]);
 		snprintf(rows[i].name, sizeof rows[i].name, "%s", name);
 		nrows++;
