@@ -106,12 +106,11 @@ _Static_assert(sizeof(cache_mark) == 24, "a mark is 24 bytes on disk");
 
 /* ---- the layout's digest: what a stored byte's meaning depends on ---- */
 
-static uint64_t layout_digest(const cache_layout *l)
+uint64_t tier_layout_digest(const cache_layout *l, uint32_t v)
 {
 	XXH3_state_t *s = XXH3_createState();
 	MOOR_ASSERT(s);
 	XXH3_64bits_reset(s);
-	uint32_t v = SPILL_VERSION;
 	XXH3_64bits_update(s, &v, 4);
 	XXH3_64bits_update(s, &l->n_sections, 4);
 	XXH3_64bits_update(s, &l->n_views, 4);
@@ -388,7 +387,7 @@ static int man_parse(cache *c, void *buf, uint64_t len, man_view *mv,
 		return MOOR_EVERSION;
 	}
 	if (memcmp(h->fp, c->lay->fingerprint, 32) ||
-	    h->digest != layout_digest(c->lay)) {
+	    h->digest != tier_layout_digest(c->lay, SPILL_VERSION)) {
 		snprintf(why, MOOR_ERRLEN,
 			 "written under another %s",
 			 memcmp(h->fp, c->lay->fingerprint, 32)
@@ -1061,7 +1060,7 @@ int spill_read_back(cache *c)
 	if (!c->spill.on)
 		return 0;
 	index_clear(c);
-	c->spill.digest = layout_digest(c->lay);
+	c->spill.digest = tier_layout_digest(c->lay, SPILL_VERSION);
 	char why[MOOR_ERRLEN] = "";
 	/* entries another engine's rows filled cannot be read by this one */
 	ent_info *v;
