@@ -945,7 +945,8 @@ static void reconcile(cache *c)
 		}
 		(void)mdb_txn_commit(tx);
 	}
-	int fd = dup(d->dfd);
+	/* a directory stream of its own (a dup would share dfd's offset) */
+	int fd = openat(d->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
 	if (!dir) {
 		if (fd >= 0)
