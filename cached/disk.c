@@ -193,7 +193,7 @@ struct disk_tier {
 		    bytes_written, chunks_written, anchors_written,
 		    write_failed, window, busy, evicted, expired, swept,
 		    orphans, floor_binds, admitted, counted, skipped_have,
-		    chunks_kept;
+		    chunks_kept, direct, buffered;
 	} k;
 	double last_restore_ms, last_write_ms;
 };
@@ -241,7 +241,8 @@ static int fault(int op, const char *name)
 
 /* Writes buf[0, n) (aligned, n a multiple of 4 KiB) as dfd/name
  * crash-safely. */
-static int file_write(int dfd, const char *name, const void *buf, uint64_t n)
+static int file_write(int dfd, const char *name, const void *buf, uint64_t n,
+		      int *was_direct)
 {
 	char tmp[96];
 	snprintf(tmp, sizeof tmp, "%s.tmp", name);
@@ -249,6 +250,7 @@ static int file_write(int dfd, const char *name, const void *buf, uint64_t n)
 				     &direct);
 	if (fd < 0)
 		return fd;
+	*was_direct = direct;
 	int rc = fault(DFILE_OP_WRITE, name);
 	const char *b = buf;
 	uint64_t left = n;
@@ -796,7 +798,9 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 			return 0;
 		}
 		name_of(name, sizeof name, DK_CHUNK, job->lph[j], j * g);
-		rc = file_write(d->dfd, name, d->wbuf, d->chunk_file);
+		int dir_ = 0;
+		rc = file_write(d->dfd, name, d->wbuf, d->chunk_file, &dir_);
+		count(d, dir_ ? &d->k.direct : &d->k.buffered, 1);
 		if (rc) {
 			moor_warn("[disk] writing %s: %s: the anchor at %llu "
 				  "is not written",
@@ -830,7 +834,9 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 	if (rc)
 		return rc;
 	name_of(name, sizeof name, DK_ANCHOR, job->lph[nk], a->line);
-	rc = file_write(d->dfd, name, a->file, a->bytes);
+	int dir_ = 0;
+	rc = file_write(d->dfd, name, a->file, a->bytes, &dir_);
+	count(d, dir_ ? &d->k.direct : &d->k.buffered, 1);
 	if (!rc) {
 		dk_rec r = {.kind = DK_ANCHOR,
 			    .n_keys = (uint32_t)nk,
@@ -1691,6 +1697,8 @@ json_t *disk_stats_json(cache *c)
 	SETI("admitted", d->k.admitted);
 	SETI("counted", d->k.counted);
 	SETI("skipped_have", d->k.skipped_have);
+	SETI("files_direct", d->k.direct);   /* written with O_DIRECT */
+	SETI("files_buffered", d->k.buffered); /* the fadvise fallback */
 	json_object_set_new(o, "read_bps", json_real(d->read_bps));
 	json_object_set_new(o, "prefill_tps", json_real(prefill_tps(c)));
 	json_object_set_new(o, "last_restore_ms", json_real(d->last_restore_ms));

@@ -11,6 +11,12 @@
  *   - the free-space floor above what the file system has: every file
  *     goes back to the file system, nothing is written, floor_binds is
  *     counted and reported (floor_binding);
+ *   - the fence: the writer held after staging the first chunk of F's
+ *     head while G (another session) prefills over F's rows: the chunks
+ *     not copied yet are dropped (window), F's anchors are not written,
+ *     and F after a restart is bit for bit a cold prefill's; held while
+ *     F's next turn continues the rows in place, the job writes all of it
+ *     and a prompt sharing F's head resumes from it, bit for bit;
  *   - at the open: a .tmp and a file the index does not name (a crash
  *     between the rename and the index) are deleted. */
 #include <dirent.h>
@@ -74,6 +80,26 @@ static int count_tmp(void)
 	}
 	closedir(dp);
 	return n;
+}
+
+/* Holds the writer at its first chunk write (the chunk already staged)
+ * until the test lets it go. */
+static volatile int held, release_w;
+static int hold_first(int op, const char *name)
+{
+	if (op == DFILE_OP_WRITE && name[0] == 'c' && !held) {
+		held = 1;
+		while (!release_w)
+			usleep(1000);
+	}
+	return 0;
+}
+
+static void wait_held(void)
+{
+	for (int i = 0; i < 20000 && !held; i++)
+		usleep(1000);
+	REQUIRE(held, "the writer never reached its first chunk");
 }
 
 static int enospc(int op, const char *name)
@@ -190,6 +216,72 @@ int main(void)
 	      "file given back to the file system (%lld anchors left)",
 	      h_stat(h.c, "disk.floor_binds"), h_stat(h.c, "disk.anchors"));
 	h_close(&h);
+
+	/* the fence: the writer is held after staging A's first chunk; B
+	 * (another session, parting at 0) prefills over A's rows; the chunks
+	 * not copied by then are dropped, and A's anchors with them */
+	open_h(&h, "df-6", 0);
+	REQUIRE(cache_clear(h.c, "disk") == 0, "clear");
+	int32_t *F = h_ids(1300, V, 106), *G = h_ids(1300, V, 107);
+	h_part(G, F, 0, V);
+	held = release_w = 0;
+	dfile_fault = hold_first;
+	REQUIRE(h_turn_run(&h, F, 1300, "f", 4, &t) == 0, "F");
+	state_free(&t.st);
+	wait_held();
+	REQUIRE(h_turn_run(&h, G, 1300, "g", 4, &t) == 0, "G");
+	state_free(&t.st);
+	release_w = 1;
+	cache_disk_wait(h.c);
+	dfile_fault = NULL;
+	CHECK(h_stat(h.c, "disk.window") >= 1 &&
+		  h_stat(h.c, "disk.anchors") == 4,
+	      "F's job fenced by G's plan (%lld dropped), only G's 4 head "
+	      "anchors written (%lld)",
+	      h_stat(h.c, "disk.window"), h_stat(h.c, "disk.anchors"));
+	h_close(&h);
+	/* what F's job did write holds F's rows: F after a restart is cold
+	 * or from the disk, bit for bit either way */
+	open_h(&h, "df-7", 0);
+	REQUIRE(h_turn_run(&h, F, 1300, "f2", 4, &t) == 0, "F again");
+	h_exact(&h, F, 1300, &t, "F after its fenced job");
+	state_free(&t.st);
+	cache_disk_wait(h.c);
+	h_close(&h);
+	/* a turn that continues the rows in place leaves the window open */
+	open_h(&h, "df-7b", 0);
+	REQUIRE(cache_clear(h.c, "disk") == 0, "clear");
+	int32_t *F2 = h_cat(F, 1300, G, 200);
+	held = release_w = 0;
+	dfile_fault = hold_first;
+	REQUIRE(h_turn_run(&h, F, 1300, "f3", 4, &t) == 0, "F 3");
+	state_free(&t.st);
+	wait_held();
+	REQUIRE(h_turn_run(&h, F2, 1500, "f3", 4, &t) == 0, "F2");
+	state_free(&t.st);
+	release_w = 1;
+	cache_disk_wait(h.c);
+	dfile_fault = NULL;
+	CHECK(h_stat(h.c, "disk.anchors") == 4 &&
+		  h_stat(h.c, "disk.chunks") == 10,
+	      "F's next turn resumed above the job: all 4 anchors and 10 "
+	      "chunks written (%lld, %lld)",
+	      h_stat(h.c, "disk.anchors"), h_stat(h.c, "disk.chunks"));
+	h_close(&h);
+	open_h(&h, "df-8", 0);
+	int32_t *F4 = h_cat(F, 1200, G + 300, 100);
+	h_part(F4, F, 1200, V);
+	REQUIRE(h_turn_run(&h, F4, 1300, "f4", 4, &t) == 0, "F4");
+	CHECK(t.plan.tier == CACHE_TIER_DISK && t.plan.start == 1152,
+	      "F4 from the disk at 1152: %s at %llu",
+	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start);
+	h_exact(&h, F4, 1300, &t, "F4 from the window kept open");
+	state_free(&t.st);
+	h_close(&h);
+	free(F);
+	free(F2);
+	free(F4);
+	free(G);
 
 	/* a crash's leftovers are swept at the open */
 	char tp[600], op[600];

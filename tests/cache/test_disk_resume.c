@@ -71,6 +71,11 @@ int main(void)
 	CHECK(lines_has(h.c, 896) && lines_has(h.c, 1024) &&
 		  lines_has(h.c, 1152) && lines_has(h.c, 1280),
 	      "the anchors at 896, 1024, 1152 and 1280");
+	CHECK(h_stat(h.c, "disk.files_direct") +
+			  h_stat(h.c, "disk.files_buffered") ==
+		      14,
+	      "14 files written, %lld with O_DIRECT",
+	      h_stat(h.c, "disk.files_direct"));
 	CHECK(h_stat(h.c, "disk.write_failed") == 0 &&
 		  h_stat(h.c, "disk.window") == 0,
 	      "nothing failed, nothing fenced");
