@@ -473,9 +473,11 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	}
 	c->k.plans++;
 	/* the disk tier's writer copies no row this plan may write: the
-	 * rows in place it shares with the prompt stay (a restore below
-	 * them writes the same bits), the guest's stash goes back */
-	disk_fence(c, min64(common_prefix(r->ids, r->n, c->res_ids, c->valid),
+	 * clean rows in place it shares with the prompt stay (a cold prefill
+	 * writes the same bits there), the guest's stash goes back */
+	disk_fence(c, min64(min64(common_prefix(r->ids, r->n, c->res_ids,
+						c->valid),
+				  c->taint),
 			    c->stash.have ? c->stash.lo : UINT64_MAX));
 	uint64_t stash_lo = UINT64_MAX;
 	if (c->stash.have) {
@@ -505,6 +507,9 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	if (A.guest_declined)
 		c->k.stash_declined++;
 	uint64_t limit = plan_limit(c, ws);
+	/* and none from the cut on: a pin, park, store or spill restore
+	 * writes rows there that a decode may have written */
+	disk_fence(c, A.cut);
 
 	set_busy(c, &A, 1);
 	if (A.guest) {
