@@ -886,6 +886,61 @@ static int save_resident(cache *c, char name[17], char *err)
 	return 0;
 }
 
+/* The parked conversation at the drain, after the resident one is
+ * written: swapped into the live buffers (nothing is parked in its place:
+ * the rows in place are on the disk already) and written as an entry of
+ * its own, which a later prompt of it is offered (spill_offer). Skipped,
+ * and said, when its head is not the rows in place or its entry would
+ * take the resident's name (no session keys: both are named by the same
+ * first chunk). A failure costs the parked conversation only. */
+static void drain_park(cache *c, const char *res_name)
+{
+	span *P = &c->park;
+	if (!P->have || !P->n_anc)
+		return;
+	char name[17], err[MOOR_ERRLEN] = "";
+	entry_name(c, P->ids, P->top, P->session, name);
+	if (!strcmp(name, res_name) ||
+	    common_prefix(c->res_ids, c->valid, P->ids, P->top) < P->base) {
+		moor_info("[spill] drain: the parked conversation (%llu "
+			  "tokens) is not written: %s",
+			  (unsigned long long)P->top,
+			  strcmp(name, res_name)
+			      ? "its head is not the rows in place"
+			      : "it has no session key of its own");
+		return;
+	}
+	int hi = 0;
+	for (uint32_t i = 1; i < P->n_anc; i++)
+		if (P->anc[i].line > P->anc[hi].line ||
+		    (P->anc[i].line == P->anc[hi].line && P->anc[i].end))
+			hi = (int)i;
+	uint64_t top = P->top, line = P->anc[hi].line, taint = P->taint;
+	int end = P->anc[hi].end;
+	char *session = str_dup(P->session);
+	memcpy(c->res_ids, P->ids, top * sizeof *P->ids);
+	/* the rows in place above the head go (they are written): nothing
+	 * is parked in the swap */
+	c->valid = P->base;
+	int rc = park_swap(c, hi, c->cfg.mem_ceiling);
+	if (!rc) {
+		c->valid = top;
+		c->taint = taint;
+		free(c->res_session);
+		c->res_session = session;
+		session = NULL;
+		c->end.have = 0;
+		if (end)
+			rc = end_keep(c, line, taint);
+	}
+	free(session);
+	if (!rc)
+		rc = save_resident(c, name, err);
+	if (rc)
+		moor_warn("[spill] drain: the parked conversation: %s",
+			  err[0] ? err : moor_strerror(rc));
+}
+
 int cache_drain(cache *c, char *err)
 {
 	if (!c->spill.on || !c->have_layout)
@@ -903,7 +958,10 @@ int cache_drain(cache *c, char *err)
 	if (rc)
 		return rc;
 	dfile_part p = {name, 16};
-	return dfile_write(c->spill.dfd, "resident", &p, 1, 0, err);
+	rc = dfile_write(c->spill.dfd, "resident", &p, 1, 0, err);
+	if (!rc)
+		drain_park(c, name);
+	return rc;
 }
 
 /* ---- read back ---- */
