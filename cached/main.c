@@ -898,6 +898,14 @@ static void usage(FILE *f)
 	    "--session-spill-min-tokens N (16384)\n"
 	    "  --spill-codec on|off (on: byte planes + zstd)  --codec-threads "
 	    "N (8)\n"
+	    "  --disk-cache on|off      the disk tier in DIR/disk (on with "
+	    "--disk-dir)\n"
+	    "  --disk-cache-gb G (16)  --disk-cache-days N (7)  "
+	    "--disk-cache-min-free-gb G (50)\n"
+	    "  --disk-cache-admit-after N (2)  --disk-cache-head-anchors N "
+	    "(4)  --disk-cache-min-tokens N (4096)\n"
+	    "  --prefill-tps N (740)    the engine's prefill rate until one "
+	    "is measured\n"
 	    "  --log-level error|warn|info|debug\n");
 }
 
@@ -957,6 +965,14 @@ enum {
 	O_SPILL_MIN,
 	O_CODEC,
 	O_CODEC_T,
+	O_DISK_ON,
+	O_DISK_GB,
+	O_DISK_DAYS,
+	O_DISK_FREE,
+	O_DISK_ADMIT,
+	O_DISK_HEAD,
+	O_DISK_MIN,
+	O_PREFILL_TPS,
 	O_LOG,
 	O_HELP,
 };
@@ -1023,6 +1039,14 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 	    {"session-spill-min-tokens", 1, 0, O_SPILL_MIN},
 	    {"spill-codec", 1, 0, O_CODEC},
 	    {"codec-threads", 1, 0, O_CODEC_T},
+	    {"disk-cache", 1, 0, O_DISK_ON},
+	    {"disk-cache-gb", 1, 0, O_DISK_GB},
+	    {"disk-cache-days", 1, 0, O_DISK_DAYS},
+	    {"disk-cache-min-free-gb", 1, 0, O_DISK_FREE},
+	    {"disk-cache-admit-after", 1, 0, O_DISK_ADMIT},
+	    {"disk-cache-head-anchors", 1, 0, O_DISK_HEAD},
+	    {"disk-cache-min-tokens", 1, 0, O_DISK_MIN},
+	    {"prefill-tps", 1, 0, O_PREFILL_TPS},
 	    {"log-level", 1, 0, O_LOG},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
@@ -1138,6 +1162,32 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 			break;
 		case O_CODEC:
 			bad = parse_onoff(optarg, &c->spill_codec);
+			break;
+		case O_DISK_ON:
+			bad = parse_onoff(optarg, &c->disk_on);
+			break;
+		case O_DISK_GB:
+			bad = parse_gb(optarg, &c->disk_bytes);
+			break;
+		case O_DISK_DAYS:
+			bad = moor_parse_u32(optarg, &c->disk_days);
+			break;
+		case O_DISK_FREE:
+			bad = parse_gb(optarg, &c->disk_min_free);
+			break;
+		case O_DISK_ADMIT:
+			bad = moor_parse_u32(optarg, &c->disk_admit_after) ||
+			      c->disk_admit_after < 1;
+			break;
+		case O_DISK_HEAD:
+			bad = moor_parse_u32(optarg, &c->disk_head_anchors);
+			break;
+		case O_DISK_MIN:
+			bad = moor_parse_u32(optarg, &c->disk_min_tokens);
+			break;
+		case O_PREFILL_TPS:
+			bad = moor_parse_u32(optarg, &c->prefill_tps) ||
+			      c->prefill_tps < 1;
 			break;
 		case O_CODEC_T:
 			bad = moor_parse_u32(optarg, &c->codec_threads) ||
@@ -1279,6 +1329,8 @@ int main(int argc, char **argv)
 		 * resident rows hold goes to the session spill */
 		close_open_plan(&d, "the drain");
 		double t0 = moor_now();
+		/* the disk tier's writer finishes what it was given */
+		(void)cache_disk_wait(d.c);
 		err[0] = 0;
 		int drc = cache_drain(d.c, err);
 		if (drc)

@@ -198,7 +198,7 @@ typedef struct gw_metrics {
 	gw_code_count codes[128];
 	int n_codes;
 	uint64_t prompt_tokens, completion_tokens, cached_tokens;
-	uint64_t tier_hits[8];			   /* by proto_tier */
+	uint64_t tier_hits[PROTO_TIER_DISK + 1]; /* by proto_tier */
 	uint64_t ttft_bucket[GW_TTFT_BUCKETS + 1]; /* the last is +Inf */
 	double ttft_sum;
 	uint64_t ttft_count;

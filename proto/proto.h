@@ -171,6 +171,7 @@ enum proto_tier {
 	PROTO_TIER_STORE = 5,    /* state store snapshot */
 	PROTO_TIER_STASH = 6,    /* guest stash (rows put back) */
 	PROTO_TIER_SPILL = 7,    /* the session spill (NVMe) */
+	PROTO_TIER_DISK = 8,     /* the disk tier (NVMe): a shared head */
 };
 
 typedef struct proto_slot {
@@ -290,12 +291,13 @@ typedef struct proto_text { /* STATS_OK: u32 length, <= PROTO_MAX_TEXT */
 
 /* The tiers CLEAR names: the one table cached, moorctl and gatewayd use.
  * "ram" is every RAM cache (the default when none is named), "all" those
- * and the NVMe tiers; "spill" the session spill alone. */
+ * and the NVMe tiers; "spill" the session spill alone, "disk" the disk
+ * tier alone (its files and its cold-line counts). */
 #define PROTO_CLEAR_TIERS                                                     \
 	"ram", "all", "resident", "end", "stash", "pin", "park", "store",     \
-	    "spill"
+	    "spill", "disk"
 #define PROTO_CLEAR_TIER_LIST                                                 \
-	"ram, all, resident, end, stash, pin, park, store, spill"
+	"ram, all, resident, end, stash, pin, park, store, spill, disk"
 /* 1 when t is one of PROTO_CLEAR_TIERS. */
 int proto_clear_tier_ok(const char *t);
 
