@@ -69,6 +69,7 @@
 #include "moor.h"
 #include "net.h"
 #include "proto.h"
+#include "salt.h"
 #include "util.h"
 
 /* ===================================================================== */
@@ -95,6 +96,8 @@ typedef struct cd {
 	int have_fp;
 	int plan_open;
 	uint64_t plan_start;
+	uint64_t plan_n, plan_salt; /* the open plan's prompt, its salt */
+	char salted_session[PROTO_MAX_STR + 20];
 
 	/* --device, --gpu; whether --unified was given */
 	const char *dev_mode;
@@ -380,10 +383,14 @@ static void on_plan(cd *d, uint32_t pipe, const proto_msg *m)
 		return;
 	const proto_plan *p = &m->u.plan;
 	close_open_plan(d, "PLAN with a plan open");
+	/* the decoded ids are this handler's own: salted in place */
+	cache_salt_ids(p->ids, p->n_ids, 0, p->salt);
 	cache_req q = {
 	    .ids = p->ids,
 	    .n = p->n_ids,
-	    .session = p->session,
+	    .session = cache_salt_session(p->session, p->salt,
+					  d->salted_session,
+					  sizeof d->salted_session),
 	    .max_tokens = p->max_tokens,
 	    .no_cache = (p->flags & PROTO_PLAN_NO_CACHE) != 0,
 	};
@@ -397,6 +404,8 @@ static void on_plan(cd *d, uint32_t pipe, const proto_msg *m)
 	d->n_plan++;
 	d->plan_open = 1;
 	d->plan_start = d->po.start;
+	d->plan_n = p->n_ids;
+	d->plan_salt = p->salt;
 	uint32_t ns = d->po.n_slots;
 	if (ns > PROTO_MAX_SLOTS)
 		ns = PROTO_MAX_SLOTS;
@@ -437,6 +446,8 @@ static void on_commit(cd *d, uint32_t pipe, const proto_msg *m)
 			hid[nh++] = (cache_mark){c->marks[i].start,
 						 c->marks[i].len,
 						 CACHE_MARK_HIDDEN};
+	/* the generated ids follow the prompt's: salted at their positions */
+	cache_salt_ids(c->ids, c->n_ids, d->plan_n, d->plan_salt);
 	int rc = cache_commit_marks(d->c, c->n_filled, c->ids, c->n_ids,
 				    hid, nh);
 	if (rc) {
@@ -560,18 +571,38 @@ static void on_end_get(cd *d, const proto_msg *m)
 {
 	const proto_end_get *p = &m->u.end_get;
 	cache_end_out o;
+	cache_salt_ids(p->ids, p->n_ids, 0, p->salt);
 	cache_end_get(d->c, p->ids, p->n_ids, &o);
 	proto_msg r = {0};
 	r.h.type = PROTO_END_OK;
 	r.h.req = m->h.req;
 	proto_end_ok *e = &r.u.end_ok;
 	proto_mark *mk = NULL;
+	int32_t *ids = NULL;
+	/* a copy that shares not even its first id with the record is
+	 * another conversation's copy, and with salts another tenant's: the
+	 * record's ids are not handed over (salted, they would come back as
+	 * ids of no vocabulary) */
+	if (o.tier != CACHE_TIER_NONE && o.common == 0)
+		o.tier = CACHE_TIER_NONE;
 	if (o.tier != CACHE_TIER_NONE) {
 		e->tier = (uint32_t)o.tier;
 		e->common = o.common;
 		e->end = o.end;
 		e->n_ids = (uint32_t)(o.end - o.common);
 		e->ids = (int32_t *)o.rows + o.common;
+		if (p->salt && e->n_ids) {
+			/* the rows' ids go back as the gateway's tokens */
+			ids = malloc((size_t)e->n_ids * sizeof *ids);
+			if (!ids) {
+				reply_err(d, SOCK_ADMIN, m->h.req, -ENOMEM,
+					  "END_GET: no memory");
+				return;
+			}
+			memcpy(ids, e->ids, (size_t)e->n_ids * sizeof *ids);
+			cache_salt_ids(ids, e->n_ids, o.common, p->salt);
+			e->ids = ids;
+		}
 		mk = o.n_marks ? calloc(o.n_marks, sizeof *mk) : NULL;
 		for (uint32_t i = 0; mk && i < o.n_marks; i++)
 			mk[i] = (proto_mark){o.marks[i].start, o.marks[i].len,
@@ -581,15 +612,19 @@ static void on_end_get(cd *d, const proto_msg *m)
 	}
 	send_msg(d, SOCK_ADMIN, &r);
 	free(mk);
+	free(ids);
 }
 
 static void on_peek(cd *d, const proto_msg *m)
 {
 	const proto_peek *p = &m->u.peek;
+	cache_salt_ids(p->ids, p->n_ids, 0, p->salt);
 	cache_req q = {
 	    .ids = p->ids,
 	    .n = p->n_ids,
-	    .session = p->session,
+	    .session = cache_salt_session(p->session, p->salt,
+					  d->salted_session,
+					  sizeof d->salted_session),
 	    .max_tokens = 0,
 	    .no_cache = 0,
 	};
