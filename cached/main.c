@@ -103,6 +103,7 @@ typedef struct cd {
 	const char *dev_mode;
 	uint32_t gpu;
 	int unified_set;
+	int dev_gb_set, host_gb_set; /* the arena sizes were given */
 
 	/* counters */
 	uint64_t n_msgs, n_errors, n_hello, n_plan, n_commit, n_abort, n_peek;
@@ -903,6 +904,10 @@ static void usage(FILE *f)
 	    "arenas and memory (GiB, fractions allowed):\n"
 	    "  --device-gb G  --host-gb G  --mem-ceiling-gb G  "
 	    "--mem-peak-gb G\n"
+	    "      the arenas (24 and 12 GiB) must fit /dev/shm and the "
+	    "memory: sizes given\n"
+	    "      that do not are refused; defaults that do not are sized "
+	    "to half the room\n"
 	    "resident prefix:\n"
 	    "  --resident-gb G (2.5)  --resident-keep N (4)  --pin-every N "
 	    "(4096)  --pin-upto N (32768)\n"
@@ -1024,6 +1029,68 @@ static int device_pick(cd *d)
 	return 0;
 }
 
+/* The shm arenas against /dev/shm and the machine's memory, before any is
+ * created (arena.h: a sparse object past the filesystem's room is a
+ * SIGBUS at its first write). Sizes given by flags that do not fit are
+ * refused with the numbers; the defaults, when they do not fit, are sized
+ * to half of the smaller of the free shm and the memory (the rest is for
+ * engined's weights and workspace and the system), device : host 2 : 1,
+ * and the log says so. Every block is still reserved when it is allocated
+ * (posix_fallocate), so room that others take later is a refused cache. */
+static int shm_fit(cd *d)
+{
+	uint64_t fs_free, fs_size, ram;
+	int rc = arena_shm_room(&fs_free, &fs_size, &ram);
+	if (rc) {
+		moor_warn("statvfs /dev/shm: %s: the arenas are not checked "
+			  "against its room",
+			  moor_strerror(rc));
+		return 0;
+	}
+	cache_cfg *c = &d->cfg;
+	int dev_shm = c->dev_cuda < 0;
+	const double G = (double)(1u << 30);
+	uint64_t room = ram && ram < fs_free ? ram : fs_free;
+	uint64_t need = c->host_bytes + (dev_shm ? c->device_bytes : 0);
+	int given = d->host_gb_set || (dev_shm && d->dev_gb_set);
+	if (need <= fs_free && (!ram || need <= ram))
+		return 0;
+	if (given) {
+		moor_err("the arenas need %.2f GiB of shared memory (device "
+			 "%.2f GiB%s, host %.2f GiB) but /dev/shm has %.2f GiB "
+			 "free of %.2f GiB and the machine %.2f GiB of memory: "
+			 "lower --device-gb / --host-gb, or give /dev/shm more "
+			 "room (docker run --shm-size)",
+			 need / G, c->device_bytes / G,
+			 dev_shm ? "" : " on the GPU, not counted",
+			 c->host_bytes / G, fs_free / G, fs_size / G, ram / G);
+		return -1;
+	}
+	uint64_t budget = room / 2 / ARENA_ALIGN * ARENA_ALIGN;
+	uint64_t host = dev_shm ? budget / 3 : budget;
+	uint64_t dev = dev_shm ? budget - host : c->device_bytes;
+	host = host / ARENA_ALIGN * ARENA_ALIGN;
+	dev = dev / ARENA_ALIGN * ARENA_ALIGN;
+	if (host < (16u << 20) || (dev_shm && dev < (16u << 20))) {
+		moor_err("/dev/shm has %.3f GiB free (of %.3f GiB) and the "
+			 "machine %.2f GiB of memory: too little for the "
+			 "arenas (16 MiB each at least); give /dev/shm more "
+			 "room (docker run --shm-size)",
+			 fs_free / G, fs_size / G, ram / G);
+		return -1;
+	}
+	moor_info("the default arenas (device %.2f GiB%s, host %.2f GiB) do "
+		  "not fit /dev/shm (%.2f GiB free of %.2f GiB) and the "
+		  "machine's %.2f GiB: sized to device %.3f GiB, host %.3f GiB "
+		  "(half of the smaller; --device-gb / --host-gb choose)",
+		  c->device_bytes / G, dev_shm ? "" : " on the GPU",
+		  c->host_bytes / G, fs_free / G, fs_size / G, ram / G,
+		  dev / G, host / G);
+	c->device_bytes = dev;
+	c->host_bytes = host;
+	return 0;
+}
+
 static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 {
 	static const struct option lo[] = {
@@ -1081,9 +1148,11 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 			break;
 		case O_DEV:
 			bad = parse_gb(optarg, &c->device_bytes);
+			d->dev_gb_set = 1;
 			break;
 		case O_HOST:
 			bad = parse_gb(optarg, &c->host_bytes);
+			d->host_gb_set = 1;
 			break;
 		case O_CEIL:
 			bad = parse_gb(optarg, &c->mem_ceiling);
@@ -1292,7 +1361,7 @@ int main(int argc, char **argv)
 
 	char err[MOOR_ERRLEN] = "";
 	rc = device_pick(&d);
-	if (rc)
+	if (rc || shm_fit(&d))
 		return 1;
 	rc = cache_new(&d.cfg, &d.c, err);
 	if (rc) {
