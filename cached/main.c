@@ -821,12 +821,12 @@ static int sock_open(cd *d, int w)
 	nng_socket_set_size(d->sock[w], NNG_OPT_RECVMAXSZ,
 			    4 * ((size_t)PROTO_HDR_SIZE + PROTO_MAX_PAYLOAD));
 	nng_socket_set_ms(d->sock[w], NNG_OPT_SENDTIMEO, 5000);
-	rv = nng_listen(d->sock[w], d->url[w], NULL, 0);
+	/* the socket file is 0600 from its creation (no chmod after) */
+	rv = proto_listen_private(d->sock[w], d->url[w]);
 	if (rv) {
-		moor_err("listen %s: %s", d->url[w], nng_strerror(rv));
-		return proto_nng_err(rv);
+		moor_err("listen %s: %s", d->url[w], moor_strerror(rv));
+		return rv;
 	}
-	chmod(d->path[w], 0600);
 	return 0;
 }
 
