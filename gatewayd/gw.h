@@ -118,6 +118,9 @@ typedef struct gw_cfg {
 	const char *admin_token;
 	const char *admin_token_file; /* --admin-token-file */
 	const char *api_keys_file;    /* --api-keys-file; NULL: no keys */
+	/* --allowed-hosts: Host names besides IP literals and localhost
+	 * (http.c: DNS rebinding); NULL: none */
+	const char *allowed_hosts;
 	const char *chat_template;
 	char served[256];
 	double engine_wait_s;

@@ -42,6 +42,12 @@ static void usage(FILE *f)
 		"                           need 'Bearer KEY'; each tenant's "
 		"caches are\n"
 		"                           its own (default: no keys)\n"
+		"  --allowed-hosts LIST     Host names allowed besides IP "
+		"literals and\n"
+		"                           localhost (comma list; .example.com "
+		"matches\n"
+		"                           its subdomains; * any): others get "
+		"403\n"
 		"  --chat-template NAME     qwen3, qwen3.5, qwen3.6, qwen3.8 "
 		"(default:\n"
 		"                           the checkpoint's own)\n"
@@ -212,6 +218,7 @@ int main(int argc, char **argv)
 		O_TOKEN,
 		O_TOKEN_FILE,
 		O_KEYS_FILE,
+		O_HOSTS,
 		O_TMPL,
 		O_SERVED,
 		O_WAIT,
@@ -241,6 +248,7 @@ int main(int argc, char **argv)
 	    {"admin-token", 1, 0, O_TOKEN},
 	    {"admin-token-file", 1, 0, O_TOKEN_FILE},
 	    {"api-keys-file", 1, 0, O_KEYS_FILE},
+	    {"allowed-hosts", 1, 0, O_HOSTS},
 	    {"chat-template", 1, 0, O_TMPL},
 	    {"served-model-name", 1, 0, O_SERVED},
 	    {"engine-wait-s", 1, 0, O_WAIT},
@@ -295,6 +303,9 @@ int main(int argc, char **argv)
 			break;
 		case O_KEYS_FILE:
 			s->cfg.api_keys_file = optarg;
+			break;
+		case O_HOSTS:
+			s->cfg.allowed_hosts = optarg;
 			break;
 		case O_TMPL:
 			s->cfg.chat_template = optarg;

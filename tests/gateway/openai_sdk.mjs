@@ -90,7 +90,8 @@ console.log(`openai sdk: follow-up turn ${f2.usage.prompt_tokens} prompt tokens,
 // (the admin token the test stack gives gatewayd: MOOR_ADMIN_TOKEN)
 const cl = await fetch(`http://127.0.0.1:${port}/v1/cache/clear`, {
   method: 'POST', body: '{}',
-  headers: { authorization: `Bearer ${process.env.MOOR_ADMIN_TOKEN}` },
+  headers: { authorization: `Bearer ${process.env.MOOR_ADMIN_TOKEN}`,
+    'content-type': 'application/json' },
 });
 check(cl.status === 200, 'clear ' + cl.status);
 const conv = [{ role: 'system', content: 'You are a storyteller.' }];
