@@ -30,6 +30,6 @@ const char *cache_salt_session(const char *session, uint64_t salt, char *out,
 {
 	if (salt == 0 || !session || !session[0])
 		return session;
-	snprintf(out, n, "%016llx/%s", (unsigned long long)salt, session);
+	snprintf(out, n, "%016llx:%s", (unsigned long long)salt, session);
 	return out;
 }

@@ -27,7 +27,7 @@
  * tenant.
  *
  * Sessions. A salted request's session key is qualified by the salt
- * ("<salt hex>/<session>"), so two tenants' equal x-session-id values are
+ * ("<salt hex>:<session>"), so two tenants' equal x-session-id values are
  * two sessions (a spill entry named by one is not the other's). */
 #ifndef CACHED_SALT_H
 #define CACHED_SALT_H
@@ -41,7 +41,7 @@ void cache_salt_ids(int32_t *ids, uint64_t n, uint64_t pos0, uint64_t salt);
 
 /* The session key of a salted request in out (size n >= 18 +
  * strlen(session)): session itself for salt 0 or no session (NULL or
- * ""), else "<16 hex>/<session>". Returns the key to use (session, or
+ * ""), else "<16 hex>:<session>". Returns the key to use (session, or
  * out). */
 const char *cache_salt_session(const char *session, uint64_t salt, char *out,
 			       size_t n);

@@ -76,7 +76,7 @@ static void test_transform(void)
 		  !strcmp(cache_salt_session("", SALT_X, buf, sizeof buf), ""),
 	      "no session became one");
 	CHECK(!strcmp(cache_salt_session("s", SALT_X, buf, sizeof buf),
-		      "1234567890abcdef/s"),
+		      "1234567890abcdef:s"),
 	      "the salted session: %s", buf);
 	free(a);
 	free(b);
