@@ -28,8 +28,9 @@
 
 #define PROTO_MAGIC 0x524f4f4du /* "MOOR" little-endian */
 /* 2: HELLO_OK names the device arena by kind (shm or a CUDA IPC handle);
- * GENERATE's reasoning budget, COMMIT's marks. */
-#define PROTO_VERSION 2
+ * GENERATE's reasoning budget, COMMIT's marks.
+ * 3: the tenant's cache salt in GENERATE, PLAN, PEEK and END_GET. */
+#define PROTO_VERSION 3
 #define PROTO_HDR_SIZE 24
 /* Largest payload accepted: a 256k-token prompt of ids plus slack. */
 #define PROTO_MAX_PAYLOAD (4u << 20)
@@ -158,7 +159,15 @@ typedef struct proto_plan {
 	uint32_t flags;      /* PROTO_PLAN_* */
 	uint32_t n_ids;
 	int32_t *ids;        /* key_ids of the prompt */
+	uint64_t salt;       /* the tenant's cache salt (PROTO_SALT_NONE) */
 } proto_plan;
+
+/* The cache salt: a tenant's prompts are keyed by it in every cache of
+ * cached (cached/salt.c says how), so two salts never share a cached
+ * token and the same salt shares as before. gatewayd derives it from a
+ * request's cache_salt and its API key's salt; 0 is no salt (the keys of
+ * every cache are the token ids themselves, as before salts). */
+#define PROTO_SALT_NONE 0
 
 enum { PROTO_PLAN_NO_CACHE = 1 }; /* cold prefill, keep nothing */
 
@@ -238,6 +247,7 @@ typedef struct proto_generate {
 	uint32_t n_hidden;
 	uint32_t n_close;
 	int32_t *close_ids;
+	uint64_t salt; /* passed to the plan (PROTO_SALT_NONE: none) */
 } proto_generate;
 
 /* GENERATE flags of engined's own, in the high half (the low half is
@@ -312,6 +322,7 @@ typedef struct proto_peek {
 	char *session; /* session key; empty: none */
 	uint32_t n_ids;
 	int32_t *ids;  /* key_ids of the prompt */
+	uint64_t salt; /* as PLAN's */
 } proto_peek;
 
 typedef struct proto_peek_ok {
@@ -336,6 +347,7 @@ typedef struct proto_end_get {
 	char *session;
 	uint32_t n_ids;
 	int32_t *ids;
+	uint64_t salt; /* as PLAN's */
 } proto_end_get;
 
 typedef struct proto_end_ok {
