@@ -455,6 +455,9 @@ void gw_sse_start(gw_job *j);
 int gw_sse_event(void *arg, const gw_rs_event *ev);
 /* The finish chunk, the usage chunk when asked for, [DONE]. */
 void gw_sse_end(gw_job *j);
+/* A long prefill's progress as an SSE comment line (streamed replies
+ * only: a whole reply is unchanged); starts the response. */
+void gw_sse_progress(gw_job *j, const proto_progress *p);
 /* An error event after the 200 went out, then [DONE]. */
 void gw_sse_error(gw_job *j, const char *type, const char *msg);
 /* Sends what is pending unless a send is in flight (h2o's proceed sends

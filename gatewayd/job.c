@@ -411,6 +411,10 @@ void gw_on_engine_msg(gw_srv *s, proto_msg *m)
 			if (j)
 				gw_reply_token(j, &m->u.step.e[i]);
 		}
+	} else if (m->h.type == PROTO_PROGRESS) {
+		gw_job *j = job_of(s, m->h.req);
+		if (j)
+			gw_sse_progress(j, &m->u.progress);
 	} else if (m->h.type == PROTO_DONE) {
 		gw_job *j = job_of(s, m->h.req);
 		if (j)

@@ -751,6 +751,32 @@ static void dec_cancel(rd *r, proto_msg *m)
 	m->u.cancel.target = get_u64(r);
 }
 
+static void enc_progress(moor_buf *b, const proto_msg *m)
+{
+	const proto_progress *p = &m->u.progress;
+	if (p->done > p->total) {
+		wr_fail(b, MOOR_ERANGE);
+		return;
+	}
+	put_u64(b, p->done);
+	put_u64(b, p->total);
+	put_u64(b, p->start);
+	put_u32(b, p->tokens_per_s);
+	put_u32(b, p->eta_ms);
+}
+
+static void dec_progress(rd *r, proto_msg *m)
+{
+	proto_progress *p = &m->u.progress;
+	p->done = get_u64(r);
+	p->total = get_u64(r);
+	p->start = get_u64(r);
+	p->tokens_per_s = get_u32(r);
+	p->eta_ms = get_u32(r);
+	if (p->done > p->total)
+		rd_fail(r, MOOR_EFORMAT);
+}
+
 static void enc_credit(moor_buf *b, const proto_msg *m)
 {
 	if (m->u.credit.n == 0) {
@@ -950,6 +976,7 @@ static const proto_kind kinds[PROTO_TYPE_MAX] = {
     [PROTO_DONE] = {"DONE", enc_done, dec_done, fini_done},
     [PROTO_CANCEL] = {"CANCEL", enc_cancel, dec_cancel, NULL},
     [PROTO_CREDIT] = {"CREDIT", enc_credit, dec_credit, NULL},
+    [PROTO_PROGRESS] = {"PROGRESS", enc_progress, dec_progress, NULL},
     [PROTO_STATS] = {"STATS", NULL, NULL, NULL},
     [PROTO_STATS_OK] = {"STATS_OK", enc_text, dec_text, fini_text},
     [PROTO_CLEAR] = {"CLEAR", enc_clear, dec_clear, fini_clear},

@@ -18,7 +18,7 @@ static const uint16_t sample_types[] = {
     PROTO_ERROR,   PROTO_OK,	  PROTO_HELLO, PROTO_HELLO_OK, PROTO_PLAN,
     PROTO_PLAN_OK, PROTO_COMMIT,  PROTO_ABORT, PROTO_GENERATE, PROTO_STEP,
     PROTO_DONE,	   PROTO_CANCEL,  PROTO_STATS, PROTO_STATS_OK, PROTO_CLEAR,
-    PROTO_PEEK,	   PROTO_PEEK_OK, PROTO_CREDIT,
+    PROTO_PEEK,	   PROTO_PEEK_OK, PROTO_CREDIT, PROTO_PROGRESS,
 };
 #define N_SAMPLE_TYPES (sizeof sample_types / sizeof sample_types[0])
 
@@ -250,6 +250,13 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 	case PROTO_CREDIT:
 		m->u.credit.n = 1 + (uint32_t)(rnd() % 1000);
 		break;
+	case PROTO_PROGRESS:
+		m->u.progress.total = rnd();
+		m->u.progress.done = m->u.progress.total / 2;
+		m->u.progress.start = rnd();
+		m->u.progress.tokens_per_s = (uint32_t)rnd();
+		m->u.progress.eta_ms = (uint32_t)rnd();
+		break;
 	case PROTO_STATS_OK:
 		m->u.text.text = sample_str(size);
 		break;
@@ -435,6 +442,15 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 	}
 	case PROTO_CANCEL:
 		DIFF(a->u.cancel.target == b->u.cancel.target, "target");
+		break;
+	case PROTO_PROGRESS:
+		DIFF(a->u.progress.done == b->u.progress.done &&
+			 a->u.progress.total == b->u.progress.total &&
+			 a->u.progress.start == b->u.progress.start &&
+			 a->u.progress.tokens_per_s ==
+			     b->u.progress.tokens_per_s &&
+			 a->u.progress.eta_ms == b->u.progress.eta_ms,
+		     "progress");
 		break;
 	case PROTO_CREDIT:
 		DIFF(a->u.credit.n == b->u.credit.n, "credit.n");

@@ -205,7 +205,7 @@ static void test_type(uint16_t type, int size)
 	}
 
 	/* unknown types */
-	static const uint16_t unknown[] = {0,  3,  9,  16, 35,
+	static const uint16_t unknown[] = {0,  3,  9,  16, 36,
 					   49, 53, 63, 64, 0xffff};
 	for (int i = 0; i < 10; i++) {
 		memcpy(p, ok, len);

@@ -81,7 +81,7 @@ static void test_wire_layout(void)
 	REQUIRE(proto_encode(&b, &m) == 0, "encode plan");
 	static const uint8_t want[] = {
 	    0x4d, 0x4f, 0x4f, 0x52, /* "MOOR" */
-	    2,	  0,	12,   0,    /* version 2, PLAN */
+	    3,	  0,	12,   0,    /* version 3, PLAN */
 	    28,	  0,	0,    0,    /* length */
 	    0,	  0,	0,    0,    /* flags */
 	    0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, /* req */
