@@ -235,6 +235,11 @@ typedef struct cache_plan_out {
 	uint64_t taint;
 	int tier;
 	int guest;
+	/* the memory level after the plan: bytes the caches and the live
+	 * buffers hold (the memory policy's count), and the cache units
+	 * given back to fit this prefill */
+	uint64_t mem_held;
+	uint32_t mem_shed;
 	uint32_t n_slots;
 	cache_slot slots[CACHE_MAX_SLOTS];
 } cache_plan_out;

@@ -419,6 +419,9 @@ static void on_plan(cd *d, uint32_t pipe, const proto_msg *m)
 	r.u.plan_ok.cached = d->po.start;
 	r.u.plan_ok.taint = d->po.taint;
 	r.u.plan_ok.tier = (uint32_t)d->po.tier;
+	r.u.plan_ok.mem_held = d->po.mem_held;
+	r.u.plan_ok.mem_ceiling = d->cfg.mem_ceiling;
+	r.u.plan_ok.mem_shed = d->po.mem_shed;
 	r.u.plan_ok.n_slots = ns;
 	r.u.plan_ok.slots = d->slots;
 	moor_debug("plan: %u tokens, start %llu (%s), %u slots", p->n_ids,

@@ -576,6 +576,8 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	out->taint = A.taint;
 	out->tier = tier;
 	out->guest = A.guest;
+	out->mem_held = held_bytes(c);
+	out->mem_shed = (uint32_t)gave;
 	out->n_slots = t->n_slots;
 	for (uint32_t i = 0; i < t->n_slots; i++) {
 		out->slots[i].line = t->slot[i].line;
@@ -649,6 +651,7 @@ int cache_scratch_plan(cache *c, const cache_req *r, cache_plan_out *out,
 	out->start = e;
 	out->taint = t->taint;
 	out->tier = CACHE_TIER_END;
+	out->mem_held = held_bytes(c);
 	moor_debug("cache: scratch run of %llu tokens from the end anchor at "
 		   "%llu", (unsigned long long)r->n, (unsigned long long)e);
 	return 0;

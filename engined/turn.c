@@ -423,6 +423,9 @@ void srv_run_job(srv *s, job *j, proto_done *d, char *msg)
 	}
 	d->tier = t.po.tier;
 	d->cached_tokens = t.po.start;
+	d->mem_held = t.po.mem_held;
+	d->mem_ceiling = t.po.mem_ceiling;
+	d->mem_shed = t.po.mem_shed;
 	if (t.g->flags & PROTO_PLAN_SCRATCH) {
 		/* a scratch run (the compaction preparer): its rows lie past
 		 * the end anchor and its state is nobody's; ABORT hands the

@@ -541,6 +541,9 @@ static void enc_plan_ok(moor_buf *b, const proto_msg *m)
 	put_u64(b, p->cached);
 	put_u64(b, p->taint);
 	put_u32(b, p->tier);
+	put_u64(b, p->mem_held);
+	put_u64(b, p->mem_ceiling);
+	put_u32(b, p->mem_shed);
 	if (put_count(b, p->n_slots, PROTO_MAX_SLOTS, p->slots))
 		for (uint32_t i = 0; i < p->n_slots && !b->err; i++) {
 			put_u64(b, p->slots[i].line);
@@ -555,6 +558,9 @@ static void dec_plan_ok(rd *r, proto_msg *m)
 	p->cached = get_u64(r);
 	p->taint = get_u64(r);
 	p->tier = get_u32(r);
+	p->mem_held = get_u64(r);
+	p->mem_ceiling = get_u64(r);
+	p->mem_shed = get_u32(r);
 	p->slots = get_array(r, &p->n_slots, PROTO_MAX_SLOTS, SLOT_WIRE,
 			     sizeof *p->slots);
 	for (uint32_t i = 0; p->slots && i < p->n_slots; i++) {
@@ -719,6 +725,9 @@ static void enc_done(moor_buf *b, const proto_msg *m)
 	put_u64(b, d->completion_tokens);
 	put_u64(b, d->prefill_us);
 	put_u64(b, d->decode_us);
+	put_u64(b, d->mem_held);
+	put_u64(b, d->mem_ceiling);
+	put_u32(b, d->mem_shed);
 	put_str(b, d->msg);
 }
 
@@ -733,6 +742,9 @@ static void dec_done(rd *r, proto_msg *m)
 	d->completion_tokens = get_u64(r);
 	d->prefill_us = get_u64(r);
 	d->decode_us = get_u64(r);
+	d->mem_held = get_u64(r);
+	d->mem_ceiling = get_u64(r);
+	d->mem_shed = get_u32(r);
 	get_str(r, &d->msg);
 }
 

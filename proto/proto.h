@@ -191,6 +191,11 @@ typedef struct proto_plan_ok {
 	uint64_t cached;  /* tokens not forwarded (= start) */
 	uint64_t taint;   /* lowest row not written by a cold grid prefill */
 	uint32_t tier;    /* proto_tier of the source */
+	/* the memory level after the plan: bytes the caches hold, the
+	 * ceiling they grow to, and the cache units the plan gave back to
+	 * fit its prefill (0: none) */
+	uint64_t mem_held, mem_ceiling;
+	uint32_t mem_shed;
 	uint32_t n_slots;
 	proto_slot *slots; /* anchor slots to fill during the prefill */
 } proto_plan_ok;
@@ -274,6 +279,8 @@ typedef struct proto_done {
 	uint64_t cached_tokens;
 	uint64_t completion_tokens;
 	uint64_t prefill_us, decode_us;
+	uint64_t mem_held, mem_ceiling; /* PLAN_OK's memory level */
+	uint32_t mem_shed;
 	char *msg;          /* error text, or empty */
 } proto_done;
 

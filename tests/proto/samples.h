@@ -179,6 +179,9 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 		p->cached = p->start;
 		p->taint = rnd();
 		p->tier = PROTO_TIER_STASH;
+		p->mem_held = rnd();
+		p->mem_ceiling = rnd();
+		p->mem_shed = (uint32_t)rnd();
 		p->n_slots = count_for(size, 37, PROTO_MAX_SLOTS);
 		p->slots =
 		    p->n_slots ? xmalloc(p->n_slots * sizeof *p->slots) : NULL;
@@ -241,6 +244,9 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 		d->completion_tokens = rnd();
 		d->prefill_us = rnd();
 		d->decode_us = rnd();
+		d->mem_held = rnd();
+		d->mem_ceiling = rnd();
+		d->mem_shed = (uint32_t)rnd();
 		d->msg = sample_str(size);
 		break;
 	}
@@ -381,6 +387,9 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 		DIFF(x->cached == y->cached, "cached");
 		DIFF(x->taint == y->taint, "taint");
 		DIFF(x->tier == y->tier, "tier");
+		DIFF(x->mem_held == y->mem_held && x->mem_ceiling == y->mem_ceiling &&
+			 x->mem_shed == y->mem_shed,
+		     "plan_ok.mem");
 		DIFF(x->n_slots == y->n_slots, "n_slots");
 		for (uint32_t i = 0; i < x->n_slots; i++) {
 			DIFF(x->slots[i].line == y->slots[i].line, "slot.line");
@@ -437,6 +446,9 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 		     "completion_tokens");
 		DIFF(x->prefill_us == y->prefill_us, "prefill_us");
 		DIFF(x->decode_us == y->decode_us, "decode_us");
+		DIFF(x->mem_held == y->mem_held && x->mem_ceiling == y->mem_ceiling &&
+			 x->mem_shed == y->mem_shed,
+		     "done.mem");
 		DIFF(str_eq(x->msg, y->msg), "done.msg");
 		break;
 	}
