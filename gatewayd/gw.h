@@ -14,6 +14,7 @@
  *   sse.c      the streamed reply: SSE frames and h2o's send/proceed
  *   align.c    the end alignment of a copy (asks cached, text/endalign.c)
  *   compact.c  compaction as a continuation of the session's end anchor
+ *   prepare.c  the compaction preparer: a summary written ahead
  *   respcache.c the response cache (--response-cache)
  *   journal.c  a JSON line per turn in the state directory
  *   peek.c     POST /v1/cache/peek
