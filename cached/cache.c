@@ -858,7 +858,7 @@ int cache_clear(cache *c, const char *tier)
 		end_release(c);
 		if (c->stash.have)
 			stash_drop(c);
-		if (!c->t.active || c->t.guest) {
+		if (!c->t.active || c->t.guest || c->t.scratch) {
 			c->valid = 0;
 			c->n_mk = 0;
 			c->taint = NO_TAINT;
