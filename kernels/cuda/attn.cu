@@ -29,7 +29,7 @@
 
 typedef __nv_bfloat16 bf16;
 
-#define FL_BR 128 /* query rows of a block: 8 warps of 16 */
+#define FL_BR 64 /* query rows of a block: 4 warps of 16 */
 #define FL_THREADS (FL_BR / 16 * 32)
 #define FL_BC 64 /* keys of a tile */
 #define FL_PAD 8 /* bf16 of padding a smem row: conflict-free fragments */
@@ -41,13 +41,19 @@ static __host__ __device__ inline int64_t splits_of(int64_t len)
 	return (len + KCU_SPLIT_KEYS - 1) / KCU_SPLIT_KEYS;
 }
 
+static size_t flash_part_bytes(const kern_limits *lim);
+
+/* The partials' scratch: the split kernel's or the flash kernel's
+ * segments', whichever is larger (the two never run at once). */
 size_t kcu_att_part_bytes(const kern_limits *lim)
 {
 	if (lim->window <= 0 || lim->q_heads <= 0 || lim->head_dim <= 0)
 		return 0;
-	return (size_t)KCU_SPLIT_BATCH * (size_t)lim->q_heads *
-	       (size_t)splits_of(lim->window) * (size_t)(lim->head_dim + 2) *
-	       sizeof(float);
+	size_t sp = (size_t)KCU_SPLIT_BATCH * (size_t)lim->q_heads *
+		    (size_t)splits_of(lim->window) * (size_t)(lim->head_dim + 2) *
+		    sizeof(float);
+	size_t fl = flash_part_bytes(lim);
+	return sp > fl ? sp : fl;
 }
 
 static __device__ inline float kv_get(const void *p, int dt, size_t i)
@@ -391,26 +397,39 @@ static __device__ inline void load_tile(bf16 *s, const bf16 *X, int64_t kb,
 	}
 }
 
-/* grid (ceil(T / FL_BR), Hq), FL_THREADS threads. K and V are
- * double-buffered: the next tile's copies run under this tile's products. */
+/* Keys are cut into nseg segments of seg keys (a multiple of FL_BC, the
+ * same cut for every block of a launch): grid (ceil(T / FL_BR), Hq, nseg),
+ * FL_THREADS threads. One K and one V buffer, staggered: V's copy runs
+ * under S = Q K^T and the softmax, the next K's under O += P V, and two
+ * blocks share an SM. nseg == 1 writes the normalised rows; otherwise a
+ * segment writes part[(t Hq + h) nseg + s][D + 2] = its max, its sum and
+ * its unnormalised output, and k_fcombine adds the segments in order. */
 template <int D>
-__global__ void __launch_bounds__(FL_THREADS)
-    k_flash(float *out, const float *qv, int ldq, const bf16 *K, const bf16 *V,
-	    int T, const int64_t *dpos, int64_t padd, int Hq, int Hkv,
-	    float scale)
+__global__ void __launch_bounds__(FL_THREADS, 2)
+    k_flash(float *out, float *part, int nseg, int64_t seg, const float *qv,
+	    int ldq, const bf16 *K, const bf16 *V, int T, const int64_t *dpos,
+	    int64_t padd, int Hq, int Hkv, float scale)
 {
 	constexpr int LD = D + FL_PAD, NT = D / 8;
 	extern __shared__ __align__(16) unsigned char smraw[];
 	bf16 *Qs = (bf16 *)smraw;
-	bf16 *Ks = Qs + FL_BR * LD; /* [2][FL_BC][LD] */
-	bf16 *Vs = Ks + 2 * FL_BC * LD;
+	bf16 *Ks = Qs + FL_BR * LD; /* [FL_BC][LD] */
+	bf16 *Vs = Ks + FL_BC * LD;
 	/* the heaviest tiles (the last rows) start first */
 	const int t0 = (gridDim.x - 1 - blockIdx.x) * FL_BR, h = blockIdx.y;
+	const int sg = blockIdx.z;
 	const int kh = h / (Hq / Hkv);
 	const int64_t pos0 = kcu_pos(dpos, padd);
+	const int64_t kend = pos0 + (t0 + FL_BR < T ? t0 + FL_BR : T);
+	const int64_t k0 = (int64_t)sg * seg;
+	if (k0 >= kend)
+		return; /* no row of this block reads the segment */
+	const int64_t k1 = k0 + seg < kend ? k0 + seg : kend;
 	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
 	const int g = lane >> 2, tq = lane & 3;
 
+	load_tile<D>(Ks, K, k0, k1, Hkv, kh);
+	cp_commit();
 	for (int i = tid; i < FL_BR * (D / 4); i += blockDim.x) {
 		int r = i / (D / 4), c = (i - r * (D / 4)) * 4;
 		float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -422,8 +441,7 @@ __global__ void __launch_bounds__(FL_THREADS)
 	}
 	const int ra = t0 + w * 16 + g, rb = ra + 8;
 	const int64_t pa = pos0 + ra, pb = pos0 + rb; /* keys j <= pa, <= pb */
-	const int64_t kend = pos0 + (t0 + FL_BR < T ? t0 + FL_BR : T);
-	const int ntile = (int)((kend + FL_BC - 1) / FL_BC);
+	const int ntile = (int)((k1 - k0 + FL_BC - 1) / FL_BC);
 
 	float o[NT][4];
 #pragma unroll
@@ -431,23 +449,12 @@ __global__ void __launch_bounds__(FL_THREADS)
 		o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
 	float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
 
-	load_tile<D>(Ks, K, 0, kend, Hkv, kh);
-	load_tile<D>(Vs, V, 0, kend, Hkv, kh);
-	cp_commit();
 	for (int it = 0; it < ntile; it++) {
-		const int64_t kb = (int64_t)it * FL_BC;
-		bf16 *Kc = Ks + (it & 1) * FL_BC * LD, *Vc = Vs + (it & 1) * FL_BC * LD;
-		if (it + 1 < ntile) {
-			bf16 *Kn = Ks + ((it + 1) & 1) * FL_BC * LD;
-			bf16 *Vn = Vs + ((it + 1) & 1) * FL_BC * LD;
-			load_tile<D>(Kn, K, kb + FL_BC, kend, Hkv, kh);
-			load_tile<D>(Vn, V, kb + FL_BC, kend, Hkv, kh);
-			cp_commit();
-			cp_wait<1>();
-		} else {
-			cp_wait<0>();
-		}
-		__syncthreads();
+		const int64_t kb = k0 + (int64_t)it * FL_BC;
+		cp_wait<0>();
+		__syncthreads(); /* K in; every warp is done with V */
+		load_tile<D>(Vs, V, kb, k1, Hkv, kh);
+		cp_commit();
 
 		/* S = Q K^T for this warp's 16 rows and the tile's 64 keys */
 		float s[8][4];
@@ -460,10 +467,12 @@ __global__ void __launch_bounds__(FL_THREADS)
 			ldsm_x4(a, Qs + (w * 16 + (lane & 15)) * LD + ks * 16 +
 					(lane >> 4) * 8);
 #pragma unroll
-			for (int nt = 0; nt < 8; nt++) {
-				const bf16 *kp = Kc + (nt * 8 + g) * LD + ks * 16 + 2 * tq;
-				mma16816(s[nt], a, *(const uint32_t *)kp,
-					 *(const uint32_t *)(kp + 8));
+			for (int np = 0; np < 4; np++) {
+				uint32_t b[4];
+				ldsm_x4(b, Ks + ((2 * np + (lane >> 4)) * 8 + (lane & 7)) * LD +
+					       ks * 16 + ((lane >> 3) & 1) * 8);
+				mma16816(s[2 * np], a, b[0], b[1]);
+				mma16816(s[2 * np + 1], a, b[2], b[3]);
 			}
 		}
 		/* rounding, scale, the causal mask; the rows' maxima */
@@ -519,6 +528,12 @@ __global__ void __launch_bounds__(FL_THREADS)
 			o[i][2] *= cb;
 			o[i][3] *= cb;
 		}
+		cp_wait<0>();
+		__syncthreads(); /* V in; every warp is done with K */
+		if (it + 1 < ntile) {
+			load_tile<D>(Ks, K, kb + FL_BC, k1, Hkv, kh);
+			cp_commit();
+		}
 		/* O += P V, 16 keys a step */
 #pragma unroll
 		for (int kk = 0; kk < 4; kk++) {
@@ -529,13 +544,32 @@ __global__ void __launch_bounds__(FL_THREADS)
 #pragma unroll
 			for (int n2 = 0; n2 < NT / 2; n2++) {
 				uint32_t b[4];
-				ldsm_x4_t(b, Vc + (kk * 16 + (lane & 15)) * LD +
+				ldsm_x4_t(b, Vs + (kk * 16 + (lane & 15)) * LD +
 						 n2 * 16 + (lane >> 4) * 8);
 				mma16816(o[2 * n2], a, b[0], b[1]);
 				mma16816(o[2 * n2 + 1], a, b[2], b[3]);
 			}
 		}
-		__syncthreads(); /* the buffer is refilled next iteration */
+	}
+	if (nseg > 1) {
+		/* the segment's partials; a row past T is never combined */
+		for (int half = 0; half < 2; half++) {
+			int r = half ? rb : ra;
+			if (r >= T)
+				continue;
+			float *pp = part + (((size_t)r * Hq + h) * nseg + sg) * (D + 2);
+			if (tq == 0) {
+				pp[0] = half ? mb : ma;
+				pp[1] = half ? lb : la;
+			}
+#pragma unroll
+			for (int i = 0; i < NT; i++) {
+				int d = i * 8 + 2 * tq;
+				*(float2 *)(pp + 2 + d) =
+				    make_float2(o[i][2 * half], o[i][2 * half + 1]);
+			}
+		}
+		return;
 	}
 	float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
 #pragma unroll
@@ -554,13 +588,57 @@ __global__ void __launch_bounds__(FL_THREADS)
 	}
 }
 
+/* grid (Hq, T), D / 2 threads (two dims each): a row's segments, the
+ * weights e^(m_s - M) and their sums in order s = 0, 1, ... */
+__global__ void k_fcombine(float *out, const float *part, int nseg,
+			   int64_t seg, const int64_t *dpos, int64_t padd,
+			   int Hq, int D)
+{
+	const int h = blockIdx.x, t = blockIdx.y, d = 2 * threadIdx.x;
+	const int64_t len = kcu_pos(dpos, padd) + t + 1;
+	const int ns = (int)((len + seg - 1) / seg);
+	const float *p = part + ((size_t)t * Hq + h) * nseg * (D + 2);
+	float M = -INFINITY;
+	for (int s = 0; s < ns; s++)
+		M = fmaxf(M, p[(size_t)s * (D + 2)]);
+	float L = 0.0f, o0 = 0.0f, o1 = 0.0f;
+	for (int s = 0; s < ns; s++) {
+		const float *q = p + (size_t)s * (D + 2);
+		float wgt = expf(q[0] - M);
+		L = fmaf(wgt, q[1], L);
+		o0 = fmaf(wgt, q[2 + d], o0);
+		o1 = fmaf(wgt, q[3 + d], o1);
+	}
+	float *y = out + ((size_t)t * Hq + h) * D + d;
+	y[0] = kcu_bf16r(o0 / L);
+	y[1] = kcu_bf16r(o1 / L);
+}
+
+/* Segments: about FL_TARGET blocks in a launch (four waves of two blocks
+ * an SM on 132 SMs), each segment FL_SEG_MIN keys at least, at most
+ * FL_NSEG; one segment under graph capture (positions on the device). A
+ * rule of (T, pos0, Hq) only, so a chunk's bits do not depend on the chip's
+ * SM count. */
+#define FL_TARGET 1024
+#define FL_SEG_MIN 1024
+#define FL_NSEG 4
+
+static size_t flash_part_bytes(const kern_limits *lim)
+{
+	if (lim->rows <= KCU_SPLIT_ROWS || lim->q_heads <= 0 ||
+	    lim->head_dim <= 0)
+		return 0;
+	return (size_t)lim->rows * (size_t)lim->q_heads * FL_NSEG *
+	       (size_t)(lim->head_dim + 2) * sizeof(float);
+}
+
 template <int D>
 static int run_flash(kern_queue *q, float *out, const float *qv, int ldq,
 		     const void *K, const void *V, int T, int64_t pos0, int Hq,
 		     int Hkv, float scale)
 {
 	kern_ctx *c = q->ctx;
-	size_t shm = (size_t)(FL_BR + 4 * FL_BC) * (D + FL_PAD) * sizeof(bf16);
+	size_t shm = (size_t)(FL_BR + 2 * FL_BC) * (D + FL_PAD) * sizeof(bf16);
 	static int set;
 	if (!set) {
 		KCU(c, cudaFuncSetAttribute(
@@ -568,10 +646,30 @@ static int run_flash(kern_queue *q, float *out, const float *qv, int ldq,
 			   (int)shm));
 		set = 1;
 	}
-	k_flash<D><<<dim3((T + FL_BR - 1) / FL_BR, Hq), FL_THREADS, shm, q->s>>>(
-	    out, qv, ldq, (const bf16 *)K, (const bf16 *)V, T, kcu_dpos(q),
-	    kcu_padd(q, pos0), Hq, Hkv, scale);
+	const int nrb = (T + FL_BR - 1) / FL_BR;
+	const int64_t keys = pos0 + T;
+	int nseg = (FL_TARGET + nrb * Hq - 1) / (nrb * Hq);
+	if (nseg > FL_NSEG)
+		nseg = FL_NSEG;
+	if (nseg > keys / FL_SEG_MIN)
+		nseg = (int)(keys / FL_SEG_MIN);
+	if (nseg < 1 || q->capturing ||
+	    (size_t)T * Hq * nseg * (D + 2) * sizeof(float) > c->att_part_bytes)
+		nseg = 1;
+	int64_t seg = (keys + nseg - 1) / nseg;
+	seg = (seg + FL_BC - 1) / FL_BC * FL_BC;
+	if (nseg == 1)
+		seg = (keys + FL_BC - 1) / FL_BC * FL_BC;
+	k_flash<D><<<dim3(nrb, Hq, nseg), FL_THREADS, shm, q->s>>>(
+	    out, c->att_part, nseg, seg, qv, ldq, (const bf16 *)K,
+	    (const bf16 *)V, T, kcu_dpos(q), kcu_padd(q, pos0), Hq, Hkv, scale);
 	KCU_LAUNCHED(c);
+	if (nseg > 1) {
+		k_fcombine<<<dim3(Hq, T), D / 2, 0, q->s>>>(
+		    out, c->att_part, nseg, seg, kcu_dpos(q), kcu_padd(q, pos0),
+		    Hq, D);
+		KCU_LAUNCHED(c);
+	}
 	return 0;
 }
 
