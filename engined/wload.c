@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "moor.h"
@@ -19,6 +20,7 @@
 typedef struct req {
 	void *dst;
 	const char *file;
+	const uint8_t *map; /* the file's mapping (t->data - t->offset) */
 	uint64_t off, n;
 } req;
 
@@ -39,8 +41,10 @@ typedef struct blk {
 
 typedef struct wfile {
 	const char *path;
+	const uint8_t *map; /* cfg.mmap: the mapping the readers copy from */
 	int fd, dfd; /* buffered; O_DIRECT or -1 */
 	int nodirect; /* the file system refused an O_DIRECT read (atomic) */
+	uint64_t end; /* the furthest byte a request reads */
 } wfile;
 
 struct eng_wload {
@@ -118,7 +122,9 @@ int eng_wload_add(eng_wload *w, void *dst, const eng_tensor *t)
 		w->r = n;
 		w->cap = c;
 	}
-	w->r[w->nr++] = (req){dst, t->file, t->offset, t->nbytes};
+	w->r[w->nr++] = (req){dst, t->file,
+			      (const uint8_t *)t->data - t->offset, t->offset,
+			      t->nbytes};
 	return 0;
 }
 
@@ -161,10 +167,12 @@ static int push_seg(eng_wload *w, seg s)
 	return 0;
 }
 
-static int open_file(eng_wload *w, const char *path, char *err)
+static int open_file(eng_wload *w, const char *path, const uint8_t *map,
+		     char *err)
 {
 	wfile *f = &w->f[w->nf];
 	f->path = path;
+	f->map = map;
 	f->dfd = -1;
 	f->fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (f->fd < 0) {
@@ -193,11 +201,13 @@ static int plan(eng_wload *w, char *err)
 	for (size_t i = 0; i < w->nr; i++) {
 		const req *r = &w->r[i];
 		if (!w->nf || strcmp(w->f[w->nf - 1].path, r->file)) {
-			if ((rc = open_file(w, r->file, err)))
+			if ((rc = open_file(w, r->file, r->map, err)))
 				return rc;
 			cur = NULL;
 		}
 		uint64_t pos = r->off, end = r->off + r->n;
+		if (end > w->f[w->nf - 1].end)
+			w->f[w->nf - 1].end = end;
 		while (pos < end) {
 			if (!cur || pos < cur->start || pos >= cur->start + B ||
 			    pos > cur->start + cur->need + GAP) {
@@ -215,6 +225,20 @@ static int plan(eng_wload *w, char *err)
 			if (pos + take - cur->start > cur->need)
 				cur->need = pos + take - cur->start;
 			pos += take;
+		}
+	}
+	/* a file that shrank since the checkpoint was opened: said here, not
+	 * found by a reader (or, through the mapping, as a SIGBUS) */
+	for (int i = 0; i < w->nf; i++) {
+		struct stat st;
+		if (fstat(w->f[i].fd, &st) == 0 &&
+		    (uint64_t)st.st_size < w->f[i].end) {
+			moor_errf(err,
+				  "%s: %llu bytes, the tensors need %llu (the "
+				  "file is shorter than when it was opened)",
+				  w->f[i].path, (unsigned long long)st.st_size,
+				  (unsigned long long)w->f[i].end);
+			return MOOR_ETRUNC;
 		}
 	}
 	return 0;
@@ -239,6 +263,14 @@ static int read_blk(eng_wload *w, const blk *b, char *buf, uint64_t *got,
 		    char *msg)
 {
 	wfile *f = &w->f[b->file];
+	if (w->cfg.mmap) {
+		/* the mapping covers the file as it was opened: the bytes the
+		 * segments need, no more (the file's end may be closer than
+		 * the aligned length) */
+		memcpy(buf, f->map + b->start, b->need);
+		*got = b->need;
+		return 0;
+	}
 	uint64_t len = (b->need + ALIGN - 1) / ALIGN * ALIGN;
 	uint64_t done = 0;
 	int fd = f->dfd >= 0 && !__atomic_load_n(&f->nodirect, __ATOMIC_RELAXED)

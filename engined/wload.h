@@ -22,8 +22,9 @@
  * and the others are being read; an upload's source (a slot) stays
  * untouched until its queue's sync, as upload() requires.
  *
- * Ownership: the loader borrows ops, ctx and the file names of the
- * tensors added (an eng_ckpt's, which must stay open until the run ends);
+ * Ownership: the loader borrows ops, ctx and the file names (and, with
+ * cfg.mmap, the mappings) of the tensors added (an eng_ckpt's, which must
+ * stay open until the run ends);
  * dst pointers are the caller's. eng_wload_free() releases the staging and
  * the file descriptors. One thread uses a loader at a time.
  *
@@ -46,6 +47,10 @@ typedef struct eng_wload_cfg {
 	int slots;    /* staging blocks; 0 = 2 * threads + 2 (at least 3) */
 	int direct;   /* O_DIRECT where the file system takes it (a cold
 			 read from NVMe; the page cache is faster without) */
+	int mmap;     /* the readers copy from the checkpoint's mapping
+			 (eng_tensor.data) instead of pread: no syscall a
+			 block, a page fault a page instead (which is
+			 cheaper depends on the kernel; bench_load says) */
 	int progress; /* a log line (GB, GB/s) each second of a run */
 } eng_wload_cfg;
 

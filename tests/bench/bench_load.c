@@ -3,6 +3,7 @@
  *
  *   bench_load CONFIG_DIR --dir DIR [--layers N] [--backend NAME]
  *              [--threads 1,4,8,16] [--block-mib M] [--direct 0|1]
+ *              [--mmap 0|1|2]
  *              [--shard-gb G] [--cold 0|1] [--reuse 1]
  *
  * Writes into DIR a checkpoint of CONFIG_DIR's shapes cut to its first N
@@ -15,7 +16,8 @@
  *     (what a loader that hands upload() the mmapped checkpoint does);
  *   - "wload": engined/wload.h at each thread count: blocks pread by
  *     threads into staging (the backend's pinned host_alloc memory when it
- *     has one), each uploaded while the next ones are read;
+ *     has one), each uploaded while the next ones are read; --mmap 1: the
+ *     readers copy from the mapping instead, 2: both (default);
  *   - "eng_model_load": engined's whole load path as the model adapter
  *     calls it (the fused projections' copies included; on the CPU backend
  *     a wrap_host of the mapping, no copy);
@@ -224,7 +226,7 @@ int main(int argc, char **argv)
 		    NULL);
 	const char *cfg_dir = argv[1], *dir = NULL, *bname = "auto",
 		   *thr = "1,4,8,16";
-	int layers = 8, direct = 0, cold = 0, reuse = 0;
+	int layers = 8, direct = 0, cold = 0, reuse = 0, mm = 2;
 	double shard_gb = 4.0, block_mib = 32;
 	for (int i = 2; i + 1 < argc; i += 2) {
 		const char *k = argv[i], *v = argv[i + 1];
@@ -246,6 +248,8 @@ int main(int argc, char **argv)
 			cold = atoi(v);
 		else if (!strcmp(k, "--reuse"))
 			reuse = atoi(v);
+		else if (!strcmp(k, "--mmap"))
+			mm = atoi(v);
 		else
 			die(k, "unknown flag");
 	}
@@ -311,7 +315,10 @@ int main(int argc, char **argv)
 	add_row("mmap + upload", 1, "the mapping (pageable)", gb,
 		moor_now() - t0);
 
-	/* ---- wload at each thread count ---- */
+	/* ---- wload at each thread count, by pread and from the mapping ---- */
+	for (int src = 0; src < 2; src++) {
+	if ((mm == 0 && src == 1) || (mm == 1 && src == 0))
+		continue;
 	const char *s = thr;
 	while (*s) {
 		int th = atoi(s);
@@ -319,7 +326,7 @@ int main(int argc, char **argv)
 			die("--threads", thr);
 		eng_wload_cfg wc = {.threads = th,
 				    .block = (size_t)(block_mib * (1 << 20)),
-				    .direct = direct};
+				    .direct = direct && !src, .mmap = src};
 		eng_wload *w;
 		if (eng_wload_new(ops, ctx, &wc, &w))
 			die("wload", NULL);
@@ -335,12 +342,14 @@ int main(int argc, char **argv)
 		snprintf(stg, sizeof stg, "%s, %.0f MiB blocks%s",
 			 st.pinned ? "pinned" : "pageable", block_mib,
 			 st.direct ? ", O_DIRECT" : "");
-		add_row("wload", th, stg, (double)st.bytes / 1e9, st.seconds);
+		add_row(src ? "wload (mmap)" : "wload (pread)", th, stg,
+			(double)st.bytes / 1e9, st.seconds);
 		eng_wload_free(w);
 		s = strchr(s, ',');
 		if (!s)
 			break;
 		s++;
+	}
 	}
 
 	/* ---- every byte as the file has it ---- */

@@ -3,7 +3,8 @@
  * Two shards (an index), tensors of odd byte counts (so the next one starts
  * at an unaligned offset), an empty one, tensors larger than a block and
  * many smaller than one; read with 1 and 3 threads, blocks of 4 KiB, 12 KiB
- * and the default 32 MiB, few slots and many, O_DIRECT asked for or not;
+ * and the default 32 MiB, few slots and many, O_DIRECT asked for or not,
+ * from pread and from the mapping (cfg.mmap);
  * each loaded buffer downloaded and memcmp'ed with the mapped file's bytes.
  * Then the errors: a shard cut shorter after the open is MOOR_ETRUNC naming
  * the file; the loader is reusable after a failed run.
@@ -126,10 +127,11 @@ static void load_and_compare(eng_ckpt *ck, const eng_wload_cfg *cfg,
 	ASSERT(st.bytes == (add_twice ? 2 : 1) * total);
 	ASSERT(st.files == 2 && st.read_bytes >= total && st.blocks >= 2);
 	ASSERT(st.pinned == (ops->host_alloc != NULL));
-	fprintf(stderr, "  threads %d block %zu slots %d direct %d: %llu bytes, "
-			"%llu blocks, %d files O_DIRECT\n",
+	fprintf(stderr, "  threads %d block %zu slots %d direct %d mmap %d: %llu "
+			"bytes, %llu blocks, %d files O_DIRECT\n",
 		cfg ? cfg->threads : 0, cfg ? cfg->block : 0, cfg ? cfg->slots : 0,
-		cfg ? cfg->direct : 0, (unsigned long long)st.bytes,
+		cfg ? cfg->direct : 0, cfg ? cfg->mmap : 0,
+		(unsigned long long)st.bytes,
 		(unsigned long long)st.blocks, st.direct);
 	eng_wload_free(w);
 }
@@ -146,6 +148,8 @@ static void test_bytes_exact(void)
 	    {.threads = 3, .block = 4096, .slots = 4},
 	    {.threads = 3, .block = 12288, .slots = 0, .direct = 1},
 	    {.threads = 2, .block = 5000, .slots = 3}, /* rounded to 8 KiB */
+	    {.threads = 3, .block = 4096, .slots = 4, .mmap = 1},
+	    {.threads = 1, .block = 12288, .slots = 3, .mmap = 1},
 	    {0},				       /* the defaults */
 	};
 	for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
@@ -182,6 +186,17 @@ static void test_short_file(void)
 	ASSERT_RC(rc, MOOR_ETRUNC, err);
 	ASSERT_HAS(err, "b.safetensors");
 	ASSERT_HAS(err, "shorter");
+	/* through the mapping too: said before a reader touches the pages
+	 * past the end (a SIGBUS) */
+	eng_wload_cfg cm = {.threads = 2, .block = 4096, .mmap = 1};
+	eng_wload *wm;
+	ASSERT_RC(eng_wload_new(ops, ctx, &cm, &wm), 0, "new");
+	for (size_t i = 0; i < n; i++)
+		ASSERT_RC(eng_wload_add(wm, dst[i], eng_ckpt_at(ck, i)), 0, "add");
+	err[0] = 0;
+	ASSERT_RC(eng_wload_run(wm, NULL, err), MOOR_ETRUNC, err);
+	ASSERT_HAS(err, "b.safetensors");
+	eng_wload_free(wm);
 	/* reusable: a run of the first shard's tensors alone succeeds */
 	for (size_t i = 0; i < NT / 2; i++)
 		ASSERT_RC(eng_wload_add(w, dst[i], eng_ckpt_at(ck, i)), 0, "add");
