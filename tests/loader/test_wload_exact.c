@@ -112,8 +112,10 @@ static void load_and_compare(eng_ckpt *ck, const eng_wload_cfg *cfg,
 	for (size_t i = 0; i < n; i++) {
 		const eng_tensor *t = eng_ckpt_at(ck, i);
 		total += t->nbytes;
-		if (!t->nbytes)
+		if (!t->nbytes) {
+			ops->free(ctx, dst[i]);
 			continue;
+		}
 		uint8_t *h = malloc(t->nbytes);
 		ASSERT_RC(ops->download(q, h, dst[i], t->nbytes), 0, "download");
 		int same = !memcmp(h, t->data, t->nbytes);
