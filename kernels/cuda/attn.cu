@@ -241,43 +241,27 @@ __global__ void __launch_bounds__(KCU_SPLIT_KEYS)
 }
 
 /* The split kernel for bf16 K and V (D 128 or 256): grid (splits, Hkv,
- * rows), SP_THREADS threads. A split's KCU_SPLIT_KEYS keys go in tiles of
- * SP_TILE, the next tile's K and V copied (cp.async) under this tile's
- * products: four threads a key for the scores (quarters of D, each in
- * order d = 0.., the quarters added in a fixed butterfly), a warp a head
- * for the softmax, online across the tiles (the head's running max and
- * sum; p rounded against the running max, the outputs rescaled when it
- * moves), a thread two dims for P V (keys in order). Writes what k_split
- * does. */
-#define SP_THREADS 128
-#define SP_TILE 32 /* keys of a tile: 4 threads a key */
-/* K rows in shared memory: quarter i of a row at i (D / 4 + 8) and rows
- * sp_ld(D) apart (16 mod 32 words), so the 8 threads of a 16-byte load
- * phase (2 keys x 4 quarters) hit 8 distinct bank groups; q transposed
- * [D][GP] (GP = G rounded up to 8 or 16), a dim's heads read as float4s. */
+ * rows), SP_THREADS threads. The split's K and V rows are copied into
+ * shared memory at once (cp.async; V's copy runs under the scores), two
+ * threads a key for the scores (halves of D, each in order d = 0.., the
+ * halves added low + high), a warp a head for the split's softmax, a
+ * thread two dims for P V (keys in order). Writes what k_split does.
+ * (Measured on the H200 at 27B shapes: 34 / 112 / 397 us a layer at 8k /
+ * 32k / 128k keys; walking 256-key splits in double-buffered 32-key tiles
+ * instead took 76 / 246 / 955: too few blocks, each latency-bound.) */
+#define SP_THREADS (2 * KCU_SPLIT_KEYS)
+/* K rows in shared memory: the high half 8 values past the low one and
+ * rows D + 16 apart, so the 8 threads of a 16-byte load phase (4 keys x
+ * 2 halves) hit 8 distinct bank groups; q transposed [D][GP] (GP = G
+ * rounded up to 8 or 16), a dim's heads read as float4s. */
 static __host__ __device__ constexpr int sp_ld(int D)
 {
-	return 2 * (32 * ((D / 2 + 12 - 16 + 31) / 32) + 16);
+	return D + 16;
 }
 static __host__ __device__ constexpr size_t sp_smem(int D, int GP, int G)
 {
-	return (size_t)4 * SP_TILE * sp_ld(D) * 2 +
-	       ((size_t)D * GP + (size_t)G * SP_TILE + 3 * (size_t)GP) * 4;
-}
-
-template <int D>
-static __device__ inline void sp_tile(bf16 *Ks, bf16 *Vs, const bf16 *K,
-				      const bf16 *V, int64_t j0, int n,
-				      size_t kstride, int kh)
-{
-	constexpr int LD = sp_ld(D), P8 = D / 8, Q = D / 4;
-	for (int i = threadIdx.x; i < SP_TILE * P8; i += SP_THREADS) {
-		int r = i / P8, c = (i - r * P8) * 8, ok = r < n;
-		size_t src = (size_t)(j0 + (ok ? r : 0)) * kstride + (size_t)kh * D + c;
-		cp16(Ks + r * LD + c + (c / Q) * 8, K + src, ok);
-		cp16(Vs + r * LD + c, V + src, ok);
-	}
-	cp_commit();
+	return (size_t)2 * KCU_SPLIT_KEYS * sp_ld(D) * 2 +
+	       ((size_t)GP * D + (size_t)G * KCU_SPLIT_KEYS) * 4;
 }
 
 template <int D, int GP>
@@ -286,149 +270,131 @@ __global__ void __launch_bounds__(SP_THREADS)
 	      const bf16 *V, int r0, const int64_t *dpos, int64_t padd, int Hq,
 	      int Hkv, float scale)
 {
-	constexpr int LD = sp_ld(D), Q = D / 4;
+	constexpr int LD = sp_ld(D), P8 = D / 8;
 	extern __shared__ __align__(16) unsigned char smraw[];
-	bf16 *Kb = (bf16 *)smraw;	   /* [2][SP_TILE][LD] */
-	bf16 *Vb = Kb + 2 * SP_TILE * LD; /* [2][SP_TILE][LD] */
-	float *qs = (float *)(Vb + 2 * SP_TILE * LD); /* [D][GP] */
-	const int G = Hq / Hkv;
-	float *sc = qs + (size_t)D * GP; /* [G][SP_TILE] */
-	float *rm = sc + G * SP_TILE;	 /* [GP] running max */
-	float *rl = rm + GP;		 /* [GP] running sum */
-	float *fac = rl + GP;		 /* [GP] this tile's rescale */
-	const int kh = blockIdx.y, s = blockIdx.x;
-	const int rlow = blockIdx.z, t = r0 + rlow;
+	bf16 *Ks = (bf16 *)smraw, *Vs = Ks + KCU_SPLIT_KEYS * LD;
+	float *qs = (float *)(Vs + KCU_SPLIT_KEYS * LD); /* [D][GP] */
+	float *sc = qs + (size_t)D * GP;		  /* [G][KEYS] */
+	const int G = Hq / Hkv, kh = blockIdx.y, s = blockIdx.x;
+	const int rl = blockIdx.z, t = r0 + rl;
 	const int64_t len = kcu_pos(dpos, padd) + t + 1;
 	const int64_t j0 = (int64_t)s * KCU_SPLIT_KEYS;
 	if (j0 >= len)
 		return; /* past this launch's length (a graph's spare split) */
-	const int nk = (int)(len - j0 < KCU_SPLIT_KEYS ? len - j0 : KCU_SPLIT_KEYS);
-	const int ntile = (nk + SP_TILE - 1) / SP_TILE;
+	const int n = (int)(len - j0 < KCU_SPLIT_KEYS ? len - j0 : KCU_SPLIT_KEYS);
 	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
 	const size_t kstride = (size_t)Hkv * D;
-	sp_tile<D>(Kb, Vb, K, V, j0, nk < SP_TILE ? nk : SP_TILE, kstride, kh);
+	for (int i = tid; i < KCU_SPLIT_KEYS * P8; i += SP_THREADS) {
+		int r = i / P8, c = (i - r * P8) * 8, ok = r < n;
+		cp16(Ks + r * LD + c + (c >= D / 2 ? 8 : 0),
+		     K + (size_t)(j0 + (ok ? r : 0)) * kstride + (size_t)kh * D + c,
+		     ok);
+	}
+	cp_commit();
+	for (int i = tid; i < KCU_SPLIT_KEYS * P8; i += SP_THREADS) {
+		int r = i / P8, c = (i - r * P8) * 8, ok = r < n;
+		cp16(Vs + r * LD + c,
+		     V + (size_t)(j0 + (ok ? r : 0)) * kstride + (size_t)kh * D + c,
+		     ok);
+	}
+	cp_commit();
 	for (int i = tid; i < GP * D; i += SP_THREADS) {
 		int h = i / D, d = i - h * D;
 		qs[d * GP + h] =
 		    h < G ? qv[(size_t)t * ldq + (size_t)(kh * G + h) * D + d] : 0.0f;
 	}
-	if (tid < GP) {
-		rm[tid] = -INFINITY;
-		rl[tid] = 0.0f;
+	cp_wait<1>();
+	__syncthreads();
+	{
+		const int key = tid >> 1, half = tid & 1;
+		float acc[GP];
+#pragma unroll
+		for (int h = 0; h < GP; h++)
+			acc[h] = 0.0f;
+		const uint4 *kp =
+		    (const uint4 *)(Ks + key * LD + half * (D / 2 + 8));
+		const float *q0 = qs + half * (D / 2) * GP;
+#pragma unroll 2
+		for (int d8 = 0; d8 < P8 / 2; d8++) {
+			uint4 u = kp[d8];
+			const bf16 *e = (const bf16 *)&u;
+#pragma unroll
+			for (int i = 0; i < 8; i++) {
+				float kd = __bfloat162float(e[i]);
+				const float4 *qd =
+				    (const float4 *)(q0 + (d8 * 8 + i) * GP);
+#pragma unroll
+				for (int h4 = 0; h4 < GP / 4; h4++) {
+					float4 qq = qd[h4];
+					acc[4 * h4] = fmaf(qq.x, kd, acc[4 * h4]);
+					acc[4 * h4 + 1] = fmaf(qq.y, kd, acc[4 * h4 + 1]);
+					acc[4 * h4 + 2] = fmaf(qq.z, kd, acc[4 * h4 + 2]);
+					acc[4 * h4 + 3] = fmaf(qq.w, kd, acc[4 * h4 + 3]);
+				}
+			}
+		}
+#pragma unroll
+		for (int h = 0; h < GP; h++)
+			if (h < G) {
+				float o = __shfl_xor_sync(0xffffffffu, acc[h], 1);
+				float v = half ? o + acc[h] : acc[h] + o;
+				if (!half && key < n)
+					sc[h * KCU_SPLIT_KEYS + key] = kcu_bf16r(
+					    __fmul_rn(kcu_bf16r(v), scale));
+			}
 	}
-	const int d = 2 * tid; /* P V: this thread's dims */
+	__syncthreads();
+	for (int h = w; h < G; h += SP_THREADS / 32) {
+		float *x = sc + h * KCU_SPLIT_KEYS;
+		float m = -INFINITY;
+		for (int j = lane; j < n; j += 32)
+			m = fmaxf(m, x[j]);
+		for (int o = 16; o > 0; o >>= 1)
+			m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+		float l = 0.0f;
+		for (int j = lane; j < n; j += 32) {
+			float p = kcu_bf16r(expf(x[j] - m));
+			x[j] = p;
+			l += p;
+		}
+		for (int o = 16; o > 0; o >>= 1)
+			l += __shfl_xor_sync(0xffffffffu, l, o);
+		if (lane == 0) {
+			float *o_ = part + (((size_t)rl * Hq + kh * G + h) * nsplit + s) *
+					     (D + 2);
+			o_[0] = m;
+			o_[1] = l;
+		}
+	}
+	cp_wait<0>();
+	__syncthreads();
+	const int d = 2 * tid;
+	if (d >= D)
+		return;
 	float a0[GP], a1[GP];
 #pragma unroll
 	for (int h = 0; h < GP; h++)
 		a0[h] = a1[h] = 0.0f;
-	for (int it = 0; it < ntile; it++) {
-		const int kb = it * SP_TILE;
-		const int n = nk - kb < SP_TILE ? nk - kb : SP_TILE;
-		bf16 *Ks = Kb + (it & 1) * SP_TILE * LD, *Vs = Vb + (it & 1) * SP_TILE * LD;
-		cp_wait<0>();
-		__syncthreads(); /* tile it in; every thread done with it - 1 */
-		if (it + 1 < ntile) {
-			int nn = nk - kb - SP_TILE;
-			sp_tile<D>(Kb + ((it + 1) & 1) * SP_TILE * LD,
-				   Vb + ((it + 1) & 1) * SP_TILE * LD, K, V,
-				   j0 + kb + SP_TILE, nn < SP_TILE ? nn : SP_TILE,
-				   kstride, kh);
-		}
-		{
-			const int key = tid >> 2, qu = tid & 3;
-			float acc[GP];
-#pragma unroll
-			for (int h = 0; h < GP; h++)
-				acc[h] = 0.0f;
-			const uint4 *kp = (const uint4 *)(Ks + key * LD + qu * (Q + 8));
-			const float *q0 = qs + qu * Q * GP;
-#pragma unroll 2
-			for (int d8 = 0; d8 < Q / 8; d8++) {
-				uint4 u = kp[d8];
-				const bf16 *e = (const bf16 *)&u;
-#pragma unroll
-				for (int i = 0; i < 8; i++) {
-					float kd = __bfloat162float(e[i]);
-					const float4 *qd =
-					    (const float4 *)(q0 + (d8 * 8 + i) * GP);
-#pragma unroll
-					for (int h4 = 0; h4 < GP / 4; h4++) {
-						float4 qq = qd[h4];
-						acc[4 * h4] = fmaf(qq.x, kd, acc[4 * h4]);
-						acc[4 * h4 + 1] =
-						    fmaf(qq.y, kd, acc[4 * h4 + 1]);
-						acc[4 * h4 + 2] =
-						    fmaf(qq.z, kd, acc[4 * h4 + 2]);
-						acc[4 * h4 + 3] =
-						    fmaf(qq.w, kd, acc[4 * h4 + 3]);
-					}
-				}
-			}
-#pragma unroll
-			for (int h = 0; h < GP; h++)
-				if (h < G) {
-					float v = acc[h];
-					v += __shfl_xor_sync(0xffffffffu, v, 1);
-					v += __shfl_xor_sync(0xffffffffu, v, 2);
-					if (qu == 0 && key < n)
-						sc[h * SP_TILE + key] = kcu_bf16r(
-						    __fmul_rn(kcu_bf16r(v), scale));
-				}
-		}
-		__syncthreads();
-		for (int h = w; h < G; h += SP_THREADS / 32) {
-			float *x = sc + h * SP_TILE;
-			float xm = lane < n ? x[lane] : -INFINITY;
-			for (int o = 16; o > 0; o >>= 1)
-				xm = fmaxf(xm, __shfl_xor_sync(0xffffffffu, xm, o));
-			const float mo = rm[h], mn = fmaxf(mo, xm);
-			float p = lane < n ? kcu_bf16r(expf(x[lane] - mn)) : 0.0f;
-			if (lane < n)
-				x[lane] = p;
-			for (int o = 16; o > 0; o >>= 1)
-				p += __shfl_xor_sync(0xffffffffu, p, o);
-			__syncwarp();
-			if (lane == 0) {
-				float f = expf(mo - mn); /* 0 on the first tile */
-				fac[h] = f;
-				rl[h] = rl[h] * f + p;
-				rm[h] = mn;
-			}
-		}
-		__syncthreads();
-		if (d < D) {
-#pragma unroll
-			for (int h = 0; h < GP; h++)
-				if (h < G) {
-					float f = fac[h];
-					a0[h] *= f;
-					a1[h] *= f;
-				}
 #pragma unroll 8
-			for (int j = 0; j < n; j++) {
-				float2 v = __bfloat1622float2(
-				    *(const __nv_bfloat162 *)(Vs + j * LD + d));
+	for (int j = 0; j < n; j++) {
+		float2 v = __bfloat1622float2(
+		    *(const __nv_bfloat162 *)(Vs + j * LD + d));
 #pragma unroll
-				for (int h = 0; h < GP; h++)
-					if (h < G) {
-						float p_ = sc[h * SP_TILE + j];
-						a0[h] = fmaf(p_, v.x, a0[h]);
-						a1[h] = fmaf(p_, v.y, a1[h]);
-					}
+		for (int h = 0; h < GP; h++)
+			if (h < G) {
+				float p_ = sc[h * KCU_SPLIT_KEYS + j];
+				a0[h] = fmaf(p_, v.x, a0[h]);
+				a1[h] = fmaf(p_, v.y, a1[h]);
 			}
-		}
 	}
 #pragma unroll
 	for (int h = 0; h < GP; h++)
 		if (h < G) {
-			float *op = part + (((size_t)rlow * Hq + kh * G + h) * nsplit + s) *
-					       (D + 2);
-			if (tid == 0) {
-				op[0] = rm[h];
-				op[1] = rl[h];
-			}
-			if (d < D)
-				*(float2 *)(op + 2 + d) = make_float2(a0[h], a1[h]);
+			float *op = part +
+				    (((size_t)rl * Hq + kh * G + h) * nsplit + s) *
+					(D + 2) +
+				    2 + d;
+			*(float2 *)op = make_float2(a0[h], a1[h]);
 		}
 }
 
