@@ -31,6 +31,7 @@
 #include "eng.h"
 #include "eng_int.h"
 #include "moor.h"
+#include "wload.h"
 
 /* ===================================================================== */
 /* weights                                                               */
@@ -69,6 +70,9 @@ struct eng_model {
 	int copy_pending; /* a slot copy the next section write waits for */
 	qwen35_config c;
 	eng_ckpt *ck;
+	/* copied weights' reader (wload.h) while loading: get() and get_cat()
+	 * say where each tensor goes, eng_model_load runs it */
+	eng_wload *wl;
 	int act;  /* KERN_ACT_BF16 for bf16 models */
 	int kvdt; /* view dtype */
 	int fused; /* fused projections (a device backend) */
@@ -308,7 +312,16 @@ static int get(loadctx *lc, wt *w, const char *fmt, int layer, int ndim,
 	if (rc)
 		return rc;
 	void *p;
-	rc = to_device(lc->m, t->data, t->nbytes, &p);
+	if (lc->m->wl) {
+		/* read and uploaded by the reader after load_weights */
+		rc = dev_alloc(lc->m, t->nbytes, &p);
+		if (rc == 0)
+			rc = eng_wload_add(lc->m->wl, p, t);
+		if (rc == 0)
+			lc->m->weight_bytes += t->nbytes;
+	} else {
+		rc = to_device(lc->m, t->data, t->nbytes, &p);
+	}
 	if (rc) {
 		moor_errf(lc->err, "%s: tensor %s: cannot place on the backend: %s",
 			  t->file, name, moor_strerror(rc));
@@ -416,15 +429,19 @@ static int get_cat(loadctx *lc, wt *w, const char *const *fmts, int layer,
 	int rc = dev_alloc(m, bytes, &p);
 	size_t off = 0;
 	for (int i = 0; i < n && rc == 0; i++) {
-		rc = m->ops->upload(m->q, kern_at(p, off), t[i]->data,
-				    t[i]->nbytes);
+		rc = m->wl ? eng_wload_add(m->wl, kern_at(p, off), t[i])
+			   : m->ops->upload(m->q, kern_at(p, off), t[i]->data,
+					    t[i]->nbytes);
 		off += t[i]->nbytes;
 	}
 	if (rc) {
 		moor_errf(lc->err, "fused %s: %s", name, moor_strerror(rc));
 		return rc;
 	}
-	load_progress(m, bytes);
+	if (m->wl)
+		m->weight_bytes += bytes;
+	else
+		load_progress(m, bytes);
 	w->p = p;
 	w->dt = t[0]->dtype;
 	return 0;
@@ -732,7 +749,27 @@ int eng_model_load(const char *dir, const kern_ops *ops, kern_ctx *ctx,
 	}
 	if (!m->dummy && (rc = eng_ckpt_open(dir, &m->ck, err)))
 		goto fail;
+	/* copied weights: read in blocks by threads, staged in the
+	 * backend's pinned memory, uploaded while the next are read */
+	eng_wload_cfg wc = {.progress = m->progress};
+	if (!m->dummy && !ops->wrap_host &&
+	    (rc = eng_wload_new(ops, ctx, &wc, &m->wl)))
+		goto fail;
 	rc = load_weights(m, err);
+	if (rc == 0 && m->wl) {
+		eng_wload_stats st;
+		rc = eng_wload_run(m->wl, &st, err);
+		if (rc == 0 && m->progress)
+			moor_info("weights: %.2f GB read and uploaded in %.2f s "
+				  "(%.2f GB/s; %d files, %s staging)",
+				  (double)st.bytes / 1e9, st.seconds,
+				  st.seconds > 0 ? (double)st.bytes / 1e9 /
+						       st.seconds
+						 : 0.0,
+				  st.files, st.pinned ? "pinned" : "pageable");
+	}
+	eng_wload_free(m->wl);
+	m->wl = NULL;
 	if (rc == 0)
 		rc = ops->sync(m->q);
 	if (rc) {
@@ -797,6 +834,7 @@ void eng_model_free(eng_model *m)
 	free(m->ids_host);
 	free(m->held);
 	free(m->L);
+	eng_wload_free(m->wl);
 	eng_ckpt_close(m->ck);
 	free(m);
 }
