@@ -61,8 +61,8 @@
  * The lookup (disk_offer) comes after the RAM tiers and the spill: the
  * longest anchor line below n whose anchor and chunks are indexed, above
  * what they offer, whose read (at the tier's measured read rate) costs less
- * than the prefill it saves (at the engine's prefill rate: the fastest
- * measured here, from a plan to its commit, else --prefill-tps). The
+ * than the prefill it saves (at the engine's prefill rate, prefill_rate:
+ * the fastest measured from a plan to its commit, else --prefill-tps). The
  * restore (disk_restore) reads only the chunks above the clean rows in
  * place; every chunk's header, xxh3s and stored ids are compared with the
  * prompt before its rows are copied, the anchor's sections and chunk keys
@@ -181,11 +181,8 @@ struct disk_tier {
 
 	/* the plan in flight */
 	uint64_t *lph; /* [window / g + 1] */
-	uint64_t plan_n, plan_fwd;
-	double plan_t;
+	uint64_t plan_n;
 	double read_bps;
-	double tps[8];
-	uint32_t n_tps;
 
 	time_t floor_said;
 	struct {
@@ -1248,8 +1245,6 @@ void disk_plan(cache *c, const turn *t, const uint64_t *lines, uint32_t n,
 	memset(want, 0, n * sizeof *want);
 	if (!on(c))
 		return;
-	d->plan_t = moor_now();
-	d->plan_fwd = t->n - t->start;
 	d->plan_n = 0;
 	if (t->guest || t->no_cache || !n || t->n < c->cfg.disk_min_tokens)
 		return;
@@ -1344,12 +1339,6 @@ void disk_commit(cache *c, const turn *t, uint32_t n_filled)
 	struct disk_tier *d = c->disk;
 	if (!on(c))
 		return;
-	/* the engine's prefill rate, from this plan to its commit (the
-	 * decode included: a lower bound of it) */
-	double dt = moor_now() - d->plan_t;
-	if (d->plan_fwd >= 1024 && dt > 0) {
-		d->tps[d->n_tps++ % 8] = (double)d->plan_fwd / dt;
-	}
 	if (!d->plan_n || d->plan_n != t->n || t->guest || t->no_cache)
 		return;
 	dk_job *job = calloc(1, sizeof *job);
@@ -1418,15 +1407,6 @@ void disk_commit(cache *c, const turn *t, uint32_t n_filled)
 
 /* ---- the lookup and the restore ---- */
 
-static double prefill_tps(cache *c)
-{
-	struct disk_tier *d = c->disk;
-	double best = 0;
-	for (uint32_t i = 0; i < d->n_tps && i < 8; i++)
-		best = d->tps[i] > best ? d->tps[i] : best;
-	return best > 0 ? best : (double)c->cfg.prefill_tps;
-}
-
 int disk_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
 	       uint64_t k, uint64_t *start)
 {
@@ -1439,7 +1419,7 @@ int disk_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
 	if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &tx))
 		return 0;
 	int got = 0;
-	double tps = prefill_tps(c);
+	double tps = prefill_rate(c);
 	for (uint64_t L = (n - 1) / g * g; L > ram && L >= g; L -= g) {
 		char name[48];
 		dk_rec r;
@@ -1700,7 +1680,7 @@ json_t *disk_stats_json(cache *c)
 	SETI("files_direct", d->k.direct);   /* written with O_DIRECT */
 	SETI("files_buffered", d->k.buffered); /* the fadvise fallback */
 	json_object_set_new(o, "read_bps", json_real(d->read_bps));
-	json_object_set_new(o, "prefill_tps", json_real(prefill_tps(c)));
+	json_object_set_new(o, "prefill_tps", json_real(prefill_rate(c)));
 	json_object_set_new(o, "last_restore_ms", json_real(d->last_restore_ms));
 	json_object_set_new(o, "last_write_ms", json_real(d->last_write_ms));
 	pthread_mutex_unlock(&d->mu);
