@@ -436,6 +436,9 @@ int disk_restore(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 uint64_t disk_restore_bytes(cache *c, uint64_t k, uint64_t s);
 int disk_clear(cache *c);
 struct json_t *disk_stats_json(cache *c);
+/* A spill save begins (1) or ends (0): the writer waits between its files
+ * meanwhile (the spill's own I/O path). */
+void disk_spill_active(cache *c, int on);
 
 /* ---- planner.c ---- */
 /* The prefill rate the NVMe tiers' read-cost rule weighs a read against:

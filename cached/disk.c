@@ -163,6 +163,7 @@ struct disk_tier {
 	int running;	   /* q's head is being written */
 	uint64_t copying;  /* top row of the chunk being copied; 0: none */
 	int reading;	   /* a restore reads files */
+	int spilling;	   /* a spill save runs: the writer waits */
 	uint8_t *wbuf;	   /* the writer's chunk file (aligned) */
 	uint8_t *rbuf;	   /* the restore's file (aligned) */
 	uint64_t rbuf_bytes;
@@ -749,6 +750,35 @@ static void count(struct disk_tier *d, uint64_t *k, uint64_t n)
 	pthread_mutex_unlock(&d->mu);
 }
 
+/* The writer yields to a spill save between two of its files (the save
+ * has its own I/O path; at most 30 s, then it goes on). */
+static void yield_to_spill(struct disk_tier *d)
+{
+	pthread_mutex_lock(&d->mu);
+	for (int i = 0; d->spilling && i < 300; i++) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&d->done, &d->mu, &ts);
+	}
+	pthread_mutex_unlock(&d->mu);
+}
+
+void disk_spill_active(cache *c, int on)
+{
+	struct disk_tier *d = c->disk;
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->mu);
+	d->spilling = on;
+	pthread_cond_broadcast(&d->done);
+	pthread_mutex_unlock(&d->mu);
+}
+
 /* One anchor of a job: its missing chunks, then the anchor file. 0, or a
  * negative code when the job should stop (a write failed: the disk). */
 static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
@@ -794,6 +824,7 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 			free(miss);
 			return 0;
 		}
+		yield_to_spill(d);
 		name_of(name, sizeof name, DK_CHUNK, job->lph[j], j * g);
 		int dir_ = 0;
 		rc = file_write(d->dfd, name, d->wbuf, d->chunk_file, &dir_);
@@ -830,6 +861,7 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 	count(d, &d->k.chunks_kept, kept);
 	if (rc)
 		return rc;
+	yield_to_spill(d);
 	name_of(name, sizeof name, DK_ANCHOR, job->lph[nk], a->line);
 	int dir_ = 0;
 	rc = file_write(d->dfd, name, a->file, a->bytes, &dir_);

@@ -700,7 +700,7 @@ static void spill_budget(cache *c, const char *keep)
 }
 
 /* Writes the resident conversation as an entry; *name gets its id. */
-static int save_resident(cache *c, char name[17], char *err)
+static int save_conv(cache *c, char name[17], char *err)
 {
 	uint32_t ns = c->lay->n_sections, nv = c->lay->n_views;
 	uint64_t valid = c->valid;
@@ -882,6 +882,16 @@ static int save_resident(cache *c, char name[17], char *err)
 		  c->spill.last_save_ms);
 	spill_budget(c, name);
 	return 0;
+}
+
+/* A save with the disk tier's writer held off (it waits between two of
+ * its files). */
+static int save_resident(cache *c, char name[17], char *err)
+{
+	disk_spill_active(c, 1);
+	int rc = save_conv(c, name, err);
+	disk_spill_active(c, 0);
+	return rc;
 }
 
 /* The parked conversation at the drain, after the resident one is
