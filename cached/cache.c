@@ -353,6 +353,9 @@ int cache_new(const cache_cfg *cfg, cache **out, char *err)
 		rc = arena_create(name, round_up(cfg->host_bytes, ARENA_ALIGN),
 				  &c->host, err);
 	}
+	/* the CUDA mover registers the host arena for DMA: its pages stay */
+	if (!rc && cfg->dev_cuda >= 0)
+		arena_set_punch(c->host, 0);
 	if (!rc && cfg->dev_cuda >= 0 &&
 	    (rc = arena_cuda_mover_new(cfg->dev_cuda, c->host, &c->mv_own,
 				       err)) == 0)
@@ -808,6 +811,11 @@ char *cache_stats_json(cache *c)
 	SETI(o, "dev_size", arena_size(c->dev));
 	SETI(o, "host_used", arena_used(c->host));
 	SETI(o, "host_size", arena_size(c->host));
+	/* shm pages given back by released blocks; blocks the filesystem
+	 * had no room for (refused, never a SIGBUS: arena.h) */
+	SETI(o, "shm_returned",
+	     arena_returned(c->dev) + arena_returned(c->host));
+	SETI(o, "shm_refused", arena_refused(c->dev) + arena_refused(c->host));
 	json_object_set_new(r, "memory", o);
 
 	char *s = json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -851,7 +859,7 @@ int cache_clear(cache *c, const char *tier)
 		end_release(c);
 		if (c->stash.have)
 			stash_drop(c);
-		if (!c->t.active || c->t.guest) {
+		if (!c->t.active || c->t.guest || c->t.scratch) {
 			c->valid = 0;
 			c->n_mk = 0;
 			c->taint = NO_TAINT;

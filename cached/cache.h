@@ -247,6 +247,11 @@ typedef struct cache_plan_out {
 	uint64_t taint;
 	int tier;
 	int guest;
+	/* the memory level after the plan: bytes the caches and the live
+	 * buffers hold (the memory policy's count), and the cache units
+	 * given back to fit this prefill */
+	uint64_t mem_held;
+	uint32_t mem_shed;
 	uint32_t n_slots;
 	cache_slot slots[CACHE_MAX_SLOTS];
 } cache_plan_out;
@@ -284,6 +289,21 @@ typedef struct cache_peek_out {
 
 int cache_peek(cache *c, const cache_req *req, cache_peek_out *out,
 	       char *err);
+
+/* A run in scratch rows (the compaction preparer, the seed's "writes it
+ * ahead"): ids must hold the resident ids up to the end anchor, which must
+ * be where the rows in place end (no turn in flight, no guest stash out),
+ * and go past it. The end anchor's sections are copied into the live
+ * sections and the engine computes from there into rows at and past the
+ * end, which no cache holds; no slot is reserved and nothing is counted.
+ * The cache_commit or cache_abort that ends it (or the next cache_plan,
+ * or the drain) only closes it: the resident ids, rows [0, valid), the
+ * anchors, the end anchor, every other cache and the counters are as they
+ * were (the live sections are not: every plan restores them from its
+ * source). MOOR_ERANGE (err says why) when the ids do not extend the end
+ * anchor or a turn is in flight. */
+int cache_scratch_plan(cache *c, const cache_req *req, cache_plan_out *out,
+		       char *err);
 
 enum { CACHE_MARK_GEN = 1, CACHE_MARK_HIDDEN = 2 };
 typedef struct cache_mark {

@@ -101,6 +101,7 @@ typedef struct tslot {
 
 typedef struct turn {
 	int active, guest, no_cache;
+	int scratch; /* cache_scratch_plan's: its end changes nothing */
 	int32_t *ids; /* [window] */
 	uint64_t n;
 	char *session;

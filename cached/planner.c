@@ -48,6 +48,14 @@ typedef struct plan_a {
 	char spill_name[17];
 } plan_a;
 
+/* The end of a scratch run: it only closes. */
+static int scratch_end(cache *c)
+{
+	c->t.active = 0;
+	c->t.scratch = 0;
+	return 0;
+}
+
 static void analyze(cache *c, const cache_req *r, int allow_guest, plan_a *A)
 {
 	memset(A, 0, sizeof *A);
@@ -474,6 +482,8 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	int rc0 = req_check(c, r, err);
 	if (rc0)
 		return rc0;
+	if (c->t.active && c->t.scratch)
+		(void)scratch_end(c);
 	if (c->t.active) {
 		moor_warn("cache: a plan while a turn is in flight: the "
 			  "earlier turn is aborted");
@@ -610,6 +620,8 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	out->taint = A.taint;
 	out->tier = tier;
 	out->guest = A.guest;
+	out->mem_held = held_bytes(c);
+	out->mem_shed = (uint32_t)gave;
 	out->n_slots = t->n_slots;
 	for (uint32_t i = 0; i < t->n_slots; i++) {
 		out->slots[i].line = t->slot[i].line;
@@ -638,10 +650,63 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	return 0;
 }
 
+int cache_scratch_plan(cache *c, const cache_req *r, cache_plan_out *out,
+		       char *err)
+{
+	int rc = req_check(c, r, err);
+	if (rc)
+		return rc;
+	if (c->t.active) {
+		moor_errf(err, "cache: a scratch run while a turn is in flight");
+		return MOOR_ERANGE;
+	}
+	if (!c->end.have || c->end.len != c->valid || c->stash.have) {
+		moor_errf(err, "cache: a scratch run needs the end anchor at the "
+			       "end of the rows in place (and no guest stash)");
+		return MOOR_ERANGE;
+	}
+	uint64_t e = c->end.len;
+	if (r->n <= e || r->max_tokens > c->lay->window - r->n ||
+	    common_prefix(r->ids, r->n, c->res_ids, c->valid) < e) {
+		moor_errf(err, "cache: a scratch run of %llu tokens does not "
+			       "extend the end anchor at %llu inside the window",
+			  (unsigned long long)r->n, (unsigned long long)e);
+		return MOOR_ERANGE;
+	}
+	rc = secs_in(c, dev_at(c, c->end.off));
+	if (rc) {
+		moor_errf(err, "cache: the end anchor's sections: %s",
+			  moor_strerror(rc));
+		return rc;
+	}
+	turn *t = &c->t;
+	t->active = 1;
+	t->scratch = 1;
+	t->guest = 0;
+	t->no_cache = 1;
+	t->n = r->n;
+	t->start = e;
+	t->cut = e;
+	t->tier = CACHE_TIER_END;
+	t->taint = min64(c->end.taint, e);
+	t->n_slots = 0;
+	t->n_hid = 0;
+	memset(out, 0, sizeof *out);
+	out->start = e;
+	out->taint = t->taint;
+	out->tier = CACHE_TIER_END;
+	out->mem_held = held_bytes(c);
+	moor_debug("cache: scratch run of %llu tokens from the end anchor at "
+		   "%llu", (unsigned long long)r->n, (unsigned long long)e);
+	return 0;
+}
+
 int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 		    uint64_t n_gen, uint64_t state_len)
 {
 	turn *t = &c->t;
+	if (t->active && t->scratch)
+		return scratch_end(c);
 	if (!t->active || n_filled > t->n_slots || (n_gen && !gen) ||
 	    n_gen > c->lay->window - t->n || state_len < t->n + n_gen)
 		return MOOR_ERANGE;
@@ -716,6 +781,8 @@ int cache_commit_marks(cache *c, uint32_t n_filled, const int32_t *gen,
 		       uint64_t n_gen, const cache_mark *hid, uint32_t n_hid)
 {
 	turn *t = &c->t;
+	if (t->active && t->scratch)
+		return scratch_end(c);
 	if (!t->active || n_hid > sizeof t->hid / sizeof t->hid[0])
 		return MOOR_ERANGE;
 	for (uint32_t i = 0; i < n_hid; i++)
@@ -742,6 +809,10 @@ void turn_abort(cache *c, uint32_t n_filled, uint64_t valid)
 	turn *t = &c->t;
 	if (!t->active)
 		return;
+	if (t->scratch) {
+		(void)scratch_end(c);
+		return;
+	}
 	c->k.aborts++;
 	if (t->guest) {
 		turn_release_slots(c, 0);
@@ -769,6 +840,8 @@ void turn_abort(cache *c, uint32_t n_filled, uint64_t valid)
 
 int cache_abort(cache *c, uint32_t n_filled, uint64_t valid)
 {
+	if (c->t.active && c->t.scratch)
+		return scratch_end(c);
 	if (!c->t.active || n_filled > c->t.n_slots)
 		return MOOR_ERANGE;
 	turn_abort(c, n_filled, valid);

@@ -589,6 +589,29 @@ static int file_exists(int fd, const char *name)
 	return fstatat(fd, name, &st, 0) == 0;
 }
 
+/* The staging buffer of the spill's copies, bytes long: on a CUDA device
+ * arena a block of the host arena, which the mover registered, so its
+ * copies to and from the device are DMA; else (or when the host arena has
+ * no room) malloc'd. *off: the block's offset, UINT64_MAX when malloc'd.
+ * Freed by stage_free after the mover's last copy of it is synced. */
+static void *stage_new(cache *c, uint64_t bytes, uint64_t *off)
+{
+	*off = UINT64_MAX;
+	if (c->cfg.dev_cuda >= 0 &&
+	    arena_alloc(c->host, bytes ? bytes : 1, off) == 0)
+		return host_at(c, *off);
+	*off = UINT64_MAX;
+	return malloc(bytes ? bytes : 1);
+}
+
+static void stage_free(cache *c, void *p, uint64_t off)
+{
+	if (off != UINT64_MAX)
+		arena_release(c->host, off);
+	else
+		free(p);
+}
+
 /* The sec_bytes of sections at device offset off where the host can read
  * them: in place when the device arena is host memory (the CPU backend),
  * else copied by the mover into stage (sec_bytes or more) and waited
@@ -751,8 +774,8 @@ static int save_conv(cache *c, char name[17], char *err)
 	/* the staging buffer: a block, or an anchor's sections off a CUDA
 	 * arena (secs_host) */
 	uint64_t bbytes = SPILL_BLK * c->row_bytes;
-	uint64_t big = bbytes > c->sec_bytes ? bbytes : c->sec_bytes;
-	void *stage = malloc(big ? big : 1);
+	uint64_t big = bbytes > c->sec_bytes ? bbytes : c->sec_bytes, soff;
+	void *stage = stage_new(c, big, &soff);
 	int rc = mb && stage ? 0 : -ENOMEM;
 	spill_hdr *mh = (spill_hdr *)mb;
 	spill_man *m = mb ? (spill_man *)(mh + 1) : NULL;
@@ -861,7 +884,7 @@ static int save_conv(cache *c, char name[17], char *err)
 	}
 	free(mb);
 	(void)cache_sync(c); /* a copy into stage a failure left in flight */
-	free(stage);
+	stage_free(c, stage, soff);
 	close(efd);
 	if (rc) {
 		/* an entry without its manifest: the next open deletes it,
@@ -1057,11 +1080,11 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 	uint32_t ns = c->lay->n_sections, nv = c->lay->n_views;
 	const spill_man *m = mv->m;
 	uint64_t bbytes = SPILL_BLK * c->row_bytes;
-	uint64_t big = bbytes > c->sec_bytes ? bbytes : c->sec_bytes;
-	void *stage = malloc(big ? big : 1);
+	uint64_t big = bbytes > c->sec_bytes ? bbytes : c->sec_bytes, soff;
+	void *stage = stage_new(c, big, &soff);
 	uint64_t *got = malloc((2ull * (ns > nv ? ns : nv) + 2) * 8);
 	if (!stage || !got) {
-		free(stage);
+		stage_free(c, stage, soff);
 		free(got);
 		return -ENOMEM;
 	}
@@ -1116,7 +1139,7 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 	int sr = cache_sync(c);
 	if (!rc)
 		rc = sr;
-	free(stage);
+	stage_free(c, stage, soff);
 	free(got);
 	return rc;
 }
@@ -1353,7 +1376,8 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 	}
 	uint64_t bbytes = SPILL_BLK * c->row_bytes;
 	uint64_t big = bbytes > c->sec_bytes ? bbytes : c->sec_bytes;
-	void *stage = rc ? NULL : malloc(big ? big : 1);
+	uint64_t soff = UINT64_MAX;
+	void *stage = rc ? NULL : stage_new(c, big, &soff);
 	uint64_t *got = rc ? NULL : malloc((2ull * (ns > nv ? ns : nv) + 2) * 8);
 	if (!rc && (!stage || !got))
 		rc = -ENOMEM;
@@ -1369,6 +1393,8 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 		uint64_t lo = max64(k, a), hi = min64(s, a + rows);
 		if (!rc)
 			rc = rows_in(c, stage, rows, lo - a, lo, hi - lo);
+		if (!rc) /* the copies out of stage are done before its reuse */
+			rc = cache_sync(c);
 	}
 	/* the saved anchors in (k, s], then the state at s */
 	for (uint64_t i = 0; !rc && i < mv.m->n_anc; i++) {
@@ -1387,6 +1413,8 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 			(void)anchor_adopt(c, e[0], stage, limit);
 		if (!rc && e[0] == s)
 			rc = secs_in(c, stage);
+		if (!rc)
+			rc = cache_sync(c);
 	}
 	if (!rc && s == mv.m->end_len) {
 		rc = load_file(c, efd, "end", SF_END, mv.m->end_len, 0, mv.end,
@@ -1407,7 +1435,12 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 		if (mv.mk[i].start >= k && mv.mk[i].start + mv.mk[i].len <= s)
 			(void)marks_add(c, mv.mk[i].start, mv.mk[i].len,
 					mv.mk[i].kind);
-	free(stage);
+	/* every copy out of stage done before it goes (the failure paths'
+	 * too) */
+	int sr = cache_sync(c);
+	if (!rc)
+		rc = sr;
+	stage_free(c, stage, soff);
 	free(got);
 	free(mv.buf);
 	close(efd);

@@ -120,6 +120,7 @@ json_t *gw_reply_usage(const gw_job *j)
 	json_object_set_new(
 	    m, "source",
 	    json_string(j->from_cache ? "response_cache"
+			: j->prepared	  ? "prepared"
 			: j->continuation && d->tier == PROTO_TIER_END
 			    ? "continuation"
 			    : gw_tier_source(d->tier)));

@@ -76,6 +76,10 @@ int main(void)
 	cache_req r = {.ids = P2, .n = 1100, .session = "s", .max_tokens = 4};
 	cache_plan_out plan;
 	REQUIRE(cache_plan(h.c, &r, &plan, err) == 0, "plan: %s", err);
+	/* the put-back's copies run on cached's mover (its own stream on
+	 * CUDA): waited for before anyone reads the rows, as cached does
+	 * before its reply */
+	REQUIRE(cache_sync(h.c) == 0, "the stash's put-back copies");
 	unsigned char *after = rows_copy(&h, valid);
 	size_t rb = cache_layout_row_bytes(h.lay);
 	CHECK(memcmp(before, after, rb * valid) == 0,

@@ -305,6 +305,8 @@ static void case_attention(void)
 	    {200, 37, 24, 4, 256, KERN_BF16},  /* the flash kernel, 27B heads */
 	    {130, 0, 8, 2, 128, KERN_BF16},    /* flash, D = 128 */
 	    {70, 1000, 4, 2, 64, KERN_BF16},   /* flash, D = 64 */
+	    {200, 4000, 24, 4, 256, KERN_BF16}, /* flash in 4 key segments */
+	    {300, 2500, 8, 2, 128, KERN_BF16}, /* flash in 2 key segments */
 	    {1, 3000, 24, 4, 256, KERN_BF16},  /* decode: 6 splits */
 	    {5, 700, 24, 4, 256, KERN_BF16},   /* a few rows split */
 	    {40, 90, 4, 2, 32, KERN_F32},      /* the split kernel for fp32 */

@@ -1,0 +1,220 @@
+/* bench_kern: the device backend's ops one at a time at the 27B's shapes
+ * (SPEC-qwen35.md), each against its line in GPU-BUDGET.md.
+ *
+ *   bench_kern [--backend cuda] [--reps N] [--only attention|delta|decode|mm|gemv]
+ *
+ * Prints one table: prefill attention (a 1,024-row chunk at several
+ * positions, TFLOP/s counting the causal products only), the chunked delta
+ * rule (one layer's 1,024-token chunk), the decode GEMVs (one row: GB/s of
+ * the weight read) and prefill GEMMs (1,024 rows: TFLOP/s). Inputs are
+ * fill_random values (the bits do not matter to the times). Each figure
+ * is the mean of N synced runs after one warm-up. Exits 0 with a line
+ * saying why when the backend is not built or no device answers. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moor.h"
+#include "ops.h"
+
+static const kern_ops *o;
+static kern_ctx *cx;
+static kern_queue *q;
+static int reps = 5;
+
+static int want(const char *only, const char *what)
+{
+	return !only[0] || !strcmp(only, what);
+}
+
+static void *dev(size_t bytes, int dt, float lo, float hi)
+{
+	void *p = NULL;
+	if (o->alloc(cx, bytes, &p)) {
+		fprintf(stderr, "bench_kern: alloc of %zu bytes failed\n", bytes);
+		exit(1);
+	}
+	size_t n = bytes / (dt == KERN_F32 ? 4 : 2);
+	if (o->fill_random(q, p, dt, n, 7, lo, hi)) {
+		fprintf(stderr, "bench_kern: fill failed\n");
+		exit(1);
+	}
+	return p;
+}
+
+#define TIME(ms, call)                                                         \
+	do {                                                                   \
+		int rc_ = (call);                                              \
+		if (!rc_)                                                      \
+			rc_ = o->sync(q);                                      \
+		double t0_ = moor_now();                                       \
+		for (int r_ = 0; r_ < reps && !rc_; r_++)                      \
+			rc_ = (call);                                          \
+		if (!rc_)                                                      \
+			rc_ = o->sync(q);                                      \
+		(ms) = (moor_now() - t0_) * 1e3 / reps;                        \
+		if (rc_) {                                                     \
+			fprintf(stderr, "bench_kern: %s: %s\n", #call,         \
+				moor_strerror(rc_));                           \
+			exit(1);                                               \
+		}                                                              \
+	} while (0)
+
+int main(int argc, char **argv)
+{
+	const char *be = "cuda", *only = "";
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--backend") && i + 1 < argc)
+			be = argv[++i];
+		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+			reps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+			only = argv[++i];
+		else {
+			fprintf(stderr, "usage: bench_kern [--backend NAME] "
+					"[--reps N] [--only attention|delta|decode|mm|gemv]\n");
+			return 2;
+		}
+	}
+	if (reps < 1)
+		reps = 1;
+	o = kern_backend(be);
+	char err[MOOR_ERRLEN] = "";
+	if (!o) {
+		printf("bench_kern: skipped: backend %s is not built\n", be);
+		return 0;
+	}
+	if (o->probe && o->probe(0, err)) {
+		printf("bench_kern: skipped: %s: %s\n", be, err);
+		return 0;
+	}
+	kern_config cfg = {.threads = 0, .device = 0};
+	if (o->create(&cfg, &cx)) {
+		fprintf(stderr, "bench_kern: create failed\n");
+		return 1;
+	}
+	q = o->queue(cx, KERN_Q_COMPUTE);
+	const int T = 1024, H = 5120, Hq = 24, Hkv = 4, D = 256, I = 17408;
+	const int Hk = 16, Hv = 48, dk = 128, dv = 128;
+	const int64_t maxpos = 131072;
+	kern_limits lim = {.rows = T, .width = I, .window = maxpos,
+			   .q_heads = Hq, .head_dim = D, .vocab = 248320};
+	if (o->reserve && o->reserve(cx, &lim)) {
+		fprintf(stderr, "bench_kern: reserve failed\n");
+		return 1;
+	}
+	char desc[256];
+	o->describe(cx, desc, sizeof desc);
+	printf("bench_kern: %s, %d runs each\n\n", desc, reps);
+	printf("| op | shape | ms | rate | line |\n|---|---|---|---|---|\n");
+
+	/* attention: a chunk of T rows ending at pos0 + T */
+	float *qv = dev((size_t)T * Hq * D * 4, KERN_F32, -1, 1);
+	float *ao = dev((size_t)T * Hq * D * 4, KERN_F32, 0, 0);
+	void *K = dev((size_t)maxpos * Hkv * D * 2, KERN_BF16, -1, 1);
+	void *V = dev((size_t)maxpos * Hkv * D * 2, KERN_BF16, -1, 1);
+	/* qv as bf16 values (the model's rows are) */
+	int64_t pos[] = {0, 7168, 31744, 64512, 130048};
+	for (size_t i = 0; i < sizeof pos / sizeof pos[0] && want(only, "attention");
+	     i++) {
+		double ms;
+		TIME(ms, o->attention(q, ao, qv, Hq * D, K, V, KERN_BF16, T, pos[i],
+				      Hq, Hkv, D, 0.0625f, KERN_ACT_BF16));
+		double keys = (double)T * pos[i] + (double)T * (T + 1) / 2;
+		double fl = 4.0 * D * Hq * keys;
+		printf("| attention | %d rows at %lld, %d heads of %d | %.3f | "
+		       "%.0f TFLOP/s | 645 (SDPA) |\n",
+		       T, (long long)pos[i], Hq, D, ms, fl / ms / 1e9);
+	}
+	/* decode: one row at the end of 8k, 32k and 128k keys */
+	int64_t dpos[] = {8191, 32767, 131071};
+	for (size_t i = 0; i < sizeof dpos / sizeof dpos[0] && want(only, "decode");
+	     i++) {
+		double ms;
+		TIME(ms, o->attention(q, ao, qv, Hq * D, K, V, KERN_BF16, 1, dpos[i],
+				      Hq, Hkv, D, 0.0625f, KERN_ACT_BF16));
+		double kv = (double)(dpos[i] + 1) * Hkv * D * 2 * 2;
+		printf("| attention | 1 row at %lld | %.4f | %.0f GB/s | 4300 "
+		       "(copy) |\n",
+		       (long long)dpos[i], ms, kv / ms / 1e6);
+	}
+	o->free(cx, K);
+	o->free(cx, V);
+
+	/* the chunked delta rule: one layer's chunk; the recurrent one a
+	 * decode step */
+	if (want(only, "delta") || want(only, "decode")) {
+		float *qq = dev((size_t)T * Hk * dk * 4, KERN_F32, -0.1f, 0.1f);
+		float *kk = dev((size_t)T * Hk * dk * 4, KERN_F32, -0.1f, 0.1f);
+		float *vv = dev((size_t)T * Hv * dv * 4, KERN_F32, -1, 1);
+		float *g = dev((size_t)T * Hv * 4, KERN_F32, -0.1f, 0.0f);
+		float *beta = dev((size_t)T * Hv * 4, KERN_F32, 0, 1);
+		float *S = dev((size_t)Hv * dk * dv * 4, KERN_F32, 0, 0);
+		float *out = dev((size_t)T * Hv * dv * 4, KERN_F32, 0, 0);
+		size_t wsb = o->delta_ws_bytes(cx, T, Hv, dk, dv);
+		void *ws = dev(wsb, KERN_F32, 0, 0);
+		double ms;
+		TIME(ms, o->delta_recurrent(q, out, S, qq, kk, Hk * dk, vv, Hv * dv,
+					    g, beta, 1, Hk, Hv, dk, dv,
+					    KERN_ACT_BF16));
+		printf("| delta_recurrent | 1 token, %d heads | %.4f | %.0f GB/s "
+		       "(the state read and written) | 4300 (copy) |\n",
+		       Hv, ms, (double)Hv * dk * dv * 8 / ms / 1e6);
+		TIME(ms, o->delta_chunked(q, out, S, qq, kk, Hk * dk, vv, Hv * dv, g,
+					  beta, T, Hk, Hv, dk, dv, ws,
+					  KERN_ACT_BF16));
+		double fl = 98e3 * Hv * T;
+		printf("| delta_chunked | %d tokens, %d heads of %dx%d | %.3f | "
+		       "%.1f TFLOP/s | (48 layers: %.0f ms a 1,024 chunk) |\n",
+		       T, Hv, dk, dv, ms, fl / ms / 1e9, 48 * ms);
+		o->free(cx, qq);
+		o->free(cx, kk);
+		o->free(cx, vv);
+		o->free(cx, g);
+		o->free(cx, beta);
+		o->free(cx, S);
+		o->free(cx, out);
+		o->free(cx, ws);
+	}
+
+	/* GEMVs and GEMMs at the 27B's projections */
+	struct {
+		const char *name;
+		int N, K;
+	} mm[] = {
+	    {"MLP gate+up", 2 * I, H}, {"MLP down", H, I},
+	    {"GDN in_proj (fused)", 16480, H}, {"GDN out", H, 6144},
+	    {"attn q+gate", 12288, H}, {"attn k", 1024, H},
+	    {"attn o", H, 6144}, {"lm_head", 248320, H},
+	};
+	float *x = dev((size_t)T * I * 4, KERN_F32, -1, 1);
+	float *y = dev((size_t)T * 248320 * 4, KERN_F32, 0, 0);
+	if (!want(only, "mm") && !want(only, "gemv"))
+		goto done;
+	for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) {
+		int N = mm[i].N, Kd = mm[i].K;
+		void *W = dev((size_t)N * Kd * 2, KERN_BF16, -0.02f, 0.02f);
+		double ms;
+		TIME(ms, o->matmul(q, y, N, x, Kd, W, KERN_BF16, 1, N, Kd,
+				   KERN_ACT_BF16));
+		printf("| matmul 1 row | %s %dx%d | %.4f | %.0f GB/s | 4300 "
+		       "(copy) |\n",
+		       mm[i].name, N, Kd, ms, (double)N * Kd * 2 / ms / 1e6);
+		if (N < 100000 && strcmp(only, "gemv")) {
+			TIME(ms, o->matmul(q, y, N, x, Kd, W, KERN_BF16, T, N, Kd,
+					   KERN_ACT_BF16));
+			printf("| matmul %d rows | %s %dx%d | %.3f | %.0f TFLOP/s | "
+			       "612 (cuBLAS, 1,024 rows) |\n",
+			       T, mm[i].name, N, Kd, ms,
+			       2.0 * T * N * Kd / ms / 1e9);
+		}
+		o->free(cx, W);
+	}
+done:
+	o->free(cx, x);
+	o->free(cx, y);
+	o->free(cx, qv);
+	o->free(cx, ao);
+	o->destroy(cx);
+	return 0;
+}
