@@ -666,6 +666,9 @@ int cache_scratch_plan(cache *c, const cache_req *r, cache_plan_out *out,
 		return MOOR_ERANGE;
 	}
 	uint64_t e = c->end.len;
+	/* the rows it writes are above the end anchor: the disk tier's
+	 * writer copies none of them */
+	disk_fence(c, e);
 	if (r->n <= e || r->max_tokens > c->lay->window - r->n ||
 	    common_prefix(r->ids, r->n, c->res_ids, c->valid) < e) {
 		moor_errf(err, "cache: a scratch run of %llu tokens does not "
