@@ -95,6 +95,7 @@ typedef struct cd {
 	uint8_t fp[32];
 	int have_fp;
 	int plan_open;
+	int plan_scratch; /* the open plan is a scratch run's */
 	uint64_t plan_start;
 	uint64_t plan_n, plan_salt; /* the open plan's prompt, its salt */
 	char salted_session[PROTO_MAX_STR + 20];
@@ -107,6 +108,7 @@ typedef struct cd {
 
 	/* counters */
 	uint64_t n_msgs, n_errors, n_hello, n_plan, n_commit, n_abort, n_peek;
+	uint64_t n_scratch; /* scratch runs planned (the compaction preparer) */
 
 	/* big scratch, carved once */
 	cache_layout lay;
@@ -396,13 +398,19 @@ static void on_plan(cd *d, uint32_t pipe, const proto_msg *m)
 	    .no_cache = (p->flags & PROTO_PLAN_NO_CACHE) != 0,
 	};
 	char why[MOOR_ERRLEN] = "";
-	int rc = cache_plan(d->c, &q, &d->po, why);
+	int scratch = (p->flags & PROTO_PLAN_SCRATCH) != 0;
+	int rc = scratch ? cache_scratch_plan(d->c, &q, &d->po, why)
+			 : cache_plan(d->c, &q, &d->po, why);
 	if (rc) {
 		reply_err(d, SOCK_ENG, m->h.req, rc, "PLAN of %u tokens: %s",
 			  p->n_ids, why[0] ? why : moor_strerror(rc));
 		return;
 	}
-	d->n_plan++;
+	if (scratch)
+		d->n_scratch++;
+	else
+		d->n_plan++;
+	d->plan_scratch = scratch;
 	d->plan_open = 1;
 	d->plan_start = d->po.start;
 	d->plan_n = p->n_ids;
@@ -421,6 +429,9 @@ static void on_plan(cd *d, uint32_t pipe, const proto_msg *m)
 	r.u.plan_ok.cached = d->po.start;
 	r.u.plan_ok.taint = d->po.taint;
 	r.u.plan_ok.tier = (uint32_t)d->po.tier;
+	r.u.plan_ok.mem_held = d->po.mem_held;
+	r.u.plan_ok.mem_ceiling = d->cfg.mem_ceiling;
+	r.u.plan_ok.mem_shed = d->po.mem_shed;
 	r.u.plan_ok.n_slots = ns;
 	r.u.plan_ok.slots = d->slots;
 	moor_debug("plan: %u tokens, start %llu (%s), %u slots", p->n_ids,
@@ -456,7 +467,8 @@ static void on_commit(cd *d, uint32_t pipe, const proto_msg *m)
 			  moor_strerror(rc));
 		return;
 	}
-	d->n_commit++;
+	if (!d->plan_scratch)
+		d->n_commit++;
 	reply_ok(d, SOCK_ENG, m->h.req);
 }
 
@@ -476,7 +488,8 @@ static void on_abort(cd *d, uint32_t pipe, const proto_msg *m)
 			  moor_strerror(rc));
 		return;
 	}
-	d->n_abort++;
+	if (!d->plan_scratch)
+		d->n_abort++;
 	reply_ok(d, SOCK_ENG, m->h.req);
 }
 
@@ -505,7 +518,7 @@ static void on_stats(cd *d, const proto_msg *m)
 	json_object_set_new(
 	    o, "daemon",
 	    json_pack("{s:i, s:s, s:f, s:b, s:i, s:s, s:b, s:I, s:I, s:I, "
-		      "s:I, s:I, s:I, s:I}",
+		      "s:I, s:I, s:I, s:I, s:I}",
 		      "pid", (int)getpid(), "run_dir", d->run_dir, "uptime_s",
 		      moor_now() - d->t_start, "engine", d->eng_pipe != 0,
 		      "engine_pid", (int)d->eng_pid, "fingerprint", fh,
@@ -514,7 +527,8 @@ static void on_stats(cd *d, const proto_msg *m)
 		      "hello", (json_int_t)d->n_hello, "plan",
 		      (json_int_t)d->n_plan, "commit", (json_int_t)d->n_commit,
 		      "abort", (json_int_t)d->n_abort, "peek",
-		      (json_int_t)d->n_peek));
+		      (json_int_t)d->n_peek, "scratch",
+		      (json_int_t)d->n_scratch));
 	int seen = d->n_hello > 0;
 	json_object_set_new(
 	    o, "engine",
@@ -938,6 +952,14 @@ static void usage(FILE *f)
 	    "--session-spill-min-tokens N (16384)\n"
 	    "  --spill-codec on|off (on: byte planes + zstd)  --codec-threads "
 	    "N (8)\n"
+	    "  --disk-cache on|off      the disk tier in DIR/disk (on with "
+	    "--disk-dir)\n"
+	    "  --disk-cache-gb G (16)  --disk-cache-days N (7)  "
+	    "--disk-cache-min-free-gb G (50)\n"
+	    "  --disk-cache-admit-after N (2)  --disk-cache-head-anchors N "
+	    "(4)  --disk-cache-min-tokens N (4096)\n"
+	    "  --prefill-tps N (740)    the engine's prefill rate until one "
+	    "is measured\n"
 	    "  --log-level error|warn|info|debug\n");
 }
 
@@ -997,6 +1019,14 @@ enum {
 	O_SPILL_MIN,
 	O_CODEC,
 	O_CODEC_T,
+	O_DISK_ON,
+	O_DISK_GB,
+	O_DISK_DAYS,
+	O_DISK_FREE,
+	O_DISK_ADMIT,
+	O_DISK_HEAD,
+	O_DISK_MIN,
+	O_PREFILL_TPS,
 	O_LOG,
 	O_HELP,
 };
@@ -1125,6 +1155,14 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 	    {"session-spill-min-tokens", 1, 0, O_SPILL_MIN},
 	    {"spill-codec", 1, 0, O_CODEC},
 	    {"codec-threads", 1, 0, O_CODEC_T},
+	    {"disk-cache", 1, 0, O_DISK_ON},
+	    {"disk-cache-gb", 1, 0, O_DISK_GB},
+	    {"disk-cache-days", 1, 0, O_DISK_DAYS},
+	    {"disk-cache-min-free-gb", 1, 0, O_DISK_FREE},
+	    {"disk-cache-admit-after", 1, 0, O_DISK_ADMIT},
+	    {"disk-cache-head-anchors", 1, 0, O_DISK_HEAD},
+	    {"disk-cache-min-tokens", 1, 0, O_DISK_MIN},
+	    {"prefill-tps", 1, 0, O_PREFILL_TPS},
 	    {"log-level", 1, 0, O_LOG},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
@@ -1242,6 +1280,32 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 			break;
 		case O_CODEC:
 			bad = parse_onoff(optarg, &c->spill_codec);
+			break;
+		case O_DISK_ON:
+			bad = parse_onoff(optarg, &c->disk_on);
+			break;
+		case O_DISK_GB:
+			bad = parse_gb(optarg, &c->disk_bytes);
+			break;
+		case O_DISK_DAYS:
+			bad = moor_parse_u32(optarg, &c->disk_days);
+			break;
+		case O_DISK_FREE:
+			bad = parse_gb(optarg, &c->disk_min_free);
+			break;
+		case O_DISK_ADMIT:
+			bad = moor_parse_u32(optarg, &c->disk_admit_after) ||
+			      c->disk_admit_after < 1;
+			break;
+		case O_DISK_HEAD:
+			bad = moor_parse_u32(optarg, &c->disk_head_anchors);
+			break;
+		case O_DISK_MIN:
+			bad = moor_parse_u32(optarg, &c->disk_min_tokens);
+			break;
+		case O_PREFILL_TPS:
+			bad = moor_parse_u32(optarg, &c->prefill_tps) ||
+			      c->prefill_tps < 1;
 			break;
 		case O_CODEC_T:
 			bad = moor_parse_u32(optarg, &c->codec_threads) ||
@@ -1383,6 +1447,8 @@ int main(int argc, char **argv)
 		 * resident rows hold goes to the session spill */
 		close_open_plan(&d, "the drain");
 		double t0 = moor_now();
+		/* the disk tier's writer finishes what it was given */
+		(void)cache_disk_wait(d.c);
 		err[0] = 0;
 		int drc = cache_drain(d.c, err);
 		if (drc)

@@ -122,6 +122,11 @@ static void on_generate(srv *s, nng_pipe p, proto_msg *m)
 	if (!busy) {
 		s->queue[s->qn++] = j;
 		pthread_cond_broadcast(&s->cv);
+		/* a scratch run (the compaction preparer) gives way at once:
+		 * it stops at its next prefill chunk or decode step */
+		if (s->cur && (s->cur->m.u.gen.flags & PROTO_PLAN_SCRATCH) &&
+		    !(j->m.u.gen.flags & PROTO_PLAN_SCRATCH))
+			atomic_store(&s->cancel, 1);
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (busy) {

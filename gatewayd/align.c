@@ -88,6 +88,12 @@ void gw_align_work(gw_job *j)
 	if (j->kind == GW_KIND_CHAT || j->kind == GW_KIND_PEEK) {
 		if (gw_compact_detect(j->json, j->p.session, &cp)) {
 			compact(j, &cp, e);
+			/* an opencode client's text, for the preparer */
+			if (j->opencode && j->kind == GW_KIND_CHAT &&
+			    (j->cp_seen = calloc(1, sizeof *j->cp_seen))) {
+				*j->cp_seen = cp;
+				memset(&cp, 0, sizeof cp);
+			}
 			gw_compact_fini(&cp);
 			proto_msg_fini(&r);
 			return;

@@ -67,6 +67,10 @@ void gw_job_unref(gw_job *j)
 		j->next->prev = j->prev;
 	free(j->body);
 	free(j->hdr_session);
+	if (j->cp_seen) {
+		gw_compact_fini(j->cp_seen);
+		free(j->cp_seen);
+	}
 	free(j->rec);
 	free(j->rec_fin);
 	moor_buf_fini(&j->pend);
@@ -218,7 +222,7 @@ void gw_job_submit(gw_job *j)
 {
 	gw_srv *s = j->s;
 	j->rid = ++s->next_rid;
-	if (gw_rc_replay(j))
+	if (gw_rc_replay(j) || gw_prep_replay(j))
 		return;
 	j->refs++; /* the engine's (or the wait's) */
 	if (!atomic_load(&s->link.pipe)) {
@@ -350,9 +354,12 @@ int gw_job_start(gw_srv *s, h2o_req_t *req, int kind, int route)
 		memcpy(j->hdr_session, h->base, h->len);
 		j->hdr_session[h->len] = 0;
 	}
+	const h2o_iovec_t *ua = gw_header(req, "user-agent");
+	j->opencode = ua && ua->len >= 9 && !memcmp(ua->base, "opencode/", 9);
 	if (kind == GW_KIND_PEEK) {
 		j->rid = ++s->next_rid; /* the PEEK's request id */
 	} else {
+		gw_prep_activity(s); /* the preparer gives way */
 		int a = gw_admit_enter(j);
 		if (a < 0) { /* refused, answered */
 			gw_job_detach(j);
@@ -403,6 +410,9 @@ static void on_done(gw_job *j, const proto_done *d, const char *msg)
 		gw_metrics_done(j->s, d);
 		gw_prefill_sample(j->s, d);
 		gw_rc_keep(j);
+		if (j->cp_seen)
+			gw_prep_learn(j, j->cp_seen);
+		gw_prep_turn_end(j);
 	}
 	gw_reply_finish(j);
 }
@@ -411,15 +421,27 @@ void gw_on_engine_msg(gw_srv *s, proto_msg *m)
 {
 	if (m->h.type == PROTO_STEP) {
 		for (uint32_t i = 0; i < m->u.step.n; i++) {
+			if (gw_prep_step(s, &m->u.step.e[i]))
+				continue;
 			gw_job *j = job_of(s, m->u.step.e[i].req);
 			if (j)
 				gw_reply_token(j, &m->u.step.e[i]);
 		}
+	} else if (m->h.type == PROTO_PROGRESS) {
+		gw_job *j = job_of(s, m->h.req);
+		if (j)
+			gw_sse_progress(j, &m->u.progress);
 	} else if (m->h.type == PROTO_DONE) {
+		if (gw_prep_done(s, m->h.req, &m->u.done))
+			return;
 		gw_job *j = job_of(s, m->h.req);
 		if (j)
 			on_done(j, &m->u.done, m->u.done.msg);
 	} else if (m->h.type == PROTO_ERROR) {
+		proto_done pd = {.finish = PROTO_FINISH_ERROR,
+				 .code = m->u.error.code};
+		if (gw_prep_done(s, m->h.req, &pd))
+			return;
 		gw_job *j = job_of(s, m->h.req);
 		if (j) {
 			proto_done d = {.finish = PROTO_FINISH_ERROR,
@@ -437,6 +459,7 @@ void gw_on_engine_pipe(gw_srv *s, int up, uint32_t pipe)
 		return;
 	}
 	moor_warn("engined went away (pipe %u)", pipe);
+	gw_prep_engine_gone(s);
 	for (gw_job *j = s->jobs, *n; j; j = n) {
 		n = j->next;
 		if (j->sent && !j->have_done && j->pipe == pipe) {
@@ -450,6 +473,7 @@ void gw_on_engine_pipe(gw_srv *s, int up, uint32_t pipe)
 void gw_jobs_tick(gw_srv *s)
 {
 	gw_admit_tick(s);
+	gw_prep_tick(s);
 	double now = moor_now();
 	for (gw_job *j = s->jobs, *n; j; j = n) {
 		n = j->next;
@@ -524,6 +548,7 @@ void gw_jobs_shutdown(gw_srv *s)
 {
 	gw_admit_shutdown(s);
 	gw_jobs_tick(s); /* the waiting ones are refused */
+	gw_prep_activity(s); /* a summary being written stops */
 	for (gw_job *j = s->jobs; j; j = j->next)
 		if (j->sent && !j->have_done)
 			gw_job_cancel(j);

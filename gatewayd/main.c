@@ -97,6 +97,14 @@ static void usage(FILE *f)
 		"  --response-cache on|off  answer an identical greedy request "
 		"from\n"
 		"                           memory (off)\n"
+		"  --compaction-prepare on|off  write an idle opencode "
+		"session's summary\n"
+		"                           ahead in scratch rows (on)\n"
+		"  --compaction-idle-s S    ... after S seconds without a "
+		"request (30)\n"
+		"  --compaction-min-tokens N  ... of a conversation of at "
+		"least N\n"
+		"                           tokens (32768)\n"
 		"  --reasoning-budget N     reasoning tokens before the server "
 		"closes the\n"
 		"                           reasoning (0: none; a body's "
@@ -208,6 +216,9 @@ int main(int argc, char **argv)
 	s->cfg.end_align = 1;
 	s->cfg.journal_max_mb = 64;
 	s->cfg.end_align_reasoning = 1;
+	s->cfg.compaction_prepare = 1;
+	s->cfg.compaction_idle_s = 30;
+	s->cfg.compaction_min_tokens = 32768;
 	s->cfg.admin_token = getenv("MOOR_ADMIN_TOKEN");
 	s->defs = (gw_gen_defaults){.temperature = 1.0, .top_p = 1.0};
 
@@ -239,6 +250,9 @@ int main(int argc, char **argv)
 		O_RCACHE,
 		O_STATE,
 		O_JMAX,
+		O_CPREP,
+		O_CIDLE,
+		O_CMIN,
 		O_HELP
 	};
 	static const struct option lo[] = {
@@ -269,6 +283,9 @@ int main(int argc, char **argv)
 	    {"response-cache", 1, 0, O_RCACHE},
 	    {"state-dir", 1, 0, O_STATE},
 	    {"journal-max-mb", 1, 0, O_JMAX},
+	    {"compaction-prepare", 1, 0, O_CPREP},
+	    {"compaction-idle-s", 1, 0, O_CIDLE},
+	    {"compaction-min-tokens", 1, 0, O_CMIN},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
 	};
@@ -448,8 +465,28 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case O_CIDLE:
+			if (parse_double(optarg, &s->cfg.compaction_idle_s)) {
+				fprintf(stderr,
+					"gatewayd: --compaction-idle-s %s: "
+					"expected seconds >= 0\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case O_CMIN:
+			if (moor_parse_u32(optarg,
+					   &s->cfg.compaction_min_tokens)) {
+				fprintf(stderr,
+					"gatewayd: --compaction-min-tokens %s: "
+					"expected an integer >= 0\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case O_RCACHE:
 		case O_ALIGN:
+		case O_CPREP:
 		case O_ALIGN_R: {
 			int v = !strcmp(optarg, "on")	 ? 1
 				: !strcmp(optarg, "off") ? 0
@@ -460,12 +497,14 @@ int main(int argc, char **argv)
 					"off\n",
 					o == O_ALIGN	 ? "end-align"
 					: o == O_RCACHE ? "response-cache"
+					: o == O_CPREP	? "compaction-prepare"
 							: "end-align-reasoning",
 					optarg);
 				return 2;
 			}
 			*(o == O_ALIGN	   ? &s->cfg.end_align
 			  : o == O_RCACHE ? &s->cfg.response_cache
+			  : o == O_CPREP  ? &s->cfg.compaction_prepare
 					  : &s->cfg.end_align_reasoning) = v;
 			break;
 		}
@@ -625,6 +664,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 100 && uv_loop_close(&loop) == UV_EBUSY; i++)
 		uv_run(&loop, UV_RUN_NOWAIT);
 	h2o_config_dispose(&s->hconf);
+	gw_prep_fini(s);
 	gw_tok_free(s->tok);
 	gw_auth_free(s);
 	moor_info("stopped");

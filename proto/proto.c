@@ -543,6 +543,9 @@ static void enc_plan_ok(moor_buf *b, const proto_msg *m)
 	put_u64(b, p->cached);
 	put_u64(b, p->taint);
 	put_u32(b, p->tier);
+	put_u64(b, p->mem_held);
+	put_u64(b, p->mem_ceiling);
+	put_u32(b, p->mem_shed);
 	if (put_count(b, p->n_slots, PROTO_MAX_SLOTS, p->slots))
 		for (uint32_t i = 0; i < p->n_slots && !b->err; i++) {
 			put_u64(b, p->slots[i].line);
@@ -557,6 +560,9 @@ static void dec_plan_ok(rd *r, proto_msg *m)
 	p->cached = get_u64(r);
 	p->taint = get_u64(r);
 	p->tier = get_u32(r);
+	p->mem_held = get_u64(r);
+	p->mem_ceiling = get_u64(r);
+	p->mem_shed = get_u32(r);
 	p->slots = get_array(r, &p->n_slots, PROTO_MAX_SLOTS, SLOT_WIRE,
 			     sizeof *p->slots);
 	for (uint32_t i = 0; p->slots && i < p->n_slots; i++) {
@@ -723,6 +729,9 @@ static void enc_done(moor_buf *b, const proto_msg *m)
 	put_u64(b, d->completion_tokens);
 	put_u64(b, d->prefill_us);
 	put_u64(b, d->decode_us);
+	put_u64(b, d->mem_held);
+	put_u64(b, d->mem_ceiling);
+	put_u32(b, d->mem_shed);
 	put_str(b, d->msg);
 }
 
@@ -737,6 +746,9 @@ static void dec_done(rd *r, proto_msg *m)
 	d->completion_tokens = get_u64(r);
 	d->prefill_us = get_u64(r);
 	d->decode_us = get_u64(r);
+	d->mem_held = get_u64(r);
+	d->mem_ceiling = get_u64(r);
+	d->mem_shed = get_u32(r);
 	get_str(r, &d->msg);
 }
 
@@ -753,6 +765,32 @@ static void enc_cancel(moor_buf *b, const proto_msg *m)
 static void dec_cancel(rd *r, proto_msg *m)
 {
 	m->u.cancel.target = get_u64(r);
+}
+
+static void enc_progress(moor_buf *b, const proto_msg *m)
+{
+	const proto_progress *p = &m->u.progress;
+	if (p->done > p->total) {
+		wr_fail(b, MOOR_ERANGE);
+		return;
+	}
+	put_u64(b, p->done);
+	put_u64(b, p->total);
+	put_u64(b, p->start);
+	put_u32(b, p->tokens_per_s);
+	put_u32(b, p->eta_ms);
+}
+
+static void dec_progress(rd *r, proto_msg *m)
+{
+	proto_progress *p = &m->u.progress;
+	p->done = get_u64(r);
+	p->total = get_u64(r);
+	p->start = get_u64(r);
+	p->tokens_per_s = get_u32(r);
+	p->eta_ms = get_u32(r);
+	if (p->done > p->total)
+		rd_fail(r, MOOR_EFORMAT);
 }
 
 static void enc_credit(moor_buf *b, const proto_msg *m)
@@ -958,6 +996,7 @@ static const proto_kind kinds[PROTO_TYPE_MAX] = {
     [PROTO_DONE] = {"DONE", enc_done, dec_done, fini_done},
     [PROTO_CANCEL] = {"CANCEL", enc_cancel, dec_cancel, NULL},
     [PROTO_CREDIT] = {"CREDIT", enc_credit, dec_credit, NULL},
+    [PROTO_PROGRESS] = {"PROGRESS", enc_progress, dec_progress, NULL},
     [PROTO_STATS] = {"STATS", NULL, NULL, NULL},
     [PROTO_STATS_OK] = {"STATS_OK", enc_text, dec_text, fini_text},
     [PROTO_CLEAR] = {"CLEAR", enc_clear, dec_clear, fini_clear},

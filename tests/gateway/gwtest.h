@@ -218,12 +218,21 @@ static inline json_t *gt_json(const gt_resp *r)
 
 /* The SSE events of a body: the JSON of every "data: " line but [DONE]
  * (appended to the array events); *done_last: [DONE] came, and last.
- * Returns -1 on a line that is not "data: ..." followed by a blank line. */
+ * Comment lines (": progress ...", each followed by a blank line) are
+ * skipped, as SSE clients skip them. Returns -1 on a line that is not
+ * "data: ..." followed by a blank line. */
 static inline int gt_sse(const char *body, json_t *events, int *done_last)
 {
 	*done_last = 0;
 	const char *p = body;
 	while (*p) {
+		if (*p == ':') {
+			const char *e = strstr(p, "\n\n");
+			if (!e)
+				return -1;
+			p = e + 2;
+			continue;
+		}
 		if (strncmp(p, "data: ", 6))
 			return -1;
 		const char *e = strstr(p, "\n\n");
