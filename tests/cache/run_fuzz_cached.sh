@@ -22,17 +22,17 @@ if ! "$CLANG" -std=gnu11 -D_GNU_SOURCE -g -O1 \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	-Wall -Wextra -Wno-unused-parameter -Wno-unused-function \
 	-I"$src/cached" -I"$src/proto" -I"$src/common" \
-	$(pkg-config --cflags jansson libxxhash libzstd 2>/dev/null) \
+	$(pkg-config --cflags jansson libxxhash libzstd lmdb 2>/dev/null) \
 	"$src/cached/fuzz_cached.c" "$src/cached/salt.c" "$src/cached/arena.c" \
 	"$src/cached/arena_nocuda.c" "$src/cached/cache.c" \
 	"$src/cached/planner.c" "$src/cached/resident.c" "$src/cached/stash.c" \
 	"$src/cached/span.c" "$src/cached/pin.c" "$src/cached/park.c" \
 	"$src/cached/store.c" "$src/cached/budget.c" "$src/cached/dfile.c" \
-	"$src/cached/spill.c" "$src/cached/codec.c" \
+	"$src/cached/spill.c" "$src/cached/codec.c" "$src/cached/disk.c" \
 	"$src/proto/proto.c" "$src/proto/net.c" \
 	"$src/common/moor.c" "$src/common/buf.c" "$src/common/util.c" \
 	"$src/common/pool.c" \
-	$(pkg-config --libs jansson libxxhash libzstd) -lnng \
+	$(pkg-config --libs jansson libxxhash libzstd lmdb) -lnng \
 	-lpthread -lm -o "$bin"; then
 	echo "run_fuzz_cached.sh: FAIL: cannot build $bin with $CLANG" >&2
 	exit 1
