@@ -1254,6 +1254,7 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 	if (!rc && (!stage || !got))
 		rc = -ENOMEM;
 	uint64_t read0 = c->spill.k.bytes_read;
+	double t_log = t0; /* a long restore logs its progress once a second */
 	for (uint64_t j = 0; !rc && j < mv.m->n_blk; j++) {
 		const uint64_t *e = mv.blk + j * (2 + 2ull * nv);
 		uint64_t a = j * SPILL_BLK, rows = min64(SPILL_BLK, mv.m->valid - a);
@@ -1265,6 +1266,16 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 		uint64_t lo = max64(k, a), hi = min64(s, a + rows);
 		if (!rc)
 			rc = rows_in(c, stage, rows, lo - a, lo, hi - lo);
+		double t = now_ms();
+		if (!rc && t - t_log >= 1000 && hi < s && hi > k) {
+			t_log = t;
+			double rate = (double)(hi - k) / ((t - t0) / 1e3);
+			moor_info("[spill] restoring %s: %llu of %llu rows, %.0f "
+				  "rows/s, ETA %.1f s",
+				  name, (unsigned long long)(hi - k),
+				  (unsigned long long)(s - k), rate,
+				  rate > 0 ? (double)(s - hi) / rate : 0.0);
+		}
 	}
 	/* the saved anchors in (k, s], then the state at s */
 	for (uint64_t i = 0; !rc && i < mv.m->n_anc; i++) {

@@ -121,7 +121,7 @@ void gw_prep_turn_end(gw_job *j)
 {
 	gw_srv *s = j->s;
 	gw_prep *p = &s->prep;
-	if (j->kind != GW_KIND_CHAT || j->prepared ||
+	if (j->kind != GW_KIND_CHAT || j->prepared || j->from_cache ||
 	    j->route == GW_ROUTE_PREWARM)
 		return;
 	/* the end anchor moved: a summary written for the last one is not
@@ -353,8 +353,9 @@ int gw_prep_done(gw_srv *s, uint64_t req, const proto_done *d)
 							     : "an error");
 		p->failed = 0;
 		summary_clear(p);
-		/* the same record may be tried again once idle */
-		p->tried = 0;
+		/* stopped by a request: the same record may be tried again
+		 * once idle; an error is not tried again */
+		p->tried = !(d && d->finish == PROTO_FINISH_CANCEL);
 		return 1;
 	}
 	p->done = *d;
