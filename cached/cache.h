@@ -156,6 +156,17 @@ typedef struct cache_cfg {
 				    * eviction writes a conversation this long
 				    * that the park cannot hold whole */
 	uint32_t codec_threads;  /* the codec's threads: 8 */
+	/* the disk tier (disk.c): DIR/disk under spill_dir */
+	int disk_on;             /* --disk-cache on|off: on with a dir */
+	uint64_t disk_bytes;     /* --disk-cache-gb 16 */
+	uint32_t disk_days;      /* an anchor unused this long goes: 7 */
+	uint64_t disk_min_free;  /* --disk-cache-min-free-gb 50: the free
+				  * space the tier leaves the file system */
+	uint32_t disk_admit_after; /* a line counted this often cold: 2 */
+	uint32_t disk_head_anchors; /* a session's first long request: 4 */
+	uint32_t disk_min_tokens;   /* shorter prompts write nothing: 4096 */
+	uint32_t prefill_tps;    /* the engine's prefill rate until cached
+				  * measures one (tokens/s): 740 */
 	int unified;             /* both arenas are one memory (the CPU
 				  * backend, a unified-memory board): the
 				  * memory limits count the host arena too;
@@ -211,6 +222,7 @@ enum cache_tier {
 	CACHE_TIER_STORE = 5,
 	CACHE_TIER_STASH = 6,
 	CACHE_TIER_SPILL = 7, /* a conversation read back from the spill */
+	CACHE_TIER_DISK = 8,  /* the disk tier: a shared head's chunks */
 };
 const char *cache_tier_name(int tier);
 
@@ -350,10 +362,15 @@ void cache_end_get(cache *c, const int32_t *ids, uint64_t n,
  * spill is off or nothing is resident. */
 int cache_drain(cache *c, char *err);
 
+/* Waits until the disk tier's writer has written (or dropped) every job
+ * queued so far (tests; the daemon's drain). 0 when the tier is off. */
+int cache_disk_wait(cache *c);
+
 /* Counters and bytes of every cache as one JSON object (heap string). */
 char *cache_stats_json(cache *c);
-/* tier: "all", "resident", "end", "stash", "pin", "park", "store",
- * "spill" ("all" is every RAM cache: the spill is cleared by name). */
+/* tier: "ram" (every RAM cache), "all" (those, the spill and the disk
+ * tier), "resident", "end", "stash", "pin", "park", "store", "spill",
+ * "disk" (its files and its cold-line counts). */
 int cache_clear(cache *c, const char *tier);
 
 /* Strided row copy of one view between two buffers laid out as the live

@@ -120,6 +120,14 @@ static void analyze(cache *c, const cache_req *r, int allow_guest, plan_a *A)
 			snprintf(A->spill_name, sizeof A->spill_name, "%s",
 				 spill_ent_name(c, e));
 		}
+		/* the disk tier: only later than every other source and
+		 * cheaper to read than to prefill (disk_offer) */
+		uint64_t ds;
+		if (!A->guest && disk_offer(c, r->ids, n, A->start,
+					    min64(A->c_res, t_res), &ds)) {
+			A->tier = CACHE_TIER_DISK;
+			A->start = ds;
+		}
 	}
 	A->src_line = A->start;
 	uint64_t s = A->start, t = NO_TAINT;
@@ -160,6 +168,12 @@ static void analyze(cache *c, const cache_req *r, int allow_guest, plan_a *A)
 		A->k = min64(min64(A->c_res, t_res), s);
 		A->cut = A->k;
 		t = A->src_taint < s ? A->src_taint : NO_TAINT;
+		break;
+	case CACHE_TIER_DISK:
+		/* a cold grid prefill's rows: the chunks above the clean
+		 * rows in place are read */
+		A->k = min64(min64(A->c_res, t_res), s);
+		A->cut = A->k;
 		break;
 	}
 	if (s % c->lay->grid)
@@ -268,6 +282,8 @@ static int restore(cache *c, const plan_a *A, uint64_t limit)
 	case CACHE_TIER_SPILL:
 		return spill_restore(c, A->spill_name, A->ids, A->k, A->start,
 				     limit);
+	case CACHE_TIER_DISK:
+		return disk_restore(c, A->ids, A->k, A->start, limit);
 	}
 	return MOOR_ERANGE;
 }
@@ -287,7 +303,7 @@ static void reserve_slots(cache *c, uint64_t limit)
 	turn *t = &c->t;
 	uint64_t g = c->lay->grid;
 	uint64_t lines[CACHE_MAX_SLOTS];
-	int keep[CACHE_MAX_SLOTS], store[CACHE_MAX_SLOTS];
+	int keep[CACHE_MAX_SLOTS], store[CACHE_MAX_SLOTS], disk[CACHE_MAX_SLOTS];
 	uint32_t n = 0;
 	for (uint64_t L = (t->start / g + 1) * g;
 	     L <= t->n && n < CACHE_MAX_SLOTS; L += g)
@@ -330,12 +346,13 @@ static void reserve_slots(cache *c, uint64_t limit)
 				       t->session);
 		}
 	}
+	disk_plan(c, t, lines, n, disk);
 	for (uint32_t j = 0; j < n; j++) {
-		if (!keep[j] && !store[j])
+		if (!keep[j] && !store[j] && !disk[j])
 			continue;
 		uint64_t off;
 		int rc = MOOR_ENOSPACE;
-		if (keep[j])
+		if (keep[j] || disk[j])
 			rc = budget_grow(c, LV_ANCHORS, 0, c->sec_bytes, limit,
 					 &off);
 		if (rc && store[j])
@@ -348,6 +365,7 @@ static void reserve_slots(cache *c, uint64_t limit)
 		s->off = off;
 		s->anchor = keep[j];
 		s->store = store[j];
+		s->disk = disk[j];
 	}
 }
 
@@ -434,6 +452,9 @@ int cache_peek(cache *c, const cache_req *r, cache_peek_out *out, char *err)
 	case CACHE_TIER_SPILL:
 		rb += c->sec_bytes + (A.start - A.k) * rowb;
 		break;
+	case CACHE_TIER_DISK:
+		rb += disk_restore_bytes(c, A.k, A.start);
+		break;
 	}
 	int tier = A.tier;
 	if (c->stash.have &&
@@ -461,6 +482,13 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 		turn_abort(c, 0, c->t.start);
 	}
 	c->k.plans++;
+	/* the disk tier's writer copies no row this plan may write: the
+	 * clean rows in place it shares with the prompt stay (a cold prefill
+	 * writes the same bits there), the guest's stash goes back */
+	disk_fence(c, min64(min64(common_prefix(r->ids, r->n, c->res_ids,
+						c->valid),
+				  c->taint),
+			    c->stash.have ? c->stash.lo : UINT64_MAX));
 	uint64_t stash_lo = UINT64_MAX;
 	if (c->stash.have) {
 		stash_lo = c->stash.lo;
@@ -489,6 +517,9 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	if (A.guest_declined)
 		c->k.stash_declined++;
 	uint64_t limit = plan_limit(c, ws);
+	/* and none from the cut on: a pin, park, store or spill restore
+	 * writes rows there that a decode may have written */
+	disk_fence(c, A.cut);
 
 	set_busy(c, &A, 1);
 	if (A.guest) {
@@ -518,11 +549,12 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	}
 	rc = restore(c, &A, limit);
 	set_busy(c, &A, 0);
-	if (rc && A.tier == CACHE_TIER_SPILL) {
+	if (rc && (A.tier == CACHE_TIER_SPILL || A.tier == CACHE_TIER_DISK)) {
 		/* a file that fails costs the entry, never an answer: the
 		 * prompt prefills cold */
-		moor_warn("cache: the spill entry failed its checks: a cold "
-			  "prefill");
+		moor_warn("cache: the %s's files failed their checks: a cold "
+			  "prefill",
+			  cache_tier_name(A.tier));
 		resident_cut(c, 0);
 		A.tier = CACHE_TIER_NONE;
 		A.start = A.cut = A.k = 0;
@@ -675,6 +707,8 @@ int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 		return 0;
 	}
 	uint64_t taint = n_gen ? min64(t->taint, n) : t->taint;
+	/* the disk tier's anchors to staging, its job to the writer */
+	disk_commit(c, t, n_filled);
 	/* prefix snapshots from the slots the prefill filled */
 	for (uint32_t i = 0; i < n_filled; i++)
 		if (t->slot[i].store)

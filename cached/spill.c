@@ -106,12 +106,11 @@ _Static_assert(sizeof(cache_mark) == 24, "a mark is 24 bytes on disk");
 
 /* ---- the layout's digest: what a stored byte's meaning depends on ---- */
 
-static uint64_t layout_digest(const cache_layout *l)
+uint64_t tier_layout_digest(const cache_layout *l, uint32_t v)
 {
 	XXH3_state_t *s = XXH3_createState();
 	MOOR_ASSERT(s);
 	XXH3_64bits_reset(s);
-	uint32_t v = SPILL_VERSION;
 	XXH3_64bits_update(s, &v, 4);
 	XXH3_64bits_update(s, &l->n_sections, 4);
 	XXH3_64bits_update(s, &l->n_views, 4);
@@ -388,7 +387,7 @@ static int man_parse(cache *c, void *buf, uint64_t len, man_view *mv,
 		return MOOR_EVERSION;
 	}
 	if (memcmp(h->fp, c->lay->fingerprint, 32) ||
-	    h->digest != layout_digest(c->lay)) {
+	    h->digest != tier_layout_digest(c->lay, SPILL_VERSION)) {
 		snprintf(why, MOOR_ERRLEN,
 			 "written under another %s",
 			 memcmp(h->fp, c->lay->fingerprint, 32)
@@ -592,6 +591,29 @@ static int file_exists(int fd, const char *name)
 	return fstatat(fd, name, &st, 0) == 0;
 }
 
+/* The staging buffer of the spill's copies, bytes long: on a CUDA device
+ * arena a block of the host arena, which the mover registered, so its
+ * copies to and from the device are DMA; else (or when the host arena has
+ * no room) malloc'd. *off: the block's offset, UINT64_MAX when malloc'd.
+ * Freed by stage_free after the mover's last copy of it is synced. */
+static void *stage_new(cache *c, uint64_t bytes, uint64_t *off)
+{
+	*off = UINT64_MAX;
+	if (c->cfg.dev_cuda >= 0 &&
+	    arena_alloc(c->host, bytes ? bytes : 1, off) == 0)
+		return host_at(c, *off);
+	*off = UINT64_MAX;
+	return malloc(bytes ? bytes : 1);
+}
+
+static void stage_free(cache *c, void *p, uint64_t off)
+{
+	if (off != UINT64_MAX)
+		arena_release(c->host, off);
+	else
+		free(p);
+}
+
 /* The sec_bytes of sections at device offset off where the host can read
  * them: in place when the device arena is host memory (the CPU backend),
  * else copied by the mover into stage (sec_bytes or more) and waited
@@ -754,8 +776,8 @@ static int save_resident(cache *c, char name[17], char *err)
 	/* the staging buffer: a block, or an anchor's sections off a CUDA
 	 * arena (secs_host) */
 	uint64_t bbytes = SPILL_BLK * c->row_bytes;
-	uint64_t big = bbytes > c->sec_bytes ? bbytes : c->sec_bytes;
-	void *stage = malloc(big ? big : 1);
+	uint64_t big = bbytes > c->sec_bytes ? bbytes : c->sec_bytes, soff;
+	void *stage = stage_new(c, big, &soff);
 	int rc = mb && stage ? 0 : -ENOMEM;
 	spill_hdr *mh = (spill_hdr *)mb;
 	spill_man *m = mb ? (spill_man *)(mh + 1) : NULL;
@@ -864,7 +886,7 @@ static int save_resident(cache *c, char name[17], char *err)
 	}
 	free(mb);
 	(void)cache_sync(c); /* a copy into stage a failure left in flight */
-	free(stage);
+	stage_free(c, stage, soff);
 	close(efd);
 	if (rc) {
 		/* an entry without its manifest: the next open deletes it,
@@ -887,6 +909,61 @@ static int save_resident(cache *c, char name[17], char *err)
 	return 0;
 }
 
+/* The parked conversation at the drain, after the resident one is
+ * written: swapped into the live buffers (nothing is parked in its place:
+ * the rows in place are on the disk already) and written as an entry of
+ * its own, which a later prompt of it is offered (spill_offer). Skipped,
+ * and said, when its head is not the rows in place or its entry would
+ * take the resident's name (no session keys: both are named by the same
+ * first chunk). A failure costs the parked conversation only. */
+static void drain_park(cache *c, const char *res_name)
+{
+	span *P = &c->park;
+	if (!P->have || !P->n_anc)
+		return;
+	char name[17], err[MOOR_ERRLEN] = "";
+	entry_name(c, P->ids, P->top, P->session, name);
+	if (!strcmp(name, res_name) ||
+	    common_prefix(c->res_ids, c->valid, P->ids, P->top) < P->base) {
+		moor_info("[spill] drain: the parked conversation (%llu "
+			  "tokens) is not written: %s",
+			  (unsigned long long)P->top,
+			  strcmp(name, res_name)
+			      ? "its head is not the rows in place"
+			      : "it has no session key of its own");
+		return;
+	}
+	int hi = 0;
+	for (uint32_t i = 1; i < P->n_anc; i++)
+		if (P->anc[i].line > P->anc[hi].line ||
+		    (P->anc[i].line == P->anc[hi].line && P->anc[i].end))
+			hi = (int)i;
+	uint64_t top = P->top, line = P->anc[hi].line, taint = P->taint;
+	int end = P->anc[hi].end;
+	char *session = str_dup(P->session);
+	memcpy(c->res_ids, P->ids, top * sizeof *P->ids);
+	/* the rows in place above the head go (they are written): nothing
+	 * is parked in the swap */
+	c->valid = P->base;
+	int rc = park_swap(c, hi, c->cfg.mem_ceiling);
+	if (!rc) {
+		c->valid = top;
+		c->taint = taint;
+		free(c->res_session);
+		c->res_session = session;
+		session = NULL;
+		c->end.have = 0;
+		if (end)
+			rc = end_keep(c, line, taint);
+	}
+	free(session);
+	if (!rc)
+		rc = save_resident(c, name, err);
+	if (rc)
+		moor_warn("[spill] drain: the parked conversation: %s",
+			  err[0] ? err : moor_strerror(rc));
+}
+
 int cache_drain(cache *c, char *err)
 {
 	if (!c->spill.on || !c->have_layout)
@@ -904,7 +981,10 @@ int cache_drain(cache *c, char *err)
 	if (rc)
 		return rc;
 	dfile_part p = {name, 16};
-	return dfile_write(c->spill.dfd, "resident", &p, 1, 0, err);
+	rc = dfile_write(c->spill.dfd, "resident", &p, 1, 0, err);
+	if (!rc)
+		drain_park(c, name);
+	return rc;
 }
 
 /* ---- read back ---- */
@@ -992,11 +1072,11 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 	uint32_t ns = c->lay->n_sections, nv = c->lay->n_views;
 	const spill_man *m = mv->m;
 	uint64_t bbytes = SPILL_BLK * c->row_bytes;
-	uint64_t big = bbytes > c->sec_bytes ? bbytes : c->sec_bytes;
-	void *stage = malloc(big ? big : 1);
+	uint64_t big = bbytes > c->sec_bytes ? bbytes : c->sec_bytes, soff;
+	void *stage = stage_new(c, big, &soff);
 	uint64_t *got = malloc((2ull * (ns > nv ? ns : nv) + 2) * 8);
 	if (!stage || !got) {
-		free(stage);
+		stage_free(c, stage, soff);
 		free(got);
 		return -ENOMEM;
 	}
@@ -1051,7 +1131,7 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 	int sr = cache_sync(c);
 	if (!rc)
 		rc = sr;
-	free(stage);
+	stage_free(c, stage, soff);
 	free(got);
 	return rc;
 }
@@ -1061,7 +1141,7 @@ int spill_read_back(cache *c)
 	if (!c->spill.on)
 		return 0;
 	index_clear(c);
-	c->spill.digest = layout_digest(c->lay);
+	c->spill.digest = tier_layout_digest(c->lay, SPILL_VERSION);
 	char why[MOOR_ERRLEN] = "";
 	/* entries another engine's rows filled cannot be read by this one */
 	ent_info *v;
@@ -1249,7 +1329,8 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 	}
 	uint64_t bbytes = SPILL_BLK * c->row_bytes;
 	uint64_t big = bbytes > c->sec_bytes ? bbytes : c->sec_bytes;
-	void *stage = rc ? NULL : malloc(big ? big : 1);
+	uint64_t soff = UINT64_MAX;
+	void *stage = rc ? NULL : stage_new(c, big, &soff);
 	uint64_t *got = rc ? NULL : malloc((2ull * (ns > nv ? ns : nv) + 2) * 8);
 	if (!rc && (!stage || !got))
 		rc = -ENOMEM;
@@ -1266,6 +1347,8 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 		uint64_t lo = max64(k, a), hi = min64(s, a + rows);
 		if (!rc)
 			rc = rows_in(c, stage, rows, lo - a, lo, hi - lo);
+		if (!rc) /* the copies out of stage are done before its reuse */
+			rc = cache_sync(c);
 		double t = now_ms();
 		if (!rc && t - t_log >= 1000 && hi < s && hi > k) {
 			t_log = t;
@@ -1294,6 +1377,8 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 			(void)anchor_adopt(c, e[0], stage, limit);
 		if (!rc && e[0] == s)
 			rc = secs_in(c, stage);
+		if (!rc)
+			rc = cache_sync(c);
 	}
 	if (!rc && s == mv.m->end_len) {
 		rc = load_file(c, efd, "end", SF_END, mv.m->end_len, 0, mv.end,
@@ -1314,7 +1399,12 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 		if (mv.mk[i].start >= k && mv.mk[i].start + mv.mk[i].len <= s)
 			(void)marks_add(c, mv.mk[i].start, mv.mk[i].len,
 					mv.mk[i].kind);
-	free(stage);
+	/* every copy out of stage done before it goes (the failure paths'
+	 * too) */
+	int sr = cache_sync(c);
+	if (!rc)
+		rc = sr;
+	stage_free(c, stage, soff);
 	free(got);
 	free(mv.buf);
 	close(efd);

@@ -260,6 +260,7 @@ static int parse_entry(const struct shard *sh, const char *key, json_t *v,
 	t->ndim = (int)ndim;
 	memcpy(t->shape, shape, sizeof shape);
 	t->data = sh->map + sh->data_start + b;
+	t->offset = sh->data_start + b;
 	t->nbytes = (size_t)(e - b);
 	t->file = sh->path;
 	return 0;

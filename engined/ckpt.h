@@ -71,6 +71,9 @@ typedef struct eng_tensor {
 	const void *data; /* into the mapping; no alignment promised */
 	size_t nbytes;
 	const char *file; /* the shard's path (DIR/name) */
+	uint64_t offset;  /* of data in the file (8 + N + begin): what a
+			     reader that does not go through the mapping
+			     preads (wload.h) */
 } eng_tensor;
 
 typedef struct eng_ckpt eng_ckpt;

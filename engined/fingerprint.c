@@ -91,8 +91,17 @@ static int fp_file(fp_state *f, const char *path, int header_only, char *err)
 	return rc;
 }
 
-int eng_serve_fingerprint(const char *model_dir, int grid, const char *backend,
-			  uint8_t out[32], char *err)
+/* The dummy weights' stand-in for the checkpoint files: their seed. */
+static void fp_dummy(fp_state *f, uint64_t seed)
+{
+	static const char w[] = "dummy";
+	fp_field(f, w, sizeof w);
+	fp_field(f, &seed, sizeof seed);
+}
+
+int eng_serve_fingerprint(const char *model_dir, const eng_opts *opts,
+			  int grid, const char *backend, uint8_t out[32],
+			  char *err)
 {
 	fp_state f = {XXH3_createState(), XXH3_createState()};
 	char **names = NULL;
@@ -109,6 +118,10 @@ int eng_serve_fingerprint(const char *model_dir, int grid, const char *backend,
 	rc = fp_file(&f, path, 0, err);
 	if (rc)
 		goto done;
+	if (opts && opts->load_format == ENG_LOAD_DUMMY) {
+		fp_dummy(&f, opts->seed);
+		goto tail;
+	}
 	DIR *d = opendir(model_dir);
 	if (!d) {
 		rc = -errno;
@@ -151,6 +164,7 @@ int eng_serve_fingerprint(const char *model_dir, int grid, const char *backend,
 		if (rc)
 			goto done;
 	}
+tail:;
 	uint32_t g = (uint32_t)grid, abi = KERN_ABI_VERSION;
 	fp_field(&f, &g, sizeof g);
 	fp_field(&f, backend, strlen(backend));

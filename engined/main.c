@@ -8,6 +8,7 @@
  *           [--backend auto|cpu|cuda] [--gpu N]
  *           [--grid N] [--window N] [--temperature T] [--top-k K]
  *           [--top-p P] [--min-p P] [--seed S] [--ignore-eos]
+ *           [--load-format auto|safetensors|dummy]
  *
  * the daemon otherwise (serve.h): attaches to cached in the run directory
  * and serves GENERATE requests on its engined.sock.
@@ -49,6 +50,10 @@ static void usage(FILE *f)
 	    "  --backend B       auto (CUDA when built and a GPU is present,\n"
 	    "                    else the CPU), cpu or cuda (default auto)\n"
 	    "  --gpu N           the CUDA device ordinal (default 0)\n"
+	    "  --load-format F   auto or safetensors: the checkpoint's files;\n"
+	    "                    dummy: seeded random weights of config.json's\n"
+	    "                    shapes, made on the backend (benchmarks of\n"
+	    "                    shapes whose files are not here)\n"
 	    "daemon options (no --prompt-ids):\n"
 	    "  --run-dir DIR         sockets of cached and engined (default\n"
 	    "                        $XDG_RUNTIME_DIR/moor or /tmp/moor-$UID)\n"
@@ -61,7 +66,7 @@ static void usage(FILE *f)
 	    "                        the client at most this often (default\n"
 	    "                        1000; 0: never)\n"
 	    "  --threads N  --grid N  --window N  --backend B  --gpu N\n"
-	    "                        as above\n");
+	    "  --load-format F       as above\n");
 }
 
 /* A positive integer flag, or -1. */
@@ -118,7 +123,9 @@ int main(int argc, char **argv)
 	const char *model = NULL, *ids_s = NULL, *backend = "auto";
 	int gpu = 0;
 	int max_tokens = 16, ignore_eos = 0;
-	eng_opts o = {0};
+	/* a progress line (GB, GB/s) each second of a long load; seed 1 of
+	 * the dummy weights, so two engines of one config compute alike */
+	eng_opts o = {.progress = 1, .seed = 1};
 	eng_sampling sp = {.temperature = 0, .top_p = 1};
 	static const struct option lo[] = {
 	    {"model", 1, 0, 'm'},
@@ -141,6 +148,7 @@ int main(int argc, char **argv)
 	    {"progress-ms", 1, 0, 'O'},
 	    {"backend", 1, 0, 'B'},
 	    {"gpu", 1, 0, 'G'},
+	    {"load-format", 1, 0, 'F'},
 	    {"help", 0, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
@@ -209,6 +217,19 @@ int main(int argc, char **argv)
 			break;
 		case 'G':
 			gpu = (int)parse_pos(optarg);
+			break;
+		case 'F':
+			if (!strcmp(optarg, "dummy")) {
+				o.load_format = ENG_LOAD_DUMMY;
+			} else if (!strcmp(optarg, "safetensors") ||
+				   !strcmp(optarg, "auto")) {
+				o.load_format = ENG_LOAD_SAFETENSORS;
+			} else {
+				moor_err("--load-format %s: expected auto, "
+					 "safetensors or dummy",
+					 optarg);
+				return 2;
+			}
 			break;
 		case 'h':
 			usage(stdout);

@@ -124,7 +124,7 @@ static int model_load(srv *s)
 	s->lay = eng_model_layout(s->model);
 	s->vocab = eng_model_vocab(s->model);
 	s->eos = eng_model_eos(s->model);
-	rc = eng_serve_fingerprint(c->model_dir, s->lay->grid,
+	rc = eng_serve_fingerprint(c->model_dir, &c->opts, s->lay->grid,
 				   s->ops->name, s->fp, err);
 	if (rc) {
 		moor_err("fingerprint: %s", err);

@@ -46,10 +46,13 @@ typedef struct eng_serve_cfg {
 int eng_serve(const eng_serve_cfg *cfg);
 
 /* The 32-byte fingerprint of what computes stored rows: config.json, every
- * *.safetensors file's header bytes (name order), the grid, the backend's
- * name and contract version, and the engine's build version. Two XXH3-128
- * digests of the same stream under two seeds. err: MOOR_ERRLEN. */
-int eng_serve_fingerprint(const char *model_dir, int grid, const char *backend,
-			  uint8_t out[32], char *err);
+ * *.safetensors file's header bytes (name order) or, with dummy weights
+ * (opts->load_format ENG_LOAD_DUMMY), the word "dummy" and their seed in
+ * their place, the grid, the backend's name and contract version, and the
+ * engine's build version. Two XXH3-128 digests of the same stream under two
+ * seeds. err: MOOR_ERRLEN. */
+int eng_serve_fingerprint(const char *model_dir, const eng_opts *opts,
+			  int grid, const char *backend, uint8_t out[32],
+			  char *err);
 
 #endif

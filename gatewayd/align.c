@@ -69,6 +69,7 @@ void gw_align_work(gw_job *j)
 	q.u.end_get.session = j->p.session;
 	q.u.end_get.n_ids = (uint32_t)j->p.n_ids;
 	q.u.end_get.ids = j->p.ids;
+	q.u.end_get.salt = j->salt;
 	int rv = gw_link_admin(s, &q, &r); /* q borrowed */
 	if (rv || r.h.type != PROTO_END_OK) {
 		if (rv != -ECONNREFUSED)

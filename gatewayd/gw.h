@@ -5,6 +5,7 @@
  *   main.c     flags, the model's tokenizer and template, the loop, SIGTERM
  *   http.c     h2o on libuv: the listener, the handler, routing, responses
  *   link.c     the NNG links to engined (PAIR1) and cached (REQ)
+ *   auth.c     the admin token, API keys, the tenant's cache salt
  *   params.c   a body read into gw_params (params.h: pure, no HTTP)
  *   admit.c    the admission queue: --inflight at a time, the rest wait,
  *              fair across flows, 503 + Retry-After past --queue-wait-s
@@ -113,7 +114,14 @@ typedef struct gw_cfg {
 	char listen_host[64];
 	int listen_port;
 	char run_dir[256];
-	const char *admin_token; /* NULL: /v1/cache/clear is open */
+	/* NULL: no admin token; clear is refused over HTTP, stats are
+	 * redacted (auth.c) */
+	const char *admin_token;
+	const char *admin_token_file; /* --admin-token-file */
+	const char *api_keys_file;    /* --api-keys-file; NULL: no keys */
+	/* --allowed-hosts: Host names besides IP literals and localhost
+	 * (http.c: DNS rebinding); NULL: none */
+	const char *allowed_hosts;
 	const char *chat_template;
 	char served[256];
 	double engine_wait_s;
@@ -202,7 +210,7 @@ typedef struct gw_metrics {
 	gw_code_count codes[128];
 	int n_codes;
 	uint64_t prompt_tokens, completion_tokens, cached_tokens;
-	uint64_t tier_hits[8];			   /* by proto_tier */
+	uint64_t tier_hits[PROTO_TIER_DISK + 1]; /* by proto_tier */
 	uint64_t ttft_bucket[GW_TTFT_BUCKETS + 1]; /* the last is +Inf */
 	double ttft_sum;
 	uint64_t ttft_count;
@@ -279,6 +287,11 @@ typedef struct gw_job {
 	uint64_t flow;
 	double t_queued;
 	int queued, admitted;
+
+	/* the tenant (auth.c): the API key's salt (0: none) and the salt the
+	 * caches are keyed by (the key's and the body's cache_salt) */
+	uint64_t key_salt, salt;
+	int is_admin; /* the request carries the admin token */
 
 	/* admin work */
 	proto_msg q, reply;
@@ -360,6 +373,7 @@ typedef struct gw_prep {
 	int32_t *ids;
 	size_t n_ids;
 	int opencode;
+	uint64_t salt; /* the turn's cache salt: the run and its answer's */
 	int tried; /* a summary was started for this record */
 	double t_last; /* the last request's arrival or end */
 	uint64_t seq;  /* counts them: a run started before one is dropped */
@@ -376,6 +390,7 @@ typedef struct gw_prep {
 	double t_run;
 	/* the summary being written, then written (ready) */
 	char *r_session;
+	uint64_t r_salt;
 	int32_t *r_ids; /* the continuation */
 	size_t r_n;
 	float r_temperature, r_top_p, r_min_p;
@@ -400,8 +415,18 @@ typedef struct gw_conn {
 	struct gw_srv *s;
 } gw_conn;
 
+/* An API key of --api-keys-file and its tenant's salt. */
+typedef struct gw_key {
+	char *key;
+	size_t len;
+	uint64_t salt;
+} gw_key;
+
 typedef struct gw_srv {
 	gw_cfg cfg;
+	gw_key *keys; /* [n_keys] */
+	uint32_t n_keys;
+	char *admin_token_own; /* read from --admin-token-file */
 	uv_loop_t *loop;
 	h2o_globalconf_t hconf;
 	h2o_context_t hctx;
@@ -440,6 +465,21 @@ typedef struct gw_srv {
 	double pf_rate[GW_PREFILL_SAMPLES];
 	int pf_n, pf_k;
 } gw_srv;
+
+/* auth.c */
+/* Reads --admin-token-file and --api-keys-file. 0 or negative (err). */
+int gw_auth_load(gw_srv *s, char *err);
+void gw_auth_free(gw_srv *s);
+/* 1 when req carries the admin token (none configured: 0). */
+int gw_auth_admin(gw_srv *s, h2o_req_t *req);
+/* 1 when req carries one of the API keys, its tenant's salt in key_salt;
+ * 0 otherwise (no keys configured: 0, key_salt 0). */
+int gw_auth_key(gw_srv *s, h2o_req_t *req, uint64_t *key_salt);
+/* The salt the caches are keyed by: 0 for no key salt and no cache_salt
+ * (cache_salt NULL), else a hash of both, never 0. */
+uint64_t gw_salt(uint64_t key_salt, const char *cache_salt, size_t len);
+/* 401 with WWW-Authenticate, in OpenAI's error shape. */
+void gw_auth_refuse(gw_srv *s, h2o_req_t *req, int route, int admin);
 
 /* http.c */
 int gw_http_start(gw_srv *s, char *err);

@@ -144,6 +144,7 @@ static void prepare_work(uv_work_t *w)
 	if (gw_params_read(&env, j->kind, j->json, j->hdr_session, seed, &j->p,
 			   &j->fail))
 		return;
+	j->salt = gw_salt(j->key_salt, j->p.cache_salt, j->p.cache_salt_len);
 	/* what engined would refuse or run for nothing is a 400 here, never
 	 * a 503 that a client retries forever */
 	if (j->p.n_ids > s->cfg.window) {
@@ -183,6 +184,7 @@ static int send_generate(gw_job *j)
 	g->flags = j->p.ignore_eos ? PROTO_GEN_IGNORE_EOS : 0;
 	g->n_ids = (uint32_t)j->p.n_ids;
 	g->ids = j->p.ids;
+	g->salt = j->salt;
 	if (!j->p.ignore_eos) {
 		g->n_stop = (uint32_t)s->n_stop_ids;
 		g->stop_ids = s->stop_ids;
@@ -342,6 +344,8 @@ int gw_job_start(gw_srv *s, h2o_req_t *req, int kind, int route)
 		 (unsigned long long)(nid * 0x9e3779b97f4a7c15ull ^
 				      (uint64_t)s->started_unix),
 		 (unsigned long long)(nid & 0xffffffffu));
+	j->is_admin = gw_auth_admin(s, req);
+	(void)gw_auth_key(s, req, &j->key_salt);
 	const h2o_iovec_t *h = gw_header(req, "x-session-id");
 	if (h) {
 		j->hdr_session = malloc(h->len + 1);

@@ -31,9 +31,23 @@ static void usage(FILE *f)
 		"(default\n"
 		"                           $XDG_RUNTIME_DIR/moor or "
 		"/tmp/moor-$UID)\n"
-		"  --admin-token T          /v1/cache/clear needs 'Bearer T' "
-		"(or env\n"
-		"                           MOOR_ADMIN_TOKEN)\n"
+		"  --admin-token-file FILE  the admin token: FILE's first "
+		"line (or env\n"
+		"                           MOOR_ADMIN_TOKEN); it opens "
+		"clear, peek,\n"
+		"                           prewarm and the session parts of "
+		"stats\n"
+		"  --api-keys-file FILE     'KEY [TENANT]' a line: the "
+		"inference routes\n"
+		"                           need 'Bearer KEY'; each tenant's "
+		"caches are\n"
+		"                           its own (default: no keys)\n"
+		"  --allowed-hosts LIST     Host names allowed besides IP "
+		"literals and\n"
+		"                           localhost (comma list; .example.com "
+		"matches\n"
+		"                           its subdomains; * any): others get "
+		"403\n"
 		"  --chat-template NAME     qwen3, qwen3.5, qwen3.6, qwen3.8 "
 		"(default:\n"
 		"                           the checkpoint's own)\n"
@@ -213,6 +227,9 @@ int main(int argc, char **argv)
 		O_LISTEN,
 		O_RUN,
 		O_TOKEN,
+		O_TOKEN_FILE,
+		O_KEYS_FILE,
+		O_HOSTS,
 		O_TMPL,
 		O_SERVED,
 		O_WAIT,
@@ -243,6 +260,9 @@ int main(int argc, char **argv)
 	    {"listen", 1, 0, O_LISTEN},
 	    {"run-dir", 1, 0, O_RUN},
 	    {"admin-token", 1, 0, O_TOKEN},
+	    {"admin-token-file", 1, 0, O_TOKEN_FILE},
+	    {"api-keys-file", 1, 0, O_KEYS_FILE},
+	    {"allowed-hosts", 1, 0, O_HOSTS},
 	    {"chat-template", 1, 0, O_TMPL},
 	    {"served-model-name", 1, 0, O_SERVED},
 	    {"engine-wait-s", 1, 0, O_WAIT},
@@ -283,8 +303,26 @@ int main(int argc, char **argv)
 			snprintf(s->cfg.run_dir, sizeof s->cfg.run_dir, "%s",
 				 optarg);
 			break;
-		case O_TOKEN:
-			s->cfg.admin_token = optarg;
+		case O_TOKEN: {
+			/* a token in argv is in ps for every user: kept for
+			 * old scripts, copied, its argv bytes scrubbed */
+			static char tok[4096];
+			snprintf(tok, sizeof tok, "%s", optarg);
+			memset(optarg, 'x', strlen(optarg));
+			s->cfg.admin_token = tok;
+			moor_warn("--admin-token on the command line is visible "
+				  "to every user (ps); use --admin-token-file "
+				  "or MOOR_ADMIN_TOKEN");
+			break;
+		}
+		case O_TOKEN_FILE:
+			s->cfg.admin_token_file = optarg;
+			break;
+		case O_KEYS_FILE:
+			s->cfg.api_keys_file = optarg;
+			break;
+		case O_HOSTS:
+			s->cfg.allowed_hosts = optarg;
 			break;
 		case O_TMPL:
 			s->cfg.chat_template = optarg;
@@ -493,6 +531,10 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (gw_auth_load(s, err)) {
+		moor_err("%s", err);
+		return 2;
+	}
 	if (s->cfg.admin_token && !*s->cfg.admin_token)
 		s->cfg.admin_token = NULL;
 	{
@@ -624,6 +666,7 @@ int main(int argc, char **argv)
 	h2o_config_dispose(&s->hconf);
 	gw_prep_fini(s);
 	gw_tok_free(s->tok);
+	gw_auth_free(s);
 	moor_info("stopped");
 	return 0;
 }

@@ -389,6 +389,17 @@ typedef struct kern_ops {
 	int (*sample)(kern_queue *q, const float *logits, int V,
 		      const kern_sampling *p, uint64_t draw, int32_t *dev_id,
 		      int32_t *host_id);
+
+	/* ---- staging memory (optional: NULL on backends whose upload
+	 * reads any host memory at full speed, or that have none) ---- */
+
+	/* Host memory an upload() reads at the bus's rate (CUDA: pinned,
+	 * cudaHostAlloc), for staging buffers the caller refills: bytes of
+	 * it at *out, page aligned, which the caller frees with
+	 * host_free(). An upload from it is asynchronous, so the caller
+	 * refills it only after the queue's next sync (upload's rule). */
+	int (*host_alloc)(kern_ctx *ctx, size_t bytes, void **out);
+	void (*host_free)(kern_ctx *ctx, void *p); /* safe on NULL */
 } kern_ops;
 
 /* ---- the registry ---- */

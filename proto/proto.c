@@ -517,6 +517,7 @@ static void enc_plan(moor_buf *b, const proto_msg *m)
 	put_u32(b, p->max_tokens);
 	put_u32(b, p->flags);
 	put_i32s(b, p->n_ids, PROTO_MAX_IDS, p->ids);
+	put_u64(b, p->salt);
 }
 
 static void dec_plan(rd *r, proto_msg *m)
@@ -526,6 +527,7 @@ static void dec_plan(rd *r, proto_msg *m)
 	p->max_tokens = get_u32(r);
 	p->flags = get_u32(r);
 	p->ids = get_i32s(r, &p->n_ids, PROTO_MAX_IDS);
+	p->salt = get_u64(r);
 }
 
 static void fini_plan(proto_msg *m)
@@ -653,6 +655,7 @@ static void enc_generate(moor_buf *b, const proto_msg *m)
 	put_i32(b, g->think_close);
 	put_u32(b, g->n_hidden);
 	put_i32s(b, g->n_close, PROTO_MAX_IDS, g->close_ids);
+	put_u64(b, g->salt);
 	if (g->n_hidden > g->n_close)
 		wr_fail(b, MOOR_ERANGE);
 }
@@ -674,6 +677,7 @@ static void dec_generate(rd *r, proto_msg *m)
 	g->think_close = get_i32(r);
 	g->n_hidden = get_u32(r);
 	g->close_ids = get_i32s(r, &g->n_close, PROTO_MAX_IDS);
+	g->salt = get_u64(r);
 	if (!r->err && g->n_hidden > g->n_close)
 		rd_fail(r, MOOR_EFORMAT);
 }
@@ -880,6 +884,7 @@ static void enc_peek(moor_buf *b, const proto_msg *m)
 	const proto_peek *p = &m->u.peek;
 	put_str(b, p->session);
 	put_i32s(b, p->n_ids, PROTO_MAX_IDS, p->ids);
+	put_u64(b, p->salt);
 }
 
 static void dec_peek(rd *r, proto_msg *m)
@@ -887,6 +892,7 @@ static void dec_peek(rd *r, proto_msg *m)
 	proto_peek *p = &m->u.peek;
 	get_str(r, &p->session);
 	p->ids = get_i32s(r, &p->n_ids, PROTO_MAX_IDS);
+	p->salt = get_u64(r);
 }
 
 static void fini_peek(proto_msg *m)
@@ -920,6 +926,7 @@ static void enc_end_get(moor_buf *b, const proto_msg *m)
 	const proto_end_get *p = &m->u.end_get;
 	put_str(b, p->session);
 	put_i32s(b, p->n_ids, PROTO_MAX_IDS, p->ids);
+	put_u64(b, p->salt);
 }
 
 static void dec_end_get(rd *r, proto_msg *m)
@@ -927,6 +934,7 @@ static void dec_end_get(rd *r, proto_msg *m)
 	proto_end_get *p = &m->u.end_get;
 	get_str(r, &p->session);
 	p->ids = get_i32s(r, &p->n_ids, PROTO_MAX_IDS);
+	p->salt = get_u64(r);
 }
 
 static void fini_end_get(proto_msg *m)

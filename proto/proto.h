@@ -28,7 +28,9 @@
 
 #define PROTO_MAGIC 0x524f4f4du /* "MOOR" little-endian */
 /* 2: HELLO_OK names the device arena by kind (shm or a CUDA IPC handle);
- * GENERATE's reasoning budget, COMMIT's marks. */
+ * GENERATE's reasoning budget, COMMIT's marks.
+ * 3: the tenant's cache salt in GENERATE, PLAN, PEEK and END_GET; PROGRESS,
+ * PLAN's SCRATCH flag, the memory level in PLAN_OK and DONE. */
 #define PROTO_VERSION 3
 #define PROTO_HDR_SIZE 24
 /* Largest payload accepted: a 256k-token prompt of ids plus slack. */
@@ -159,7 +161,15 @@ typedef struct proto_plan {
 	uint32_t flags;      /* PROTO_PLAN_* */
 	uint32_t n_ids;
 	int32_t *ids;        /* key_ids of the prompt */
+	uint64_t salt;       /* the tenant's cache salt (PROTO_SALT_NONE) */
 } proto_plan;
+
+/* The cache salt: a tenant's prompts are keyed by it in every cache of
+ * cached (cached/salt.c says how), so two salts never share a cached
+ * token and the same salt shares as before. gatewayd derives it from a
+ * request's cache_salt and its API key's salt; 0 is no salt (the keys of
+ * every cache are the token ids themselves, as before salts). */
+#define PROTO_SALT_NONE 0
 
 enum {
 	PROTO_PLAN_NO_CACHE = 1, /* cold prefill, keep nothing */
@@ -179,6 +189,7 @@ enum proto_tier {
 	PROTO_TIER_STORE = 5,    /* state store snapshot */
 	PROTO_TIER_STASH = 6,    /* guest stash (rows put back) */
 	PROTO_TIER_SPILL = 7,    /* the session spill (NVMe) */
+	PROTO_TIER_DISK = 8,     /* the disk tier (NVMe): a shared head */
 };
 
 typedef struct proto_slot {
@@ -250,6 +261,7 @@ typedef struct proto_generate {
 	uint32_t n_hidden;
 	uint32_t n_close;
 	int32_t *close_ids;
+	uint64_t salt; /* passed to the plan (PROTO_SALT_NONE: none) */
 } proto_generate;
 
 /* GENERATE flags of engined's own, in the high half (the low half is
@@ -316,12 +328,13 @@ typedef struct proto_text { /* STATS_OK: u32 length, <= PROTO_MAX_TEXT */
 
 /* The tiers CLEAR names: the one table cached, moorctl and gatewayd use.
  * "ram" is every RAM cache (the default when none is named), "all" those
- * and the NVMe tiers; "spill" the session spill alone. */
+ * and the NVMe tiers; "spill" the session spill alone, "disk" the disk
+ * tier alone (its files and its cold-line counts). */
 #define PROTO_CLEAR_TIERS                                                     \
 	"ram", "all", "resident", "end", "stash", "pin", "park", "store",     \
-	    "spill"
+	    "spill", "disk"
 #define PROTO_CLEAR_TIER_LIST                                                 \
-	"ram, all, resident, end, stash, pin, park, store, spill"
+	"ram, all, resident, end, stash, pin, park, store, spill, disk"
 /* 1 when t is one of PROTO_CLEAR_TIERS. */
 int proto_clear_tier_ok(const char *t);
 
@@ -336,6 +349,7 @@ typedef struct proto_peek {
 	char *session; /* session key; empty: none */
 	uint32_t n_ids;
 	int32_t *ids;  /* key_ids of the prompt */
+	uint64_t salt; /* as PLAN's */
 } proto_peek;
 
 typedef struct proto_peek_ok {
@@ -360,6 +374,7 @@ typedef struct proto_end_get {
 	char *session;
 	uint32_t n_ids;
 	int32_t *ids;
+	uint64_t salt; /* as PLAN's */
 } proto_end_get;
 
 typedef struct proto_end_ok {

@@ -29,6 +29,7 @@
 #include <fcntl.h>
 
 #include "cache_int.h"
+#include "defer_mover.h"
 #include "dfile.h"
 #include "eng_harness.h"
 
@@ -96,70 +97,6 @@ static void snap_free(snap *s)
 	state_free(&s->st);
 	free(s->anc);
 	free(s->end);
-}
-
-/* A mover with the CUDA mover's semantics on host memory: every copy is
- * queued and done, in order, only at sync() (a stream). A spill that read
- * its staging buffer before a sync, or refilled it before the copies out
- * of it were done, would read or write other bytes, and the bit-for-bit
- * checks below would fail. CPU only (the in-place paths stay CPU). */
-typedef struct dop {
-	int kind; /* 0 copy2d, 1 zero */
-	char *dst;
-	const char *src;
-	size_t dp, sp, w, h;
-} dop;
-typedef struct defer {
-	dop *q;
-	size_t n, cap;
-	uint64_t syncs;
-} defer;
-
-static int d_push(defer *d, dop o)
-{
-	if (d->n == d->cap) {
-		size_t cap = d->cap ? 2 * d->cap : 256;
-		dop *q = realloc(d->q, cap * sizeof *q);
-		if (!q)
-			return -ENOMEM;
-		d->q = q;
-		d->cap = cap;
-	}
-	d->q[d->n++] = o;
-	return 0;
-}
-
-static int d_copy2d(void *ctx, void *dst, size_t dp, const void *src,
-		    size_t sp, size_t w, size_t h)
-{
-	return d_push(ctx, (dop){0, dst, src, dp, sp, w, h});
-}
-
-static int d_copy(void *ctx, void *dst, const void *src, size_t n)
-{
-	return d_copy2d(ctx, dst, n, src, n, n, 1);
-}
-
-static int d_zero(void *ctx, void *dst, size_t n)
-{
-	return d_push(ctx, (dop){1, dst, NULL, n, 0, n, 1});
-}
-
-static int d_sync(void *ctx)
-{
-	defer *d = ctx;
-	for (size_t i = 0; i < d->n; i++) {
-		dop *o = &d->q[i];
-		for (size_t r = 0; r < o->h; r++)
-			if (o->kind)
-				memset(o->dst + r * o->dp, 0, o->w);
-			else
-				memcpy(o->dst + r * o->dp, o->src + r * o->sp,
-				       o->w);
-	}
-	d->n = 0;
-	d->syncs++;
-	return 0;
 }
 
 /* The rows [0, valid) of every view and the live sections of c. */
@@ -246,8 +183,7 @@ int main(void)
 	 * through the deferring mover (on CPU): the staged blocks' sums are
 	 * still the manifest's */
 	defer dq = {0};
-	arena_mover dmv = {.name = "deferred", .ctx = &dq, .copy = d_copy,
-			   .copy2d = d_copy2d, .zero = d_zero, .sync = d_sync};
+	arena_mover dmv = dm_mover(&dq);
 	const arena_mover *mv0 = h2.c->mv;
 	if (!tb_cuda())
 		h2.c->mv = &dmv;

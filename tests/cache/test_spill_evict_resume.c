@@ -13,10 +13,15 @@
  *     spill's saved anchor 896 (below A's taint, so a cold grid prefill's
  *     bits) and equals a cold prefill bit for bit;
  *   - a flipped byte in the entry: the next such prompt is a cold prefill
- *     (a failure costs the entry, never an answer), bit for bit. */
+ *     (a failure costs the entry, never an answer), bit for bit;
+ *   - the mover's ordering (CPU): A's restore from the spill runs through
+ *     a mover that does its copies only at sync(), like the CUDA one, and
+ *     still equals the unevicted cache bit for bit (a staging buffer
+ *     refilled before the copies out of it were done would not). */
 #include <fcntl.h>
 
 #include "cache_int.h"
+#include "defer_mover.h"
 #include "dfile.h"
 #include "eng_harness.h"
 
@@ -61,7 +66,19 @@ int main(void)
 
 	int32_t *P = h_cat(A, 1300, ans, 6);
 	int32_t *P2 = h_cat(P, 1306, N, 60);
+	/* on CPU through a mover that, like the CUDA one, copies only at
+	 * sync: the restore must wait for a block's copies out of its
+	 * staging buffer before it reads the next block into it */
+	defer dq = {0};
+	arena_mover dmv = dm_mover(&dq);
+	const arena_mover *mv0 = h.c->mv;
+	if (!tb_cuda())
+		h.c->mv = &dmv;
 	REQUIRE(h_turn_run(&h, P2, 1366, "a", 6, &t) == 0, "A again");
+	/* the sync cached's reply to the COMMIT makes, before the swap back */
+	REQUIRE(cache_sync(h.c) == 0, "sync");
+	h.c->mv = mv0;
+	free(dq.q);
 	CHECK(t.plan.tier == CACHE_TIER_SPILL && t.plan.start == 1305,
 	      "A's next turn resumes from the spill at 1305: %s at %llu",
 	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start);

@@ -37,5 +37,17 @@ if ! "$engined" --model "$golden/f32_untied" --prompt-ids 1 --max-tokens 1 --bac
 	err=$("$engined" --model "$tiny" --prompt-ids 1 --backend cuda 2>&1 >/dev/null); rc=$?
 	check "--backend cuda without CUDA: one clear line, exit 2" '[ $rc -eq 2 ] && echo "$err" | grep -q "backend cuda: "'
 fi
+# --load-format dummy: a directory of config.json alone loads (seeded
+# weights), twice the same ids; a checkpoint's own weights give others
+dd=$(mktemp -d /tmp/moor-cli-XXXXXX)
+cp "$tiny/config.json" "$dd/"
+d1=$("$engined" --model "$dd" --prompt-ids 9707,11,1879,0 --max-tokens 6 --ignore-eos --load-format dummy 2>/dev/null)
+d2=$("$engined" --model "$dd" --prompt-ids 9707,11,1879,0 --max-tokens 6 --ignore-eos --load-format dummy --threads 2 2>/dev/null)
+check "--load-format dummy: ids '$d1' then '$d2'" '[ "$(echo "$d1" | wc -w)" -eq 6 ] && [ "$d1" = "$d2" ] && [ "$d1" != "$a" ]'
+err=$("$engined" --model "$dd" --prompt-ids 1 2>&1 >/dev/null); rc=$?
+check "config.json alone without --load-format dummy: refused" '[ $rc -ne 0 ]'
+err=$("$engined" --model "$dd" --prompt-ids 1 --load-format bogus 2>&1 >/dev/null); rc=$?
+check "--load-format bogus: refused" '[ $rc -eq 2 ] && echo "$err" | grep -q "expected auto, safetensors or dummy"'
+rm -rf "$dd"
 [ $fail -eq 0 ] && echo "test_engined_cli: ok"
 exit $fail

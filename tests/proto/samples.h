@@ -171,6 +171,7 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 		p->flags = size == S_ONE ? PROTO_PLAN_NO_CACHE : 0;
 		p->n_ids = count_for(size, 1000, 1u << 19);
 		p->ids = sample_i32s(p->n_ids);
+		p->salt = size == S_EMPTY ? 0 : rnd();
 		break;
 	}
 	case PROTO_PLAN_OK: {
@@ -221,6 +222,7 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 		g->ids = sample_i32s(g->n_ids);
 		g->n_stop = count_for(size, 3, 1u << 16);
 		g->stop_ids = sample_i32s(g->n_stop);
+		g->salt = size == S_EMPTY ? 0 : rnd();
 		break;
 	}
 	case PROTO_STEP: {
@@ -273,6 +275,7 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 		m->u.peek.session = sample_str(size);
 		m->u.peek.n_ids = count_for(size, 1000, 1u << 19);
 		m->u.peek.ids = sample_i32s(m->u.peek.n_ids);
+		m->u.peek.salt = size == S_EMPTY ? 0 : rnd();
 		break;
 	case PROTO_PEEK_OK: {
 		proto_peek_ok *p = &m->u.peek_ok;
@@ -379,6 +382,7 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 		DIFF(x->flags == y->flags, "plan.flags");
 		DIFF(x->n_ids == y->n_ids, "plan.n_ids");
 		DIFF(ARR_EQ(x->n_ids, x->ids, y->ids), "plan.ids");
+		DIFF(x->salt == y->salt, "plan.salt");
 		break;
 	}
 	case PROTO_PLAN_OK: {
@@ -423,6 +427,7 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 		DIFF(ARR_EQ(x->n_ids, x->ids, y->ids), "gen.ids");
 		DIFF(x->n_stop == y->n_stop, "gen.n_stop");
 		DIFF(ARR_EQ(x->n_stop, x->stop_ids, y->stop_ids), "stop_ids");
+		DIFF(x->salt == y->salt, "gen.salt");
 		break;
 	}
 	case PROTO_STEP:
@@ -478,6 +483,7 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 		DIFF(str_eq(x->session, y->session), "peek.session");
 		DIFF(x->n_ids == y->n_ids, "peek.n_ids");
 		DIFF(ARR_EQ(x->n_ids, x->ids, y->ids), "peek.ids");
+		DIFF(x->salt == y->salt, "peek.salt");
 		break;
 	}
 	case PROTO_PEEK_OK: {
