@@ -2,12 +2,14 @@
  * memcpy mover (arena.h). */
 #include "arena.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "moor.h"
@@ -27,6 +29,13 @@ struct arena {
 	void *base;
 	uint64_t size;
 	int owner;
+	/* the owner's shm descriptor (-1: none): blocks are reserved with
+	 * posix_fallocate as they are allocated and, with punch, the whole
+	 * pages of freed extents go back to the filesystem */
+	int fd;
+	int punch;
+	uint64_t returned; /* bytes given back by hole punching */
+	uint64_t refused;  /* blocks the filesystem had no room for */
 	/* arena_adopt: memory allocated elsewhere (no shm object), given
 	 * back by ext_release(ext_ctx) at arena_close */
 	void (*ext_release)(void *ctx);
@@ -105,6 +114,7 @@ static int arena_open(const char *name, uint64_t size, int create, arena **out,
 	if (!a)
 		return -ENOMEM;
 	snprintf(a->name, sizeof a->name, "%s", name);
+	a->fd = -1;
 	int fd =
 	    shm_open(name, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
 	if (fd < 0) {
@@ -150,12 +160,19 @@ static int arena_open(const char *name, uint64_t size, int create, arena **out,
 			a->size = size;
 		}
 	}
-	close(fd);
+	if (!rc && a->owner) {
+		a->fd = fd;
+		a->punch = 1;
+	} else {
+		close(fd);
+	}
 	if (!rc && a->owner)
 		rc = ext_insert(&a->free_, 0, (extent){0, size});
 	if (rc) {
 		if (a->base)
 			munmap(a->base, (size_t)a->size);
+		if (a->fd >= 0)
+			close(a->fd);
 		if (create)
 			shm_unlink(name);
 		free(a->free_.v);
@@ -190,6 +207,7 @@ int arena_adopt(const char *name, void *base, uint64_t size,
 	if (!a)
 		return -ENOMEM;
 	snprintf(a->name, sizeof a->name, "%s", name ? name : "");
+	a->fd = -1;
 	a->base = base;
 	a->size = size;
 	a->owner = 1;
@@ -218,6 +236,8 @@ void arena_close(arena *a)
 	} else {
 		if (a->base)
 			munmap(a->base, (size_t)a->size);
+		if (a->fd >= 0)
+			close(a->fd);
 		if (a->owner)
 			shm_unlink(a->name);
 	}
@@ -259,6 +279,17 @@ int arena_alloc(arena *a, uint64_t bytes, uint64_t *off)
 		if (f->size < need)
 			continue;
 		extent blk = {f->off, need};
+		/* the filesystem's pages first: a full /dev/shm is this
+		 * block refused, never a SIGBUS when it is first written */
+		if (a->fd >= 0) {
+			int e = posix_fallocate(a->fd, (off_t)blk.off,
+						(off_t)need);
+			if (e) {
+				a->refused++;
+				return e == ENOSPC || e == EFBIG ? MOOR_ENOSPACE
+								 : -e;
+			}
+		}
 		uint32_t at = ext_lower(&a->used_, blk.off);
 		rc = ext_insert(&a->used_, at, blk);
 		if (rc)
@@ -306,6 +337,53 @@ void arena_release(arena *a, uint64_t off)
 		int rc = ext_insert(&a->free_, i, b); /* room reserved */
 		MOOR_ASSERT(rc == 0);
 	}
+	if (a->fd >= 0 && a->punch) {
+		/* the whole pages of the free extent that holds b go back:
+		 * blocks are 64-byte aligned, so a page at either end may
+		 * still hold a neighbour's bytes and is kept */
+		uint32_t k = ext_lower(&a->free_, b.off + 1) - 1;
+		const extent *f = &a->free_.v[k];
+		uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+		uint64_t lo = (f->off + pg - 1) / pg * pg,
+			 hi = (f->off + f->size) / pg * pg;
+		uint64_t blo = b.off / pg * pg,
+			 bhi = (b.off + b.size + pg - 1) / pg * pg;
+		if (lo < blo)
+			lo = blo;
+		if (hi > bhi)
+			hi = bhi;
+		if (hi > lo &&
+		    fallocate(a->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			      (off_t)lo, (off_t)(hi - lo)) == 0)
+			a->returned += hi - lo;
+	}
+}
+
+void arena_set_punch(arena *a, int on)
+{
+	a->punch = on;
+}
+
+uint64_t arena_returned(const arena *a)
+{
+	return a->returned;
+}
+
+uint64_t arena_refused(const arena *a)
+{
+	return a->refused;
+}
+
+int arena_shm_room(uint64_t *fs_free, uint64_t *fs_size, uint64_t *ram)
+{
+	struct statvfs v;
+	if (statvfs("/dev/shm", &v))
+		return -errno;
+	*fs_free = (uint64_t)v.f_bavail * v.f_frsize;
+	*fs_size = (uint64_t)v.f_blocks * v.f_frsize;
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	*ram = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+	return 0;
 }
 
 uint64_t arena_used(const arena *a)

@@ -30,7 +30,13 @@
  * before COMMIT and ABORT (proto.h).
  *
  * Sizes are bytes. The tmpfs object is sparse: ftruncate reserves nothing,
- * pages are taken when first touched.
+ * and a page first touched when the filesystem is full is a SIGBUS in
+ * whichever process touches it. So the owner reserves every block's pages
+ * as it allocates it (posix_fallocate: a full /dev/shm makes arena_alloc
+ * fail with MOOR_ENOSPACE, a cache refused, never a signal), and gives the
+ * whole pages of what it releases back (fallocate PUNCH_HOLE; not for an
+ * arena registered for DMA, arena_set_punch). Nothing outside allocated
+ * blocks is ever written, by the owner or a peer.
  */
 #ifndef ARENA_H
 #define ARENA_H
@@ -76,6 +82,17 @@ uint64_t arena_used(const arena *a);
 uint64_t arena_largest_free(const arena *a);
 uint32_t arena_blocks(const arena *a);
 uint64_t arena_block_size(const arena *a, uint64_t off);
+
+/* Whether released pages go back to the filesystem (default on for a shm
+ * owner). Off for memory registered with the GPU (cudaHostRegister): the
+ * DMA mapping keeps the old pages, the process would see new ones. */
+void arena_set_punch(arena *a, int on);
+/* Bytes given back so far; blocks refused for want of filesystem room. */
+uint64_t arena_returned(const arena *a);
+uint64_t arena_refused(const arena *a);
+/* The shm filesystem's room (/dev/shm: free and total bytes, statvfs) and
+ * the machine's memory. 0 or -errno. */
+int arena_shm_room(uint64_t *fs_free, uint64_t *fs_size, uint64_t *ram);
 
 /* ---- the mover ---- */
 

@@ -43,6 +43,14 @@ void cache_cfg_defaults(cache_cfg *c)
 	c->spill_codec = 1;
 	c->spill_min_tokens = 16384;
 	c->codec_threads = 8;
+	c->disk_on = 1;
+	c->disk_bytes = 16 * GiB;
+	c->disk_days = 7;
+	c->disk_min_free = 50 * GiB;
+	c->disk_admit_after = 2;
+	c->disk_head_anchors = 4;
+	c->disk_min_tokens = 4096;
+	c->prefill_tps = 740;
 }
 
 /* ---- layout ---- */
@@ -305,8 +313,8 @@ const char *cache_tier_name(int tier)
 {
 	static const char *const names[] = {"none",  "resident", "end",
 					    "pin",   "park",	 "store",
-					    "stash", "spill"};
-	if (tier < 0 || tier > CACHE_TIER_SPILL)
+					    "stash", "spill", "disk"};
+	if (tier < 0 || tier > CACHE_TIER_DISK)
 		return "unknown";
 	return names[tier];
 }
@@ -345,6 +353,9 @@ int cache_new(const cache_cfg *cfg, cache **out, char *err)
 		rc = arena_create(name, round_up(cfg->host_bytes, ARENA_ALIGN),
 				  &c->host, err);
 	}
+	/* the CUDA mover registers the host arena for DMA: its pages stay */
+	if (!rc && cfg->dev_cuda >= 0)
+		arena_set_punch(c->host, 0);
 	if (!rc && cfg->dev_cuda >= 0 &&
 	    (rc = arena_cuda_mover_new(cfg->dev_cuda, c->host, &c->mv_own,
 				       err)) == 0)
@@ -352,6 +363,8 @@ int cache_new(const cache_cfg *cfg, cache **out, char *err)
 	c->spill.dfd = -1;
 	if (!rc)
 		rc = spill_open(c, err);
+	if (!rc)
+		rc = disk_open(c, err);
 	if (rc) {
 		cache_free(c);
 		return rc;
@@ -383,6 +396,7 @@ static void layout_release(cache *c)
 {
 	if (!c->have_layout)
 		return;
+	disk_detach(c); /* its writer reads the live rows */
 	drop_all(c);
 	for (uint32_t i = 0; i < c->lay->n_sections; i++)
 		if (c->sec_off[i] != UINT64_MAX)
@@ -410,6 +424,7 @@ void cache_free(cache *c)
 	if (!c)
 		return;
 	layout_release(c);
+	disk_close(c);
 	spill_close(c);
 	free(c->anc);
 	free(c->mk);
@@ -597,6 +612,7 @@ int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 	/* a drained conversation of this fingerprint and layout comes back
 	 * into the live buffers (a failure costs the entry, not the hello) */
 	(void)spill_read_back(c);
+	disk_attach(c);
 	hello_fill(c, out, 0);
 	return 0;
 }
@@ -641,7 +657,7 @@ char *cache_stats_json(cache *c)
 	SETI(r, "commits", k->commits);
 	SETI(r, "aborts", k->aborts);
 	json_t *tiers = json_object();
-	for (int t = 0; t <= CACHE_TIER_SPILL; t++)
+	for (int t = 0; t <= CACHE_TIER_DISK; t++)
 		SETI(tiers, cache_tier_name(t), k->tier_hits[t]);
 	json_object_set_new(r, "tiers", tiers);
 
@@ -768,6 +784,7 @@ char *cache_stats_json(cache *c)
 				    json_real(c->spill.last_restore_ms));
 	}
 	json_object_set_new(r, "spill", o);
+	json_object_set_new(r, "disk", disk_stats_json(c));
 
 	o = json_object();
 	static const char *const lvn[LV_N] = {"store", "anchors", "end",
@@ -793,6 +810,11 @@ char *cache_stats_json(cache *c)
 	SETI(o, "dev_size", arena_size(c->dev));
 	SETI(o, "host_used", arena_used(c->host));
 	SETI(o, "host_size", arena_size(c->host));
+	/* shm pages given back by released blocks; blocks the filesystem
+	 * had no room for (refused, never a SIGBUS: arena.h) */
+	SETI(o, "shm_returned",
+	     arena_returned(c->dev) + arena_returned(c->host));
+	SETI(o, "shm_refused", arena_refused(c->dev) + arena_refused(c->host));
 	json_object_set_new(r, "memory", o);
 
 	char *s = json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -809,11 +831,13 @@ int cache_clear(cache *c, const char *tier)
 	if (!all && strcmp(tier, "resident") && strcmp(tier, "end") &&
 	    strcmp(tier, "stash") && strcmp(tier, "pin") &&
 	    strcmp(tier, "park") && strcmp(tier, "store") &&
-	    strcmp(tier, "spill"))
+	    strcmp(tier, "spill") && strcmp(tier, "disk"))
 		return MOOR_ERANGE;
 	if (!strcmp(tier, "all") || !strcmp(tier, "spill"))
 		(void)spill_clear(c);
-	if (!strcmp(tier, "spill"))
+	if (!strcmp(tier, "all") || !strcmp(tier, "disk"))
+		(void)disk_clear(c);
+	if (!strcmp(tier, "spill") || !strcmp(tier, "disk"))
 		return 0;
 	if (!c->have_layout)
 		return 0;
@@ -834,7 +858,7 @@ int cache_clear(cache *c, const char *tier)
 		end_release(c);
 		if (c->stash.have)
 			stash_drop(c);
-		if (!c->t.active || c->t.guest) {
+		if (!c->t.active || c->t.guest || c->t.scratch) {
 			c->valid = 0;
 			c->n_mk = 0;
 			c->taint = NO_TAINT;

@@ -156,6 +156,17 @@ typedef struct cache_cfg {
 				    * eviction writes a conversation this long
 				    * that the park cannot hold whole */
 	uint32_t codec_threads;  /* the codec's threads: 8 */
+	/* the disk tier (disk.c): DIR/disk under spill_dir */
+	int disk_on;             /* --disk-cache on|off: on with a dir */
+	uint64_t disk_bytes;     /* --disk-cache-gb 16 */
+	uint32_t disk_days;      /* an anchor unused this long goes: 7 */
+	uint64_t disk_min_free;  /* --disk-cache-min-free-gb 50: the free
+				  * space the tier leaves the file system */
+	uint32_t disk_admit_after; /* a line counted this often cold: 2 */
+	uint32_t disk_head_anchors; /* a session's first long request: 4 */
+	uint32_t disk_min_tokens;   /* shorter prompts write nothing: 4096 */
+	uint32_t prefill_tps;    /* the engine's prefill rate until cached
+				  * measures one (tokens/s): 740 */
 	int unified;             /* both arenas are one memory (the CPU
 				  * backend, a unified-memory board): the
 				  * memory limits count the host arena too;
@@ -211,6 +222,7 @@ enum cache_tier {
 	CACHE_TIER_STORE = 5,
 	CACHE_TIER_STASH = 6,
 	CACHE_TIER_SPILL = 7, /* a conversation read back from the spill */
+	CACHE_TIER_DISK = 8,  /* the disk tier: a shared head's chunks */
 };
 const char *cache_tier_name(int tier);
 
@@ -235,6 +247,11 @@ typedef struct cache_plan_out {
 	uint64_t taint;
 	int tier;
 	int guest;
+	/* the memory level after the plan: bytes the caches and the live
+	 * buffers hold (the memory policy's count), and the cache units
+	 * given back to fit this prefill */
+	uint64_t mem_held;
+	uint32_t mem_shed;
 	uint32_t n_slots;
 	cache_slot slots[CACHE_MAX_SLOTS];
 } cache_plan_out;
@@ -272,6 +289,21 @@ typedef struct cache_peek_out {
 
 int cache_peek(cache *c, const cache_req *req, cache_peek_out *out,
 	       char *err);
+
+/* A run in scratch rows (the compaction preparer, the seed's "writes it
+ * ahead"): ids must hold the resident ids up to the end anchor, which must
+ * be where the rows in place end (no turn in flight, no guest stash out),
+ * and go past it. The end anchor's sections are copied into the live
+ * sections and the engine computes from there into rows at and past the
+ * end, which no cache holds; no slot is reserved and nothing is counted.
+ * The cache_commit or cache_abort that ends it (or the next cache_plan,
+ * or the drain) only closes it: the resident ids, rows [0, valid), the
+ * anchors, the end anchor, every other cache and the counters are as they
+ * were (the live sections are not: every plan restores them from its
+ * source). MOOR_ERANGE (err says why) when the ids do not extend the end
+ * anchor or a turn is in flight. */
+int cache_scratch_plan(cache *c, const cache_req *req, cache_plan_out *out,
+		       char *err);
 
 enum { CACHE_MARK_GEN = 1, CACHE_MARK_HIDDEN = 2 };
 typedef struct cache_mark {
@@ -330,10 +362,15 @@ void cache_end_get(cache *c, const int32_t *ids, uint64_t n,
  * spill is off or nothing is resident. */
 int cache_drain(cache *c, char *err);
 
+/* Waits until the disk tier's writer has written (or dropped) every job
+ * queued so far (tests; the daemon's drain). 0 when the tier is off. */
+int cache_disk_wait(cache *c);
+
 /* Counters and bytes of every cache as one JSON object (heap string). */
 char *cache_stats_json(cache *c);
-/* tier: "all", "resident", "end", "stash", "pin", "park", "store",
- * "spill" ("all" is every RAM cache: the spill is cleared by name). */
+/* tier: "ram" (every RAM cache), "all" (those, the spill and the disk
+ * tier), "resident", "end", "stash", "pin", "park", "store", "spill",
+ * "disk" (its files and its cold-line counts). */
 int cache_clear(cache *c, const char *tier);
 
 /* Strided row copy of one view between two buffers laid out as the live

@@ -96,10 +96,12 @@ typedef struct tslot {
 	uint64_t line, off;
 	int anchor; /* becomes a resident anchor at commit */
 	int store;  /* the prefix snapshot's sections */
+	int disk;   /* the disk tier's: staged at commit (disk.c) */
 } tslot;
 
 typedef struct turn {
 	int active, guest, no_cache;
+	int scratch; /* cache_scratch_plan's: its end changes nothing */
 	int32_t *ids; /* [window] */
 	uint64_t n;
 	char *session;
@@ -118,7 +120,7 @@ enum { LV_STORE = 0, LV_ANCHORS, LV_END, LV_STASH, LV_PARK, LV_PIN, LV_N };
 
 typedef struct cache_counters {
 	uint64_t plans, commits, aborts, refused, cold;
-	uint64_t tier_hits[8];
+	uint64_t tier_hits[CACHE_TIER_DISK + 1];
 	/* resident */
 	uint64_t res_hits, res_misses, anchors_made, evictions, tokens_saved;
 	/* end */
@@ -203,6 +205,8 @@ struct cache {
 			    evict_saves, hits, hit_failed;
 		} k;
 	} spill;
+
+	struct disk_tier *disk; /* disk.c; NULL: off */
 };
 
 /* ---- cache.c: byte movement between live buffers and arena memory ---- */
@@ -375,6 +379,50 @@ const char *spill_ent_name(cache *c, int i);
  * written (it is then not parked). */
 int spill_evict(cache *c, uint64_t base);
 void spill_stats(cache *c, uint64_t *entries, uint64_t *bytes);
+
+/* The layout's digest: what a stored byte's meaning depends on (the
+ * sections' and views' names, shapes and dtypes, the grid), for a file
+ * format of version v (spill.c). */
+uint64_t tier_layout_digest(const cache_layout *l, uint32_t v);
+
+/* ---- disk.c: the disk tier (its essay at the top of disk.c) ---- */
+/* Opens DIR/disk and its index (cfg.spill_dir; nothing when empty or
+ * cfg.disk_on is 0), sweeps .tmp files and files the index does not name,
+ * starts the writer thread. */
+int disk_open(cache *c, char *err);
+/* Waits for the writer's queue (fenced at 0: nothing more is copied),
+ * stops the thread, closes the index. Safe when off. */
+void disk_close(cache *c);
+/* After the live buffers are carved for a new layout: sweeps the files of
+ * another fingerprint or layout (the counts stay). disk_detach before the
+ * layout goes (the queue is fenced at 0 and waited for). */
+void disk_attach(cache *c);
+void disk_detach(cache *c);
+/* A plan may write rows from `line` on: the writer copies no chunk at or
+ * above it from now on (one being copied is waited for). */
+void disk_fence(cache *c, uint64_t line);
+/* Which of the plan's new lines (ascending, in (start, n]) get a slot for
+ * the disk (want[j] = 1); counts the lines. c->ph holds the prompt's
+ * chain hashes. */
+void disk_plan(cache *c, const turn *t, const uint64_t *lines, uint32_t n,
+	       int *want);
+/* At the commit, before the slots go: the filled disk slots' sections to
+ * staging, the job queued for the writer. */
+void disk_commit(cache *c, const turn *t, uint32_t n_filled);
+/* The planner's offer: 1 and *start when an anchor line above `ram`
+ * (what RAM and the spill offer) is on the disk with every chunk above the
+ * clean rows in place (k) and its read costs less than the prefill it
+ * saves. c->ph holds the prompt's chain hashes. */
+int disk_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
+	       uint64_t k, uint64_t *start);
+/* Reads the chunks above k and the anchor at s into the live buffers,
+ * every id and checksum checked first; the anchor becomes a resident
+ * anchor. A failure deletes the file (MOOR_EFORMAT, ETRUNC, -errno). */
+int disk_restore(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
+		 uint64_t limit);
+uint64_t disk_restore_bytes(cache *c, uint64_t k, uint64_t s);
+int disk_clear(cache *c);
+struct json_t *disk_stats_json(cache *c);
 
 /* ---- planner.c ---- */
 void turn_abort(cache *c, uint32_t n_filled, uint64_t valid);

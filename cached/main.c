@@ -69,6 +69,7 @@
 #include "moor.h"
 #include "net.h"
 #include "proto.h"
+#include "salt.h"
 #include "util.h"
 
 /* ===================================================================== */
@@ -94,15 +95,20 @@ typedef struct cd {
 	uint8_t fp[32];
 	int have_fp;
 	int plan_open;
+	int plan_scratch; /* the open plan is a scratch run's */
 	uint64_t plan_start;
+	uint64_t plan_n, plan_salt; /* the open plan's prompt, its salt */
+	char salted_session[PROTO_MAX_STR + 20];
 
 	/* --device, --gpu; whether --unified was given */
 	const char *dev_mode;
 	uint32_t gpu;
 	int unified_set;
+	int dev_gb_set, host_gb_set; /* the arena sizes were given */
 
 	/* counters */
 	uint64_t n_msgs, n_errors, n_hello, n_plan, n_commit, n_abort, n_peek;
+	uint64_t n_scratch; /* scratch runs planned (the compaction preparer) */
 
 	/* big scratch, carved once */
 	cache_layout lay;
@@ -380,23 +386,35 @@ static void on_plan(cd *d, uint32_t pipe, const proto_msg *m)
 		return;
 	const proto_plan *p = &m->u.plan;
 	close_open_plan(d, "PLAN with a plan open");
+	/* the decoded ids are this handler's own: salted in place */
+	cache_salt_ids(p->ids, p->n_ids, 0, p->salt);
 	cache_req q = {
 	    .ids = p->ids,
 	    .n = p->n_ids,
-	    .session = p->session,
+	    .session = cache_salt_session(p->session, p->salt,
+					  d->salted_session,
+					  sizeof d->salted_session),
 	    .max_tokens = p->max_tokens,
 	    .no_cache = (p->flags & PROTO_PLAN_NO_CACHE) != 0,
 	};
 	char why[MOOR_ERRLEN] = "";
-	int rc = cache_plan(d->c, &q, &d->po, why);
+	int scratch = (p->flags & PROTO_PLAN_SCRATCH) != 0;
+	int rc = scratch ? cache_scratch_plan(d->c, &q, &d->po, why)
+			 : cache_plan(d->c, &q, &d->po, why);
 	if (rc) {
 		reply_err(d, SOCK_ENG, m->h.req, rc, "PLAN of %u tokens: %s",
 			  p->n_ids, why[0] ? why : moor_strerror(rc));
 		return;
 	}
-	d->n_plan++;
+	if (scratch)
+		d->n_scratch++;
+	else
+		d->n_plan++;
+	d->plan_scratch = scratch;
 	d->plan_open = 1;
 	d->plan_start = d->po.start;
+	d->plan_n = p->n_ids;
+	d->plan_salt = p->salt;
 	uint32_t ns = d->po.n_slots;
 	if (ns > PROTO_MAX_SLOTS)
 		ns = PROTO_MAX_SLOTS;
@@ -411,6 +429,9 @@ static void on_plan(cd *d, uint32_t pipe, const proto_msg *m)
 	r.u.plan_ok.cached = d->po.start;
 	r.u.plan_ok.taint = d->po.taint;
 	r.u.plan_ok.tier = (uint32_t)d->po.tier;
+	r.u.plan_ok.mem_held = d->po.mem_held;
+	r.u.plan_ok.mem_ceiling = d->cfg.mem_ceiling;
+	r.u.plan_ok.mem_shed = d->po.mem_shed;
 	r.u.plan_ok.n_slots = ns;
 	r.u.plan_ok.slots = d->slots;
 	moor_debug("plan: %u tokens, start %llu (%s), %u slots", p->n_ids,
@@ -437,6 +458,8 @@ static void on_commit(cd *d, uint32_t pipe, const proto_msg *m)
 			hid[nh++] = (cache_mark){c->marks[i].start,
 						 c->marks[i].len,
 						 CACHE_MARK_HIDDEN};
+	/* the generated ids follow the prompt's: salted at their positions */
+	cache_salt_ids(c->ids, c->n_ids, d->plan_n, d->plan_salt);
 	int rc = cache_commit_marks(d->c, c->n_filled, c->ids, c->n_ids,
 				    hid, nh);
 	if (rc) {
@@ -444,7 +467,8 @@ static void on_commit(cd *d, uint32_t pipe, const proto_msg *m)
 			  moor_strerror(rc));
 		return;
 	}
-	d->n_commit++;
+	if (!d->plan_scratch)
+		d->n_commit++;
 	reply_ok(d, SOCK_ENG, m->h.req);
 }
 
@@ -464,7 +488,8 @@ static void on_abort(cd *d, uint32_t pipe, const proto_msg *m)
 			  moor_strerror(rc));
 		return;
 	}
-	d->n_abort++;
+	if (!d->plan_scratch)
+		d->n_abort++;
 	reply_ok(d, SOCK_ENG, m->h.req);
 }
 
@@ -493,7 +518,7 @@ static void on_stats(cd *d, const proto_msg *m)
 	json_object_set_new(
 	    o, "daemon",
 	    json_pack("{s:i, s:s, s:f, s:b, s:i, s:s, s:b, s:I, s:I, s:I, "
-		      "s:I, s:I, s:I, s:I}",
+		      "s:I, s:I, s:I, s:I, s:I}",
 		      "pid", (int)getpid(), "run_dir", d->run_dir, "uptime_s",
 		      moor_now() - d->t_start, "engine", d->eng_pipe != 0,
 		      "engine_pid", (int)d->eng_pid, "fingerprint", fh,
@@ -502,7 +527,8 @@ static void on_stats(cd *d, const proto_msg *m)
 		      "hello", (json_int_t)d->n_hello, "plan",
 		      (json_int_t)d->n_plan, "commit", (json_int_t)d->n_commit,
 		      "abort", (json_int_t)d->n_abort, "peek",
-		      (json_int_t)d->n_peek));
+		      (json_int_t)d->n_peek, "scratch",
+		      (json_int_t)d->n_scratch));
 	int seen = d->n_hello > 0;
 	json_object_set_new(
 	    o, "engine",
@@ -560,18 +586,38 @@ static void on_end_get(cd *d, const proto_msg *m)
 {
 	const proto_end_get *p = &m->u.end_get;
 	cache_end_out o;
+	cache_salt_ids(p->ids, p->n_ids, 0, p->salt);
 	cache_end_get(d->c, p->ids, p->n_ids, &o);
 	proto_msg r = {0};
 	r.h.type = PROTO_END_OK;
 	r.h.req = m->h.req;
 	proto_end_ok *e = &r.u.end_ok;
 	proto_mark *mk = NULL;
+	int32_t *ids = NULL;
+	/* a copy that shares not even its first id with the record is
+	 * another conversation's copy, and with salts another tenant's: the
+	 * record's ids are not handed over (salted, they would come back as
+	 * ids of no vocabulary) */
+	if (o.tier != CACHE_TIER_NONE && o.common == 0)
+		o.tier = CACHE_TIER_NONE;
 	if (o.tier != CACHE_TIER_NONE) {
 		e->tier = (uint32_t)o.tier;
 		e->common = o.common;
 		e->end = o.end;
 		e->n_ids = (uint32_t)(o.end - o.common);
 		e->ids = (int32_t *)o.rows + o.common;
+		if (p->salt && e->n_ids) {
+			/* the rows' ids go back as the gateway's tokens */
+			ids = malloc((size_t)e->n_ids * sizeof *ids);
+			if (!ids) {
+				reply_err(d, SOCK_ADMIN, m->h.req, -ENOMEM,
+					  "END_GET: no memory");
+				return;
+			}
+			memcpy(ids, e->ids, (size_t)e->n_ids * sizeof *ids);
+			cache_salt_ids(ids, e->n_ids, o.common, p->salt);
+			e->ids = ids;
+		}
 		mk = o.n_marks ? calloc(o.n_marks, sizeof *mk) : NULL;
 		for (uint32_t i = 0; mk && i < o.n_marks; i++)
 			mk[i] = (proto_mark){o.marks[i].start, o.marks[i].len,
@@ -581,15 +627,19 @@ static void on_end_get(cd *d, const proto_msg *m)
 	}
 	send_msg(d, SOCK_ADMIN, &r);
 	free(mk);
+	free(ids);
 }
 
 static void on_peek(cd *d, const proto_msg *m)
 {
 	const proto_peek *p = &m->u.peek;
+	cache_salt_ids(p->ids, p->n_ids, 0, p->salt);
 	cache_req q = {
 	    .ids = p->ids,
 	    .n = p->n_ids,
-	    .session = p->session,
+	    .session = cache_salt_session(p->session, p->salt,
+					  d->salted_session,
+					  sizeof d->salted_session),
 	    .max_tokens = 0,
 	    .no_cache = 0,
 	};
@@ -785,12 +835,12 @@ static int sock_open(cd *d, int w)
 	nng_socket_set_size(d->sock[w], NNG_OPT_RECVMAXSZ,
 			    4 * ((size_t)PROTO_HDR_SIZE + PROTO_MAX_PAYLOAD));
 	nng_socket_set_ms(d->sock[w], NNG_OPT_SENDTIMEO, 5000);
-	rv = nng_listen(d->sock[w], d->url[w], NULL, 0);
+	/* the socket file is 0600 from its creation (no chmod after) */
+	rv = proto_listen_private(d->sock[w], d->url[w]);
 	if (rv) {
-		moor_err("listen %s: %s", d->url[w], nng_strerror(rv));
-		return proto_nng_err(rv);
+		moor_err("listen %s: %s", d->url[w], moor_strerror(rv));
+		return rv;
 	}
-	chmod(d->path[w], 0600);
 	return 0;
 }
 
@@ -868,6 +918,10 @@ static void usage(FILE *f)
 	    "arenas and memory (GiB, fractions allowed):\n"
 	    "  --device-gb G  --host-gb G  --mem-ceiling-gb G  "
 	    "--mem-peak-gb G\n"
+	    "      the arenas (24 and 12 GiB) must fit /dev/shm and the "
+	    "memory: sizes given\n"
+	    "      that do not are refused; defaults that do not are sized "
+	    "to half the room\n"
 	    "resident prefix:\n"
 	    "  --resident-gb G (2.5)  --resident-keep N (4)  --pin-every N "
 	    "(4096)  --pin-upto N (32768)\n"
@@ -898,6 +952,14 @@ static void usage(FILE *f)
 	    "--session-spill-min-tokens N (16384)\n"
 	    "  --spill-codec on|off (on: byte planes + zstd)  --codec-threads "
 	    "N (8)\n"
+	    "  --disk-cache on|off      the disk tier in DIR/disk (on with "
+	    "--disk-dir)\n"
+	    "  --disk-cache-gb G (16)  --disk-cache-days N (7)  "
+	    "--disk-cache-min-free-gb G (50)\n"
+	    "  --disk-cache-admit-after N (2)  --disk-cache-head-anchors N "
+	    "(4)  --disk-cache-min-tokens N (4096)\n"
+	    "  --prefill-tps N (740)    the engine's prefill rate until one "
+	    "is measured\n"
 	    "  --log-level error|warn|info|debug\n");
 }
 
@@ -957,6 +1019,14 @@ enum {
 	O_SPILL_MIN,
 	O_CODEC,
 	O_CODEC_T,
+	O_DISK_ON,
+	O_DISK_GB,
+	O_DISK_DAYS,
+	O_DISK_FREE,
+	O_DISK_ADMIT,
+	O_DISK_HEAD,
+	O_DISK_MIN,
+	O_PREFILL_TPS,
 	O_LOG,
 	O_HELP,
 };
@@ -986,6 +1056,68 @@ static int device_pick(cd *d)
 		moor_info("device arena in shm (--device auto: %s)", why);
 	else
 		moor_info("device arena in shm (--device shm)");
+	return 0;
+}
+
+/* The shm arenas against /dev/shm and the machine's memory, before any is
+ * created (arena.h: a sparse object past the filesystem's room is a
+ * SIGBUS at its first write). Sizes given by flags that do not fit are
+ * refused with the numbers; the defaults, when they do not fit, are sized
+ * to half of the smaller of the free shm and the memory (the rest is for
+ * engined's weights and workspace and the system), device : host 2 : 1,
+ * and the log says so. Every block is still reserved when it is allocated
+ * (posix_fallocate), so room that others take later is a refused cache. */
+static int shm_fit(cd *d)
+{
+	uint64_t fs_free, fs_size, ram;
+	int rc = arena_shm_room(&fs_free, &fs_size, &ram);
+	if (rc) {
+		moor_warn("statvfs /dev/shm: %s: the arenas are not checked "
+			  "against its room",
+			  moor_strerror(rc));
+		return 0;
+	}
+	cache_cfg *c = &d->cfg;
+	int dev_shm = c->dev_cuda < 0;
+	const double G = (double)(1u << 30);
+	uint64_t room = ram && ram < fs_free ? ram : fs_free;
+	uint64_t need = c->host_bytes + (dev_shm ? c->device_bytes : 0);
+	int given = d->host_gb_set || (dev_shm && d->dev_gb_set);
+	if (need <= fs_free && (!ram || need <= ram))
+		return 0;
+	if (given) {
+		moor_err("the arenas need %.2f GiB of shared memory (device "
+			 "%.2f GiB%s, host %.2f GiB) but /dev/shm has %.2f GiB "
+			 "free of %.2f GiB and the machine %.2f GiB of memory: "
+			 "lower --device-gb / --host-gb, or give /dev/shm more "
+			 "room (docker run --shm-size)",
+			 need / G, c->device_bytes / G,
+			 dev_shm ? "" : " on the GPU, not counted",
+			 c->host_bytes / G, fs_free / G, fs_size / G, ram / G);
+		return -1;
+	}
+	uint64_t budget = room / 2 / ARENA_ALIGN * ARENA_ALIGN;
+	uint64_t host = dev_shm ? budget / 3 : budget;
+	uint64_t dev = dev_shm ? budget - host : c->device_bytes;
+	host = host / ARENA_ALIGN * ARENA_ALIGN;
+	dev = dev / ARENA_ALIGN * ARENA_ALIGN;
+	if (host < (16u << 20) || (dev_shm && dev < (16u << 20))) {
+		moor_err("/dev/shm has %.3f GiB free (of %.3f GiB) and the "
+			 "machine %.2f GiB of memory: too little for the "
+			 "arenas (16 MiB each at least); give /dev/shm more "
+			 "room (docker run --shm-size)",
+			 fs_free / G, fs_size / G, ram / G);
+		return -1;
+	}
+	moor_info("the default arenas (device %.2f GiB%s, host %.2f GiB) do "
+		  "not fit /dev/shm (%.2f GiB free of %.2f GiB) and the "
+		  "machine's %.2f GiB: sized to device %.3f GiB, host %.3f GiB "
+		  "(half of the smaller; --device-gb / --host-gb choose)",
+		  c->device_bytes / G, dev_shm ? "" : " on the GPU",
+		  c->host_bytes / G, fs_free / G, fs_size / G, ram / G,
+		  dev / G, host / G);
+	c->device_bytes = dev;
+	c->host_bytes = host;
 	return 0;
 }
 
@@ -1023,6 +1155,14 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 	    {"session-spill-min-tokens", 1, 0, O_SPILL_MIN},
 	    {"spill-codec", 1, 0, O_CODEC},
 	    {"codec-threads", 1, 0, O_CODEC_T},
+	    {"disk-cache", 1, 0, O_DISK_ON},
+	    {"disk-cache-gb", 1, 0, O_DISK_GB},
+	    {"disk-cache-days", 1, 0, O_DISK_DAYS},
+	    {"disk-cache-min-free-gb", 1, 0, O_DISK_FREE},
+	    {"disk-cache-admit-after", 1, 0, O_DISK_ADMIT},
+	    {"disk-cache-head-anchors", 1, 0, O_DISK_HEAD},
+	    {"disk-cache-min-tokens", 1, 0, O_DISK_MIN},
+	    {"prefill-tps", 1, 0, O_PREFILL_TPS},
 	    {"log-level", 1, 0, O_LOG},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
@@ -1046,9 +1186,11 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 			break;
 		case O_DEV:
 			bad = parse_gb(optarg, &c->device_bytes);
+			d->dev_gb_set = 1;
 			break;
 		case O_HOST:
 			bad = parse_gb(optarg, &c->host_bytes);
+			d->host_gb_set = 1;
 			break;
 		case O_CEIL:
 			bad = parse_gb(optarg, &c->mem_ceiling);
@@ -1138,6 +1280,32 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 			break;
 		case O_CODEC:
 			bad = parse_onoff(optarg, &c->spill_codec);
+			break;
+		case O_DISK_ON:
+			bad = parse_onoff(optarg, &c->disk_on);
+			break;
+		case O_DISK_GB:
+			bad = parse_gb(optarg, &c->disk_bytes);
+			break;
+		case O_DISK_DAYS:
+			bad = moor_parse_u32(optarg, &c->disk_days);
+			break;
+		case O_DISK_FREE:
+			bad = parse_gb(optarg, &c->disk_min_free);
+			break;
+		case O_DISK_ADMIT:
+			bad = moor_parse_u32(optarg, &c->disk_admit_after) ||
+			      c->disk_admit_after < 1;
+			break;
+		case O_DISK_HEAD:
+			bad = moor_parse_u32(optarg, &c->disk_head_anchors);
+			break;
+		case O_DISK_MIN:
+			bad = moor_parse_u32(optarg, &c->disk_min_tokens);
+			break;
+		case O_PREFILL_TPS:
+			bad = moor_parse_u32(optarg, &c->prefill_tps) ||
+			      c->prefill_tps < 1;
 			break;
 		case O_CODEC_T:
 			bad = moor_parse_u32(optarg, &c->codec_threads) ||
@@ -1257,7 +1425,7 @@ int main(int argc, char **argv)
 
 	char err[MOOR_ERRLEN] = "";
 	rc = device_pick(&d);
-	if (rc)
+	if (rc || shm_fit(&d))
 		return 1;
 	rc = cache_new(&d.cfg, &d.c, err);
 	if (rc) {
@@ -1279,6 +1447,8 @@ int main(int argc, char **argv)
 		 * resident rows hold goes to the session spill */
 		close_open_plan(&d, "the drain");
 		double t0 = moor_now();
+		/* the disk tier's writer finishes what it was given */
+		(void)cache_disk_wait(d.c);
 		err[0] = 0;
 		int drc = cache_drain(d.c, err);
 		if (drc)

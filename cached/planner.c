@@ -48,6 +48,14 @@ typedef struct plan_a {
 	char spill_name[17];
 } plan_a;
 
+/* The end of a scratch run: it only closes. */
+static int scratch_end(cache *c)
+{
+	c->t.active = 0;
+	c->t.scratch = 0;
+	return 0;
+}
+
 static void analyze(cache *c, const cache_req *r, int allow_guest, plan_a *A)
 {
 	memset(A, 0, sizeof *A);
@@ -112,6 +120,14 @@ static void analyze(cache *c, const cache_req *r, int allow_guest, plan_a *A)
 			snprintf(A->spill_name, sizeof A->spill_name, "%s",
 				 spill_ent_name(c, e));
 		}
+		/* the disk tier: only later than every other source and
+		 * cheaper to read than to prefill (disk_offer) */
+		uint64_t ds;
+		if (!A->guest && disk_offer(c, r->ids, n, A->start,
+					    min64(A->c_res, t_res), &ds)) {
+			A->tier = CACHE_TIER_DISK;
+			A->start = ds;
+		}
 	}
 	A->src_line = A->start;
 	uint64_t s = A->start, t = NO_TAINT;
@@ -152,6 +168,12 @@ static void analyze(cache *c, const cache_req *r, int allow_guest, plan_a *A)
 		A->k = min64(min64(A->c_res, t_res), s);
 		A->cut = A->k;
 		t = A->src_taint < s ? A->src_taint : NO_TAINT;
+		break;
+	case CACHE_TIER_DISK:
+		/* a cold grid prefill's rows: the chunks above the clean
+		 * rows in place are read */
+		A->k = min64(min64(A->c_res, t_res), s);
+		A->cut = A->k;
 		break;
 	}
 	if (s % c->lay->grid)
@@ -260,6 +282,8 @@ static int restore(cache *c, const plan_a *A, uint64_t limit)
 	case CACHE_TIER_SPILL:
 		return spill_restore(c, A->spill_name, A->ids, A->k, A->start,
 				     limit);
+	case CACHE_TIER_DISK:
+		return disk_restore(c, A->ids, A->k, A->start, limit);
 	}
 	return MOOR_ERANGE;
 }
@@ -279,7 +303,7 @@ static void reserve_slots(cache *c, uint64_t limit)
 	turn *t = &c->t;
 	uint64_t g = c->lay->grid;
 	uint64_t lines[CACHE_MAX_SLOTS];
-	int keep[CACHE_MAX_SLOTS], store[CACHE_MAX_SLOTS];
+	int keep[CACHE_MAX_SLOTS], store[CACHE_MAX_SLOTS], disk[CACHE_MAX_SLOTS];
 	uint32_t n = 0;
 	for (uint64_t L = (t->start / g + 1) * g;
 	     L <= t->n && n < CACHE_MAX_SLOTS; L += g)
@@ -322,12 +346,13 @@ static void reserve_slots(cache *c, uint64_t limit)
 				       t->session);
 		}
 	}
+	disk_plan(c, t, lines, n, disk);
 	for (uint32_t j = 0; j < n; j++) {
-		if (!keep[j] && !store[j])
+		if (!keep[j] && !store[j] && !disk[j])
 			continue;
 		uint64_t off;
 		int rc = MOOR_ENOSPACE;
-		if (keep[j])
+		if (keep[j] || disk[j])
 			rc = budget_grow(c, LV_ANCHORS, 0, c->sec_bytes, limit,
 					 &off);
 		if (rc && store[j])
@@ -340,6 +365,7 @@ static void reserve_slots(cache *c, uint64_t limit)
 		s->off = off;
 		s->anchor = keep[j];
 		s->store = store[j];
+		s->disk = disk[j];
 	}
 }
 
@@ -426,6 +452,9 @@ int cache_peek(cache *c, const cache_req *r, cache_peek_out *out, char *err)
 	case CACHE_TIER_SPILL:
 		rb += c->sec_bytes + (A.start - A.k) * rowb;
 		break;
+	case CACHE_TIER_DISK:
+		rb += disk_restore_bytes(c, A.k, A.start);
+		break;
 	}
 	int tier = A.tier;
 	if (c->stash.have &&
@@ -445,12 +474,21 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	int rc0 = req_check(c, r, err);
 	if (rc0)
 		return rc0;
+	if (c->t.active && c->t.scratch)
+		(void)scratch_end(c);
 	if (c->t.active) {
 		moor_warn("cache: a plan while a turn is in flight: the "
 			  "earlier turn is aborted");
 		turn_abort(c, 0, c->t.start);
 	}
 	c->k.plans++;
+	/* the disk tier's writer copies no row this plan may write: the
+	 * clean rows in place it shares with the prompt stay (a cold prefill
+	 * writes the same bits there), the guest's stash goes back */
+	disk_fence(c, min64(min64(common_prefix(r->ids, r->n, c->res_ids,
+						c->valid),
+				  c->taint),
+			    c->stash.have ? c->stash.lo : UINT64_MAX));
 	uint64_t stash_lo = UINT64_MAX;
 	if (c->stash.have) {
 		stash_lo = c->stash.lo;
@@ -479,6 +517,9 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	if (A.guest_declined)
 		c->k.stash_declined++;
 	uint64_t limit = plan_limit(c, ws);
+	/* and none from the cut on: a pin, park, store or spill restore
+	 * writes rows there that a decode may have written */
+	disk_fence(c, A.cut);
 
 	set_busy(c, &A, 1);
 	if (A.guest) {
@@ -508,11 +549,12 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	}
 	rc = restore(c, &A, limit);
 	set_busy(c, &A, 0);
-	if (rc && A.tier == CACHE_TIER_SPILL) {
+	if (rc && (A.tier == CACHE_TIER_SPILL || A.tier == CACHE_TIER_DISK)) {
 		/* a file that fails costs the entry, never an answer: the
 		 * prompt prefills cold */
-		moor_warn("cache: the spill entry failed its checks: a cold "
-			  "prefill");
+		moor_warn("cache: the %s's files failed their checks: a cold "
+			  "prefill",
+			  cache_tier_name(A.tier));
 		resident_cut(c, 0);
 		A.tier = CACHE_TIER_NONE;
 		A.start = A.cut = A.k = 0;
@@ -566,6 +608,8 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	out->taint = A.taint;
 	out->tier = tier;
 	out->guest = A.guest;
+	out->mem_held = held_bytes(c);
+	out->mem_shed = (uint32_t)gave;
 	out->n_slots = t->n_slots;
 	for (uint32_t i = 0; i < t->n_slots; i++) {
 		out->slots[i].line = t->slot[i].line;
@@ -594,10 +638,63 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	return 0;
 }
 
+int cache_scratch_plan(cache *c, const cache_req *r, cache_plan_out *out,
+		       char *err)
+{
+	int rc = req_check(c, r, err);
+	if (rc)
+		return rc;
+	if (c->t.active) {
+		moor_errf(err, "cache: a scratch run while a turn is in flight");
+		return MOOR_ERANGE;
+	}
+	if (!c->end.have || c->end.len != c->valid || c->stash.have) {
+		moor_errf(err, "cache: a scratch run needs the end anchor at the "
+			       "end of the rows in place (and no guest stash)");
+		return MOOR_ERANGE;
+	}
+	uint64_t e = c->end.len;
+	if (r->n <= e || r->max_tokens > c->lay->window - r->n ||
+	    common_prefix(r->ids, r->n, c->res_ids, c->valid) < e) {
+		moor_errf(err, "cache: a scratch run of %llu tokens does not "
+			       "extend the end anchor at %llu inside the window",
+			  (unsigned long long)r->n, (unsigned long long)e);
+		return MOOR_ERANGE;
+	}
+	rc = secs_in(c, dev_at(c, c->end.off));
+	if (rc) {
+		moor_errf(err, "cache: the end anchor's sections: %s",
+			  moor_strerror(rc));
+		return rc;
+	}
+	turn *t = &c->t;
+	t->active = 1;
+	t->scratch = 1;
+	t->guest = 0;
+	t->no_cache = 1;
+	t->n = r->n;
+	t->start = e;
+	t->cut = e;
+	t->tier = CACHE_TIER_END;
+	t->taint = min64(c->end.taint, e);
+	t->n_slots = 0;
+	t->n_hid = 0;
+	memset(out, 0, sizeof *out);
+	out->start = e;
+	out->taint = t->taint;
+	out->tier = CACHE_TIER_END;
+	out->mem_held = held_bytes(c);
+	moor_debug("cache: scratch run of %llu tokens from the end anchor at "
+		   "%llu", (unsigned long long)r->n, (unsigned long long)e);
+	return 0;
+}
+
 int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 		    uint64_t n_gen, uint64_t state_len)
 {
 	turn *t = &c->t;
+	if (t->active && t->scratch)
+		return scratch_end(c);
 	if (!t->active || n_filled > t->n_slots || (n_gen && !gen) ||
 	    n_gen > c->lay->window - t->n || state_len < t->n + n_gen)
 		return MOOR_ERANGE;
@@ -610,6 +707,8 @@ int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 		return 0;
 	}
 	uint64_t taint = n_gen ? min64(t->taint, n) : t->taint;
+	/* the disk tier's anchors to staging, its job to the writer */
+	disk_commit(c, t, n_filled);
 	/* prefix snapshots from the slots the prefill filled */
 	for (uint32_t i = 0; i < n_filled; i++)
 		if (t->slot[i].store)
@@ -667,6 +766,8 @@ int cache_commit_marks(cache *c, uint32_t n_filled, const int32_t *gen,
 		       uint64_t n_gen, const cache_mark *hid, uint32_t n_hid)
 {
 	turn *t = &c->t;
+	if (t->active && t->scratch)
+		return scratch_end(c);
 	if (!t->active || n_hid > sizeof t->hid / sizeof t->hid[0])
 		return MOOR_ERANGE;
 	for (uint32_t i = 0; i < n_hid; i++)
@@ -693,6 +794,10 @@ void turn_abort(cache *c, uint32_t n_filled, uint64_t valid)
 	turn *t = &c->t;
 	if (!t->active)
 		return;
+	if (t->scratch) {
+		(void)scratch_end(c);
+		return;
+	}
 	c->k.aborts++;
 	if (t->guest) {
 		turn_release_slots(c, 0);
@@ -720,6 +825,8 @@ void turn_abort(cache *c, uint32_t n_filled, uint64_t valid)
 
 int cache_abort(cache *c, uint32_t n_filled, uint64_t valid)
 {
+	if (c->t.active && c->t.scratch)
+		return scratch_end(c);
 	if (!c->t.active || n_filled > c->t.n_slots)
 		return MOOR_ERANGE;
 	turn_abort(c, n_filled, valid);

@@ -312,7 +312,9 @@ void cache_end_get(cache *c, const int32_t *ids, uint64_t n,
 {
 	memset(out, 0, sizeof *out);
 	out->tier = CACHE_TIER_NONE;
-	if (!c->have_layout || c->t.active || !ids)
+	/* a scratch run (the compaction preparer) changes nothing the
+	 * record holds: the request that stops it aligns as before it */
+	if (!c->have_layout || (c->t.active && !c->t.scratch) || !ids)
 		return;
 	uint64_t cr = 0, cp = 0, ep = 0;
 	if (c->end.have)

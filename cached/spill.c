@@ -106,12 +106,11 @@ _Static_assert(sizeof(cache_mark) == 24, "a mark is 24 bytes on disk");
 
 /* ---- the layout's digest: what a stored byte's meaning depends on ---- */
 
-static uint64_t layout_digest(const cache_layout *l)
+uint64_t tier_layout_digest(const cache_layout *l, uint32_t v)
 {
 	XXH3_state_t *s = XXH3_createState();
 	MOOR_ASSERT(s);
 	XXH3_64bits_reset(s);
-	uint32_t v = SPILL_VERSION;
 	XXH3_64bits_update(s, &v, 4);
 	XXH3_64bits_update(s, &l->n_sections, 4);
 	XXH3_64bits_update(s, &l->n_views, 4);
@@ -388,7 +387,7 @@ static int man_parse(cache *c, void *buf, uint64_t len, man_view *mv,
 		return MOOR_EVERSION;
 	}
 	if (memcmp(h->fp, c->lay->fingerprint, 32) ||
-	    h->digest != layout_digest(c->lay)) {
+	    h->digest != tier_layout_digest(c->lay, SPILL_VERSION)) {
 		snprintf(why, MOOR_ERRLEN,
 			 "written under another %s",
 			 memcmp(h->fp, c->lay->fingerprint, 32)
@@ -910,6 +909,61 @@ static int save_resident(cache *c, char name[17], char *err)
 	return 0;
 }
 
+/* The parked conversation at the drain, after the resident one is
+ * written: swapped into the live buffers (nothing is parked in its place:
+ * the rows in place are on the disk already) and written as an entry of
+ * its own, which a later prompt of it is offered (spill_offer). Skipped,
+ * and said, when its head is not the rows in place or its entry would
+ * take the resident's name (no session keys: both are named by the same
+ * first chunk). A failure costs the parked conversation only. */
+static void drain_park(cache *c, const char *res_name)
+{
+	span *P = &c->park;
+	if (!P->have || !P->n_anc)
+		return;
+	char name[17], err[MOOR_ERRLEN] = "";
+	entry_name(c, P->ids, P->top, P->session, name);
+	if (!strcmp(name, res_name) ||
+	    common_prefix(c->res_ids, c->valid, P->ids, P->top) < P->base) {
+		moor_info("[spill] drain: the parked conversation (%llu "
+			  "tokens) is not written: %s",
+			  (unsigned long long)P->top,
+			  strcmp(name, res_name)
+			      ? "its head is not the rows in place"
+			      : "it has no session key of its own");
+		return;
+	}
+	int hi = 0;
+	for (uint32_t i = 1; i < P->n_anc; i++)
+		if (P->anc[i].line > P->anc[hi].line ||
+		    (P->anc[i].line == P->anc[hi].line && P->anc[i].end))
+			hi = (int)i;
+	uint64_t top = P->top, line = P->anc[hi].line, taint = P->taint;
+	int end = P->anc[hi].end;
+	char *session = str_dup(P->session);
+	memcpy(c->res_ids, P->ids, top * sizeof *P->ids);
+	/* the rows in place above the head go (they are written): nothing
+	 * is parked in the swap */
+	c->valid = P->base;
+	int rc = park_swap(c, hi, c->cfg.mem_ceiling);
+	if (!rc) {
+		c->valid = top;
+		c->taint = taint;
+		free(c->res_session);
+		c->res_session = session;
+		session = NULL;
+		c->end.have = 0;
+		if (end)
+			rc = end_keep(c, line, taint);
+	}
+	free(session);
+	if (!rc)
+		rc = save_resident(c, name, err);
+	if (rc)
+		moor_warn("[spill] drain: the parked conversation: %s",
+			  err[0] ? err : moor_strerror(rc));
+}
+
 int cache_drain(cache *c, char *err)
 {
 	if (!c->spill.on || !c->have_layout)
@@ -927,7 +981,10 @@ int cache_drain(cache *c, char *err)
 	if (rc)
 		return rc;
 	dfile_part p = {name, 16};
-	return dfile_write(c->spill.dfd, "resident", &p, 1, 0, err);
+	rc = dfile_write(c->spill.dfd, "resident", &p, 1, 0, err);
+	if (!rc)
+		drain_park(c, name);
+	return rc;
 }
 
 /* ---- read back ---- */
@@ -1084,7 +1141,7 @@ int spill_read_back(cache *c)
 	if (!c->spill.on)
 		return 0;
 	index_clear(c);
-	c->spill.digest = layout_digest(c->lay);
+	c->spill.digest = tier_layout_digest(c->lay, SPILL_VERSION);
 	char why[MOOR_ERRLEN] = "";
 	/* entries another engine's rows filled cannot be read by this one */
 	ent_info *v;

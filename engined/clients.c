@@ -122,6 +122,11 @@ static void on_generate(srv *s, nng_pipe p, proto_msg *m)
 	if (!busy) {
 		s->queue[s->qn++] = j;
 		pthread_cond_broadcast(&s->cv);
+		/* a scratch run (the compaction preparer) gives way at once:
+		 * it stops at its next prefill chunk or decode step */
+		if (s->cur && (s->cur->m.u.gen.flags & PROTO_PLAN_SCRATCH) &&
+		    !(j->m.u.gen.flags & PROTO_PLAN_SCRATCH))
+			atomic_store(&s->cancel, 1);
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (busy) {
@@ -273,11 +278,11 @@ int srv_clients_open(srv *s)
 			    2 * (PROTO_HDR_SIZE + (size_t)PROTO_MAX_PAYLOAD));
 	nng_pipe_notify(s->cs, NNG_PIPE_EV_ADD_POST, client_pipe_cb, s);
 	nng_pipe_notify(s->cs, NNG_PIPE_EV_REM_POST, client_pipe_cb, s);
-	rv = nng_listen(s->cs, s->eng_url, NULL, 0);
+	/* the socket file is 0600 from its creation (no chmod after) */
+	rv = proto_listen_private(s->cs, s->eng_url);
 	if (rv) {
-		moor_err("listen %s: %s", s->eng_url, nng_strerror(rv));
-		return proto_nng_err(rv);
+		moor_err("listen %s: %s", s->eng_url, moor_strerror(rv));
+		return rv;
 	}
-	chmod(s->eng_path, 0600);
 	return 0;
 }

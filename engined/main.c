@@ -61,6 +61,10 @@ static void usage(FILE *f)
 	    "  --call-timeout S      one round trip to cached (default 30)\n"
 	    "  --queue N             requests waiting behind the running one\n"
 	    "                        (default 64; more are answered busy)\n"
+	    "  --progress-ms MS      a long prefill logs its progress (tokens\n"
+	    "                        done of total, rate, ETA) and sends it to\n"
+	    "                        the client at most this often (default\n"
+	    "                        1000; 0: never)\n"
 	    "  --threads N  --grid N  --window N  --backend B  --gpu N\n"
 	    "  --load-format F       as above\n");
 }
@@ -141,6 +145,7 @@ int main(int argc, char **argv)
 	    {"call-timeout", 1, 0, 'L'},
 	    {"queue", 1, 0, 'Q'},
 	    {"test-step-delay-ms", 1, 0, 'D'},
+	    {"progress-ms", 1, 0, 'O'},
 	    {"backend", 1, 0, 'B'},
 	    {"gpu", 1, 0, 'G'},
 	    {"load-format", 1, 0, 'F'},
@@ -148,7 +153,8 @@ int main(int argc, char **argv)
 	    {0, 0, 0, 0},
 	};
 	eng_serve_cfg sc = {
-	    .connect_timeout_s = 30, .call_timeout_s = 30, .queue_max = 64};
+	    .connect_timeout_s = 30, .call_timeout_s = 30, .queue_max = 64,
+	    .progress_ms = 1000};
 	int c;
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (c) {
@@ -202,6 +208,9 @@ int main(int argc, char **argv)
 			break;
 		case 'D':
 			sc.test_step_delay_ms = (int)parse_pos(optarg);
+			break;
+		case 'O':
+			sc.progress_ms = (int)parse_pos(optarg);
 			break;
 		case 'B':
 			backend = optarg;
@@ -263,9 +272,10 @@ int main(int argc, char **argv)
 	moor_info("%s", why);
 	if (!ids_s) {
 		if (sc.connect_timeout_s < 0 || sc.call_timeout_s <= 0 ||
-		    sc.queue_max < 0 || sc.test_step_delay_ms < 0) {
-			moor_err("--connect-timeout, --call-timeout, --queue: "
-				 "expected a non-negative number");
+		    sc.queue_max < 0 || sc.test_step_delay_ms < 0 ||
+		    sc.progress_ms < 0) {
+			moor_err("--connect-timeout, --call-timeout, --queue, "
+				 "--progress-ms: expected a non-negative number");
 			return 2;
 		}
 		sc.model_dir = model;

@@ -35,6 +35,9 @@ typedef struct eng_serve_cfg {
 	int call_timeout_s;	/* one PLAN/COMMIT/HELLO round trip: 30 */
 	int queue_max;		/* requests waiting behind the one running: 64 */
 	int test_step_delay_ms; /* test seam: sleep before each decode step */
+	/* a long prefill's progress line (log and PROTO_PROGRESS to the
+	 * client) at most every progress_ms: 1000; 0: none */
+	int progress_ms;
 } eng_serve_cfg;
 
 /* Runs the daemon until SIGTERM or SIGINT (the request in flight finishes,

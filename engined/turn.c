@@ -106,6 +106,7 @@ typedef struct turn {
 	proto_mark hid; /* the reasoning budget's hidden span, if any */
 	uint32_t finish;
 	uint64_t prefill_us, decode_us;
+	int stopped; /* a scratch run stopped in its prefill (a request came) */
 	char *msg;
 } turn;
 
@@ -137,6 +138,7 @@ static int turn_plan(turn *t)
 	q.u.plan.flags = g->flags & 0xffffu;
 	q.u.plan.n_ids = g->n_ids;
 	q.u.plan.ids = g->ids;
+	q.u.plan.salt = g->salt;
 	rc = srv_cached_call(s, &q, &rep, msg);
 	if (rc == -ENOTCONN) { /* cached lost us: attach and plan again */
 		proto_msg_fini(&rep);
@@ -166,9 +168,48 @@ static int turn_plan(turn *t)
 	return rc;
 }
 
+/* A long prefill's progress, at most once per --progress-ms: a log line
+ * and a PROGRESS to the client (a streamed reply carries it as an SSE
+ * comment). On a device backend the chunks are enqueued, so `done` counts
+ * the tokens handed to the queue; the CPU backend computes them in the
+ * call. */
+static void progress(turn *t, uint64_t done, uint64_t total, double t0,
+		     double *last)
+{
+	srv *s = t->s;
+	double now = moor_now(), ms = s->cfg->progress_ms / 1e3;
+	if (s->cfg->progress_ms <= 0 || now - *last < ms || done >= total)
+		return;
+	*last = now;
+	double el = now - t0;
+	double tps = el > 0 ? (double)done / el : 0;
+	double eta = tps > 0 ? (double)(total - done) / tps : 0;
+	moor_info("req %llu: prefill %llu of %llu tokens (from %llu), %.0f "
+		  "tokens/s, ETA %.1f s",
+		  (unsigned long long)t->req, (unsigned long long)done,
+		  (unsigned long long)total, (unsigned long long)t->po.start,
+		  tps, eta);
+	proto_msg m = {0};
+	m.h.type = PROTO_PROGRESS;
+	m.h.req = t->req;
+	m.u.progress = (proto_progress){
+	    .done = done,
+	    .total = total,
+	    .start = t->po.start,
+	    .tokens_per_s = tps < 4e9 ? (uint32_t)tps : UINT32_MAX,
+	    .eta_ms = eta * 1e3 < 4e9 ? (uint32_t)(eta * 1e3) : UINT32_MAX,
+	};
+	(void)eng_out_send(s->out, t->j->pipe, &m); /* a lost line is no error */
+}
+
 /* [start, n) on the grid, filling the anchor slots; a cold start begins
  * from zeroed recurrent state. The last token's logits stay on the device
- * (KEEP): every pick runs there and only the token id comes back. */
+ * (KEEP): every pick runs there and only the token id comes back.
+ *
+ * The prefill runs one grid chunk per call, so that a long one reports its
+ * progress and a scratch run (the compaction preparer) stops at the next
+ * chunk when a request comes: each call ends on a grid line, so the calls
+ * forward exactly the chunks one call would (eng.h), bit for bit. */
 static int turn_prefill(turn *t)
 {
 	srv *s = t->s;
@@ -178,11 +219,29 @@ static int turn_prefill(turn *t)
 		moor_errf(t->msg, "reset: %s", moor_strerror(rc));
 		return rc;
 	}
-	double tp = moor_now();
-	rc = eng_prefill_slots(s->model, &s->seq, t->g->ids + t->po.start,
-			       (int64_t)(t->n - t->po.start), NULL,
-			       ENG_LOGITS_KEEP, s->slots, (int)t->po.n_slots,
-			       &t->n_filled);
+	double tp = moor_now(), last = tp;
+	int scratch = (t->g->flags & PROTO_PLAN_SCRATCH) != 0;
+	uint64_t grid = (uint64_t)s->lay->grid, total = t->n - t->po.start;
+	rc = 0;
+	t->n_filled = 0;
+	for (uint64_t at = t->po.start; at < t->n && !rc;) {
+		uint64_t next = (at / grid + 1) * grid;
+		uint64_t T = next < t->n ? next - at : t->n - at;
+		int last_piece = at + T == t->n, nf = 0;
+		if (scratch && atomic_load(&s->cancel)) {
+			t->stopped = 1;
+			break;
+		}
+		rc = eng_prefill_slots(
+		    s->model, &s->seq, t->g->ids + at, (int64_t)T, NULL,
+		    last_piece ? ENG_LOGITS_KEEP : ENG_LOGITS_NONE,
+		    s->slots + t->n_filled, (int)t->po.n_slots - t->n_filled,
+		    &nf);
+		t->n_filled += nf;
+		at += T;
+		if (!rc)
+			progress(t, at - t->po.start, total, tp, &last);
+	}
 	t->prefill_us = us_since(tp);
 	if (rc)
 		moor_errf(t->msg, "prefill at %lld: %s", (long long)s->seq.len,
@@ -365,6 +424,34 @@ void srv_run_job(srv *s, job *j, proto_done *d, char *msg)
 	}
 	d->tier = t.po.tier;
 	d->cached_tokens = t.po.start;
+	d->mem_held = t.po.mem_held;
+	d->mem_ceiling = t.po.mem_ceiling;
+	d->mem_shed = t.po.mem_shed;
+	if (t.g->flags & PROTO_PLAN_SCRATCH) {
+		/* a scratch run (the compaction preparer): its rows lie past
+		 * the end anchor and its state is nobody's; ABORT hands the
+		 * plan back and cached keeps every cache as it was */
+		rc = turn_prefill(&t);
+		if (!rc && !t.stopped)
+			rc = turn_decode(&t);
+		if (t.stopped)
+			t.finish = PROTO_FINISH_CANCEL;
+		(void)eng_model_sync(s->model);
+		srv_cached_abort(s, 0, 0);
+		d->finish = rc ? PROTO_FINISH_ERROR : t.finish;
+		d->code = rc;
+		d->completion_tokens = t.produced;
+		d->prefill_us = t.prefill_us;
+		d->decode_us = t.decode_us;
+		moor_info("req %llu: scratch run of %llu tokens from %llu: %llu "
+			  "generated, finish %s%s",
+			  (unsigned long long)t.req, (unsigned long long)t.n,
+			  (unsigned long long)t.po.start,
+			  (unsigned long long)t.produced,
+			  rc ? "error" : finish_name(t.finish),
+			  t.stopped ? " (stopped in its prefill)" : "");
+		return;
+	}
 	if ((rc = turn_prefill(&t)) != 0 || (rc = turn_decode(&t)) != 0 ||
 	    (rc = turn_commit(&t)) != 0) {
 		turn_abort(&t);

@@ -69,6 +69,7 @@ void gw_align_work(gw_job *j)
 	q.u.end_get.session = j->p.session;
 	q.u.end_get.n_ids = (uint32_t)j->p.n_ids;
 	q.u.end_get.ids = j->p.ids;
+	q.u.end_get.salt = j->salt;
 	int rv = gw_link_admin(s, &q, &r); /* q borrowed */
 	if (rv || r.h.type != PROTO_END_OK) {
 		if (rv != -ECONNREFUSED)
@@ -87,6 +88,12 @@ void gw_align_work(gw_job *j)
 	if (j->kind == GW_KIND_CHAT || j->kind == GW_KIND_PEEK) {
 		if (gw_compact_detect(j->json, j->p.session, &cp)) {
 			compact(j, &cp, e);
+			/* an opencode client's text, for the preparer */
+			if (j->opencode && j->kind == GW_KIND_CHAT &&
+			    (j->cp_seen = calloc(1, sizeof *j->cp_seen))) {
+				*j->cp_seen = cp;
+				memset(&cp, 0, sizeof cp);
+			}
 			gw_compact_fini(&cp);
 			proto_msg_fini(&r);
 			return;

@@ -5,6 +5,7 @@
  *   main.c     flags, the model's tokenizer and template, the loop, SIGTERM
  *   http.c     h2o on libuv: the listener, the handler, routing, responses
  *   link.c     the NNG links to engined (PAIR1) and cached (REQ)
+ *   auth.c     the admin token, API keys, the tenant's cache salt
  *   params.c   a body read into gw_params (params.h: pure, no HTTP)
  *   admit.c    the admission queue: --inflight at a time, the rest wait,
  *              fair across flows, 503 + Retry-After past --queue-wait-s
@@ -14,6 +15,7 @@
  *   sse.c      the streamed reply: SSE frames and h2o's send/proceed
  *   align.c    the end alignment of a copy (asks cached, text/endalign.c)
  *   compact.c  compaction as a continuation of the session's end anchor
+ *   prepare.c  the compaction preparer: a summary written ahead
  *   respcache.c the response cache (--response-cache)
  *   journal.c  a JSON line per turn in the state directory
  *   peek.c     POST /v1/cache/peek
@@ -112,7 +114,14 @@ typedef struct gw_cfg {
 	char listen_host[64];
 	int listen_port;
 	char run_dir[256];
-	const char *admin_token; /* NULL: /v1/cache/clear is open */
+	/* NULL: no admin token; clear is refused over HTTP, stats are
+	 * redacted (auth.c) */
+	const char *admin_token;
+	const char *admin_token_file; /* --admin-token-file */
+	const char *api_keys_file;    /* --api-keys-file; NULL: no keys */
+	/* --allowed-hosts: Host names besides IP literals and localhost
+	 * (http.c: DNS rebinding); NULL: none */
+	const char *allowed_hosts;
 	const char *chat_template;
 	char served[256];
 	double engine_wait_s;
@@ -134,6 +143,9 @@ typedef struct gw_cfg {
 	char state_dir[256];	   /* --state-dir: the journal; "" none */
 	uint32_t journal_max_mb;   /* --journal-max-mb, 64 */
 	int end_align_reasoning; /* --end-align-reasoning: its second pass */
+	int compaction_prepare;	 /* --compaction-prepare (prepare.c), on */
+	double compaction_idle_s; /* --compaction-idle-s, 30 */
+	uint32_t compaction_min_tokens; /* --compaction-min-tokens, 32768 */
 } gw_cfg;
 
 /* ---- the engine link (link.c) ---------------------------------------- */
@@ -198,7 +210,7 @@ typedef struct gw_metrics {
 	gw_code_count codes[128];
 	int n_codes;
 	uint64_t prompt_tokens, completion_tokens, cached_tokens;
-	uint64_t tier_hits[8];			   /* by proto_tier */
+	uint64_t tier_hits[PROTO_TIER_DISK + 1]; /* by proto_tier */
 	uint64_t ttft_bucket[GW_TTFT_BUCKETS + 1]; /* the last is +Inf */
 	double ttft_sum;
 	uint64_t ttft_count;
@@ -240,6 +252,9 @@ typedef struct gw_job {
 	uint32_t pw_tier;  /* a prewarm: the tier the peek found */
 	uint64_t pw_cached;
 	int from_cache;	   /* answered by the response cache */
+	int prepared;	   /* answered from the prepared summary */
+	int opencode;	   /* User-Agent: opencode/... */
+	struct gw_compact *cp_seen; /* a compaction request's parts (prepare.c) */
 	int32_t *rec;	   /* the generation's tokens, for the response */
 	uint32_t *rec_fin; /* cache (respcache.c) */
 	size_t n_rec, cap_rec;
@@ -272,6 +287,11 @@ typedef struct gw_job {
 	uint64_t flow;
 	double t_queued;
 	int queued, admitted;
+
+	/* the tenant (auth.c): the API key's salt (0: none) and the salt the
+	 * caches are keyed by (the key's and the body's cache_salt) */
+	uint64_t key_salt, salt;
+	int is_admin; /* the request carries the admin token */
 
 	/* admin work */
 	proto_msg q, reply;
@@ -342,6 +362,45 @@ void gw_admit_shutdown(struct gw_srv *s);
 double gw_admit_rate(const gw_admit *a);
 int gw_admit_retry_after(const gw_admit *a, uint32_t ahead);
 
+/* ---- the compaction preparer (prepare.c) ------------------------------ */
+
+enum { GW_PREP_IDLE = 0, GW_PREP_WORK, GW_PREP_RUN };
+
+typedef struct gw_prep {
+	/* the last chat turn that ended: its session, the prompt the engine
+	 * read, whether an opencode client sent it */
+	char *session;
+	int32_t *ids;
+	size_t n_ids;
+	int opencode;
+	int tried; /* a summary was started for this record */
+	double t_last; /* the last request's arrival or end */
+	uint64_t seq;  /* counts them: a run started before one is dropped */
+	/* the last compaction request of an opencode client */
+	int have_text;
+	moor_buf system, instructions;
+	float temperature, top_p, min_p;
+	int32_t top_k;
+	uint32_t max_tokens;
+	/* the run */
+	int state; /* GW_PREP_* */
+	uint64_t rid;
+	int cancel_sent, failed;
+	double t_run;
+	/* the summary being written, then written (ready) */
+	char *r_session;
+	int32_t *r_ids; /* the continuation */
+	size_t r_n;
+	float r_temperature, r_top_p, r_min_p;
+	int32_t r_top_k;
+	uint32_t r_max;
+	int32_t *toks;
+	uint32_t *fin;
+	size_t n_toks, cap_toks;
+	int ready;
+	proto_done done;
+} gw_prep;
+
 /* ---- the server ------------------------------------------------------ */
 
 /* An accepted TCP connection (http.c): ours, so that a request whose
@@ -354,8 +413,18 @@ typedef struct gw_conn {
 	struct gw_srv *s;
 } gw_conn;
 
+/* An API key of --api-keys-file and its tenant's salt. */
+typedef struct gw_key {
+	char *key;
+	size_t len;
+	uint64_t salt;
+} gw_key;
+
 typedef struct gw_srv {
 	gw_cfg cfg;
+	gw_key *keys; /* [n_keys] */
+	uint32_t n_keys;
+	char *admin_token_own; /* read from --admin-token-file */
 	uv_loop_t *loop;
 	h2o_globalconf_t hconf;
 	h2o_context_t hctx;
@@ -388,10 +457,27 @@ typedef struct gw_srv {
 	uint64_t next_rid;
 	uint64_t next_id;
 
+	gw_prep prep; /* the compaction preparer (prepare.c) */
+
 	/* prefill rate samples (tokens/s) of long prefills, a ring */
 	double pf_rate[GW_PREFILL_SAMPLES];
 	int pf_n, pf_k;
 } gw_srv;
+
+/* auth.c */
+/* Reads --admin-token-file and --api-keys-file. 0 or negative (err). */
+int gw_auth_load(gw_srv *s, char *err);
+void gw_auth_free(gw_srv *s);
+/* 1 when req carries the admin token (none configured: 0). */
+int gw_auth_admin(gw_srv *s, h2o_req_t *req);
+/* 1 when req carries one of the API keys, its tenant's salt in key_salt;
+ * 0 otherwise (no keys configured: 0, key_salt 0). */
+int gw_auth_key(gw_srv *s, h2o_req_t *req, uint64_t *key_salt);
+/* The salt the caches are keyed by: 0 for no key salt and no cache_salt
+ * (cache_salt NULL), else a hash of both, never 0. */
+uint64_t gw_salt(uint64_t key_salt, const char *cache_salt, size_t len);
+/* 401 with WWW-Authenticate, in OpenAI's error shape. */
+void gw_auth_refuse(gw_srv *s, h2o_req_t *req, int route, int admin);
 
 /* http.c */
 int gw_http_start(gw_srv *s, char *err);
@@ -455,6 +541,9 @@ void gw_sse_start(gw_job *j);
 int gw_sse_event(void *arg, const gw_rs_event *ev);
 /* The finish chunk, the usage chunk when asked for, [DONE]. */
 void gw_sse_end(gw_job *j);
+/* A long prefill's progress as an SSE comment line (streamed replies
+ * only: a whole reply is unchanged); starts the response. */
+void gw_sse_progress(gw_job *j, const proto_progress *p);
 /* An error event after the 200 went out, then [DONE]. */
 void gw_sse_error(gw_job *j, const char *type, const char *msg);
 /* Sends what is pending unless a send is in flight (h2o's proceed sends
@@ -482,6 +571,7 @@ void gw_rc_keep(gw_job *j); /* at the DONE: kept when it ended on its own */
  * compaction request is recognised and what the guard checks) */
 typedef struct gw_compact {
 	int is;
+	int no_guard; /* the preparer's: no client history to check */
 	moor_buf system, instructions; /* the client's system text, the
 					* summary instructions */
 	moor_buf first_user, last_user; /* the guard's lines */
@@ -492,9 +582,25 @@ int gw_compact_detect(const json_t *body, const char *session,
 void gw_compact_fini(gw_compact *c);
 /* The continuation of rows[0, end) (the end anchor's record) when the
  * guard holds: 1 with *ids (malloc'd) and *n; 0 with *why when it does
- * not; -ENOMEM. */
+ * not; -ENOMEM. A cp with no_guard (the preparer's, which has no
+ * client history to check) skips the guard. */
 int gw_compact_build(gw_srv *s, const gw_compact *cp, const int32_t *rows,
 		     size_t end, int32_t **ids, size_t *n, const char **why);
+
+/* prepare.c: the compaction preparer (its header says when it runs and
+ * when its summary is served). Loop thread. */
+void gw_prep_activity(gw_srv *s); /* a request came: stop, wait again */
+void gw_prep_turn_end(gw_job *j); /* a chat turn ended: the new record */
+/* a compaction request of an opencode client: its text and parameters */
+void gw_prep_learn(gw_job *j, const gw_compact *cp);
+void gw_prep_tick(gw_srv *s);
+/* engined's STEP entry / DONE of the preparer's run: 1 when it was */
+int gw_prep_step(gw_srv *s, const proto_step_entry *e);
+int gw_prep_done(gw_srv *s, uint64_t req, const proto_done *d);
+void gw_prep_engine_gone(gw_srv *s);
+/* Answers a continuation from the prepared summary: 1 (answered) or 0. */
+int gw_prep_replay(gw_job *j);
+void gw_prep_fini(gw_srv *s);
 
 /* peek.c: POST /v1/cache/peek and POST /v1/cache/prewarm */
 int gw_on_cache_peek(gw_srv *s, h2o_req_t *req);

@@ -92,28 +92,167 @@ void gw_send_fail(h2o_req_t *req, const gw_fail *f)
 /* ---- routing --------------------------------------------------------------
  */
 
+/* Who may call a route (auth.c). */
+enum {
+	A_OPEN,	  /* anyone (stats redact what needs the admin token) */
+	A_CLIENT, /* an API key when keys are configured, else anyone */
+	A_PEEK,	  /* the admin token or an API key */
+	A_ADMIN,  /* the admin token; none configured: refused over HTTP */
+};
+
 typedef struct route {
 	const char *path;
 	const char *method;
 	int id;
+	int auth;
 	int (*fn)(gw_srv *s, h2o_req_t *req);
 } route;
 
 static const route routes[] = {
-    {"/v1/chat/completions", "POST", GW_ROUTE_CHAT, gw_on_chat},
-    {"/v1/completions", "POST", GW_ROUTE_COMPLETIONS, gw_on_completions},
-    {"/v1/models", "GET", GW_ROUTE_MODELS, gw_on_models},
-    {"/health", "GET", GW_ROUTE_HEALTH, gw_on_health},
-    {"/metrics", "GET", GW_ROUTE_METRICS, gw_on_metrics},
-    {"/v1/cache/stats", "GET", GW_ROUTE_STATS, gw_on_cache_stats},
-    {"/v1/cache/clear", "POST", GW_ROUTE_CLEAR, gw_on_cache_clear},
-    {"/v1/cache/peek", "POST", GW_ROUTE_PEEK, gw_on_cache_peek},
-    {"/v1/cache/prewarm", "POST", GW_ROUTE_PREWARM, gw_on_cache_prewarm},
+    {"/v1/chat/completions", "POST", GW_ROUTE_CHAT, A_CLIENT, gw_on_chat},
+    {"/v1/completions", "POST", GW_ROUTE_COMPLETIONS, A_CLIENT,
+     gw_on_completions},
+    {"/v1/models", "GET", GW_ROUTE_MODELS, A_CLIENT, gw_on_models},
+    {"/health", "GET", GW_ROUTE_HEALTH, A_OPEN, gw_on_health},
+    {"/metrics", "GET", GW_ROUTE_METRICS, A_OPEN, gw_on_metrics},
+    {"/v1/cache/stats", "GET", GW_ROUTE_STATS, A_OPEN, gw_on_cache_stats},
+    {"/v1/cache/clear", "POST", GW_ROUTE_CLEAR, A_ADMIN, gw_on_cache_clear},
+    {"/v1/cache/peek", "POST", GW_ROUTE_PEEK, A_PEEK, gw_on_cache_peek},
+    {"/v1/cache/prewarm", "POST", GW_ROUTE_PREWARM, A_PEEK,
+     gw_on_cache_prewarm},
 };
+
+/* 0 when req may call r; otherwise answered (401, 403) and -1. */
+static int auth_check(gw_srv *s, h2o_req_t *req, const route *r)
+{
+	if (r->auth == A_OPEN || gw_auth_admin(s, req))
+		return 0;
+	uint64_t ks;
+	int key = gw_auth_key(s, req, &ks);
+	switch (r->auth) {
+	case A_CLIENT:
+		if (!s->n_keys || key)
+			return 0;
+		gw_auth_refuse(s, req, r->id, 0);
+		return -1;
+	case A_PEEK:
+		if (key)
+			return 0;
+		if (!s->cfg.admin_token && !s->n_keys) {
+			gw_metrics_count(s, r->id, 403);
+			gw_send_error(req, 403, "invalid_request_error", NULL,
+				      "admin_token_not_configured", 0,
+				      "%s needs the admin token or an API key, "
+				      "and neither is configured "
+				      "(--admin-token-file, --api-keys-file)",
+				      r->path);
+			return -1;
+		}
+		gw_auth_refuse(s, req, r->id, !s->n_keys);
+		return -1;
+	default:
+		if (!s->cfg.admin_token) {
+			gw_metrics_count(s, r->id, 403);
+			gw_send_error(req, 403, "invalid_request_error", NULL,
+				      "admin_token_not_configured", 0,
+				      "%s is served over HTTP only with an "
+				      "admin token configured "
+				      "(--admin-token-file); moorctl does it "
+				      "on the admin socket",
+				      r->path);
+			return -1;
+		}
+		gw_auth_refuse(s, req, r->id, 1);
+		return -1;
+	}
+}
+
+/* DNS rebinding: a page of another site whose name resolves to this
+ * address sends its own name as Host. Allowed: an IP literal (no name to
+ * rebind), "localhost", and the names of --allowed-hosts (a comma list;
+ * ".example.com" also matches its subdomains; "*" allows any). A request
+ * without Host (HTTP/1.0) is not a browser's. */
+static int host_ok(gw_srv *s, h2o_req_t *req)
+{
+	h2o_iovec_t a = req->authority;
+	if (!a.len)
+		return 1;
+	const char *h = a.base;
+	size_t n = a.len;
+	if (h[0] == '[') /* an IPv6 literal, [::1]:8000 */
+		return memchr(h, ']', n) != NULL;
+	const char *c = memchr(h, ':', n);
+	if (c)
+		n = (size_t)(c - h);
+	char name[256];
+	if (!n || n >= sizeof name)
+		return 0;
+	memcpy(name, h, n);
+	name[n] = 0;
+	struct in_addr ip;
+	if (inet_pton(AF_INET, name, &ip) == 1 ||
+	    !strcasecmp(name, "localhost"))
+		return 1;
+	const char *l = s->cfg.allowed_hosts;
+	while (l && *l) {
+		size_t k = strcspn(l, ",");
+		if ((k == 1 && l[0] == '*') ||
+		    (k == n && !strncasecmp(l, name, k)) ||
+		    (k > 1 && l[0] == '.' && n > k &&
+		     !strncasecmp(l, name + n - k, k)))
+			return 1;
+		l += k + (l[k] == ',');
+	}
+	return 0;
+}
+
+/* A cross-site page can POST without a CORS preflight only as text/plain,
+ * a form or multipart: none of them is a JSON API call, so they are 415
+ * (a request with no Content-Type, curl -X POST, is not a browser's). */
+static int type_ok(h2o_req_t *req)
+{
+	const h2o_iovec_t *ct = gw_header(req, "content-type");
+	if (!ct)
+		return 1;
+	size_t n = 0;
+	while (n < ct->len && ct->base[n] != ';' && ct->base[n] != ' ')
+		n++;
+	static const char *const simple[] = {
+	    "text/plain", "application/x-www-form-urlencoded",
+	    "multipart/form-data"};
+	for (size_t i = 0; i < sizeof simple / sizeof simple[0]; i++)
+		if (n == strlen(simple[i]) &&
+		    !strncasecmp(ct->base, simple[i], n))
+			return 0;
+	return 1;
+}
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
 	gw_srv *s = ((gw_handler *)self)->s;
+	if (!host_ok(s, req)) {
+		gw_metrics_count(s, GW_ROUTE_OTHER, 403);
+		gw_send_error(req, 403, "invalid_request_error", NULL,
+			      "host_not_allowed", 0,
+			      "Host '%.*s' is not allowed (a name that is not "
+			      "this server's could be DNS rebinding): add it "
+			      "to --allowed-hosts",
+			      (int)(req->authority.len > 200
+					? 200
+					: req->authority.len),
+			      req->authority.base);
+		return 0;
+	}
+	if (h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST")) &&
+	    !type_ok(req)) {
+		gw_metrics_count(s, GW_ROUTE_OTHER, 415);
+		gw_send_error(req, 415, "invalid_request_error", NULL,
+			      "unsupported_media_type", 0,
+			      "a POST body must be JSON (Content-Type: "
+			      "application/json); text/plain, forms and "
+			      "multipart are what cross-site pages send");
+		return 0;
+	}
 	h2o_iovec_t path = req->path_normalized;
 	/* the path without a query string */
 	for (size_t i = 0; i < path.len; i++)
@@ -132,7 +271,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 		    (!strcmp(r->method, "GET") &&
 		     h2o_memis(req->method.base, req->method.len,
 			       H2O_STRLIT("HEAD"))))
-			return r->fn(s, req);
+			return auth_check(s, req, r) ? 0 : r->fn(s, req);
 		h2o_iovec_t allow = h2o_strdup(&req->pool, r->method, SIZE_MAX);
 		h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ALLOW,
 			       NULL, allow.base, allow.len);

@@ -67,6 +67,10 @@ void gw_job_unref(gw_job *j)
 		j->next->prev = j->prev;
 	free(j->body);
 	free(j->hdr_session);
+	if (j->cp_seen) {
+		gw_compact_fini(j->cp_seen);
+		free(j->cp_seen);
+	}
 	free(j->rec);
 	free(j->rec_fin);
 	moor_buf_fini(&j->pend);
@@ -140,6 +144,7 @@ static void prepare_work(uv_work_t *w)
 	if (gw_params_read(&env, j->kind, j->json, j->hdr_session, seed, &j->p,
 			   &j->fail))
 		return;
+	j->salt = gw_salt(j->key_salt, j->p.cache_salt, j->p.cache_salt_len);
 	/* what engined would refuse or run for nothing is a 400 here, never
 	 * a 503 that a client retries forever */
 	if (j->p.n_ids > s->cfg.window) {
@@ -179,6 +184,7 @@ static int send_generate(gw_job *j)
 	g->flags = j->p.ignore_eos ? PROTO_GEN_IGNORE_EOS : 0;
 	g->n_ids = (uint32_t)j->p.n_ids;
 	g->ids = j->p.ids;
+	g->salt = j->salt;
 	if (!j->p.ignore_eos) {
 		g->n_stop = (uint32_t)s->n_stop_ids;
 		g->stop_ids = s->stop_ids;
@@ -216,7 +222,7 @@ void gw_job_submit(gw_job *j)
 {
 	gw_srv *s = j->s;
 	j->rid = ++s->next_rid;
-	if (gw_rc_replay(j))
+	if (gw_rc_replay(j) || gw_prep_replay(j))
 		return;
 	j->refs++; /* the engine's (or the wait's) */
 	if (!atomic_load(&s->link.pipe)) {
@@ -338,6 +344,8 @@ int gw_job_start(gw_srv *s, h2o_req_t *req, int kind, int route)
 		 (unsigned long long)(nid * 0x9e3779b97f4a7c15ull ^
 				      (uint64_t)s->started_unix),
 		 (unsigned long long)(nid & 0xffffffffu));
+	j->is_admin = gw_auth_admin(s, req);
+	(void)gw_auth_key(s, req, &j->key_salt);
 	const h2o_iovec_t *h = gw_header(req, "x-session-id");
 	if (h) {
 		j->hdr_session = malloc(h->len + 1);
@@ -346,9 +354,12 @@ int gw_job_start(gw_srv *s, h2o_req_t *req, int kind, int route)
 		memcpy(j->hdr_session, h->base, h->len);
 		j->hdr_session[h->len] = 0;
 	}
+	const h2o_iovec_t *ua = gw_header(req, "user-agent");
+	j->opencode = ua && ua->len >= 9 && !memcmp(ua->base, "opencode/", 9);
 	if (kind == GW_KIND_PEEK) {
 		j->rid = ++s->next_rid; /* the PEEK's request id */
 	} else {
+		gw_prep_activity(s); /* the preparer gives way */
 		int a = gw_admit_enter(j);
 		if (a < 0) { /* refused, answered */
 			gw_job_detach(j);
@@ -399,6 +410,9 @@ static void on_done(gw_job *j, const proto_done *d, const char *msg)
 		gw_metrics_done(j->s, d);
 		gw_prefill_sample(j->s, d);
 		gw_rc_keep(j);
+		if (j->cp_seen)
+			gw_prep_learn(j, j->cp_seen);
+		gw_prep_turn_end(j);
 	}
 	gw_reply_finish(j);
 }
@@ -407,15 +421,27 @@ void gw_on_engine_msg(gw_srv *s, proto_msg *m)
 {
 	if (m->h.type == PROTO_STEP) {
 		for (uint32_t i = 0; i < m->u.step.n; i++) {
+			if (gw_prep_step(s, &m->u.step.e[i]))
+				continue;
 			gw_job *j = job_of(s, m->u.step.e[i].req);
 			if (j)
 				gw_reply_token(j, &m->u.step.e[i]);
 		}
+	} else if (m->h.type == PROTO_PROGRESS) {
+		gw_job *j = job_of(s, m->h.req);
+		if (j)
+			gw_sse_progress(j, &m->u.progress);
 	} else if (m->h.type == PROTO_DONE) {
+		if (gw_prep_done(s, m->h.req, &m->u.done))
+			return;
 		gw_job *j = job_of(s, m->h.req);
 		if (j)
 			on_done(j, &m->u.done, m->u.done.msg);
 	} else if (m->h.type == PROTO_ERROR) {
+		proto_done pd = {.finish = PROTO_FINISH_ERROR,
+				 .code = m->u.error.code};
+		if (gw_prep_done(s, m->h.req, &pd))
+			return;
 		gw_job *j = job_of(s, m->h.req);
 		if (j) {
 			proto_done d = {.finish = PROTO_FINISH_ERROR,
@@ -433,6 +459,7 @@ void gw_on_engine_pipe(gw_srv *s, int up, uint32_t pipe)
 		return;
 	}
 	moor_warn("engined went away (pipe %u)", pipe);
+	gw_prep_engine_gone(s);
 	for (gw_job *j = s->jobs, *n; j; j = n) {
 		n = j->next;
 		if (j->sent && !j->have_done && j->pipe == pipe) {
@@ -446,6 +473,7 @@ void gw_on_engine_pipe(gw_srv *s, int up, uint32_t pipe)
 void gw_jobs_tick(gw_srv *s)
 {
 	gw_admit_tick(s);
+	gw_prep_tick(s);
 	double now = moor_now();
 	for (gw_job *j = s->jobs, *n; j; j = n) {
 		n = j->next;
@@ -520,6 +548,7 @@ void gw_jobs_shutdown(gw_srv *s)
 {
 	gw_admit_shutdown(s);
 	gw_jobs_tick(s); /* the waiting ones are refused */
+	gw_prep_activity(s); /* a summary being written stops */
 	for (gw_job *j = s->jobs; j; j = j->next)
 		if (j->sent && !j->have_done)
 			gw_job_cancel(j);

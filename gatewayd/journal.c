@@ -7,11 +7,16 @@
  * (the client's count), "read" (what the engine read), "cached",
  * "reread", "injected" (hidden spans put back), "aligned" (the end
  * alignment's pass), "completion_tokens", "prefill_ms", "decode_ms",
- * "ttft_ms", "finish"}. The session is the key the client sent (a
- * conversation id, an x-session-id), or "" when the prompt names it. The
- * memory level is cached's and not in a turn's DONE; cached's stats give it
- * (moorctl stats). Written on the loop thread: one short append and a
- * flush, no fsync (a crash may cost the last lines, never a turn). */
+ * "ttft_ms", "finish", "memory"}. The session is the key the client sent
+ * (a conversation id, an x-session-id), or "" when the prompt names it.
+ * "memory" is cached's memory level at the turn's plan (PLAN_OK, carried
+ * in the DONE): {"held_mb" (what the caches and live buffers held after
+ * the plan), "ceiling_mb" (--mem-ceiling), "shed" (cache units the plan
+ * gave back to fit its prefill), "level": "shed" when it gave any back,
+ * "high" at 90 % of the ceiling or more, else "ok"}; null for a turn the
+ * engine did not run (the response cache, a prepared summary). Written on
+ * the loop thread: one short append and a flush, no fsync (a crash may
+ * cost the last lines, never a turn). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +73,19 @@ void gw_journal_turn(gw_job *j, const char *finish)
 	    j->t_first > 0 ? json_real((j->t_first - j->t_start) * 1e3)
 			   : json_null());
 	json_object_set_new(o, "finish", json_string(finish));
+	if (d->mem_ceiling) {
+		const char *lv = d->mem_shed			      ? "shed"
+				 : d->mem_held * 10 >= d->mem_ceiling * 9 ? "high"
+									  : "ok";
+		json_object_set_new(
+		    o, "memory",
+		    json_pack("{s:f,s:f,s:i,s:s}", "held_mb",
+			      d->mem_held / 1048576.0, "ceiling_mb",
+			      d->mem_ceiling / 1048576.0, "shed",
+			      (int)d->mem_shed, "level", lv));
+	} else {
+		json_object_set_new(o, "memory", json_null());
+	}
 	char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(o);
 	if (!line)

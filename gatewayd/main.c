@@ -31,9 +31,23 @@ static void usage(FILE *f)
 		"(default\n"
 		"                           $XDG_RUNTIME_DIR/moor or "
 		"/tmp/moor-$UID)\n"
-		"  --admin-token T          /v1/cache/clear needs 'Bearer T' "
-		"(or env\n"
-		"                           MOOR_ADMIN_TOKEN)\n"
+		"  --admin-token-file FILE  the admin token: FILE's first "
+		"line (or env\n"
+		"                           MOOR_ADMIN_TOKEN); it opens "
+		"clear, peek,\n"
+		"                           prewarm and the session parts of "
+		"stats\n"
+		"  --api-keys-file FILE     'KEY [TENANT]' a line: the "
+		"inference routes\n"
+		"                           need 'Bearer KEY'; each tenant's "
+		"caches are\n"
+		"                           its own (default: no keys)\n"
+		"  --allowed-hosts LIST     Host names allowed besides IP "
+		"literals and\n"
+		"                           localhost (comma list; .example.com "
+		"matches\n"
+		"                           its subdomains; * any): others get "
+		"403\n"
 		"  --chat-template NAME     qwen3, qwen3.5, qwen3.6, qwen3.8 "
 		"(default:\n"
 		"                           the checkpoint's own)\n"
@@ -83,6 +97,14 @@ static void usage(FILE *f)
 		"  --response-cache on|off  answer an identical greedy request "
 		"from\n"
 		"                           memory (off)\n"
+		"  --compaction-prepare on|off  write an idle opencode "
+		"session's summary\n"
+		"                           ahead in scratch rows (on)\n"
+		"  --compaction-idle-s S    ... after S seconds without a "
+		"request (30)\n"
+		"  --compaction-min-tokens N  ... of a conversation of at "
+		"least N\n"
+		"                           tokens (32768)\n"
 		"  --reasoning-budget N     reasoning tokens before the server "
 		"closes the\n"
 		"                           reasoning (0: none; a body's "
@@ -194,6 +216,9 @@ int main(int argc, char **argv)
 	s->cfg.end_align = 1;
 	s->cfg.journal_max_mb = 64;
 	s->cfg.end_align_reasoning = 1;
+	s->cfg.compaction_prepare = 1;
+	s->cfg.compaction_idle_s = 30;
+	s->cfg.compaction_min_tokens = 32768;
 	s->cfg.admin_token = getenv("MOOR_ADMIN_TOKEN");
 	s->defs = (gw_gen_defaults){.temperature = 1.0, .top_p = 1.0};
 
@@ -202,6 +227,9 @@ int main(int argc, char **argv)
 		O_LISTEN,
 		O_RUN,
 		O_TOKEN,
+		O_TOKEN_FILE,
+		O_KEYS_FILE,
+		O_HOSTS,
 		O_TMPL,
 		O_SERVED,
 		O_WAIT,
@@ -222,6 +250,9 @@ int main(int argc, char **argv)
 		O_RCACHE,
 		O_STATE,
 		O_JMAX,
+		O_CPREP,
+		O_CIDLE,
+		O_CMIN,
 		O_HELP
 	};
 	static const struct option lo[] = {
@@ -229,6 +260,9 @@ int main(int argc, char **argv)
 	    {"listen", 1, 0, O_LISTEN},
 	    {"run-dir", 1, 0, O_RUN},
 	    {"admin-token", 1, 0, O_TOKEN},
+	    {"admin-token-file", 1, 0, O_TOKEN_FILE},
+	    {"api-keys-file", 1, 0, O_KEYS_FILE},
+	    {"allowed-hosts", 1, 0, O_HOSTS},
 	    {"chat-template", 1, 0, O_TMPL},
 	    {"served-model-name", 1, 0, O_SERVED},
 	    {"engine-wait-s", 1, 0, O_WAIT},
@@ -249,6 +283,9 @@ int main(int argc, char **argv)
 	    {"response-cache", 1, 0, O_RCACHE},
 	    {"state-dir", 1, 0, O_STATE},
 	    {"journal-max-mb", 1, 0, O_JMAX},
+	    {"compaction-prepare", 1, 0, O_CPREP},
+	    {"compaction-idle-s", 1, 0, O_CIDLE},
+	    {"compaction-min-tokens", 1, 0, O_CMIN},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
 	};
@@ -266,8 +303,26 @@ int main(int argc, char **argv)
 			snprintf(s->cfg.run_dir, sizeof s->cfg.run_dir, "%s",
 				 optarg);
 			break;
-		case O_TOKEN:
-			s->cfg.admin_token = optarg;
+		case O_TOKEN: {
+			/* a token in argv is in ps for every user: kept for
+			 * old scripts, copied, its argv bytes scrubbed */
+			static char tok[4096];
+			snprintf(tok, sizeof tok, "%s", optarg);
+			memset(optarg, 'x', strlen(optarg));
+			s->cfg.admin_token = tok;
+			moor_warn("--admin-token on the command line is visible "
+				  "to every user (ps); use --admin-token-file "
+				  "or MOOR_ADMIN_TOKEN");
+			break;
+		}
+		case O_TOKEN_FILE:
+			s->cfg.admin_token_file = optarg;
+			break;
+		case O_KEYS_FILE:
+			s->cfg.api_keys_file = optarg;
+			break;
+		case O_HOSTS:
+			s->cfg.allowed_hosts = optarg;
 			break;
 		case O_TMPL:
 			s->cfg.chat_template = optarg;
@@ -410,8 +465,28 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case O_CIDLE:
+			if (parse_double(optarg, &s->cfg.compaction_idle_s)) {
+				fprintf(stderr,
+					"gatewayd: --compaction-idle-s %s: "
+					"expected seconds >= 0\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case O_CMIN:
+			if (moor_parse_u32(optarg,
+					   &s->cfg.compaction_min_tokens)) {
+				fprintf(stderr,
+					"gatewayd: --compaction-min-tokens %s: "
+					"expected an integer >= 0\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case O_RCACHE:
 		case O_ALIGN:
+		case O_CPREP:
 		case O_ALIGN_R: {
 			int v = !strcmp(optarg, "on")	 ? 1
 				: !strcmp(optarg, "off") ? 0
@@ -422,12 +497,14 @@ int main(int argc, char **argv)
 					"off\n",
 					o == O_ALIGN	 ? "end-align"
 					: o == O_RCACHE ? "response-cache"
+					: o == O_CPREP	? "compaction-prepare"
 							: "end-align-reasoning",
 					optarg);
 				return 2;
 			}
 			*(o == O_ALIGN	   ? &s->cfg.end_align
 			  : o == O_RCACHE ? &s->cfg.response_cache
+			  : o == O_CPREP  ? &s->cfg.compaction_prepare
 					  : &s->cfg.end_align_reasoning) = v;
 			break;
 		}
@@ -452,6 +529,10 @@ int main(int argc, char **argv)
 	if (!s->cfg.model_dir) {
 		fprintf(stderr, "gatewayd: --model DIR is required\n");
 		usage(stderr);
+		return 2;
+	}
+	if (gw_auth_load(s, err)) {
+		moor_err("%s", err);
 		return 2;
 	}
 	if (s->cfg.admin_token && !*s->cfg.admin_token)
@@ -583,7 +664,9 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 100 && uv_loop_close(&loop) == UV_EBUSY; i++)
 		uv_run(&loop, UV_RUN_NOWAIT);
 	h2o_config_dispose(&s->hconf);
+	gw_prep_fini(s);
 	gw_tok_free(s->tok);
+	gw_auth_free(s);
 	moor_info("stopped");
 	return 0;
 }

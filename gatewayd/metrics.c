@@ -98,7 +98,7 @@ char *gw_metrics_text(gw_srv *s, const json_t *stats, size_t *len)
 			"# HELP moor_cache_hits_total Generations by the cache "
 			"tier their prompt resumed from.\n"
 			"# TYPE moor_cache_hits_total counter\n");
-	for (uint32_t t = 0; t <= PROTO_TIER_SPILL; t++)
+	for (uint32_t t = 0; t <= PROTO_TIER_DISK; t++)
 		moor_buf_printf(&b, "moor_cache_hits_total{tier=\"%s\"} %llu\n",
 				gw_tier_source(t),
 				(unsigned long long)m->tier_hits[t]);
@@ -122,7 +122,7 @@ char *gw_metrics_text(gw_srv *s, const json_t *stats, size_t *len)
 	if (stats) {
 		static const char *const caches[] = {
 		    "resident", "end", "stash", "pin", "park", "store",
-		    "spill"};
+		    "spill", "disk"};
 		moor_buf_printf(
 		    &b, "# HELP moor_cache_bytes Bytes each cache holds "
 			"(cached's stats).\n"
@@ -149,6 +149,21 @@ char *gw_metrics_text(gw_srv *s, const json_t *stats, size_t *len)
 					sp[i],
 					(unsigned long long)stat_u(
 					    stats, "spill", sp[i]));
+		/* the disk tier's (cached's "disk" object) */
+		static const char *const dk[] = {
+		    "hits",	       "hit_failed",	  "bytes_read",
+		    "bytes_written",   "chunks_written",  "anchors_written",
+		    "write_failed",    "window",	  "evicted",
+		    "floor_binds"};
+		moor_buf_printf(&b, "# HELP moor_disk_total The disk tier's "
+				    "counters (cached's stats).\n"
+				    "# TYPE moor_disk_total counter\n");
+		for (size_t i = 0; i < sizeof dk / sizeof dk[0]; i++)
+			moor_buf_printf(&b,
+					"moor_disk_total{what=\"%s\"} %llu\n",
+					dk[i],
+					(unsigned long long)stat_u(
+					    stats, "disk", dk[i]));
 	}
 	moor_buf_printf(&b,
 			"# HELP moor_engine_up 1 when engined's pipe is up.\n"

@@ -266,6 +266,23 @@ static int read_common(const gw_params_env *env, int kind, const json_t *b,
 	p->session = xstrdup(sess);
 	if (!p->session)
 		return oom(f);
+	/* vLLM's per-request cache salt: a non-empty string; the tenant's
+	 * caches are keyed by it (gatewayd/auth.c derives the salt) */
+	v = json_object_get(b, "cache_salt");
+	if (v && !json_is_null(v)) {
+		if (!json_is_string(v) || !json_string_length(v) ||
+		    json_string_length(v) > GW_MAX_CACHE_SALT)
+			return bad(f, "cache_salt",
+				   "'cache_salt' must be a non-empty string of "
+				   "at most %d bytes",
+				   GW_MAX_CACHE_SALT);
+		p->cache_salt = malloc(json_string_length(v) + 1);
+		if (!p->cache_salt)
+			return oom(f);
+		memcpy(p->cache_salt, json_string_value(v),
+		       json_string_length(v) + 1);
+		p->cache_salt_len = json_string_length(v);
+	}
 	return 0;
 }
 
@@ -535,6 +552,7 @@ void gw_params_fini(gw_params *p)
 	for (size_t i = 0; i < p->n_stop; i++)
 		free(p->stop[i]);
 	free(p->session);
+	free(p->cache_salt);
 	free(p->ids);
 	memset(p, 0, sizeof *p);
 }

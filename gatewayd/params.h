@@ -23,6 +23,8 @@
  *     Qwen's close phrase, a hidden span, and </think>); absent: the
  *     server's --reasoning-budget; 0: none. Only a prompt that ends inside
  *     <think> has a budget.
+ *   - cache_salt (vLLM's name): a non-empty string that keys this
+ *     request's caches apart from every other salt's (auth.c).
  *   - The session: the body's conversation id (conversation_id, a
  *     conversation string or its id, metadata.conversation_id), else the
  *     x-session-id header, else "" (cached names it by the prompt).
@@ -39,6 +41,7 @@
 #include "tokenizer.h"
 
 #define GW_MAX_STOP 4 /* stop strings per request (OpenAI) */
+#define GW_MAX_CACHE_SALT 1024 /* a body's cache_salt, bytes */
 
 /* What a job does. */
 enum { GW_KIND_CHAT = 1, GW_KIND_COMPLETION, GW_KIND_ADMIN, GW_KIND_PEEK };
@@ -87,6 +90,8 @@ typedef struct gw_params {
 	size_t n_stop;
 	int ignore_eos;
 	char *session;	       /* malloc'd, "" when none */
+	char *cache_salt;      /* the body's cache_salt, malloc'd; NULL: none */
+	size_t cache_salt_len;
 	const json_t *tools;   /* borrowed from the body; NULL: none */
 	int think_open;	       /* the prompt ends inside <think> */
 	uint32_t reasoning_budget; /* reasoning tokens before the server

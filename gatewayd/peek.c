@@ -104,6 +104,7 @@ void gw_peek_work(gw_job *j)
 	q.u.peek.session = j->p.session;
 	q.u.peek.n_ids = (uint32_t)j->p.n_ids;
 	q.u.peek.ids = j->p.ids;
+	q.u.peek.salt = j->salt;
 	j->admin_rv = gw_link_admin(j->s, &q, &j->reply); /* q borrowed */
 }
 

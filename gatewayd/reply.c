@@ -76,6 +76,8 @@ const char *gw_tier_word(uint32_t tier)
 		return "ram_snapshot";
 	case PROTO_TIER_SPILL:
 		return "nvme_spill";
+	case PROTO_TIER_DISK:
+		return "nvme_disk";
 	default:
 		return "none";
 	}
@@ -84,7 +86,8 @@ const char *gw_tier_word(uint32_t tier)
 const char *gw_tier_source(uint32_t tier)
 {
 	static const char *const n[] = {"none", "anchor", "end",   "pin",
-					"park", "store",  "stash", "spill"};
+					"park", "store",  "stash", "spill",
+					"disk"};
 	return tier < sizeof n / sizeof n[0] ? n[tier] : "none";
 }
 
@@ -117,6 +120,7 @@ json_t *gw_reply_usage(const gw_job *j)
 	json_object_set_new(
 	    m, "source",
 	    json_string(j->from_cache ? "response_cache"
+			: j->prepared	  ? "prepared"
 			: j->continuation && d->tier == PROTO_TIER_END
 			    ? "continuation"
 			    : gw_tier_source(d->tier)));

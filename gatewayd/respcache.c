@@ -19,6 +19,7 @@
 
 typedef struct rc_entry {
 	uint64_t hash;
+	uint64_t salt; /* the tenant's: another salt never hits */
 	int32_t *ids;
 	size_t n_ids;
 	uint32_t max_tokens, budget;
@@ -64,7 +65,8 @@ static rc_entry *find(const gw_job *j)
 	rc_entry *hit = NULL;
 	for (unsigned i = 0; i < GW_RC_ENTRIES && !hit; i++) {
 		rc_entry *e = &ring[i];
-		if (e->ids && e->hash == h && e->n_ids == j->p.n_ids &&
+		if (e->ids && e->hash == h && e->salt == j->salt &&
+		    e->n_ids == j->p.n_ids &&
 		    e->max_tokens == j->p.max_tokens &&
 		    e->budget == j->p.reasoning_budget &&
 		    e->ignore_eos == j->p.ignore_eos &&
@@ -154,6 +156,7 @@ void gw_rc_keep(gw_job *j)
 	memcpy(e->ids, j->p.ids, j->p.n_ids * sizeof *e->ids);
 	e->n_ids = j->p.n_ids;
 	e->hash = key_hash(j);
+	e->salt = j->salt;
 	e->max_tokens = j->p.max_tokens;
 	e->budget = j->p.reasoning_budget;
 	e->ignore_eos = j->p.ignore_eos;

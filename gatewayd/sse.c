@@ -2,7 +2,10 @@
  * once, one `data: {chunk}` frame per event of the stream parser (a chat
  * delta of role, reasoning_content, content or tool_calls; a completion's
  * text), then the finish chunk, the usage chunk when stream_options asked
- * for it, and `data: [DONE]`. Frames wait in the job's pend buffer while
+ * for it, and `data: [DONE]`. A long prefill's progress (engined's
+ * PROGRESS) comes before the first token as an SSE comment line,
+ * `: progress DONE/TOTAL tokens (cached N), R tokens/s, eta S s`, which
+ * SSE clients skip; it starts the response. Frames wait in the job's pend buffer while
  * h2o sends the previous ones (one h2o_send in flight; its proceed
  * callback sends the rest), so a burst of tokens costs one write. */
 #include <stdio.h>
@@ -177,6 +180,24 @@ void gw_sse_end(gw_job *j)
 		pend_json(j, o);
 	}
 	moor_buf_puts(&j->pend, "data: [DONE]\n\n");
+}
+
+void gw_sse_progress(gw_job *j, const proto_progress *p)
+{
+	if (!j->p.stream || !j->req || j->have_done)
+		return;
+	gw_sse_start(j);
+	char line[192];
+	int n = snprintf(line, sizeof line,
+			 ": progress %llu/%llu tokens (cached %llu), %u "
+			 "tokens/s, eta %.1f s\n\n",
+			 (unsigned long long)p->done,
+			 (unsigned long long)p->total,
+			 (unsigned long long)p->start, p->tokens_per_s,
+			 p->eta_ms / 1e3);
+	if (n > 0 && (size_t)n < sizeof line)
+		moor_buf_put(&j->pend, line, (size_t)n);
+	gw_sse_flush(j);
 }
 
 void gw_sse_error(gw_job *j, const char *type, const char *msg)

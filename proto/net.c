@@ -7,6 +7,7 @@
 #include "moor.h"
 
 #include <stdarg.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -170,4 +171,12 @@ int proto_send_error(nng_socket s, nng_pipe pipe, uint64_t req, int code,
 	int rv = proto_send(s, &m, pipe);
 	free(text);
 	return rv;
+}
+
+int proto_listen_private(nng_socket s, const char *url)
+{
+	mode_t old = umask(0177);
+	int rv = nng_listen(s, url, NULL, 0);
+	umask(old);
+	return proto_nng_err(rv);
 }

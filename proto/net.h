@@ -4,7 +4,8 @@
  * returns 0 or a negative moor code (-errno for transport failures, the
  * proto_decode codes for malformed messages), converted by proto_nng_err.
  *
- * Sockets are the caller's: these helpers open, dial and listen nothing.
+ * Sockets are the caller's: these helpers open and dial nothing, and
+ * listen only in proto_listen_private.
  * They are safe to call from several threads on one socket as far as NNG
  * is (timeouts are per call, through an aio; no socket option is changed).
  */
@@ -22,6 +23,14 @@
  * NNG_ECONNRESET and NNG_ECONNSHUT -> -ECONNRESET, NNG_EPERM -> -EPERM, an
  * NNG system error -> its -errno; anything else -> -EIO. */
 int proto_nng_err(int nng_rv);
+
+/* nng_listen on an ipc:// url whose socket file is created 0600: the
+ * umask is 0177 around the bind (a chmod by path after the listen left a
+ * window with the umask's mode, and followed whatever the path named by
+ * then). The process's umask is restored before it returns; another
+ * thread creating a file meanwhile gets the stricter mode. Returns 0 or a
+ * moor code (proto_nng_err). */
+int proto_listen_private(nng_socket s, const char *url);
 
 /* Encodes m and sends it on s. A pipe with id 0 (NNG_PIPE_INITIALIZER)
  * means none; otherwise the message goes to that pipe (PAIR1 poly sockets

@@ -517,6 +517,7 @@ static void enc_plan(moor_buf *b, const proto_msg *m)
 	put_u32(b, p->max_tokens);
 	put_u32(b, p->flags);
 	put_i32s(b, p->n_ids, PROTO_MAX_IDS, p->ids);
+	put_u64(b, p->salt);
 }
 
 static void dec_plan(rd *r, proto_msg *m)
@@ -526,6 +527,7 @@ static void dec_plan(rd *r, proto_msg *m)
 	p->max_tokens = get_u32(r);
 	p->flags = get_u32(r);
 	p->ids = get_i32s(r, &p->n_ids, PROTO_MAX_IDS);
+	p->salt = get_u64(r);
 }
 
 static void fini_plan(proto_msg *m)
@@ -541,6 +543,9 @@ static void enc_plan_ok(moor_buf *b, const proto_msg *m)
 	put_u64(b, p->cached);
 	put_u64(b, p->taint);
 	put_u32(b, p->tier);
+	put_u64(b, p->mem_held);
+	put_u64(b, p->mem_ceiling);
+	put_u32(b, p->mem_shed);
 	if (put_count(b, p->n_slots, PROTO_MAX_SLOTS, p->slots))
 		for (uint32_t i = 0; i < p->n_slots && !b->err; i++) {
 			put_u64(b, p->slots[i].line);
@@ -555,6 +560,9 @@ static void dec_plan_ok(rd *r, proto_msg *m)
 	p->cached = get_u64(r);
 	p->taint = get_u64(r);
 	p->tier = get_u32(r);
+	p->mem_held = get_u64(r);
+	p->mem_ceiling = get_u64(r);
+	p->mem_shed = get_u32(r);
 	p->slots = get_array(r, &p->n_slots, PROTO_MAX_SLOTS, SLOT_WIRE,
 			     sizeof *p->slots);
 	for (uint32_t i = 0; p->slots && i < p->n_slots; i++) {
@@ -647,6 +655,7 @@ static void enc_generate(moor_buf *b, const proto_msg *m)
 	put_i32(b, g->think_close);
 	put_u32(b, g->n_hidden);
 	put_i32s(b, g->n_close, PROTO_MAX_IDS, g->close_ids);
+	put_u64(b, g->salt);
 	if (g->n_hidden > g->n_close)
 		wr_fail(b, MOOR_ERANGE);
 }
@@ -668,6 +677,7 @@ static void dec_generate(rd *r, proto_msg *m)
 	g->think_close = get_i32(r);
 	g->n_hidden = get_u32(r);
 	g->close_ids = get_i32s(r, &g->n_close, PROTO_MAX_IDS);
+	g->salt = get_u64(r);
 	if (!r->err && g->n_hidden > g->n_close)
 		rd_fail(r, MOOR_EFORMAT);
 }
@@ -719,6 +729,9 @@ static void enc_done(moor_buf *b, const proto_msg *m)
 	put_u64(b, d->completion_tokens);
 	put_u64(b, d->prefill_us);
 	put_u64(b, d->decode_us);
+	put_u64(b, d->mem_held);
+	put_u64(b, d->mem_ceiling);
+	put_u32(b, d->mem_shed);
 	put_str(b, d->msg);
 }
 
@@ -733,6 +746,9 @@ static void dec_done(rd *r, proto_msg *m)
 	d->completion_tokens = get_u64(r);
 	d->prefill_us = get_u64(r);
 	d->decode_us = get_u64(r);
+	d->mem_held = get_u64(r);
+	d->mem_ceiling = get_u64(r);
+	d->mem_shed = get_u32(r);
 	get_str(r, &d->msg);
 }
 
@@ -749,6 +765,32 @@ static void enc_cancel(moor_buf *b, const proto_msg *m)
 static void dec_cancel(rd *r, proto_msg *m)
 {
 	m->u.cancel.target = get_u64(r);
+}
+
+static void enc_progress(moor_buf *b, const proto_msg *m)
+{
+	const proto_progress *p = &m->u.progress;
+	if (p->done > p->total) {
+		wr_fail(b, MOOR_ERANGE);
+		return;
+	}
+	put_u64(b, p->done);
+	put_u64(b, p->total);
+	put_u64(b, p->start);
+	put_u32(b, p->tokens_per_s);
+	put_u32(b, p->eta_ms);
+}
+
+static void dec_progress(rd *r, proto_msg *m)
+{
+	proto_progress *p = &m->u.progress;
+	p->done = get_u64(r);
+	p->total = get_u64(r);
+	p->start = get_u64(r);
+	p->tokens_per_s = get_u32(r);
+	p->eta_ms = get_u32(r);
+	if (p->done > p->total)
+		rd_fail(r, MOOR_EFORMAT);
 }
 
 static void enc_credit(moor_buf *b, const proto_msg *m)
@@ -842,6 +884,7 @@ static void enc_peek(moor_buf *b, const proto_msg *m)
 	const proto_peek *p = &m->u.peek;
 	put_str(b, p->session);
 	put_i32s(b, p->n_ids, PROTO_MAX_IDS, p->ids);
+	put_u64(b, p->salt);
 }
 
 static void dec_peek(rd *r, proto_msg *m)
@@ -849,6 +892,7 @@ static void dec_peek(rd *r, proto_msg *m)
 	proto_peek *p = &m->u.peek;
 	get_str(r, &p->session);
 	p->ids = get_i32s(r, &p->n_ids, PROTO_MAX_IDS);
+	p->salt = get_u64(r);
 }
 
 static void fini_peek(proto_msg *m)
@@ -882,6 +926,7 @@ static void enc_end_get(moor_buf *b, const proto_msg *m)
 	const proto_end_get *p = &m->u.end_get;
 	put_str(b, p->session);
 	put_i32s(b, p->n_ids, PROTO_MAX_IDS, p->ids);
+	put_u64(b, p->salt);
 }
 
 static void dec_end_get(rd *r, proto_msg *m)
@@ -889,6 +934,7 @@ static void dec_end_get(rd *r, proto_msg *m)
 	proto_end_get *p = &m->u.end_get;
 	get_str(r, &p->session);
 	p->ids = get_i32s(r, &p->n_ids, PROTO_MAX_IDS);
+	p->salt = get_u64(r);
 }
 
 static void fini_end_get(proto_msg *m)
@@ -950,6 +996,7 @@ static const proto_kind kinds[PROTO_TYPE_MAX] = {
     [PROTO_DONE] = {"DONE", enc_done, dec_done, fini_done},
     [PROTO_CANCEL] = {"CANCEL", enc_cancel, dec_cancel, NULL},
     [PROTO_CREDIT] = {"CREDIT", enc_credit, dec_credit, NULL},
+    [PROTO_PROGRESS] = {"PROGRESS", enc_progress, dec_progress, NULL},
     [PROTO_STATS] = {"STATS", NULL, NULL, NULL},
     [PROTO_STATS_OK] = {"STATS_OK", enc_text, dec_text, fini_text},
     [PROTO_CLEAR] = {"CLEAR", enc_clear, dec_clear, fini_clear},

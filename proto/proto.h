@@ -28,8 +28,10 @@
 
 #define PROTO_MAGIC 0x524f4f4du /* "MOOR" little-endian */
 /* 2: HELLO_OK names the device arena by kind (shm or a CUDA IPC handle);
- * GENERATE's reasoning budget, COMMIT's marks. */
-#define PROTO_VERSION 2
+ * GENERATE's reasoning budget, COMMIT's marks.
+ * 3: the tenant's cache salt in GENERATE, PLAN, PEEK and END_GET; PROGRESS,
+ * PLAN's SCRATCH flag, the memory level in PLAN_OK and DONE. */
+#define PROTO_VERSION 3
 #define PROTO_HDR_SIZE 24
 /* Largest payload accepted: a 256k-token prompt of ids plus slack. */
 #define PROTO_MAX_PAYLOAD (4u << 20)
@@ -68,6 +70,7 @@ enum proto_type {
 	PROTO_DONE = 32, /* engined -> client: a request ended */
 	PROTO_CANCEL = 33,
 	PROTO_CREDIT = 34, /* client -> engined: flow control (below) */
+	PROTO_PROGRESS = 35, /* engined -> client: a long prefill's progress */
 
 	/* operators, gatewayd -> cached (admin.sock, REQ/REP) */
 	PROTO_STATS = 50,
@@ -158,9 +161,24 @@ typedef struct proto_plan {
 	uint32_t flags;      /* PROTO_PLAN_* */
 	uint32_t n_ids;
 	int32_t *ids;        /* key_ids of the prompt */
+	uint64_t salt;       /* the tenant's cache salt (PROTO_SALT_NONE) */
 } proto_plan;
 
-enum { PROTO_PLAN_NO_CACHE = 1 }; /* cold prefill, keep nothing */
+/* The cache salt: a tenant's prompts are keyed by it in every cache of
+ * cached (cached/salt.c says how), so two salts never share a cached
+ * token and the same salt shares as before. gatewayd derives it from a
+ * request's cache_salt and its API key's salt; 0 is no salt (the keys of
+ * every cache are the token ids themselves, as before salts). */
+#define PROTO_SALT_NONE 0
+
+enum {
+	PROTO_PLAN_NO_CACHE = 1, /* cold prefill, keep nothing */
+	/* a run in scratch rows past the end anchor (the compaction
+	 * preparer): the plan resumes at the end anchor the ids extend, takes
+	 * no anchor and changes no cache; the ABORT or COMMIT that ends it
+	 * leaves every cache as it was (cache_scratch_plan) */
+	PROTO_PLAN_SCRATCH = 2,
+};
 
 enum proto_tier {
 	PROTO_TIER_NONE = 0,
@@ -171,6 +189,7 @@ enum proto_tier {
 	PROTO_TIER_STORE = 5,    /* state store snapshot */
 	PROTO_TIER_STASH = 6,    /* guest stash (rows put back) */
 	PROTO_TIER_SPILL = 7,    /* the session spill (NVMe) */
+	PROTO_TIER_DISK = 8,     /* the disk tier (NVMe): a shared head */
 };
 
 typedef struct proto_slot {
@@ -183,6 +202,11 @@ typedef struct proto_plan_ok {
 	uint64_t cached;  /* tokens not forwarded (= start) */
 	uint64_t taint;   /* lowest row not written by a cold grid prefill */
 	uint32_t tier;    /* proto_tier of the source */
+	/* the memory level after the plan: bytes the caches hold, the
+	 * ceiling they grow to, and the cache units the plan gave back to
+	 * fit its prefill (0: none) */
+	uint64_t mem_held, mem_ceiling;
+	uint32_t mem_shed;
 	uint32_t n_slots;
 	proto_slot *slots; /* anchor slots to fill during the prefill */
 } proto_plan_ok;
@@ -237,6 +261,7 @@ typedef struct proto_generate {
 	uint32_t n_hidden;
 	uint32_t n_close;
 	int32_t *close_ids;
+	uint64_t salt; /* passed to the plan (PROTO_SALT_NONE: none) */
 } proto_generate;
 
 /* GENERATE flags of engined's own, in the high half (the low half is
@@ -266,6 +291,8 @@ typedef struct proto_done {
 	uint64_t cached_tokens;
 	uint64_t completion_tokens;
 	uint64_t prefill_us, decode_us;
+	uint64_t mem_held, mem_ceiling; /* PLAN_OK's memory level */
+	uint32_t mem_shed;
 	char *msg;          /* error text, or empty */
 } proto_done;
 
@@ -284,18 +311,30 @@ typedef struct proto_credit {
 	uint32_t n; /* messages received since the last CREDIT, >= 1 */
 } proto_credit;
 
+/* A long prefill's progress (engined -> the request's client), at most
+ * once per --progress-ms (1 s): `done` of the `total` prompt tokens the
+ * prefill forwards (the plan's start excluded), the rate so far and the
+ * time left at that rate. done <= total. */
+typedef struct proto_progress {
+	uint64_t done, total;
+	uint64_t start;	      /* the plan's start (cached tokens) */
+	uint32_t tokens_per_s; /* forwarded tokens a second so far */
+	uint32_t eta_ms;      /* the rest at that rate */
+} proto_progress;
+
 typedef struct proto_text { /* STATS_OK: u32 length, <= PROTO_MAX_TEXT */
 	char *text;
 } proto_text;
 
 /* The tiers CLEAR names: the one table cached, moorctl and gatewayd use.
  * "ram" is every RAM cache (the default when none is named), "all" those
- * and the NVMe tiers; "spill" the session spill alone. */
+ * and the NVMe tiers; "spill" the session spill alone, "disk" the disk
+ * tier alone (its files and its cold-line counts). */
 #define PROTO_CLEAR_TIERS                                                     \
 	"ram", "all", "resident", "end", "stash", "pin", "park", "store",     \
-	    "spill"
+	    "spill", "disk"
 #define PROTO_CLEAR_TIER_LIST                                                 \
-	"ram, all, resident, end, stash, pin, park, store, spill"
+	"ram, all, resident, end, stash, pin, park, store, spill, disk"
 /* 1 when t is one of PROTO_CLEAR_TIERS. */
 int proto_clear_tier_ok(const char *t);
 
@@ -310,6 +349,7 @@ typedef struct proto_peek {
 	char *session; /* session key; empty: none */
 	uint32_t n_ids;
 	int32_t *ids;  /* key_ids of the prompt */
+	uint64_t salt; /* as PLAN's */
 } proto_peek;
 
 typedef struct proto_peek_ok {
@@ -334,6 +374,7 @@ typedef struct proto_end_get {
 	char *session;
 	uint32_t n_ids;
 	int32_t *ids;
+	uint64_t salt; /* as PLAN's */
 } proto_end_get;
 
 typedef struct proto_end_ok {
@@ -362,6 +403,7 @@ typedef struct proto_msg {
 		proto_done done;
 		proto_cancel cancel;
 		proto_credit credit;
+		proto_progress progress;
 		proto_text text;
 		proto_clear clear;
 		proto_peek peek;

@@ -60,10 +60,16 @@ struct gw_rs {
 	char **stop;
 	size_t *stop_len;
 	size_t n_stop, max_stop;
+	/* the stop matcher: per stop string its failure function (KMP:
+	 * fail[j], the longest proper border of stop[0, j)) and how much of
+	 * it the text ends with (matched, < stop_len) */
+	size_t **fail;
+	size_t *matched;
 
 	struct bytes buf; /* the raw text, stops cut */
 	size_t avail;	  /* buf[0, avail) is past any stop's reach */
 	int stopped, finished, err;
+	uint64_t stop_work; /* stop bytes compared (gw_rs_stop_work) */
 
 	enum phase ph;
 	size_t pos;	    /* buf[0, pos) is accounted for */
@@ -398,6 +404,27 @@ int gw_rs_new(const gw_rs_cfg *cfg, gw_rs **out)
 			r->max_stop = r->stop_len[r->n_stop];
 		r->n_stop++;
 	}
+	if (r->n_stop) {
+		r->fail = calloc(r->n_stop, sizeof *r->fail);
+		r->matched = calloc(r->n_stop, sizeof *r->matched);
+		if (!r->fail || !r->matched)
+			goto oom;
+	}
+	for (size_t i = 0; i < r->n_stop; i++) {
+		const char *p = r->stop[i];
+		size_t k = r->stop_len[i];
+		size_t *f = r->fail[i] = malloc((k + 1) * sizeof *f);
+		if (!f)
+			goto oom;
+		f[0] = f[1] = 0;
+		for (size_t j = 1, q = 0; j < k; j++) {
+			while (q && p[j] != p[q])
+				q = f[q];
+			if (p[j] == p[q])
+				q++;
+			f[j + 1] = q;
+		}
+	}
 	*out = r;
 	return 0;
 oom:
@@ -409,10 +436,15 @@ void gw_rs_free(gw_rs *r)
 {
 	if (!r)
 		return;
-	for (size_t i = 0; i < r->n_stop; i++)
+	for (size_t i = 0; i < r->n_stop; i++) {
 		free(r->stop[i]);
+		if (r->fail)
+			free(r->fail[i]);
+	}
 	free(r->stop);
 	free(r->stop_len);
+	free(r->fail);
+	free(r->matched);
 	free(r->id_prefix);
 	free(r->buf.p);
 	free(r->cpend.p);
@@ -424,21 +456,35 @@ void gw_rs_free(gw_rs *r)
 
 /* The first stop string to complete in buf after `from` bytes (the one
  * that ends first; of those ending together the longest): where the text
- * is cut, or NPOS. */
-static size_t stop_cut(const gw_rs *r, size_t from)
+ * is cut, or NPOS. Each new byte steps every stop string's KMP automaton
+ * (matched[i]: how much of stop i the text ends with), so the work is
+ * linear in the text whatever the stop strings' lengths: a step's
+ * fall-backs are paid for by the bytes that built the match up. */
+static size_t stop_cut(gw_rs *r, size_t from)
 {
 	const char *s = r->buf.p;
-	for (size_t e = from + 1; e <= r->buf.len; e++) {
+	for (size_t e = from; e < r->buf.len; e++) {
 		size_t best = 0;
 		for (size_t i = 0; i < r->n_stop; i++) {
-			size_t k = r->stop_len[i];
-			if (k <= e && k > best &&
-			    s[e - 1] == r->stop[i][k - 1] &&
-			    memcmp(s + e - k, r->stop[i], k) == 0)
-				best = k;
+			const char *p = r->stop[i];
+			const size_t *f = r->fail[i];
+			size_t q = r->matched[i];
+			r->stop_work++;
+			while (q && p[q] != s[e]) {
+				q = f[q];
+				r->stop_work++;
+			}
+			if (p[q] == s[e])
+				q++;
+			if (q == r->stop_len[i]) {
+				if (q > best)
+					best = q;
+				q = f[q];
+			}
+			r->matched[i] = q;
 		}
 		if (best)
-			return e - best;
+			return e + 1 - best;
 	}
 	return NPOS;
 }
@@ -476,13 +522,11 @@ int gw_rs_push(gw_rs *r, const char *piece, size_t len, gw_rs_cb cb, void *arg)
 		rc = q_drain(r, cb, arg);
 		return rc ? rc : GW_RS_STOPPED;
 	}
+	/* what a stop may still complete: the longest matched prefix */
 	size_t hold = 0;
-	for (size_t i = 0; i < r->n_stop; i++) {
-		size_t h = tail_prefix(r->buf.p, r->buf.len, r->stop[i],
-				       r->stop_len[i]);
-		if (h > hold)
-			hold = h;
-	}
+	for (size_t i = 0; i < r->n_stop; i++)
+		if (r->matched[i] > hold)
+			hold = r->matched[i];
 	r->avail = r->buf.len - hold;
 	rc = advance(r, 0);
 	if (rc < 0)
@@ -516,6 +560,11 @@ int gw_rs_n_tool_calls(const gw_rs *r)
 const json_t *gw_rs_tool_calls(const gw_rs *r)
 {
 	return r->calls;
+}
+
+uint64_t gw_rs_stop_work(const gw_rs *r)
+{
+	return r->stop_work;
 }
 
 int gw_rs_stopped(const gw_rs *r)

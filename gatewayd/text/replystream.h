@@ -106,4 +106,9 @@ const json_t *gw_rs_tool_calls(const gw_rs *r);
 /* Whether a stop string ended the text. */
 int gw_rs_stopped(const gw_rs *r);
 
+/* The stop matcher's work so far: bytes of stop strings it compared (its
+ * bound in tests: a small multiple of the text's bytes times the stop
+ * strings, whatever their lengths). */
+uint64_t gw_rs_stop_work(const gw_rs *r);
+
 #endif

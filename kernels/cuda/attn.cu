@@ -34,6 +34,24 @@ typedef __nv_bfloat16 bf16;
 #define FL_BC 64 /* keys of a tile */
 #define FL_PAD 8 /* bf16 of padding a smem row: conflict-free fragments */
 
+/* ---- cp.async ---- */
+
+static __device__ inline void cp16(void *dst, const void *src, int ok)
+{
+	unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+	int n = ok ? 16 : 0; /* 0: the 16 bytes are zero-filled */
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a),
+		     "l"(src), "r"(n));
+}
+static __device__ inline void cp_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> static __device__ inline void cp_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 /* ---- the split kernel ---- */
 
 static __host__ __device__ inline int64_t splits_of(int64_t len)
@@ -222,21 +240,157 @@ __global__ void __launch_bounds__(KCU_SPLIT_KEYS)
 	}
 }
 
-#define COMB_THREADS 256
-#define COMB_CHUNK 1024 /* splits whose weights sit in shared memory at once */
+/* The split kernel for bf16 K and V (D a multiple of 8, at most 256):
+ * grid (splits, Hkv, rows), SP_THREADS threads. The split's K and V rows
+ * are copied into shared memory at once (cp.async; V's copy runs under
+ * the scores), two threads a key for the scores (halves of D, each in
+ * order d = 0.., the halves added low + high), a warp a head for the
+ * split's softmax, a thread two dims for P V (keys in order). Writes what
+ * k_split does. */
+#define SP_THREADS (2 * KCU_SPLIT_KEYS)
+template <int D>
+__global__ void __launch_bounds__(SP_THREADS)
+    k_split16(float *part, int nsplit, const float *qv, int ldq, const bf16 *K,
+	      const bf16 *V, int r0, const int64_t *dpos, int64_t padd, int Hq,
+	      int Hkv, float scale)
+{
+	constexpr int LD = D + 8, P8 = D / 8;
+	extern __shared__ __align__(16) unsigned char smraw[];
+	bf16 *Ks = (bf16 *)smraw, *Vs = Ks + KCU_SPLIT_KEYS * LD;
+	float *qs = (float *)(Vs + KCU_SPLIT_KEYS * LD); /* [G][D] */
+	float *sc = qs + (size_t)(Hq / Hkv) * D;	  /* [G][KEYS] */
+	const int G = Hq / Hkv, kh = blockIdx.y, s = blockIdx.x;
+	const int rl = blockIdx.z, t = r0 + rl;
+	const int64_t len = kcu_pos(dpos, padd) + t + 1;
+	const int64_t j0 = (int64_t)s * KCU_SPLIT_KEYS;
+	if (j0 >= len)
+		return; /* past this launch's length (a graph's spare split) */
+	const int n = (int)(len - j0 < KCU_SPLIT_KEYS ? len - j0 : KCU_SPLIT_KEYS);
+	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+	const size_t kstride = (size_t)Hkv * D;
+	for (int i = tid; i < KCU_SPLIT_KEYS * P8; i += SP_THREADS) {
+		int r = i / P8, c = (i - r * P8) * 8, ok = r < n;
+		cp16(Ks + r * LD + c,
+		     K + (size_t)(j0 + (ok ? r : 0)) * kstride + (size_t)kh * D + c,
+		     ok);
+	}
+	cp_commit();
+	for (int i = tid; i < KCU_SPLIT_KEYS * P8; i += SP_THREADS) {
+		int r = i / P8, c = (i - r * P8) * 8, ok = r < n;
+		cp16(Vs + r * LD + c,
+		     V + (size_t)(j0 + (ok ? r : 0)) * kstride + (size_t)kh * D + c,
+		     ok);
+	}
+	cp_commit();
+	for (int i = tid; i < G * D; i += SP_THREADS) {
+		int h = i / D, d = i - h * D;
+		qs[i] = qv[(size_t)t * ldq + (size_t)(kh * G + h) * D + d];
+	}
+	cp_wait<1>();
+	__syncthreads();
+	{
+		const int key = tid >> 1, half = tid & 1;
+		float acc[KCU_GROUP_MAX];
+#pragma unroll
+		for (int h = 0; h < KCU_GROUP_MAX; h++)
+			acc[h] = 0.0f;
+		const uint4 *kp = (const uint4 *)(Ks + key * LD + half * (D / 2));
+		const float *q0 = qs + half * (D / 2);
+#pragma unroll 4
+		for (int d8 = 0; d8 < P8 / 2; d8++) {
+			uint4 u = kp[d8];
+			const bf16 *e = (const bf16 *)&u;
+#pragma unroll
+			for (int i = 0; i < 8; i++) {
+				float kd = __bfloat162float(e[i]);
+				const float *qd = q0 + d8 * 8 + i;
+#pragma unroll
+				for (int h = 0; h < KCU_GROUP_MAX; h++)
+					if (h < G)
+						acc[h] = fmaf(qd[h * D], kd, acc[h]);
+			}
+		}
+#pragma unroll
+		for (int h = 0; h < KCU_GROUP_MAX; h++)
+			if (h < G) {
+				float o = __shfl_xor_sync(0xffffffffu, acc[h], 1);
+				float v = half ? o + acc[h] : acc[h] + o;
+				if (!half && key < n)
+					sc[h * KCU_SPLIT_KEYS + key] = kcu_bf16r(
+					    __fmul_rn(kcu_bf16r(v), scale));
+			}
+	}
+	__syncthreads();
+	for (int h = w; h < G; h += SP_THREADS / 32) {
+		float *x = sc + h * KCU_SPLIT_KEYS;
+		float m = -INFINITY;
+		for (int j = lane; j < n; j += 32)
+			m = fmaxf(m, x[j]);
+		for (int o = 16; o > 0; o >>= 1)
+			m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+		float l = 0.0f;
+		for (int j = lane; j < n; j += 32) {
+			float p = kcu_bf16r(expf(x[j] - m));
+			x[j] = p;
+			l += p;
+		}
+		for (int o = 16; o > 0; o >>= 1)
+			l += __shfl_xor_sync(0xffffffffu, l, o);
+		if (lane == 0) {
+			float *o_ = part + (((size_t)rl * Hq + kh * G + h) * nsplit + s) *
+					     (D + 2);
+			o_[0] = m;
+			o_[1] = l;
+		}
+	}
+	cp_wait<0>();
+	__syncthreads();
+	const int d = 2 * tid;
+	if (d >= D)
+		return;
+	float a0[KCU_GROUP_MAX], a1[KCU_GROUP_MAX];
+#pragma unroll
+	for (int h = 0; h < KCU_GROUP_MAX; h++)
+		a0[h] = a1[h] = 0.0f;
+#pragma unroll 8
+	for (int j = 0; j < n; j++) {
+		float2 v = __bfloat1622float2(
+		    *(const __nv_bfloat162 *)(Vs + j * LD + d));
+#pragma unroll
+		for (int h = 0; h < KCU_GROUP_MAX; h++)
+			if (h < G) {
+				float p_ = sc[h * KCU_SPLIT_KEYS + j];
+				a0[h] = fmaf(p_, v.x, a0[h]);
+				a1[h] = fmaf(p_, v.y, a1[h]);
+			}
+	}
+#pragma unroll
+	for (int h = 0; h < KCU_GROUP_MAX; h++)
+		if (h < G) {
+			float *op = part +
+				    (((size_t)rl * Hq + kh * G + h) * nsplit + s) *
+					(D + 2) +
+				    2 + d;
+			*(float2 *)op = make_float2(a0[h], a1[h]);
+		}
+}
 
-/* grid (Hq, rows), COMB_THREADS threads: the splits of a row. The max is
- * order-free; the weights w_s = e^(m_s - M) are computed once a split;
- * L = the block's fixed-order sum of w_s l_s; a thread a dim adds
- * w_s o_s in order s = 0, 1, ... */
+#define COMB_THREADS 256
+#define COMB_DIMS 32 /* dims of a combine block: a lane each */
+
+/* grid (Hq, rows, ceil(D / COMB_DIMS)), COMB_THREADS threads: the splits
+ * of a row. The max is order-free; L = the block's fixed-order sum of
+ * e^(m_s - M) l_s; warp w adds e^(m_s - M) o_s for s = w, w + 8, ... in
+ * order, then the 8 warps' sums are added in order. */
 __global__ void __launch_bounds__(COMB_THREADS)
     k_combine(float *out, const float *part, int nsplit, int r0,
 	      const int64_t *dpos, int64_t padd, int Hq, int D, int act)
 {
-	__shared__ float wsh[COMB_CHUNK];
 	__shared__ float red[32];
+	__shared__ float acc[COMB_THREADS / 32][COMB_DIMS];
 	const int h = blockIdx.x, rl = blockIdx.y, t = r0 + rl;
-	const int tid = threadIdx.x;
+	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+	const int d = blockIdx.z * COMB_DIMS + lane;
 	const int64_t len = kcu_pos(dpos, padd) + t + 1;
 	const int ns = (int)splits_of(len);
 	const float *p = part + ((size_t)rl * Hq + h) * nsplit * (D + 2);
@@ -245,11 +399,11 @@ __global__ void __launch_bounds__(COMB_THREADS)
 		M = fmaxf(M, p[(size_t)s * (D + 2)]);
 	for (int o = 16; o > 0; o >>= 1)
 		M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-	if ((tid & 31) == 0)
-		red[tid >> 5] = M;
+	if (lane == 0)
+		red[w] = M;
 	__syncthreads();
 	M = -INFINITY;
-	for (int i = 0; i < (int)(blockDim.x >> 5); i++)
+	for (int i = 0; i < COMB_THREADS / 32; i++)
 		M = fmaxf(M, red[i]);
 	float l = 0.0f;
 	for (int s = tid; s < ns; s += blockDim.x) {
@@ -257,31 +411,19 @@ __global__ void __launch_bounds__(COMB_THREADS)
 		l = fmaf(expf(q[0] - M), q[1], l);
 	}
 	const float L = kcu_block_sum(l, red);
-	float o[2] = {0.0f, 0.0f}; /* dims tid, tid + COMB_THREADS (D <= 512) */
-	for (int c0 = 0; c0 < ns; c0 += COMB_CHUNK) {
-		const int cn = ns - c0 < COMB_CHUNK ? ns - c0 : COMB_CHUNK;
-		__syncthreads();
-		for (int i = tid; i < cn; i += blockDim.x)
-			wsh[i] = expf(p[(size_t)(c0 + i) * (D + 2)] - M);
-		__syncthreads();
-#pragma unroll
-		for (int k = 0; k < 2; k++) {
-			int d = tid + k * COMB_THREADS;
-			if (d >= D)
-				continue;
-			const float *q = p + (size_t)c0 * (D + 2) + 2 + d;
-			float acc = o[k];
-#pragma unroll 4
-			for (int i = 0; i < cn; i++)
-				acc = fmaf(wsh[i], q[(size_t)i * (D + 2)], acc);
-			o[k] = acc;
+	float a = 0.0f;
+	if (d < D)
+		for (int s = w; s < ns; s += COMB_THREADS / 32) {
+			const float *q = p + (size_t)s * (D + 2);
+			a = fmaf(expf(q[0] - M), q[2 + d], a);
 		}
-	}
-#pragma unroll
-	for (int k = 0; k < 2; k++) {
-		int d = tid + k * COMB_THREADS;
-		if (d < D)
-			out[((size_t)t * Hq + h) * D + d] = kcu_rnd(o[k] / L, act);
+	acc[w][lane] = a;
+	__syncthreads();
+	if (w == 0 && d < D) {
+		float v = acc[0][lane];
+		for (int i = 1; i < COMB_THREADS / 32; i++)
+			v += acc[i][lane];
+		out[((size_t)t * Hq + h) * D + d] = kcu_rnd(v / L, act);
 	}
 }
 
@@ -316,14 +458,44 @@ static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
 	}
 	const int64_t *dp = kcu_dpos(q);
 	int64_t pa = kcu_padd(q, pos0);
+	/* the bf16 kernel: 16-byte aligned rows */
+	int b16 = kvdt == KERN_BF16 && act == KERN_ACT_BF16 && D % 8 == 0 &&
+		  (((uintptr_t)K | (uintptr_t)V) & 15) == 0;
+	size_t shm16 = (size_t)2 * KCU_SPLIT_KEYS * (D + 8) * sizeof(bf16) +
+		       ((size_t)G * D + (size_t)G * KCU_SPLIT_KEYS) * sizeof(float);
+	static int shm16_set;
+	if (b16 && !shm16_set) {
+		size_t mx = (size_t)2 * KCU_SPLIT_KEYS * (256 + 8) * sizeof(bf16) +
+			    ((size_t)KCU_GROUP_MAX * 256 +
+			     (size_t)KCU_GROUP_MAX * KCU_SPLIT_KEYS) *
+				sizeof(float);
+		KCU(c, cudaFuncSetAttribute(
+			   k_split16<256>,
+			   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mx));
+		KCU(c, cudaFuncSetAttribute(
+			   k_split16<128>,
+			   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mx));
+		shm16_set = 1;
+	}
 	for (int r0 = 0; r0 < T; r0 += KCU_SPLIT_BATCH) {
 		int nr = T - r0 < KCU_SPLIT_BATCH ? T - r0 : KCU_SPLIT_BATCH;
-		k_split<<<dim3(ns, Hkv, nr), KCU_SPLIT_KEYS, shm, q->s>>>(
-		    c->att_part, ns, qv, ldq, K, V, kvdt, r0, dp, pa, Hq, Hkv,
-		    D, scale, act);
+		dim3 gr(ns, Hkv, nr);
+		if (b16 && D == 256)
+			k_split16<256><<<gr, SP_THREADS, shm16, q->s>>>(
+			    c->att_part, ns, qv, ldq, (const bf16 *)K,
+			    (const bf16 *)V, r0, dp, pa, Hq, Hkv, scale);
+		else if (b16 && D == 128)
+			k_split16<128><<<gr, SP_THREADS, shm16, q->s>>>(
+			    c->att_part, ns, qv, ldq, (const bf16 *)K,
+			    (const bf16 *)V, r0, dp, pa, Hq, Hkv, scale);
+		else
+			k_split<<<gr, KCU_SPLIT_KEYS, shm, q->s>>>(
+			    c->att_part, ns, qv, ldq, K, V, kvdt, r0, dp, pa, Hq,
+			    Hkv, D, scale, act);
 		KCU_LAUNCHED(c);
-		k_combine<<<dim3(Hq, nr), COMB_THREADS, 0, q->s>>>(
-		    out, c->att_part, ns, r0, dp, pa, Hq, D, act);
+		k_combine<<<dim3(Hq, nr, (D + COMB_DIMS - 1) / COMB_DIMS),
+			    COMB_THREADS, 0, q->s>>>(out, c->att_part, ns, r0, dp,
+						     pa, Hq, D, act);
 		KCU_LAUNCHED(c);
 	}
 	return 0;
@@ -363,22 +535,6 @@ static __device__ inline void ldsm_x4_t(uint32_t *r, const void *p)
 		     "{%0,%1,%2,%3}, [%4];\n"
 		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
 		     : "r"(a));
-}
-
-static __device__ inline void cp16(void *dst, const void *src, int ok)
-{
-	unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-	int n = ok ? 16 : 0; /* 0: the 16 bytes are zero-filled */
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a),
-		     "l"(src), "r"(n));
-}
-static __device__ inline void cp_commit(void)
-{
-	asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> static __device__ inline void cp_wait(void)
-{
-	asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 /* A tile of FL_BC rows of K (or V) for KV head kh from key kb into s (row

@@ -242,7 +242,7 @@ int kcu_delta_recurrent(kern_queue *q, float *o, float *S, const float *qq,
  * (fixed: a row's splits and their combine do not depend on T, on the
  * window or on a graph's max_len), query heads of one KV head at most. */
 #define KCU_SPLIT_ROWS 16
-#define KCU_SPLIT_KEYS 128 /* also the split kernel's threads */
+#define KCU_SPLIT_KEYS 64 /* keys of a split; also k_split's threads */
 #define KCU_SPLIT_BATCH 4  /* rows of one split launch (the scratch's rows) */
 #define KCU_GROUP_MAX 16
 size_t kcu_att_part_bytes(const kern_limits *lim);

@@ -21,10 +21,10 @@
  * GEMV instead (k_gemv): cuBLASLt reached 1.9 to 3.5 TB/s on the 27B's
  * one-row products on the H200, and the stage, product and rounding were
  * three launches. x is rounded to bf16 as the stage kernel does, on the
- * way in (a SwiGLU's input is staged by stage_swiglu first), a warp takes
- * GEMV_RPW rows, a lane sums its 16-byte pieces
- * k = 8 (lane + 32 i) .. in order, and the lanes' sums meet in a fixed
- * butterfly: one order per K. */
+ * way in (a SwiGLU's input is staged by stage_swiglu first), two warps
+ * split a row's 16-byte pieces, a lane sums its pieces in order, the
+ * lanes' sums meet in a fixed butterfly and the two warps' in order: one
+ * order per K (k_gemv says which pieces are whose). */
 #include "cuda.cuh"
 
 #include <string.h>
@@ -285,7 +285,6 @@ static unsigned grid_for(size_t n)
 }
 
 #define GEMV_THREADS 256
-#define GEMV_RPW 2 /* rows of a warp */
 
 /* the 8 values of x's piece i as bf16 made float: fp32 x rounded on the
  * way in (L1-resident after the first warp), or (X16) x already staged in
@@ -311,48 +310,73 @@ static __device__ inline void gemv_x8(float *xf, const void *x, int i)
 
 /* y[n] = rnd(sum_k x16[k] W[n, k]) for one row: x16 = bf16(x) (x fp32),
  * or x itself (X16: bf16, a SwiGLU staged by stage_swiglu). W bf16
- * [N, K], K % 8 == 0. */
-template <bool X16>
+ * [N, K], K % 8 == 0. The block's 8 warps are 8 / KS row groups of RPW
+ * rows, KS warps a group splitting K: warp ks of a group, lane l sums the
+ * 16-byte pieces i = 32 ks + l + 32 KS j in order of j; the lanes' sums
+ * meet in a fixed butterfly, then the KS warps' in order ks = 0, 1, ... */
+template <bool X16, int RPW, int KS>
 static __global__ void __launch_bounds__(GEMV_THREADS)
     k_gemv(float *y, const void *x, const __nv_bfloat16 *W, int N, int K,
 	   int act)
 {
+	constexpr int RG = GEMV_THREADS / 32 / KS;
+	__shared__ float red[RG][KS][RPW];
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-	const int n0 = (blockIdx.x * (GEMV_THREADS / 32) + w) * GEMV_RPW;
-	if (n0 >= N)
-		return;
+	const int rg = w / KS, ks = w - rg * KS;
+	const int n0 = (blockIdx.x * RG + rg) * RPW;
 	const int K8 = K / 8;
-	float acc[GEMV_RPW];
-	const uint4 *wr[GEMV_RPW];
+	float acc[RPW];
+	const uint4 *wr[RPW];
 #pragma unroll
-	for (int r = 0; r < GEMV_RPW; r++) {
+	for (int r = 0; r < RPW; r++) {
 		acc[r] = 0.0f;
 		int n = n0 + r < N ? n0 + r : N - 1; /* a spare row reads row N-1 */
 		wr[r] = (const uint4 *)(W + (size_t)n * K);
 	}
+	if (n0 < N) {
 #pragma unroll 4
-	for (int i = lane; i < K8; i += 32) {
-		uint4 wu[GEMV_RPW];
+		for (int i = 32 * ks + lane; i < K8; i += 32 * KS) {
+			uint4 wu[RPW];
 #pragma unroll
-		for (int r = 0; r < GEMV_RPW; r++)
-			wu[r] = __ldg(wr[r] + i);
-		float xf[8];
-		gemv_x8<X16>(xf, x, i);
+			for (int r = 0; r < RPW; r++)
+				wu[r] = __ldg(wr[r] + i);
+			float xf[8];
+			gemv_x8<X16>(xf, x, i);
 #pragma unroll
-		for (int r = 0; r < GEMV_RPW; r++) {
-			const __nv_bfloat16 *we = (const __nv_bfloat16 *)&wu[r];
+			for (int r = 0; r < RPW; r++) {
+				const __nv_bfloat16 *we = (const __nv_bfloat16 *)&wu[r];
 #pragma unroll
-			for (int e = 0; e < 8; e++)
-				acc[r] = fmaf(xf[e], __bfloat162float(we[e]), acc[r]);
+				for (int e = 0; e < 8; e++)
+					acc[r] = fmaf(xf[e], __bfloat162float(we[e]),
+						      acc[r]);
+			}
 		}
 	}
 #pragma unroll
-	for (int r = 0; r < GEMV_RPW; r++) {
+	for (int r = 0; r < RPW; r++) {
 		float v = acc[r];
 		for (int o = 16; o > 0; o >>= 1)
 			v += __shfl_xor_sync(0xffffffffu, v, o);
-		if (lane == 0 && n0 + r < N)
-			y[n0 + r] = kcu_rnd(v, act);
+		acc[r] = v;
+	}
+	if (KS == 1) {
+#pragma unroll
+		for (int r = 0; r < RPW; r++)
+			if (lane == 0 && n0 + r < N)
+				y[n0 + r] = kcu_rnd(acc[r], act);
+		return;
+	}
+	if (lane == 0)
+#pragma unroll
+		for (int r = 0; r < RPW; r++)
+			red[rg][ks][r] = acc[r];
+	__syncthreads();
+	if (ks == 0 && lane < RPW && n0 + lane < N) {
+		float v = red[rg][0][lane];
+#pragma unroll
+		for (int j = 1; j < KS; j++)
+			v += red[rg][j][lane];
+		y[n0 + lane] = kcu_rnd(v, act);
 	}
 }
 
@@ -362,20 +386,42 @@ static int gemv_ok(const void *x, const void *W, int wdt, int T, int K)
 	       ((uintptr_t)W & 15) == 0 && ((uintptr_t)x & 15) == 0;
 }
 
+/* The GEMV's shape for N x K, a rule of N alone (the bits depend on KS;
+ * K's pieces are split across two warps in every shape). Measured on the
+ * H200 (bench_kern, every variant): 4 rows a warp for N >= 8192 (MLP
+ * gate+up 4.1, attention q+gate 3.8, lm_head 4.5 TB/s), 2 for N >= 4096
+ * (MLP down 3.7, attention o 3.4, GDN out 3.2), 1 below (k and v 2.0;
+ * they were 3.1, 3.4, 2.5 and 1.3 with 2 rows a warp and no split). */
+static void gemv_shape(int N, int *rpw, int *ks)
+{
+	*ks = 2;
+	*rpw = N >= 8192 ? 4 : N >= 4096 ? 2 : 1;
+}
+
+#define GEMV_CASE(R, S)                                                        \
+	if (rpw == R && ks == S) {                                             \
+		unsigned nb = (unsigned)((N + 8 / S * R - 1) / (8 / S * R));   \
+		if (x16)                                                       \
+			k_gemv<true, R, S><<<nb, GEMV_THREADS, 0, q->s>>>(     \
+			    y, x, (const __nv_bfloat16 *)W, N, K, act);        \
+		else                                                           \
+			k_gemv<false, R, S><<<nb, GEMV_THREADS, 0, q->s>>>(    \
+			    y, x, (const __nv_bfloat16 *)W, N, K, act);        \
+		KCU_LAUNCHED(q->ctx);                                          \
+		return 0;                                                      \
+	}
+
 /* x: fp32, or bf16 when x16 */
 static int gemv(kern_queue *q, float *y, const void *x, int x16, const void *W,
 		int N, int K, int act)
 {
-	int rows = GEMV_THREADS / 32 * GEMV_RPW;
-	unsigned nb = (unsigned)((N + rows - 1) / rows);
-	if (x16)
-		k_gemv<true><<<nb, GEMV_THREADS, 0, q->s>>>(
-		    y, x, (const __nv_bfloat16 *)W, N, K, act);
-	else
-		k_gemv<false><<<nb, GEMV_THREADS, 0, q->s>>>(
-		    y, x, (const __nv_bfloat16 *)W, N, K, act);
-	KCU_LAUNCHED(q->ctx);
-	return 0;
+	int rpw, ks;
+	gemv_shape(N, &rpw, &ks);
+	GEMV_CASE(1, 2)
+	GEMV_CASE(2, 2)
+	GEMV_CASE(4, 2)
+	moor_err("gemv: no kernel of %d rows a warp, K split %d", rpw, ks);
+	return MOOR_EUNSUP;
 }
 
 /* The product of the staged (or fp32) input b [T, K] (row stride ldb). */

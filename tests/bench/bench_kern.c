@@ -1,7 +1,7 @@
 /* bench_kern: the device backend's ops one at a time at the 27B's shapes
  * (SPEC-qwen35.md), each against its line in GPU-BUDGET.md.
  *
- *   bench_kern [--backend cuda] [--reps N]
+ *   bench_kern [--backend cuda] [--reps N] [--only attention|delta|decode|mm|gemv]
  *
  * Prints one table: prefill attention (a 1,024-row chunk at several
  * positions, TFLOP/s counting the causal products only), the chunked delta
@@ -21,6 +21,11 @@ static const kern_ops *o;
 static kern_ctx *cx;
 static kern_queue *q;
 static int reps = 5;
+
+static int want(const char *only, const char *what)
+{
+	return !only[0] || !strcmp(only, what);
+}
 
 static void *dev(size_t bytes, int dt, float lo, float hi)
 {
@@ -57,15 +62,17 @@ static void *dev(size_t bytes, int dt, float lo, float hi)
 
 int main(int argc, char **argv)
 {
-	const char *be = "cuda";
+	const char *be = "cuda", *only = "";
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--backend") && i + 1 < argc)
 			be = argv[++i];
 		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			reps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+			only = argv[++i];
 		else {
 			fprintf(stderr, "usage: bench_kern [--backend NAME] "
-					"[--reps N]\n");
+					"[--reps N] [--only attention|delta|decode|mm|gemv]\n");
 			return 2;
 		}
 	}
@@ -108,7 +115,8 @@ int main(int argc, char **argv)
 	void *V = dev((size_t)maxpos * Hkv * D * 2, KERN_BF16, -1, 1);
 	/* qv as bf16 values (the model's rows are) */
 	int64_t pos[] = {0, 7168, 31744, 64512, 130048};
-	for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++) {
+	for (size_t i = 0; i < sizeof pos / sizeof pos[0] && want(only, "attention");
+	     i++) {
 		double ms;
 		TIME(ms, o->attention(q, ao, qv, Hq * D, K, V, KERN_BF16, T, pos[i],
 				      Hq, Hkv, D, 0.0625f, KERN_ACT_BF16));
@@ -118,11 +126,24 @@ int main(int argc, char **argv)
 		       "%.0f TFLOP/s | 645 (SDPA) |\n",
 		       T, (long long)pos[i], Hq, D, ms, fl / ms / 1e9);
 	}
+	/* decode: one row at the end of 8k, 32k and 128k keys */
+	int64_t dpos[] = {8191, 32767, 131071};
+	for (size_t i = 0; i < sizeof dpos / sizeof dpos[0] && want(only, "decode");
+	     i++) {
+		double ms;
+		TIME(ms, o->attention(q, ao, qv, Hq * D, K, V, KERN_BF16, 1, dpos[i],
+				      Hq, Hkv, D, 0.0625f, KERN_ACT_BF16));
+		double kv = (double)(dpos[i] + 1) * Hkv * D * 2 * 2;
+		printf("| attention | 1 row at %lld | %.4f | %.0f GB/s | 4300 "
+		       "(copy) |\n",
+		       (long long)dpos[i], ms, kv / ms / 1e6);
+	}
 	o->free(cx, K);
 	o->free(cx, V);
 
-	/* the chunked delta rule: one layer's chunk */
-	{
+	/* the chunked delta rule: one layer's chunk; the recurrent one a
+	 * decode step */
+	if (want(only, "delta") || want(only, "decode")) {
 		float *qq = dev((size_t)T * Hk * dk * 4, KERN_F32, -0.1f, 0.1f);
 		float *kk = dev((size_t)T * Hk * dk * 4, KERN_F32, -0.1f, 0.1f);
 		float *vv = dev((size_t)T * Hv * dv * 4, KERN_F32, -1, 1);
@@ -133,6 +154,12 @@ int main(int argc, char **argv)
 		size_t wsb = o->delta_ws_bytes(cx, T, Hv, dk, dv);
 		void *ws = dev(wsb, KERN_F32, 0, 0);
 		double ms;
+		TIME(ms, o->delta_recurrent(q, out, S, qq, kk, Hk * dk, vv, Hv * dv,
+					    g, beta, 1, Hk, Hv, dk, dv,
+					    KERN_ACT_BF16));
+		printf("| delta_recurrent | 1 token, %d heads | %.4f | %.0f GB/s "
+		       "(the state read and written) | 4300 (copy) |\n",
+		       Hv, ms, (double)Hv * dk * dv * 8 / ms / 1e6);
 		TIME(ms, o->delta_chunked(q, out, S, qq, kk, Hk * dk, vv, Hv * dv, g,
 					  beta, T, Hk, Hv, dk, dv, ws,
 					  KERN_ACT_BF16));
@@ -162,6 +189,8 @@ int main(int argc, char **argv)
 	};
 	float *x = dev((size_t)T * I * 4, KERN_F32, -1, 1);
 	float *y = dev((size_t)T * 248320 * 4, KERN_F32, 0, 0);
+	if (!want(only, "mm") && !want(only, "gemv"))
+		goto done;
 	for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) {
 		int N = mm[i].N, Kd = mm[i].K;
 		void *W = dev((size_t)N * Kd * 2, KERN_BF16, -0.02f, 0.02f);
@@ -171,7 +200,7 @@ int main(int argc, char **argv)
 		printf("| matmul 1 row | %s %dx%d | %.4f | %.0f GB/s | 4300 "
 		       "(copy) |\n",
 		       mm[i].name, N, Kd, ms, (double)N * Kd * 2 / ms / 1e6);
-		if (N < 100000) {
+		if (N < 100000 && strcmp(only, "gemv")) {
 			TIME(ms, o->matmul(q, y, N, x, Kd, W, KERN_BF16, T, N, Kd,
 					   KERN_ACT_BF16));
 			printf("| matmul %d rows | %s %dx%d | %.3f | %.0f TFLOP/s | "
@@ -181,6 +210,7 @@ int main(int argc, char **argv)
 		}
 		o->free(cx, W);
 	}
+done:
 	o->free(cx, x);
 	o->free(cx, y);
 	o->free(cx, qv);

@@ -48,6 +48,9 @@ port=$(free_port)
 base=http://127.0.0.1:$port
 flags=(--no-setup --model "$model" --port "$port" --threads 2 --grid 1024
 	--window 8192 --run-dir "$tmp/run" --disk-dir "$tmp/disk")
+# the admin token (peek, clear, the session parts of stats need it)
+export MOOR_ADMIN_TOKEN=restart-admin-token
+A="Authorization: Bearer $MOOR_ADMIN_TOKEN"
 up() { # log
 	MOOR_BUILD=$build "$src/deploy/run" "${flags[@]}" >"$1" 2>&1 &
 	rp=$!
@@ -90,7 +93,7 @@ t = json.load(open(sys.argv[1] + "/t1.json"))
 t["messages"].append({"role": "assistant", "content": r["choices"][0]["message"]["content"]})
 t["messages"].append({"role": "user", "content": "And then?"})
 json.dump(t, open(sys.argv[1] + "/t2.json", "w"))' "$tmp"
-pk=$(curl -s -m 30 "$base/v1/cache/peek" -H 'Content-Type: application/json' \
+pk=$(curl -s -m 30 "$base/v1/cache/peek" -H 'Content-Type: application/json' -H "$A" \
 	-H 'x-session-id: restart-1' --data-binary "@$tmp/t2.json")
 pc=$(echo "$pk" | json 'd["cached_tokens"]' 2>/dev/null)
 pt=$(echo "$pk" | json 'd["tier"]' 2>/dev/null)
@@ -117,8 +120,8 @@ check "/metrics does not count the restore" \
 	'echo "$mt" | grep -q "^moor_spill_total{what=\"restores\"} 1$"'
 
 # ---- the same two turns on a stack that never stopped ----
-cl=$(curl -s -m 30 -X POST "$base/v1/cache/clear?tier=all")
-st=$(curl -s -m 30 "$base/v1/cache/stats")
+cl=$(curl -s -m 30 -X POST -H "$A" "$base/v1/cache/clear?tier=all")
+st=$(curl -s -m 30 -H "$A" "$base/v1/cache/stats")
 check "clear ?tier=all left spill entries: $cl $st" \
 	'[ "$(echo "$st" | json "d[\"spill\"][\"entries\"]")" = 0 ]'
 r1b=$(chat "$tmp/t1.json")

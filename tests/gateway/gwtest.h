@@ -73,6 +73,16 @@ static inline int gt_connect(int port)
 	return fd;
 }
 
+/* The admin token every gatewayd of the stack gets (MOOR_ADMIN_TOKEN, set
+ * by gt_gatewayd), and that gt_send adds to every /v1/cache/ request whose
+ * headers name no Authorization. A test that checks the refusals sets
+ * gt_admin.off = 1 around them; no_token = 1 starts the next gatewayd
+ * with no admin token at all. */
+#define GT_ADMIN_TOKEN "gt-admin-7f3c1e"
+static struct {
+	int off, no_token;
+} gt_admin;
+
 /* Sends method path with body (NULL: none) and extra header lines (each
  * "Name: value\r\n", may be NULL). Returns the socket, or -1. */
 static inline int gt_send(int port, const char *method, const char *path,
@@ -83,10 +93,14 @@ static inline int gt_send(int port, const char *method, const char *path,
 		return -1;
 	size_t bl = body ? strlen(body) : 0;
 	char *req = malloc(bl + 1024 + (headers ? strlen(headers) : 0));
+	const char *auth = "";
+	if (!gt_admin.off && !strncmp(path, "/v1/cache/", 10) &&
+	    !(headers && strcasestr(headers, "authorization:")))
+		auth = "Authorization: Bearer " GT_ADMIN_TOKEN "\r\n";
 	int n = sprintf(req,
 			"%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-			"Connection: close\r\n%s%s",
-			method, path, headers ? headers : "",
+			"Connection: close\r\n%s%s%s",
+			method, path, auth, headers ? headers : "",
 			body ? "Content-Type: application/json\r\n" : "");
 	n += sprintf(req + n, "Content-Length: %zu\r\n\r\n", bl);
 	if (bl)
@@ -204,12 +218,21 @@ static inline json_t *gt_json(const gt_resp *r)
 
 /* The SSE events of a body: the JSON of every "data: " line but [DONE]
  * (appended to the array events); *done_last: [DONE] came, and last.
- * Returns -1 on a line that is not "data: ..." followed by a blank line. */
+ * Comment lines (": progress ...", each followed by a blank line) are
+ * skipped, as SSE clients skip them. Returns -1 on a line that is not
+ * "data: ..." followed by a blank line. */
 static inline int gt_sse(const char *body, json_t *events, int *done_last)
 {
 	*done_last = 0;
 	const char *p = body;
 	while (*p) {
+		if (*p == ':') {
+			const char *e = strstr(p, "\n\n");
+			if (!e)
+				return -1;
+			p = e + 2;
+			continue;
+		}
 		if (strncmp(p, "data: ", 6))
 			return -1;
 		const char *e = strstr(p, "\n\n");
@@ -335,6 +358,10 @@ static inline pid_t gt_gatewayd(int *port_out, const char *const *extra)
 	for (int i = 0; extra && extra[i] && k < 23; i++)
 		argv[k++] = (char *)extra[i];
 	argv[k] = NULL;
+	if (gt_admin.no_token)
+		unsetenv("MOOR_ADMIN_TOKEN");
+	else
+		setenv("MOOR_ADMIN_TOKEN", GT_ADMIN_TOKEN, 1);
 	pid_t pid = h_spawn(log, argv);
 	REQUIRE(gt_wait_health(port, 0, 20) > 0, "gatewayd did not answer");
 	*port_out = port;

@@ -87,7 +87,13 @@ console.log(`openai sdk: follow-up turn ${f2.usage.prompt_tokens} prompt tokens,
 // the answer's deltas added up and sent back; every follow-up resumes at
 // the end anchor (usage.moor.source 'end', the new turn and the template's
 // glue re-read), whatever spelling the tokenizer gives the text again
-await fetch(`http://127.0.0.1:${port}/v1/cache/clear`, { method: 'POST', body: '{}' });
+// (the admin token the test stack gives gatewayd: MOOR_ADMIN_TOKEN)
+const cl = await fetch(`http://127.0.0.1:${port}/v1/cache/clear`, {
+  method: 'POST', body: '{}',
+  headers: { authorization: `Bearer ${process.env.MOOR_ADMIN_TOKEN}`,
+    'content-type': 'application/json' },
+});
+check(cl.status === 200, 'clear ' + cl.status);
 const conv = [{ role: 'system', content: 'You are a storyteller.' }];
 const eopts = { headers: { 'x-session-id': 'sdk-20' } };
 let atEnd = 0;

@@ -112,8 +112,7 @@ static char *get_metrics(void)
 
 int main(int argc, char **argv)
 {
-	const char *gw_extra[] = {"--admin-token", "t0k3n", NULL};
-	gt_stack(argc, argv, "gwchat", 240, gw_extra, NULL, NULL);
+	gt_stack(argc, argv, "gwchat", 240, NULL, NULL, NULL);
 	port = gt_.port;
 	char *m0 = get_metrics();
 
@@ -517,6 +516,7 @@ int main(int argc, char **argv)
 	      "cache stats: %d %s", r.status, r.body);
 	json_decref(o);
 	gt_resp_fini(&r);
+	gt_admin.off = 1; /* the refusals: no token, a wrong one */
 	r = gt_request(port, "POST", "/v1/cache/clear", NULL, NULL, 10);
 	CHECK(r.status == 401, "clear without a token: %d", r.status);
 	o = gt_json(&r);
@@ -524,11 +524,12 @@ int main(int argc, char **argv)
 	json_decref(o);
 	gt_resp_fini(&r);
 	r = gt_request(port, "POST", "/v1/cache/clear", NULL,
-		       "Authorization: Bearer t0k3x\r\n", 10);
+		       "Authorization: Bearer gt-admin-7f3c1f\r\n", 10);
 	CHECK(r.status == 401, "clear with a wrong token: %d", r.status);
 	gt_resp_fini(&r);
+	gt_admin.off = 0;
 	r = gt_request(port, "POST", "/v1/cache/clear", "{\"tier\":\"all\"}",
-		       "Authorization: Bearer t0k3n\r\n", 10);
+		       "Authorization: Bearer " GT_ADMIN_TOKEN "\r\n", 10);
 	CHECK(r.status == 200, "clear with the token: %d %s", r.status, r.body);
 	gt_resp_fini(&r);
 	r = gt_get(port, "/v1/cache/stats");

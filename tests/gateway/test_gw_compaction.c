@@ -9,7 +9,8 @@
  * anchor's length (the last turn's prompt as read plus what its state
  * absorbed), re-reading only the new turn; prompt_tokens the client's
  * count. The guard: the same request with a user line the conversation
- * never had is served as sent (not a continuation).
+ * never had is served as sent (not a continuation). The journal: a line
+ * a turn, no user text, cached's memory level at each turn's plan.
  */
 #include <stdlib.h>
 
@@ -156,6 +157,17 @@ int main(int argc, char **argv)
 		CHECK(o && gt_str(o, "source") && gt_str(o, "finish") &&
 			  gt_int(o, "cached") >= 0 && gt_int(o, "reread") >= 0,
 		      "journal line: %s", line);
+		/* cached's memory level at the turn's plan */
+		json_t *mem = json_object_get(o, "memory");
+		const char *lv = gt_str(mem, "level");
+		CHECK(json_is_object(mem) && lv &&
+			  (!strcmp(lv, "ok") || !strcmp(lv, "high") ||
+			   !strcmp(lv, "shed")) &&
+			  json_real_value(json_object_get(mem, "held_mb")) > 0 &&
+			  json_real_value(json_object_get(mem, "ceiling_mb")) >=
+			      json_real_value(json_object_get(mem, "held_mb")) &&
+			  gt_int(mem, "shed") >= 0,
+		      "journal line without its memory level: %s", line);
 		cont += o && gt_str(o, "source") &&
 			!strcmp(gt_str(o, "source"), "continuation");
 		text += strstr(line, "function") != NULL ||

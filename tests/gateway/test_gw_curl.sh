@@ -74,7 +74,9 @@ check "streamed completion: $n chunks" '[ "$n" -ge 1 ] && [ "$(grep -v "^$" "$tm
 # ---- the session header ----
 curl -sS -m 60 "$base/v1/chat/completions" -H "$J" -H 'x-session-id: curl-session-7' \
 	-d "$body" >/dev/null
-st=$(curl -sS -m 10 "$base/v1/cache/stats")
+st=$(curl -sS -m 10 -H "Authorization: Bearer s3cret" "$base/v1/cache/stats")
+rst=$(curl -sS -m 10 "$base/v1/cache/stats")
+check "stats without the token name the session: $rst" '[[ $rst != *"curl-session-7"* && $rst == *"\"redacted\":true"* ]]'
 check "x-session-id is not the resident session: $st" '[[ $st == *"curl-session-7"* ]]'
 
 # ---- models, health, metrics ----

@@ -18,7 +18,7 @@ static const uint16_t sample_types[] = {
     PROTO_ERROR,   PROTO_OK,	  PROTO_HELLO, PROTO_HELLO_OK, PROTO_PLAN,
     PROTO_PLAN_OK, PROTO_COMMIT,  PROTO_ABORT, PROTO_GENERATE, PROTO_STEP,
     PROTO_DONE,	   PROTO_CANCEL,  PROTO_STATS, PROTO_STATS_OK, PROTO_CLEAR,
-    PROTO_PEEK,	   PROTO_PEEK_OK, PROTO_CREDIT,
+    PROTO_PEEK,	   PROTO_PEEK_OK, PROTO_CREDIT, PROTO_PROGRESS,
 };
 #define N_SAMPLE_TYPES (sizeof sample_types / sizeof sample_types[0])
 
@@ -171,6 +171,7 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 		p->flags = size == S_ONE ? PROTO_PLAN_NO_CACHE : 0;
 		p->n_ids = count_for(size, 1000, 1u << 19);
 		p->ids = sample_i32s(p->n_ids);
+		p->salt = size == S_EMPTY ? 0 : rnd();
 		break;
 	}
 	case PROTO_PLAN_OK: {
@@ -179,6 +180,9 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 		p->cached = p->start;
 		p->taint = rnd();
 		p->tier = PROTO_TIER_STASH;
+		p->mem_held = rnd();
+		p->mem_ceiling = rnd();
+		p->mem_shed = (uint32_t)rnd();
 		p->n_slots = count_for(size, 37, PROTO_MAX_SLOTS);
 		p->slots =
 		    p->n_slots ? xmalloc(p->n_slots * sizeof *p->slots) : NULL;
@@ -218,6 +222,7 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 		g->ids = sample_i32s(g->n_ids);
 		g->n_stop = count_for(size, 3, 1u << 16);
 		g->stop_ids = sample_i32s(g->n_stop);
+		g->salt = size == S_EMPTY ? 0 : rnd();
 		break;
 	}
 	case PROTO_STEP: {
@@ -241,6 +246,9 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 		d->completion_tokens = rnd();
 		d->prefill_us = rnd();
 		d->decode_us = rnd();
+		d->mem_held = rnd();
+		d->mem_ceiling = rnd();
+		d->mem_shed = (uint32_t)rnd();
 		d->msg = sample_str(size);
 		break;
 	}
@@ -249,6 +257,13 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 		break;
 	case PROTO_CREDIT:
 		m->u.credit.n = 1 + (uint32_t)(rnd() % 1000);
+		break;
+	case PROTO_PROGRESS:
+		m->u.progress.total = rnd();
+		m->u.progress.done = m->u.progress.total / 2;
+		m->u.progress.start = rnd();
+		m->u.progress.tokens_per_s = (uint32_t)rnd();
+		m->u.progress.eta_ms = (uint32_t)rnd();
 		break;
 	case PROTO_STATS_OK:
 		m->u.text.text = sample_str(size);
@@ -260,6 +275,7 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 		m->u.peek.session = sample_str(size);
 		m->u.peek.n_ids = count_for(size, 1000, 1u << 19);
 		m->u.peek.ids = sample_i32s(m->u.peek.n_ids);
+		m->u.peek.salt = size == S_EMPTY ? 0 : rnd();
 		break;
 	case PROTO_PEEK_OK: {
 		proto_peek_ok *p = &m->u.peek_ok;
@@ -366,6 +382,7 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 		DIFF(x->flags == y->flags, "plan.flags");
 		DIFF(x->n_ids == y->n_ids, "plan.n_ids");
 		DIFF(ARR_EQ(x->n_ids, x->ids, y->ids), "plan.ids");
+		DIFF(x->salt == y->salt, "plan.salt");
 		break;
 	}
 	case PROTO_PLAN_OK: {
@@ -374,6 +391,9 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 		DIFF(x->cached == y->cached, "cached");
 		DIFF(x->taint == y->taint, "taint");
 		DIFF(x->tier == y->tier, "tier");
+		DIFF(x->mem_held == y->mem_held && x->mem_ceiling == y->mem_ceiling &&
+			 x->mem_shed == y->mem_shed,
+		     "plan_ok.mem");
 		DIFF(x->n_slots == y->n_slots, "n_slots");
 		for (uint32_t i = 0; i < x->n_slots; i++) {
 			DIFF(x->slots[i].line == y->slots[i].line, "slot.line");
@@ -407,6 +427,7 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 		DIFF(ARR_EQ(x->n_ids, x->ids, y->ids), "gen.ids");
 		DIFF(x->n_stop == y->n_stop, "gen.n_stop");
 		DIFF(ARR_EQ(x->n_stop, x->stop_ids, y->stop_ids), "stop_ids");
+		DIFF(x->salt == y->salt, "gen.salt");
 		break;
 	}
 	case PROTO_STEP:
@@ -430,11 +451,23 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 		     "completion_tokens");
 		DIFF(x->prefill_us == y->prefill_us, "prefill_us");
 		DIFF(x->decode_us == y->decode_us, "decode_us");
+		DIFF(x->mem_held == y->mem_held && x->mem_ceiling == y->mem_ceiling &&
+			 x->mem_shed == y->mem_shed,
+		     "done.mem");
 		DIFF(str_eq(x->msg, y->msg), "done.msg");
 		break;
 	}
 	case PROTO_CANCEL:
 		DIFF(a->u.cancel.target == b->u.cancel.target, "target");
+		break;
+	case PROTO_PROGRESS:
+		DIFF(a->u.progress.done == b->u.progress.done &&
+			 a->u.progress.total == b->u.progress.total &&
+			 a->u.progress.start == b->u.progress.start &&
+			 a->u.progress.tokens_per_s ==
+			     b->u.progress.tokens_per_s &&
+			 a->u.progress.eta_ms == b->u.progress.eta_ms,
+		     "progress");
 		break;
 	case PROTO_CREDIT:
 		DIFF(a->u.credit.n == b->u.credit.n, "credit.n");
@@ -450,6 +483,7 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 		DIFF(str_eq(x->session, y->session), "peek.session");
 		DIFF(x->n_ids == y->n_ids, "peek.n_ids");
 		DIFF(ARR_EQ(x->n_ids, x->ids, y->ids), "peek.ids");
+		DIFF(x->salt == y->salt, "peek.salt");
 		break;
 	}
 	case PROTO_PEEK_OK: {

@@ -205,7 +205,7 @@ static void test_type(uint16_t type, int size)
 	}
 
 	/* unknown types */
-	static const uint16_t unknown[] = {0,  3,  9,  16, 35,
+	static const uint16_t unknown[] = {0,  3,  9,  16, 36,
 					   49, 53, 63, 64, 0xffff};
 	for (int i = 0; i < 10; i++) {
 		memcpy(p, ok, len);
@@ -264,7 +264,7 @@ static const struct {
     {PROTO_HELLO_OK, 29, PROTO_MAX_SECTIONS},
     {PROTO_HELLO_OK, 33, PROTO_MAX_VIEWS},
     {PROTO_PLAN, 10, PROTO_MAX_IDS},
-    {PROTO_PLAN_OK, 28, PROTO_MAX_SLOTS},
+    {PROTO_PLAN_OK, 48, PROTO_MAX_SLOTS}, /* after the memory level */
     {PROTO_COMMIT, 4, PROTO_MAX_IDS},
     {PROTO_GENERATE, 34, PROTO_MAX_IDS},
     {PROTO_GENERATE, 38, PROTO_MAX_IDS},
@@ -486,7 +486,7 @@ static const struct {
 	size_t off;
 } strs[] = {
     {PROTO_ERROR, 4}, {PROTO_HELLO_OK, 0}, {PROTO_HELLO_OK, 10},
-    {PROTO_PLAN, 0},  {PROTO_GENERATE, 0}, {PROTO_DONE, 52},
+    {PROTO_PLAN, 0},  {PROTO_GENERATE, 0}, {PROTO_DONE, 72},
     {PROTO_CLEAR, 0}, {PROTO_PEEK, 0},
 };
 

@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[64];
@@ -409,6 +410,37 @@ static void test_err_map(void)
 	CHECK(proto_nng_err(NNG_ESYSERR | EACCES) == -EACCES, "syserr");
 }
 
+/* An ipc socket is 0600 from its creation, whatever the umask (cached
+ * and engined listen so): a plain nng_listen under umask 0 makes it
+ * group- and world-writable, which the daemons then chmod'ed by path. */
+static void test_listen_private(void)
+{
+	char u[128], p[128];
+	mode_t old = umask(0);
+	struct stat st;
+	nng_socket a, b;
+	url(u, sizeof u, "plain.sock");
+	snprintf(p, sizeof p, "%s/plain.sock", dir);
+	REQUIRE(nng_rep0_open(&a) == 0, "open");
+	REQUIRE(nng_listen(a, u, NULL, 0) == 0, "listen");
+	REQUIRE(stat(p, &st) == 0, "stat %s", p);
+	CHECK((st.st_mode & 077) != 0, "umask 0: a plain listen made %03o",
+	      (unsigned)(st.st_mode & 0777));
+	nng_close(a);
+	unlink(p);
+	url(u, sizeof u, "private.sock");
+	snprintf(p, sizeof p, "%s/private.sock", dir);
+	REQUIRE(nng_rep0_open(&b) == 0, "open");
+	int rv = proto_listen_private(b, u);
+	REQUIRE(rv == 0, "listen private: %s", moor_strerror(rv));
+	REQUIRE(stat(p, &st) == 0, "stat %s", p);
+	CHECK((st.st_mode & 0777) == 0600, "a private listen made %03o",
+	      (unsigned)(st.st_mode & 0777));
+	CHECK(umask(old) == 0, "the umask was not restored");
+	nng_close(b);
+	unlink(p);
+}
+
 int main(void)
 {
 	strcpy(dir, "/tmp/moor-proto-XXXXXX");
@@ -417,6 +449,7 @@ int main(void)
 	test_reqrep();
 	test_no_peer_times_out();
 	test_pair_poly();
+	test_listen_private();
 	rmdir(dir);
 	return t_done("test_proto_nng");
 }

@@ -77,12 +77,13 @@ static void test_wire_layout(void)
 				.max_tokens = 0x10,
 				.flags = PROTO_PLAN_NO_CACHE,
 				.n_ids = 3,
-				.ids = ids};
+				.ids = ids,
+				.salt = 0x0102030405060708ull};
 	REQUIRE(proto_encode(&b, &m) == 0, "encode plan");
 	static const uint8_t want[] = {
 	    0x4d, 0x4f, 0x4f, 0x52, /* "MOOR" */
-	    2,	  0,	12,   0,    /* version 2, PLAN */
-	    28,	  0,	0,    0,    /* length */
+	    3,	  0,	12,   0,    /* version 3, PLAN */
+	    36,	  0,	0,    0,    /* length */
 	    0,	  0,	0,    0,    /* flags */
 	    0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, /* req */
 	    2,	  0,	'a',  'b',			    /* session */
@@ -90,6 +91,7 @@ static void test_wire_layout(void)
 	    1,	  0,	0,    0,			    /* flags */
 	    3,	  0,	0,    0,			    /* n_ids */
 	    1,	  0,	0,    0,    0xfe, 0xff, 0xff, 0xff, 4, 3, 2, 1,
+	    8,	  7,	6,    5,    4,	  3,	2,    1, /* salt */
 	};
 	CHECK(b.len == sizeof want && !memcmp(b.p, want, sizeof want),
 	      "PLAN bytes");
@@ -128,6 +130,7 @@ static void test_wire_layout(void)
 	raw_le(&r, 0, 4);	    /* think_close */
 	raw_le(&r, 0, 4);	    /* n_hidden */
 	raw_le(&r, 0, 4);	    /* n_close */
+	raw_le(&r, 0, 8);	    /* salt */
 	raw_end(&r);
 	CHECK(b.len == r.n && !memcmp(b.p, r.p, r.n), "GENERATE bytes");
 
@@ -144,6 +147,7 @@ static void test_wire_layout(void)
 	raw_le(&r, 2, 4);
 	raw_le(&r, 7, 4);
 	raw_le(&r, 0xffffffffu, 4);
+	raw_le(&r, 0, 8); /* salt */
 	raw_end(&r);
 	CHECK(b.len == r.n && !memcmp(b.p, r.p, r.n), "PEEK bytes");
 	CHECK(r.p[6] == 54 && r.p[7] == 0, "PEEK is type 54");
@@ -182,8 +186,8 @@ static void test_wire_layout(void)
 /* A payload of exactly PROTO_MAX_PAYLOAD is fine; one id more is not. */
 static void test_payload_limit(void)
 {
-	/* session 2 bytes: 2 + 2 + 4 + 4 + 4 + 4n = 4 MiB */
-	uint32_t n = (PROTO_MAX_PAYLOAD - 16) / 4;
+	/* session 2 bytes: 2 + 2 + 4 + 4 + 4 + 4n + 8 (salt) = 4 MiB */
+	uint32_t n = (PROTO_MAX_PAYLOAD - 24) / 4;
 	int32_t *ids = calloc(n + 1, 4);
 	REQUIRE(ids, "alloc");
 	for (uint32_t i = 0; i <= n; i++)

@@ -1,0 +1,1709 @@
+/* disk.c: the disk tier: a cold grid prefill's rows and states on the
+ * NVMe, keyed by the prefix chain, so a shared head (an agent's system
+ * prompt and tools) outlives a restart, a deploy and a day of other
+ * sessions.
+ *
+ * Files, under DIR/disk/ (g: the layout's grid):
+ *   c-<key>-<b>  a chunk: rows [b - g, b) of every view (a compact rows
+ *                buffer of window g) and those g token ids; key is the
+ *                prefix chain's hash at b (c->ph[b], whose root the
+ *                request's salt seeds), so two prompts that share 30 grid
+ *                chunks share 30 files;
+ *   a-<key>-<L>  an anchor: the sections at line L, in the layout's order,
+ *                and the keys of the L / g chunks below it. An anchor is
+ *                usable when every chunk it reads is on the disk.
+ * Every file: a header of as many 4 KiB lines as it needs (magic,
+ * version, kind, line, key, the layout's digest, the fingerprint, sizes,
+ * an xxh3 per section or per ids and rows, the chunk keys, an xxh3 of the
+ * header), then the payload padded to 4 KiB (O_DIRECT).
+ *
+ * The index (LMDB, DIR/disk/index): `idx` one record a file (its kind,
+ * line, key, bytes, hits, last use, the fingerprint; an anchor's chunk
+ * keys), `cnt` the cold-line counts by (key, line), `sess` the sessions
+ * seen, `days` the bytes written a day. The counts are traffic, not rows:
+ * a fingerprint change sweeps the files and keeps them.
+ *
+ * What is written is decided before the prefill runs (disk_plan): every
+ * grid line the prefill forwards is counted; the longest clean line counted
+ * admit_after times (2) gets an anchor, and so do the branch lines (counted
+ * admit_after times, where the count falls at the next line: an earlier
+ * prompt read this far and went on differently; the 4 longest), and the
+ * last head_anchors (4) lines of a session's first request of at least
+ * min_tokens (4,096). Nothing is written above the plan's taint line (rows
+ * a decode wrote, a snapshot's state), nothing for a guest or a prompt
+ * under min_tokens. The chosen lines get anchor slots like the resident
+ * anchors; the engine fills them as the prefill passes them.
+ *
+ * The writes never hold a request. At the commit the slots' sections are
+ * copied to staging buffers (the job) and the slots go back; a writer
+ * thread then copies each missing chunk's rows out of the live buffers and
+ * writes the chunks and the anchor, while cached serves. The next plan
+ * fences the job (disk_fence): rows at or above the lowest row that plan
+ * may write are no longer copied (a chunk being copied is waited for),
+ * and an anchor whose chunks cannot all be written is dropped (`window`).
+ * A plan that resumes above the job's rows leaves it running.
+ *
+ * Each file is written to NAME.tmp (O_DIRECT, or buffered with fadvise
+ * DONTNEED where the file system refuses it), fdatasynced, renamed, the
+ * directory fsynced, then indexed. At the open every .tmp goes, every file
+ * the index does not name (a crash between the rename and the index), and
+ * every record whose file is gone; at an engine's attach every file of
+ * another fingerprint or layout.
+ *
+ * Room (the writer, before each anchor's files): the tier stays under its
+ * budget (16 GB) and leaves the file system at least min_free (50 GB) free;
+ * the least valuable anchor goes first: (hits + 1) * tokens it saves / the
+ * bytes it holds alone (its file and its share of each chunk it reads),
+ * halved per idle day; chunks no anchor reads go with it. An anchor unused
+ * for ttl_days (7) goes. When nothing more can go and the floor still
+ * binds, the anchor is not written and the floor is reported.
+ *
+ * The lookup (disk_offer) comes after the RAM tiers and the spill: the
+ * longest anchor line below n whose anchor and chunks are indexed, above
+ * what they offer, whose read (at the tier's measured read rate) costs less
+ * than the prefill it saves (at the engine's prefill rate: the fastest
+ * measured here, from a plan to its commit, else --prefill-tps). The
+ * restore (disk_restore) reads only the chunks above the clean rows in
+ * place; every chunk's header, xxh3s and stored ids are compared with the
+ * prompt before its rows are copied, the anchor's sections and chunk keys
+ * before the state is; a file that fails is deleted with its record, and
+ * the plan prefills cold (the rows it copied are rewritten by that prefill
+ * before anything reads them).
+ *
+ * Concurrency: the writer thread owns the write path; the daemon's thread
+ * plans, restores and reads the index. `mu` guards the queue, the fence,
+ * the counters and `reading` (a restore in progress: the writer evicts
+ * nothing meanwhile). LMDB serializes the two threads' write
+ * transactions. On a CUDA device arena the tier is off (the writer reads
+ * the live rows in place, host memory only).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <lmdb.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "cache_int.h"
+#include "dfile.h"
+#include "moor.h"
+
+#define DK_MAGIC 0x314b5344524f4f4dull /* "MOORDSK1" */
+#define DK_VERSION 1u
+#define DK_LINE 4096u /* O_DIRECT's alignment and a header line */
+#define DK_JOB_MAX 16u /* anchors a commit stages */
+#define DK_QUEUE_MAX 2u /* jobs waiting (more: dropped as busy) */
+#define DK_BRANCH_MAX 4u
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+	       "the tier's files are little-endian, written as the host's");
+
+enum { DK_CHUNK = 1, DK_ANCHOR = 2 };
+
+typedef struct dk_hdr {
+	uint64_t magic;
+	uint32_t version, kind;
+	uint64_t line;	     /* chunk: its top b; anchor: its line */
+	uint64_t key;	     /* the prefix chain's hash at line */
+	uint64_t digest;     /* the layout's (tier_layout_digest) */
+	uint64_t grid;
+	uint64_t hdr_bytes;  /* the header's 4 KiB lines */
+	uint64_t data_bytes; /* the payload (before its padding) */
+	uint64_t n_sums;     /* chunk: 2 (ids, rows); anchor: n_sections */
+	uint64_t n_keys;     /* anchor: the chunk keys (line / grid) */
+	uint64_t made;	     /* unix seconds */
+	uint64_t hdr_sum;    /* xxh3 of [0, hdr_bytes) with this field 0 */
+	uint8_t fp[32];
+} dk_hdr;
+_Static_assert(sizeof(dk_hdr) == 128, "dk_hdr is 128 bytes");
+
+/* An index record (LMDB idx, keyed by the file's name); an anchor's chunk
+ * keys follow it. */
+typedef struct dk_rec {
+	uint32_t kind, n_keys;
+	uint64_t line, key, bytes, hits, used, made, digest;
+	uint8_t fp[32];
+} dk_rec;
+_Static_assert(sizeof(dk_rec) == 96, "dk_rec is 96 bytes");
+
+typedef struct dk_ajob {
+	uint64_t line;
+	uint8_t *file; /* the anchor file as written (aligned) */
+	uint64_t bytes;
+} dk_ajob;
+
+typedef struct dk_job {
+	struct dk_job *next;
+	int32_t *ids;  /* [top] */
+	uint64_t *lph; /* [top / g + 1]: the chain's hash at each line */
+	uint64_t top;
+	uint64_t fence; /* rows at or above it are not copied */
+	uint32_t n_anc;
+	dk_ajob anc[DK_JOB_MAX];
+} dk_job;
+
+struct disk_tier {
+	int dfd;
+	MDB_env *env;
+	MDB_dbi idx, cnt, sess, days;
+	pthread_t th;
+	int th_on, stop;
+	pthread_mutex_t mu;
+	pthread_cond_t work, done;
+	dk_job *q;	   /* the running job first */
+	int running;	   /* q's head is being written */
+	uint64_t copying;  /* top row of the chunk being copied; 0: none */
+	int reading;	   /* a restore reads files */
+	uint8_t *wbuf;	   /* the writer's chunk file (aligned) */
+	uint8_t *rbuf;	   /* the restore's file (aligned) */
+	uint64_t rbuf_bytes;
+
+	/* the attached layout, as the writer reads it */
+	int attached;
+	uint64_t grid, window, row_bytes, sec_bytes;
+	uint32_t n_views, n_sec;
+	vgeom *vg;
+	const char **view;
+	cache_view *lv;
+	uint64_t *secb;
+	uint64_t digest;
+	uint8_t fp[32];
+	uint64_t chunk_file, anchor_file, chunk_hdr, anchor_hdr;
+
+	/* the plan in flight */
+	uint64_t *lph; /* [window / g + 1] */
+	uint64_t plan_n, plan_fwd;
+	double plan_t;
+	double read_bps;
+	double tps[8];
+	uint32_t n_tps;
+
+	time_t floor_said;
+	struct {
+		uint64_t hits, hit_failed, tokens_read, bytes_read,
+		    bytes_written, chunks_written, anchors_written,
+		    write_failed, window, busy, evicted, expired, swept,
+		    orphans, floor_binds, admitted, counted, skipped_have,
+		    chunks_kept, direct, buffered;
+	} k;
+	double last_restore_ms, last_write_ms;
+};
+
+static uint64_t now_s(void)
+{
+	return (uint64_t)time(NULL);
+}
+
+static uint64_t up4k(uint64_t x)
+{
+	return (x + DK_LINE - 1) / DK_LINE * DK_LINE;
+}
+
+static void name_of(char *b, size_t n, int kind, uint64_t key, uint64_t line)
+{
+	snprintf(b, n, "%c-%016llx-%llu", kind == DK_CHUNK ? 'c' : 'a',
+		 (unsigned long long)key, (unsigned long long)line);
+}
+
+static int lmdb_rc(int rc)
+{
+	if (rc == 0)
+		return 0;
+	if (rc > 0)
+		return -rc; /* errno */
+	return rc == MDB_MAP_FULL ? MOOR_ENOSPACE : MOOR_EFORMAT;
+}
+
+/* ---- files: O_DIRECT where the file system takes it ---- */
+
+static int open_direct(int dfd, const char *name, int flags, int *direct)
+{
+	int fd = openat(dfd, name, flags | O_DIRECT | O_CLOEXEC, 0600);
+	*direct = fd >= 0;
+	if (fd < 0 && errno == EINVAL)
+		fd = openat(dfd, name, flags | O_CLOEXEC, 0600);
+	return fd < 0 ? -errno : fd;
+}
+
+static int fault(int op, const char *name)
+{
+	return dfile_fault ? dfile_fault(op, name) : 0;
+}
+
+/* Writes buf[0, n) (aligned, n a multiple of 4 KiB) as dfd/name
+ * crash-safely. */
+static int file_write(int dfd, const char *name, const void *buf, uint64_t n,
+		      int *was_direct)
+{
+	char tmp[96];
+	snprintf(tmp, sizeof tmp, "%s.tmp", name);
+	int direct, fd = open_direct(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC,
+				     &direct);
+	if (fd < 0)
+		return fd;
+	*was_direct = direct;
+	int rc = fault(DFILE_OP_WRITE, name);
+	const char *b = buf;
+	uint64_t left = n;
+	if (rc == DFILE_SHORT) {
+		/* half of it lands, then the device refuses */
+		(void)!pwrite(fd, b, (size_t)(n / 2 / DK_LINE * DK_LINE), 0);
+		rc = -EIO;
+	}
+	while (!rc && left) {
+		ssize_t w = pwrite(fd, b, left > (1u << 30) ? (1u << 30) : left,
+				   (off_t)(n - left));
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			rc = w < 0 ? -errno : -EIO;
+			break;
+		}
+		b += w;
+		left -= (uint64_t)w;
+	}
+	if (!rc)
+		rc = fault(DFILE_OP_FSYNC, name);
+	if (!rc && fdatasync(fd) < 0)
+		rc = -errno;
+	if (!rc && !direct)
+		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	if (close(fd) < 0 && !rc)
+		rc = -errno;
+	if (!rc)
+		rc = fault(DFILE_OP_RENAME, name);
+	if (!rc && renameat(dfd, tmp, dfd, name) < 0)
+		rc = -errno;
+	if (rc) {
+		unlinkat(dfd, tmp, 0);
+		return rc;
+	}
+	rc = fault(DFILE_OP_FSYNC, ".");
+	if (!rc && fsync(dfd) < 0)
+		rc = -errno;
+	return rc;
+}
+
+/* Reads dfd/name whole into buf when it is exactly n bytes. */
+static int file_read(int dfd, const char *name, void *buf, uint64_t n)
+{
+	int rc = fault(DFILE_OP_READ, name);
+	if (rc < 0)
+		return rc;
+	int direct, fd = open_direct(dfd, name, O_RDONLY, &direct);
+	if (fd < 0)
+		return fd;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != n) {
+		close(fd);
+		return MOOR_ETRUNC;
+	}
+	char *b = buf;
+	uint64_t got = 0;
+	while (got < n) {
+		ssize_t r = pread(fd, b + got, n - got > (1u << 30)
+						    ? (1u << 30)
+						    : n - got,
+				  (off_t)got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			rc = r < 0 ? -errno : MOOR_ETRUNC;
+			break;
+		}
+		got += (uint64_t)r;
+	}
+	if (!direct)
+		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	close(fd);
+	return rc;
+}
+
+/* ---- headers ---- */
+
+static uint64_t hdr_bytes(uint64_t n_sums, uint64_t n_keys)
+{
+	return up4k(sizeof(dk_hdr) + 8 * (n_sums + n_keys));
+}
+
+static void hdr_seal(dk_hdr *h)
+{
+	h->hdr_sum = 0;
+	h->hdr_sum = XXH3_64bits(h, h->hdr_bytes);
+}
+
+static void hdr_init(struct disk_tier *d, dk_hdr *h, uint32_t kind,
+		     uint64_t line, uint64_t key, uint64_t data,
+		     uint64_t n_sums, uint64_t n_keys)
+{
+	memset(h, 0, sizeof *h);
+	h->magic = DK_MAGIC;
+	h->version = DK_VERSION;
+	h->kind = kind;
+	h->line = line;
+	h->key = key;
+	h->digest = d->digest;
+	h->grid = d->grid;
+	h->hdr_bytes = hdr_bytes(n_sums, n_keys);
+	h->data_bytes = data;
+	h->n_sums = n_sums;
+	h->n_keys = n_keys;
+	h->made = now_s();
+	memcpy(h->fp, d->fp, 32);
+}
+
+/* The header of a file read back says what the index and the prompt say. */
+static int hdr_check(struct disk_tier *d, dk_hdr *h, uint32_t kind,
+		     uint64_t line, uint64_t key, uint64_t n_sums,
+		     uint64_t n_keys)
+{
+	if (h->magic != DK_MAGIC || h->version != DK_VERSION ||
+	    h->kind != kind || h->line != line || h->key != key ||
+	    h->digest != d->digest || h->grid != d->grid ||
+	    h->n_sums != n_sums || h->n_keys != n_keys ||
+	    h->hdr_bytes != hdr_bytes(n_sums, n_keys) ||
+	    memcmp(h->fp, d->fp, 32))
+		return MOOR_EFORMAT;
+	uint64_t want = h->hdr_sum;
+	h->hdr_sum = 0;
+	uint64_t got = XXH3_64bits(h, h->hdr_bytes);
+	h->hdr_sum = want;
+	return got == want ? 0 : MOOR_EFORMAT;
+}
+
+/* ---- the index ---- */
+
+static int idx_get(struct disk_tier *d, MDB_txn *tx, const char *name,
+		   dk_rec *r, const uint64_t **keys)
+{
+	MDB_val k = {strlen(name), (void *)name}, v;
+	int rc = mdb_get(tx, d->idx, &k, &v);
+	if (rc)
+		return rc == MDB_NOTFOUND ? -ENOENT : lmdb_rc(rc);
+	if (v.mv_size < sizeof *r)
+		return MOOR_EFORMAT;
+	memcpy(r, v.mv_data, sizeof *r);
+	if (v.mv_size != sizeof *r + 8ull * r->n_keys)
+		return MOOR_EFORMAT;
+	if (keys)
+		*keys = (const uint64_t *)((const char *)v.mv_data + sizeof *r);
+	return 0;
+}
+
+static int idx_put(struct disk_tier *d, const char *name, const dk_rec *r,
+		   const uint64_t *keys)
+{
+	MDB_txn *tx;
+	int rc = mdb_txn_begin(d->env, NULL, 0, &tx);
+	if (rc)
+		return lmdb_rc(rc);
+	MDB_val k = {strlen(name), (void *)name},
+		v = {sizeof *r + 8ull * r->n_keys, NULL};
+	rc = mdb_put(tx, d->idx, &k, &v, MDB_RESERVE);
+	if (!rc) {
+		memcpy(v.mv_data, r, sizeof *r);
+		if (r->n_keys)
+			memcpy((char *)v.mv_data + sizeof *r, keys,
+			       8ull * r->n_keys);
+		rc = mdb_txn_commit(tx);
+	} else {
+		mdb_txn_abort(tx);
+	}
+	return lmdb_rc(rc);
+}
+
+/* Deletes the file and its record. */
+static void file_drop(struct disk_tier *d, MDB_txn *tx, const char *name)
+{
+	unlinkat(d->dfd, name, 0);
+	MDB_val k = {strlen(name), (void *)name};
+	(void)mdb_del(tx, d->idx, &k, NULL);
+}
+
+static void file_drop1(struct disk_tier *d, const char *name)
+{
+	MDB_txn *tx;
+	unlinkat(d->dfd, name, 0);
+	if (mdb_txn_begin(d->env, NULL, 0, &tx))
+		return;
+	MDB_val k = {strlen(name), (void *)name};
+	(void)mdb_del(tx, d->idx, &k, NULL);
+	(void)mdb_txn_commit(tx);
+}
+
+static void day_key(char *b, size_t n)
+{
+	time_t t = time(NULL);
+	struct tm tm;
+	localtime_r(&t, &tm);
+	strftime(b, n, "%Y-%m-%d", &tm);
+}
+
+static uint64_t day_get(struct disk_tier *d, MDB_txn *tx)
+{
+	char dk[16];
+	day_key(dk, sizeof dk);
+	MDB_val k = {strlen(dk), dk}, v;
+	uint64_t x = 0;
+	if (!mdb_get(tx, d->days, &k, &v) && v.mv_size == 8)
+		memcpy(&x, v.mv_data, 8);
+	return x;
+}
+
+static void day_add(struct disk_tier *d, uint64_t bytes)
+{
+	MDB_txn *tx;
+	if (mdb_txn_begin(d->env, NULL, 0, &tx))
+		return;
+	char dk[16];
+	day_key(dk, sizeof dk);
+	uint64_t x = day_get(d, tx) + bytes;
+	MDB_val k = {strlen(dk), dk}, v = {8, &x};
+	if (mdb_put(tx, d->days, &k, &v, 0))
+		mdb_txn_abort(tx);
+	else
+		(void)mdb_txn_commit(tx);
+}
+
+/* ---- room: eviction by value ---- */
+
+typedef struct dk_item {
+	char name[48];
+	dk_rec r;
+	uint64_t *keys; /* anchor: its chunk keys (malloc'd) */
+	uint32_t refs;	/* chunk: anchors that read it */
+	int prot;	/* the job's: not evicted */
+} dk_item;
+
+static int item_find(dk_item *it, uint32_t n, uint32_t kind, uint64_t key,
+		     uint64_t line)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (it[i].r.kind == kind && it[i].r.key == key &&
+		    it[i].r.line == line)
+			return (int)i;
+	return -1;
+}
+
+static void items_free(dk_item *it, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		free(it[i].keys);
+	free(it);
+}
+
+/* Every record (a read transaction; the caller frees). */
+static int items_load(struct disk_tier *d, dk_item **out, uint32_t *n_out,
+		      uint64_t *total)
+{
+	*out = NULL;
+	*n_out = 0;
+	*total = 0;
+	MDB_txn *tx;
+	MDB_cursor *cu;
+	int rc = mdb_txn_begin(d->env, NULL, MDB_RDONLY, &tx);
+	if (rc)
+		return lmdb_rc(rc);
+	rc = mdb_cursor_open(tx, d->idx, &cu);
+	if (rc) {
+		mdb_txn_abort(tx);
+		return lmdb_rc(rc);
+	}
+	dk_item *it = NULL;
+	uint32_t n = 0, cap = 0;
+	MDB_val k, v;
+	int op = MDB_FIRST;
+	while (!mdb_cursor_get(cu, &k, &v, op)) {
+		op = MDB_NEXT;
+		if (v.mv_size < sizeof(dk_rec) || k.mv_size >= 48)
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 64;
+			dk_item *ni = realloc(it, cap * sizeof *it);
+			if (!ni) {
+				rc = -ENOMEM;
+				break;
+			}
+			it = ni;
+		}
+		dk_item *x = &it[n];
+		memset(x, 0, sizeof *x);
+		memcpy(x->name, k.mv_data, k.mv_size);
+		memcpy(&x->r, v.mv_data, sizeof x->r);
+		if (v.mv_size != sizeof x->r + 8ull * x->r.n_keys)
+			continue;
+		if (x->r.n_keys) {
+			x->keys = malloc(8ull * x->r.n_keys);
+			if (!x->keys) {
+				rc = -ENOMEM;
+				break;
+			}
+			memcpy(x->keys, (char *)v.mv_data + sizeof x->r,
+			       8ull * x->r.n_keys);
+		}
+		*total += x->r.bytes;
+		n++;
+	}
+	mdb_cursor_close(cu);
+	mdb_txn_abort(tx);
+	if (rc) {
+		items_free(it, n);
+		return rc;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		for (uint32_t j = 0; it[i].r.kind == DK_ANCHOR &&
+				     j < it[i].r.n_keys;
+		     j++) {
+			int c = item_find(it, n, DK_CHUNK, it[i].keys[j],
+					  (j + 1) * d->grid);
+			if (c >= 0)
+				it[c].refs++;
+		}
+	*out = it;
+	*n_out = n;
+	return 0;
+}
+
+static double item_value(struct disk_tier *d, dk_item *it, uint32_t n,
+			 uint32_t i, uint64_t now)
+{
+	double alone = (double)it[i].r.bytes;
+	for (uint32_t j = 0; j < it[i].r.n_keys; j++) {
+		int c = item_find(it, n, DK_CHUNK, it[i].keys[j],
+				  (j + 1) * d->grid);
+		if (c >= 0 && it[c].refs)
+			alone += (double)it[c].r.bytes / it[c].refs;
+	}
+	double idle = now > it[i].r.used ? (double)(now - it[i].r.used) / 86400
+					 : 0;
+	return (double)(it[i].r.hits + 1) * (double)it[i].r.line / alone *
+	       pow(0.5, floor(idle));
+}
+
+static uint64_t free_bytes(struct disk_tier *d)
+{
+	struct statvfs sv;
+	if (fstatvfs(d->dfd, &sv) < 0)
+		return UINT64_MAX;
+	return (uint64_t)sv.f_bavail * sv.f_frsize;
+}
+
+/* Deletes anchor i and the chunks only it read (not the protected ones),
+ * or, with i < 0, every chunk no anchor reads. Returns the bytes freed. */
+static uint64_t evict(struct disk_tier *d, dk_item *it, uint32_t n, int i)
+{
+	MDB_txn *tx;
+	if (mdb_txn_begin(d->env, NULL, 0, &tx))
+		return 0;
+	uint64_t freed = 0;
+	if (i >= 0) {
+		file_drop(d, tx, it[i].name);
+		freed += it[i].r.bytes;
+		for (uint32_t j = 0; j < it[i].r.n_keys; j++) {
+			int c = item_find(it, n, DK_CHUNK, it[i].keys[j],
+					  (j + 1) * d->grid);
+			if (c >= 0 && it[c].refs)
+				it[c].refs--;
+		}
+		it[i].r.kind = 0; /* gone */
+	}
+	for (uint32_t c = 0; c < n; c++)
+		if (it[c].r.kind == DK_CHUNK && !it[c].refs && !it[c].prot) {
+			file_drop(d, tx, it[c].name);
+			freed += it[c].r.bytes;
+			it[c].r.kind = 0;
+		}
+	(void)mdb_txn_commit(tx);
+	return freed;
+}
+
+/* Makes room for `need` bytes (the budget, the free-space floor, the TTL),
+ * keeping the chunks of the protected keys. 0, or MOOR_ENOSPACE when the
+ * floor or the budget still binds with nothing left to give. */
+static int make_room(cache *c, uint64_t need, const uint64_t *prot,
+		     uint32_t n_prot)
+{
+	struct disk_tier *d = c->disk;
+	pthread_mutex_lock(&d->mu);
+	while (d->reading)
+		pthread_cond_wait(&d->done, &d->mu);
+	pthread_mutex_unlock(&d->mu);
+	dk_item *it;
+	uint32_t n;
+	uint64_t total;
+	int rc = items_load(d, &it, &n, &total);
+	if (rc)
+		return rc;
+	for (uint32_t j = 0; j < n_prot; j++) {
+		int x = item_find(it, n, DK_CHUNK, prot[j], (j + 1) * d->grid);
+		if (x >= 0)
+			it[x].prot = 1;
+	}
+	uint64_t now = now_s(), ttl = (uint64_t)c->cfg.disk_days * 86400;
+	for (uint32_t i = 0; i < n; i++)
+		if (it[i].r.kind == DK_ANCHOR && ttl &&
+		    now > it[i].r.used + ttl) {
+			total -= min64(total, evict(d, it, n, (int)i));
+			pthread_mutex_lock(&d->mu);
+			d->k.expired++;
+			pthread_mutex_unlock(&d->mu);
+		}
+	uint64_t floor = c->cfg.disk_min_free;
+	for (;;) {
+		uint64_t fr = free_bytes(d);
+		int over = total + need > c->cfg.disk_bytes;
+		int low = fr < floor + need;
+		if (!over && !low)
+			break;
+		int v = -1;
+		double best = 0;
+		for (uint32_t i = 0; i < n; i++) {
+			if (it[i].r.kind != DK_ANCHOR)
+				continue;
+			double x = item_value(d, it, n, i, now);
+			if (v < 0 || x < best) {
+				v = (int)i;
+				best = x;
+			}
+		}
+		uint64_t freed = evict(d, it, n, v);
+		if (v >= 0) {
+			pthread_mutex_lock(&d->mu);
+			d->k.evicted++;
+			pthread_mutex_unlock(&d->mu);
+		}
+		total -= min64(total, freed);
+		if (v < 0 && !freed) {
+			if (low) {
+				pthread_mutex_lock(&d->mu);
+				d->k.floor_binds++;
+				pthread_mutex_unlock(&d->mu);
+				if (now_s() >= (uint64_t)d->floor_said + 60) {
+					d->floor_said = time(NULL);
+					moor_warn(
+					    "[disk] the free-space floor binds: "
+					    "%.1f GB free, floor %.1f GB: an "
+					    "anchor of %.1f MB not written",
+					    (double)fr / 1e9,
+					    (double)floor / 1e9,
+					    (double)need / 1e6);
+				}
+			}
+			rc = MOOR_ENOSPACE;
+			break;
+		}
+	}
+	items_free(it, n);
+	return rc;
+}
+
+/* ---- the writer ---- */
+
+/* Chunk j of the job (rows [(j - 1) g, j g)) into wbuf; 0, or 1 when the
+ * fence took it. */
+static int chunk_stage(cache *c, dk_job *job, uint64_t j)
+{
+	struct disk_tier *d = c->disk;
+	uint64_t g = d->grid, b = j * g;
+	pthread_mutex_lock(&d->mu);
+	if (b > job->fence) {
+		pthread_mutex_unlock(&d->mu);
+		return 1;
+	}
+	d->copying = b;
+	pthread_mutex_unlock(&d->mu);
+	dk_hdr *h = (dk_hdr *)d->wbuf;
+	uint8_t *ids = d->wbuf + d->chunk_hdr;
+	uint8_t *rows = ids + g * 4;
+	memcpy(ids, job->ids + (b - g), g * 4);
+	uint64_t o = 0;
+	for (uint32_t i = 0; i < d->n_views; i++) {
+		cache_view_copy(&d->lv[i], rows + o, g, 0, d->view[i],
+				d->window, b - g, g);
+		o += g * d->vg[i].rowb;
+	}
+	pthread_mutex_lock(&d->mu);
+	d->copying = 0;
+	pthread_cond_broadcast(&d->done);
+	pthread_mutex_unlock(&d->mu);
+	uint64_t data = g * 4 + g * d->row_bytes;
+	memset(rows + g * d->row_bytes, 0, d->chunk_file - d->chunk_hdr - data);
+	hdr_init(d, h, DK_CHUNK, b, job->lph[j], data, 2, 0);
+	uint64_t *sums = (uint64_t *)(h + 1);
+	sums[0] = XXH3_64bits(ids, g * 4);
+	sums[1] = XXH3_64bits(rows, g * d->row_bytes);
+	hdr_seal(h);
+	return 0;
+}
+
+static void count(struct disk_tier *d, uint64_t *k, uint64_t n)
+{
+	pthread_mutex_lock(&d->mu);
+	*k += n;
+	pthread_mutex_unlock(&d->mu);
+}
+
+/* One anchor of a job: its missing chunks, then the anchor file. 0, or a
+ * negative code when the job should stop (a write failed: the disk). */
+static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
+{
+	struct disk_tier *d = c->disk;
+	uint64_t g = d->grid, nk = a->line / g;
+	char name[48];
+	/* what is missing */
+	MDB_txn *tx;
+	int rc = mdb_txn_begin(d->env, NULL, MDB_RDONLY, &tx);
+	if (rc)
+		return lmdb_rc(rc);
+	uint8_t *miss = calloc(nk + 1, 1);
+	if (!miss) {
+		mdb_txn_abort(tx);
+		return -ENOMEM;
+	}
+	uint64_t need = a->bytes;
+	for (uint64_t j = 1; j <= nk; j++) {
+		dk_rec r;
+		name_of(name, sizeof name, DK_CHUNK, job->lph[j], j * g);
+		if (idx_get(d, tx, name, &r, NULL) ||
+		    faccessat(d->dfd, name, F_OK, 0)) {
+			miss[j] = 1;
+			need += d->chunk_file;
+		}
+	}
+	mdb_txn_abort(tx);
+	rc = make_room(c, need, job->lph + 1, (uint32_t)nk);
+	if (rc) {
+		free(miss);
+		return 0; /* not written; the next anchor may fit */
+	}
+	double t0 = moor_now();
+	uint64_t kept = 0;
+	for (uint64_t j = 1; j <= nk && !rc; j++) {
+		if (!miss[j]) {
+			kept++;
+			continue;
+		}
+		if (chunk_stage(c, job, j)) {
+			count(d, &d->k.window, 1);
+			free(miss);
+			return 0;
+		}
+		name_of(name, sizeof name, DK_CHUNK, job->lph[j], j * g);
+		int dir_ = 0;
+		rc = file_write(d->dfd, name, d->wbuf, d->chunk_file, &dir_);
+		count(d, dir_ ? &d->k.direct : &d->k.buffered, 1);
+		if (rc) {
+			moor_warn("[disk] writing %s: %s: the anchor at %llu "
+				  "is not written",
+				  name, moor_strerror(rc),
+				  (unsigned long long)a->line);
+			count(d, &d->k.write_failed, 1);
+			break;
+		}
+		dk_rec r = {.kind = DK_CHUNK,
+			    .line = j * g,
+			    .key = job->lph[j],
+			    .bytes = d->chunk_file,
+			    .used = now_s(),
+			    .made = now_s(),
+			    .digest = d->digest};
+		memcpy(r.fp, d->fp, 32);
+		rc = idx_put(d, name, &r, NULL);
+		if (rc) {
+			unlinkat(d->dfd, name, 0);
+			count(d, &d->k.write_failed, 1);
+			break;
+		}
+		day_add(d, d->chunk_file);
+		pthread_mutex_lock(&d->mu);
+		d->k.chunks_written++;
+		d->k.bytes_written += d->chunk_file;
+		pthread_mutex_unlock(&d->mu);
+	}
+	free(miss);
+	count(d, &d->k.chunks_kept, kept);
+	if (rc)
+		return rc;
+	name_of(name, sizeof name, DK_ANCHOR, job->lph[nk], a->line);
+	int dir_ = 0;
+	rc = file_write(d->dfd, name, a->file, a->bytes, &dir_);
+	count(d, dir_ ? &d->k.direct : &d->k.buffered, 1);
+	if (!rc) {
+		dk_rec r = {.kind = DK_ANCHOR,
+			    .n_keys = (uint32_t)nk,
+			    .line = a->line,
+			    .key = job->lph[nk],
+			    .bytes = a->bytes,
+			    .used = now_s(),
+			    .made = now_s(),
+			    .digest = d->digest};
+		memcpy(r.fp, d->fp, 32);
+		rc = idx_put(d, name, &r, job->lph + 1);
+		if (rc)
+			unlinkat(d->dfd, name, 0);
+	}
+	if (rc) {
+		moor_warn("[disk] writing %s: %s", name, moor_strerror(rc));
+		count(d, &d->k.write_failed, 1);
+		return rc;
+	}
+	day_add(d, a->bytes);
+	pthread_mutex_lock(&d->mu);
+	d->k.anchors_written++;
+	d->k.bytes_written += a->bytes;
+	d->last_write_ms = (moor_now() - t0) * 1e3;
+	pthread_mutex_unlock(&d->mu);
+	moor_info("[disk] wrote the anchor at %llu (%llu chunks written, %llu "
+		  "kept) in %.0f ms",
+		  (unsigned long long)a->line,
+		  (unsigned long long)(nk - kept), (unsigned long long)kept,
+		  (moor_now() - t0) * 1e3);
+	return 0;
+}
+
+static void job_free(dk_job *j)
+{
+	if (!j)
+		return;
+	for (uint32_t i = 0; i < j->n_anc; i++)
+		free(j->anc[i].file);
+	free(j->ids);
+	free(j->lph);
+	free(j);
+}
+
+static void *writer(void *arg)
+{
+	cache *c = arg;
+	struct disk_tier *d = c->disk;
+	pthread_mutex_lock(&d->mu);
+	for (;;) {
+		while (!d->q && !d->stop)
+			pthread_cond_wait(&d->work, &d->mu);
+		if (!d->q)
+			break;
+		dk_job *job = d->q;
+		d->running = 1;
+		pthread_mutex_unlock(&d->mu);
+		for (uint32_t i = 0; i < job->n_anc; i++) {
+			pthread_mutex_lock(&d->mu);
+			int fenced = job->anc[i].line > job->fence;
+			pthread_mutex_unlock(&d->mu);
+			if (fenced) {
+				count(d, &d->k.window, job->n_anc - i);
+				break;
+			}
+			if (write_anchor(c, job, &job->anc[i]))
+				break;
+		}
+		pthread_mutex_lock(&d->mu);
+		d->q = job->next;
+		d->running = 0;
+		pthread_cond_broadcast(&d->done);
+		pthread_mutex_unlock(&d->mu);
+		job_free(job);
+		pthread_mutex_lock(&d->mu);
+	}
+	pthread_mutex_unlock(&d->mu);
+	return NULL;
+}
+
+/* ---- lifecycle ---- */
+
+static int mkdir_at(const char *path)
+{
+	if (mkdir(path, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+/* The open's reconciliation: every record whose file is gone, every file
+ * the index does not name, every anchor past the TTL. */
+static void reconcile(cache *c)
+{
+	struct disk_tier *d = c->disk;
+	dk_item *it;
+	uint32_t n;
+	uint64_t total;
+	if (items_load(d, &it, &n, &total))
+		return;
+	MDB_txn *tx;
+	if (!mdb_txn_begin(d->env, NULL, 0, &tx)) {
+		uint64_t now = now_s(), ttl = (uint64_t)c->cfg.disk_days * 86400;
+		for (uint32_t i = 0; i < n; i++) {
+			if (faccessat(d->dfd, it[i].name, F_OK, 0)) {
+				MDB_val k = {strlen(it[i].name), it[i].name};
+				(void)mdb_del(tx, d->idx, &k, NULL);
+			} else if (it[i].r.kind == DK_ANCHOR && ttl &&
+				   now > it[i].r.used + ttl) {
+				file_drop(d, tx, it[i].name);
+				d->k.expired++;
+			}
+		}
+		(void)mdb_txn_commit(tx);
+	}
+	/* a directory stream of its own (a dup would share dfd's offset) */
+	int fd = openat(d->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!dir) {
+		if (fd >= 0)
+			close(fd);
+		items_free(it, n);
+		return;
+	}
+	MDB_txn *rt;
+	if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &rt)) {
+		closedir(dir);
+		items_free(it, n);
+		return;
+	}
+	struct dirent *e;
+	while ((e = readdir(dir))) {
+		if ((e->d_name[0] != 'a' && e->d_name[0] != 'c') ||
+		    e->d_name[1] != '-')
+			continue;
+		dk_rec r;
+		if (idx_get(d, rt, e->d_name, &r, NULL) == -ENOENT) {
+			unlinkat(d->dfd, e->d_name, 0);
+			d->k.orphans++;
+		}
+	}
+	mdb_txn_abort(rt);
+	closedir(dir);
+	items_free(it, n);
+}
+
+int disk_open(cache *c, char *err)
+{
+	c->disk = NULL;
+	if (!c->cfg.spill_dir[0] || !c->cfg.disk_on)
+		return 0;
+	if (c->cfg.dev_cuda >= 0) {
+		moor_warn("[disk] the disk tier is off on a CUDA device arena "
+			  "(its writer reads the live rows in place)");
+		return 0;
+	}
+	struct disk_tier *d = calloc(1, sizeof *d);
+	if (!d)
+		return -ENOMEM;
+	d->dfd = -1;
+	d->read_bps = 1e9; /* until a restore measures it */
+	char path[400];
+	snprintf(path, sizeof path, "%s/disk", c->cfg.spill_dir);
+	int rc = mkdir_at(c->cfg.spill_dir);
+	if (!rc)
+		rc = mkdir_at(path);
+	if (!rc) {
+		d->dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (d->dfd < 0)
+			rc = -errno;
+	}
+	if (rc) {
+		moor_errf(err, "disk tier %s: %s", path, moor_strerror(rc));
+		free(d);
+		return rc;
+	}
+	(void)dfile_sweep_tmp(d->dfd);
+	snprintf(path, sizeof path, "%s/disk/index", c->cfg.spill_dir);
+	rc = mkdir_at(path);
+	MDB_txn *tx = NULL;
+	if (!rc)
+		rc = lmdb_rc(mdb_env_create(&d->env));
+	if (!rc)
+		rc = lmdb_rc(mdb_env_set_maxdbs(d->env, 8));
+	if (!rc)
+		rc = lmdb_rc(mdb_env_set_mapsize(d->env, 1ull << 30));
+	if (!rc)
+		rc = lmdb_rc(mdb_env_open(d->env, path, MDB_NOTLS, 0600));
+	if (!rc)
+		rc = lmdb_rc(mdb_txn_begin(d->env, NULL, 0, &tx));
+	if (!rc)
+		rc = lmdb_rc(mdb_dbi_open(tx, "idx", MDB_CREATE, &d->idx));
+	if (!rc)
+		rc = lmdb_rc(mdb_dbi_open(tx, "cnt", MDB_CREATE, &d->cnt));
+	if (!rc)
+		rc = lmdb_rc(mdb_dbi_open(tx, "sess", MDB_CREATE, &d->sess));
+	if (!rc)
+		rc = lmdb_rc(mdb_dbi_open(tx, "days", MDB_CREATE, &d->days));
+	if (!rc) {
+		rc = lmdb_rc(mdb_txn_commit(tx));
+		tx = NULL;
+	}
+	if (tx)
+		mdb_txn_abort(tx);
+	if (rc) {
+		moor_errf(err, "disk tier index %s: %s", path,
+			  moor_strerror(rc));
+		if (d->env)
+			mdb_env_close(d->env);
+		close(d->dfd);
+		free(d);
+		return rc;
+	}
+	pthread_mutex_init(&d->mu, NULL);
+	pthread_cond_init(&d->work, NULL);
+	pthread_cond_init(&d->done, NULL);
+	c->disk = d;
+	reconcile(c);
+	if (pthread_create(&d->th, NULL, writer, c)) {
+		moor_errf(err, "disk tier: the writer thread");
+		disk_close(c);
+		return -EAGAIN;
+	}
+	d->th_on = 1;
+	moor_info("[disk] %s/disk: budget %.1f GB, %u days, free-space floor "
+		  "%.1f GB, admit after %u, %u head anchors from %u tokens",
+		  c->cfg.spill_dir, (double)c->cfg.disk_bytes / 1e9,
+		  c->cfg.disk_days, (double)c->cfg.disk_min_free / 1e9,
+		  c->cfg.disk_admit_after, c->cfg.disk_head_anchors,
+		  c->cfg.disk_min_tokens);
+	return 0;
+}
+
+/* Waits until no job runs or waits (fenced at `fence` first). */
+static void drain_queue(struct disk_tier *d, uint64_t fence)
+{
+	pthread_mutex_lock(&d->mu);
+	for (dk_job *j = d->q; j; j = j->next)
+		j->fence = min64(j->fence, fence);
+	while (d->q)
+		pthread_cond_wait(&d->done, &d->mu);
+	pthread_mutex_unlock(&d->mu);
+}
+
+void disk_detach(cache *c)
+{
+	struct disk_tier *d = c->disk;
+	if (!d || !d->attached)
+		return;
+	drain_queue(d, 0);
+	d->attached = 0;
+	free(d->vg);
+	free(d->view);
+	free(d->lv);
+	free(d->secb);
+	free(d->lph);
+	free(d->wbuf);
+	free(d->rbuf);
+	d->vg = NULL;
+	d->view = NULL;
+	d->lv = NULL;
+	d->secb = NULL;
+	d->lph = NULL;
+	d->wbuf = d->rbuf = NULL;
+}
+
+void disk_close(cache *c)
+{
+	struct disk_tier *d = c->disk;
+	if (!d)
+		return;
+	disk_detach(c);
+	if (d->th_on) {
+		pthread_mutex_lock(&d->mu);
+		d->stop = 1;
+		pthread_cond_broadcast(&d->work);
+		pthread_mutex_unlock(&d->mu);
+		pthread_join(d->th, NULL);
+	}
+	while (d->q) {
+		dk_job *j = d->q;
+		d->q = j->next;
+		job_free(j);
+	}
+	pthread_mutex_destroy(&d->mu);
+	pthread_cond_destroy(&d->work);
+	pthread_cond_destroy(&d->done);
+	mdb_env_close(d->env);
+	close(d->dfd);
+	free(d);
+	c->disk = NULL;
+}
+
+int cache_disk_wait(cache *c)
+{
+	if (c->disk)
+		drain_queue(c->disk, UINT64_MAX);
+	return 0;
+}
+
+static void *alloc4k(uint64_t n)
+{
+	void *p = NULL;
+	if (posix_memalign(&p, DK_LINE, n ? n : DK_LINE))
+		return NULL;
+	return p;
+}
+
+void disk_attach(cache *c)
+{
+	struct disk_tier *d = c->disk;
+	if (!d)
+		return;
+	disk_detach(c);
+	const cache_layout *l = c->lay;
+	d->grid = l->grid;
+	d->window = l->window;
+	d->row_bytes = c->row_bytes;
+	d->sec_bytes = c->sec_bytes;
+	d->n_views = l->n_views;
+	d->n_sec = l->n_sections;
+	d->digest = tier_layout_digest(l, DK_VERSION);
+	memcpy(d->fp, l->fingerprint, 32);
+	d->vg = malloc((d->n_views + 1) * sizeof *d->vg);
+	d->view = malloc((d->n_views + 1) * sizeof *d->view);
+	d->lv = malloc((d->n_views + 1) * sizeof *d->lv);
+	d->secb = malloc((d->n_sec + 1) * sizeof *d->secb);
+	d->lph = malloc((l->window / l->grid + 2) * sizeof *d->lph);
+	d->chunk_hdr = hdr_bytes(2, 0);
+	d->chunk_file = d->chunk_hdr + up4k(d->grid * (4 + d->row_bytes));
+	d->anchor_hdr = hdr_bytes(d->n_sec, l->window / l->grid);
+	d->anchor_file = d->anchor_hdr + up4k(d->sec_bytes);
+	d->rbuf_bytes = max64(d->chunk_file, d->anchor_file);
+	d->wbuf = alloc4k(d->chunk_file);
+	d->rbuf = alloc4k(d->rbuf_bytes);
+	if (!d->vg || !d->view || !d->lv || !d->secb || !d->lph || !d->wbuf ||
+	    !d->rbuf) {
+		moor_warn("[disk] out of memory for the staging buffers: the "
+			  "tier is off for this engine");
+		d->attached = 1;
+		disk_detach(c);
+		return;
+	}
+	for (uint32_t i = 0; i < d->n_views; i++) {
+		d->vg[i] = c->vg[i];
+		d->lv[i] = l->view[i];
+		d->view[i] = dev_at(c, c->view_off[i]);
+	}
+	for (uint32_t i = 0; i < d->n_sec; i++)
+		d->secb[i] = l->sec[i].bytes;
+	d->attached = 1;
+	/* files of another fingerprint or layout: the rows of another
+	 * arithmetic are not a cold prefill's */
+	dk_item *it;
+	uint32_t n;
+	uint64_t total, swept = 0;
+	if (items_load(d, &it, &n, &total))
+		return;
+	MDB_txn *tx;
+	if (!mdb_txn_begin(d->env, NULL, 0, &tx)) {
+		for (uint32_t i = 0; i < n; i++)
+			if (it[i].r.digest != d->digest ||
+			    memcmp(it[i].r.fp, d->fp, 32)) {
+				file_drop(d, tx, it[i].name);
+				swept++;
+			}
+		(void)mdb_txn_commit(tx);
+	}
+	items_free(it, n);
+	d->k.swept += swept;
+	if (swept)
+		moor_info("[disk] swept %llu files of another fingerprint or "
+			  "layout (the cold-line counts stay)",
+			  (unsigned long long)swept);
+}
+
+/* ---- the plan: fence, admission, counts ---- */
+
+void disk_fence(cache *c, uint64_t line)
+{
+	struct disk_tier *d = c->disk;
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->mu);
+	for (dk_job *j = d->q; j; j = j->next)
+		j->fence = min64(j->fence, line);
+	while (d->copying > line)
+		pthread_cond_wait(&d->done, &d->mu);
+	pthread_mutex_unlock(&d->mu);
+}
+
+static int on(cache *c)
+{
+	return c->disk && c->disk->attached;
+}
+
+static int anchor_indexed(struct disk_tier *d, MDB_txn *tx, uint64_t key,
+			  uint64_t line)
+{
+	char name[48];
+	dk_rec r;
+	name_of(name, sizeof name, DK_ANCHOR, key, line);
+	return idx_get(d, tx, name, &r, NULL) == 0;
+}
+
+void disk_plan(cache *c, const turn *t, const uint64_t *lines, uint32_t n,
+	       int *want)
+{
+	struct disk_tier *d = c->disk;
+	memset(want, 0, n * sizeof *want);
+	if (!on(c))
+		return;
+	d->plan_t = moor_now();
+	d->plan_fwd = t->n - t->start;
+	d->plan_n = 0;
+	if (t->guest || t->no_cache || !n || t->n < c->cfg.disk_min_tokens)
+		return;
+	uint64_t g = d->grid;
+	for (uint64_t j = 0; j <= t->n / g; j++)
+		d->lph[j] = c->ph[j * g];
+	d->plan_n = t->n;
+	/* the counts of the lines this prefill forwards */
+	uint32_t *cnt = calloc(n, sizeof *cnt);
+	if (!cnt)
+		return;
+	MDB_txn *tx;
+	if (mdb_txn_begin(d->env, NULL, 0, &tx)) {
+		free(cnt);
+		return;
+	}
+	for (uint32_t j = 0; j < n; j++) {
+		uint64_t kk[2] = {c->ph[lines[j]], lines[j]};
+		MDB_val k = {16, kk}, v;
+		uint32_t x = 0;
+		if (!mdb_get(tx, d->cnt, &k, &v) && v.mv_size == 4)
+			memcpy(&x, v.mv_data, 4);
+		x++;
+		cnt[j] = x;
+		v.mv_size = 4;
+		v.mv_data = &x;
+		(void)mdb_put(tx, d->cnt, &k, &v, 0);
+	}
+	int first = 0;
+	if (!session_none(t->session)) {
+		uint64_t sh = ids_hash(NULL, 0);
+		for (const char *p = t->session; *p; p++) {
+			sh ^= (uint8_t)*p;
+			sh *= 0x100000001b3ull;
+		}
+		MDB_val k = {8, &sh}, v;
+		if (mdb_get(tx, d->sess, &k, &v) == MDB_NOTFOUND) {
+			uint64_t now = now_s();
+			v.mv_size = 8;
+			v.mv_data = &now;
+			first = mdb_put(tx, d->sess, &k, &v, 0) == 0;
+		}
+	}
+	if (mdb_txn_commit(tx)) {
+		free(cnt);
+		return;
+	}
+	d->k.counted += n;
+	uint32_t clean = 0; /* lines [0, clean) are below the taint */
+	while (clean < n && (t->taint == NO_TAINT || lines[clean] <= t->taint))
+		clean++;
+	uint32_t aa = c->cfg.disk_admit_after;
+	/* the longest line counted admit_after times */
+	for (uint32_t j = clean; j-- > 0;)
+		if (cnt[j] >= aa) {
+			want[j] = 1;
+			break;
+		}
+	/* branch lines: the count falls at the next line */
+	uint32_t nb = 0;
+	for (uint32_t j = clean; j-- > 0 && nb < DK_BRANCH_MAX;)
+		if (j + 1 < n && cnt[j] >= aa && cnt[j + 1] < cnt[j]) {
+			want[j] = 1;
+			nb++;
+		}
+	/* the head of a session's first long request */
+	if (first)
+		for (uint32_t j = clean, h = 0;
+		     j-- > 0 && h < c->cfg.disk_head_anchors; h++)
+			want[j] = 1;
+	free(cnt);
+	if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &tx))
+		return;
+	uint32_t m = 0;
+	for (uint32_t j = n; j-- > 0;) {
+		if (!want[j])
+			continue;
+		if (anchor_indexed(d, tx, c->ph[lines[j]], lines[j]) ||
+		    m >= DK_JOB_MAX) {
+			want[j] = 0;
+			d->k.skipped_have++;
+			continue;
+		}
+		m++;
+	}
+	mdb_txn_abort(tx);
+	d->k.admitted += m;
+}
+
+void disk_commit(cache *c, const turn *t, uint32_t n_filled)
+{
+	struct disk_tier *d = c->disk;
+	if (!on(c))
+		return;
+	/* the engine's prefill rate, from this plan to its commit (the
+	 * decode included: a lower bound of it) */
+	double dt = moor_now() - d->plan_t;
+	if (d->plan_fwd >= 1024 && dt > 0) {
+		d->tps[d->n_tps++ % 8] = (double)d->plan_fwd / dt;
+	}
+	if (!d->plan_n || d->plan_n != t->n || t->guest || t->no_cache)
+		return;
+	dk_job *job = calloc(1, sizeof *job);
+	if (!job)
+		return;
+	job->fence = UINT64_MAX;
+	uint64_t g = d->grid;
+	for (uint32_t i = 0; i < n_filled && job->n_anc < DK_JOB_MAX; i++) {
+		const tslot *s = &t->slot[i];
+		if (!s->disk || (t->taint != NO_TAINT && s->line > t->taint))
+			continue;
+		uint64_t nk = s->line / g;
+		dk_ajob *a = &job->anc[job->n_anc];
+		a->line = s->line;
+		a->bytes = hdr_bytes(d->n_sec, nk) + up4k(d->sec_bytes);
+		a->file = alloc4k(a->bytes);
+		if (!a->file)
+			break;
+		dk_hdr *h = (dk_hdr *)a->file;
+		uint64_t hb = hdr_bytes(d->n_sec, nk);
+		memset(a->file, 0, hb);
+		uint8_t *secs = a->file + hb;
+		memcpy(secs, dev_at(c, s->off), d->sec_bytes);
+		memset(secs + d->sec_bytes, 0, a->bytes - hb - d->sec_bytes);
+		hdr_init(d, h, DK_ANCHOR, s->line, d->lph[nk], d->sec_bytes,
+			 d->n_sec, nk);
+		uint64_t *sums = (uint64_t *)(h + 1), o = 0;
+		for (uint32_t k = 0; k < d->n_sec; k++) {
+			sums[k] = XXH3_64bits(secs + o, d->secb[k]);
+			o += d->secb[k];
+		}
+		memcpy(sums + d->n_sec, d->lph + 1, nk * 8);
+		hdr_seal(h);
+		job->top = max64(job->top, s->line);
+		job->n_anc++;
+	}
+	if (!job->n_anc) {
+		job_free(job);
+		return;
+	}
+	job->ids = malloc(job->top * sizeof *job->ids);
+	job->lph = malloc((job->top / g + 1) * sizeof *job->lph);
+	if (!job->ids || !job->lph) {
+		job_free(job);
+		return;
+	}
+	memcpy(job->ids, t->ids, job->top * sizeof *job->ids);
+	memcpy(job->lph, d->lph, (job->top / g + 1) * sizeof *job->lph);
+	pthread_mutex_lock(&d->mu);
+	uint32_t nq = 0;
+	dk_job **tail = &d->q;
+	while (*tail) {
+		tail = &(*tail)->next;
+		nq++;
+	}
+	if (nq > DK_QUEUE_MAX) {
+		d->k.busy += job->n_anc;
+		pthread_mutex_unlock(&d->mu);
+		job_free(job);
+		return;
+	}
+	*tail = job;
+	pthread_cond_broadcast(&d->work);
+	pthread_mutex_unlock(&d->mu);
+}
+
+/* ---- the lookup and the restore ---- */
+
+static double prefill_tps(cache *c)
+{
+	struct disk_tier *d = c->disk;
+	double best = 0;
+	for (uint32_t i = 0; i < d->n_tps && i < 8; i++)
+		best = d->tps[i] > best ? d->tps[i] : best;
+	return best > 0 ? best : (double)c->cfg.prefill_tps;
+}
+
+int disk_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
+	       uint64_t k, uint64_t *start)
+{
+	(void)ids;
+	struct disk_tier *d = c->disk;
+	if (!on(c) || n < 2)
+		return 0;
+	uint64_t g = d->grid;
+	MDB_txn *tx;
+	if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &tx))
+		return 0;
+	int got = 0;
+	double tps = prefill_tps(c);
+	for (uint64_t L = (n - 1) / g * g; L > ram && L >= g; L -= g) {
+		char name[48];
+		dk_rec r;
+		name_of(name, sizeof name, DK_ANCHOR, c->ph[L], L);
+		if (idx_get(d, tx, name, &r, NULL) || r.digest != d->digest ||
+		    memcmp(r.fp, d->fp, 32))
+			continue;
+		uint64_t bytes = r.bytes, j0 = min64(k, L) / g;
+		int ok = 1;
+		for (uint64_t j = j0 + 1; j <= L / g && ok; j++) {
+			name_of(name, sizeof name, DK_CHUNK, c->ph[j * g],
+				j * g);
+			ok = idx_get(d, tx, name, &r, NULL) == 0;
+			bytes += r.bytes;
+		}
+		if (!ok)
+			continue;
+		double cost = (double)bytes / d->read_bps,
+		       saved = (double)(L - ram) / tps;
+		if (cost < saved) {
+			*start = L;
+			got = 1;
+		}
+		break;
+	}
+	mdb_txn_abort(tx);
+	return got;
+}
+
+static void touch(struct disk_tier *d, const char *name)
+{
+	MDB_txn *tx;
+	if (mdb_txn_begin(d->env, NULL, 0, &tx))
+		return;
+	MDB_val k = {strlen(name), (void *)name}, v;
+	if (!mdb_get(tx, d->idx, &k, &v) && v.mv_size >= sizeof(dk_rec)) {
+		void *cp = malloc(v.mv_size);
+		if (cp) {
+			memcpy(cp, v.mv_data, v.mv_size);
+			dk_rec *r = cp;
+			r->hits++;
+			r->used = now_s();
+			MDB_val nv = {v.mv_size, cp};
+			(void)mdb_put(tx, d->idx, &k, &nv, 0);
+			free(cp);
+		}
+	}
+	(void)mdb_txn_commit(tx);
+}
+
+static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
+			 uint64_t limit, uint64_t *bytes, char *bad)
+{
+	struct disk_tier *d = c->disk;
+	uint64_t g = d->grid;
+	char name[48];
+	int rc = 0;
+	for (uint64_t j = min64(k, s) / g + 1; j <= s / g; j++) {
+		uint64_t b = j * g;
+		name_of(name, sizeof name, DK_CHUNK, c->ph[b], b);
+		rc = file_read(d->dfd, name, d->rbuf, d->chunk_file);
+		dk_hdr *h = (dk_hdr *)d->rbuf;
+		if (!rc)
+			rc = hdr_check(d, h, DK_CHUNK, b, c->ph[b], 2, 0);
+		const uint8_t *pi = d->rbuf + d->chunk_hdr;
+		const uint8_t *pr = pi + g * 4;
+		const uint64_t *sums = (const uint64_t *)(h + 1);
+		if (!rc && (h->data_bytes != g * (4 + d->row_bytes) ||
+			    XXH3_64bits(pi, g * 4) != sums[0] ||
+			    XXH3_64bits(pr, g * d->row_bytes) != sums[1]))
+			rc = MOOR_EFORMAT;
+		/* the stored ids against the prompt's, every one */
+		if (!rc && memcmp(pi, ids + (b - g), g * 4))
+			rc = MOOR_EFORMAT;
+		if (!rc)
+			rc = rows_in(c, pr, g, 0, b - g, g);
+		if (rc) {
+			snprintf(bad, 48, "%s", name);
+			return rc;
+		}
+		*bytes += d->chunk_file;
+	}
+	uint64_t nk = s / g, hb = hdr_bytes(d->n_sec, nk);
+	name_of(name, sizeof name, DK_ANCHOR, c->ph[s], s);
+	rc = file_read(d->dfd, name, d->rbuf, hb + up4k(d->sec_bytes));
+	dk_hdr *h = (dk_hdr *)d->rbuf;
+	if (!rc)
+		rc = hdr_check(d, h, DK_ANCHOR, s, c->ph[s], d->n_sec, nk);
+	const uint8_t *secs = d->rbuf + hb;
+	const uint64_t *sums = (const uint64_t *)(h + 1);
+	if (!rc && h->data_bytes != d->sec_bytes)
+		rc = MOOR_EFORMAT;
+	for (uint64_t i = 0, o = 0; !rc && i < d->n_sec; i++) {
+		if (XXH3_64bits(secs + o, d->secb[i]) != sums[i])
+			rc = MOOR_EFORMAT;
+		o += d->secb[i];
+	}
+	for (uint64_t j = 1; !rc && j <= nk; j++)
+		if (sums[d->n_sec + j - 1] != c->ph[j * g])
+			rc = MOOR_EFORMAT;
+	if (!rc)
+		rc = secs_in(c, secs);
+	if (rc) {
+		snprintf(bad, 48, "%s", name);
+		return rc;
+	}
+	*bytes += hb + up4k(d->sec_bytes);
+	/* the restored prompt resumes at the disk anchor from now on */
+	(void)anchor_adopt(c, s, secs, limit);
+	touch(d, name);
+	return 0;
+}
+
+int disk_restore(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
+		 uint64_t limit)
+{
+	struct disk_tier *d = c->disk;
+	if (!on(c))
+		return MOOR_ERANGE;
+	pthread_mutex_lock(&d->mu);
+	d->reading = 1;
+	pthread_mutex_unlock(&d->mu);
+	double t0 = moor_now();
+	uint64_t bytes = 0;
+	char bad[48] = "";
+	int rc = restore_files(c, ids, k, s, limit, &bytes, bad);
+	double dt = moor_now() - t0;
+	if (rc) {
+		moor_warn("[disk] %s failed its checks (%s): deleted; the "
+			  "prompt prefills cold",
+			  bad, moor_strerror(rc));
+		file_drop1(d, bad);
+		char an[48];
+		name_of(an, sizeof an, DK_ANCHOR, c->ph[s], s);
+		file_drop1(d, an);
+	}
+	pthread_mutex_lock(&d->mu);
+	d->reading = 0;
+	if (rc) {
+		d->k.hit_failed++;
+	} else {
+		d->k.hits++;
+		d->k.tokens_read += s - min64(k, s) / d->grid * d->grid;
+		d->k.bytes_read += bytes;
+		d->last_restore_ms = dt * 1e3;
+		if (dt > 0 && bytes >= (1u << 20))
+			d->read_bps = (double)bytes / dt;
+	}
+	pthread_cond_broadcast(&d->done);
+	pthread_mutex_unlock(&d->mu);
+	if (!rc)
+		moor_info("[disk] restored %llu tokens (%.1f MB) in %.1f ms",
+			  (unsigned long long)s, (double)bytes / 1e6, dt * 1e3);
+	return rc;
+}
+
+uint64_t disk_restore_bytes(cache *c, uint64_t k, uint64_t s)
+{
+	struct disk_tier *d = c->disk;
+	if (!on(c))
+		return 0;
+	uint64_t g = d->grid;
+	return (s / g - min64(k, s) / g) * g * c->row_bytes + c->sec_bytes;
+}
+
+/* ---- clear, stats ---- */
+
+int disk_clear(cache *c)
+{
+	struct disk_tier *d = c->disk;
+	if (!d)
+		return 0;
+	drain_queue(d, 0);
+	dk_item *it;
+	uint32_t n;
+	uint64_t total;
+	int rc = items_load(d, &it, &n, &total);
+	if (rc)
+		return rc;
+	MDB_txn *tx;
+	rc = lmdb_rc(mdb_txn_begin(d->env, NULL, 0, &tx));
+	if (!rc) {
+		for (uint32_t i = 0; i < n; i++)
+			file_drop(d, tx, it[i].name);
+		/* the clear drops the traffic too */
+		(void)mdb_drop(tx, d->cnt, 0);
+		(void)mdb_drop(tx, d->sess, 0);
+		rc = lmdb_rc(mdb_txn_commit(tx));
+	}
+	items_free(it, n);
+	return rc;
+}
+
+json_t *disk_stats_json(cache *c)
+{
+	json_t *o = json_object();
+	struct disk_tier *d = c->disk;
+	json_object_set_new(o, "on", json_boolean(d != NULL));
+	if (!d)
+		return o;
+	dk_item *it = NULL;
+	uint32_t n = 0, na = 0, nc = 0;
+	uint64_t total = 0;
+	if (!items_load(d, &it, &n, &total))
+		for (uint32_t i = 0; i < n; i++) {
+			na += it[i].r.kind == DK_ANCHOR;
+			nc += it[i].r.kind == DK_CHUNK;
+		}
+	json_t *lines = json_array();
+	for (uint32_t i = 0; i < n; i++)
+		if (it[i].r.kind == DK_ANCHOR)
+			json_array_append_new(
+			    lines, json_integer((json_int_t)it[i].r.line));
+	items_free(it, n);
+	uint64_t today = 0;
+	MDB_txn *tx;
+	if (!mdb_txn_begin(d->env, NULL, MDB_RDONLY, &tx)) {
+		today = day_get(d, tx);
+		mdb_txn_abort(tx);
+	}
+	uint64_t fr = free_bytes(d);
+#define SETI(k, v) json_object_set_new(o, k, json_integer((json_int_t)(v)))
+	SETI("anchors", na);
+	SETI("chunks", nc);
+	SETI("bytes", total);
+	SETI("budget", c->cfg.disk_bytes);
+	SETI("min_free", c->cfg.disk_min_free);
+	SETI("free", fr == UINT64_MAX ? 0 : fr);
+	json_object_set_new(o, "floor_binding",
+			    json_boolean(fr != UINT64_MAX &&
+					 fr < c->cfg.disk_min_free));
+	SETI("written_today", today);
+	json_object_set_new(o, "lines", lines);
+	pthread_mutex_lock(&d->mu);
+	uint32_t pend = 0;
+	for (dk_job *j = d->q; j; j = j->next)
+		pend++;
+	SETI("pending", pend);
+	SETI("hits", d->k.hits);
+	SETI("hit_failed", d->k.hit_failed);
+	SETI("tokens_read", d->k.tokens_read);
+	SETI("bytes_read", d->k.bytes_read);
+	SETI("bytes_written", d->k.bytes_written);
+	SETI("chunks_written", d->k.chunks_written);
+	SETI("chunks_kept", d->k.chunks_kept);
+	SETI("anchors_written", d->k.anchors_written);
+	SETI("write_failed", d->k.write_failed);
+	SETI("window", d->k.window);
+	SETI("busy", d->k.busy);
+	SETI("evicted", d->k.evicted);
+	SETI("expired", d->k.expired);
+	SETI("swept", d->k.swept);
+	SETI("orphans", d->k.orphans);
+	SETI("floor_binds", d->k.floor_binds);
+	SETI("admitted", d->k.admitted);
+	SETI("counted", d->k.counted);
+	SETI("skipped_have", d->k.skipped_have);
+	SETI("files_direct", d->k.direct);   /* written with O_DIRECT */
+	SETI("files_buffered", d->k.buffered); /* the fadvise fallback */
+	json_object_set_new(o, "read_bps", json_real(d->read_bps));
+	json_object_set_new(o, "prefill_tps", json_real(prefill_tps(c)));
+	json_object_set_new(o, "last_restore_ms", json_real(d->last_restore_ms));
+	json_object_set_new(o, "last_write_ms", json_real(d->last_write_ms));
+	pthread_mutex_unlock(&d->mu);
+#undef SETI
+	return o;
+}

@@ -1,0 +1,195 @@
+/* test_disk_resume: the disk tier writes a cold grid prefill's chunks and
+ * anchors off the request's path, and a new cache (a restart of cached)
+ * resumes a prompt that shares the head from them, bit for bit:
+ *   - A (1,300 tokens) is session a's first long request (min_tokens 256
+ *     here): its 4 head anchors (896 to 1,280) and the 10 chunks below
+ *     them are written by the writer thread; nothing else;
+ *   - a new cache on the same directory (the restart): Q shares A's first
+ *     1,100 tokens and resumes from the disk at 1,024 (8 chunks and the
+ *     anchor read), and its logits, state, every view's rows and greedy
+ *     tokens equal a cold prefill's (memcmp); the anchor it read is a
+ *     resident anchor now;
+ *   - admission by counts (head anchors off): two sessions in two folders
+ *     (S1 = H + F1, S2 = H + F2, a restart between them so each forwards
+ *     H cold) count H's lines twice; S2's plan admits the longest of them
+ *     (640, also the branch line: the count falls at 768), and a third
+ *     session in a third folder resumes there after a restart, bit for
+ *     bit; a line counted once is not written;
+ *   - the counts outlive a fingerprint change: an engine of another
+ *     fingerprint sweeps every file, and a prompt counted once before it
+ *     is admitted at its second cold read after it. */
+#include <fcntl.h>
+
+#include "cache_int.h"
+#include "dfile.h"
+#include "eng_harness.h"
+
+static char dir[256];
+
+static void open_h(harness *h, const char *name, uint32_t head)
+{
+	cache_cfg cfg;
+	h_cfg(&cfg, name);
+	cfg.store_sessions = 0;
+	cfg.store_bytes = 0; /* no prefix snapshots: the disk alone */
+	cfg.park_bytes = 0;
+	cfg.pin_bytes = 0;
+	snprintf(cfg.spill_dir, sizeof cfg.spill_dir, "%s", dir);
+	cfg.disk_min_tokens = 256;
+	cfg.disk_min_free = 0;
+	cfg.disk_head_anchors = head;
+	h_open(h, "f32_untied", 128, 2048, &cfg);
+}
+
+static int lines_has(cache *c, uint64_t line)
+{
+	uint64_t l[64];
+	int n = h_lines(c, "disk", l, 64);
+	for (int i = 0; i < n; i++)
+		if (l[i] == line)
+			return 1;
+	return 0;
+}
+
+int main(void)
+{
+	moor_log_level = MOOR_LOG_WARN;
+	snprintf(dir, sizeof dir, "/tmp/moor-disk-resume-XXXXXX");
+	REQUIRE(mkdtemp(dir), "mkdtemp");
+	harness h;
+	h_turn t;
+	open_h(&h, "dr-1", 4);
+	int V = h.V;
+	int32_t *A = h_ids(1300, V, 91), *N = h_ids(600, V, 92);
+	REQUIRE(h_turn_run(&h, A, 1300, "a", 4, &t) == 0, "A");
+	state_free(&t.st);
+	REQUIRE(cache_disk_wait(h.c) == 0, "wait");
+	CHECK(h_stat(h.c, "disk.anchors") == 4 &&
+		  h_stat(h.c, "disk.chunks") == 10,
+	      "A's head: 4 anchors and 10 chunks on the disk: %lld, %lld",
+	      h_stat(h.c, "disk.anchors"), h_stat(h.c, "disk.chunks"));
+	CHECK(lines_has(h.c, 896) && lines_has(h.c, 1024) &&
+		  lines_has(h.c, 1152) && lines_has(h.c, 1280),
+	      "the anchors at 896, 1024, 1152 and 1280");
+	CHECK(h_stat(h.c, "disk.files_direct") +
+			  h_stat(h.c, "disk.files_buffered") ==
+		      14,
+	      "14 files written, %lld with O_DIRECT",
+	      h_stat(h.c, "disk.files_direct"));
+	CHECK(h_stat(h.c, "disk.write_failed") == 0 &&
+		  h_stat(h.c, "disk.window") == 0,
+	      "nothing failed, nothing fenced");
+	/* A's next turn resumes in RAM and writes nothing more */
+	long long w0 = h_stat(h.c, "disk.anchors_written");
+	int32_t *A2 = h_cat(A, 1300, N, 100);
+	REQUIRE(h_turn_run(&h, A2, 1400, "a", 4, &t) == 0, "A2");
+	state_free(&t.st);
+	cache_disk_wait(h.c);
+	CHECK(t.plan.tier != CACHE_TIER_DISK &&
+		  h_stat(h.c, "disk.anchors_written") == w0,
+	      "A's second turn: from RAM (%s), no write",
+	      cache_tier_name(t.plan.tier));
+	h_close(&h);
+
+	/* the restart */
+	open_h(&h, "dr-2", 4);
+	int32_t *Q = h_cat(A, 1100, N, 200);
+	h_part(Q, A, 1100, V);
+	REQUIRE(h_turn_run(&h, Q, 1300, "q", 4, &t) == 0, "Q");
+	CHECK(t.plan.tier == CACHE_TIER_DISK && t.plan.start == 1024 &&
+		  t.plan.taint == CACHE_NO_TAINT,
+	      "Q resumes from the disk at 1024, clean: %s at %llu",
+	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start);
+	h_exact(&h, Q, 1300, &t, "Q from the disk after a restart");
+	state_free(&t.st);
+	CHECK(h_stat(h.c, "disk.hits") == 1 &&
+		  h_stat(h.c, "disk.bytes_read") > 0,
+	      "one disk hit");
+	CHECK(anchor_find(h.c, 1024) >= 0,
+	      "the disk anchor is a resident anchor now");
+	cache_disk_wait(h.c);
+	h_close(&h);
+
+	/* admission by counts: head anchors off, an empty tier */
+	open_h(&h, "dr-3", 0);
+	REQUIRE(cache_clear(h.c, "disk") == 0, "clear");
+	CHECK(h_stat(h.c, "disk.anchors") == 0 &&
+		  h_stat(h.c, "disk.chunks") == 0,
+	      "?tier=disk empties the tier");
+	int32_t *H = h_ids(700, V, 93), *F1 = h_ids(600, V, 94),
+		*F2 = h_ids(600, V, 95), *F3 = h_ids(600, V, 96);
+	int32_t *S1 = h_cat(H, 700, F1, 600), *S2 = h_cat(H, 700, F2, 600),
+		*S3 = h_cat(H, 700, F3, 600);
+	h_part(S2, S1, 700, V);
+	h_part(S3, S1, 700, V);
+	h_part(S3, S2, 700, V);
+	REQUIRE(h_turn_run(&h, S1, 1300, "s1", 4, &t) == 0, "S1");
+	state_free(&t.st);
+	cache_disk_wait(h.c);
+	CHECK(h_stat(h.c, "disk.anchors") == 0,
+	      "S1: every line counted once, nothing written: %lld",
+	      h_stat(h.c, "disk.anchors"));
+	h_close(&h);
+	open_h(&h, "dr-4", 0);
+	REQUIRE(h_turn_run(&h, S2, 1300, "s2", 4, &t) == 0, "S2");
+	CHECK(t.plan.start == 0, "S2 is cold (a restart: nothing in RAM)");
+	state_free(&t.st);
+	cache_disk_wait(h.c);
+	CHECK(h_stat(h.c, "disk.anchors") == 1 && lines_has(h.c, 640) &&
+		  h_stat(h.c, "disk.chunks") == 5,
+	      "S2: the line H's two cold reads share (640) and its 5 chunks "
+	      "are written: %lld anchors, %lld chunks",
+	      h_stat(h.c, "disk.anchors"), h_stat(h.c, "disk.chunks"));
+	h_close(&h);
+	open_h(&h, "dr-5", 0);
+	REQUIRE(h_turn_run(&h, S3, 1300, "s3", 4, &t) == 0, "S3");
+	CHECK(t.plan.tier == CACHE_TIER_DISK && t.plan.start == 640,
+	      "a third folder resumes from the disk at 640: %s at %llu",
+	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start);
+	h_exact(&h, S3, 1300, &t, "S3 from the disk's shared line");
+	state_free(&t.st);
+	cache_disk_wait(h.c);
+	h_close(&h);
+
+	/* another fingerprint: every file swept, the counts kept */
+	open_h(&h, "dr-6", 0);
+	cache_layout *l2 = malloc(sizeof *l2);
+	REQUIRE(l2, "oom");
+	*l2 = *h.lay;
+	l2->fingerprint[0] ^= 1;
+	char err[MOOR_ERRLEN];
+	REQUIRE(cache_hello(h.c, l2, &h.ho, err) == 0, "hello: %s", err);
+	char *base = cache_dev_base(h.c);
+	for (int i = 0; i < h.y->n_sections; i++)
+		h.s.sec[i] = base + h.ho.sec_off[i];
+	for (int i = 0; i < h.y->n_views; i++)
+		h.s.view[i] = base + h.ho.view_off[i];
+	CHECK(h_stat(h.c, "disk.anchors") == 0 &&
+		  h_stat(h.c, "disk.chunks") == 0 &&
+		  h_stat(h.c, "disk.swept") > 0,
+	      "another fingerprint sweeps every file: %lld swept",
+	      h_stat(h.c, "disk.swept"));
+	REQUIRE(h_turn_run(&h, S1, 1300, "s1", 4, &t) == 0, "S1 again");
+	CHECK(t.plan.start == 0, "S1 cold under the new fingerprint");
+	h_exact(&h, S1, 1300, &t, "S1 cold");
+	state_free(&t.st);
+	cache_disk_wait(h.c);
+	CHECK(lines_has(h.c, 1280),
+	      "S1's second cold read admits its longest line (1280): the "
+	      "counts outlived the sweep");
+	h_close(&h);
+	free(l2);
+	free(H);
+	free(F1);
+	free(F2);
+	free(F3);
+	free(S1);
+	free(S2);
+	free(S3);
+	free(A);
+	free(A2);
+	free(Q);
+	free(N);
+	dfile_rm_rf(AT_FDCWD, dir);
+	return t_done("test_disk_resume");
+}

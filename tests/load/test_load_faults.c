@@ -1,0 +1,397 @@
+/* test_load_faults: the load and fault suite (issue 13), loopback only,
+ * bounded in count and time. It prints a table.
+ *
+ * 1. Load: clients at once, each on its own connection, mixing short
+ *    chats, streamed chats, long prompts, clients that vanish mid-stream
+ *    and slowloris clients (their head a byte at a time). Every request
+ *    that waits for its answer gets one: 200, or 503 with a Retry-After
+ *    past the queue; a stream ends with [DONE]; a slowloris connection is
+ *    closed by the gateway (--read-timeout-s); none hangs past its
+ *    deadline. p50 and p99 latency per kind, and the peak RSS (VmHWM) of
+ *    gatewayd and cached.
+ * 2. Faults under load: kill -9 of engined, of gatewayd and of cached, one
+ *    at a time (the test supervises: the victim is started again at
+ *    once), while clients are in flight. Every request in flight gets an
+ *    answer or an error (a status, or its connection closed), none hangs;
+ *    the stack is green again after each restart and answers a chat; and
+ *    engined's restart keeps the RAM caches (a conversation's follow-up
+ *    after it resumes, cached_tokens > 0).
+ *
+ * The suite's run (suite slow) is the short version; MOOR_LOAD_FULL=1 (the
+ * bench target bench_load_faults) sends 1,000 clients and kills each
+ * daemon three times.
+ *
+ *   test_load_faults CACHED ENGINED GATEWAYD MODEL_DIR */
+#include <fcntl.h>
+#include <stdlib.h>
+
+#include "t.h"
+
+#include "gwtest.h"
+#include "harness.h"
+
+enum { K_SHORT, K_STREAM, K_LONG, K_VANISH, K_SLOW, K_N };
+static const char *const kind_name[K_N] = {"short chat", "streamed chat",
+					   "long prompt", "vanishes",
+					   "slowloris"};
+
+typedef struct cl {
+	int kind;
+	int fd;
+	char *req;
+	size_t req_len, sent;
+	double t0, t_next, secs;
+	char *buf;
+	size_t len, cap;
+	int done;   /* the connection ended (closed by the peer or by us) */
+	int status; /* the response's status; 0: none */
+	int retry_after, stream_done;
+} cl;
+
+static char *long_text;
+
+static char *body_of(int kind, int i)
+{
+	char u[64];
+	snprintf(u, sizeof u, "Client %d says hello.", i);
+	switch (kind) {
+	case K_STREAM:
+	case K_VANISH:
+		return gt_chat_body(u, 8, "\"stream\":true");
+	case K_LONG:
+		return gt_chat_body(long_text, 2, "");
+	default:
+		return gt_chat_body(u, 4, "");
+	}
+}
+
+static void cl_start(cl *c, int port, int kind, int i, double now)
+{
+	memset(c, 0, sizeof *c);
+	c->kind = kind;
+	c->retry_after = -1;
+	char *b = body_of(kind, i);
+	size_t bl = strlen(b);
+	c->req = malloc(bl + 512);
+	c->req_len = (size_t)sprintf(c->req,
+				     "POST /v1/chat/completions HTTP/1.1\r\n"
+				     "Host: 127.0.0.1\r\nConnection: close\r\n"
+				     "Content-Type: application/json\r\n"
+				     "Content-Length: %zu\r\n\r\n%s",
+				     bl, b);
+	free(b);
+	c->fd = gt_connect(port);
+	c->t0 = c->t_next = now;
+	c->cap = 8192;
+	c->buf = malloc(c->cap);
+	if (c->fd < 0) {
+		c->done = 1; /* refused at connect: an error, not a hang */
+		return;
+	}
+	fcntl(c->fd, F_SETFL, O_NONBLOCK);
+}
+
+static void cl_end(cl *c, double now)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	c->done = 1;
+	c->secs = now - c->t0;
+	c->buf[c->len < c->cap ? c->len : c->cap - 1] = 0;
+	if (sscanf(c->buf, "HTTP/1.%*d %d", &c->status) != 1)
+		c->status = 0;
+	const char *ra = strcasestr(c->buf, "\r\nretry-after:");
+	if (ra)
+		c->retry_after = atoi(ra + 14);
+	c->stream_done = strstr(c->buf, "data: [DONE]") != NULL;
+}
+
+/* Drives every client until each is done or deadline passes. */
+static void drive(cl *c, int n, double deadline)
+{
+	struct pollfd *p = calloc((size_t)n, sizeof *p);
+	for (;;) {
+		double now = moor_now();
+		int open_n = 0, wait_ms = 50;
+		for (int i = 0; i < n; i++) {
+			p[i] = (struct pollfd){-1, 0, 0};
+			if (c[i].done)
+				continue;
+			open_n++;
+			short ev = POLLIN;
+			if (c[i].sent < c[i].req_len) {
+				if (c[i].kind == K_SLOW && now < c[i].t_next)
+					;
+				else
+					ev |= POLLOUT;
+			}
+			p[i] = (struct pollfd){c[i].fd, ev, 0};
+		}
+		if (!open_n || now > deadline)
+			break;
+		poll(p, (nfds_t)n, wait_ms);
+		now = moor_now();
+		for (int i = 0; i < n; i++) {
+			cl *x = &c[i];
+			if (x->done || p[i].fd < 0)
+				continue;
+			if ((p[i].revents & POLLOUT) && x->sent < x->req_len) {
+				size_t k = x->kind == K_SLOW
+					       ? 1
+					       : x->req_len - x->sent;
+				ssize_t w = send(x->fd, x->req + x->sent, k,
+						 MSG_NOSIGNAL);
+				if (w > 0)
+					x->sent += (size_t)w;
+				else if (w < 0 && errno != EAGAIN)
+					cl_end(x, now);
+				x->t_next = now + 0.2; /* slowloris: 5 B/s */
+			}
+			if (x->done || !(p[i].revents & (POLLIN | POLLHUP |
+							 POLLERR)))
+				continue;
+			if (x->len + 4096 > x->cap)
+				x->buf = realloc(x->buf, x->cap *= 2);
+			ssize_t r = recv(x->fd, x->buf + x->len,
+					 x->cap - x->len - 1, 0);
+			if (r > 0) {
+				x->len += (size_t)r;
+				if (x->kind == K_VANISH && x->len > 200)
+					cl_end(x, now); /* it goes away */
+			} else if (r == 0 || errno != EAGAIN) {
+				cl_end(x, now);
+			}
+		}
+	}
+	free(p);
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static long vm_hwm_kb(pid_t pid)
+{
+	char p[64], line[256];
+	snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(p, "r");
+	long kb = -1;
+	while (f && fgets(line, sizeof line, f))
+		if (!strncmp(line, "VmHWM:", 6))
+			kb = atol(line + 6);
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+/* 1. the mixed load */
+static void load(int port, int n, pid_t gw, pid_t cd)
+{
+	cl *c = calloc((size_t)n, sizeof *c);
+	/* a mix: 50% short, 20% streamed, 5% long, 10% vanish, 15% slowloris */
+	static const int mix[20] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+				    1, 1, 1, 1, 2, 3, 3, 4, 4, 4};
+	double t0 = moor_now();
+	for (int i = 0; i < n; i++)
+		cl_start(&c[i], port, mix[i % 20], i, t0);
+	drive(c, n, t0 + 240);
+	printf("\n%-14s %6s %6s %6s %6s %6s %8s %8s\n", "kind", "n", "200",
+	       "503", "other", "hung", "p50 s", "p99 s");
+	for (int k = 0; k < K_N; k++) {
+		int cnt = 0, ok = 0, busy = 0, other = 0, hung = 0;
+		double *lat = calloc((size_t)n, sizeof *lat);
+		int nl = 0;
+		for (int i = 0; i < n; i++) {
+			cl *x = &c[i];
+			if (x->kind != k)
+				continue;
+			cnt++;
+			if (!x->done) {
+				hung++;
+				CHECK(0, "%s %d: no end in 240 s", kind_name[k],
+				      i);
+				continue;
+			}
+			lat[nl++] = x->secs;
+			if (k == K_VANISH)
+				continue;
+			if (k == K_SLOW) {
+				/* closed by the gateway (408 or no answer) */
+				CHECK(x->secs < 60,
+				      "slowloris %d held %.1f s", i, x->secs);
+				continue;
+			}
+			if (x->status == 200) {
+				ok++;
+				if (k == K_STREAM)
+					CHECK(x->stream_done,
+					      "stream %d: no [DONE]", i);
+			} else if (x->status == 503) {
+				busy++;
+				CHECK(x->retry_after > 0,
+				      "%s %d: 503 without Retry-After",
+				      kind_name[k], i);
+			} else {
+				other++;
+				CHECK(0, "%s %d: status %d: %.200s",
+				      kind_name[k], i, x->status, x->buf);
+			}
+		}
+		qsort(lat, (size_t)nl, sizeof *lat, cmp_d);
+		printf("%-14s %6d %6d %6d %6d %6d %8.2f %8.2f\n",
+		       kind_name[k], cnt, ok, busy, other, hung,
+		       nl ? lat[nl / 2] : 0, nl ? lat[(nl * 99) / 100] : 0);
+		free(lat);
+	}
+	printf("peak RSS: gatewayd %.1f MiB, cached %.1f MiB (VmHWM); the "
+	       "load took %.1f s\n\n",
+	       vm_hwm_kb(gw) / 1024.0, vm_hwm_kb(cd) / 1024.0,
+	       moor_now() - t0);
+	for (int i = 0; i < n; i++) {
+		if (c[i].fd >= 0)
+			close(c[i].fd);
+		free(c[i].req);
+		free(c[i].buf);
+	}
+	free(c);
+}
+
+static long long chat_cached(int port, const char *body, const char *sess)
+{
+	char h[128];
+	snprintf(h, sizeof h, "x-session-id: %s\r\n", sess);
+	gt_resp r = gt_request(port, "POST", "/v1/chat/completions", body, h,
+			       120);
+	json_t *o = gt_json(&r);
+	long long c = r.status == 200
+			  ? gt_int(o, "usage.prompt_tokens_details.cached_tokens")
+			  : -1;
+	json_decref(o);
+	gt_resp_fini(&r);
+	return c;
+}
+
+enum { V_ENGINED, V_GATEWAYD, V_CACHED };
+static const char *const victim_name[] = {"engined", "gatewayd", "cached"};
+
+/* 2. one kill -9 under load: n clients, the victim killed after 1 s and
+ * started again at once */
+static void fault(int victim, int n, int round)
+{
+	cl *c = calloc((size_t)n, sizeof *c);
+	double t0 = moor_now();
+	for (int i = 0; i < n; i++)
+		cl_start(&c[i], gt_.port, i % 3 == 0 ? K_STREAM : K_SHORT, i,
+			 t0);
+	/* the clients run meanwhile: drive them for a second first */
+	drive(c, n, t0 + 1.0);
+	double tk = moor_now();
+	switch (victim) {
+	case V_ENGINED:
+		h_kill9(gt_.ed);
+		gt_engined(NULL, NULL);
+		break;
+	case V_GATEWAYD:
+		h_kill9(gt_.gw);
+		gt_.gw = gt_gatewayd(&gt_.port, NULL);
+		break;
+	case V_CACHED:
+		h_kill9(gt_.cd);
+		gt_.cd = h_cached(gt_.cached, gt_.run, "cached_again");
+		break;
+	}
+	double tr = moor_now();
+	drive(c, n, t0 + 180);
+	int answered = 0, errors = 0, hung = 0;
+	for (int i = 0; i < n; i++) {
+		if (!c[i].done) {
+			hung++;
+			continue;
+		}
+		if (c[i].status == 200)
+			answered++;
+		else
+			errors++;
+	}
+	int green = gt_wait_health(gt_.port, 200, 60);
+	char *b = gt_chat_body("After the fault.", 2, "");
+	gt_resp r = gt_post(gt_.port, "/v1/chat/completions", b);
+	printf("kill -9 %-8s (round %d): %3d in flight: %3d answered, %3d "
+	       "errors, %d hung; restarted in %.2f s, green %s, a chat %d\n",
+	       victim_name[victim], round, n, answered, errors, hung,
+	       tr - tk, green == 200 ? "yes" : "no", r.status);
+	CHECK(hung == 0, "kill -9 %s: %d of %d requests hung",
+	      victim_name[victim], hung, n);
+	CHECK(green == 200, "kill -9 %s: not green again",
+	      victim_name[victim]);
+	CHECK(r.status == 200, "kill -9 %s: a chat after it: %d %s",
+	      victim_name[victim], r.status, r.body);
+	gt_resp_fini(&r);
+	free(b);
+	for (int i = 0; i < n; i++) {
+		if (c[i].fd >= 0)
+			close(c[i].fd);
+		free(c[i].req);
+		free(c[i].buf);
+	}
+	free(c);
+}
+
+int main(int argc, char **argv)
+{
+	int full = getenv("MOOR_LOAD_FULL") != NULL;
+	int n_load = full ? 1000 : 160, n_fault = full ? 100 : 30,
+	    rounds = full ? 3 : 1;
+	size_t cap = 64 * 1024;
+	long_text = malloc(cap);
+	long_text[0] = 0;
+	for (int i = 0; strlen(long_text) + 100 < cap && i < 100; i++)
+		strcat(long_text, "A long prompt goes on and on, sentence "
+				  "after sentence, to be prefilled. ");
+	static const char *const gw_extra[] = {
+	    "--read-timeout-s", "3", "--queue-wait-s", "60",
+	    "--max-conns", "8192", NULL};
+	gt_stack(argc, argv, full ? "loadfull" : "load", full ? 3000 : 600,
+		 gw_extra, NULL, NULL);
+	/* the fault rounds' gatewayds get the defaults but for the read
+	 * timeout (gt_gatewayd takes the extra flags of each call) */
+	load(gt_.port, n_load, gt_.gw, gt_.cd);
+
+	/* engined's restart keeps the RAM caches */
+	char sys[4096] = "";
+	for (int i = 0; i < 20; i++)
+		strcat(sys, "You answer in one short sentence. ");
+	json_t *t = json_pack("{s:[{s:s,s:s},{s:s,s:s}],s:i,s:i}", "messages",
+			      "role", "system", "content", sys, "role", "user",
+			      "content", "Hi!", "max_tokens", 2,
+			      "temperature", 0);
+	char *t1 = json_dumps(t, JSON_COMPACT);
+	json_array_append_new(json_object_get(t, "messages"),
+			      json_pack("{s:s,s:s}", "role", "assistant",
+					"content", "Hello."));
+	json_array_append_new(json_object_get(t, "messages"),
+			      json_pack("{s:s,s:s}", "role", "user", "content",
+					"And?"));
+	char *t2 = json_dumps(t, JSON_COMPACT);
+	json_decref(t);
+	REQUIRE(chat_cached(gt_.port, t1, "survivor") >= 0, "turn 1");
+	h_kill9(gt_.ed);
+	gt_engined(NULL, NULL);
+	REQUIRE(gt_wait_health(gt_.port, 200, 60) == 200, "not green");
+	long long c2 = chat_cached(gt_.port, t2, "survivor");
+	printf("after kill -9 of engined, the follow-up resumed %lld cached "
+	       "tokens\n",
+	       c2);
+	CHECK(c2 > 64, "engined's restart lost the conversation: %lld", c2);
+	free(t1);
+	free(t2);
+
+	for (int k = 0; k < rounds; k++)
+		for (int v = 0; v < 3; v++)
+			fault(v, n_fault, k + 1);
+	free(long_text);
+	return h_done("test_load_faults");
+}
