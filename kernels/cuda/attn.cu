@@ -1,26 +1,30 @@
 /* attn.cu: causal GQA attention (ops.h) in two kernels.
  *
  * The tensor-core kernel (k_flash) runs prefill rows of a bf16 model whose
- * head dim is 64, 128 or 256: a block takes 128 query rows of one query
- * head, eight warps of 16 rows each, and walks the keys in tiles of 64 from
- * key 0 (tile edges fixed by the key index, so a row's arithmetic does not
- * depend on the rows it shares a block with). Scores come from
+ * head dim is 64, 128 or 256: a block takes 64 query rows of one query
+ * head, four warps of 16 rows each, two blocks an SM, and walks its keys
+ * in tiles of 64 (tile edges fixed by the key index, so a row's arithmetic
+ * does not depend on the rows it shares a block with). Scores come from
  * mma.m16n8k16 (bf16 in, fp32 out) and are rounded as ops.h says
  * (rnd(rnd(q.k) * scale)); the softmax is online (a row's max and sum
  * carried across tiles, the sum over the 4 lanes of a row in a fixed
- * butterfly), p is rounded to bf16 for the P.V product, and the row is
- * divided by its sum at the end. That is the flash order of operations,
- * not the CPU backend's (which normalises p before P.V): the two agree
- * within the tolerance the kernel test writes beside the case.
+ * butterfly, e^x by ex2.approx), p is rounded to bf16 for the P.V product,
+ * and the row is divided by its sum at the end. A long chunk's keys are
+ * cut into up to FL_NSEG segments (a rule of T, pos0 and Hq) whose
+ * partials k_fcombine adds in order. That is the flash order of
+ * operations, not the CPU backend's (which normalises p before P.V): the
+ * two agree within the tolerance the kernel test writes beside the case.
+ * Measured on the H200 at the 27B's shapes (bench_kern): 189 TFLOP/s of
+ * causal products for a 1,024-row chunk at 128k keys.
  *
- * The split kernel (k_split + k_combine) runs everything else: decode and
- * rows up to KCU_SPLIT_ROWS, fp32 models, other head dims. A block takes one
- * row and one KV head with all its query heads (the K and V rows are read
- * once for the group) over KCU_SPLIT_KEYS keys, a thread a key for the
- * scores (the sum over d in order, no shuffles); each split writes its
- * max, its sum and its unnormalised output, and k_combine adds the splits
- * in order 0, 1, ... (its L in a fixed tree). No atomics anywhere: the same
- * call gives the same bits.
+ * The split kernels (k_split16 for bf16 K and V of head dim 128 or 256,
+ * k_split for the rest, then k_combine) run decode and rows up to
+ * KCU_SPLIT_ROWS, fp32 models, other head dims. A block takes one row and
+ * one KV head with all its query heads (the K and V rows are read once for
+ * the group) over KCU_SPLIT_KEYS keys; each split writes its max, its sum
+ * and its unnormalised output, and k_combine adds the splits in a fixed
+ * order (its L in a fixed tree). No atomics anywhere: the same call gives
+ * the same bits.
  *
  * Both read the position from the queue's register under graph capture
  * (kcu_pos); the split grid is then shaped for the graph's max_len and the
