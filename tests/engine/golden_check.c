@@ -346,6 +346,10 @@ int main(int argc, char **argv)
 	       "tolerance %.4g\n",
 	       p_rel, p_worst, d_rel, tol_rel, p_sum / ((double)np * V),
 	       nd ? d_sum / ((double)nd * V) : 0.0, tol_mean);
+	printf("golden_check: in floors: prefill max rel %.2f, decode max rel "
+	       "%.2f, prefill mean|d| %.2f (the check: <= %.3g)\n",
+	       p_rel / f_rel, d_rel / f_rel,
+	       p_sum / ((double)np * V) / f_mean, K);
 	printf("golden_check: greedy tokens %d of %zu the same, %d of %zu within "
 	       "the floor; argmax tie-aware %d of %zu rows\n",
 	       g_same, nd + 1, g_ok, nd + 1, all_tied, np + nd);
