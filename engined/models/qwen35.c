@@ -4,8 +4,9 @@
  * one (the CPU backend points into the file); a device backend gets them
  * copied (alloc + upload, with a progress line), and there the projections
  * that read the same input are fused into one matrix each (a GDN layer's
- * qkv | z | b | a, an MLP's gate | up), so decode streams each input once
- * and launches one GEMV instead of four. With --load-format dummy no file
+ * qkv | z | b | a, an MLP's gate | up, an attention layer's q | k | v),
+ * so decode streams each input once and launches one GEMV instead of
+ * four. With --load-format dummy no file
  * is read: fill_random writes seeded values of config.json's shapes. Every
  * buffer the forward uses is carved from one workspace allocated at load
  * for a chunk of `grid` tokens, so nothing is allocated in prefill or
@@ -43,6 +44,9 @@ typedef struct layer_w {
 	int full;
 	wt in_norm, post_norm, gate, up, down;
 	wt gu; /* fused: [2I, H] gate rows then up rows (gate, up unset) */
+	/* fused: [2 Hq D + 2 Hkv D, H] q | k | v (q, k and v point into it:
+	 * prefill runs them apart, a decode step as one GEMV) */
+	wt qkvw;
 	/* GDN */
 	wt qkv, z, b, a, conv, norm, out;
 	wt proj; /* fused: [conv_dim + value_dim + 2 Hv, H] qkv | z | b | a */
@@ -474,13 +478,31 @@ static int load_weights(eng_model *m, char *err)
 				     i, 2, I, H, 0))) {
 			return rc;
 		}
+		if (l->full && m->fused) {
+			static const char *const qkv[] = {
+			    "layers.%d.self_attn.q_proj.weight",
+			    "layers.%d.self_attn.k_proj.weight",
+			    "layers.%d.self_attn.v_proj.weight"};
+			int64_t r[3] = {(int64_t)Hq * D * 2, (int64_t)Hkv * D,
+					(int64_t)Hkv * D};
+			if ((rc = get_cat(&lc, &l->qkvw, qkv, i, r, 3, H)))
+				return rc;
+			size_t es = kern_dtype_size(l->qkvw.dt);
+			l->q = l->k = l->v = l->qkvw;
+			l->k.p = (const char *)l->qkvw.p + (size_t)r[0] * H * es;
+			l->v.p = (const char *)l->k.p + (size_t)r[1] * H * es;
+		}
 		if (l->full) {
-			if ((rc = get(&lc, &l->q, "layers.%d.self_attn.q_proj.weight",
-				      i, 2, (int64_t)Hq * D * 2, H, 0)) ||
-			    (rc = get(&lc, &l->k, "layers.%d.self_attn.k_proj.weight",
-				      i, 2, (int64_t)Hkv * D, H, 0)) ||
-			    (rc = get(&lc, &l->v, "layers.%d.self_attn.v_proj.weight",
-				      i, 2, (int64_t)Hkv * D, H, 0)) ||
+			if ((!m->fused &&
+			     ((rc = get(&lc, &l->q,
+					"layers.%d.self_attn.q_proj.weight", i, 2,
+					(int64_t)Hq * D * 2, H, 0)) ||
+			      (rc = get(&lc, &l->k,
+					"layers.%d.self_attn.k_proj.weight", i, 2,
+					(int64_t)Hkv * D, H, 0)) ||
+			      (rc = get(&lc, &l->v,
+					"layers.%d.self_attn.v_proj.weight", i, 2,
+					(int64_t)Hkv * D, H, 0)))) ||
 			    (rc = get(&lc, &l->o, "layers.%d.self_attn.o_proj.weight",
 				      i, 2, H, (int64_t)Hq * D, 0)) ||
 			    (rc = get(&lc, &l->q_norm,
@@ -979,9 +1001,17 @@ static int attn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	float *qo = m->t1, *go = m->t1 + (size_t)T * qd;
 	float *out = m->t2;
 	int li = (int)(l - m->L);
-	CK(o->matmul(q, qg, 2 * qd, m->xn, H, l->q.p, l->q.dt, T, 2 * qd, H, act));
-	CK(o->matmul(q, k, kd, m->xn, H, l->k.p, l->k.dt, T, kd, H, act));
-	CK(o->matmul(q, v, kd, m->xn, H, l->v.p, l->v.dt, T, kd, H, act));
+	if (m->fused && T == 1) {
+		/* one row: qg | k | v is the row of one [2 qd + 2 kd] product
+		 * (a GEMV's sums do not depend on N: the same bits as three) */
+		CK(o->matmul(q, qg, 2 * qd + 2 * kd, m->xn, H, l->qkvw.p,
+			     l->qkvw.dt, 1, 2 * qd + 2 * kd, H, act));
+	} else {
+		CK(o->matmul(q, qg, 2 * qd, m->xn, H, l->q.p, l->q.dt, T, 2 * qd,
+			     H, act));
+		CK(o->matmul(q, k, kd, m->xn, H, l->k.p, l->k.dt, T, kd, H, act));
+		CK(o->matmul(q, v, kd, m->xn, H, l->v.p, l->v.dt, T, kd, H, act));
+	}
 	PROBE(m, "qg", li, qg, T, 2 * qd, 2 * qd);
 	PROBE(m, "k", li, k, T, kd, kd);
 	PROBE(m, "v", li, v, T, kd, kd);
