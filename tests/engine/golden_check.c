@@ -46,6 +46,7 @@ static void die(int code, const char *msg)
 
 typedef struct floor_t {
 	double max_rel, mean_abs;
+	double tok_rel, tok_mean; /* token by token (info), -1 if absent */
 	int bf16;
 	long n_prompt, n_decode, vocab;
 } floor_t;
@@ -74,6 +75,13 @@ static void read_floor(const char *path, floor_t *f)
 	f->max_rel = json_number_value(mr);
 	f->mean_abs = json_number_value(ma);
 	f->bf16 = strcmp(dt, "bfloat16") == 0;
+	/* for scale only: transformers' prefill one token a call */
+	json_t *tok = json_object_get(json_object_get(j, "runs"),
+				      "token by token (info)");
+	json_t *tr = json_object_get(tok, "max_rel");
+	json_t *tm = json_object_get(tok, "mean_abs");
+	f->tok_rel = json_is_number(tr) ? json_number_value(tr) : -1;
+	f->tok_mean = json_is_number(tm) ? json_number_value(tm) : -1;
 	f->n_prompt = json_integer_value(json_object_get(j, "n_prompt"));
 	f->n_decode = json_integer_value(json_object_get(j, "n_decode"));
 	f->vocab = json_integer_value(json_object_get(j, "vocab"));
@@ -350,6 +358,14 @@ int main(int argc, char **argv)
 	       "%.2f, prefill mean|d| %.2f (the check: <= %.3g)\n",
 	       p_rel / f_rel, d_rel / f_rel,
 	       p_sum / ((double)np * V) / f_mean, K);
+	if (fl.tok_rel > 0 && fl.tok_mean > 0)
+		printf("golden_check: for scale (not checked): transformers "
+		       "token by token vs its one-shot run: max rel %.4g, "
+		       "mean|d| %.4g; ours in those units: max rel %.2f, "
+		       "mean|d| %.2f\n",
+		       fl.tok_rel, fl.tok_mean,
+		       (p_rel > d_rel ? p_rel : d_rel) / fl.tok_rel,
+		       p_sum / ((double)np * V) / fl.tok_mean);
 	printf("golden_check: greedy tokens %d of %zu the same, %d of %zu within "
 	       "the floor; argmax tie-aware %d of %zu rows\n",
 	       g_same, nd + 1, g_ok, nd + 1, all_tied, np + nd);
