@@ -769,14 +769,12 @@ W27_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_hea
             "head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
             "linear_value_head_dim", "linear_conv_kernel_dim", "rms_norm_eps", "max_position_embeddings",
             "hidden_act", "attention_bias", "tie_word_embeddings", "rope_parameters")
-# --small: the same structure (r = Hv/Hk = 3, head dim 2 x the GDN's, untied) at a width that runs in seconds on a
-# CPU, to try the whole path (this script, then golden_check) before the 8 GB run. Rotary dim 0.25 * 64 = 16, i.e.
-# 8 frequencies: the MRoPE sections add up to 8.
+# --small: the same structure at a width that runs in seconds, to try the whole path (this script, then
+# golden_check) before the 8 GB run: the 27B model's head shapes (attention head dim 256 with 6 query heads a KV
+# head, GDN heads of 128 with r = Hv/Hk = 3, so the same kernels run in our engine, and the same RoPE), fewer heads,
+# hidden 256, vocab 4,096, untied.
 W27_SMALL = dict(vocab_size=4096, hidden_size=256, intermediate_size=512, num_attention_heads=6,
-                 num_key_value_heads=2, head_dim=64, linear_num_key_heads=2, linear_num_value_heads=6,
-                 linear_key_head_dim=32, linear_value_head_dim=32,
-                 rope_parameters=dict(rope_type="default", rope_theta=1e7, partial_rotary_factor=0.25,
-                                      mrope_section=[3, 3, 2], mrope_interleaved=True))
+                 num_key_value_heads=1, linear_num_key_heads=2, linear_num_value_heads=6)
 W27_PROMPT_SEED = 20261204
 # Chunkings of the same prefill through the cache, each a valid way for transformers to compute the same logits:
 # 1,024 + 1,024 (our grid; transformers' delta rule chunks by 64 from each call's start, so the chunk grid is the
