@@ -10,8 +10,14 @@ layer-0 Gated DeltaNet state after the prefill (state0.bin).
 
 Usage:  python3 make_golden.py [OUTDIR]      (default: the folder of this file)
 
+        python3 make_golden.py --width27b OUTDIR [--device cuda] [--small]
+                [--prompt 2048] [--decode 32] [--seed 2727]
+        (one checkpoint of Qwen3.5-27B's width cut to 4 layers, L L L F, random
+        bf16 weights, about 8.1 GB, its golden.bin and transformers' own
+        run-to-run floor in floor.json: see w27_main and tests/golden/README.md)
+
 Needs python3, torch, transformers 5.17, safetensors and numpy. Everything runs
-on the CPU. The `fla`, `causal_conv1d` and `kernels` packages must be absent so
+on the CPU (the fixtures; --width27b runs where --device says). The `fla`, `causal_conv1d` and `kernels` packages must be absent so
 that transformers' plain torch code paths are what runs. tests/golden/README.md
 describes the files.
 """
@@ -25,8 +31,10 @@ import math
 import os
 import sys
 
-# CPU only: hide any accelerator before torch is imported.
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+# CPU only: hide any accelerator before torch is imported (the fixtures). The
+# --width27b mode may run on a GPU (--device cuda), so it leaves them visible.
+if not any(a.startswith("--width27b") for a in sys.argv[1:]):
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -750,12 +758,349 @@ def make_fixture(fx, outroot, prompt, print_names):
     return summary
 
 
+# ---------------------------------------------------------------------------
+# --width27b: one checkpoint of Qwen3.5-27B's width with 4 layers (L L L F) for the GPU golden check (issue 10,
+# section 5): random bf16 weights, transformers' logits of a one-shot prefill and greedy steps (golden.bin, the
+# fixtures' format), and transformers' own run-to-run floor (floor.json) from which tests/engine/golden_check
+# derives its tolerance. Nothing above this line changes for it: the fixtures' bits stay as they are.
+
+W27_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "qwen35-27b", "config.json")
+W27_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+            "linear_value_head_dim", "linear_conv_kernel_dim", "rms_norm_eps", "max_position_embeddings",
+            "hidden_act", "attention_bias", "tie_word_embeddings", "rope_parameters")
+# --small: the same structure at a width that runs in seconds, to try the whole path (this script, then
+# golden_check) before the 8 GB run: the 27B model's head shapes (attention head dim 256 with 6 query heads a KV
+# head, GDN heads of 128 with r = Hv/Hk = 3, so the same kernels run in our engine, and the same RoPE), fewer heads,
+# hidden 256, vocab 4,096, untied.
+W27_SMALL = dict(vocab_size=4096, hidden_size=256, intermediate_size=512, num_attention_heads=6,
+                 num_key_value_heads=1, linear_num_key_heads=2, linear_num_value_heads=6)
+W27_PROMPT_SEED = 20261204
+# Chunkings of the same prefill through the cache, each a valid way for transformers to compute the same logits:
+# 1,024 + 1,024 (our grid; transformers' delta rule chunks by 64 from each call's start, so the chunk grid is the
+# same) and 1,000 + 1,048 (a chunk grid shifted by 40 tokens: other delta-rule chunks, other GEMM shapes).
+W27_SPLITS = (1024, 1000)
+# A chunked run farther from the one-shot run than this is not bf16 noise: transformers' cache would be dropping
+# state between calls, and a floor measured from it would mean nothing.
+W27_FLOOR_SANE = 0.2
+
+
+def w27_config(small):
+    with open(W27_CONFIG) as f:
+        full = json.load(f)
+    kw = {k: copy.deepcopy(full[k]) for k in W27_KEYS}
+    if small:
+        kw.update(copy.deepcopy(W27_SMALL))
+    kw["layer_types"] = list(full["layer_types"][:4])
+    kw["num_hidden_layers"] = 4
+    kw["attention_dropout"] = 0.0
+    cfg = Qwen3_5TextConfig(**kw)
+    if hasattr(cfg, "mtp_num_hidden_layers"):
+        cfg.mtp_num_hidden_layers = 0
+    cfg._attn_implementation = "eager"
+    assert cfg.layer_types == [LIN, LIN, LIN, FULL], cfg.layer_types
+    for k in ("vocab_size", "hidden_size", "intermediate_size", "head_dim", "linear_num_value_heads"):
+        assert getattr(cfg, k) == kw[k], (k, getattr(cfg, k), kw[k])
+    assert not cfg.tie_word_embeddings
+    assert cfg.rope_parameters["partial_rotary_factor"] == 0.25, cfg.rope_parameters
+    return cfg
+
+
+def w27_rule(name, p):
+    """init_weights' rule for a parameter, as (kind, std, mean): the same distributions, drawn on the device."""
+    shape = tuple(p.shape)
+    if name.endswith("embed_tokens.weight"):
+        return "n", 1.0, 0.0
+    if name == "lm_head.weight":
+        return "n", LM_HEAD_GAIN / math.sqrt(shape[1]), 0.0
+    if name.endswith("linear_attn.norm.weight"):
+        return "n", 0.1, 1.0
+    if name.endswith("norm.weight"):
+        return "n", 0.1, 0.0
+    if name.endswith("A_log"):
+        return "u", 0.0, 0.0
+    if name.endswith("dt_bias"):
+        return "n", 0.5, 0.0
+    if name.endswith("conv1d.weight"):
+        return "n", 0.5, 0.0
+    if name.endswith(RESID_WRITERS):
+        return "n", RESID_GAIN / math.sqrt(shape[1]), 0.0
+    if name.endswith(".weight") and p.dim() == 2:
+        return "n", 1.0 / math.sqrt(shape[1]), 0.0
+    raise RuntimeError("no init rule for parameter %s %s" % (name, shape))
+
+
+def w27_build(cfg, seed, device):
+    """The model in float32 on the device, every parameter drawn from a seeded generator there, then cast to bf16
+    with the RoPE buffers kept in float32 (as from_pretrained leaves them)."""
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = Qwen3_5ForCausalLM(cfg)
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation("eager")
+    model.eval()
+    assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr(), "lm_head is tied"
+    g = torch.Generator(device=device).manual_seed(seed + 1)
+    n = 0
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            assert p.dtype == torch.float32 and p.device.type == torch.device(device).type, (name, p.dtype, p.device)
+            kind, std, mean = w27_rule(name, p)
+            if kind == "u":  # A_log ~ U(-1, 1)
+                val = torch.rand(tuple(p.shape), generator=g, device=device, dtype=torch.float32) * 2.0 - 1.0
+            else:
+                val = torch.randn(tuple(p.shape), generator=g, device=device, dtype=torch.float32) * std + mean
+            p.copy_(val)
+            del val
+            n += p.numel()
+    return model, n
+
+
+def w27_to_bf16(model):
+    fp32_buffers = {n: b.clone() for n, b in model.named_buffers() if b.dtype == torch.float32}
+    model = model.to(torch.bfloat16)
+    for n, b in model.named_buffers():
+        if n in fp32_buffers:
+            b.data = fp32_buffers[n]
+    for n, p in model.named_parameters():
+        assert p.dtype == torch.bfloat16, (n, p.dtype)
+    return model
+
+
+def w27_save(model, cfg, outdir):
+    """save_pretrained in one file if it will (our loader takes shards too), then names, shapes and dtypes checked
+    against SPEC-qwen35.md section 2 from the headers alone (the file is 8 GB)."""
+    os.makedirs(outdir, exist_ok=True)
+    for stale in os.listdir(outdir):
+        if stale.startswith("model") and (stale.endswith(".safetensors") or stale.endswith(".json")):
+            os.remove(os.path.join(outdir, stale))
+    model.config.dtype = "bfloat16"
+    for kw in (dict(safe_serialization=True, max_shard_size="200GB"), dict(max_shard_size="200GB"), {}):
+        try:
+            model.save_pretrained(outdir, **kw)
+            break
+        except TypeError:
+            continue
+    gc = os.path.join(outdir, "generation_config.json")
+    if os.path.exists(gc):
+        os.remove(gc)
+    files = sorted(f for f in os.listdir(outdir) if f.endswith(".safetensors"))
+    if not files:
+        sys.exit("ERROR: save_pretrained wrote no safetensors in %s: %s" % (outdir, os.listdir(outdir)))
+    with open(os.path.join(outdir, "config.json")) as f:
+        cj = json.load(f)
+    say("  config.json: model_type=%s dtype=%s hidden=%s layers=%s vocab=%s tie=%s rope=%s" % (
+        cj.get("model_type"), cj.get("dtype", cj.get("torch_dtype")), cj.get("hidden_size"),
+        cj.get("layer_types"), cj.get("vocab_size"), cj.get("tie_word_embeddings"), cj.get("rope_parameters")))
+    shapes, dtypes, nbytes = {}, {}, 0
+    for fn in files:
+        path = os.path.join(outdir, fn)
+        nbytes += os.path.getsize(path)
+        with safe_open(path, framework="pt") as f:
+            for k in f.keys():
+                sl = f.get_slice(k)
+                # the multimodal prefix is accepted, as by save_checkpoint and the C loader
+                n = "model." + k[len("model.language_model."):] if k.startswith("model.language_model.") else k
+                shapes[n] = tuple(sl.get_shape())
+                dtypes[n] = sl.get_dtype()
+    exp = expected_tensors(cfg)
+    missing, extra = sorted(set(exp) - set(shapes)), sorted(set(shapes) - set(exp))
+    if missing or extra:
+        sys.exit("ERROR: saved tensor names differ from the expected set: missing %s extra %s" % (missing, extra))
+    for k, shape in exp.items():
+        if shapes[k] != shape:
+            sys.exit("ERROR: %s has shape %s, expected %s" % (k, shapes[k], shape))
+        if dtypes[k] not in ("BF16", "bfloat16"):
+            sys.exit("ERROR: %s saved as %s, expected BF16" % (k, dtypes[k]))
+    say("  %s: %d tensors, %d bytes (%.2f GiB)" % (" + ".join(files), len(shapes), nbytes, nbytes / 2 ** 30))
+    return files, len(shapes), nbytes
+
+
+def w27_run(model, prompt, device, chunks, fed=None, n_decode=0):
+    """Prefill prompt in calls of the given lengths through the cache, then decode: greedy (fed None, n_decode
+    steps) or teacher-forced with fed. Returns float32 CPU tensors [T, V] and [n, V], and the fed tokens. The greedy
+    pick is numpy's argmax of the float32 row on the host: the first index on an exact tie, as golden.h's readers
+    and write_golden expect."""
+    T = len(prompt)
+    assert sum(chunks) == T, (chunks, T)
+    with torch.no_grad():
+        cache, rows, pos = None, [], 0
+        for c in chunks:
+            ids = torch.tensor([prompt[pos:pos + c]], dtype=torch.long, device=device)
+            out = model(input_ids=ids, position_ids=torch.arange(pos, pos + c, dtype=torch.long, device=device)[None],
+                        past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            rows.append(out.logits[0].float().cpu())
+            del out
+            pos += c
+        pre = torch.cat(rows)
+        del rows
+        steps = len(fed) if fed is not None else n_decode
+        tok = int(np.argmax(pre[-1].numpy()))
+        got, dec = [], []
+        for i in range(steps):
+            if fed is not None:
+                tok = fed[i]
+            out = model(input_ids=torch.tensor([[tok]], dtype=torch.long, device=device),
+                        position_ids=torch.tensor([[T + i]], dtype=torch.long, device=device),
+                        past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            row = out.logits[0, -1].float().cpu()
+            got.append(tok)
+            dec.append(row)
+            tok = int(np.argmax(row.numpy()))
+    return pre, torch.stack(dec), got
+
+
+def w27_compare(a_pre, a_dec, r_pre, r_dec):
+    """run a against the reference r, row by row (prefill rows, then decode rows): max |d|, max |d| / max |r| (the
+    worst row), mean |d| over every logit, the last prefill row and the decode rows apart, and the argmax agreement:
+    by index, and counting a pick that is exactly tied with the reference's argmax in its (bf16) logits."""
+    a = torch.cat([a_pre, a_dec])
+    r = torch.cat([r_pre, r_dec])
+    n, T = a.shape[0], a_pre.shape[0]
+    mabs = torch.empty(n, dtype=torch.float64)
+    mrel = torch.empty(n, dtype=torch.float64)
+    sums = 0.0
+    for i in range(0, n, 128):  # in blocks: 2,080 rows of 248,320 logits are 2 GB a copy
+        d = (a[i:i + 128].double() - r[i:i + 128].double()).abs()
+        mabs[i:i + 128] = d.max(1).values
+        mrel[i:i + 128] = mabs[i:i + 128] / r[i:i + 128].double().abs().max(1).values.clamp_min(1e-30)
+        sums += float(d.sum())
+    pa, pr = a.argmax(1), r.argmax(1)
+    strict = int((pa == pr).sum())
+    tied = int((r.gather(1, pa[:, None])[:, 0] == r.max(1).values).sum())
+    return dict(bit_identical=bool(torch.equal(a, r)), rows=n, max_abs=float(mabs.max()), max_rel=float(mrel.max()),
+                mean_abs=sums / a.numel(), last_prefill_max_abs=float(mabs[T - 1]),
+                last_prefill_max_rel=float(mrel[T - 1]),
+                decode_max_abs=float(mabs[T:].max()) if n > T else 0.0,
+                decode_max_rel=float(mrel[T:].max()) if n > T else 0.0,
+                argmax_same_index=strict, argmax_tie_aware=tied)
+
+
+def w27_main(args):
+    device = args.device
+    # check_environment's one thread is for the fixtures' bits; here the host only compares and copies
+    torch.set_num_threads(max(1, min(16, os.cpu_count() or 1)))
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            sys.exit("ERROR: --device %s but torch sees no CUDA device" % device)
+        # the same kernels and precision, run after run (floors_golden.py's settings)
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        say("device %s: %s" % (device, torch.cuda.get_device_name(torch.device(device))))
+    outdir = args.width27b
+    cfg = w27_config(args.small)
+    V = cfg.vocab_size
+    say("=== %s: hidden %d, intermediate %d, vocab %d, layers L L L F, attention %d/%d heads of %d, GDN %d/%d heads "
+        "of %d/%d, bf16, untied" % (
+            "27B width" if not args.small else "small (--small)", cfg.hidden_size, cfg.intermediate_size, V,
+            cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.linear_num_key_heads,
+            cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim))
+    g = torch.Generator().manual_seed(W27_PROMPT_SEED)
+    prompt = torch.randint(0, V, (args.prompt,), generator=g, dtype=torch.long).tolist()
+    say("prompt: %d ids, first 8 %s" % (len(prompt), prompt[:8]))
+
+    model, n_params = w27_build(cfg, args.seed, device)
+    say("  %d parameters drawn on %s (seed %d)" % (n_params, device, args.seed + 1))
+    with torch.no_grad():  # logit scale on the float32 model, before the cast
+        ids = torch.tensor([prompt[:256]], dtype=torch.long, device=device)
+        std32 = float(model(input_ids=ids, use_cache=False).logits[0].float().std())
+    say("  float32 logits std over 256 tokens %.3f" % std32)
+    if std32 < 0.5:
+        sys.exit("ERROR: logits std %.3f is too small: greedy argmax would be a coin toss" % std32)
+    model = w27_to_bf16(model)
+    files, n_tensors, st_bytes = w27_save(model, cfg, outdir)
+    del model
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+    # Everything below runs on the checkpoint as read back, as our engine reads it.
+    m = Qwen3_5ForCausalLM.from_pretrained(outdir, dtype=torch.bfloat16, attn_implementation="eager")
+    m = m.to(device).eval()
+    say("  reloaded; buffers %s" % {n: dtype_name(b.dtype) for n, b in m.named_buffers()})
+    T = len(prompt)
+    with CallLog() as log:
+        pre, dec, fed = w27_run(m, prompt, device, [T], n_decode=args.decode)
+        calls = log.take()
+    say("  one-shot prefill %d + %d greedy steps; GDN kernels called (name: lengths) %s" % (T, args.decode, calls))
+    if "torch_chunk_gated_delta_rule" not in calls:
+        warn("transformers' torch chunked delta rule did not run (a kernel package took the GDN?)")
+    say("  logits std %.3f, greedy tokens %s" % (float(pre.std()), fed))
+    sha, gbytes = write_golden(os.path.join(outdir, "golden.bin"), prompt, pre, fed, dec)
+    say("  golden.bin %d bytes sha256 %s" % (gbytes, sha))
+
+    runs = {}
+    p2, d2, _ = w27_run(m, prompt, device, [T], fed=fed)
+    runs["repeat one-shot"] = w27_compare(p2, d2, pre, dec)
+    del p2, d2
+    for first in W27_SPLITS:
+        if first >= T:
+            continue
+        name = "chunked %d+%d" % (first, T - first)
+        p2, d2, _ = w27_run(m, prompt, device, [first, T - first], fed=fed)
+        runs[name] = w27_compare(p2, d2, pre, dec)
+        del p2, d2
+    if args.token_run:
+        # Not part of the floor (the issue's floor is chunked vs one-shot): the prefill in the recurrent form, one
+        # token a call, is another valid execution, recorded to put the check's figures in scale.
+        p2, d2, _ = w27_run(m, prompt, device, [1] * T, fed=fed)
+        runs["token by token (info)"] = w27_compare(p2, d2, pre, dec)
+        del p2, d2
+    say("  transformers against its own one-shot run (prefill rows + teacher-forced decode rows):")
+    for name, r in runs.items():
+        say("    %-22s %s max|d| %.4g, max rel %.4g (last prefill row %.4g, decode %.4g), mean|d| %.4g, "
+            "argmax %d/%d (tie-aware %d)" % (
+                name, "bit-identical," if r["bit_identical"] else "", r["max_abs"], r["max_rel"],
+                r["last_prefill_max_rel"], r["decode_max_rel"], r["mean_abs"], r["argmax_same_index"], r["rows"],
+                r["argmax_tie_aware"]))
+    chunked = {k: v for k, v in runs.items() if k.startswith("chunked")}
+    if not chunked:
+        sys.exit("ERROR: --prompt %d is too short for a chunked run" % T)
+    worst = max(v["max_rel"] for v in chunked.values())
+    if worst > W27_FLOOR_SANE:
+        sys.exit("ERROR: a chunked prefill is %.3g (max rel) from the one-shot run: not bf16 noise, no floor" % worst)
+    floor = dict(max_abs=max(v["max_abs"] for v in chunked.values()), max_rel=worst,
+                 mean_abs=max(v["mean_abs"] for v in chunked.values()),
+                 argmax_flips=max(v["rows"] - v["argmax_same_index"] for v in chunked.values()))
+    m_all = margins(torch.cat([pre[-1:], dec]))
+    doc = dict(version=1, dtype="bfloat16", device=device,
+               gpu=torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else None,
+               torch=torch.__version__, transformers=transformers.__version__, small=bool(args.small),
+               n_prompt=T, n_decode=len(fed), vocab=V, params=n_params, safetensors=files,
+               safetensors_bytes=st_bytes, tensors=n_tensors, golden_sha256=sha, golden_bytes=gbytes,
+               greedy=fed, logits_std=float(pre.std()),
+               greedy_min_margin=float(m_all.min()), greedy_exact_ties=int((m_all == 0).sum()),
+               runs=runs, floor=floor,
+               floor_is="the largest of the chunked runs' figures against the one-shot run: the distance between "
+                        "two valid executions of transformers' bf16 forward on this device")
+    with open(os.path.join(outdir, "floor.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    say("  floor.json: max|d| %.4g, max rel %.4g, mean|d| %.4g, argmax flips %d; greedy top-2 margin min %.4g, "
+        "exact ties %d" % (floor["max_abs"], floor["max_rel"], floor["mean_abs"], floor["argmax_flips"],
+                           doc["greedy_min_margin"], doc["greedy_exact_ties"]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("outdir", nargs="?", default=os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--allow-kernels", action="store_true", help="go on even if fla/causal_conv1d/kernels import")
+    ap.add_argument("--width27b", metavar="OUTDIR",
+                    help="make the 4-layer checkpoint of 27B width in OUTDIR instead of the fixtures")
+    ap.add_argument("--device", default="cpu", help="--width27b: where transformers runs (cpu, cuda)")
+    ap.add_argument("--small", action="store_true", help="--width27b: a small width with the same structure")
+    ap.add_argument("--prompt", type=int, default=2048, help="--width27b: prompt tokens")
+    ap.add_argument("--decode", type=int, default=32, help="--width27b: greedy steps")
+    ap.add_argument("--seed", type=int, default=2727, help="--width27b: weight seed")
+    ap.add_argument("--no-token-run", dest="token_run", action="store_false",
+                    help="--width27b: leave out the token-by-token prefill (recorded, not in the floor)")
     args = ap.parse_args()
     check_environment(args.allow_kernels)
+    if args.width27b:
+        w27_main(args)
+        return
 
     g = torch.Generator().manual_seed(PROMPT_SEED)
     prompt = torch.randint(0, VOCAB, (N_PROMPT,), generator=g, dtype=torch.long).tolist()
