@@ -22,6 +22,8 @@
  *      resumes at the end anchor (source "end", cached = the end) with
  *      the same answer as the same turn in session V where no preparer
  *      ran (its fourth turn was sent at once).
+ *   U: three turns of a client that is not opencode, then idle: nothing is
+ *      prepared.
  */
 #include <stdlib.h>
 
@@ -38,13 +40,14 @@ static const char *const users[4] = {
     "And a test for it.",
 };
 
+static const char *ua = "opencode/1.18.33 test";
+
 static json_t *post(json_t *b, const char *session, json_t **usage)
 {
 	char *body = json_dumps(b, JSON_COMPACT);
 	char hdr[256];
-	snprintf(hdr, sizeof hdr,
-		 "x-session-id: %s\r\nUser-Agent: opencode/1.18.33 test\r\n",
-		 session);
+	snprintf(hdr, sizeof hdr, "x-session-id: %s\r\nUser-Agent: %s\r\n",
+		 session, ua);
 	gt_resp r = gt_request(gt_.port, "POST", "/v1/chat/completions", body,
 			       hdr, 120);
 	free(body);
@@ -229,6 +232,13 @@ int main(int argc, char **argv)
 	      cached, end_w);
 	CHECK(av && aw && !strcmp(av, aw), "W's fourth answer \"%s\", V's \"%s\"",
 	      aw ? aw : "", av ? av : "");
+	/* U: another client (not opencode): idle, nothing is prepared */
+	ua = "python-requests/2.31";
+	json_t *mu = json_array();
+	turns("ses_u", mu, 0, 3, &aw, &src, &cached);
+	CHECK(!wait_log("writing the summary of session ses_u", 5),
+	      "a summary was prepared for a client that is not opencode");
+	json_decref(mu);
 	json_decref(mx), json_decref(my), json_decref(mz), json_decref(mv),
 	    json_decref(mw);
 	free(ans), free(cx), free(cy), free(cz), free(av), free(aw);
