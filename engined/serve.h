@@ -11,7 +11,12 @@
  *   engined --DONE--> client
  *
  * A failure after the PLAN sends ABORT instead of COMMIT and DONE carries
- * the error. A CANCEL (or the client's pipe going away) ends the decode at
+ * the error. A long prefill sends PROGRESS messages to the client (at most
+ * every progress_ms) between PLAN_OK and the first STEP. A GENERATE with
+ * PROTO_PLAN_SCRATCH (the gateway's compaction preparer) is planned as a
+ * scratch run (cached: cache_scratch_plan), ends with ABORT whatever
+ * happens (nothing is committed), and stops at its next prefill chunk or
+ * decode step as soon as another GENERATE queues behind it. A CANCEL (or the client's pipe going away) ends the decode at
  * the next step; what the state absorbed is still committed.
  *
  * The sequence's buffers are cached's: every section and view pointer of

@@ -29,8 +29,9 @@ int gw_on_cache_peek(gw_srv *s, h2o_req_t *req)
  * one token short of the prompt, where the send then resumes. Otherwise
  * {"prewarmed": false, "why"}: "resident" (the rows are in place: RAM
  * needs nothing), "not_cached" (no tier holds it: a prewarm would be the
- * cold prefill itself); 409 while a turn runs or waits. The NVMe spill is
- * the tier this is for once it exists. */
+ * cold prefill itself); 409 while a turn runs or waits. The NVMe tiers
+ * (the session spill, the disk tier) come back the same way: the peek asks
+ * them as the plan does (tests/gateway/test_gw_prewarm_spill). */
 int gw_on_cache_prewarm(gw_srv *s, h2o_req_t *req)
 {
 	return gw_job_start(s, req, GW_KIND_PEEK, GW_ROUTE_PREWARM);

@@ -222,8 +222,8 @@ static void run_after(uv_work_t *w, int status)
 	gw_srv *s = r->s;
 	gw_prep *p = &s->prep;
 	p->state = GW_PREP_IDLE;
-	if (status || !r->ids || s->stopping || p->seq != r->seq ||
-	    s->jobs || !atomic_load(&s->link.pipe)) {
+	if (status || !r->ids || s->stopping || p->seq != r->seq || s->jobs ||
+	    !atomic_load(&s->link.pipe)) {
 		if (!r->ids && status == 0)
 			moor_info("compaction preparer: nothing to write for "
 				  "session %s (%s)",
@@ -232,8 +232,8 @@ static void run_after(uv_work_t *w, int status)
 		return;
 	}
 	uint32_t room = s->cfg.window - (uint32_t)r->n_ids;
-	uint32_t max = p->max_tokens && p->max_tokens < room ? p->max_tokens
-							     : room;
+	uint32_t max =
+	    p->max_tokens && p->max_tokens < room ? p->max_tokens : room;
 	summary_clear(p);
 	p->r_session = r->session;
 	p->r_ids = r->ids;
@@ -355,7 +355,7 @@ int gw_prep_done(gw_srv *s, uint64_t req, const proto_done *d)
 		moor_info("compaction preparer: the summary of session %s was "
 			  "not finished (%s)",
 			  p->r_session ? p->r_session : "?",
-			  !d			       ? "engined went away"
+			  !d ? "engined went away"
 			  : d->finish == PROTO_FINISH_CANCEL ? "stopped"
 							     : "an error");
 		p->failed = 0;
@@ -396,8 +396,8 @@ int gw_prep_replay(gw_job *j)
 	int greedy = p->r_temperature == 0.0f || p->r_top_k == 1;
 	if (j->p.temperature != p->r_temperature || j->p.top_p != p->r_top_p ||
 	    j->p.min_p != p->r_min_p || j->p.top_k != p->r_top_k ||
-	    (!greedy && json_object_get(j->json, "seed")) ||
-	    j->p.ignore_eos || j->p.n_stop) {
+	    (!greedy && json_object_get(j->json, "seed")) || j->p.ignore_eos ||
+	    j->p.n_stop) {
 		moor_info("compaction of session %s: the prepared summary was "
 			  "written with other parameters: served by the engine",
 			  j->p.session);

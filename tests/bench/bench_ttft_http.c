@@ -51,8 +51,10 @@ static void turn(int port, json_t *msgs, const char *session, turn_out *o)
 		moor_buf_put(&raw, buf, (size_t)n);
 		if (o->ttft < 0 && raw.p &&
 		    (strstr(raw.p, "\"content\":\"") &&
-		     strstr(strstr(raw.p, "\"content\":\"") + 11, "\"content\":\"")))
-			o->ttft = moor_now() - t0; /* past the role chunk's "" */
+		     strstr(strstr(raw.p, "\"content\":\"") + 11,
+			    "\"content\":\"")))
+			o->ttft =
+			    moor_now() - t0; /* past the role chunk's "" */
 	}
 	o->total = moor_now() - t0;
 	close(fd);
@@ -102,7 +104,8 @@ static char *long_text(int seed, int words)
 		r ^= r >> 7;
 		r ^= r << 17;
 		char w[32];
-		snprintf(w, sizeof w, "w%llu ", (unsigned long long)(r % 100000));
+		snprintf(w, sizeof w, "w%llu ",
+			 (unsigned long long)(r % 100000));
 		moor_buf_puts(&b, w);
 	}
 	size_t n;
@@ -111,8 +114,9 @@ static char *long_text(int seed, int words)
 
 int main(int argc, char **argv)
 {
-	REQUIRE(argc >= 5, "usage: %s CACHED ENGINED GATEWAYD MODEL_DIR [H "
-			   "[ROUNDS]]",
+	REQUIRE(argc >= 5,
+		"usage: %s CACHED ENGINED GATEWAYD MODEL_DIR [H "
+		"[ROUNDS]]",
 		argv[0]);
 	int H = argc > 5 ? atoi(argv[5]) : 16384;
 	int rounds = argc > 6 ? atoi(argv[6]) : 3;
@@ -124,17 +128,27 @@ int main(int argc, char **argv)
 	gt_.gatewayd = argv[3];
 	gt_.model = argv[4];
 	gt_.run = h_init("bench_ttft_http", 1800);
-	char *ca[] = {(char *)gt_.cached, "--device", (char *)h_device(),
-		      "--run-dir", (char *)gt_.run, "--device-gb", "2",
-		      "--host-gb", "2", "--mem-ceiling-gb", "2",
-		      "--mem-peak-gb", "2", NULL};
+	char *ca[] = {(char *)gt_.cached,
+		      "--device",
+		      (char *)h_device(),
+		      "--run-dir",
+		      (char *)gt_.run,
+		      "--device-gb",
+		      "2",
+		      "--host-gb",
+		      "2",
+		      "--mem-ceiling-gb",
+		      "2",
+		      "--mem-peak-gb",
+		      "2",
+		      NULL};
 	gt_.cd = h_spawn("cached", ca);
-	REQUIRE(h_wait_ready("cached", "serving", gt_.run, "admin.sock",
-			     gt_.cd, 20) == 0,
+	REQUIRE(h_wait_ready("cached", "serving", gt_.run, "admin.sock", gt_.cd,
+			     20) == 0,
 		"cached did not come up");
-	gt_.ed = h_engined(gt_.engined, gt_.model, gt_.run, "engined1",
-			   "--threads", "2", "--grid", "1024", "--window", win,
-			   NULL);
+	gt_.ed =
+	    h_engined(gt_.engined, gt_.model, gt_.run, "engined1", "--threads",
+		      "2", "--grid", "1024", "--window", win, NULL);
 	const char *gx[] = {"--window", win, "--log-level", "info", NULL};
 	gt_.gw = gt_gatewayd(&gt_.port, gx);
 	REQUIRE(gt_wait_health(gt_.port, 200, 20) == 200, "the stack");
@@ -158,19 +172,21 @@ int main(int argc, char **argv)
 		free(text);
 		turn_out a, f;
 		turn(gt_.port, msgs, sess, &a);
-		json_array_append_new(msgs,
-				      json_pack("{s:s,s:s}", "role", "assistant",
-						"content", a.content));
+		json_array_append_new(msgs, json_pack("{s:s,s:s}", "role",
+						      "assistant", "content",
+						      a.content));
 		json_array_append_new(
 		    msgs, json_pack("{s:s,s:s}", "role", "user", "content",
 				    "Thanks. Now answer in one word: ready?"));
 		turn(gt_.port, msgs, sess, &f);
 		json_decref(msgs);
-		printf("%5d %8lld %9.3f %9.3f %7.1fx %8lld %8lld %8lld  %s\n", r,
-		       a.prompt, a.ttft, f.ttft, a.ttft / f.ttft, f.prompt,
+		printf("%5d %8lld %9.3f %9.3f %7.1fx %8lld %8lld %8lld  %s\n",
+		       r, a.prompt, a.ttft, f.ttft, a.ttft / f.ttft, f.prompt,
 		       f.cached, f.reread, f.source);
-		CHECK(!strcmp(f.source, "end"), "round %d: the follow-up "
-						"resumed from %s", r, f.source);
+		CHECK(!strcmp(f.source, "end"),
+		      "round %d: the follow-up "
+		      "resumed from %s",
+		      r, f.source);
 		sum_c += a.ttft;
 		sum_f += f.ttft;
 		free(a.content);

@@ -81,8 +81,7 @@ static void snap_free(harness *h, snap *s)
 	memset(s, 0, sizeof *s);
 }
 
-static int snap_same(harness *h, const snap *a, const snap *b,
-		     const char *what)
+static int snap_same(harness *h, const snap *a, const snap *b, const char *what)
 {
 	int ok = 1;
 	if (strcmp(a->stats, b->stats)) {
@@ -126,16 +125,17 @@ static void scratch(harness *h, const int32_t *ids, int64_t n, int64_t stop_at,
 		    int n_gen, int32_t *gen, int no_end, cache_plan_out *po)
 {
 	char err[MOOR_ERRLEN] = "";
-	cache_req r = {.ids = ids, .n = (uint64_t)n, .session = "s",
+	cache_req r = {.ids = ids,
+		       .n = (uint64_t)n,
+		       .session = "s",
 		       .max_tokens = (uint32_t)n_gen};
 	REQUIRE(cache_scratch_plan(h->c, &r, po, err) == 0, "scratch plan: %s",
 		err);
 	REQUIRE(cache_sync(h->c) == 0, "sync");
 	h->s.len = (int64_t)po->start;
-	REQUIRE(eng_prefill(h->m, &h->s, ids + po->start,
-			    stop_at - (int64_t)po->start,
-			    h->lg + po->start * (size_t)h->V,
-			    ENG_LOGITS_ALL) == 0,
+	REQUIRE(eng_prefill(
+		    h->m, &h->s, ids + po->start, stop_at - (int64_t)po->start,
+		    h->lg + po->start * (size_t)h->V, ENG_LOGITS_ALL) == 0,
 		"scratch prefill");
 	if (stop_at == n)
 		h_decode(h, &h->s, h->lg + (size_t)(n - 1) * h->V, n_gen, gen);
@@ -218,9 +218,10 @@ int main(void)
 	h_cold(&h, C, nc, 8, &o);
 	CHECK(!memcmp(o.gen, t.gen, sizeof sg),
 	      "the continuation's tokens differ from a cold run's");
-	printf("scratch run of %lld tokens from %llu: tokens %d %d %d ... equal "
-	       "to the real turn's and a cold run's\n",
-	       (long long)nc, (unsigned long long)E, sg[0], sg[1], sg[2]);
+	printf(
+	    "scratch run of %lld tokens from %llu: tokens %d %d %d ... equal "
+	    "to the real turn's and a cold run's\n",
+	    (long long)nc, (unsigned long long)E, sg[0], sg[1], sg[2]);
 	state_free(&o.st);
 	state_free(&t.st);
 	free(A), free(N), free(P), free(P2), free(R), free(C);

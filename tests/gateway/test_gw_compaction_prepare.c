@@ -22,6 +22,8 @@
  *      resumes at the end anchor (source "end", cached = the end) with
  *      the same answer as the same turn in session V where no preparer
  *      ran (its fourth turn was sent at once).
+ *   U: three turns of a client that is not opencode, then idle: nothing is
+ *      prepared.
  */
 #include <stdlib.h>
 
@@ -38,13 +40,14 @@ static const char *const users[4] = {
     "And a test for it.",
 };
 
+static const char *ua = "opencode/1.18.33 test";
+
 static json_t *post(json_t *b, const char *session, json_t **usage)
 {
 	char *body = json_dumps(b, JSON_COMPACT);
 	char hdr[256];
-	snprintf(hdr, sizeof hdr,
-		 "x-session-id: %s\r\nUser-Agent: opencode/1.18.33 test\r\n",
-		 session);
+	snprintf(hdr, sizeof hdr, "x-session-id: %s\r\nUser-Agent: %s\r\n",
+		 session, ua);
 	gt_resp r = gt_request(gt_.port, "POST", "/v1/chat/completions", body,
 			       hdr, 120);
 	free(body);
@@ -65,9 +68,9 @@ static long long turns(const char *S, json_t *msgs, int from, int n,
 {
 	long long end = 0;
 	for (int t = from; t < from + n; t++) {
-		json_array_append_new(msgs, json_pack("{s:s,s:s}", "role",
-						      "user", "content",
-						      users[t]));
+		json_array_append_new(msgs,
+				      json_pack("{s:s,s:s}", "role", "user",
+						"content", users[t]));
 		json_t *b = json_pack("{s:O,s:i,s:i}", "messages", msgs,
 				      "max_tokens", 16, "temperature", 0);
 		json_t *u;
@@ -89,7 +92,8 @@ static long long turns(const char *S, json_t *msgs, int from, int n,
 		if (!json_is_string(json_object_get(m, "content")))
 			json_object_set_new(m, "content", json_string(""));
 		free(*answer);
-		*answer = strdup(json_string_value(json_object_get(m, "content")));
+		*answer =
+		    strdup(json_string_value(json_object_get(m, "content")));
 		json_array_append_new(msgs, m);
 		json_decref(j);
 	}
@@ -97,8 +101,8 @@ static long long turns(const char *S, json_t *msgs, int from, int n,
 }
 
 /* opencode's compaction request over users[0..last] */
-static json_t *compaction(const char *S, int last, char **content,
-			  char *src, long long *comp, long long *reread)
+static json_t *compaction(const char *S, int last, char **content, char *src,
+			  long long *comp, long long *reread)
 {
 	moor_buf u = {0};
 	moor_buf_puts(&u, "Here is the conversation so far:\n<conversation>\n");
@@ -109,8 +113,9 @@ static json_t *compaction(const char *S, int last, char **content,
 			  "the conversation above, for continuing it.");
 	json_t *b = json_pack(
 	    "{s:[{s:s,s:s},{s:s,s:s}],s:i,s:i}", "messages", "role", "system",
-	    "content", "You are a helpful AI assistant tasked with summarizing "
-		       "conversations.",
+	    "content",
+	    "You are a helpful AI assistant tasked with summarizing "
+	    "conversations.",
 	    "role", "user", "content", u.p, "max_tokens", 40, "temperature", 0);
 	moor_buf_fini(&u);
 	json_t *us;
@@ -227,8 +232,16 @@ int main(int argc, char **argv)
 	CHECK(!strcmp(src, "end") && cached == end_w,
 	      "the fourth turn resumed from %s at %lld, the end was %lld", src,
 	      cached, end_w);
-	CHECK(av && aw && !strcmp(av, aw), "W's fourth answer \"%s\", V's \"%s\"",
-	      aw ? aw : "", av ? av : "");
+	CHECK(av && aw && !strcmp(av, aw),
+	      "W's fourth answer \"%s\", V's \"%s\"", aw ? aw : "",
+	      av ? av : "");
+	/* U: another client (not opencode): idle, nothing is prepared */
+	ua = "python-requests/2.31";
+	json_t *mu = json_array();
+	turns("ses_u", mu, 0, 3, &aw, &src, &cached);
+	CHECK(!wait_log("writing the summary of session ses_u", 5),
+	      "a summary was prepared for a client that is not opencode");
+	json_decref(mu);
 	json_decref(mx), json_decref(my), json_decref(mz), json_decref(mv),
 	    json_decref(mw);
 	free(ans), free(cx), free(cy), free(cz), free(av), free(aw);

@@ -46,12 +46,9 @@ struct pin {
  * began (req05: where qwen3 took the reasoning out). prompt is the
  * client's count; req02's 7,220 is the prefix req03 and req05 share. */
 static const struct pin PINS[] = {
-    {"req01", 538, 0, "none"},
-    {"req02", 7220, 0, "none"},
-    {"req03", 7412, 7168, "anchor"},
-    {"req04", 7468, 7360, "anchor"},
-    {"req05", 7473, 7168, "anchor"},
-    {"req06", 7529, 7424, "anchor"},
+    {"req01", 538, 0, "none"},	     {"req02", 7220, 0, "none"},
+    {"req03", 7412, 7168, "anchor"}, {"req04", 7468, 7360, "anchor"},
+    {"req05", 7473, 7168, "anchor"}, {"req06", 7529, 7424, "anchor"},
 };
 
 static char *slurp(const char *path)
@@ -133,7 +130,8 @@ int main(int argc, char **argv)
 		}
 		REQUIRE(u, "%s: no usage chunk", PINS[i].req);
 		long long prompt = gt_int(u, "prompt_tokens");
-		long long cached = gt_int(u, "prompt_tokens_details.cached_tokens");
+		long long cached =
+		    gt_int(u, "prompt_tokens_details.cached_tokens");
 		long long reread = gt_int(u, "moor.reread");
 		const char *src = gt_str(u, "moor.source");
 		printf("%-6s %8lld %8lld %8lld  %s\n", PINS[i].req, prompt,

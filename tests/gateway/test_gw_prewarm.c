@@ -6,13 +6,23 @@
  * true, "restore": {...}} with what it restored and prefilled; A's send
  * then resumes one token short of its prompt (it forwards one token). A
  * second prewarm of the same body finds the rows in place: {"prewarmed":
- * false, "why": "resident"}; an unknown conversation: "not_cached". */
+ * false, "why": "resident"}; an unknown conversation: "not_cached".
+ *
+ * Built again as test_gw_prewarm_spill (PREWARM_SPILL 1): cached with the
+ * session spill (--disk-dir, --session-spill-min-tokens 64) and a park too
+ * small for A (--resident-park-gb 0) and no state store (--cache-gb 0),
+ * so B's first turn (A and B made long: no guest) writes A to the spill; the peek finds A on nvme_spill, the prewarm reads it back from
+ * there, and A's send re-reads one token, as from the park. */
 #include <stdlib.h>
 
 #include "t.h"
 
 #include "gwtest.h"
 #include "harness.h"
+
+#ifndef PREWARM_SPILL
+#define PREWARM_SPILL 0
+#endif
 
 static char *body_of(json_t *msgs)
 {
@@ -56,13 +66,38 @@ static void turn(json_t *msgs, const char *session, const char *user)
 
 int main(int argc, char **argv)
 {
+	const char *want = PREWARM_SPILL ? "nvme_spill" : "ram_park";
+	static char ddir[] = "/tmp/moor-gwprewarm-disk-XXXXXX";
+	if (PREWARM_SPILL) {
+		REQUIRE(mkdtemp(ddir), "mkdtemp");
+		static const char *ca[] = {
+		    "--device-gb", "0.25", "--host-gb", "0.25",
+		    "--mem-ceiling-gb", "0.25", "--mem-peak-gb", "0.25",
+		    "--resident-gb", "0.05", "--resident-park-gb", "0",
+		    "--cache-gb", "0", "--store-entry-gb", "0.02",
+		    "--disk-dir", ddir, "--session-spill-min-tokens", "64",
+		    "--disk-cache", "off", NULL};
+		gt_.cached_args = ca;
+	}
 	gt_stack(argc, argv, "gwprewarm", 200, NULL, NULL, NULL);
 	json_t *a = json_array(), *b = json_array();
-	turn(a, "A", "Tell me a long story about a lighthouse keeper, her "
-		     "cat, the storms of the northern sea and the ships.");
+	/* the spill offers a conversation only where reading it beats
+	 * prefilling it (spill_offer): A is made long there */
+	char story[8192] = "Tell me a long story about a lighthouse keeper, her "
+			   "cat, the storms of the northern sea and the ships.";
+	for (int i = 0; PREWARM_SPILL && i < 60; i++)
+		snprintf(story + strlen(story), sizeof story - strlen(story),
+			 " The %d-th ship came in the night.", i);
+	turn(a, "A", story);
 	turn(a, "A", "Go on with the story, please, and more about the cat.");
-	turn(b, "B", "Write a poem about the mountains in winter, with snow "
-		     "on the peaks and wolves in the valleys below them.");
+	/* long as well there, so that B is no guest (which A would keep) */
+	char poem[8192] = "Write a poem about the mountains in winter, with "
+			  "snow on the peaks and wolves in the valleys below "
+			  "them.";
+	for (int i = 0; PREWARM_SPILL && i < 60; i++)
+		snprintf(poem + strlen(poem), sizeof poem - strlen(poem),
+			 " The %d-th wolf howled at dawn.", i);
+	turn(b, "B", poem);
 	turn(b, "B", "Another verse, about the spring that follows.");
 	json_array_append_new(a, json_pack("{s:s,s:s}", "role", "user",
 					   "content", "And then?"));
@@ -72,8 +107,8 @@ int main(int argc, char **argv)
 	printf("peek of A: %s cached %lld of %lld\n", gt_str(pk, "tier"),
 	       gt_int(pk, "cached_tokens"), gt_int(pk, "tokens"));
 	CHECK(st == 200 && gt_str(pk, "tier") &&
-		  !strcmp(gt_str(pk, "tier"), "ram_park"),
-	      "A is not on the park: %s", gt_str(pk, "tier"));
+		  !strcmp(gt_str(pk, "tier"), want),
+	      "A is not on the %s: %s", want, gt_str(pk, "tier"));
 	long long tokens = gt_int(pk, "tokens");
 	json_decref(pk);
 	json_t *pw = post("/v1/cache/prewarm", ab, "A", &st);
@@ -83,7 +118,7 @@ int main(int argc, char **argv)
 	CHECK(st == 200 && json_is_true(json_object_get(pw, "prewarmed")),
 	      "prewarm refused");
 	CHECK(gt_str(pw, "restore.tier") &&
-		  !strcmp(gt_str(pw, "restore.tier"), "ram_park"),
+		  !strcmp(gt_str(pw, "restore.tier"), want),
 	      "the prewarm restored from %s", gt_str(pw, "restore.tier"));
 	json_decref(pw);
 	pw = post("/v1/cache/prewarm", ab, "A", &st);
@@ -110,5 +145,11 @@ int main(int argc, char **argv)
 	free(ab);
 	json_decref(a);
 	json_decref(b);
-	return h_done("test_gw_prewarm");
+	if (PREWARM_SPILL) {
+		char cmd[128];
+		snprintf(cmd, sizeof cmd, "rm -rf %s", ddir);
+		(void)!system(cmd);
+	}
+	return h_done(PREWARM_SPILL ? "test_gw_prewarm_spill"
+				    : "test_gw_prewarm");
 }

@@ -84,8 +84,9 @@ int main(int argc, char **argv)
 			long long d, tt, c;
 			unsigned tps;
 			double eta;
-			if (sscanf(p, ": progress %lld/%lld tokens (cached %lld), "
-				      "%u tokens/s, eta %lf s",
+			if (sscanf(p,
+				   ": progress %lld/%lld tokens (cached %lld), "
+				   "%u tokens/s, eta %lf s",
 				   &d, &tt, &c, &tps, &eta) != 5) {
 				bad++;
 			} else {
