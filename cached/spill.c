@@ -1382,6 +1382,7 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 	if (!rc && (!stage || !got))
 		rc = -ENOMEM;
 	uint64_t read0 = c->spill.k.bytes_read;
+	double t_log = t0; /* a long restore logs its progress once a second */
 	for (uint64_t j = 0; !rc && j < mv.m->n_blk; j++) {
 		const uint64_t *e = mv.blk + j * (2 + 2ull * nv);
 		uint64_t a = j * SPILL_BLK, rows = min64(SPILL_BLK, mv.m->valid - a);
@@ -1395,6 +1396,16 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 			rc = rows_in(c, stage, rows, lo - a, lo, hi - lo);
 		if (!rc) /* the copies out of stage are done before its reuse */
 			rc = cache_sync(c);
+		double t = now_ms();
+		if (!rc && t - t_log >= 1000 && hi < s && hi > k) {
+			t_log = t;
+			double rate = (double)(hi - k) / ((t - t0) / 1e3);
+			moor_info("[spill] restoring %s: %llu of %llu rows, %.0f "
+				  "rows/s, ETA %.1f s",
+				  name, (unsigned long long)(hi - k),
+				  (unsigned long long)(s - k), rate,
+				  rate > 0 ? (double)(s - hi) / rate : 0.0);
+		}
 	}
 	/* the saved anchors in (k, s], then the state at s */
 	for (uint64_t i = 0; !rc && i < mv.m->n_anc; i++) {

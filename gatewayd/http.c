@@ -179,8 +179,16 @@ static int host_ok(gw_srv *s, h2o_req_t *req)
 		return 1;
 	const char *h = a.base;
 	size_t n = a.len;
-	if (h[0] == '[') /* an IPv6 literal, [::1]:8000 */
-		return memchr(h, ']', n) != NULL;
+	if (h[0] == '[') { /* an IPv6 literal, [::1]:8000 */
+		const char *e = memchr(h, ']', n);
+		char v6[64];
+		struct in6_addr ip6;
+		if (!e || (size_t)(e - h - 1) >= sizeof v6)
+			return 0;
+		memcpy(v6, h + 1, (size_t)(e - h - 1));
+		v6[e - h - 1] = 0;
+		return inet_pton(AF_INET6, v6, &ip6) == 1;
+	}
 	const char *c = memchr(h, ':', n);
 	if (c)
 		n = (size_t)(c - h);

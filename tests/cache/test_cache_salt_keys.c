@@ -10,6 +10,8 @@
  *     tier none at line 0 (another salt shares no cached token);
  * and the plan of salt X resumes at the tier the unsalted run resumes at
  * (the same salt shares as before), its state equal to a cold prefill's.
+ * The session spill too: a salted conversation evicted to it is read back
+ * by its own salt's follow-up (tier spill) and offered to no other salt.
  * The transform itself: salt 0 is the identity, applying it twice gives
  * the ids back, a salted id stays a non-negative int32, and a session is
  * qualified by its salt. */
@@ -226,9 +228,77 @@ static void test_every_tier(void)
 	toy_close(&E);
 }
 
+/* The session spill: a conversation of salt X evicted to the spill (the
+ * park too small to hold it) is read back by its own salt's follow-up, and
+ * nothing of it is offered to another salt's or an unsalted one. */
+static void test_spill(void)
+{
+	char dir[64];
+	snprintf(dir, sizeof dir, "/tmp/moor-salt-spill-XXXXXX");
+	REQUIRE(mkdtemp(dir), "mkdtemp");
+	cache_cfg cfg;
+	cfg_of(&cfg, "sp");
+	cfg.park_bytes = 4096;
+	cfg.store_bytes = cfg.store_entry_bytes = 0;
+	cfg.store_sessions = 0;
+	cfg.spill_min_tokens = 100;
+	snprintf(cfg.spill_dir, sizeof cfg.spill_dir, "%s", dir);
+	toy_env E;
+	toy_open(&E, &cfg, 1024, G);
+	int32_t *P = toy_ids(300, 21), *D = toy_ids(200, 22),
+		*tail = toy_ids(40, 23);
+	toy_part(D, P, 0);
+	cache_plan_out pl;
+	turn_x(&E, P, 300, "a", &pl, "P");
+	int32_t *P2 = toy_cat(P, 300, last_gen, 2);
+	int32_t *P3 = toy_cat(P2, 302, tail, 40);
+	turn_x(&E, D, 200, "b", &pl, "D evicts P");
+	char *st = cache_stats_json(E.c);
+	json_t *o = json_loads(st, 0, NULL);
+	free(st);
+	long long saves = json_integer_value(
+	    json_object_get(json_object_get(o, "spill"), "evict_saves"));
+	json_decref(o);
+	CHECK(saves == 1, "P was not written to the spill: %lld saves", saves);
+	char err[MOOR_ERRLEN];
+	const uint64_t other[] = {SALT_Y, 0};
+	for (int k = 0; k < 2; k++) {
+		char sb[64];
+		int32_t *sy = salted(P3, 342, other[k]);
+		cache_req q = {.ids = sy,
+			       .n = 342,
+			       .session = cache_salt_session("a", other[k], sb,
+							     sizeof sb),
+			       .max_tokens = 3};
+		cache_peek_out po;
+		REQUIRE(cache_peek(E.c, &q, &po, err) == 0, "peek: %s", err);
+		CHECK(po.tier == CACHE_TIER_NONE && po.start == 0,
+		      "a peek %s finds %s at %llu in the spill",
+		      k ? "without a salt" : "of another salt",
+		      cache_tier_name(po.tier), (unsigned long long)po.start);
+		free(sy);
+	}
+	turn_x(&E, P3, 342, "a", &pl, "P's follow-up");
+	printf("  %-24s salt X: %-8s at %4llu\n", "P's follow-up",
+	       cache_tier_name(pl.tier), (unsigned long long)pl.start);
+	CHECK(pl.tier == CACHE_TIER_SPILL && pl.start >= 300,
+	      "salt X's follow-up resumed from %s at %llu, not the spill",
+	      cache_tier_name(pl.tier), (unsigned long long)pl.start);
+	free(P);
+	free(D);
+	free(tail);
+	free(P2);
+	free(P3);
+	toy_close(&E);
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	CHECK(system(cmd) == 0, "rm %s", dir);
+}
+
 int main(void)
 {
 	test_transform();
 	test_every_tier();
+	test_spill();
 	return t_done("test_cache_salt_keys");
 }

@@ -52,7 +52,7 @@ int main(int argc, char **argv)
 			   "\"hi\"}],\"max_tokens\":1,\"temperature\":0}";
 	static const char *const bad_hosts[] = {
 	    "attacker.example", "attacker.example:8000", "moor.example.evil",
-	    "lan.example", "localhost.attacker.example"};
+	    "lan.example", "localhost.attacker.example", "[attacker]:80"};
 	for (size_t i = 0; i < sizeof bad_hosts / sizeof bad_hosts[0]; i++) {
 		snprintf(h, sizeof h, "GET /v1/models HTTP/1.1\r\nHost: %s",
 			 bad_hosts[i]);
