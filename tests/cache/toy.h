@@ -336,8 +336,10 @@ static inline int32_t *toy_cat(const int32_t *a, uint64_t na, const int32_t *b,
 {
 	int32_t *r = malloc((na + nb + 1) * sizeof *r);
 	REQUIRE(r, "oom");
-	memcpy(r, a, na * sizeof *r);
-	memcpy(r + na, b, nb * sizeof *r);
+	if (na) /* a may be NULL for an empty part (memcpy's contract) */
+		memcpy(r, a, na * sizeof *r);
+	if (nb)
+		memcpy(r + na, b, nb * sizeof *r);
 	return r;
 }
 
