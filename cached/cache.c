@@ -778,6 +778,7 @@ char *cache_stats_json(cache *c)
 		SETI(o, "evict_saves", c->spill.k.evict_saves);
 		SETI(o, "hits", c->spill.k.hits);
 		SETI(o, "hit_failed", c->spill.k.hit_failed);
+		SETI(o, "refused", c->spill.k.refused);
 		json_object_set_new(o, "last_save_ms",
 				    json_real(c->spill.last_save_ms));
 		json_object_set_new(o, "last_restore_ms",

@@ -111,6 +111,7 @@ typedef struct turn {
 	cache_mark hid[64]; /* the commit's hidden spans (start: into gen) */
 	uint32_t n_hid;
 	int tier;
+	double t_plan; /* moor_now() at the plan */
 	uint32_t n_slots;
 	tslot slot[CACHE_MAX_SLOTS];
 } turn;
@@ -202,11 +203,17 @@ struct cache {
 			    blocks_written, blocks_kept, anchors_written,
 			    anchors_kept, bytes_written, bytes_read, swept,
 			    expired, evicted, codec_raw, codec_out,
-			    evict_saves, hits, hit_failed;
+			    evict_saves, hits, hit_failed, refused;
 		} k;
 	} spill;
 
 	struct disk_tier *disk; /* disk.c; NULL: off */
+
+	/* the engine's prefill rate (tokens/s), from a plan to its commit
+	 * over the last 8 turns that forwarded at least 1,024 tokens (the
+	 * decode counts in: each is a lower bound of it) */
+	double rate[8];
+	uint32_t n_rate;
 };
 
 /* ---- cache.c: byte movement between live buffers and arena memory ---- */
@@ -371,6 +378,13 @@ int spill_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
  * (a failure costs the entry: deleted, MOOR_EFORMAT). */
 int spill_restore(cache *c, const char *name, const int32_t *ids,
 		  uint64_t k, uint64_t s, uint64_t limit);
+/* A prompt of at least spill_min_tokens that no entry serves while one
+ * shares at least 4 grid chunks with it, more than RAM serves (ram): one
+ * line, "[spill] no entry served: eid= owner= tokens= shares= offer= ram=
+ * why=" (end_no_align: its end not reached; anchors_below: its anchors at
+ * or below ram; short: under a chunk above ram; slow: the read costs more
+ * than the prefill), counted as refused. */
+void spill_refused(cache *c, const int32_t *ids, uint64_t n, uint64_t ram);
 /* The entry name of offer i (valid until the next spill call). */
 const char *spill_ent_name(cache *c, int i);
 /* An eviction: the resident conversation, about to be replaced by another
@@ -423,8 +437,14 @@ int disk_restore(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 uint64_t disk_restore_bytes(cache *c, uint64_t k, uint64_t s);
 int disk_clear(cache *c);
 struct json_t *disk_stats_json(cache *c);
+/* A spill save begins (1) or ends (0): the writer waits between its files
+ * meanwhile (the spill's own I/O path). */
+void disk_spill_active(cache *c, int on);
 
 /* ---- planner.c ---- */
+/* The prefill rate the NVMe tiers' read-cost rule weighs a read against:
+ * the fastest of the measured ones, else cfg.prefill_tps. */
+double prefill_rate(const cache *c);
 void turn_abort(cache *c, uint32_t n_filled, uint64_t valid);
 void turn_release_slots(cache *c, uint32_t from);
 

@@ -61,8 +61,8 @@
  * The lookup (disk_offer) comes after the RAM tiers and the spill: the
  * longest anchor line below n whose anchor and chunks are indexed, above
  * what they offer, whose read (at the tier's measured read rate) costs less
- * than the prefill it saves (at the engine's prefill rate: the fastest
- * measured here, from a plan to its commit, else --prefill-tps). The
+ * than the prefill it saves (at the engine's prefill rate, prefill_rate:
+ * the fastest measured from a plan to its commit, else --prefill-tps). The
  * restore (disk_restore) reads only the chunks above the clean rows in
  * place; every chunk's header, xxh3s and stored ids are compared with the
  * prompt before its rows are copied, the anchor's sections and chunk keys
@@ -163,6 +163,7 @@ struct disk_tier {
 	int running;	   /* q's head is being written */
 	uint64_t copying;  /* top row of the chunk being copied; 0: none */
 	int reading;	   /* a restore reads files */
+	int spilling;	   /* a spill save runs: the writer waits */
 	uint8_t *wbuf;	   /* the writer's chunk file (aligned) */
 	uint8_t *rbuf;	   /* the restore's file (aligned) */
 	uint64_t rbuf_bytes;
@@ -181,11 +182,8 @@ struct disk_tier {
 
 	/* the plan in flight */
 	uint64_t *lph; /* [window / g + 1] */
-	uint64_t plan_n, plan_fwd;
-	double plan_t;
+	uint64_t plan_n;
 	double read_bps;
-	double tps[8];
-	uint32_t n_tps;
 
 	time_t floor_said;
 	struct {
@@ -752,6 +750,35 @@ static void count(struct disk_tier *d, uint64_t *k, uint64_t n)
 	pthread_mutex_unlock(&d->mu);
 }
 
+/* The writer yields to a spill save between two of its files (the save
+ * has its own I/O path; at most 30 s, then it goes on). */
+static void yield_to_spill(struct disk_tier *d)
+{
+	pthread_mutex_lock(&d->mu);
+	for (int i = 0; d->spilling && i < 300; i++) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&d->done, &d->mu, &ts);
+	}
+	pthread_mutex_unlock(&d->mu);
+}
+
+void disk_spill_active(cache *c, int on)
+{
+	struct disk_tier *d = c->disk;
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->mu);
+	d->spilling = on;
+	pthread_cond_broadcast(&d->done);
+	pthread_mutex_unlock(&d->mu);
+}
+
 /* One anchor of a job: its missing chunks, then the anchor file. 0, or a
  * negative code when the job should stop (a write failed: the disk). */
 static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
@@ -797,6 +824,7 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 			free(miss);
 			return 0;
 		}
+		yield_to_spill(d);
 		name_of(name, sizeof name, DK_CHUNK, job->lph[j], j * g);
 		int dir_ = 0;
 		rc = file_write(d->dfd, name, d->wbuf, d->chunk_file, &dir_);
@@ -833,6 +861,7 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 	count(d, &d->k.chunks_kept, kept);
 	if (rc)
 		return rc;
+	yield_to_spill(d);
 	name_of(name, sizeof name, DK_ANCHOR, job->lph[nk], a->line);
 	int dir_ = 0;
 	rc = file_write(d->dfd, name, a->file, a->bytes, &dir_);
@@ -1248,8 +1277,6 @@ void disk_plan(cache *c, const turn *t, const uint64_t *lines, uint32_t n,
 	memset(want, 0, n * sizeof *want);
 	if (!on(c))
 		return;
-	d->plan_t = moor_now();
-	d->plan_fwd = t->n - t->start;
 	d->plan_n = 0;
 	if (t->guest || t->no_cache || !n || t->n < c->cfg.disk_min_tokens)
 		return;
@@ -1344,12 +1371,6 @@ void disk_commit(cache *c, const turn *t, uint32_t n_filled)
 	struct disk_tier *d = c->disk;
 	if (!on(c))
 		return;
-	/* the engine's prefill rate, from this plan to its commit (the
-	 * decode included: a lower bound of it) */
-	double dt = moor_now() - d->plan_t;
-	if (d->plan_fwd >= 1024 && dt > 0) {
-		d->tps[d->n_tps++ % 8] = (double)d->plan_fwd / dt;
-	}
 	if (!d->plan_n || d->plan_n != t->n || t->guest || t->no_cache)
 		return;
 	dk_job *job = calloc(1, sizeof *job);
@@ -1418,15 +1439,6 @@ void disk_commit(cache *c, const turn *t, uint32_t n_filled)
 
 /* ---- the lookup and the restore ---- */
 
-static double prefill_tps(cache *c)
-{
-	struct disk_tier *d = c->disk;
-	double best = 0;
-	for (uint32_t i = 0; i < d->n_tps && i < 8; i++)
-		best = d->tps[i] > best ? d->tps[i] : best;
-	return best > 0 ? best : (double)c->cfg.prefill_tps;
-}
-
 int disk_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
 	       uint64_t k, uint64_t *start)
 {
@@ -1439,7 +1451,7 @@ int disk_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
 	if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &tx))
 		return 0;
 	int got = 0;
-	double tps = prefill_tps(c);
+	double tps = prefill_rate(c);
 	for (uint64_t L = (n - 1) / g * g; L > ram && L >= g; L -= g) {
 		char name[48];
 		dk_rec r;
@@ -1700,7 +1712,7 @@ json_t *disk_stats_json(cache *c)
 	SETI("files_direct", d->k.direct);   /* written with O_DIRECT */
 	SETI("files_buffered", d->k.buffered); /* the fadvise fallback */
 	json_object_set_new(o, "read_bps", json_real(d->read_bps));
-	json_object_set_new(o, "prefill_tps", json_real(prefill_tps(c)));
+	json_object_set_new(o, "prefill_tps", json_real(prefill_rate(c)));
 	json_object_set_new(o, "last_restore_ms", json_real(d->last_restore_ms));
 	json_object_set_new(o, "last_write_ms", json_real(d->last_write_ms));
 	pthread_mutex_unlock(&d->mu);

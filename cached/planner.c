@@ -288,6 +288,14 @@ static int restore(cache *c, const plan_a *A, uint64_t limit)
 	return MOOR_ERANGE;
 }
 
+double prefill_rate(const cache *c)
+{
+	double best = 0;
+	for (uint32_t i = 0; i < c->n_rate && i < 8; i++)
+		best = c->rate[i] > best ? c->rate[i] : best;
+	return best > 0 ? best : (double)c->cfg.prefill_tps;
+}
+
 void turn_release_slots(cache *c, uint32_t from)
 {
 	for (uint32_t i = from; i < c->t.n_slots; i++)
@@ -521,6 +529,9 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	 * writes rows there that a decode may have written */
 	disk_fence(c, A.cut);
 
+	if (A.tier != CACHE_TIER_SPILL && !A.guest && !r->no_cache)
+		spill_refused(c, r->ids, n, A.start);
+
 	set_busy(c, &A, 1);
 	if (A.guest) {
 		rc = stash_make(c, A.stash_lo, A.stash_hi, limit);
@@ -588,6 +599,7 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	t->taint = A.taint;
 	t->cut = A.cut;
 	t->tier = A.tier;
+	t->t_plan = moor_now();
 	/* the marks below the start describe the ids there: the park's came
 	 * back with its rows; another source shares ids with the rows in
 	 * place only up to c_res */
@@ -654,6 +666,9 @@ int cache_scratch_plan(cache *c, const cache_req *r, cache_plan_out *out,
 		return MOOR_ERANGE;
 	}
 	uint64_t e = c->end.len;
+	/* the rows it writes are above the end anchor: the disk tier's
+	 * writer copies none of them */
+	disk_fence(c, e);
 	if (r->n <= e || r->max_tokens > c->lay->window - r->n ||
 	    common_prefix(r->ids, r->n, c->res_ids, c->valid) < e) {
 		moor_errf(err, "cache: a scratch run of %llu tokens does not "
@@ -701,6 +716,9 @@ int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 	uint64_t n = t->n, e = n + n_gen;
 	int ahead = state_len > e;
 	c->k.commits++;
+	double dt = moor_now() - t->t_plan;
+	if (n - t->start >= 1024 && dt > 0)
+		c->rate[c->n_rate++ % 8] = (double)(n - t->start) / dt;
 	if (t->no_cache) {
 		turn_release_slots(c, 0);
 		t->active = 0;

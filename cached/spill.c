@@ -140,17 +140,13 @@ uint64_t tier_layout_digest(const cache_layout *l, uint32_t v)
 
 /* ---- the index of entries (the planner's offer) ---- */
 
-/* The seed's fastest cold prefill: a read is worth taking when it costs
- * less than prefilling what it restores at this rate (cached does not see
- * the engine's rate; a slower engine only makes the read worth more). */
-#define SPILL_PREFILL_TPS 740.0
-
 typedef struct spill_ent {
 	char name[17];
 	int32_t *ids; /* [valid] */
 	uint64_t valid, taint, end_len;
 	uint32_t n_anc;
 	uint64_t anc[SPILL_ANCHORS];
+	char owner[48]; /* the session key (cut), for the refusal's line */
 } spill_ent;
 
 static void index_drop(cache *c, const char *name)
@@ -494,6 +490,8 @@ static void index_put(cache *c, const char *name, const man_view *mv)
 		return;
 	memcpy(e->ids, mv->ids, mv->m->valid * 4);
 	snprintf(e->name, sizeof e->name, "%s", name);
+	snprintf(e->owner, sizeof e->owner, "%s",
+		 mv->session ? mv->session : "");
 	e->valid = mv->m->valid;
 	e->taint = mv->m->taint;
 	e->end_len = mv->m->end_len;
@@ -725,7 +723,7 @@ static void spill_budget(cache *c, const char *keep)
 }
 
 /* Writes the resident conversation as an entry; *name gets its id. */
-static int save_resident(cache *c, char name[17], char *err)
+static int save_conv(cache *c, char name[17], char *err)
 {
 	uint32_t ns = c->lay->n_sections, nv = c->lay->n_views;
 	uint64_t valid = c->valid;
@@ -907,6 +905,16 @@ static int save_resident(cache *c, char name[17], char *err)
 		  c->spill.last_save_ms);
 	spill_budget(c, name);
 	return 0;
+}
+
+/* A save with the disk tier's writer held off (it waits between two of
+ * its files). */
+static int save_resident(cache *c, char name[17], char *err)
+{
+	disk_spill_active(c, 1);
+	int rc = save_conv(c, name, err);
+	disk_spill_active(c, 0);
+	return rc;
 }
 
 /* The parked conversation at the drain, after the resident one is
@@ -1297,11 +1305,50 @@ int spill_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
 		       2.0 * (double)c->sec_bytes;
 	double read_s = bytes / (c->spill.read_bps > 0 ? c->spill.read_bps
 						       : 2e9);
-	if (read_s >= (double)(bs - ram) / SPILL_PREFILL_TPS)
+	if (read_s >= (double)(bs - ram) / prefill_rate(c))
 		return -1;
 	*start = bs;
 	*taint = c->spill.ent[best].taint;
 	return best;
+}
+
+void spill_refused(cache *c, const int32_t *ids, uint64_t n, uint64_t ram)
+{
+	if (!c->spill.on || n < c->cfg.spill_min_tokens)
+		return;
+	uint64_t g = c->lay->grid, bc = 0;
+	int best = -1;
+	for (uint32_t i = 0; i < c->spill.n_ent; i++) {
+		uint64_t cp = common_prefix(ids, n, c->spill.ent[i].ids,
+					    c->spill.ent[i].valid);
+		if (cp > bc) {
+			bc = cp;
+			best = (int)i;
+		}
+	}
+	if (best < 0 || bc < 4 * g || bc <= ram)
+		return;
+	const spill_ent *e = &c->spill.ent[best];
+	uint64_t lim = min64(bc, n - 1), s = 0;
+	if (e->end_len && e->end_len <= lim)
+		s = e->end_len;
+	else
+		for (uint32_t j = e->n_anc; j-- > 0;)
+			if (e->anc[j] <= lim) {
+				s = e->anc[j];
+				break;
+			}
+	const char *why = e->end_len && e->end_len > lim && s <= ram
+			      ? "end_no_align"
+		      : s <= ram	    ? "anchors_below"
+		      : s <= ram + g ? "short"
+				     : "slow";
+	c->spill.k.refused++;
+	moor_info("[spill] no entry served: eid=%s owner=%s tokens=%llu "
+		  "shares=%llu offer=%llu ram=%llu why=%s",
+		  e->name, e->owner[0] ? e->owner : "-",
+		  (unsigned long long)n, (unsigned long long)bc,
+		  (unsigned long long)s, (unsigned long long)ram, why);
 }
 
 const char *spill_ent_name(cache *c, int i)
@@ -1335,6 +1382,7 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 	if (!rc && (!stage || !got))
 		rc = -ENOMEM;
 	uint64_t read0 = c->spill.k.bytes_read;
+	double t_log = t0; /* a long restore logs its progress once a second */
 	for (uint64_t j = 0; !rc && j < mv.m->n_blk; j++) {
 		const uint64_t *e = mv.blk + j * (2 + 2ull * nv);
 		uint64_t a = j * SPILL_BLK, rows = min64(SPILL_BLK, mv.m->valid - a);
@@ -1348,6 +1396,16 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 			rc = rows_in(c, stage, rows, lo - a, lo, hi - lo);
 		if (!rc) /* the copies out of stage are done before its reuse */
 			rc = cache_sync(c);
+		double t = now_ms();
+		if (!rc && t - t_log >= 1000 && hi < s && hi > k) {
+			t_log = t;
+			double rate = (double)(hi - k) / ((t - t0) / 1e3);
+			moor_info("[spill] restoring %s: %llu of %llu rows, %.0f "
+				  "rows/s, ETA %.1f s",
+				  name, (unsigned long long)(hi - k),
+				  (unsigned long long)(s - k), rate,
+				  rate > 0 ? (double)(s - hi) / rate : 0.0);
+		}
 	}
 	/* the saved anchors in (k, s], then the state at s */
 	for (uint64_t i = 0; !rc && i < mv.m->n_anc; i++) {

@@ -373,6 +373,7 @@ typedef struct gw_prep {
 	int32_t *ids;
 	size_t n_ids;
 	int opencode;
+	uint64_t salt; /* the turn's cache salt: the run and its answer's */
 	int tried; /* a summary was started for this record */
 	double t_last; /* the last request's arrival or end */
 	uint64_t seq;  /* counts them: a run started before one is dropped */
@@ -389,6 +390,7 @@ typedef struct gw_prep {
 	double t_run;
 	/* the summary being written, then written (ready) */
 	char *r_session;
+	uint64_t r_salt;
 	int32_t *r_ids; /* the continuation */
 	size_t r_n;
 	float r_temperature, r_top_p, r_min_p;

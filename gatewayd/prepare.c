@@ -24,7 +24,8 @@
  * prepared (the seed falls back to the 1.18.34 client's text, which is not
  * available here; the captured 1.18.33 session holds no compaction).
  *
- * When it is served: a compaction request of the same session whose guard
+ * When it is served: a compaction request of the same session (and cache
+ * salt: the tenant's, which the run was planned with) whose guard
  * holds and whose continuation ids equal the prepared run's element by
  * element (so: the same end anchor, system text, instructions and
  * template), with the same sampling parameters (and no seed in the body
@@ -46,6 +47,7 @@ typedef struct prep_run {
 	uv_work_t work;
 	gw_srv *s;
 	uint64_t seq; /* the activity count it started from */
+	uint64_t salt;
 	char *session;
 	int32_t *rec; /* the last turn's prompt as the engine read it */
 	size_t n_rec;
@@ -121,7 +123,7 @@ void gw_prep_turn_end(gw_job *j)
 {
 	gw_srv *s = j->s;
 	gw_prep *p = &s->prep;
-	if (j->kind != GW_KIND_CHAT || j->prepared ||
+	if (j->kind != GW_KIND_CHAT || j->prepared || j->from_cache ||
 	    j->route == GW_ROUTE_PREWARM)
 		return;
 	/* the end anchor moved: a summary written for the last one is not
@@ -142,6 +144,7 @@ void gw_prep_turn_end(gw_job *j)
 	memcpy(p->ids, j->p.ids, j->p.n_ids * sizeof *p->ids);
 	p->n_ids = j->p.n_ids;
 	p->opencode = j->opencode;
+	p->salt = j->salt;
 	/* a compaction was just served: its session starts over */
 	p->tried = j->continuation;
 	p->t_last = moor_now();
@@ -167,6 +170,7 @@ static void run_work(uv_work_t *w)
 	q.h.type = PROTO_END_GET;
 	q.h.req = 1;
 	q.u.end_get.session = r->session;
+	q.u.end_get.salt = r->salt;
 	q.u.end_get.n_ids = (uint32_t)r->n_rec;
 	q.u.end_get.ids = r->rec;
 	int rv = gw_link_admin(s, &q, &a);
@@ -234,6 +238,7 @@ static void run_after(uv_work_t *w, int status)
 	p->r_session = r->session;
 	p->r_ids = r->ids;
 	p->r_n = r->n_ids;
+	p->r_salt = r->salt;
 	r->session = NULL;
 	r->ids = NULL;
 	p->r_temperature = p->temperature;
@@ -246,6 +251,7 @@ static void run_after(uv_work_t *w, int status)
 	m.h.req = p->rid = ++s->next_rid;
 	proto_generate *g = &m.u.gen;
 	g->session = p->r_session;
+	g->salt = p->r_salt;
 	g->max_tokens = max;
 	g->temperature = p->temperature;
 	g->top_p = p->top_p;
@@ -287,6 +293,7 @@ void gw_prep_tick(gw_srv *s)
 		return;
 	r->s = s;
 	r->seq = p->seq;
+	r->salt = p->salt;
 	r->session = strdup(p->session);
 	r->rec = malloc(p->n_ids * sizeof *r->rec + 1);
 	r->n_rec = p->n_ids;
@@ -353,8 +360,9 @@ int gw_prep_done(gw_srv *s, uint64_t req, const proto_done *d)
 							     : "an error");
 		p->failed = 0;
 		summary_clear(p);
-		/* the same record may be tried again once idle */
-		p->tried = 0;
+		/* stopped by a request: the same record may be tried again
+		 * once idle; an error is not tried again */
+		p->tried = !(d && d->finish == PROTO_FINISH_CANCEL);
 		return 1;
 	}
 	p->done = *d;
@@ -380,6 +388,7 @@ int gw_prep_replay(gw_job *j)
 	gw_srv *s = j->s;
 	gw_prep *p = &s->prep;
 	if (!j->continuation || !p->ready || !p->r_session ||
+	    j->salt != p->r_salt ||
 	    strcmp(p->r_session, j->p.session ? j->p.session : "") ||
 	    p->r_n != j->p.n_ids ||
 	    memcmp(p->r_ids, j->p.ids, p->r_n * sizeof *p->r_ids))

@@ -4,8 +4,9 @@
  * one (the CPU backend points into the file); a device backend gets them
  * copied (alloc + upload, with a progress line), and there the projections
  * that read the same input are fused into one matrix each (a GDN layer's
- * qkv | z | b | a, an MLP's gate | up), so decode streams each input once
- * and launches one GEMV instead of four. With --load-format dummy no file
+ * qkv | z | b | a, an MLP's gate | up, an attention layer's q | k | v),
+ * so decode streams each input once and launches one GEMV instead of
+ * four. With --load-format dummy no file
  * is read: fill_random writes seeded values of config.json's shapes. Every
  * buffer the forward uses is carved from one workspace allocated at load
  * for a chunk of `grid` tokens, so nothing is allocated in prefill or
@@ -30,6 +31,7 @@
 #include "eng.h"
 #include "eng_int.h"
 #include "moor.h"
+#include "wload.h"
 
 /* ===================================================================== */
 /* weights                                                               */
@@ -43,6 +45,9 @@ typedef struct layer_w {
 	int full;
 	wt in_norm, post_norm, gate, up, down;
 	wt gu; /* fused: [2I, H] gate rows then up rows (gate, up unset) */
+	/* fused: [2 Hq D + 2 Hkv D, H] q | k | v (q, k and v point into it:
+	 * prefill runs them apart, a decode step as one GEMV) */
+	wt qkvw;
 	/* GDN */
 	wt qkv, z, b, a, conv, norm, out;
 	wt proj; /* fused: [conv_dim + value_dim + 2 Hv, H] qkv | z | b | a */
@@ -65,6 +70,9 @@ struct eng_model {
 	int copy_pending; /* a slot copy the next section write waits for */
 	qwen35_config c;
 	eng_ckpt *ck;
+	/* copied weights' reader (wload.h) while loading: get() and get_cat()
+	 * say where each tensor goes, eng_model_load runs it */
+	eng_wload *wl;
 	int act;  /* KERN_ACT_BF16 for bf16 models */
 	int kvdt; /* view dtype */
 	int fused; /* fused projections (a device backend) */
@@ -304,7 +312,16 @@ static int get(loadctx *lc, wt *w, const char *fmt, int layer, int ndim,
 	if (rc)
 		return rc;
 	void *p;
-	rc = to_device(lc->m, t->data, t->nbytes, &p);
+	if (lc->m->wl) {
+		/* read and uploaded by the reader after load_weights */
+		rc = dev_alloc(lc->m, t->nbytes, &p);
+		if (rc == 0)
+			rc = eng_wload_add(lc->m->wl, p, t);
+		if (rc == 0)
+			lc->m->weight_bytes += t->nbytes;
+	} else {
+		rc = to_device(lc->m, t->data, t->nbytes, &p);
+	}
 	if (rc) {
 		moor_errf(lc->err, "%s: tensor %s: cannot place on the backend: %s",
 			  t->file, name, moor_strerror(rc));
@@ -412,15 +429,19 @@ static int get_cat(loadctx *lc, wt *w, const char *const *fmts, int layer,
 	int rc = dev_alloc(m, bytes, &p);
 	size_t off = 0;
 	for (int i = 0; i < n && rc == 0; i++) {
-		rc = m->ops->upload(m->q, kern_at(p, off), t[i]->data,
-				    t[i]->nbytes);
+		rc = m->wl ? eng_wload_add(m->wl, kern_at(p, off), t[i])
+			   : m->ops->upload(m->q, kern_at(p, off), t[i]->data,
+					    t[i]->nbytes);
 		off += t[i]->nbytes;
 	}
 	if (rc) {
 		moor_errf(lc->err, "fused %s: %s", name, moor_strerror(rc));
 		return rc;
 	}
-	load_progress(m, bytes);
+	if (m->wl)
+		m->weight_bytes += bytes;
+	else
+		load_progress(m, bytes);
 	w->p = p;
 	w->dt = t[0]->dtype;
 	return 0;
@@ -474,13 +495,31 @@ static int load_weights(eng_model *m, char *err)
 				     i, 2, I, H, 0))) {
 			return rc;
 		}
+		if (l->full && m->fused) {
+			static const char *const qkv[] = {
+			    "layers.%d.self_attn.q_proj.weight",
+			    "layers.%d.self_attn.k_proj.weight",
+			    "layers.%d.self_attn.v_proj.weight"};
+			int64_t r[3] = {(int64_t)Hq * D * 2, (int64_t)Hkv * D,
+					(int64_t)Hkv * D};
+			if ((rc = get_cat(&lc, &l->qkvw, qkv, i, r, 3, H)))
+				return rc;
+			size_t es = kern_dtype_size(l->qkvw.dt);
+			l->q = l->k = l->v = l->qkvw;
+			l->k.p = (const char *)l->qkvw.p + (size_t)r[0] * H * es;
+			l->v.p = (const char *)l->k.p + (size_t)r[1] * H * es;
+		}
 		if (l->full) {
-			if ((rc = get(&lc, &l->q, "layers.%d.self_attn.q_proj.weight",
-				      i, 2, (int64_t)Hq * D * 2, H, 0)) ||
-			    (rc = get(&lc, &l->k, "layers.%d.self_attn.k_proj.weight",
-				      i, 2, (int64_t)Hkv * D, H, 0)) ||
-			    (rc = get(&lc, &l->v, "layers.%d.self_attn.v_proj.weight",
-				      i, 2, (int64_t)Hkv * D, H, 0)) ||
+			if ((!m->fused &&
+			     ((rc = get(&lc, &l->q,
+					"layers.%d.self_attn.q_proj.weight", i, 2,
+					(int64_t)Hq * D * 2, H, 0)) ||
+			      (rc = get(&lc, &l->k,
+					"layers.%d.self_attn.k_proj.weight", i, 2,
+					(int64_t)Hkv * D, H, 0)) ||
+			      (rc = get(&lc, &l->v,
+					"layers.%d.self_attn.v_proj.weight", i, 2,
+					(int64_t)Hkv * D, H, 0)))) ||
 			    (rc = get(&lc, &l->o, "layers.%d.self_attn.o_proj.weight",
 				      i, 2, H, (int64_t)Hq * D, 0)) ||
 			    (rc = get(&lc, &l->q_norm,
@@ -710,7 +749,27 @@ int eng_model_load(const char *dir, const kern_ops *ops, kern_ctx *ctx,
 	}
 	if (!m->dummy && (rc = eng_ckpt_open(dir, &m->ck, err)))
 		goto fail;
+	/* copied weights: read in blocks by threads, staged in the
+	 * backend's pinned memory, uploaded while the next are read */
+	eng_wload_cfg wc = {.progress = m->progress};
+	if (!m->dummy && !ops->wrap_host &&
+	    (rc = eng_wload_new(ops, ctx, &wc, &m->wl)))
+		goto fail;
 	rc = load_weights(m, err);
+	if (rc == 0 && m->wl) {
+		eng_wload_stats st;
+		rc = eng_wload_run(m->wl, &st, err);
+		if (rc == 0 && m->progress)
+			moor_info("weights: %.2f GB read and uploaded in %.2f s "
+				  "(%.2f GB/s; %d files, %s staging)",
+				  (double)st.bytes / 1e9, st.seconds,
+				  st.seconds > 0 ? (double)st.bytes / 1e9 /
+						       st.seconds
+						 : 0.0,
+				  st.files, st.pinned ? "pinned" : "pageable");
+	}
+	eng_wload_free(m->wl);
+	m->wl = NULL;
 	if (rc == 0)
 		rc = ops->sync(m->q);
 	if (rc) {
@@ -775,6 +834,7 @@ void eng_model_free(eng_model *m)
 	free(m->ids_host);
 	free(m->held);
 	free(m->L);
+	eng_wload_free(m->wl);
 	eng_ckpt_close(m->ck);
 	free(m);
 }
@@ -979,9 +1039,17 @@ static int attn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	float *qo = m->t1, *go = m->t1 + (size_t)T * qd;
 	float *out = m->t2;
 	int li = (int)(l - m->L);
-	CK(o->matmul(q, qg, 2 * qd, m->xn, H, l->q.p, l->q.dt, T, 2 * qd, H, act));
-	CK(o->matmul(q, k, kd, m->xn, H, l->k.p, l->k.dt, T, kd, H, act));
-	CK(o->matmul(q, v, kd, m->xn, H, l->v.p, l->v.dt, T, kd, H, act));
+	if (m->fused && T == 1) {
+		/* one row: qg | k | v is the row of one [2 qd + 2 kd] product
+		 * (a GEMV's sums do not depend on N: the same bits as three) */
+		CK(o->matmul(q, qg, 2 * qd + 2 * kd, m->xn, H, l->qkvw.p,
+			     l->qkvw.dt, 1, 2 * qd + 2 * kd, H, act));
+	} else {
+		CK(o->matmul(q, qg, 2 * qd, m->xn, H, l->q.p, l->q.dt, T, 2 * qd,
+			     H, act));
+		CK(o->matmul(q, k, kd, m->xn, H, l->k.p, l->k.dt, T, kd, H, act));
+		CK(o->matmul(q, v, kd, m->xn, H, l->v.p, l->v.dt, T, kd, H, act));
+	}
 	PROBE(m, "qg", li, qg, T, 2 * qd, 2 * qd);
 	PROBE(m, "k", li, k, T, kd, kd);
 	PROBE(m, "v", li, v, T, kd, kd);

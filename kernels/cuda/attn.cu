@@ -1,26 +1,30 @@
 /* attn.cu: causal GQA attention (ops.h) in two kernels.
  *
  * The tensor-core kernel (k_flash) runs prefill rows of a bf16 model whose
- * head dim is 64, 128 or 256: a block takes 128 query rows of one query
- * head, eight warps of 16 rows each, and walks the keys in tiles of 64 from
- * key 0 (tile edges fixed by the key index, so a row's arithmetic does not
- * depend on the rows it shares a block with). Scores come from
+ * head dim is 64, 128 or 256: a block takes 64 query rows of one query
+ * head, four warps of 16 rows each, two blocks an SM, and walks its keys
+ * in tiles of 64 (tile edges fixed by the key index, so a row's arithmetic
+ * does not depend on the rows it shares a block with). Scores come from
  * mma.m16n8k16 (bf16 in, fp32 out) and are rounded as ops.h says
  * (rnd(rnd(q.k) * scale)); the softmax is online (a row's max and sum
  * carried across tiles, the sum over the 4 lanes of a row in a fixed
- * butterfly), p is rounded to bf16 for the P.V product, and the row is
- * divided by its sum at the end. That is the flash order of operations,
- * not the CPU backend's (which normalises p before P.V): the two agree
- * within the tolerance the kernel test writes beside the case.
+ * butterfly, e^x by ex2.approx), p is rounded to bf16 for the P.V product,
+ * and the row is divided by its sum at the end. A long chunk's keys are
+ * cut into up to FL_NSEG segments (a rule of T, pos0 and Hq) whose
+ * partials k_fcombine adds in order. That is the flash order of
+ * operations, not the CPU backend's (which normalises p before P.V): the
+ * two agree within the tolerance the kernel test writes beside the case.
+ * Measured on the H200 at the 27B's shapes (bench_kern): 189 TFLOP/s of
+ * causal products for a 1,024-row chunk at 128k keys.
  *
- * The split kernel (k_split + k_combine) runs everything else: decode and
- * rows up to KCU_SPLIT_ROWS, fp32 models, other head dims. A block takes one
- * row and one KV head with all its query heads (the K and V rows are read
- * once for the group) over KCU_SPLIT_KEYS keys, a thread a key for the
- * scores (the sum over d in order, no shuffles); each split writes its
- * max, its sum and its unnormalised output, and k_combine adds the splits
- * in order 0, 1, ... (its L in a fixed tree). No atomics anywhere: the same
- * call gives the same bits.
+ * The split kernels (k_split16 for bf16 K and V of head dim 128 or 256,
+ * k_split for the rest, then k_combine) run decode and rows up to
+ * KCU_SPLIT_ROWS, fp32 models, other head dims. A block takes one row and
+ * one KV head with all its query heads (the K and V rows are read once for
+ * the group) over KCU_SPLIT_KEYS keys; each split writes its max, its sum
+ * and its unnormalised output, and k_combine adds the splits in a fixed
+ * order (its L in a fixed tree). No atomics anywhere: the same call gives
+ * the same bits.
  *
  * Both read the position from the queue's register under graph capture
  * (kcu_pos); the split grid is then shaped for the graph's max_len and the
@@ -240,25 +244,41 @@ __global__ void __launch_bounds__(KCU_SPLIT_KEYS)
 	}
 }
 
-/* The split kernel for bf16 K and V (D a multiple of 8, at most 256):
- * grid (splits, Hkv, rows), SP_THREADS threads. The split's K and V rows
- * are copied into shared memory at once (cp.async; V's copy runs under
- * the scores), two threads a key for the scores (halves of D, each in
- * order d = 0.., the halves added low + high), a warp a head for the
- * split's softmax, a thread two dims for P V (keys in order). Writes what
- * k_split does. */
+/* The split kernel for bf16 K and V (D 128 or 256): grid (splits, Hkv,
+ * rows), SP_THREADS threads. The split's K and V rows are copied into
+ * shared memory at once (cp.async; V's copy runs under the scores), two
+ * threads a key for the scores (halves of D, each in order d = 0.., the
+ * halves added low + high), a warp a head for the split's softmax, a
+ * thread two dims for P V (keys in order). Writes what k_split does.
+ * (Measured on the H200 at 27B shapes: 34 / 112 / 397 us a layer at 8k /
+ * 32k / 128k keys; walking 256-key splits in double-buffered 32-key tiles
+ * instead took 76 / 246 / 955: too few blocks, each latency-bound.) */
 #define SP_THREADS (2 * KCU_SPLIT_KEYS)
-template <int D>
+/* K rows in shared memory: the high half 8 values past the low one and
+ * rows D + 16 apart, so the 8 threads of a 16-byte load phase (4 keys x
+ * 2 halves) hit 8 distinct bank groups; q transposed [D][GP] (GP = G
+ * rounded up to 8 or 16), a dim's heads read as float4s. */
+static __host__ __device__ constexpr int sp_ld(int D)
+{
+	return D + 16;
+}
+static __host__ __device__ constexpr size_t sp_smem(int D, int GP, int G)
+{
+	return (size_t)2 * KCU_SPLIT_KEYS * sp_ld(D) * 2 +
+	       ((size_t)GP * D + (size_t)G * KCU_SPLIT_KEYS) * 4;
+}
+
+template <int D, int GP>
 __global__ void __launch_bounds__(SP_THREADS)
     k_split16(float *part, int nsplit, const float *qv, int ldq, const bf16 *K,
 	      const bf16 *V, int r0, const int64_t *dpos, int64_t padd, int Hq,
 	      int Hkv, float scale)
 {
-	constexpr int LD = D + 8, P8 = D / 8;
+	constexpr int LD = sp_ld(D), P8 = D / 8;
 	extern __shared__ __align__(16) unsigned char smraw[];
 	bf16 *Ks = (bf16 *)smraw, *Vs = Ks + KCU_SPLIT_KEYS * LD;
-	float *qs = (float *)(Vs + KCU_SPLIT_KEYS * LD); /* [G][D] */
-	float *sc = qs + (size_t)(Hq / Hkv) * D;	  /* [G][KEYS] */
+	float *qs = (float *)(Vs + KCU_SPLIT_KEYS * LD); /* [D][GP] */
+	float *sc = qs + (size_t)D * GP;		  /* [G][KEYS] */
 	const int G = Hq / Hkv, kh = blockIdx.y, s = blockIdx.x;
 	const int rl = blockIdx.z, t = r0 + rl;
 	const int64_t len = kcu_pos(dpos, padd) + t + 1;
@@ -270,7 +290,7 @@ __global__ void __launch_bounds__(SP_THREADS)
 	const size_t kstride = (size_t)Hkv * D;
 	for (int i = tid; i < KCU_SPLIT_KEYS * P8; i += SP_THREADS) {
 		int r = i / P8, c = (i - r * P8) * 8, ok = r < n;
-		cp16(Ks + r * LD + c,
+		cp16(Ks + r * LD + c + (c >= D / 2 ? 8 : 0),
 		     K + (size_t)(j0 + (ok ? r : 0)) * kstride + (size_t)kh * D + c,
 		     ok);
 	}
@@ -282,36 +302,43 @@ __global__ void __launch_bounds__(SP_THREADS)
 		     ok);
 	}
 	cp_commit();
-	for (int i = tid; i < G * D; i += SP_THREADS) {
+	for (int i = tid; i < GP * D; i += SP_THREADS) {
 		int h = i / D, d = i - h * D;
-		qs[i] = qv[(size_t)t * ldq + (size_t)(kh * G + h) * D + d];
+		qs[d * GP + h] =
+		    h < G ? qv[(size_t)t * ldq + (size_t)(kh * G + h) * D + d] : 0.0f;
 	}
 	cp_wait<1>();
 	__syncthreads();
 	{
 		const int key = tid >> 1, half = tid & 1;
-		float acc[KCU_GROUP_MAX];
+		float acc[GP];
 #pragma unroll
-		for (int h = 0; h < KCU_GROUP_MAX; h++)
+		for (int h = 0; h < GP; h++)
 			acc[h] = 0.0f;
-		const uint4 *kp = (const uint4 *)(Ks + key * LD + half * (D / 2));
-		const float *q0 = qs + half * (D / 2);
-#pragma unroll 4
+		const uint4 *kp =
+		    (const uint4 *)(Ks + key * LD + half * (D / 2 + 8));
+		const float *q0 = qs + half * (D / 2) * GP;
+#pragma unroll 2
 		for (int d8 = 0; d8 < P8 / 2; d8++) {
 			uint4 u = kp[d8];
 			const bf16 *e = (const bf16 *)&u;
 #pragma unroll
 			for (int i = 0; i < 8; i++) {
 				float kd = __bfloat162float(e[i]);
-				const float *qd = q0 + d8 * 8 + i;
+				const float4 *qd =
+				    (const float4 *)(q0 + (d8 * 8 + i) * GP);
 #pragma unroll
-				for (int h = 0; h < KCU_GROUP_MAX; h++)
-					if (h < G)
-						acc[h] = fmaf(qd[h * D], kd, acc[h]);
+				for (int h4 = 0; h4 < GP / 4; h4++) {
+					float4 qq = qd[h4];
+					acc[4 * h4] = fmaf(qq.x, kd, acc[4 * h4]);
+					acc[4 * h4 + 1] = fmaf(qq.y, kd, acc[4 * h4 + 1]);
+					acc[4 * h4 + 2] = fmaf(qq.z, kd, acc[4 * h4 + 2]);
+					acc[4 * h4 + 3] = fmaf(qq.w, kd, acc[4 * h4 + 3]);
+				}
 			}
 		}
 #pragma unroll
-		for (int h = 0; h < KCU_GROUP_MAX; h++)
+		for (int h = 0; h < GP; h++)
 			if (h < G) {
 				float o = __shfl_xor_sync(0xffffffffu, acc[h], 1);
 				float v = half ? o + acc[h] : acc[h] + o;
@@ -348,16 +375,16 @@ __global__ void __launch_bounds__(SP_THREADS)
 	const int d = 2 * tid;
 	if (d >= D)
 		return;
-	float a0[KCU_GROUP_MAX], a1[KCU_GROUP_MAX];
+	float a0[GP], a1[GP];
 #pragma unroll
-	for (int h = 0; h < KCU_GROUP_MAX; h++)
+	for (int h = 0; h < GP; h++)
 		a0[h] = a1[h] = 0.0f;
 #pragma unroll 8
 	for (int j = 0; j < n; j++) {
 		float2 v = __bfloat1622float2(
 		    *(const __nv_bfloat162 *)(Vs + j * LD + d));
 #pragma unroll
-		for (int h = 0; h < KCU_GROUP_MAX; h++)
+		for (int h = 0; h < GP; h++)
 			if (h < G) {
 				float p_ = sc[h * KCU_SPLIT_KEYS + j];
 				a0[h] = fmaf(p_, v.x, a0[h]);
@@ -365,7 +392,7 @@ __global__ void __launch_bounds__(SP_THREADS)
 			}
 	}
 #pragma unroll
-	for (int h = 0; h < KCU_GROUP_MAX; h++)
+	for (int h = 0; h < GP; h++)
 		if (h < G) {
 			float *op = part +
 				    (((size_t)rl * Hq + kh * G + h) * nsplit + s) *
@@ -377,17 +404,20 @@ __global__ void __launch_bounds__(SP_THREADS)
 
 #define COMB_THREADS 256
 #define COMB_DIMS 32 /* dims of a combine block: a lane each */
+#define COMB_CHUNK 1024 /* splits whose weights sit in shared memory at once */
 
 /* grid (Hq, rows, ceil(D / COMB_DIMS)), COMB_THREADS threads: the splits
  * of a row. The max is order-free; L = the block's fixed-order sum of
  * e^(m_s - M) l_s; warp w adds e^(m_s - M) o_s for s = w, w + 8, ... in
- * order, then the 8 warps' sums are added in order. */
+ * order (the weights a chunk at a time in shared memory, eight loads in
+ * flight), then the 8 warps' sums are added in order. */
 __global__ void __launch_bounds__(COMB_THREADS)
     k_combine(float *out, const float *part, int nsplit, int r0,
 	      const int64_t *dpos, int64_t padd, int Hq, int D, int act)
 {
 	__shared__ float red[32];
 	__shared__ float acc[COMB_THREADS / 32][COMB_DIMS];
+	__shared__ float wsh[COMB_CHUNK]; /* e^(m_s - M) of a chunk of splits */
 	const int h = blockIdx.x, rl = blockIdx.y, t = r0 + rl;
 	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
 	const int d = blockIdx.z * COMB_DIMS + lane;
@@ -412,11 +442,19 @@ __global__ void __launch_bounds__(COMB_THREADS)
 	}
 	const float L = kcu_block_sum(l, red);
 	float a = 0.0f;
-	if (d < D)
-		for (int s = w; s < ns; s += COMB_THREADS / 32) {
-			const float *q = p + (size_t)s * (D + 2);
-			a = fmaf(expf(q[0] - M), q[2 + d], a);
+	for (int c0 = 0; c0 < ns; c0 += COMB_CHUNK) {
+		const int cn = ns - c0 < COMB_CHUNK ? ns - c0 : COMB_CHUNK;
+		__syncthreads();
+		for (int i = tid; i < cn; i += COMB_THREADS)
+			wsh[i] = expf(p[(size_t)(c0 + i) * (D + 2)] - M);
+		__syncthreads();
+		if (d < D) {
+			const float *q = p + (size_t)c0 * (D + 2) + 2 + d;
+#pragma unroll 8
+			for (int s = w; s < cn; s += COMB_THREADS / 32)
+				a = fmaf(wsh[s], __ldg(q + (size_t)s * (D + 2)), a);
 		}
+	}
 	acc[w][lane] = a;
 	__syncthreads();
 	if (w == 0 && d < D) {
@@ -461,33 +499,42 @@ static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
 	/* the bf16 kernel: 16-byte aligned rows */
 	int b16 = kvdt == KERN_BF16 && act == KERN_ACT_BF16 && D % 8 == 0 &&
 		  (((uintptr_t)K | (uintptr_t)V) & 15) == 0;
-	size_t shm16 = (size_t)2 * KCU_SPLIT_KEYS * (D + 8) * sizeof(bf16) +
-		       ((size_t)G * D + (size_t)G * KCU_SPLIT_KEYS) * sizeof(float);
+	const int gp = G <= 8 ? 8 : 16;
+	size_t shm16 = gp == 8 ? sp_smem(D, 8, G) : sp_smem(D, 16, G);
+	b16 = b16 && (D == 128 || D == 256);
 	static int shm16_set;
 	if (b16 && !shm16_set) {
-		size_t mx = (size_t)2 * KCU_SPLIT_KEYS * (256 + 8) * sizeof(bf16) +
-			    ((size_t)KCU_GROUP_MAX * 256 +
-			     (size_t)KCU_GROUP_MAX * KCU_SPLIT_KEYS) *
-				sizeof(float);
+		int mx = (int)sp_smem(256, 16, KCU_GROUP_MAX);
 		KCU(c, cudaFuncSetAttribute(
-			   k_split16<256>,
-			   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mx));
+			   k_split16<256, 8>,
+			   cudaFuncAttributeMaxDynamicSharedMemorySize, mx));
 		KCU(c, cudaFuncSetAttribute(
-			   k_split16<128>,
-			   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mx));
+			   k_split16<256, 16>,
+			   cudaFuncAttributeMaxDynamicSharedMemorySize, mx));
+		KCU(c, cudaFuncSetAttribute(
+			   k_split16<128, 8>,
+			   cudaFuncAttributeMaxDynamicSharedMemorySize, mx));
+		KCU(c, cudaFuncSetAttribute(
+			   k_split16<128, 16>,
+			   cudaFuncAttributeMaxDynamicSharedMemorySize, mx));
 		shm16_set = 1;
 	}
 	for (int r0 = 0; r0 < T; r0 += KCU_SPLIT_BATCH) {
 		int nr = T - r0 < KCU_SPLIT_BATCH ? T - r0 : KCU_SPLIT_BATCH;
 		dim3 gr(ns, Hkv, nr);
-		if (b16 && D == 256)
-			k_split16<256><<<gr, SP_THREADS, shm16, q->s>>>(
-			    c->att_part, ns, qv, ldq, (const bf16 *)K,
-			    (const bf16 *)V, r0, dp, pa, Hq, Hkv, scale);
+#define SPLIT16(DD, GG)                                                        \
+	k_split16<DD, GG><<<gr, SP_THREADS, shm16, q->s>>>(                    \
+	    c->att_part, ns, qv, ldq, (const bf16 *)K, (const bf16 *)V, r0, dp, \
+	    pa, Hq, Hkv, scale)
+		if (b16 && D == 256 && gp == 8)
+			SPLIT16(256, 8);
+		else if (b16 && D == 256)
+			SPLIT16(256, 16);
+		else if (b16 && D == 128 && gp == 8)
+			SPLIT16(128, 8);
 		else if (b16 && D == 128)
-			k_split16<128><<<gr, SP_THREADS, shm16, q->s>>>(
-			    c->att_part, ns, qv, ldq, (const bf16 *)K,
-			    (const bf16 *)V, r0, dp, pa, Hq, Hkv, scale);
+			SPLIT16(128, 16);
+#undef SPLIT16
 		else
 			k_split<<<gr, KCU_SPLIT_KEYS, shm, q->s>>>(
 			    c->att_part, ns, qv, ldq, K, V, kvdt, r0, dp, pa, Hq,
@@ -551,6 +598,39 @@ static __device__ inline void load_tile(bf16 *s, const bf16 *X, int64_t kb,
 		const bf16 *src = X + ((size_t)(ok ? j : 0) * Hkv + kh) * D + c;
 		cp16(s + r * LD + c, src, ok);
 	}
+}
+
+/* e^x as the flash kernel takes it: ex2.approx of x log2(e) (two
+ * instructions, where expf is a dozen; p is rounded to bf16 after it). */
+static __device__ inline float fl_exp(float x)
+{
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+	return y;
+}
+
+/* A tile's scores rounded and scaled as ops.h says, keys past a row's
+ * position -inf when MASK (key index within the tile > lim_a for the
+ * lane's row a, > lim_b for its row b), and the two rows' maxima. */
+template <bool MASK>
+static __device__ inline void fl_scores(float (*s)[4], float scale, int lim_a,
+					int lim_b, int tq, float &xa, float &xb)
+{
+	xa = -INFINITY;
+	xb = -INFINITY;
+#pragma unroll
+	for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			float v = kcu_bf16r(__fmul_rn(kcu_bf16r(s[nt][e]), scale));
+			if (MASK && nt * 8 + 2 * tq + (e & 1) > (e < 2 ? lim_a : lim_b))
+				v = -INFINITY;
+			s[nt][e] = v;
+			if (e < 2)
+				xa = fmaxf(xa, v);
+			else
+				xb = fmaxf(xb, v);
+		}
 }
 
 /* Keys are cut into nseg segments of seg keys (a multiple of FL_BC, the
@@ -631,30 +711,23 @@ __global__ void __launch_bounds__(FL_THREADS, 2)
 				mma16816(s[2 * np + 1], a, b[2], b[3]);
 			}
 		}
-		/* rounding, scale, the causal mask; the rows' maxima */
-		float xa = -INFINITY, xb = -INFINITY;
-#pragma unroll
-		for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				int64_t j = kb + nt * 8 + 2 * tq + (e & 1);
-				float v = kcu_bf16r(__fmul_rn(kcu_bf16r(s[nt][e]), scale));
-				if (j > (e < 2 ? pa : pb))
-					v = -INFINITY;
-				s[nt][e] = v;
-				if (e < 2)
-					xa = fmaxf(xa, v);
-				else
-					xb = fmaxf(xb, v);
-			}
+		/* rounding, scale, the causal mask (only on a tile that reaches
+		 * past the warp's first row); the rows' maxima */
+		float xa, xb;
+		const int64_t rel = pa - g - kb; /* the warp's first row - kb */
+		if (rel >= FL_BC - 1)
+			fl_scores<false>(s, scale, 0, 0, tq, xa, xb);
+		else
+			fl_scores<true>(s, scale, (int)(rel + g), (int)(rel + g + 8),
+					tq, xa, xb);
 		for (int m = 1; m <= 2; m <<= 1) {
 			xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, m));
 			xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, m));
 		}
 		float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
 		/* a row with no key yet (a padding row) keeps na = -inf */
-		float ca = na == -INFINITY ? 0.0f : expf(ma - na);
-		float cb = nb == -INFINITY ? 0.0f : expf(mb - nb);
+		float ca = na == -INFINITY ? 0.0f : fl_exp(ma - na);
+		float cb = nb == -INFINITY ? 0.0f : fl_exp(mb - nb);
 		float sa = 0.0f, sb = 0.0f;
 #pragma unroll
 		for (int nt = 0; nt < 8; nt++)
@@ -662,7 +735,7 @@ __global__ void __launch_bounds__(FL_THREADS, 2)
 			for (int e = 0; e < 4; e++) {
 				float m = e < 2 ? na : nb;
 				float p = m == -INFINITY ? 0.0f
-							 : kcu_bf16r(expf(s[nt][e] - m));
+							 : kcu_bf16r(fl_exp(s[nt][e] - m));
 				s[nt][e] = p;
 				if (e < 2)
 					sa += p;
@@ -677,13 +750,15 @@ __global__ void __launch_bounds__(FL_THREADS, 2)
 		lb = lb * cb + sb;
 		ma = na;
 		mb = nb;
+		/* o * 1 is o: the rescale is skipped when no row's max moved */
+		if (__any_sync(0xffffffffu, ca != 1.0f || cb != 1.0f))
 #pragma unroll
-		for (int i = 0; i < NT; i++) {
-			o[i][0] *= ca;
-			o[i][1] *= ca;
-			o[i][2] *= cb;
-			o[i][3] *= cb;
-		}
+			for (int i = 0; i < NT; i++) {
+				o[i][0] *= ca;
+				o[i][1] *= ca;
+				o[i][2] *= cb;
+				o[i][3] *= cb;
+			}
 		cp_wait<0>();
 		__syncthreads(); /* V in; every warp is done with K */
 		if (it + 1 < ntile) {

@@ -188,6 +188,31 @@ static void cu_free(kern_ctx *c, void *p)
 		cudaFree(p);
 }
 
+/* Pinned staging (ops.h host_alloc): an upload from it is a DMA. */
+static int cu_host_alloc(kern_ctx *c, size_t bytes, void **out)
+{
+	if (!c || !out)
+		return MOOR_ERANGE;
+	*out = NULL;
+	cudaSetDevice(c->device);
+	cudaError_t e = cudaHostAlloc(out, bytes ? bytes : 1,
+				      cudaHostAllocPortable);
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		*out = NULL;
+		return e == cudaErrorMemoryAllocation ? -ENOMEM
+			: kcu_fail(c, e, "cudaHostAlloc", __FILE__, __LINE__);
+	}
+	return 0;
+}
+
+static void cu_host_free(kern_ctx *c, void *p)
+{
+	(void)c;
+	if (p)
+		cudaFreeHost(p);
+}
+
 static int cu_import_ipc(kern_ctx *c, const kern_ipc *h, void **out, char *err)
 {
 	if (!c || !h || !out)
@@ -433,6 +458,8 @@ extern "C" const kern_ops kern_cuda_ops = {
     /* .matmul_swiglu = */ kcu_matmul_swiglu,
     /* .fill_random = */ kcu_fill_random,
     /* .sample = */ kcu_sample,
+    /* .host_alloc = */ cu_host_alloc,
+    /* .host_free = */ cu_host_free,
 };
 
 extern "C" const kern_ops *const kern_cuda_entry = &kern_cuda_ops;

@@ -8,8 +8,11 @@
  * a real kill -9; and after a planned restart of cached (the drain writes
  * the conversation to the session spill, a new cache and engine read it
  * back at the attach: the read-back is reported beside the row, the TTFT
- * is the request's, as a client sees it once the stack is up). Prints a
- * table with each source's ratio to cold.
+ * is the request's, as a client sees it once the stack is up); and from
+ * the disk tier after a kill -9 of cached (a new cache with no drain and
+ * no spill: a new session that shares the history's head resumes from the
+ * chunks and the anchor its first request wrote). Prints a table with each
+ * source's ratio to cold.
  * Usage: bench_ttft MODEL_DIR [THREADS] [H...]   (MOOR_BENCH_DIR: where
  * the spill goes; default the current directory) */
 #include <stdio.h>
@@ -184,6 +187,7 @@ int main(int argc, char **argv)
 		cfg.device_bytes = 1ull << 30;
 		cfg.host_bytes = 1ull << 30;
 		cfg.mem_ceiling = cfg.mem_peak = 1ull << 40;
+		cfg.disk_min_free = 0; /* the bench's file system */
 		snprintf(cfg.spill_dir, sizeof cfg.spill_dir, "%s/bench-spill-%d",
 			 getenv("MOOR_BENCH_DIR") ? getenv("MOOR_BENCH_DIR")
 						  : ".",
@@ -208,6 +212,9 @@ int main(int argc, char **argv)
 
 		/* turn 1, then the follow-up continuing its answer */
 		turn t1 = run(&e, A, H, "A", 0);
+		/* session A's first long request: the disk tier writes its
+		 * head while nothing runs (not in a TTFT) */
+		cache_disk_wait(e.c);
 		memcpy(A + H, t1.gen, GEN * 4);
 		ids_fill(A + H + GEN, NEW, e.V, 51);
 		turn end = run(&e, A, nf, "A", 0);
@@ -258,6 +265,21 @@ int main(int argc, char **argv)
 		ids_fill(A5 + nr + GEN, NEW, e.V, 55);
 		turn sp = run(&e, A5, ns, "A", 0);
 
+		/* a kill -9 of cached (no drain: a new cache, the spill
+		 * emptied) and a new session that shares A's head: from the
+		 * disk tier */
+		cache_disk_wait(e.c);
+		(void)cache_clear(e.c, "spill");
+		engine_stop(&e);
+		cache_free(e.c);
+		if ((rc = cache_new(&cfg, &e.c, err)))
+			die("cache_new", rc, err);
+		engine_start(&e, window);
+		int32_t *C = malloc((size_t)nf * 4);
+		memcpy(C, A, (size_t)H * 4);
+		ids_fill(C + H, GEN + NEW, e.V, 56);
+		turn dk = run(&e, C, nf, "C", 0);
+
 		row("resident anchors", &res, cold.ttft, nf);
 		row("end anchor", &end, cold.ttft, nf);
 		row("park (after B)", &park, cold.ttft, np);
@@ -266,11 +288,13 @@ int main(int argc, char **argv)
 		printf("    (the drain took %.3f s; the attach with the "
 		       "read-back and the model load %.3f s)\n",
 		       drain_s, back_s);
+		row("disk (new cached)", &dk, cold.ttft, nf);
 		fflush(stdout);
-		(void)cache_clear(e.c, "spill");
+		(void)cache_clear(e.c, "all");
 		engine_stop(&e);
 		cache_free(e.c);
 		dfile_rm_rf(AT_FDCWD, cfg.spill_dir);
+		free(C);
 		free(A5);
 		free(A);
 		free(A2);

@@ -47,6 +47,9 @@ base=http://127.0.0.1:$port
 flags=(--no-setup --model "$model" --port "$port" --threads 2 --grid 1024
 	--window 8192 --run-dir "$tmp/run" --disk-dir "$tmp/disk")
 log=$tmp/run.log
+# the admin token (clear, the session parts of stats need it)
+export MOOR_ADMIN_TOKEN=disk-kill-admin-token
+A="Authorization: Bearer $MOOR_ADMIN_TOKEN"
 MOOR_BUILD=$build MOOR_CACHED_ARGS="--disk-cache-min-free-gb 0" \
 	"$src/deploy/run" "${flags[@]}" >"$log" 2>&1 &
 rp=$!
@@ -56,7 +59,7 @@ chat() { # body-file -> response JSON
 	curl -s -m 300 "$base/v1/chat/completions" -H 'Content-Type: application/json' \
 		-H 'x-session-id: disk-kill-1' --data-binary "@$1"
 }
-stat() { curl -s -m 30 "$base/v1/cache/stats"; }
+stat() { curl -s -m 30 -H "$A" "$base/v1/cache/stats"; }
 
 python3 - "$tmp" <<'EOF'
 import json, sys
@@ -117,7 +120,7 @@ check "/metrics does not count the disk hit" \
 	'echo "$mt" | grep -q "^moor_disk_total{what=\"hits\"} 1$"'
 
 # ---- the same turn 2 cold ----
-cl=$(curl -s -m 30 -X POST "$base/v1/cache/clear?tier=all")
+cl=$(curl -s -m 30 -X POST -H "$A" "$base/v1/cache/clear?tier=all")
 s=$(stat)
 check "clear ?tier=all left disk files: $cl $s" \
 	'[ "$(echo "$s" | json "d[\"disk\"][\"anchors\"]")" = 0 ]'
