@@ -43,9 +43,17 @@ static void cfg_of(cache_cfg *cfg, const char *name)
 	cfg->store_bytes = cfg->store_entry_bytes = 2 << 20;
 }
 
+static int32_t *dup_ids(const int32_t *ids, uint64_t n)
+{
+	int32_t *r = malloc((n + 1) * sizeof *r);
+	REQUIRE(r, "oom");
+	memcpy(r, ids, n * sizeof *r);
+	return r;
+}
+
 static int32_t *salted(const int32_t *ids, uint64_t n, uint64_t salt)
 {
-	int32_t *s = toy_cat(ids, n, NULL, 0);
+	int32_t *s = dup_ids(ids, n);
 	cache_salt_ids(s, n, 0, salt);
 	return s;
 }
@@ -53,7 +61,7 @@ static int32_t *salted(const int32_t *ids, uint64_t n, uint64_t salt)
 static void test_transform(void)
 {
 	int32_t *a = toy_ids(5000, 9);
-	int32_t *b = toy_cat(a, 5000, NULL, 0);
+	int32_t *b = dup_ids(a, 5000);
 	cache_salt_ids(b, 5000, 0, 0);
 	CHECK(!memcmp(a, b, 5000 * 4), "salt 0 changed the ids");
 	cache_salt_ids(b, 5000, 0, SALT_X);
@@ -65,7 +73,7 @@ static void test_transform(void)
 	CHECK(!neg, "%d salted ids are negative", neg);
 	CHECK(same < 3, "%d of 5000 ids unchanged by a salt", same);
 	/* the generated ids of a COMMIT are salted at their positions */
-	int32_t *c = toy_cat(a + 1000, 4000, NULL, 0);
+	int32_t *c = dup_ids(a + 1000, 4000);
 	cache_salt_ids(c, 4000, 1000, SALT_X);
 	CHECK(!memcmp(c, b + 1000, 4000 * 4),
 	      "salting from position 1000 differs from the whole");
