@@ -47,6 +47,7 @@ static void die(int code, const char *msg)
 typedef struct floor_t {
 	double max_rel, mean_abs;
 	double tok_rel, tok_mean; /* token by token (info), -1 if absent */
+	long flips; /* rows whose argmax the chunked runs flipped (0: absent) */
 	int bf16;
 	long n_prompt, n_decode, vocab;
 } floor_t;
@@ -73,6 +74,7 @@ static void read_floor(const char *path, floor_t *f)
 		die(2, msg);
 	}
 	f->max_rel = json_number_value(mr);
+	f->flips = json_integer_value(json_object_get(fl, "argmax_flips"));
 	f->mean_abs = json_number_value(ma);
 	f->bf16 = strcmp(dt, "bfloat16") == 0;
 	/* for scale only: transformers' prefill one token a call */
@@ -379,10 +381,22 @@ int main(int argc, char **argv)
 		MISS("decode mean|d| %.4g > %.4g", d_sum / ((double)nd * V),
 		     tol_mean);
 	/* issue 10's bar for bf16 on any backend: the same argmax on >= 99%
-	 * of positions by the tie-aware count */
-	if ((size_t)all_tied * 100 < (np + nd) * 99)
-		MISS("argmax agrees (tie-aware) on %d of %zu rows, < 99%%",
-		     all_tied, np + nd);
+	 * of positions by the tie-aware count. At 27B width with random
+	 * weights transformers misses it against itself (chunked vs one-shot
+	 * on the H200: 74 of 2,080 rows flipped, 98.2% tie-aware; its logits
+	 * sit within a bf16 step or two of each other over a 248k vocabulary),
+	 * so where the floor counts its flips the bar is the looser of 99%
+	 * and K times those flips: a backend flips no more rows than K
+	 * transformers runs do. */
+	size_t rows = np + nd, miss = rows - (size_t)all_tied;
+	size_t allow = rows / 100;
+	if (fl.flips > 0 && (double)K * fl.flips > (double)allow)
+		allow = (size_t)(K * fl.flips);
+	if (miss > allow)
+		MISS("argmax agrees (tie-aware) on %d of %zu rows: %zu misses, "
+		     "more than %zu (99%% of rows, or %.3g x the floor's %ld "
+		     "flips)",
+		     all_tied, rows, miss, allow, K, fl.flips);
 	printf("golden_check: %s\n", failed ? "FAILED" : "ok");
 	free(lg);
 	free(row);
