@@ -185,41 +185,6 @@ __global__ void __launch_bounds__(KCU_SPLIT_KEYS)
 		}
 	}
 	__syncthreads();
-	/* p V: a thread two adjacent dims (one 4-byte load a key) when the
-	 * rows are bf16, every head of the group, keys in order */
-	if (vec && D == 2 * KCU_SPLIT_KEYS && ((uintptr_t)V & 3) == 0) {
-		const int d = 2 * tid;
-		float a0[KCU_GROUP_MAX], a1[KCU_GROUP_MAX];
-#pragma unroll
-		for (int h = 0; h < KCU_GROUP_MAX; h++)
-			a0[h] = a1[h] = 0.0f;
-		const __nv_bfloat162 *vp =
-		    (const __nv_bfloat162 *)((const bf16 *)V + (size_t)j0 * kstride +
-					     (size_t)kh * D + d);
-		const size_t vs = kstride / 2;
-#pragma unroll 8
-		for (int j = 0; j < n; j++) {
-			float2 v = __bfloat1622float2(vp[(size_t)j * vs]);
-#pragma unroll
-			for (int h = 0; h < KCU_GROUP_MAX; h++)
-				if (h < G) {
-					float p_ = sc[h * KCU_SPLIT_KEYS + j];
-					a0[h] = fmaf(p_, v.x, a0[h]);
-					a1[h] = fmaf(p_, v.y, a1[h]);
-				}
-		}
-#pragma unroll
-		for (int h = 0; h < KCU_GROUP_MAX; h++)
-			if (h < G) {
-				float *op = part +
-					    (((size_t)rl * Hq + kh * G + h) * nsplit + s) *
-						(D + 2) +
-					    2 + d;
-				op[0] = a0[h];
-				op[1] = a1[h];
-			}
-		return;
-	}
 	/* p V: a thread a dim, every head of the group, keys in order */
 	for (int d = tid; d < D; d += blockDim.x) {
 		float acc[KCU_GROUP_MAX];
@@ -676,7 +641,7 @@ __global__ void __launch_bounds__(FL_THREADS, 2)
 							  pack2(v.z, v.w));
 	}
 	const int ra = t0 + w * 16 + g, rb = ra + 8;
-	const int64_t pa = pos0 + ra, pb = pos0 + rb; /* keys j <= pa, <= pb */
+	const int64_t pa = pos0 + ra; /* row a reads keys j <= pa, row b <= pa + 8 */
 	const int ntile = (int)((k1 - k0 + FL_BC - 1) / FL_BC);
 
 	float o[NT][4];
