@@ -381,7 +381,8 @@ static int shard_load(eng_ckpt *c, size_t si, const char *named_by, char *err)
 	}
 	/* Fixed order; then overlap: each non-empty tensor must begin at or
 	 * after the end of the one before it. */
-	qsort(c->t + first, c->n - first, sizeof *c->t, cmp_by_data);
+	if (c->n > first) /* a file of no tensors: c->t may be NULL */
+		qsort(c->t + first, c->n - first, sizeof *c->t, cmp_by_data);
 	const uint8_t *end = NULL;
 	const char *prev = NULL;
 	for (size_t i = first; i < c->n; i++) {
