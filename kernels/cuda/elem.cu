@@ -106,6 +106,57 @@ int kcu_sigmoid_mul(kern_queue *q, float *y, const float *x,
 
 /* ---- rmsnorm, add_rmsnorm: a block per row ---- */
 
+/* A thread's elements are i = tid + blockDim.x j, summed in order of j,
+ * then kcu_block_sum: one order per (dim, block size). k_rmsnorm_reg
+ * keeps a row's VPT elements a thread in registers (the loads of x, h and
+ * w all in flight at once: a decode step's 5,120-wide norm took 17 us as a
+ * loop of dependent loads on the H200, most of it latency); k_rmsnorm
+ * loops, for rows wider than RMS_REG_MAX. Both sum in the same order. */
+template <int VPT>
+static __global__ void k_rmsnorm_reg(float *y, int ldy, float *h,
+				     const float *x, int ldx, const void *w,
+				     int wdt, int dim, float eps, int plus_one,
+				     int act, int add)
+{
+	__shared__ float sh[32];
+	size_t r = blockIdx.x;
+	float *hr = h ? h + r * dim : NULL;
+	const float *xr = x + r * (size_t)ldx;
+	float *yr = y + r * (size_t)ldy;
+	const int bd = blockDim.x, tid = threadIdx.x;
+	float v[VPT], wv[VPT];
+#pragma unroll
+	for (int j = 0; j < VPT; j++) {
+		int i = tid + bd * j;
+		v[j] = 0.0f;
+		wv[j] = 0.0f;
+		if (i < dim) {
+			v[j] = add ? kcu_rnd(hr[i] + xr[i], act) : xr[i];
+			wv[j] = kcu_wget(w, wdt, (size_t)i);
+		}
+	}
+	float ss = 0.0f;
+#pragma unroll
+	for (int j = 0; j < VPT; j++) {
+		int i = tid + bd * j;
+		if (i < dim) {
+			if (add)
+				hr[i] = v[j];
+			ss += v[j] * v[j];
+		}
+	}
+	ss = kcu_block_sum(ss, sh);
+	float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+#pragma unroll
+	for (int j = 0; j < VPT; j++) {
+		int i = tid + bd * j;
+		if (i < dim) {
+			float ww = plus_one ? 1.0f + wv[j] : wv[j];
+			yr[i] = kcu_rnd((v[j] * inv) * ww, act);
+		}
+	}
+}
+
 static __global__ void k_rmsnorm(float *y, int ldy, float *h, const float *x,
 				 int ldx, const void *w, int wdt, int dim,
 				 float eps, int plus_one, int act, int add)
@@ -141,6 +192,38 @@ static unsigned row_threads(int dim)
 	return t;
 }
 
+#define RMS_REG_MAX (32 * 256) /* widest row k_rmsnorm_reg holds */
+
+#define RMS_CASE(V)                                                            \
+	if (vpt <= V) {                                                        \
+		k_rmsnorm_reg<V><<<rows, nt, 0, q->s>>>(                       \
+		    y, ldy, h, x, ldx, w, wdt, dim, eps, plus_one, act, add);  \
+		KCU_LAUNCHED(q->ctx);                                          \
+		return 0;                                                      \
+	}
+
+static int rms_launch(kern_queue *q, float *y, int ldy, float *h,
+		      const float *x, int ldx, const void *w, int wdt,
+		      int rows, int dim, float eps, int plus_one, int act,
+		      int add)
+{
+	unsigned nt = row_threads(dim);
+	int vpt = (int)((dim + nt - 1) / nt);
+	if (dim <= RMS_REG_MAX) {
+		RMS_CASE(1)
+		RMS_CASE(2)
+		RMS_CASE(4)
+		RMS_CASE(8)
+		RMS_CASE(16)
+		RMS_CASE(24)
+		RMS_CASE(32)
+	}
+	k_rmsnorm<<<rows, nt, 0, q->s>>>(y, ldy, h, x, ldx, w, wdt, dim, eps,
+					 plus_one, act, add);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
+}
+
 int kcu_rmsnorm(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 		const void *w, int wdt, int rows, int dim, float eps,
 		int plus_one, int act)
@@ -152,10 +235,8 @@ int kcu_rmsnorm(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 		return MOOR_EDTYPE;
 	if (rows == 0 || dim == 0)
 		return 0;
-	k_rmsnorm<<<rows, row_threads(dim), 0, q->s>>>(
-	    y, ldy, NULL, x, ldx, w, wdt, dim, eps, plus_one, act, 0);
-	KCU_LAUNCHED(q->ctx);
-	return 0;
+	return rms_launch(q, y, ldy, NULL, x, ldx, w, wdt, rows, dim, eps,
+			  plus_one, act, 0);
 }
 
 int kcu_add_rmsnorm(kern_queue *q, float *h, const float *x, float *y,
@@ -168,10 +249,8 @@ int kcu_add_rmsnorm(kern_queue *q, float *h, const float *x, float *y,
 		return MOOR_EDTYPE;
 	if (rows == 0 || dim == 0)
 		return 0;
-	k_rmsnorm<<<rows, row_threads(dim), 0, q->s>>>(y, dim, h, x, dim, w, wdt,
-						      dim, eps, 1, act, 1);
-	KCU_LAUNCHED(q->ctx);
-	return 0;
+	return rms_launch(q, y, dim, h, x, dim, w, wdt, rows, dim, eps, 1, act,
+			  1);
 }
 
 /* ---- per-head rows: a warp per row ---- */
@@ -288,8 +367,18 @@ static __global__ void k_conv1d(float *out, const float *in, int ldin,
 		       : t >= 0	     ? in[(size_t)t * ldin + c]
 				     : tail[(size_t)(t + Kc - 1) * C + c];
 	}
-	for (int t = ta; t < tb; t++) {
-		float cur = in[(size_t)t * ldin + c];
+	/* the tile's inputs loaded at once (in flight together: one at a
+	 * time, the loads' latency was most of the kernel's time) */
+	float xin[CONV_TT];
+#pragma unroll
+	for (int i = 0; i < CONV_TT; i++)
+		xin[i] = ta + i < tb ? in[(size_t)(ta + i) * ldin + c] : 0.0f;
+#pragma unroll
+	for (int i = 0; i < CONV_TT; i++) {
+		const int t = ta + i;
+		if (t >= tb)
+			break;
+		float cur = xin[i];
 		float acc = 0.0f;
 #pragma unroll
 		for (int k = 0; k < CONV_KMAX; k++)
