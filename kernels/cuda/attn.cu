@@ -38,24 +38,6 @@ typedef __nv_bfloat16 bf16;
 #define FL_BC 64 /* keys of a tile */
 #define FL_PAD 8 /* bf16 of padding a smem row: conflict-free fragments */
 
-/* ---- cp.async ---- */
-
-static __device__ inline void cp16(void *dst, const void *src, int ok)
-{
-	unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-	int n = ok ? 16 : 0; /* 0: the 16 bytes are zero-filled */
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a),
-		     "l"(src), "r"(n));
-}
-static __device__ inline void cp_commit(void)
-{
-	asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> static __device__ inline void cp_wait(void)
-{
-	asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 /* ---- the split kernel ---- */
 
 static __host__ __device__ inline int64_t splits_of(int64_t len)

@@ -118,6 +118,24 @@ static __device__ inline int64_t kcu_pos(const int64_t *dpos, int64_t add)
 	return (dpos ? *dpos : 0) + add;
 }
 
+/* ---- cp.async (16-byte copies global -> shared, in groups) ---- */
+
+static __device__ inline void cp16(void *dst, const void *src, int ok)
+{
+	unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+	int n = ok ? 16 : 0; /* 0: the 16 bytes are zero-filled */
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a),
+		     "l"(src), "r"(n));
+}
+static __device__ inline void cp_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> static __device__ inline void cp_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 /* ---- numerics shared by the kernels ---- */
 
 static __device__ inline float kcu_bf16r(float x)

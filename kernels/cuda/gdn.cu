@@ -1,6 +1,6 @@
 /* gdn.cu: the delta rule on the GPU (ops.h, SPEC §5.5-§5.6).
  *
- * Chunked (prefill), in two kernels over the call's 64-token sub-chunks
+ * Chunked (prefill), in three kernels over the call's 64-token sub-chunks
  * (aligned to token 0 of the call, the last one short):
  *
  *   intra  one block per (sub-chunk, value head), all in parallel: what
@@ -8,17 +8,18 @@
  *          cumulative sum of g, in fp64 rounded per row, as the CPU does),
  *          A_ij = (beta_i k_i . k_j) e^(G_i - G_j) (j < i), the forward
  *          substitutions U = (I + A)^-1 beta V and W = (I + A)^-1 beta e^G K
- *          (a thread per column, rows in order), and Am_ij = (q_i . k_j)
- *          e^(G_i - G_j) (j <= i), written to the workspace;
- *   inter  one block per (value head, slice of value columns; columns
+ *          (a thread per column, rows in order), Am_ij = (q_i . k_j)
+ *          e^(G_i - G_j) (j <= i), q e^G and k e^(G_last - G), written to
+ *          the workspace;
+ *   state  k_hstate, one block per (value head, 16 value columns; columns
  *          are independent), the sub-chunks in order, the state slice in
- *          shared memory: V' = U - W S, O = (q e^G) S + Am V' (rounded when
- *          act is BF16), S <- e^(G_last) S + (k e^(G_last - G))^T V'.
- *          k_inter16 (16-column slices, three blocks an SM: 0.56 ms a
- *          1,024-token chunk of the 27B's 48 heads on the H200, where
- *          32-column slices at one block an SM took 0.98) holds 1 x 4 and
- *          2 x 4 tiles of those products in registers; k_inter (other
- *          widths) a product each. Both sum in the same order.
+ *          shared memory: it records the state S each sub-chunk starts
+ *          from, V' = U - W S, and S <- e^(G_last) S + (k e^(G_last - G))^T
+ *          V';
+ *   out    k_out, one block per (sub-chunk, value head, 64 columns), all in
+ *          parallel: O = (q e^G) S + Am V' (rounded when act is BF16).
+ *   k_inter does state and out in one pass for shapes the 16-column path
+ *   does not take (a product each thread, the same order of sums).
  *
  * Recurrent (decode): one block per (value head, 32-column slice), a
  * thread holds 16 rows of one column of the state in registers; the sums
@@ -37,10 +38,36 @@
 #define DMAX 128
 #define SLICE 32
 
-/* Floats of one (sub-chunk, head) unit of the workspace. */
+/* One (sub-chunk, head) unit of the workspace, in floats: W [C][dk],
+ * U [C][dv] (V' after k_hstate), Am [C][C], G [C], q e^G [C][dk],
+ * k e^(G_last - G) [C][dk] (rows past the sub-chunk zero), and the state
+ * entering the sub-chunk [dk][dv] (k_hstate writes it, k_out reads it).
+ * Every part starts on a multiple of 4 floats when dk does. */
 static __host__ __device__ size_t unit_floats(int dk, int dv)
 {
-	return (size_t)C * dk + (size_t)C * dv + (size_t)C * C + C;
+	return (size_t)C * dk + (size_t)C * dv + (size_t)C * C + C +
+	       2 * (size_t)C * dk + (size_t)dk * dv;
+}
+static __host__ __device__ size_t off_U(int dk) { return (size_t)C * dk; }
+static __host__ __device__ size_t off_A(int dk, int dv)
+{
+	return (size_t)C * dk + (size_t)C * dv;
+}
+static __host__ __device__ size_t off_G(int dk, int dv)
+{
+	return off_A(dk, dv) + (size_t)C * C;
+}
+static __host__ __device__ size_t off_Q(int dk, int dv)
+{
+	return off_G(dk, dv) + C;
+}
+static __host__ __device__ size_t off_K(int dk, int dv)
+{
+	return off_Q(dk, dv) + (size_t)C * dk;
+}
+static __host__ __device__ size_t off_S(int dk, int dv)
+{
+	return off_K(dk, dv) + (size_t)C * dk;
 }
 
 static int shape_ok(int dk, int dv)
@@ -213,9 +240,15 @@ static __global__ void __launch_bounds__(INTRA_THREADS)
 	}
 	__syncthreads();
 	float *u = ws + ((size_t)c * Hv + h) * unit_floats(dk, dv);
-	float *gW = u, *gU = u + (size_t)C * dk, *gG = Am + C * C;
-	for (int e = tid; e < C * dk; e += nt)
+	float *gW = u, *gU = u + off_U(dk), *gG = u + off_G(dk, dv);
+	float *gQ = u + off_Q(dk, dv), *gK = u + off_K(dk, dv);
+	const float gl = sG[n - 1];
+	for (int e = tid; e < C * dk; e += nt) {
+		int i = e / dk, d = e - i * dk;
 		gW[e] = e < n * dk ? sW[e] : 0.0f;
+		gQ[e] = i < n ? sq[i * PK + d] * expf(sG[i]) : 0.0f;
+		gK[e] = i < n ? sk[i * PK + d] * expf(gl - sG[i]) : 0.0f;
+	}
 	for (int e = tid; e < C * dv; e += nt)
 		gU[e] = e < n * dv ? sU[e] : 0.0f;
 	for (int e = tid; e < C; e += nt)
@@ -304,158 +337,122 @@ static __global__ void k_inter(float *o, float *S, const float *ws,
 		Sh[(size_t)(e / sw) * dv + s0 + e % sw] = sS[e];
 }
 
-#define I16_PK(dk) ((dk) + 4) /* rows of W, q, k in k_inter16 */
-
-/* k_inter for 16-column slices (grid Hv x dv / 16, three blocks an SM,
- * eight slices a head): 256 threads, a thread (tx = tid % 4, ty = tid /
- * 4) holds columns 4 tx .. 4 tx + 3 of row ty (for V' and O) or of state
- * rows ty + 64 m (for the state's update). One buffer holds W, then
- * q e^G, then k e^(G_last - G), each loaded when its product starts (the
- * other blocks of the SM compute meanwhile). Every output's sums run in
- * the order k_inter's do: the same bits. Needs dk <= 128. */
+/* k_hstate and k_out: the 16-column path (dk % 4 == 0, dv % 16 == 0).
+ *
+ * k_hstate carries the state alone, the sub-chunks in order: grid Hv x
+ * dv / SW (SW = 16 value columns), 16 SW threads, two blocks an SM; a
+ * thread (tx = tid % (SW / 4), ty = tid / (SW / 4)) holds columns 4 tx ..
+ * 4 tx + 3 of row ty (for V') or of state rows ty + 64 m (for the update).
+ * Per sub-chunk it writes the state it enters with to the unit (for
+ * k_out), V' = U - W S over U (in place: the block is the only reader of
+ * its columns of U), and S <- e^(G_last) S + (k e^(G_last - G))^T V'. W
+ * and k e^(G_last - G) come by cp.async into two buffers, each copied
+ * while the other's product runs (W of the next sub-chunk under the
+ * state's update). Measured on the H200 (bench_kern, the 27B's 48 heads,
+ * 1,024 tokens, the three kernels): 0.654 ms with SW = 16 (384 blocks, two
+ * waves), 0.698 with SW = 32 (192 blocks of 512 threads, one wave), where
+ * the one-kernel pass before (k_inter16, three blocks an SM) took 0.722.
+ * The sequential loop is bound by its fp32 products' issue and latency
+ * (about 28 us a sub-chunk under ncu): the next step is tensor cores.
+ *
+ * k_out makes the output of every sub-chunk at once (grid sub-chunks x Hv
+ * x dv / OC): O = (q e^G) S + Am V', rounded when act is BF16.
+ *
+ * Every sum runs in the order k_inter's does (over d, then j, each from 0),
+ * and q e^G, k e^(G_last - G) are the products k_inter16 made: the same
+ * arithmetic as the one-kernel pass they replace. */
+#define I16_PK(dk) ((dk) + 4) /* rows of W, q, k in shared memory */
 #define SL16 16
 
-static __device__ inline void i16_load(float *sB, const float *src, int ld,
-				       int kh, int t0, int n, int dk,
-				       const float *sG, int mode, float gl,
-				       int vec)
+/* rows [0, C) of a [C][dk] part of the unit into shared rows PK apart */
+static __device__ inline void hs_rows(float *dst, const float *src, int dk)
 {
-	/* mode 0: W from the workspace (rows dk apart); 1: q e^G; 2: k
-	 * e^(G_last - G) (rows ld apart, head kh) */
-	const int PK = I16_PK(dk);
-	if (vec) {
-		const int q4 = dk / 4;
-		for (int e = threadIdx.x; e < n * q4; e += blockDim.x) {
-			int i = e / q4, d = (e - i * q4) * 4;
-			float4 v;
-			float f = 1.0f;
-			if (mode == 0) {
-				v = *(const float4 *)(src + (size_t)i * dk + d);
-			} else {
-				v = *(const float4 *)(src + (size_t)(t0 + i) * ld +
-						      (size_t)kh * dk + d);
-				f = mode == 1 ? expf(sG[i]) : expf(gl - sG[i]);
-			}
-			if (mode)
-				v = make_float4(v.x * f, v.y * f, v.z * f, v.w * f);
-			*(float4 *)(sB + i * PK + d) = v;
-		}
-		return;
-	}
-	for (int e = threadIdx.x; e < n * dk; e += blockDim.x) {
-		int i = e / dk, d = e % dk;
-		if (mode == 0)
-			sB[i * PK + d] = src[e];
-		else
-			sB[i * PK + d] =
-			    src[(size_t)(t0 + i) * ld + (size_t)kh * dk + d] *
-			    (mode == 1 ? expf(sG[i]) : expf(gl - sG[i]));
+	const int PK = I16_PK(dk), q4 = dk / 4;
+	for (int e = threadIdx.x; e < C * q4; e += blockDim.x) {
+		int r = e / q4, d = (e - r * q4) * 4;
+		cp16(dst + r * PK + d, src + (size_t)r * dk + d, 1);
 	}
 }
 
-static __global__ void __launch_bounds__(256)
-    k_inter16(float *o, float *S, const float *ws, const float *q,
-	      const float *k, int ldqk, int T, int Hk, int Hv, int dk, int dv,
-	      int act)
+template <int SW>
+static __global__ void __launch_bounds__(16 * SW, 2)
+    k_hstate(float *S, float *ws, int T, int Hv, int dk, int dv)
 {
-	extern __shared__ float sm[];
-	const int h = blockIdx.x, s0 = blockIdx.y * SL16;
-	const int kh = h / (Hv / Hk);
-	const int PK = I16_PK(dk), PA = C + 1;
-	float *sB = sm;		    /* [C][PK] W, q e^G or k e^(G_last - G) */
-	float *sU = sB + C * PK;    /* [C][SL16] U, then V' */
-	float *sA = sU + C * SL16;  /* [C][PA] */
-	float *sS = sA + C * PA;    /* [dk][SL16] */
-	float *sG = sS + dk * SL16; /* [C] */
-	const int tid = threadIdx.x, tx = tid & 3, ty = tid >> 2;
+	constexpr int TXN = SW / 4; /* threads across a row */
+	extern __shared__ __align__(16) float hsm[];
+	const int h = blockIdx.x, s0 = blockIdx.y * SW;
+	const int PK = I16_PK(dk);
+	float *sW = hsm;	    /* [C][PK] W */
+	float *sK = sW + C * PK;    /* [C][PK] k e^(G_last - G) */
+	float *sU = sK + C * PK;    /* [C][SW] U, then V' */
+	float *sS = sU + C * SW;  /* [dk][SW] */
+	const int tid = threadIdx.x, tx = tid % TXN, ty = tid / TXN;
 	const int c4 = tx * 4;
 	float *Sh = S + (size_t)h * dk * dv;
-	const int vec = dk % 4 == 0 && dv % 4 == 0 && ldqk % 4 == 0 &&
-			(((uintptr_t)q | (uintptr_t)k | (uintptr_t)ws) & 15) == 0;
+	const size_t uf = unit_floats(dk, dv);
+	const size_t oU = off_U(dk), oG = off_G(dk, dv), oK = off_K(dk, dv),
+		     oS = off_S(dk, dv);
 
-	for (int e = tid; e < dk * SL16; e += blockDim.x)
-		sS[e] = Sh[(size_t)(e / SL16) * dv + s0 + e % SL16];
+	for (int e = tid; e < dk * SW; e += blockDim.x)
+		sS[e] = Sh[(size_t)(e / SW) * dv + s0 + e % SW];
+	hs_rows(sW, ws + (size_t)h * uf, dk);
+	cp_commit();
 	const int nch = (T + C - 1) / C;
 	for (int c = 0; c < nch; c++) {
-		const int t0 = c * C, n = T - t0 < C ? T - t0 : C;
-		const float *u = ws + ((size_t)c * Hv + h) * unit_floats(dk, dv);
-		const float *gW = u, *gU = u + (size_t)C * dk;
-		const float *gA = gU + (size_t)C * dv, *gG = gA + C * C;
-		__syncthreads(); /* the last sub-chunk's reads are done */
-		for (int e = tid; e < C; e += blockDim.x)
-			sG[e] = gG[e];
-		i16_load(sB, gW, 0, kh, t0, n, dk, sG, 0, 0.0f, vec);
-		for (int e = tid; e < C * SL16; e += blockDim.x)
-			sU[e] = e < n * SL16
-				    ? gU[(size_t)(e / SL16) * dv + s0 + e % SL16]
-				    : 0.0f;
-		for (int e = tid; e < n * C; e += blockDim.x)
-			sA[(e / C) * PA + e % C] = gA[e];
-		__syncthreads();
-		const float gl = sG[n - 1];
+		const int n = T - c * C < C ? T - c * C : C;
+		float *u = ws + ((size_t)c * Hv + h) * uf;
+		const float gl = u[oG + n - 1];
+		hs_rows(sK, u + oK, dk);
+		for (int e = tid; e < C * (SW / 4); e += blockDim.x) {
+			int r = e / (SW / 4), p = (e % (SW / 4)) * 4;
+			cp16(sU + r * SW + p, u + oU + (size_t)r * dv + s0 + p, 1);
+		}
+		cp_commit();
+		/* the state this sub-chunk starts from, for k_out */
+		for (int e = tid; e < dk * SW; e += blockDim.x)
+			u[oS + (size_t)(e / SW) * dv + s0 + e % SW] = sS[e];
+		cp_wait<1>();
+		__syncthreads(); /* W in */
 		/* V' = U - W S */
+		float acc[4] = {};
 		{
-			float acc[4] = {};
-			const float *w0 = sB + ty * PK;
+			const float *w0 = sW + ty * PK;
 			for (int d = 0; d < dk; d++) {
-				float4 sv = *(const float4 *)(sS + d * SL16 + c4);
+				float4 sv = *(const float4 *)(sS + d * SW + c4);
 				float a0 = w0[d];
 				acc[0] += a0 * sv.x;
 				acc[1] += a0 * sv.y;
 				acc[2] += a0 * sv.z;
 				acc[3] += a0 * sv.w;
 			}
-			if (ty < n)
-#pragma unroll
-				for (int e = 0; e < 4; e++)
-					sU[ty * SL16 + c4 + e] -= acc[e];
 		}
-		__syncthreads();
-		i16_load(sB, q, ldqk, kh, t0, n, dk, sG, 1, gl, vec);
-		__syncthreads();
-		/* O = (q e^G) S + Am V' */
-		if (ty < n) {
-			float x[4] = {}, y[4] = {};
-			const float *q0 = sB + ty * PK;
-			for (int d = 0; d < dk; d++) {
-				float4 sv = *(const float4 *)(sS + d * SL16 + c4);
-				float a0 = q0[d];
-				x[0] += a0 * sv.x;
-				x[1] += a0 * sv.y;
-				x[2] += a0 * sv.z;
-				x[3] += a0 * sv.w;
-			}
-			const float *ar = sA + ty * PA;
-			for (int j = 0; j <= ty; j++) {
-				float4 uv = *(const float4 *)(sU + j * SL16 + c4);
-				float a = ar[j];
-				y[0] += a * uv.x;
-				y[1] += a * uv.y;
-				y[2] += a * uv.z;
-				y[3] += a * uv.w;
-			}
-			float *op = o + ((size_t)(t0 + ty) * Hv + h) * dv + s0 + c4;
+		cp_wait<0>();
+		__syncthreads(); /* k e^(G_last - G) and U in; W read */
+		if (c + 1 < nch)
+			hs_rows(sW, u + (size_t)Hv * uf, dk);
+		cp_commit();
+		if (ty < n)
 #pragma unroll
-			for (int e = 0; e < 4; e++)
-				op[e] = kcu_rnd(x[e] + y[e], act);
-		}
-		__syncthreads();
-		i16_load(sB, k, ldqk, kh, t0, n, dk, sG, 2, gl, vec);
-		__syncthreads();
+			for (int e = 0; e < 4; e++) {
+				float v = sU[ty * SW + c4 + e] - acc[e];
+				sU[ty * SW + c4 + e] = v;
+				u[oU + (size_t)ty * dv + s0 + c4 + e] = v;
+			}
+		__syncthreads(); /* V' whole */
 		/* S <- e^(G_last) S + (k e^(G_last - G))^T V' */
 		{
 			const float egl = expf(gl);
-			float acc[2][4] = {};
+			float ac[2][4] = {};
 			for (int j = 0; j < n; j++) {
-				float4 uv = *(const float4 *)(sU + j * SL16 + c4);
-				const float *kr = sB + j * PK + ty;
+				float4 uv = *(const float4 *)(sU + j * SW + c4);
+				const float *kr = sK + j * PK + ty;
 #pragma unroll
 				for (int m = 0; m < 2; m++) {
 					float kd = ty + 64 * m < dk ? kr[64 * m] : 0.0f;
-					acc[m][0] += kd * uv.x;
-					acc[m][1] += kd * uv.y;
-					acc[m][2] += kd * uv.z;
-					acc[m][3] += kd * uv.w;
+					ac[m][0] += kd * uv.x;
+					ac[m][1] += kd * uv.y;
+					ac[m][2] += kd * uv.z;
+					ac[m][3] += kd * uv.w;
 				}
 			}
 #pragma unroll
@@ -464,15 +461,93 @@ static __global__ void __launch_bounds__(256)
 				if (d < dk)
 #pragma unroll
 					for (int e = 0; e < 4; e++) {
-						float *sp = sS + d * SL16 + c4 + e;
-						*sp = *sp * egl + acc[m][e];
+						float *sp = sS + d * SW + c4 + e;
+						*sp = *sp * egl + ac[m][e];
 					}
 			}
 		}
+		__syncthreads(); /* the state updated; k and V' read */
 	}
+	cp_wait<0>();
+	for (int e = tid; e < dk * SW; e += blockDim.x)
+		Sh[(size_t)(e / SW) * dv + s0 + e % SW] = sS[e];
+}
+
+/* O for a sub-chunk's rows and OC value columns: 256 threads, a thread
+ * (tx = tid % (OC / 4), ty = tid / (OC / 4)) holds columns 4 tx .. 4 tx +
+ * 3 of rows ty + TY a. */
+template <int OC>
+static __global__ void __launch_bounds__(256)
+    k_out(float *o, const float *ws, int T, int Hv, int dk, int dv, int act)
+{
+	constexpr int TX = OC / 4, TY = 256 / TX, RA = C / TY;
+	extern __shared__ __align__(16) float osm[];
+	const int c = blockIdx.x, h = blockIdx.y, s0 = blockIdx.z * OC;
+	const int t0 = c * C, n = T - t0 < C ? T - t0 : C;
+	const int PK = I16_PK(dk), PA = C + 1;
+	float *sQ = osm;	  /* [C][PK] q e^G */
+	float *sS = sQ + C * PK;  /* [dk][OC] */
+	float *sA = sS + dk * OC; /* [C][PA] Am */
+	float *sV = sA + C * PA;  /* [C][OC] V' */
+	const float *u = ws + ((size_t)c * Hv + h) * unit_floats(dk, dv);
+	const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
+	const int c4 = tx * 4;
+
+	hs_rows(sQ, u + off_Q(dk, dv), dk);
+	for (int e = tid; e < dk * TX; e += blockDim.x) {
+		int d = e / TX, p = (e % TX) * 4;
+		cp16(sS + d * OC + p, u + off_S(dk, dv) + (size_t)d * dv + s0 + p, 1);
+	}
+	for (int e = tid; e < n * TX; e += blockDim.x) {
+		int j = e / TX, p = (e % TX) * 4;
+		cp16(sV + j * OC + p, u + off_U(dk) + (size_t)j * dv + s0 + p, 1);
+	}
+	cp_commit();
+	const float *gA = u + off_A(dk, dv);
+	for (int e = tid; e < n * C; e += blockDim.x)
+		sA[(e / C) * PA + e % C] = gA[e];
+	cp_wait<0>();
 	__syncthreads();
-	for (int e = tid; e < dk * SL16; e += blockDim.x)
-		Sh[(size_t)(e / SL16) * dv + s0 + e % SL16] = sS[e];
+
+	float x[RA][4] = {}, y[RA][4] = {};
+	for (int d = 0; d < dk; d++) {
+		float4 sv = *(const float4 *)(sS + d * OC + c4);
+#pragma unroll
+		for (int a = 0; a < RA; a++) {
+			float q0 = sQ[(ty + TY * a) * PK + d];
+			x[a][0] += q0 * sv.x;
+			x[a][1] += q0 * sv.y;
+			x[a][2] += q0 * sv.z;
+			x[a][3] += q0 * sv.w;
+		}
+	}
+	int jmax = ty + TY * (RA - 1);
+	if (jmax > n - 1)
+		jmax = n - 1;
+	for (int j = 0; j <= jmax; j++) {
+		float4 uv = *(const float4 *)(sV + j * OC + c4);
+#pragma unroll
+		for (int a = 0; a < RA; a++) {
+			const int r = ty + TY * a;
+			if (j <= r) {
+				float aa = sA[r * PA + j];
+				y[a][0] += aa * uv.x;
+				y[a][1] += aa * uv.y;
+				y[a][2] += aa * uv.z;
+				y[a][3] += aa * uv.w;
+			}
+		}
+	}
+#pragma unroll
+	for (int a = 0; a < RA; a++) {
+		const int r = ty + TY * a;
+		if (r < n) {
+			float *op = o + ((size_t)(t0 + r) * Hv + h) * dv + s0 + c4;
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				op[e] = kcu_rnd(x[a][e] + y[a][e], act);
+		}
+	}
 }
 
 static int delta_check(float *o, float *S, const float *qq, const float *k,
@@ -504,10 +579,15 @@ static size_t inter_smem(int dk, int sw)
 		(size_t)dk * sw + C) *
 	       sizeof(float);
 }
-static size_t inter16_smem(int dk)
+static size_t hstate_smem(int dk, int sw)
 {
-	return ((size_t)C * I16_PK(dk) + (size_t)C * SL16 + (size_t)C * (C + 1) +
-		(size_t)dk * SL16 + C) *
+	return ((size_t)2 * C * I16_PK(dk) + (size_t)C * sw + (size_t)dk * sw) *
+	       sizeof(float);
+}
+static size_t out_smem(int dk, int oc)
+{
+	return ((size_t)C * I16_PK(dk) + (size_t)dk * oc +
+		(size_t)C * (C + 1) + (size_t)C * oc) *
 	       sizeof(float);
 }
 
@@ -541,17 +621,33 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    k_inter, cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)inter_smem(DMAX, SLICE)));
 		KCU(cx, cudaFuncSetAttribute(
-			    k_inter16, cudaFuncAttributeMaxDynamicSharedMemorySize,
-			    (int)inter16_smem(DMAX)));
+			    k_hstate<SL16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)hstate_smem(DMAX, SL16)));
+		KCU(cx, cudaFuncSetAttribute(
+			    k_out<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)out_smem(DMAX, 64)));
+		KCU(cx, cudaFuncSetAttribute(
+			    k_out<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)out_smem(DMAX, 16)));
 		attr_set = 1;
 	}
 	k_intra<<<dim3(nch, Hv), INTRA_THREADS, sm1, q->s>>>((float *)ws, qq, k, ldqk, v,
 						   ldv, g, beta, T, Hk, Hv, dk,
 						   dv);
 	KCU_LAUNCHED(cx);
-	if (dv % SL16 == 0) {
-		k_inter16<<<dim3(Hv, dv / SL16), 256, inter16_smem(dk), q->s>>>(
-		    o, S, (const float *)ws, qq, k, ldqk, T, Hk, Hv, dk, dv, act);
+	if (dv % SL16 == 0 && dk % 4 == 0) {
+		k_hstate<SL16><<<dim3(Hv, dv / SL16), 16 * SL16,
+			       hstate_smem(dk, SL16), q->s>>>(S, (float *)ws, T,
+							     Hv, dk, dv);
+		KCU_LAUNCHED(cx);
+		if (dv % 64 == 0)
+			k_out<64><<<dim3(nch, Hv, dv / 64), 256, out_smem(dk, 64),
+				    q->s>>>(o, (const float *)ws, T, Hv, dk, dv,
+					    act);
+		else
+			k_out<16><<<dim3(nch, Hv, dv / 16), 256, out_smem(dk, 16),
+				    q->s>>>(o, (const float *)ws, T, Hv, dk, dv,
+					    act);
 	} else {
 		k_inter<<<dim3(Hv, dv / sw), 512, sm2, q->s>>>(
 		    o, S, (const float *)ws, qq, k, ldqk, T, Hk, Hv, dk, dv, sw,
