@@ -20,9 +20,8 @@
  * 2-vCPU CI machine under the other agents' load, a run of two 1 us tasks:
  * 208 us median with pauses alone, 6 us with the yield, 10 us with no spin;
  * the tiny model's decode step (few-row matmul in) 15 ms median before,
- * 4.8 ms after. With a CPU to
- * itself the yield returns at once (nothing else to run), a look every
- * microsecond or so.
+ * 4.8 ms after. With a CPU to itself the yield returns at once (nothing
+ * else to run), a look every microsecond or so.
  *
  * Why no wake-up is lost. Each side announces that it is going to sleep
  * (sleepers, caller_sleeps) under the mutex, then rechecks the condition
