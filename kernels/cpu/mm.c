@@ -106,6 +106,50 @@ static inline v4f w4(const void *W, int wdt, size_t off)
 #define MM_SHUF(a, b, i, j, k, l) __builtin_shuffle(a, b, (v4i){i, j, k, l})
 #endif
 
+/* w[j] = rows r .. r + 3 (row stride K) at column k + j, j < 8, as fp32
+ * (exact); r points at row 0's column k. */
+static inline __attribute__((always_inline)) void
+mv_t4x8(const int wdt, const void *r, size_t K, v4f w[8])
+{
+	if (wdt == KERN_F32) {
+		const float *f = r;
+		for (int h = 0; h < 2; h++) {
+			v4f r0 = v4_load(f + 4 * h), r1 = v4_load(f + K + 4 * h);
+			v4f r2 = v4_load(f + 2 * K + 4 * h);
+			v4f r3 = v4_load(f + 3 * K + 4 * h);
+			v4f t0 = MM_SHUF(r0, r1, 0, 4, 1, 5);
+			v4f t1 = MM_SHUF(r0, r1, 2, 6, 3, 7);
+			v4f t2 = MM_SHUF(r2, r3, 0, 4, 1, 5);
+			v4f t3 = MM_SHUF(r2, r3, 2, 6, 3, 7);
+			w[4 * h] = MM_SHUF(t0, t2, 0, 1, 4, 5);
+			w[4 * h + 1] = MM_SHUF(t0, t2, 2, 3, 6, 7);
+			w[4 * h + 2] = MM_SHUF(t1, t3, 0, 1, 4, 5);
+			w[4 * h + 3] = MM_SHUF(t1, t3, 2, 3, 6, 7);
+		}
+		return;
+	}
+	/* Each row's 32-bit words hold k pairs (k even in the low half);
+	 * the 4 x 4 transpose of the words gives the four rows' pair at
+	 * k + 2i, and a bf16 value is the top half of its fp32: the even
+	 * one shifted up, the odd one masked. */
+	const uint16_t *h = r;
+	v4u r0, r1, r2, r3;
+	memcpy(&r0, h, 16);
+	memcpy(&r1, h + K, 16);
+	memcpy(&r2, h + 2 * K, 16);
+	memcpy(&r3, h + 3 * K, 16);
+	v4u t0 = MM_SHUF(r0, r1, 0, 4, 1, 5);
+	v4u t1 = MM_SHUF(r0, r1, 2, 6, 3, 7);
+	v4u t2 = MM_SHUF(r2, r3, 0, 4, 1, 5);
+	v4u t3 = MM_SHUF(r2, r3, 2, 6, 3, 7);
+	v4u p[4] = {MM_SHUF(t0, t2, 0, 1, 4, 5), MM_SHUF(t0, t2, 2, 3, 6, 7),
+		    MM_SHUF(t1, t3, 0, 1, 4, 5), MM_SHUF(t1, t3, 2, 3, 6, 7)};
+	for (int i = 0; i < 4; i++) {
+		w[2 * i] = (v4f)(p[i] << 16);
+		w[2 * i + 1] = (v4f)(p[i] & 0xffff0000u);
+	}
+}
+
 /* W rows [n0, n0 + nc) x k [k0, k0 + kc) as fp32 panels P[p][k][MM_NP],
  * columns beyond nc zero. Four rows by four k at a time, transposed in
  * registers. */
@@ -139,6 +183,21 @@ static void mm_pack(float *P, const void *W, int wdt, int K, int n0, int nc,
 			int pf = c + MM_NP + 4 <= nc;
 			int line = 64 / (int)es;
 			int k = 0;
+			/* bf16 eight k at a time (mv_t4x8: half the
+			 * shuffles per element of the four-k loop below) */
+			for (; wdt == KERN_BF16 && k + 8 <= kc; k += 8) {
+				if (pf && k % line == 0)
+					for (size_t jj = 0; jj < 4; jj++)
+						__builtin_prefetch(
+						    wb + (off + (MM_NP + jj) * K +
+							  (size_t)k) * es,
+						    0, 3);
+				v4f w[8];
+				mv_t4x8(KERN_BF16, wb + (off + (size_t)k) * es,
+					(size_t)K, w);
+				for (int i = 0; i < 8; i++)
+					v4_store(pp + (k + i) * MM_NP + j, w[i]);
+			}
 			for (; k + 4 <= kc; k += 4) {
 				if (pf && k % line == 0)
 					for (size_t jj = 0; jj < 4; jj++)
@@ -263,61 +322,6 @@ static void mm_task(void *arg, int task)
  * for, into L1 (rows this short are too short for the hardware's stream
  * prefetchers to learn; longer ones they follow). */
 #define MV_PF_MAX 32768
-
-typedef uint16_t v8h __attribute__((vector_size(16), aligned(2)));
-
-#if defined(__clang__) || __GNUC__ >= 12
-#define MV_SHUF8(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
-#else
-#define MV_SHUF8(a, b, ...) __builtin_shuffle(a, b, (v8h){__VA_ARGS__})
-#endif
-
-/* w[j] = rows r .. r + 3 (row stride K) at column k + j, j < 8, as fp32
- * (exact); r points at row 0's column k. */
-static inline __attribute__((always_inline)) void
-mv_t4x8(const int wdt, const void *r, size_t K, v4f w[8])
-{
-	if (wdt == KERN_F32) {
-		const float *f = r;
-		for (int h = 0; h < 2; h++) {
-			v4f r0 = v4_load(f + 4 * h), r1 = v4_load(f + K + 4 * h);
-			v4f r2 = v4_load(f + 2 * K + 4 * h);
-			v4f r3 = v4_load(f + 3 * K + 4 * h);
-			v4f t0 = MM_SHUF(r0, r1, 0, 4, 1, 5);
-			v4f t1 = MM_SHUF(r0, r1, 2, 6, 3, 7);
-			v4f t2 = MM_SHUF(r2, r3, 0, 4, 1, 5);
-			v4f t3 = MM_SHUF(r2, r3, 2, 6, 3, 7);
-			w[4 * h] = MM_SHUF(t0, t2, 0, 1, 4, 5);
-			w[4 * h + 1] = MM_SHUF(t0, t2, 2, 3, 6, 7);
-			w[4 * h + 2] = MM_SHUF(t1, t3, 0, 1, 4, 5);
-			w[4 * h + 3] = MM_SHUF(t1, t3, 2, 3, 6, 7);
-		}
-		return;
-	}
-	const uint16_t *h = r;
-	v8h r0, r1, r2, r3;
-	memcpy(&r0, h, 16);
-	memcpy(&r1, h + K, 16);
-	memcpy(&r2, h + 2 * K, 16);
-	memcpy(&r3, h + 3 * K, 16);
-	/* pairs of rows interleaved: (r0 r1) at k0, k1, k2, k3 ... */
-	v8h a = MV_SHUF8(r0, r1, 0, 8, 1, 9, 2, 10, 3, 11);
-	v8h b = MV_SHUF8(r0, r1, 4, 12, 5, 13, 6, 14, 7, 15);
-	v8h c = MV_SHUF8(r2, r3, 0, 8, 1, 9, 2, 10, 3, 11);
-	v8h d = MV_SHUF8(r2, r3, 4, 12, 5, 13, 6, 14, 7, 15);
-	/* then the pairs: the four rows at k, k + 1 in each vector */
-	v8h e[4] = {(v8h)MM_SHUF((v4u)a, (v4u)c, 0, 4, 1, 5),
-		    (v8h)MM_SHUF((v4u)a, (v4u)c, 2, 6, 3, 7),
-		    (v8h)MM_SHUF((v4u)b, (v4u)d, 0, 4, 1, 5),
-		    (v8h)MM_SHUF((v4u)b, (v4u)d, 2, 6, 3, 7)};
-	/* a bf16 value is the top half of its fp32 */
-	const v8h z = {0};
-	for (int i = 0; i < 4; i++) {
-		w[2 * i] = (v4f)MV_SHUF8(z, e[i], 0, 8, 1, 9, 2, 10, 3, 11);
-		w[2 * i + 1] =
-		    (v4f)MV_SHUF8(z, e[i], 4, 12, 5, 13, 6, 14, 7, 15);
-	}
-}
 
 /* y[t][4g .. 4g + 4) = sum_k x[t][k] * W[r + 4g .. , k] for t < mt,
  * g < G, in order of k from +0: G groups of four rows at r (row 0 of the
