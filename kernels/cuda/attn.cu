@@ -558,26 +558,38 @@ static __device__ inline float fl_exp(float x)
 
 /* A tile's scores rounded and scaled as ops.h says, keys past a row's
  * position -inf when MASK (key index within the tile > lim_a for the
- * lane's row a, > lim_b for its row b), and the two rows' maxima. */
-template <bool MASK>
+ * lane's row a, > lim_b for its row b), and the two rows' maxima (a tree:
+ * a maximum is exact in any order). P2: scale is a power of two (1/16 at
+ * head dim 256), so rnd(rnd(s) scale) is rnd(s) scale, one rounding (the
+ * product of a bf16 value and 2^k is a bf16 value, scores below 2^-122
+ * aside, whose fp32 product is subnormal). */
+template <bool MASK, bool P2>
 static __device__ inline void fl_scores(float (*s)[4], float scale, int lim_a,
 					int lim_b, int tq, float &xa, float &xb)
 {
-	xa = -INFINITY;
-	xb = -INFINITY;
+	float ma[8], mb[8];
 #pragma unroll
-	for (int nt = 0; nt < 8; nt++)
+	for (int nt = 0; nt < 8; nt++) {
 #pragma unroll
 		for (int e = 0; e < 4; e++) {
-			float v = kcu_bf16r(__fmul_rn(kcu_bf16r(s[nt][e]), scale));
+			float v = P2 ? __fmul_rn(kcu_bf16r(s[nt][e]), scale)
+				     : kcu_bf16r(__fmul_rn(kcu_bf16r(s[nt][e]), scale));
 			if (MASK && nt * 8 + 2 * tq + (e & 1) > (e < 2 ? lim_a : lim_b))
 				v = -INFINITY;
 			s[nt][e] = v;
-			if (e < 2)
-				xa = fmaxf(xa, v);
-			else
-				xb = fmaxf(xb, v);
 		}
+		ma[nt] = fmaxf(s[nt][0], s[nt][1]);
+		mb[nt] = fmaxf(s[nt][2], s[nt][3]);
+	}
+#pragma unroll
+	for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+		for (int nt = 0; nt < w; nt++) {
+			ma[nt] = fmaxf(ma[nt], ma[nt + w]);
+			mb[nt] = fmaxf(mb[nt], mb[nt + w]);
+		}
+	xa = ma[0];
+	xb = mb[0];
 }
 
 /* Keys are cut into nseg segments of seg keys (a multiple of FL_BC, the
@@ -587,7 +599,7 @@ static __device__ inline void fl_scores(float (*s)[4], float scale, int lim_a,
  * blocks share an SM. nseg == 1 writes the normalised rows; otherwise a
  * segment writes part[(t Hq + h) nseg + s][D + 2] = its max, its sum and
  * its unnormalised output, and k_fcombine adds the segments in order. */
-template <int D>
+template <int D, bool P2>
 __global__ void __launch_bounds__(FL_THREADS, 2)
     k_flash(float *out, float *part, int nseg, int64_t seg, const float *qv,
 	    int ldq, const bf16 *K, const bf16 *V, int T, const int64_t *dpos,
@@ -663,10 +675,10 @@ __global__ void __launch_bounds__(FL_THREADS, 2)
 		float xa, xb;
 		const int64_t rel = pa - g - kb; /* the warp's first row - kb */
 		if (rel >= FL_BC - 1)
-			fl_scores<false>(s, scale, 0, 0, tq, xa, xb);
+			fl_scores<false, P2>(s, scale, 0, 0, tq, xa, xb);
 		else
-			fl_scores<true>(s, scale, (int)(rel + g), (int)(rel + g + 8),
-					tq, xa, xb);
+			fl_scores<true, P2>(s, scale, (int)(rel + g),
+					    (int)(rel + g + 8), tq, xa, xb);
 		for (int m = 1; m <= 2; m <<= 1) {
 			xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, m));
 			xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, m));
@@ -792,14 +804,15 @@ __global__ void k_fcombine(float *out, const float *part, int nseg,
 	y[1] = kcu_bf16r(o1 / L);
 }
 
-/* Segments: about FL_TARGET blocks in a launch (four waves of two blocks
- * an SM on 132 SMs), each segment FL_SEG_MIN keys at least, at most
- * FL_NSEG; one segment under graph capture (positions on the device). A
- * rule of (T, pos0, Hq) only, so a chunk's bits do not depend on the chip's
- * SM count. */
-#define FL_TARGET 1024
+/* Segments: about FL_TARGET blocks in a launch, each segment FL_SEG_MIN
+ * keys at least, at most FL_NSEG; one segment under graph capture
+ * (positions on the device). A rule of (T, pos0, Hq) only, so a chunk's
+ * bits do not depend on the chip's SM count. A 1,024-row chunk of 24 heads
+ * makes 2,304 blocks: 8.7 waves of two blocks an SM on 132 SMs (FL_TARGET
+ * 1,024 made 1,152: 4.4 waves, the last one's idle share 13%). */
+#define FL_TARGET 2048
 #define FL_SEG_MIN 1024
-#define FL_NSEG 4
+#define FL_NSEG 8
 
 static size_t flash_part_bytes(const kern_limits *lim)
 {
@@ -820,8 +833,11 @@ static int run_flash(kern_queue *q, float *out, const float *qv, int ldq,
 	static int set;
 	if (!set) {
 		KCU(c, cudaFuncSetAttribute(
-			   k_flash<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-			   (int)shm));
+			   k_flash<D, false>,
+			   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm));
+		KCU(c, cudaFuncSetAttribute(
+			   k_flash<D, true>,
+			   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm));
 		set = 1;
 	}
 	const int nrb = (T + FL_BR - 1) / FL_BR;
@@ -838,7 +854,10 @@ static int run_flash(kern_queue *q, float *out, const float *qv, int ldq,
 	seg = (seg + FL_BC - 1) / FL_BC * FL_BC;
 	if (nseg == 1)
 		seg = (keys + FL_BC - 1) / FL_BC * FL_BC;
-	k_flash<D><<<dim3(nrb, Hq, nseg), FL_THREADS, shm, q->s>>>(
+	int e2;
+	const bool p2 = frexpf(scale, &e2) == 0.5f;
+	auto kf = p2 ? k_flash<D, true> : k_flash<D, false>;
+	kf<<<dim3(nrb, Hq, nseg), FL_THREADS, shm, q->s>>>(
 	    out, c->att_part, nseg, seg, qv, ldq, (const bf16 *)K,
 	    (const bf16 *)V, T, kcu_dpos(q), kcu_padd(q, pos0), Hq, Hkv, scale);
 	KCU_LAUNCHED(c);
