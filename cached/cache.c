@@ -50,6 +50,8 @@ void cache_cfg_defaults(cache_cfg *c)
 	c->disk_admit_after = 2;
 	c->disk_head_anchors = 4;
 	c->disk_min_tokens = 4096;
+	c->write_budget = 200 * GiB;
+	c->guard_evict_tokens = 32768;
 	c->prefill_tps = 740;
 }
 
@@ -362,6 +364,8 @@ int cache_new(const cache_cfg *cfg, cache **out, char *err)
 		c->mv = c->mv_own;
 	c->spill.dfd = -1;
 	if (!rc)
+		rc = ledger_open(c, err);
+	if (!rc)
 		rc = spill_open(c, err);
 	if (!rc)
 		rc = disk_open(c, err);
@@ -426,6 +430,7 @@ void cache_free(cache *c)
 	layout_release(c);
 	disk_close(c);
 	spill_close(c);
+	ledger_close(c);
 	free(c->anc);
 	free(c->mk);
 	free(c->st);
@@ -611,6 +616,7 @@ int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 		  lay->grid);
 	/* a drained conversation of this fingerprint and layout comes back
 	 * into the live buffers (a failure costs the entry, not the hello) */
+	ledger_attach(c, lay->fingerprint);
 	(void)spill_read_back(c);
 	disk_attach(c);
 	hello_fill(c, out, 0);
@@ -779,6 +785,7 @@ char *cache_stats_json(cache *c)
 		SETI(o, "hits", c->spill.k.hits);
 		SETI(o, "hit_failed", c->spill.k.hit_failed);
 		SETI(o, "refused", c->spill.k.refused);
+		SETI(o, "guard_skips", c->spill.k.guard_skips);
 		json_object_set_new(o, "last_save_ms",
 				    json_real(c->spill.last_save_ms));
 		json_object_set_new(o, "last_restore_ms",
@@ -786,6 +793,7 @@ char *cache_stats_json(cache *c)
 	}
 	json_object_set_new(r, "spill", o);
 	json_object_set_new(r, "disk", disk_stats_json(c));
+	json_object_set_new(r, "disk_writes", ledger_json(c));
 
 	o = json_object();
 	static const char *const lvn[LV_N] = {"store", "anchors", "end",

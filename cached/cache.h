@@ -165,6 +165,16 @@ typedef struct cache_cfg {
 	uint32_t disk_admit_after; /* a line counted this often cold: 2 */
 	uint32_t disk_head_anchors; /* a session's first long request: 4 */
 	uint32_t disk_min_tokens;   /* shorter prompts write nothing: 4096 */
+	/* the write guard and the fingerprint adoption (ledger.c) */
+	uint64_t write_budget;   /* --disk-write-budget-gb 200: the drive
+				  * writes of a day (tier and spill); 0: no
+				  * budget */
+	uint32_t guard_evict_tokens; /* over the budget the spill still
+				      * writes evictions this long: 32768 */
+	char adopt_from[80];     /* --adopt-from FP: files of this older
+				  * fingerprint (16 to 64 hex digits, a
+				  * prefix) are the attached engine's
+				  * (recorded, logged); empty: none */
 	uint32_t prefill_tps;    /* the engine's prefill rate until cached
 				  * measures one (tokens/s): 740 */
 	int unified;             /* both arenas are one memory (the CPU
@@ -174,6 +184,9 @@ typedef struct cache_cfg {
 } cache_cfg;
 
 void cache_cfg_defaults(cache_cfg *c);
+/* 16 to 64 hex digits (cfg.adopt_from) as a fingerprint or its prefix:
+ * out[0, *n); MOOR_ERANGE otherwise. */
+int cache_fp_parse(const char *s, uint8_t out[32], uint32_t *n);
 
 typedef struct cache cache;
 

@@ -20,8 +20,11 @@
  * The index (LMDB, DIR/disk/index): `idx` one record a file (its kind,
  * line, key, bytes, hits, last use, the fingerprint; an anchor's chunk
  * keys), `cnt` the cold-line counts by (key, line), `sess` the sessions
- * seen, `days` the bytes written a day. The counts are traffic, not rows:
- * a fingerprint change sweeps the files and keeps them.
+ * seen. The counts are traffic, not rows: a fingerprint change sweeps the
+ * files and keeps them. The bytes written a day are the ledger's
+ * (ledger.c), and so is the write guard: past the day's budget disk_plan
+ * plans nothing. A file is the attached engine's when its fingerprint is,
+ * or one an adoption record declared equal (ledger_fp_ok).
  *
  * What is written is decided before the prefill runs (disk_plan): every
  * grid line the prefill forwards is counted; the longest clean line counted
@@ -154,7 +157,7 @@ typedef struct dk_job {
 struct disk_tier {
 	int dfd;
 	MDB_env *env;
-	MDB_dbi idx, cnt, sess, days;
+	MDB_dbi idx, cnt, sess;
 	pthread_t th;
 	int th_on, stop;
 	pthread_mutex_t mu;
@@ -191,7 +194,7 @@ struct disk_tier {
 		    bytes_written, chunks_written, anchors_written,
 		    write_failed, window, busy, evicted, expired, swept,
 		    orphans, floor_binds, admitted, counted, skipped_have,
-		    chunks_kept, direct, buffered;
+		    chunks_kept, direct, buffered, guard_skips;
 	} k;
 	double last_restore_ms, last_write_ms;
 };
@@ -360,16 +363,16 @@ static void hdr_init(struct disk_tier *d, dk_hdr *h, uint32_t kind,
 }
 
 /* The header of a file read back says what the index and the prompt say. */
-static int hdr_check(struct disk_tier *d, dk_hdr *h, uint32_t kind,
-		     uint64_t line, uint64_t key, uint64_t n_sums,
-		     uint64_t n_keys)
+static int hdr_check(cache *c, dk_hdr *h, uint32_t kind, uint64_t line,
+		     uint64_t key, uint64_t n_sums, uint64_t n_keys)
 {
+	struct disk_tier *d = c->disk;
 	if (h->magic != DK_MAGIC || h->version != DK_VERSION ||
 	    h->kind != kind || h->line != line || h->key != key ||
 	    h->digest != d->digest || h->grid != d->grid ||
 	    h->n_sums != n_sums || h->n_keys != n_keys ||
 	    h->hdr_bytes != hdr_bytes(n_sums, n_keys) ||
-	    memcmp(h->fp, d->fp, 32))
+	    !ledger_fp_ok(c, h->fp))
 		return MOOR_EFORMAT;
 	uint64_t want = h->hdr_sum;
 	h->hdr_sum = 0;
@@ -436,40 +439,6 @@ static void file_drop1(struct disk_tier *d, const char *name)
 	MDB_val k = {strlen(name), (void *)name};
 	(void)mdb_del(tx, d->idx, &k, NULL);
 	(void)mdb_txn_commit(tx);
-}
-
-static void day_key(char *b, size_t n)
-{
-	time_t t = time(NULL);
-	struct tm tm;
-	localtime_r(&t, &tm);
-	strftime(b, n, "%Y-%m-%d", &tm);
-}
-
-static uint64_t day_get(struct disk_tier *d, MDB_txn *tx)
-{
-	char dk[16];
-	day_key(dk, sizeof dk);
-	MDB_val k = {strlen(dk), dk}, v;
-	uint64_t x = 0;
-	if (!mdb_get(tx, d->days, &k, &v) && v.mv_size == 8)
-		memcpy(&x, v.mv_data, 8);
-	return x;
-}
-
-static void day_add(struct disk_tier *d, uint64_t bytes)
-{
-	MDB_txn *tx;
-	if (mdb_txn_begin(d->env, NULL, 0, &tx))
-		return;
-	char dk[16];
-	day_key(dk, sizeof dk);
-	uint64_t x = day_get(d, tx) + bytes;
-	MDB_val k = {strlen(dk), dk}, v = {8, &x};
-	if (mdb_put(tx, d->days, &k, &v, 0))
-		mdb_txn_abort(tx);
-	else
-		(void)mdb_txn_commit(tx);
 }
 
 /* ---- room: eviction by value ---- */
@@ -851,7 +820,7 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 			count(d, &d->k.write_failed, 1);
 			break;
 		}
-		day_add(d, d->chunk_file);
+		ledger_wrote(c, LEDGER_TIER, d->chunk_file);
 		pthread_mutex_lock(&d->mu);
 		d->k.chunks_written++;
 		d->k.bytes_written += d->chunk_file;
@@ -885,7 +854,7 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 		count(d, &d->k.write_failed, 1);
 		return rc;
 	}
-	day_add(d, a->bytes);
+	ledger_wrote(c, LEDGER_TIER, a->bytes);
 	pthread_mutex_lock(&d->mu);
 	d->k.anchors_written++;
 	d->k.bytes_written += a->bytes;
@@ -1061,8 +1030,6 @@ int disk_open(cache *c, char *err)
 		rc = lmdb_rc(mdb_dbi_open(tx, "cnt", MDB_CREATE, &d->cnt));
 	if (!rc)
 		rc = lmdb_rc(mdb_dbi_open(tx, "sess", MDB_CREATE, &d->sess));
-	if (!rc)
-		rc = lmdb_rc(mdb_dbi_open(tx, "days", MDB_CREATE, &d->days));
 	if (!rc) {
 		rc = lmdb_rc(mdb_txn_commit(tx));
 		tx = NULL;
@@ -1227,7 +1194,7 @@ void disk_attach(cache *c)
 	if (!mdb_txn_begin(d->env, NULL, 0, &tx)) {
 		for (uint32_t i = 0; i < n; i++)
 			if (it[i].r.digest != d->digest ||
-			    memcmp(it[i].r.fp, d->fp, 32)) {
+			    !ledger_fp_ok(c, it[i].r.fp)) {
 				file_drop(d, tx, it[i].name);
 				swept++;
 			}
@@ -1363,6 +1330,13 @@ void disk_plan(cache *c, const turn *t, const uint64_t *lines, uint32_t n,
 		m++;
 	}
 	mdb_txn_abort(tx);
+	/* the write guard: past the day's budget the tier plans nothing
+	 * (the lines above stay counted: they are traffic) */
+	if (m && !ledger_allow(c, LEDGER_TIER_PLAN, t->n)) {
+		memset(want, 0, n * sizeof *want);
+		d->k.guard_skips++;
+		return;
+	}
 	d->k.admitted += m;
 }
 
@@ -1457,7 +1431,7 @@ int disk_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
 		dk_rec r;
 		name_of(name, sizeof name, DK_ANCHOR, c->ph[L], L);
 		if (idx_get(d, tx, name, &r, NULL) || r.digest != d->digest ||
-		    memcmp(r.fp, d->fp, 32))
+		    !ledger_fp_ok(c, r.fp))
 			continue;
 		uint64_t bytes = r.bytes, j0 = min64(k, L) / g;
 		int ok = 1;
@@ -1515,7 +1489,7 @@ static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 		rc = file_read(d->dfd, name, d->rbuf, d->chunk_file);
 		dk_hdr *h = (dk_hdr *)d->rbuf;
 		if (!rc)
-			rc = hdr_check(d, h, DK_CHUNK, b, c->ph[b], 2, 0);
+			rc = hdr_check(c, h, DK_CHUNK, b, c->ph[b], 2, 0);
 		const uint8_t *pi = d->rbuf + d->chunk_hdr;
 		const uint8_t *pr = pi + g * 4;
 		const uint64_t *sums = (const uint64_t *)(h + 1);
@@ -1539,7 +1513,7 @@ static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 	rc = file_read(d->dfd, name, d->rbuf, hb + up4k(d->sec_bytes));
 	dk_hdr *h = (dk_hdr *)d->rbuf;
 	if (!rc)
-		rc = hdr_check(d, h, DK_ANCHOR, s, c->ph[s], d->n_sec, nk);
+		rc = hdr_check(c, h, DK_ANCHOR, s, c->ph[s], d->n_sec, nk);
 	const uint8_t *secs = d->rbuf + hb;
 	const uint64_t *sums = (const uint64_t *)(h + 1);
 	if (!rc && h->data_bytes != d->sec_bytes)
@@ -1666,12 +1640,6 @@ json_t *disk_stats_json(cache *c)
 			json_array_append_new(
 			    lines, json_integer((json_int_t)it[i].r.line));
 	items_free(it, n);
-	uint64_t today = 0;
-	MDB_txn *tx;
-	if (!mdb_txn_begin(d->env, NULL, MDB_RDONLY, &tx)) {
-		today = day_get(d, tx);
-		mdb_txn_abort(tx);
-	}
 	uint64_t fr = free_bytes(d);
 #define SETI(k, v) json_object_set_new(o, k, json_integer((json_int_t)(v)))
 	SETI("anchors", na);
@@ -1683,7 +1651,9 @@ json_t *disk_stats_json(cache *c)
 	json_object_set_new(o, "floor_binding",
 			    json_boolean(fr != UINT64_MAX &&
 					 fr < c->cfg.disk_min_free));
-	SETI("written_today", today);
+	json_t *dw = ledger_json(c), *dt = json_object_get(dw, "tier");
+	SETI("written_today", dt ? json_integer_value(dt) : 0);
+	json_decref(dw);
 	json_object_set_new(o, "lines", lines);
 	pthread_mutex_lock(&d->mu);
 	uint32_t pend = 0;
@@ -1709,6 +1679,8 @@ json_t *disk_stats_json(cache *c)
 	SETI("admitted", d->k.admitted);
 	SETI("counted", d->k.counted);
 	SETI("skipped_have", d->k.skipped_have);
+	SETI("guard_skips", d->k.guard_skips); /* plans the write guard
+						* skipped */
 	SETI("files_direct", d->k.direct);   /* written with O_DIRECT */
 	SETI("files_buffered", d->k.buffered); /* the fadvise fallback */
 	json_object_set_new(o, "read_bps", json_real(d->read_bps));

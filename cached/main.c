@@ -958,6 +958,16 @@ static void usage(FILE *f)
 	    "--disk-cache-min-free-gb G (50)\n"
 	    "  --disk-cache-admit-after N (2)  --disk-cache-head-anchors N "
 	    "(4)  --disk-cache-min-tokens N (4096)\n"
+	    "  --disk-write-budget-gb G (200)  the drive writes of a day "
+	    "(tier and spill): past it the\n"
+	    "                           tier writes nothing and the spill "
+	    "the drain and long evictions\n"
+	    "                           only; past 1.5 times it the drain "
+	    "only (0: no budget)\n"
+	    "  --adopt-from FP          read the files of this older "
+	    "fingerprint (16 to 64 hex digits)\n"
+	    "                           as the attached engine's (recorded "
+	    "in DIR/ledger, logged)\n"
 	    "  --prefill-tps N (740)    the engine's prefill rate until one "
 	    "is measured\n"
 	    "  --log-level error|warn|info|debug\n");
@@ -1026,6 +1036,8 @@ enum {
 	O_DISK_ADMIT,
 	O_DISK_HEAD,
 	O_DISK_MIN,
+	O_WRITE_BUDGET,
+	O_ADOPT,
 	O_PREFILL_TPS,
 	O_LOG,
 	O_HELP,
@@ -1162,6 +1174,8 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 	    {"disk-cache-admit-after", 1, 0, O_DISK_ADMIT},
 	    {"disk-cache-head-anchors", 1, 0, O_DISK_HEAD},
 	    {"disk-cache-min-tokens", 1, 0, O_DISK_MIN},
+	    {"disk-write-budget-gb", 1, 0, O_WRITE_BUDGET},
+	    {"adopt-from", 1, 0, O_ADOPT},
 	    {"prefill-tps", 1, 0, O_PREFILL_TPS},
 	    {"log-level", 1, 0, O_LOG},
 	    {"help", 0, 0, O_HELP},
@@ -1303,6 +1317,19 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 		case O_DISK_MIN:
 			bad = moor_parse_u32(optarg, &c->disk_min_tokens);
 			break;
+		case O_WRITE_BUDGET:
+			bad = parse_gb(optarg, &c->write_budget);
+			break;
+		case O_ADOPT: {
+			uint8_t fp[32];
+			uint32_t fn;
+			bad = strlen(optarg) >= sizeof c->adopt_from ||
+			      cache_fp_parse(optarg, fp, &fn) != 0;
+			if (!bad)
+				snprintf(c->adopt_from, sizeof c->adopt_from,
+					 "%s", optarg);
+			break;
+		}
 		case O_PREFILL_TPS:
 			bad = moor_parse_u32(optarg, &c->prefill_tps) ||
 			      c->prefill_tps < 1;
@@ -1338,6 +1365,8 @@ static int parse_args(cd *d, int argc, char **argv, const char **prefix)
 				     ? "on or off"
 				 : o == O_DEVICE ? "auto, shm or cuda"
 				 : o == O_LOG ? "a log level"
+				 : o == O_ADOPT
+				     ? "16 to 64 hex digits of a fingerprint"
 				 : strstr(lo[o - O_RUN].name, "-gb")
 				     ? "a number of GiB"
 				     : "a non-negative integer");

@@ -382,13 +382,12 @@ static int man_parse(cache *c, void *buf, uint64_t len, man_view *mv,
 			 h->kind);
 		return MOOR_EVERSION;
 	}
-	if (memcmp(h->fp, c->lay->fingerprint, 32) ||
+	if (!ledger_fp_ok(c, h->fp) ||
 	    h->digest != tier_layout_digest(c->lay, SPILL_VERSION)) {
 		snprintf(why, MOOR_ERRLEN,
 			 "written under another %s",
-			 memcmp(h->fp, c->lay->fingerprint, 32)
-			     ? "fingerprint"
-			     : "state layout");
+			 !ledger_fp_ok(c, h->fp) ? "fingerprint"
+						 : "state layout");
 		return MOOR_EVERSION;
 	}
 	spill_man *m = (spill_man *)(h + 1);
@@ -883,6 +882,8 @@ static int save_conv(cache *c, char name[17], char *err)
 			c->spill.k.bytes_written += mlen;
 	}
 	free(mb);
+	/* the write guard's count: what reached the drive, failed or not */
+	ledger_wrote(c, LEDGER_SPILL, c->spill.k.bytes_written - written0);
 	(void)cache_sync(c); /* a copy into stage a failure left in flight */
 	stage_free(c, stage, soff);
 	close(efd);
@@ -1017,7 +1018,7 @@ static int load_file(cache *c, int efd, const char *name, uint32_t kind,
 	    h.raw != data || h.codec > 1 ||
 	    (h.codec == 0 && h.data != data) ||
 	    (h.codec == 1 && h.data > codec_bound(data)) ||
-	    memcmp(h.fp, c->lay->fingerprint, 32)) {
+	    !ledger_fp_ok(c, h.fp)) {
 		moor_errf(why, "%s: its header is not the manifest's", name);
 		return MOOR_EFORMAT;
 	}
@@ -1488,6 +1489,13 @@ int spill_evict(cache *c, uint64_t base)
 	(void)park_choose(c, base, idx, &m, &whole);
 	if (whole && c->cfg.park_bytes)
 		return 0; /* the park holds it to its end */
+	/* the write guard: over the day's budget only long conversations,
+	 * past 1.5 times it none (the park takes what it can, as without
+	 * the spill) */
+	if (!ledger_allow(c, LEDGER_SPILL_EVICT, c->valid)) {
+		c->spill.k.guard_skips++;
+		return 0;
+	}
 	char name[17], err[MOOR_ERRLEN] = "";
 	if (save_resident(c, name, err)) {
 		moor_warn("[spill] eviction: %s", err);
