@@ -557,5 +557,14 @@ json_t *ledger_json(cache *c)
 		mdb_txn_abort(tx);
 	}
 	json_object_set_new(o, "days", days);
+	/* the fingerprints whose files the attached engine reads besides its
+	 * own (adoption records) */
+	json_t *eq = json_array();
+	for (uint32_t i = 1; i < L->n_eq; i++) {
+		char h[65];
+		moor_hex(L->eq[i].b, L->eq[i].n, h);
+		json_array_append_new(eq, json_string(h));
+	}
+	json_object_set_new(o, "fp_equal", eq);
 	return o;
 }
