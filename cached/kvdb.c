@@ -74,6 +74,14 @@ static int walk(const char *path, unsigned maxdbs, char *msg, size_t mn)
 		snprintf(msg, mn, "data.mdb: %s", strerror(errno));
 		return 2;
 	}
+	/* LMDB writes its two meta pages when it creates a file: a shorter
+	 * one is a cut file, which an open would take for a new one (and
+	 * the caller's files for orphans) */
+	if (fs.st_size < 2 * 4096) {
+		snprintf(msg, mn, "truncated: data.mdb is %lld bytes",
+			 (long long)fs.st_size);
+		return 1;
+	}
 	MDB_env *env;
 	int rc = mdb_env_create(&env);
 	if (rc) {
