@@ -245,6 +245,12 @@ typedef struct cache_req {
 	const char *session; /* NULL or "" : none */
 	uint32_t max_tokens;
 	int no_cache;        /* cold, and keep nothing */
+	/* where the prompt's last user message starts (a token index), for
+	 * the disk tier's head anchors of a session's first long request:
+	 * the last head_anchors grid lines at or below it (the next session
+	 * in the same folder parts from this one there); 0: unknown, the
+	 * last lines of the prompt */
+	uint64_t user_at;
 } cache_req;
 
 #define CACHE_MAX_SLOTS 1024

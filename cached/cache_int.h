@@ -107,6 +107,7 @@ typedef struct turn {
 	uint64_t n;
 	char *session;
 	uint32_t max_tokens;
+	uint64_t user_at; /* cache_req's: 0 unknown */
 	uint64_t start, taint, cut;
 	uint64_t mk_keep; /* the resident marks below it stay at commit */
 	cache_mark hid[64]; /* the commit's hidden spans (start: into gen) */

@@ -31,10 +31,11 @@
  * admit_after times (2) gets an anchor, and so do the branch lines (counted
  * admit_after times, where the count falls at the next line: an earlier
  * prompt read this far and went on differently; the 4 longest), and the
- * last head_anchors (4) lines of a session's first request of at least
- * min_tokens (4,096). Nothing is written above the plan's taint line (rows
- * a decode wrote, a snapshot's state), nothing for a guest or a prompt
- * under min_tokens. The chosen lines get anchor slots like the resident
+ * last head_anchors (4) lines at or below where the last user message
+ * starts (cache_req.user_at; unknown: the prompt's last lines) of a
+ * session's first request of at least min_tokens (4,096). Nothing is
+ * written above the plan's taint line (rows a decode wrote, a snapshot's
+ * state), nothing for a guest or a prompt under min_tokens. The chosen lines get anchor slots like the resident
  * anchors; the engine fills them as the prefill passes them.
  *
  * The writes never hold a request. At the commit the slots' sections are
@@ -1412,11 +1413,17 @@ void disk_plan(cache *c, const turn *t, const uint64_t *lines, uint32_t n,
 			want[j] = 1;
 			nb++;
 		}
-	/* the head of a session's first long request */
-	if (first)
-		for (uint32_t j = clean, h = 0;
+	/* the head of a session's first long request: the last lines at or
+	 * below where its last user message starts (the next session in the
+	 * same folder parts from it there), else the prompt's last lines */
+	if (first) {
+		uint32_t top = clean;
+		while (t->user_at && top > 0 && lines[top - 1] > t->user_at)
+			top--;
+		for (uint32_t j = top, h = 0;
 		     j-- > 0 && h < c->cfg.disk_head_anchors; h++)
 			want[j] = 1;
+	}
 	free(cnt);
 	if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &tx))
 		return;
