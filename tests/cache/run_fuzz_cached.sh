@@ -23,7 +23,8 @@ if ! "$CLANG" -std=gnu11 -D_GNU_SOURCE -g -O1 \
 	-Wall -Wextra -Wno-unused-parameter -Wno-unused-function \
 	-I"$src/cached" -I"$src/proto" -I"$src/common" \
 	$(pkg-config --cflags jansson libxxhash libzstd lmdb 2>/dev/null) \
-	"$src/cached/fuzz_cached.c" "$src/cached/salt.c" "$src/cached/arena.c" \
+	"$src/cached/fuzz_cached.c" "$src/cached/handlers.c" \
+	"$src/cached/replies.c" "$src/cached/salt.c" "$src/cached/arena.c" \
 	"$src/cached/arena_nocuda.c" "$src/cached/cache.c" \
 	"$src/cached/planner.c" "$src/cached/resident.c" "$src/cached/stash.c" \
 	"$src/cached/span.c" "$src/cached/pin.c" "$src/cached/park.c" \
