@@ -2,10 +2,13 @@
  * seen by the daemon's other parts): the cache struct, the tiers' records
  * and the helpers that move a sequence's bytes.
  *
- * Files: cache.c (lifecycle, hello, stats, clear, copies), planner.c (a
- * turn: plan, commit, abort), resident.c (anchors, their eviction order,
- * the end anchor), stash.c, pin.c, park.c (with span.c, the row blocks both
- * hold), store.c, budget.c (levels and the memory policy).
+ * Files: cache.c (lifecycle, hello, clear, copies), stats.c (the counters
+ * as JSON), planner.c (a turn: plan, commit, abort), resident.c (anchors,
+ * their eviction order, the end anchor), stash.c, pin.c, park.c (with
+ * span.c, the row blocks both hold), store.c, budget.c (levels and the
+ * memory policy), and the NVMe tiers: spill.c, codec.c, disk.c, dfile.c,
+ * ledger.c (the day's writes, the write guard, adoption records), kvdb.c
+ * (an LMDB environment checked before it is mapped).
  */
 #ifndef CACHE_INT_H
 #define CACHE_INT_H
