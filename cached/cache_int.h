@@ -209,7 +209,7 @@ struct cache {
 			    anchors_kept, bytes_written, bytes_read, swept,
 			    expired, evicted, codec_raw, codec_out,
 			    evict_saves, hits, hit_failed, refused,
-			    guard_skips;
+			    guard_skips, save_skipped_room;
 		} k;
 	} spill;
 

@@ -173,6 +173,8 @@ char *cache_stats_json(cache *c)
 		SETI(o, "hit_failed", c->spill.k.hit_failed);
 		SETI(o, "refused", c->spill.k.refused);
 		SETI(o, "guard_skips", c->spill.k.guard_skips);
+		/* saves not tried: too little room to rewrite the entry */
+		SETI(o, "save_skipped_room", c->spill.k.save_skipped_room);
 		json_object_set_new(o, "last_save_ms",
 				    json_real(c->spill.last_save_ms));
 		json_object_set_new(o, "last_restore_ms",

@@ -20,7 +20,10 @@
  *     file after the tiers opened: A's head is not written (the floor is
  *     reported, no .tmp left) and its answer is a cold prefill's; the
  *     drain fails (ENOSPC) with a clear error; once the filler goes B's
- *     head and the drain are written; full again, C's head takes the
+ *     head and the drain are written; full again, the drain of B's next
+ *     turn is not tried over B's entry (too little room to rewrite it),
+ *     which serves that turn from the spill once there is room; C's head
+ *     takes the
  *     room of the least valuable files of the tier's own (evicted) and
  *     serves a prompt that shares it, bit for bit. */
 #include <dirent.h>
@@ -352,6 +355,35 @@ static void full_disk_child(void)
 	rc = cache_drain(e.c, err);
 	CHECK(rc == 0 && st2(e.c, "spill", "saves") == 1, "and the drain: %s",
 	      err[0] ? err : moor_strerror(rc));
+	toy_close(&e);
+
+	/* full again: B's next turn cannot be drained over B's entry, which
+	 * is kept as it was (a save that failed half way would cost it) and
+	 * serves that turn once the disk has room */
+	int32_t bg[4];
+	memcpy(bg, t.gen, sizeof bg);
+	int32_t *N2 = toy_ids(200, 144);
+	int32_t *B1 = toy_cat(B, NA, bg, 3), *B2 = toy_cat(B1, NA + 3, N2, 200);
+	toy_open(&e, &cfg, 4096, G);
+	CHECK(e.ho.resident_len == NA + 3, "B read back: %llu",
+	      (unsigned long long)e.ho.resident_len);
+	fill(filler);
+	REQUIRE(toy_run(&e, B2, NA + 203, "b", 4, &t, 1, "B2, full") == 0,
+		"B2");
+	err[0] = 0;
+	rc = cache_drain(e.c, err);
+	CHECK(rc == MOOR_ENOSPACE &&
+		  st2(e.c, "spill", "save_skipped_room") == 1,
+	      "B2's drain on a full disk is not tried over B's entry: %s",
+	      err[0] ? err : moor_strerror(rc));
+	toy_close(&e);
+	unlink(filler);
+	toy_open(&e, &cfg, 4096, G);
+	REQUIRE(toy_run(&e, B2, NA + 203, "b", 4, &t, 1, "B2 again") == 0,
+		"B2 again equals a cold run");
+	CHECK(t.plan.tier == CACHE_TIER_SPILL && t.plan.start == NA + 3,
+	      "B's entry kept: B2 resumes from the spill at %llu (%s)",
+	      (unsigned long long)t.plan.start, cache_tier_name(t.plan.tier));
 	toy_close(&e);
 
 	/* full again, with files of the tier's own: the least valuable go
