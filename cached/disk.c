@@ -706,6 +706,9 @@ static int chunk_stage(cache *c, dk_job *job, uint64_t j)
 	pthread_mutex_unlock(&d->mu);
 	uint64_t data = g * 4 + g * d->row_bytes;
 	memset(rows + g * d->row_bytes, 0, d->chunk_file - d->chunk_hdr - data);
+	/* the header's line whole: its sum covers the bytes past the sums,
+	 * which must not be the heap's leftovers */
+	memset(d->wbuf + sizeof *h, 0, d->chunk_hdr - sizeof *h);
 	hdr_init(d, h, DK_CHUNK, b, job->lph[j], data, 2, 0);
 	uint64_t *sums = (uint64_t *)(h + 1);
 	sums[0] = XXH3_64bits(ids, g * 4);

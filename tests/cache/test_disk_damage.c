@@ -70,6 +70,11 @@ static long long st2(cache *c, const char *a, const char *b)
 	REQUIRE(r, "stats");
 	json_t *v = json_object_get(json_object_get(r, a), b);
 	long long x = json_is_integer(v) ? json_integer_value(v) : -1;
+	if (x < 0 && getenv("T_VERBOSE")) {
+		char *d = json_dumps(json_object_get(r, a), 0);
+		fprintf(stderr, "stats %s: %s\n", a, d ? d : "(none)");
+		free(d);
+	}
 	json_decref(r);
 	return x;
 }
