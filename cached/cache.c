@@ -312,14 +312,14 @@ char *str_dup(const char *s)
 
 const char *cache_tier_name(int tier)
 {
-	static const char *const names[] = {"none",  "resident", "end",
-					    "pin",   "park",	 "store",
-					    "stash", "spill", "disk"};
-	if (tier < 0 || tier > CACHE_TIER_DISK)
+#define TIER_NAME(id, v, name, source, word) [v] = name,
+	static const char *const names[PROTO_TIER_COUNT] = {
+	    PROTO_TIERS(TIER_NAME)};
+#undef TIER_NAME
+	if (tier < 0 || tier >= PROTO_TIER_COUNT)
 		return "unknown";
 	return names[tier];
 }
-
 /* ---- lifecycle ---- */
 
 int cache_new(const cache_cfg *cfg, cache **out, char *err)

@@ -83,6 +83,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tiers.h"
+
 #define CACHE_NAME_MAX 48
 #define CACHE_MAX_SECTIONS 512
 #define CACHE_MAX_VIEWS 512
@@ -226,16 +228,11 @@ typedef struct cache_hello_out {
 int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 		char *err);
 
+/* The tiers: proto's one table (tiers.h), numbers and names. */
 enum cache_tier {
-	CACHE_TIER_NONE = 0,
-	CACHE_TIER_RESIDENT = 1,
-	CACHE_TIER_END = 2,
-	CACHE_TIER_PIN = 3,
-	CACHE_TIER_PARK = 4,
-	CACHE_TIER_STORE = 5,
-	CACHE_TIER_STASH = 6,
-	CACHE_TIER_SPILL = 7, /* a conversation read back from the spill */
-	CACHE_TIER_DISK = 8,  /* the disk tier: a shared head's chunks */
+#define CACHE_TIER_ENUM(id, v, name, source, word) CACHE_TIER_##id = v,
+	PROTO_TIERS(CACHE_TIER_ENUM)
+#undef CACHE_TIER_ENUM
 };
 const char *cache_tier_name(int tier);
 

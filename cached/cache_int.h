@@ -126,7 +126,7 @@ enum { LV_STORE = 0, LV_ANCHORS, LV_END, LV_STASH, LV_PARK, LV_PIN, LV_N };
 
 typedef struct cache_counters {
 	uint64_t plans, commits, aborts, refused, cold;
-	uint64_t tier_hits[CACHE_TIER_DISK + 1];
+	uint64_t tier_hits[PROTO_TIER_COUNT];
 	/* resident */
 	uint64_t res_hits, res_misses, anchors_made, evictions, tokens_saved;
 	/* end */

@@ -49,7 +49,7 @@ char *cache_stats_json(cache *c)
 	SETI(r, "commits", k->commits);
 	SETI(r, "aborts", k->aborts);
 	json_t *tiers = json_object();
-	for (int t = 0; t <= CACHE_TIER_DISK; t++)
+	for (int t = 0; t < PROTO_TIER_COUNT; t++)
 		SETI(tiers, cache_tier_name(t), k->tier_hits[t]);
 	json_object_set_new(r, "tiers", tiers);
 
