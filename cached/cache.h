@@ -83,6 +83,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tiers.h"
+
 #define CACHE_NAME_MAX 48
 #define CACHE_MAX_SECTIONS 512
 #define CACHE_MAX_VIEWS 512
@@ -165,6 +167,16 @@ typedef struct cache_cfg {
 	uint32_t disk_admit_after; /* a line counted this often cold: 2 */
 	uint32_t disk_head_anchors; /* a session's first long request: 4 */
 	uint32_t disk_min_tokens;   /* shorter prompts write nothing: 4096 */
+	/* the write guard and the fingerprint adoption (ledger.c) */
+	uint64_t write_budget;   /* --disk-write-budget-gb 200: the drive
+				  * writes of a day (tier and spill); 0: no
+				  * budget */
+	uint32_t guard_evict_tokens; /* over the budget the spill still
+				      * writes evictions this long: 32768 */
+	char adopt_from[80];     /* --adopt-from FP: files of this older
+				  * fingerprint (16 to 64 hex digits, a
+				  * prefix) are the attached engine's
+				  * (recorded, logged); empty: none */
 	uint32_t prefill_tps;    /* the engine's prefill rate until cached
 				  * measures one (tokens/s): 740 */
 	int unified;             /* both arenas are one memory (the CPU
@@ -174,6 +186,9 @@ typedef struct cache_cfg {
 } cache_cfg;
 
 void cache_cfg_defaults(cache_cfg *c);
+/* 16 to 64 hex digits (cfg.adopt_from) as a fingerprint or its prefix:
+ * out[0, *n); MOOR_ERANGE otherwise. */
+int cache_fp_parse(const char *s, uint8_t out[32], uint32_t *n);
 
 typedef struct cache cache;
 
@@ -213,16 +228,11 @@ typedef struct cache_hello_out {
 int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 		char *err);
 
+/* The tiers: proto's one table (tiers.h), numbers and names. */
 enum cache_tier {
-	CACHE_TIER_NONE = 0,
-	CACHE_TIER_RESIDENT = 1,
-	CACHE_TIER_END = 2,
-	CACHE_TIER_PIN = 3,
-	CACHE_TIER_PARK = 4,
-	CACHE_TIER_STORE = 5,
-	CACHE_TIER_STASH = 6,
-	CACHE_TIER_SPILL = 7, /* a conversation read back from the spill */
-	CACHE_TIER_DISK = 8,  /* the disk tier: a shared head's chunks */
+#define CACHE_TIER_ENUM(id, v, name, source, word) CACHE_TIER_##id = v,
+	PROTO_TIERS(CACHE_TIER_ENUM)
+#undef CACHE_TIER_ENUM
 };
 const char *cache_tier_name(int tier);
 
@@ -232,6 +242,12 @@ typedef struct cache_req {
 	const char *session; /* NULL or "" : none */
 	uint32_t max_tokens;
 	int no_cache;        /* cold, and keep nothing */
+	/* where the prompt's last user message starts (a token index), for
+	 * the disk tier's head anchors of a session's first long request:
+	 * the last head_anchors grid lines at or below it (the next session
+	 * in the same folder parts from this one there); 0: unknown, the
+	 * last lines of the prompt */
+	uint64_t user_at;
 } cache_req;
 
 #define CACHE_MAX_SLOTS 1024

@@ -2,15 +2,19 @@
  * seen by the daemon's other parts): the cache struct, the tiers' records
  * and the helpers that move a sequence's bytes.
  *
- * Files: cache.c (lifecycle, hello, stats, clear, copies), planner.c (a
- * turn: plan, commit, abort), resident.c (anchors, their eviction order,
- * the end anchor), stash.c, pin.c, park.c (with span.c, the row blocks both
- * hold), store.c, budget.c (levels and the memory policy).
+ * Files: cache.c (lifecycle, hello, clear, copies), stats.c (the counters
+ * as JSON), planner.c (a turn: plan, commit, abort), resident.c (anchors,
+ * their eviction order, the end anchor), stash.c, pin.c, park.c (with
+ * span.c, the row blocks both hold), store.c, budget.c (levels and the
+ * memory policy), and the NVMe tiers: spill.c, codec.c, disk.c, dfile.c,
+ * ledger.c (the day's writes, the write guard, adoption records), kvdb.c
+ * (an LMDB environment checked before it is mapped).
  */
 #ifndef CACHE_INT_H
 #define CACHE_INT_H
 
 #include <stdint.h>
+#include <time.h>
 
 #include "arena.h"
 #include "cache.h"
@@ -106,6 +110,7 @@ typedef struct turn {
 	uint64_t n;
 	char *session;
 	uint32_t max_tokens;
+	uint64_t user_at; /* cache_req's: 0 unknown */
 	uint64_t start, taint, cut;
 	uint64_t mk_keep; /* the resident marks below it stay at commit */
 	cache_mark hid[64]; /* the commit's hidden spans (start: into gen) */
@@ -121,7 +126,7 @@ enum { LV_STORE = 0, LV_ANCHORS, LV_END, LV_STASH, LV_PARK, LV_PIN, LV_N };
 
 typedef struct cache_counters {
 	uint64_t plans, commits, aborts, refused, cold;
-	uint64_t tier_hits[CACHE_TIER_DISK + 1];
+	uint64_t tier_hits[PROTO_TIER_COUNT];
 	/* resident */
 	uint64_t res_hits, res_misses, anchors_made, evictions, tokens_saved;
 	/* end */
@@ -203,11 +208,13 @@ struct cache {
 			    blocks_written, blocks_kept, anchors_written,
 			    anchors_kept, bytes_written, bytes_read, swept,
 			    expired, evicted, codec_raw, codec_out,
-			    evict_saves, hits, hit_failed, refused;
+			    evict_saves, hits, hit_failed, refused,
+			    guard_skips, save_skipped_room;
 		} k;
 	} spill;
 
 	struct disk_tier *disk; /* disk.c; NULL: off */
+	struct ledger *ledger;	/* ledger.c; NULL: no NVMe directory */
 
 	/* the engine's prefill rate (tokens/s), from a plan to its commit
 	 * over the last 8 turns that forwarded at least 1,024 tokens (the
@@ -440,6 +447,35 @@ struct json_t *disk_stats_json(cache *c);
 /* A spill save begins (1) or ends (0): the writer waits between its files
  * meanwhile (the spill's own I/O path). */
 void disk_spill_active(cache *c, int on);
+
+/* ---- ledger.c: the day's drive writes, the write guard, the adoption
+ * records (its essay at the top of ledger.c) ---- */
+/* Opens DIR/ledger (nothing without cfg.spill_dir). A ledger that cannot
+ * be opened counts in memory (logged); MOOR_ERANGE for a bad
+ * cfg.adopt_from. */
+int ledger_open(cache *c, char *err);
+void ledger_close(cache *c); /* safe when off */
+enum { LEDGER_OK = 0, LEDGER_OVER = 1, LEDGER_HARD = 2 };
+enum { LEDGER_TIER = 0, LEDGER_SPILL = 1 };
+enum { LEDGER_TIER_PLAN = 0, LEDGER_SPILL_EVICT, LEDGER_SPILL_DRAIN };
+/* Whether a write of kind `what` (a tier plan, a spill eviction of a
+ * conversation of `tokens`, the drain) may run at today's level; a skip is
+ * counted and, the first of its level today, logged. Any thread but the
+ * writer's. */
+int ledger_allow(cache *c, int what, uint64_t tokens);
+/* `bytes` written by the tier or the spill (who) today. Any thread. */
+void ledger_wrote(cache *c, int who, uint64_t bytes);
+int ledger_level(cache *c);
+/* The attach of an engine of fingerprint fp: records cfg.adopt_from as
+ * equal to it (once, logged) and computes the set of fingerprints whose
+ * files it reads. */
+void ledger_attach(cache *c, const uint8_t fp[32]);
+/* Whether a file of fingerprint fp is the attached engine's to read: its
+ * own, or one an adoption record declared equal. */
+int ledger_fp_ok(const cache *c, const uint8_t fp[32]);
+struct json_t *ledger_json(cache *c);
+/* The clock of the day's key (tests; NULL: time()). */
+extern time_t (*ledger_clock)(void);
 
 /* ---- planner.c ---- */
 /* The prefill rate the NVMe tiers' read-cost rule weighs a read against:

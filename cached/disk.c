@@ -20,18 +20,22 @@
  * The index (LMDB, DIR/disk/index): `idx` one record a file (its kind,
  * line, key, bytes, hits, last use, the fingerprint; an anchor's chunk
  * keys), `cnt` the cold-line counts by (key, line), `sess` the sessions
- * seen, `days` the bytes written a day. The counts are traffic, not rows:
- * a fingerprint change sweeps the files and keeps them.
+ * seen. The counts are traffic, not rows: a fingerprint change sweeps the
+ * files and keeps them. The bytes written a day are the ledger's
+ * (ledger.c), and so is the write guard: past the day's budget disk_plan
+ * plans nothing. A file is the attached engine's when its fingerprint is,
+ * or one an adoption record declared equal (ledger_fp_ok).
  *
  * What is written is decided before the prefill runs (disk_plan): every
  * grid line the prefill forwards is counted; the longest clean line counted
  * admit_after times (2) gets an anchor, and so do the branch lines (counted
  * admit_after times, where the count falls at the next line: an earlier
  * prompt read this far and went on differently; the 4 longest), and the
- * last head_anchors (4) lines of a session's first request of at least
- * min_tokens (4,096). Nothing is written above the plan's taint line (rows
- * a decode wrote, a snapshot's state), nothing for a guest or a prompt
- * under min_tokens. The chosen lines get anchor slots like the resident
+ * last head_anchors (4) lines at or below where the last user message
+ * starts (cache_req.user_at; unknown: the prompt's last lines) of a
+ * session's first request of at least min_tokens (4,096). Nothing is
+ * written above the plan's taint line (rows a decode wrote, a snapshot's
+ * state), nothing for a guest or a prompt under min_tokens. The chosen lines get anchor slots like the resident
  * anchors; the engine fills them as the prefill passes them.
  *
  * The writes never hold a request. At the commit the slots' sections are
@@ -95,12 +99,13 @@
 
 #include "cache_int.h"
 #include "dfile.h"
+#include "kvdb.h"
 #include "moor.h"
 
 #define DK_MAGIC 0x314b5344524f4f4dull /* "MOORDSK1" */
 #define DK_VERSION 1u
-#define DK_LINE 4096u /* O_DIRECT's alignment and a header line */
-#define DK_JOB_MAX 16u /* anchors a commit stages */
+#define DK_LINE 4096u	/* O_DIRECT's alignment and a header line */
+#define DK_JOB_MAX 16u	/* anchors a commit stages */
 #define DK_QUEUE_MAX 2u /* jobs waiting (more: dropped as busy) */
 #define DK_BRANCH_MAX 4u
 
@@ -112,9 +117,9 @@ enum { DK_CHUNK = 1, DK_ANCHOR = 2 };
 typedef struct dk_hdr {
 	uint64_t magic;
 	uint32_t version, kind;
-	uint64_t line;	     /* chunk: its top b; anchor: its line */
-	uint64_t key;	     /* the prefix chain's hash at line */
-	uint64_t digest;     /* the layout's (tier_layout_digest) */
+	uint64_t line;	 /* chunk: its top b; anchor: its line */
+	uint64_t key;	 /* the prefix chain's hash at line */
+	uint64_t digest; /* the layout's (tier_layout_digest) */
 	uint64_t grid;
 	uint64_t hdr_bytes;  /* the header's 4 KiB lines */
 	uint64_t data_bytes; /* the payload (before its padding) */
@@ -154,18 +159,18 @@ typedef struct dk_job {
 struct disk_tier {
 	int dfd;
 	MDB_env *env;
-	MDB_dbi idx, cnt, sess, days;
+	MDB_dbi idx, cnt, sess;
 	pthread_t th;
 	int th_on, stop;
 	pthread_mutex_t mu;
 	pthread_cond_t work, done;
-	dk_job *q;	   /* the running job first */
-	int running;	   /* q's head is being written */
-	uint64_t copying;  /* top row of the chunk being copied; 0: none */
-	int reading;	   /* a restore reads files */
-	int spilling;	   /* a spill save runs: the writer waits */
-	uint8_t *wbuf;	   /* the writer's chunk file (aligned) */
-	uint8_t *rbuf;	   /* the restore's file (aligned) */
+	dk_job *q;	  /* the running job first */
+	int running;	  /* q's head is being written */
+	uint64_t copying; /* top row of the chunk being copied; 0: none */
+	int reading;	  /* a restore reads files */
+	int spilling;	  /* a spill save runs: the writer waits */
+	uint8_t *wbuf;	  /* the writer's chunk file (aligned) */
+	uint8_t *rbuf;	  /* the restore's file (aligned) */
 	uint64_t rbuf_bytes;
 
 	/* the attached layout, as the writer reads it */
@@ -185,13 +190,14 @@ struct disk_tier {
 	uint64_t plan_n;
 	double read_bps;
 
-	time_t floor_said;
+	time_t floor_said, index_said;
 	struct {
 		uint64_t hits, hit_failed, tokens_read, bytes_read,
 		    bytes_written, chunks_written, anchors_written,
 		    write_failed, window, busy, evicted, expired, swept,
 		    orphans, floor_binds, admitted, counted, skipped_have,
-		    chunks_kept, direct, buffered;
+		    rebuilt, index_failed, chunks_kept, direct, buffered,
+		    guard_skips;
 	} k;
 	double last_restore_ms, last_write_ms;
 };
@@ -244,8 +250,8 @@ static int file_write(int dfd, const char *name, const void *buf, uint64_t n,
 {
 	char tmp[96];
 	snprintf(tmp, sizeof tmp, "%s.tmp", name);
-	int direct, fd = open_direct(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC,
-				     &direct);
+	int direct,
+	    fd = open_direct(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC, &direct);
 	if (fd < 0)
 		return fd;
 	*was_direct = direct;
@@ -308,9 +314,8 @@ static int file_read(int dfd, const char *name, void *buf, uint64_t n)
 	char *b = buf;
 	uint64_t got = 0;
 	while (got < n) {
-		ssize_t r = pread(fd, b + got, n - got > (1u << 30)
-						    ? (1u << 30)
-						    : n - got,
+		ssize_t r = pread(fd, b + got,
+				  n - got > (1u << 30) ? (1u << 30) : n - got,
 				  (off_t)got);
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -360,16 +365,16 @@ static void hdr_init(struct disk_tier *d, dk_hdr *h, uint32_t kind,
 }
 
 /* The header of a file read back says what the index and the prompt say. */
-static int hdr_check(struct disk_tier *d, dk_hdr *h, uint32_t kind,
-		     uint64_t line, uint64_t key, uint64_t n_sums,
-		     uint64_t n_keys)
+static int hdr_check(cache *c, dk_hdr *h, uint32_t kind, uint64_t line,
+		     uint64_t key, uint64_t n_sums, uint64_t n_keys)
 {
+	struct disk_tier *d = c->disk;
 	if (h->magic != DK_MAGIC || h->version != DK_VERSION ||
 	    h->kind != kind || h->line != line || h->key != key ||
 	    h->digest != d->digest || h->grid != d->grid ||
 	    h->n_sums != n_sums || h->n_keys != n_keys ||
 	    h->hdr_bytes != hdr_bytes(n_sums, n_keys) ||
-	    memcmp(h->fp, d->fp, 32))
+	    !ledger_fp_ok(c, h->fp))
 		return MOOR_EFORMAT;
 	uint64_t want = h->hdr_sum;
 	h->hdr_sum = 0;
@@ -436,40 +441,6 @@ static void file_drop1(struct disk_tier *d, const char *name)
 	MDB_val k = {strlen(name), (void *)name};
 	(void)mdb_del(tx, d->idx, &k, NULL);
 	(void)mdb_txn_commit(tx);
-}
-
-static void day_key(char *b, size_t n)
-{
-	time_t t = time(NULL);
-	struct tm tm;
-	localtime_r(&t, &tm);
-	strftime(b, n, "%Y-%m-%d", &tm);
-}
-
-static uint64_t day_get(struct disk_tier *d, MDB_txn *tx)
-{
-	char dk[16];
-	day_key(dk, sizeof dk);
-	MDB_val k = {strlen(dk), dk}, v;
-	uint64_t x = 0;
-	if (!mdb_get(tx, d->days, &k, &v) && v.mv_size == 8)
-		memcpy(&x, v.mv_data, 8);
-	return x;
-}
-
-static void day_add(struct disk_tier *d, uint64_t bytes)
-{
-	MDB_txn *tx;
-	if (mdb_txn_begin(d->env, NULL, 0, &tx))
-		return;
-	char dk[16];
-	day_key(dk, sizeof dk);
-	uint64_t x = day_get(d, tx) + bytes;
-	MDB_val k = {strlen(dk), dk}, v = {8, &x};
-	if (mdb_put(tx, d->days, &k, &v, 0))
-		mdb_txn_abort(tx);
-	else
-		(void)mdb_txn_commit(tx);
 }
 
 /* ---- room: eviction by value ---- */
@@ -558,9 +529,8 @@ static int items_load(struct disk_tier *d, dk_item **out, uint32_t *n_out,
 		return rc;
 	}
 	for (uint32_t i = 0; i < n; i++)
-		for (uint32_t j = 0; it[i].r.kind == DK_ANCHOR &&
-				     j < it[i].r.n_keys;
-		     j++) {
+		for (uint32_t j = 0;
+		     it[i].r.kind == DK_ANCHOR && j < it[i].r.n_keys; j++) {
 			int c = item_find(it, n, DK_CHUNK, it[i].keys[j],
 					  (j + 1) * d->grid);
 			if (c >= 0)
@@ -581,8 +551,8 @@ static double item_value(struct disk_tier *d, dk_item *it, uint32_t n,
 		if (c >= 0 && it[c].refs)
 			alone += (double)it[c].r.bytes / it[c].refs;
 	}
-	double idle = now > it[i].r.used ? (double)(now - it[i].r.used) / 86400
-					 : 0;
+	double idle =
+	    now > it[i].r.used ? (double)(now - it[i].r.used) / 86400 : 0;
 	return (double)(it[i].r.hits + 1) * (double)it[i].r.line / alone *
 	       pow(0.5, floor(idle));
 }
@@ -688,7 +658,8 @@ static int make_room(cache *c, uint64_t need, const uint64_t *prot,
 				if (now_s() >= (uint64_t)d->floor_said + 60) {
 					d->floor_said = time(NULL);
 					moor_warn(
-					    "[disk] the free-space floor binds: "
+					    "[disk] the free-space floor "
+					    "binds: "
 					    "%.1f GB free, floor %.1f GB: an "
 					    "anchor of %.1f MB not written",
 					    (double)fr / 1e9,
@@ -735,6 +706,9 @@ static int chunk_stage(cache *c, dk_job *job, uint64_t j)
 	pthread_mutex_unlock(&d->mu);
 	uint64_t data = g * 4 + g * d->row_bytes;
 	memset(rows + g * d->row_bytes, 0, d->chunk_file - d->chunk_hdr - data);
+	/* the header's line whole: its sum covers the bytes past the sums,
+	 * which must not be the heap's leftovers */
+	memset(d->wbuf + sizeof *h, 0, d->chunk_hdr - sizeof *h);
 	hdr_init(d, h, DK_CHUNK, b, job->lph[j], data, 2, 0);
 	uint64_t *sums = (uint64_t *)(h + 1);
 	sums[0] = XXH3_64bits(ids, g * 4);
@@ -851,7 +825,7 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 			count(d, &d->k.write_failed, 1);
 			break;
 		}
-		day_add(d, d->chunk_file);
+		ledger_wrote(c, LEDGER_TIER, d->chunk_file);
 		pthread_mutex_lock(&d->mu);
 		d->k.chunks_written++;
 		d->k.bytes_written += d->chunk_file;
@@ -885,7 +859,7 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 		count(d, &d->k.write_failed, 1);
 		return rc;
 	}
-	day_add(d, a->bytes);
+	ledger_wrote(c, LEDGER_TIER, a->bytes);
 	pthread_mutex_lock(&d->mu);
 	d->k.anchors_written++;
 	d->k.bytes_written += a->bytes;
@@ -893,9 +867,8 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 	pthread_mutex_unlock(&d->mu);
 	moor_info("[disk] wrote the anchor at %llu (%llu chunks written, %llu "
 		  "kept) in %.0f ms",
-		  (unsigned long long)a->line,
-		  (unsigned long long)(nk - kept), (unsigned long long)kept,
-		  (moor_now() - t0) * 1e3);
+		  (unsigned long long)a->line, (unsigned long long)(nk - kept),
+		  (unsigned long long)kept, (moor_now() - t0) * 1e3);
 	return 0;
 }
 
@@ -967,7 +940,8 @@ static void reconcile(cache *c)
 		return;
 	MDB_txn *tx;
 	if (!mdb_txn_begin(d->env, NULL, 0, &tx)) {
-		uint64_t now = now_s(), ttl = (uint64_t)c->cfg.disk_days * 86400;
+		uint64_t now = now_s(),
+			 ttl = (uint64_t)c->cfg.disk_days * 86400;
 		for (uint32_t i = 0; i < n; i++) {
 			if (faccessat(d->dfd, it[i].name, F_OK, 0)) {
 				MDB_val k = {strlen(it[i].name), it[i].name};
@@ -1011,6 +985,97 @@ static void reconcile(cache *c)
 	items_free(it, n);
 }
 
+static void *alloc4k(uint64_t n);
+
+/* A damaged index was replaced by an empty one (kvdb.h): the files are
+ * the index (their headers), so every file whose header reads back whole
+ * and names what its file name says is indexed again (hits 0, last used
+ * when it was made); the others go. The cold-line counts and the sessions
+ * seen are traffic, and are lost with the old index. The attach then
+ * sweeps what another fingerprint or layout wrote, as after any start. */
+static void index_rebuild(cache *c, const char *why)
+{
+	struct disk_tier *d = c->disk;
+	int fd = openat(d->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!dir) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	uint8_t *hb = alloc4k(DK_LINE);
+	uint64_t kept = 0, bad = 0;
+	struct dirent *e;
+	while (hb && (e = readdir(dir))) {
+		const char *nm = e->d_name;
+		if ((nm[0] != 'a' && nm[0] != 'c') || nm[1] != '-' ||
+		    strlen(nm) >= 48 || strstr(nm, ".tmp"))
+			continue;
+		int ok = 0;
+		uint8_t *full = NULL;
+		int f = openat(d->dfd, nm, O_RDONLY | O_CLOEXEC);
+		struct stat st;
+		dk_hdr h;
+		if (f >= 0 && fstat(f, &st) == 0 &&
+		    pread(f, hb, DK_LINE, 0) == DK_LINE) {
+			memcpy(&h, hb, sizeof h);
+			char want[48];
+			name_of(want, sizeof want, (int)h.kind, h.key, h.line);
+			uint64_t nsk = h.n_sums + h.n_keys;
+			ok = h.magic == DK_MAGIC && h.version == DK_VERSION &&
+			     (h.kind == DK_CHUNK || h.kind == DK_ANCHOR) &&
+			     !strcmp(want, nm) && nsk < (1u << 24) &&
+			     h.hdr_bytes == hdr_bytes(h.n_sums, h.n_keys) &&
+			     (uint64_t)st.st_size ==
+				 h.hdr_bytes + up4k(h.data_bytes) &&
+			     (h.kind == DK_ANCHOR || h.n_keys == 0);
+		}
+		if (ok) {
+			full = alloc4k(h.hdr_bytes);
+			ok = full && pread(f, full, h.hdr_bytes, 0) ==
+					 (ssize_t)h.hdr_bytes;
+		}
+		if (ok) {
+			dk_hdr *fh = (dk_hdr *)full;
+			uint64_t want = fh->hdr_sum;
+			fh->hdr_sum = 0;
+			ok = XXH3_64bits(full, fh->hdr_bytes) == want;
+		}
+		if (ok) {
+			dk_rec r = {.kind = h.kind,
+				    .n_keys = (uint32_t)h.n_keys,
+				    .line = h.line,
+				    .key = h.key,
+				    .bytes = (uint64_t)st.st_size,
+				    .used = h.made,
+				    .made = h.made,
+				    .digest = h.digest};
+			memcpy(r.fp, h.fp, 32);
+			const uint64_t *keys =
+			    (const uint64_t *)(full + sizeof h) + h.n_sums;
+			ok = idx_put(d, nm, &r, keys) == 0;
+		}
+		free(full);
+		if (f >= 0)
+			close(f);
+		if (ok) {
+			kept++;
+		} else {
+			unlinkat(d->dfd, nm, 0);
+			bad++;
+		}
+	}
+	free(hb);
+	closedir(dir);
+	d->k.rebuilt++;
+	d->k.orphans += bad;
+	moor_warn("[disk] the index was damaged (%s): moved aside as "
+		  "data.mdb.bad and rebuilt from the files' headers: %llu "
+		  "files indexed again, %llu unreadable deleted (the cold-line "
+		  "counts are lost)",
+		  why, (unsigned long long)kept, (unsigned long long)bad);
+}
+
 int disk_open(cache *c, char *err)
 {
 	c->disk = NULL;
@@ -1045,14 +1110,10 @@ int disk_open(cache *c, char *err)
 	snprintf(path, sizeof path, "%s/disk/index", c->cfg.spill_dir);
 	rc = mkdir_at(path);
 	MDB_txn *tx = NULL;
+	int rebuilt = 0;
+	char why[MOOR_ERRLEN] = "";
 	if (!rc)
-		rc = lmdb_rc(mdb_env_create(&d->env));
-	if (!rc)
-		rc = lmdb_rc(mdb_env_set_maxdbs(d->env, 8));
-	if (!rc)
-		rc = lmdb_rc(mdb_env_set_mapsize(d->env, 1ull << 30));
-	if (!rc)
-		rc = lmdb_rc(mdb_env_open(d->env, path, MDB_NOTLS, 0600));
+		rc = kvdb_open(path, 1ull << 30, 8, &d->env, &rebuilt, why);
 	if (!rc)
 		rc = lmdb_rc(mdb_txn_begin(d->env, NULL, 0, &tx));
 	if (!rc)
@@ -1061,8 +1122,6 @@ int disk_open(cache *c, char *err)
 		rc = lmdb_rc(mdb_dbi_open(tx, "cnt", MDB_CREATE, &d->cnt));
 	if (!rc)
 		rc = lmdb_rc(mdb_dbi_open(tx, "sess", MDB_CREATE, &d->sess));
-	if (!rc)
-		rc = lmdb_rc(mdb_dbi_open(tx, "days", MDB_CREATE, &d->days));
 	if (!rc) {
 		rc = lmdb_rc(mdb_txn_commit(tx));
 		tx = NULL;
@@ -1070,18 +1129,23 @@ int disk_open(cache *c, char *err)
 	if (tx)
 		mdb_txn_abort(tx);
 	if (rc) {
-		moor_errf(err, "disk tier index %s: %s", path,
-			  moor_strerror(rc));
+		/* the tier is off, cached serves: a cache not kept is the
+		 * cold path, never a refusal to start */
+		moor_warn("[disk] the tier is off: its index %s: %s", path,
+			  why[0] ? why : moor_strerror(rc));
 		if (d->env)
 			mdb_env_close(d->env);
 		close(d->dfd);
 		free(d);
-		return rc;
+		(void)err;
+		return 0;
 	}
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->work, NULL);
 	pthread_cond_init(&d->done, NULL);
 	c->disk = d;
+	if (rebuilt)
+		index_rebuild(c, why);
 	reconcile(c);
 	if (pthread_create(&d->th, NULL, writer, c)) {
 		moor_errf(err, "disk tier: the writer thread");
@@ -1227,7 +1291,7 @@ void disk_attach(cache *c)
 	if (!mdb_txn_begin(d->env, NULL, 0, &tx)) {
 		for (uint32_t i = 0; i < n; i++)
 			if (it[i].r.digest != d->digest ||
-			    memcmp(it[i].r.fp, d->fp, 32)) {
+			    !ledger_fp_ok(c, it[i].r.fp)) {
 				file_drop(d, tx, it[i].name);
 				swept++;
 			}
@@ -1320,7 +1384,17 @@ void disk_plan(cache *c, const turn *t, const uint64_t *lines, uint32_t n,
 			first = mdb_put(tx, d->sess, &k, &v, 0) == 0;
 		}
 	}
-	if (mdb_txn_commit(tx)) {
+	int crc = mdb_txn_commit(tx);
+	if (crc) {
+		/* the index cannot take a write (a full disk): nothing is
+		 * planned, the request runs as without the tier */
+		d->k.index_failed++;
+		if (now_s() >= (uint64_t)d->index_said + 60) {
+			d->index_said = time(NULL);
+			moor_warn("[disk] the index refuses a write (%s): the "
+				  "tier plans nothing until it takes one",
+				  moor_strerror(lmdb_rc(crc)));
+		}
 		free(cnt);
 		return;
 	}
@@ -1342,11 +1416,17 @@ void disk_plan(cache *c, const turn *t, const uint64_t *lines, uint32_t n,
 			want[j] = 1;
 			nb++;
 		}
-	/* the head of a session's first long request */
-	if (first)
-		for (uint32_t j = clean, h = 0;
+	/* the head of a session's first long request: the last lines at or
+	 * below where its last user message starts (the next session in the
+	 * same folder parts from it there), else the prompt's last lines */
+	if (first) {
+		uint32_t top = clean;
+		while (t->user_at && top > 0 && lines[top - 1] > t->user_at)
+			top--;
+		for (uint32_t j = top, h = 0;
 		     j-- > 0 && h < c->cfg.disk_head_anchors; h++)
 			want[j] = 1;
+	}
 	free(cnt);
 	if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &tx))
 		return;
@@ -1363,6 +1443,13 @@ void disk_plan(cache *c, const turn *t, const uint64_t *lines, uint32_t n,
 		m++;
 	}
 	mdb_txn_abort(tx);
+	/* the write guard: past the day's budget the tier plans nothing
+	 * (the lines above stay counted: they are traffic) */
+	if (m && !ledger_allow(c, LEDGER_TIER_PLAN, t->n)) {
+		memset(want, 0, n * sizeof *want);
+		d->k.guard_skips++;
+		return;
+	}
 	d->k.admitted += m;
 }
 
@@ -1457,7 +1544,7 @@ int disk_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
 		dk_rec r;
 		name_of(name, sizeof name, DK_ANCHOR, c->ph[L], L);
 		if (idx_get(d, tx, name, &r, NULL) || r.digest != d->digest ||
-		    memcmp(r.fp, d->fp, 32))
+		    !ledger_fp_ok(c, r.fp))
 			continue;
 		uint64_t bytes = r.bytes, j0 = min64(k, L) / g;
 		int ok = 1;
@@ -1515,7 +1602,7 @@ static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 		rc = file_read(d->dfd, name, d->rbuf, d->chunk_file);
 		dk_hdr *h = (dk_hdr *)d->rbuf;
 		if (!rc)
-			rc = hdr_check(d, h, DK_CHUNK, b, c->ph[b], 2, 0);
+			rc = hdr_check(c, h, DK_CHUNK, b, c->ph[b], 2, 0);
 		const uint8_t *pi = d->rbuf + d->chunk_hdr;
 		const uint8_t *pr = pi + g * 4;
 		const uint64_t *sums = (const uint64_t *)(h + 1);
@@ -1539,7 +1626,7 @@ static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 	rc = file_read(d->dfd, name, d->rbuf, hb + up4k(d->sec_bytes));
 	dk_hdr *h = (dk_hdr *)d->rbuf;
 	if (!rc)
-		rc = hdr_check(d, h, DK_ANCHOR, s, c->ph[s], d->n_sec, nk);
+		rc = hdr_check(c, h, DK_ANCHOR, s, c->ph[s], d->n_sec, nk);
 	const uint8_t *secs = d->rbuf + hb;
 	const uint64_t *sums = (const uint64_t *)(h + 1);
 	if (!rc && h->data_bytes != d->sec_bytes)
@@ -1666,12 +1753,6 @@ json_t *disk_stats_json(cache *c)
 			json_array_append_new(
 			    lines, json_integer((json_int_t)it[i].r.line));
 	items_free(it, n);
-	uint64_t today = 0;
-	MDB_txn *tx;
-	if (!mdb_txn_begin(d->env, NULL, MDB_RDONLY, &tx)) {
-		today = day_get(d, tx);
-		mdb_txn_abort(tx);
-	}
 	uint64_t fr = free_bytes(d);
 #define SETI(k, v) json_object_set_new(o, k, json_integer((json_int_t)(v)))
 	SETI("anchors", na);
@@ -1680,10 +1761,12 @@ json_t *disk_stats_json(cache *c)
 	SETI("budget", c->cfg.disk_bytes);
 	SETI("min_free", c->cfg.disk_min_free);
 	SETI("free", fr == UINT64_MAX ? 0 : fr);
-	json_object_set_new(o, "floor_binding",
-			    json_boolean(fr != UINT64_MAX &&
-					 fr < c->cfg.disk_min_free));
-	SETI("written_today", today);
+	json_object_set_new(
+	    o, "floor_binding",
+	    json_boolean(fr != UINT64_MAX && fr < c->cfg.disk_min_free));
+	json_t *dw = ledger_json(c), *dt = json_object_get(dw, "tier");
+	SETI("written_today", dt ? json_integer_value(dt) : 0);
+	json_decref(dw);
 	json_object_set_new(o, "lines", lines);
 	pthread_mutex_lock(&d->mu);
 	uint32_t pend = 0;
@@ -1705,15 +1788,20 @@ json_t *disk_stats_json(cache *c)
 	SETI("expired", d->k.expired);
 	SETI("swept", d->k.swept);
 	SETI("orphans", d->k.orphans);
+	SETI("index_rebuilt", d->k.rebuilt);	 /* a damaged index replaced */
+	SETI("index_failed", d->k.index_failed); /* plans it could not count */
 	SETI("floor_binds", d->k.floor_binds);
 	SETI("admitted", d->k.admitted);
 	SETI("counted", d->k.counted);
 	SETI("skipped_have", d->k.skipped_have);
-	SETI("files_direct", d->k.direct);   /* written with O_DIRECT */
+	SETI("guard_skips", d->k.guard_skips); /* plans the write guard
+						* skipped */
+	SETI("files_direct", d->k.direct);     /* written with O_DIRECT */
 	SETI("files_buffered", d->k.buffered); /* the fadvise fallback */
 	json_object_set_new(o, "read_bps", json_real(d->read_bps));
 	json_object_set_new(o, "prefill_tps", json_real(prefill_rate(c)));
-	json_object_set_new(o, "last_restore_ms", json_real(d->last_restore_ms));
+	json_object_set_new(o, "last_restore_ms",
+			    json_real(d->last_restore_ms));
 	json_object_set_new(o, "last_write_ms", json_real(d->last_write_ms));
 	pthread_mutex_unlock(&d->mu);
 #undef SETI

@@ -1,16 +1,22 @@
 /* fuzz_cached.c: libFuzzer target for every message cached accepts (issue
- * 13's fuzzing), through the daemon's own handler (main.c's handle(), the
- * file included whole) on a real cache core with small shm arenas: HELLO
- * (its layout), PLAN, COMMIT, ABORT on the engine's socket, STATS, CLEAR,
- * PEEK, END_GET on the admin socket. An input is a sequence of records
- * [socket byte][u16 LE length][message bytes], so a HELLO can be followed
- * by the plans and commits it makes possible; every message comes "from"
- * one engine pipe. Replies go nowhere (REP sockets with no peer). cached
+ * 13's fuzzing), through the daemon's own handler (handlers.c's
+ * cd_handle(), linked with replies.c) on a real cache core with small shm
+ * arenas: HELLO (its layout), PLAN, COMMIT, ABORT on the engine's socket,
+ * STATS, CLEAR, PEEK, END_GET on the admin socket. An input is a sequence of
+ * records [socket byte][u16 LE length][message bytes], so a HELLO can be
+ * followed by the plans and commits it makes possible; every message comes
+ * "from" one engine pipe. Replies go nowhere (REP sockets with no peer). cached
  * never exits on a request path: an abort, a crash or a sanitizer report
  * is the finding. */
-#define main cached_daemon_main
-#include "main.c"
-#undef main
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+
+#include "daemon.h"
+#include "moor.h"
 
 static cd D;
 
@@ -62,7 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		nng_pipe p = NNG_PIPE_INITIALIZER;
 		p.id = 1;
 		nng_msg_set_pipe(nm, p);
-		handle(&D, w, nm);
+		cd_handle(&D, w, nm);
 		nng_msg_free(nm);
 		data += n;
 		size -= n;

@@ -595,6 +595,7 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	free(t->session);
 	t->session = str_dup(r->session);
 	t->max_tokens = r->max_tokens;
+	t->user_at = r->user_at < r->n ? r->user_at : 0;
 	t->start = A.start;
 	t->taint = A.taint;
 	t->cut = A.cut;

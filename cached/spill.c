@@ -62,6 +62,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -84,13 +85,13 @@ enum { SF_MANIFEST = 1, SF_BLOCK = 2, SF_ANCHOR = 3, SF_END = 4 };
 typedef struct spill_hdr {
 	uint64_t magic;
 	uint32_t version, kind;
-	uint64_t index;	   /* block index; anchor line; end: its line */
-	uint64_t rows;	   /* block rows; 0 for an anchor */
-	uint64_t digest;   /* the layout's (spill_layout_digest) */
-	uint64_t n_sums;   /* u64 sums that follow the header */
-	uint64_t data;	   /* bytes after the sums (encoded, with codec) */
-	uint64_t raw;	   /* the decoded data's bytes */
-	uint32_t codec;	   /* 0: raw; 1: codec.h's planes + zstd frames */
+	uint64_t index;	 /* block index; anchor line; end: its line */
+	uint64_t rows;	 /* block rows; 0 for an anchor */
+	uint64_t digest; /* the layout's (spill_layout_digest) */
+	uint64_t n_sums; /* u64 sums that follow the header */
+	uint64_t data;	 /* bytes after the sums (encoded, with codec) */
+	uint64_t raw;	 /* the decoded data's bytes */
+	uint32_t codec;	 /* 0: raw; 1: codec.h's planes + zstd frames */
 	uint32_t pad0;
 	uint8_t fp[32];
 } spill_hdr;
@@ -116,14 +117,15 @@ uint64_t tier_layout_digest(const cache_layout *l, uint32_t v)
 	XXH3_64bits_update(s, &l->n_views, 4);
 	XXH3_64bits_update(s, &l->grid, 4);
 	for (uint32_t i = 0; i < l->n_sections; i++) {
-		XXH3_64bits_update(s, l->sec[i].name, strnlen(l->sec[i].name,
-							      CACHE_NAME_MAX));
+		XXH3_64bits_update(s, l->sec[i].name,
+				   strnlen(l->sec[i].name, CACHE_NAME_MAX));
 		XXH3_64bits_update(s, &l->sec[i].layer, 4);
 		XXH3_64bits_update(s, &l->sec[i].bytes, 8);
 	}
 	for (uint32_t i = 0; i < l->n_views; i++) {
 		const cache_view *w = &l->view[i];
-		XXH3_64bits_update(s, w->name, strnlen(w->name, CACHE_NAME_MAX));
+		XXH3_64bits_update(s, w->name,
+				   strnlen(w->name, CACHE_NAME_MAX));
 		XXH3_64bits_update(s, &w->layer, 4);
 		XXH3_64bits_update(s, &w->elt, 4);
 		XXH3_64bits_update(s, &w->ndim, 4);
@@ -182,9 +184,8 @@ static void entry_name(const cache *c, const int32_t *ids, uint64_t n,
 	if (!session_none(session))
 		h = XXH3_64bits_withSeed(session, strlen(session), 1);
 	else
-		h = XXH3_64bits_withSeed(ids,
-					 min64(n, c->lay->grid) * sizeof *ids,
-					 2);
+		h = XXH3_64bits_withSeed(
+		    ids, min64(n, c->lay->grid) * sizeof *ids, 2);
 	snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
 
@@ -252,9 +253,8 @@ static int list_entries(cache *c, ent_info **out)
 		snprintf(x->name, sizeof x->name, "%s", e->d_name);
 		char mp[96];
 		snprintf(mp, sizeof mp, "%s/manifest", e->d_name);
-		x->mtime = fstatat(c->spill.dfd, mp, &st, 0) == 0
-			       ? st.st_mtime
-			       : 0;
+		x->mtime =
+		    fstatat(c->spill.dfd, mp, &st, 0) == 0 ? st.st_mtime : 0;
 		x->bytes = dfile_bytes(c->spill.dfd, e->d_name);
 	}
 	closedir(d);
@@ -345,10 +345,10 @@ typedef struct man_view {
 	spill_man *m;
 	const char *session;
 	int32_t *ids;
-	uint64_t *blk;	 /* per block: rows, ids hash, 2 * n_views sums */
-	uint64_t *anc;	 /* per anchor: line, 2 * n_sections sums */
-	uint64_t *end;	 /* 2 * n_sections sums, or NULL */
-	cache_mark *mk;	 /* n_mk marks */
+	uint64_t *blk;	/* per block: rows, ids hash, 2 * n_views sums */
+	uint64_t *anc;	/* per anchor: line, 2 * n_sections sums */
+	uint64_t *end;	/* 2 * n_sections sums, or NULL */
+	cache_mark *mk; /* n_mk marks */
 } man_view;
 
 static uint64_t pad8(uint64_t x)
@@ -356,8 +356,7 @@ static uint64_t pad8(uint64_t x)
 	return (x + 7) & ~7ull;
 }
 
-static int man_parse(cache *c, void *buf, uint64_t len, man_view *mv,
-		     char *why)
+static int man_parse(cache *c, void *buf, uint64_t len, man_view *mv, char *why)
 {
 	memset(mv, 0, sizeof *mv);
 	mv->buf = buf;
@@ -377,18 +376,17 @@ static int man_parse(cache *c, void *buf, uint64_t len, man_view *mv,
 	spill_hdr *h = buf;
 	if (h->magic != SPILL_MAGIC || h->version != SPILL_VERSION ||
 	    h->kind != SF_MANIFEST) {
-		snprintf(why, MOOR_ERRLEN, "manifest: magic/version/kind %llx "
-			 "%u %u", (unsigned long long)h->magic, h->version,
-			 h->kind);
+		snprintf(why, MOOR_ERRLEN,
+			 "manifest: magic/version/kind %llx "
+			 "%u %u",
+			 (unsigned long long)h->magic, h->version, h->kind);
 		return MOOR_EVERSION;
 	}
-	if (memcmp(h->fp, c->lay->fingerprint, 32) ||
+	if (!ledger_fp_ok(c, h->fp) ||
 	    h->digest != tier_layout_digest(c->lay, SPILL_VERSION)) {
-		snprintf(why, MOOR_ERRLEN,
-			 "written under another %s",
-			 memcmp(h->fp, c->lay->fingerprint, 32)
-			     ? "fingerprint"
-			     : "state layout");
+		snprintf(why, MOOR_ERRLEN, "written under another %s",
+			 !ledger_fp_ok(c, h->fp) ? "fingerprint"
+						 : "state layout");
 		return MOOR_EVERSION;
 	}
 	spill_man *m = (spill_man *)(h + 1);
@@ -433,7 +431,8 @@ static int man_parse(cache *c, void *buf, uint64_t len, man_view *mv,
 	for (uint64_t i = 0; i < m->n_mk; i++)
 		if (mv->mk[i].start > m->valid ||
 		    mv->mk[i].len > m->valid - mv->mk[i].start) {
-			snprintf(why, MOOR_ERRLEN, "manifest: a mark past the rows");
+			snprintf(why, MOOR_ERRLEN,
+				 "manifest: a mark past the rows");
 			return MOOR_EFORMAT;
 		}
 	if (mv->session && memchr(mv->session, 0, m->session_len) !=
@@ -478,8 +477,8 @@ static int man_load(cache *c, int efd, man_view *mv, char *why)
 static void index_put(cache *c, const char *name, const man_view *mv)
 {
 	index_drop(c, name);
-	spill_ent *v = realloc(c->spill.ent,
-			       (c->spill.n_ent + 1) * sizeof *c->spill.ent);
+	spill_ent *v =
+	    realloc(c->spill.ent, (c->spill.n_ent + 1) * sizeof *c->spill.ent);
 	if (!v)
 		return;
 	c->spill.ent = v;
@@ -731,14 +730,40 @@ static int save_conv(cache *c, char name[17], char *err)
 	entry_name(c, c->res_ids, valid, c->res_session, name);
 	int efd = open_dir_at(c->spill.dfd, name, 1);
 	if (efd < 0) {
-		moor_errf(err, "spill: entry %s: %s", name,
-			  moor_strerror(efd));
+		moor_errf(err, "spill: entry %s: %s", name, moor_strerror(efd));
 		return efd;
 	}
 	(void)dfile_sync_dir(c->spill.dfd, NULL);
 	char why[MOOR_ERRLEN];
 	man_view old = {0};
 	int have_old = man_load(c, efd, &old, why) == 0;
+	/* A save that fails half way costs the entry it rewrites: on a disk
+	 * with less room than the whole conversation could take (its rows
+	 * and anchors, raw, as if no block were kept), the entry on the disk
+	 * is kept as it is and this save is not tried. A new entry is tried
+	 * whatever the room: its failure costs nothing that was there. */
+	if (have_old) {
+		struct statvfs sv;
+		uint64_t need =
+		    codec_bound(valid * c->row_bytes) +
+		    (SPILL_ANCHORS + 1) * codec_bound(c->sec_bytes) +
+		    (1u << 20);
+		uint64_t fr = fstatvfs(c->spill.dfd, &sv) == 0
+				  ? (uint64_t)sv.f_bavail * sv.f_frsize
+				  : UINT64_MAX;
+		if (fr < need) {
+			moor_errf(err,
+				  "spill: entry %s not written: %.1f MB free, "
+				  "the save may need %.1f MB; the entry on the "
+				  "disk (%llu tokens) is kept as it is",
+				  name, (double)fr / 1e6, (double)need / 1e6,
+				  (unsigned long long)old.m->valid);
+			free(old.buf);
+			close(efd);
+			c->spill.k.save_skipped_room++;
+			return MOOR_ENOSPACE;
+		}
+	}
 	/* the manifest goes first: from here to its rewrite the entry is a
 	 * write that did not finish */
 	if (file_exists(efd, "manifest")) {
@@ -768,8 +793,8 @@ static int save_conv(cache *c, char name[17], char *err)
 	cache_mark *mk = marks_copy(c, valid, &n_mk);
 	uint64_t mlen = sizeof(spill_hdr) + sizeof(spill_man) + pad8(slen) +
 			pad8(valid * 4) + n_blk * (2 + 2ull * nv) * 8 +
-			n_anc * (1 + 2ull * ns) * 8 + (end ? 2ull * ns * 8 : 0) +
-			n_mk * 24ull + 8;
+			n_anc * (1 + 2ull * ns) * 8 +
+			(end ? 2ull * ns * 8 : 0) + n_mk * 24ull + 8;
 	char *mb = calloc(1, mlen);
 	/* the staging buffer: a block, or an anchor's sections off a CUDA
 	 * arena (secs_host) */
@@ -835,8 +860,8 @@ static int save_conv(cache *c, char name[17], char *err)
 		spill_hdr h;
 		hdr_fill(c, &h, SF_BLOCK, j, rows, 2ull * nv,
 			 rows * c->row_bytes);
-		dfile_part p[3] = {{&h, sizeof h}, {e + 2, 2ull * nv * 8},
-				   {0, 0}};
+		dfile_part p[3] = {
+		    {&h, sizeof h}, {e + 2, 2ull * nv * 8}, {0, 0}};
 		void *enc;
 		rc = data_part(c, &h, stage, rows * c->row_bytes, &p[2], &enc);
 		if (!rc)
@@ -883,6 +908,8 @@ static int save_conv(cache *c, char name[17], char *err)
 			c->spill.k.bytes_written += mlen;
 	}
 	free(mb);
+	/* the write guard's count: what reached the drive, failed or not */
+	ledger_wrote(c, LEDGER_SPILL, c->spill.k.bytes_written - written0);
 	(void)cache_sync(c); /* a copy into stage a failure left in flight */
 	stage_free(c, stage, soff);
 	close(efd);
@@ -898,8 +925,7 @@ static int save_conv(cache *c, char name[17], char *err)
 	index_load(c, name);
 	moor_info("[spill] saved %s: %llu tokens (end %s, %u anchors, taint "
 		  "%lld), %llu bytes written in %.1f ms",
-		  name, (unsigned long long)valid,
-		  end ? "kept" : "none", n_anc,
+		  name, (unsigned long long)valid, end ? "kept" : "none", n_anc,
 		  c->taint == NO_TAINT ? -1ll : (long long)c->taint,
 		  (unsigned long long)(c->spill.k.bytes_written - written0),
 		  c->spill.last_save_ms);
@@ -1014,10 +1040,9 @@ static int load_file(cache *c, int efd, const char *name, uint32_t kind,
 	if (h.magic != SPILL_MAGIC || h.version != SPILL_VERSION ||
 	    h.kind != kind || h.index != index || h.rows != rows ||
 	    h.digest != c->spill.digest || h.n_sums != n_sums ||
-	    h.raw != data || h.codec > 1 ||
-	    (h.codec == 0 && h.data != data) ||
+	    h.raw != data || h.codec > 1 || (h.codec == 0 && h.data != data) ||
 	    (h.codec == 1 && h.data > codec_bound(data)) ||
-	    memcmp(h.fp, c->lay->fingerprint, 32)) {
+	    !ledger_fp_ok(c, h.fp)) {
 		moor_errf(why, "%s: its header is not the manifest's", name);
 		return MOOR_EFORMAT;
 	}
@@ -1091,7 +1116,8 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 	int rc = 0;
 	for (uint64_t j = 0; j < m->n_blk && !rc; j++) {
 		const uint64_t *e = mv->blk + j * (2 + 2ull * nv);
-		uint64_t a = j * SPILL_BLK, rows = min64(SPILL_BLK, m->valid - a);
+		uint64_t a = j * SPILL_BLK,
+			 rows = min64(SPILL_BLK, m->valid - a);
 		char bn[32];
 		snprintf(bn, sizeof bn, "r%llu", (unsigned long long)j);
 		if (e[0] != rows ||
@@ -1200,14 +1226,14 @@ int spill_read_back(cache *c)
 		if (!rc) {
 			memcpy(c->res_ids, mv.ids, mv.m->valid * 4);
 			c->valid = mv.m->valid;
-			c->taint = mv.m->taint < c->valid ? mv.m->taint
-							   : NO_TAINT;
+			c->taint =
+			    mv.m->taint < c->valid ? mv.m->taint : NO_TAINT;
 			free(c->res_session);
 			c->res_session = str_dup(mv.session);
 			marks_cut(c, 0);
 			for (uint64_t i = 0; i < mv.m->n_mk; i++)
-				(void)marks_add(c, mv.mk[i].start,
-						mv.mk[i].len, mv.mk[i].kind);
+				(void)marks_add(c, mv.mk[i].start, mv.mk[i].len,
+						mv.mk[i].kind);
 		}
 	}
 	close(efd);
@@ -1221,8 +1247,8 @@ int spill_read_back(cache *c)
 		(void)cache_sync(c);
 		if (mv.buf)
 			free(mv.buf);
-		moor_warn("[spill] the restore of %s failed: %s",
-			  name, why[0] ? why : moor_strerror(rc));
+		moor_warn("[spill] the restore of %s failed: %s", name,
+			  why[0] ? why : moor_strerror(rc));
 		entry_delete(c, name, "its restore failed");
 		c->spill.k.restore_failed++;
 		return 0;
@@ -1301,10 +1327,10 @@ int spill_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
 		return -1;
 	/* the read: every row up to the line and the state, at the rate the
 	 * last restore measured (2 GB/s before one) */
-	double bytes = (double)bs * (double)c->row_bytes +
-		       2.0 * (double)c->sec_bytes;
-	double read_s = bytes / (c->spill.read_bps > 0 ? c->spill.read_bps
-						       : 2e9);
+	double bytes =
+	    (double)bs * (double)c->row_bytes + 2.0 * (double)c->sec_bytes;
+	double read_s =
+	    bytes / (c->spill.read_bps > 0 ? c->spill.read_bps : 2e9);
 	if (read_s >= (double)(bs - ram) / prefill_rate(c))
 		return -1;
 	*start = bs;
@@ -1340,15 +1366,15 @@ void spill_refused(cache *c, const int32_t *ids, uint64_t n, uint64_t ram)
 			}
 	const char *why = e->end_len && e->end_len > lim && s <= ram
 			      ? "end_no_align"
-		      : s <= ram	    ? "anchors_below"
-		      : s <= ram + g ? "short"
-				     : "slow";
+			  : s <= ram	 ? "anchors_below"
+			  : s <= ram + g ? "short"
+					 : "slow";
 	c->spill.k.refused++;
 	moor_info("[spill] no entry served: eid=%s owner=%s tokens=%llu "
 		  "shares=%llu offer=%llu ram=%llu why=%s",
-		  e->name, e->owner[0] ? e->owner : "-",
-		  (unsigned long long)n, (unsigned long long)bc,
-		  (unsigned long long)s, (unsigned long long)ram, why);
+		  e->name, e->owner[0] ? e->owner : "-", (unsigned long long)n,
+		  (unsigned long long)bc, (unsigned long long)s,
+		  (unsigned long long)ram, why);
 }
 
 const char *spill_ent_name(cache *c, int i)
@@ -1356,8 +1382,8 @@ const char *spill_ent_name(cache *c, int i)
 	return c->spill.ent[i].name;
 }
 
-int spill_restore(cache *c, const char *name_in, const int32_t *ids,
-		  uint64_t k, uint64_t s, uint64_t limit)
+int spill_restore(cache *c, const char *name_in, const int32_t *ids, uint64_t k,
+		  uint64_t s, uint64_t limit)
 {
 	uint32_t ns = c->lay->n_sections, nv = c->lay->n_views;
 	char name[17], why[MOOR_ERRLEN] = "";
@@ -1378,14 +1404,16 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 	uint64_t big = bbytes > c->sec_bytes ? bbytes : c->sec_bytes;
 	uint64_t soff = UINT64_MAX;
 	void *stage = rc ? NULL : stage_new(c, big, &soff);
-	uint64_t *got = rc ? NULL : malloc((2ull * (ns > nv ? ns : nv) + 2) * 8);
+	uint64_t *got =
+	    rc ? NULL : malloc((2ull * (ns > nv ? ns : nv) + 2) * 8);
 	if (!rc && (!stage || !got))
 		rc = -ENOMEM;
 	uint64_t read0 = c->spill.k.bytes_read;
 	double t_log = t0; /* a long restore logs its progress once a second */
 	for (uint64_t j = 0; !rc && j < mv.m->n_blk; j++) {
 		const uint64_t *e = mv.blk + j * (2 + 2ull * nv);
-		uint64_t a = j * SPILL_BLK, rows = min64(SPILL_BLK, mv.m->valid - a);
+		uint64_t a = j * SPILL_BLK,
+			 rows = min64(SPILL_BLK, mv.m->valid - a);
 		if (a >= s || a + rows <= k)
 			continue; /* past the line, or in place */
 		char bn[32];
@@ -1400,11 +1428,12 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 		if (!rc && t - t_log >= 1000 && hi < s && hi > k) {
 			t_log = t;
 			double rate = (double)(hi - k) / ((t - t0) / 1e3);
-			moor_info("[spill] restoring %s: %llu of %llu rows, %.0f "
-				  "rows/s, ETA %.1f s",
-				  name, (unsigned long long)(hi - k),
-				  (unsigned long long)(s - k), rate,
-				  rate > 0 ? (double)(s - hi) / rate : 0.0);
+			moor_info(
+			    "[spill] restoring %s: %llu of %llu rows, %.0f "
+			    "rows/s, ETA %.1f s",
+			    name, (unsigned long long)(hi - k),
+			    (unsigned long long)(s - k), rate,
+			    rate > 0 ? (double)(s - hi) / rate : 0.0);
 		}
 	}
 	/* the saved anchors in (k, s], then the state at s */
@@ -1488,6 +1517,13 @@ int spill_evict(cache *c, uint64_t base)
 	(void)park_choose(c, base, idx, &m, &whole);
 	if (whole && c->cfg.park_bytes)
 		return 0; /* the park holds it to its end */
+	/* the write guard: over the day's budget only long conversations,
+	 * past 1.5 times it none (the park takes what it can, as without
+	 * the spill) */
+	if (!ledger_allow(c, LEDGER_SPILL_EVICT, c->valid)) {
+		c->spill.k.guard_skips++;
+		return 0;
+	}
 	char name[17], err[MOOR_ERRLEN] = "";
 	if (save_resident(c, name, err)) {
 		moor_warn("[spill] eviction: %s", err);

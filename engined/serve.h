@@ -50,12 +50,14 @@ typedef struct eng_serve_cfg {
  * negative code when it could not start (logged). */
 int eng_serve(const eng_serve_cfg *cfg);
 
-/* The 32-byte fingerprint of what computes stored rows: config.json, every
- * *.safetensors file's header bytes (name order) or, with dummy weights
- * (opts->load_format ENG_LOAD_DUMMY), the word "dummy" and their seed in
- * their place, the grid, the backend's name and contract version, and the
- * engine's build version. Two XXH3-128 digests of the same stream under two
- * seeds. err: MOOR_ERRLEN. */
+/* The 32-byte fingerprint of what computes stored rows (fingerprint.c says
+ * what it reads): config.json; the weights by content (every tensor's name,
+ * dtype, shape and sha256, in name order across the files, remembered per
+ * file by device, inode, size and mtime) or, with dummy weights
+ * (opts->load_format ENG_LOAD_DUMMY), the word "dummy" and their seed; the
+ * sources that compute rows and the build's arithmetic flags; the grid,
+ * the backend's name and contract version and its libraries. Two XXH3-128
+ * digests of the same stream under two seeds. err: MOOR_ERRLEN. */
 int eng_serve_fingerprint(const char *model_dir, const eng_opts *opts,
 			  int grid, const char *backend, uint8_t out[32],
 			  char *err);

@@ -152,6 +152,11 @@ static void health_done(gw_job *j)
 		if (held)
 			json_object_set(c, "memory_held", held);
 		json_object_set_new(o, "cache_bytes", c);
+		/* the write guard's day (cached's ledger), as cached says it */
+		json_t *dw = json_object_get(st, "disk_writes");
+		if (dw)
+			json_object_set_new(o, "cache",
+					    json_pack("{s:O}", "disk_writes", dw));
 		json_decref(st);
 	}
 	send_obj(j, ok ? 200 : 503, o);

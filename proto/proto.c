@@ -1101,9 +1101,27 @@ const char *proto_type_name(uint16_t type)
 	return k ? k->name : "unknown";
 }
 
+#define TIER_NAME(id, v, name, source, word) [v] = name,
+#define TIER_SOURCE(id, v, name, source, word) [v] = source,
+#define TIER_WORD(id, v, name, source, word) [v] = word,
+static const char *const tier_name[PROTO_TIER_COUNT] = {
+    PROTO_TIERS(TIER_NAME)};
+static const char *const tier_source[PROTO_TIER_COUNT] = {
+    PROTO_TIERS(TIER_SOURCE)};
+static const char *const tier_word[PROTO_TIER_COUNT] = {
+    PROTO_TIERS(TIER_WORD)};
+
 const char *proto_tier_name(uint32_t tier)
 {
-	static const char *const names[] = {"none", "resident", "end",	"pin",
-					    "park", "store",	"stash"};
-	return tier < sizeof names / sizeof names[0] ? names[tier] : "unknown";
+	return tier < PROTO_TIER_COUNT ? tier_name[tier] : "unknown";
+}
+
+const char *proto_tier_source(uint32_t tier)
+{
+	return tier < PROTO_TIER_COUNT ? tier_source[tier] : "none";
+}
+
+const char *proto_tier_word(uint32_t tier)
+{
+	return tier < PROTO_TIER_COUNT ? tier_word[tier] : "none";
 }

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "tiers.h"
 
 #define PROTO_MAGIC 0x524f4f4du /* "MOOR" little-endian */
 /* 2: HELLO_OK names the device arena by kind (shm or a CUDA IPC handle);
@@ -180,16 +181,11 @@ enum {
 	PROTO_PLAN_SCRATCH = 2,
 };
 
+/* the tiers: tiers.h's table (the numbers are on the wire) */
 enum proto_tier {
-	PROTO_TIER_NONE = 0,
-	PROTO_TIER_RESIDENT = 1, /* an anchor of the rows in place */
-	PROTO_TIER_END = 2,      /* the end anchor */
-	PROTO_TIER_PIN = 3,
-	PROTO_TIER_PARK = 4,
-	PROTO_TIER_STORE = 5,    /* state store snapshot */
-	PROTO_TIER_STASH = 6,    /* guest stash (rows put back) */
-	PROTO_TIER_SPILL = 7,    /* the session spill (NVMe) */
-	PROTO_TIER_DISK = 8,     /* the disk tier (NVMe): a shared head */
+#define PROTO_TIER_ENUM(id, v, name, source, word) PROTO_TIER_##id = v,
+	PROTO_TIERS(PROTO_TIER_ENUM)
+#undef PROTO_TIER_ENUM
 };
 
 typedef struct proto_slot {
@@ -435,6 +431,11 @@ void proto_msg_fini(proto_msg *m);
 
 const char *proto_type_name(uint16_t type);
 /* "none", "resident", "end", "pin", "park", "store", "stash"; "unknown". */
+/* A tier's names (tiers.h): cached's, the usage frame's cache.source and
+ * cache.tier word; "unknown" (name) or "none" (source, word) out of the
+ * table. */
 const char *proto_tier_name(uint32_t tier);
+const char *proto_tier_source(uint32_t tier);
+const char *proto_tier_word(uint32_t tier);
 
 #endif

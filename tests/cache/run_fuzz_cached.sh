@@ -23,12 +23,14 @@ if ! "$CLANG" -std=gnu11 -D_GNU_SOURCE -g -O1 \
 	-Wall -Wextra -Wno-unused-parameter -Wno-unused-function \
 	-I"$src/cached" -I"$src/proto" -I"$src/common" \
 	$(pkg-config --cflags jansson libxxhash libzstd lmdb 2>/dev/null) \
-	"$src/cached/fuzz_cached.c" "$src/cached/salt.c" "$src/cached/arena.c" \
+	"$src/cached/fuzz_cached.c" "$src/cached/handlers.c" \
+	"$src/cached/replies.c" "$src/cached/salt.c" "$src/cached/arena.c" \
 	"$src/cached/arena_nocuda.c" "$src/cached/cache.c" \
 	"$src/cached/planner.c" "$src/cached/resident.c" "$src/cached/stash.c" \
 	"$src/cached/span.c" "$src/cached/pin.c" "$src/cached/park.c" \
 	"$src/cached/store.c" "$src/cached/budget.c" "$src/cached/dfile.c" \
 	"$src/cached/spill.c" "$src/cached/codec.c" "$src/cached/disk.c" \
+	"$src/cached/kvdb.c" "$src/cached/ledger.c" "$src/cached/stats.c" \
 	"$src/proto/proto.c" "$src/proto/net.c" \
 	"$src/common/moor.c" "$src/common/buf.c" "$src/common/util.c" \
 	"$src/common/pool.c" \

@@ -228,12 +228,19 @@ static void test_names_and_fini(void)
 	CHECK(!strcmp(proto_type_name(PROTO_PEEK), "PEEK"), "PEEK");
 	CHECK(!strcmp(proto_type_name(PROTO_PEEK_OK), "PEEK_OK"), "PEEK_OK");
 	CHECK(!strcmp(proto_type_name(53), "unknown"), "53");
-	static const char *const tiers[] = {"none", "resident", "end",	"pin",
-					    "park", "store",	"stash"};
-	for (uint32_t i = 0; i < 7; i++)
+	/* the one tier table (tiers.h): every tier named, the NVMe ones too */
+	static const char *const tiers[] = {"none",  "resident", "end",
+					    "pin",   "park",	 "store",
+					    "stash", "spill",	 "disk"};
+	for (uint32_t i = 0; i < 9; i++)
 		CHECK(!strcmp(proto_tier_name(i), tiers[i]), "tier %u", i);
-	CHECK(!strcmp(proto_tier_name(7), "unknown") &&
-		  !strcmp(proto_tier_name(UINT32_MAX), "unknown"),
+	CHECK(!strcmp(proto_tier_word(PROTO_TIER_SPILL), "nvme_spill") &&
+		  !strcmp(proto_tier_word(PROTO_TIER_PARK), "ram_park") &&
+		  !strcmp(proto_tier_source(PROTO_TIER_RESIDENT), "anchor"),
+	      "the gateway's words");
+	CHECK(!strcmp(proto_tier_name(9), "unknown") &&
+		  !strcmp(proto_tier_name(UINT32_MAX), "unknown") &&
+		  !strcmp(proto_tier_word(9), "none"),
 	      "tier out of range");
 	CHECK(!strcmp(proto_type_name(0), "unknown"), "0");
 	CHECK(!strcmp(proto_type_name(3), "unknown"), "3");
