@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
 # test_gw_opencode_real: the real opencode client (npm opencode-ai 1.18.33,
 # the oracle deploy/setup installs into .oracles) against deploy/run's stack
-# on the tiny model, four `opencode run`s of one session: the first starts
-# it (the title guest and turn 1, both cold), the next three are
-# `opencode run --continue`. Every request of the session after its first
-# turn must resume at the end anchor of the one before it:
+# on the tiny model, one session: `opencode run` (the title guest and turn
+# 1, both cold), three `opencode run --continue`, then idle (the compaction
+# preparer, --compaction-idle-s 5 --compaction-min-tokens 4096, writes the
+# summary ahead with opencode 1.18.33's own text), the client's /compact
+# (POST /session/:id/summarize of `opencode serve`, what the TUI's /compact
+# calls) and one more `opencode run --continue`. Checked:
 #
-#   - gatewayd's journal (--state-dir) says source "end", tier "resident",
-#     and cached >= the previous turn's prompt as the engine read it plus
-#     its completion less one (the end anchor sits at the last position the
-#     engine forwarded; the last sampled token is not forwarded yet), and
-#     reread (the new user message and the template's glue) under 64;
+#   - every turn after the first resumes at the end anchor of the one
+#     before it: gatewayd's journal (--state-dir) says source "end", tier
+#     "resident", cached >= the previous turn's prompt as the engine read
+#     it plus its completion less one (the end anchor sits at the last
+#     position the engine forwarded; the last sampled token is not
+#     forwarded yet), and reread (the new user message and the template's
+#     glue) under 64;
+#   - the compaction is answered from the prepared summary (source
+#     "prepared", nothing re-read): the client's request is recognised and
+#     its text is the default the server prepared with (compact.c);
+#   - the turn after it resumes on the system prompt's head at least;
 #   - the client's own record (`opencode export`, the usage it was sent):
-#     every assistant message's tokens (input + cache.read the prompt,
-#     cache.read, output) are the journal's prompt_tokens, cached and
-#     completion_tokens: the client saw the resume in its usage.
+#     every answer's tokens (input + cache.read the prompt, cache.read,
+#     output) are the journal's prompt_tokens, cached (a compaction's: its
+#     prompt less what was forwarded) and completion_tokens.
 #
 # How the client is kept offline and apart from the machine's own setup
 # (checked under `unshare -n`, no network at all, on 2026-12-04): HOME and
@@ -88,7 +96,7 @@ port=$(free_port)
 mkdir -p "$tmp/state" "$tmp/home" "$tmp/proj"
 MOOR_BUILD=$build \
 	MOOR_CACHED_ARGS="--device-gb 0.5 --host-gb 0.5 --mem-ceiling-gb 0.5 --mem-peak-gb 0.5 --cache-gb 0.1 --log-level debug" \
-	MOOR_GATEWAYD_ARGS="--state-dir $tmp/state --log-level debug" \
+	MOOR_GATEWAYD_ARGS="--state-dir $tmp/state --log-level debug --compaction-idle-s 5 --compaction-min-tokens 4096" \
 	"$src/deploy/run" --no-setup --model "$model" --port "$port" --run-dir "$tmp/run" \
 	--threads 2 --window 16384 --disk-dir '' >"$tmp/run.log" 2>&1 &
 rp=$!
@@ -135,10 +143,30 @@ turn 2 --continue
 turn 3 --continue
 turn 4 --continue
 
-# ---- what the server says: the journal ----
+# ---- /compact: the client's summarize, through `opencode serve` ----
 sid=$(cd "$tmp/proj" && timeout 60 "$oc" session list --format json 2>/dev/null |
 	python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])' 2>/dev/null)
 require "opencode session list names no session" '[ -n "$sid" ]'
+# idle: the preparer writes the summary ahead with opencode 1.18.33's text
+require "the preparer did not write session $sid's summary ahead" \
+	"wait_log '$tmp/run.log' 'prepared the summary of session $sid' 180"
+sport=$(free_port)
+(cd "$tmp/proj" && exec "$oc" serve --hostname 127.0.0.1 --port "$sport") >"$tmp/serve.log" 2>&1 &
+sp=$!
+for _ in $(seq 120); do
+	curl -s -o /dev/null -m 2 "http://127.0.0.1:$sport/session" && break
+	sleep 0.5
+done
+sum=$(curl -s -m 240 -X POST "http://127.0.0.1:$sport/session/$sid/summarize?directory=$tmp/proj" \
+	-H 'Content-Type: application/json' -d '{"providerID":"moor","modelID":"tiny"}')
+kill -TERM "$sp" 2>/dev/null
+for _ in $(seq 50); do kill -0 "$sp" 2>/dev/null || break; sleep 0.1; done
+kill -KILL "$sp" 2>/dev/null
+wait "$sp" 2>/dev/null
+check "summarize answered $sum" '[ "$sum" = true ]'
+turn 5 --continue
+
+# ---- what the server says: the journal ----
 (cd "$tmp/proj" && timeout 60 "$oc" export "$sid" >"$tmp/export.json" 2>"$tmp/export.err")
 check "opencode export $sid failed" '[ -s "$tmp/export.json" ]'
 
@@ -151,14 +179,19 @@ def say(m):
     bad.append(m)
 if any(l["session"] != sid for l in lines):
     say("a journal line of another session than %s: %s" % (sid, [l["session"] for l in lines]))
-# the title request: opencode's small guest (no tools, ~540 tokens); the
-# session's turns carry its system prompt and ten tools (~7,200)
-turns = [l for l in lines if l["prompt_tokens"] >= 2000]
-titles = [l for l in lines if l["prompt_tokens"] < 2000]
+# in order: the title request (opencode's small guest, no tools, ~540
+# tokens) and turn 1, turns 2 to 4, the compaction, turn 5
+ci = [i for i, l in enumerate(lines) if l["source"] in ("prepared", "continuation")]
+if len(ci) != 1:
+    say("want one compaction in the journal, it has %d" % len(ci))
+    ci = [len(lines)]
+before, comp, after = lines[:ci[0]], lines[ci[0]:ci[0] + 1], lines[ci[0] + 1:]
+turns = [l for l in before if l["prompt_tokens"] >= 2000]
+titles = [l for l in before if l["prompt_tokens"] < 2000]
 if len(titles) != 1:
     say("want one title request, the journal has %d" % len(titles))
 if len(turns) < 4:
-    say("want at least 4 turns, the journal has %d" % len(turns))
+    say("want at least 4 turns before the compaction, the journal has %d" % len(turns))
 if turns and turns[0]["source"] not in ("none", "anchor"):
     say("turn 1 resumed from %s: nothing of it was there" % turns[0]["source"])
 for i in range(1, len(turns)):
@@ -173,26 +206,48 @@ for i in range(1, len(turns)):
         say("turn %d: cached %d does not cover the previous turn (%d)" % (i + 1, t["cached"], cover))
     if not 0 < t["reread"] < 64:
         say("turn %d re-read %d tokens (want the new message and the glue)" % (i + 1, t["reread"]))
-# the client's record: the usage it was sent
+# the compaction: the summary the preparer wrote ahead, with opencode
+# 1.18.33's own text, is what the client's /compact gets
+for c in comp:
+    print("compaction: source %s prompt %d read %d cached %d reread %d completion %d"
+          % (c["source"], c["prompt_tokens"], c["read"], c["cached"], c["reread"], c["completion_tokens"]))
+    if c["source"] != "prepared" or c["reread"] != 0 or c["completion_tokens"] < 1:
+        say("the compaction was not answered from the prepared summary: %s" % c["source"])
+# the turn after it: the client's summary and a new message after its
+# system prompt; answered, resuming at least on that head
+for t in after:
+    print("after the compaction: source %s prompt %d cached %d reread %d"
+          % (t["source"], t["prompt_tokens"], t["cached"], t["reread"]))
+    if t["source"] == "none" or t["cached"] < 1024:
+        say("the turn after the compaction resumed nothing (%s, %d)" % (t["source"], t["cached"]))
+if len(after) < 1:
+    say("no turn after the compaction")
+# the client's record: the usage it was sent (input is the client's count
+# less the cached: prompt_tokens stays the client's count when the
+# alignment serves the rows' spelling), one answer per journal line but
+# the title's
 try:
     msgs = [m["info"] for m in json.load(open(ex))["messages"] if m["info"]["role"] == "assistant"]
 except Exception as e:
     msgs = []
     say("opencode export is not the session's JSON: %s" % e)
-if len(msgs) != len(turns):
-    say("opencode recorded %d answers, the journal %d turns" % (len(msgs), len(turns)))
-# (input is the client's count less the cached: prompt_tokens stays the
-# client's count when the alignment serves the rows' spelling)
-for i in range(min(len(msgs), len(turns))):
-    t, j = msgs[i]["tokens"], turns[i]
-    if t["cache"]["read"] != j["cached"] or t["input"] + t["cache"]["read"] != j["prompt_tokens"] \
+served = turns + comp + after
+if len(msgs) != len(served):
+    say("opencode recorded %d answers, the journal %d" % (len(msgs), len(served)))
+# (a compaction's cached_tokens: its prompt less what was forwarded)
+for i in range(min(len(msgs), len(served))):
+    t, j = msgs[i]["tokens"], served[i]
+    want = min(j["cached"], j["prompt_tokens"])
+    if j in comp:
+        want = max(0, j["prompt_tokens"] - j["reread"])
+    if t["cache"]["read"] != want or t["input"] + t["cache"]["read"] != j["prompt_tokens"] \
             or t["output"] != j["completion_tokens"]:
         say("answer %d: the client recorded input %d cache.read %d output %d, the journal prompt %d cached %d completion %d"
             % (i + 1, t["input"], t["cache"]["read"], t["output"], j["prompt_tokens"], j["cached"],
                j["completion_tokens"]))
 for b in bad:
     print("BAD: " + b)
-print("checked %d turns" % len(turns))
+print("checked %d turns" % len(served))
 EOF
 )
 echo "$out"
