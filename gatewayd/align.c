@@ -134,23 +134,44 @@ void gw_align_work(gw_job *j)
 		j->injected = o.hidden;
 		o.ids = NULL;
 	} else if (!rv && moor_log_level >= 3) {
-		/* what parts, for the log: a few tokens of each side */
-		char *a = NULL, *b = NULL;
-		size_t al = 0, bl = 0;
-		size_t na = e->n_ids < 24 ? e->n_ids : 24;
-		size_t nb = j->p.n_ids - e->common < 24 ? j->p.n_ids - e->common
-							 : 24;
-		(void)gw_tok_decode(s->tok, e->ids, na, &a, &al);
-		(void)gw_tok_decode(s->tok, j->p.ids + e->common, nb, &b, &bl);
-		moor_debug("end alignment: the copy parts from the %s end at "
-			   "%llu of %llu and does not align: rows \"%.*s\" "
-			   "copy \"%.*s\"",
-			   proto_tier_name(e->tier),
+		/* what parts, for the log: where the copy parts from the
+		 * rows, and where the walk stopped, a few tokens of each side
+		 * around it ("|" marks the stop) */
+		size_t fr = o.fail_row, fc = o.fail_copy;
+		size_t r0 = fr > 8 ? fr - 8 : 0;
+		size_t r1 = fr + 8 < e->end ? fr + 8 : (size_t)e->end;
+		size_t c0 = fc > 8 ? fc - 8 : 0;
+		size_t c1 = fc + 8 < j->p.n_ids ? fc + 8 : j->p.n_ids;
+		int32_t rt[16]; /* rows [r0, r1): the copy's below common */
+		for (size_t p = r0; p < r1; p++)
+			rt[p - r0] = p < e->common ? j->p.ids[p]
+						   : e->ids[p - e->common];
+		char *a = NULL, *a2 = NULL, *b = NULL, *b2 = NULL;
+		size_t al = 0, al2 = 0, bl = 0, bl2 = 0;
+		if (fr > r0)
+			(void)gw_tok_decode(s->tok, rt, fr - r0, &a, &al);
+		if (r1 > fr)
+			(void)gw_tok_decode(s->tok, rt + (fr - r0), r1 - fr,
+					    &a2, &al2);
+		if (fc > c0)
+			(void)gw_tok_decode(s->tok, j->p.ids + c0, fc - c0, &b,
+					    &bl);
+		if (c1 > fc)
+			(void)gw_tok_decode(s->tok, j->p.ids + fc, c1 - fc, &b2,
+					    &bl2);
+		moor_debug("end alignment: the copy of %zu tokens parts from "
+			   "the %s end at %llu of %llu and does not align: the "
+			   "walk stopped at row %zu, copy token %zu: rows "
+			   "\"%.*s|%.*s\" copy \"%.*s|%.*s\"",
+			   j->p.n_ids, proto_tier_name(e->tier),
 			   (unsigned long long)e->common,
-			   (unsigned long long)e->end, (int)al, a ? a : "",
-			   (int)bl, b ? b : "");
+			   (unsigned long long)e->end, fr, fc, (int)al,
+			   a ? a : "", (int)al2, a2 ? a2 : "", (int)bl,
+			   b ? b : "", (int)bl2, b2 ? b2 : "");
 		free(a);
+		free(a2);
 		free(b);
+		free(b2);
 	}
 	gw_align_out_fini(&o);
 	proto_msg_fini(&r);

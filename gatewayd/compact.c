@@ -21,15 +21,114 @@
  * (shared/data/clients) holds no compaction; its turns all carry tools and
  * an assistant/tool history, so none of them is taken for one.
  *
+ * The real 1.18.33 client's /compact (POST /session/:id/summarize of
+ * `opencode serve`, tests/gateway/test_gw_opencode_real.sh) is this shape:
+ * one system message, its compaction agent's prompt, and one user message
+ * "Here is the conversation so far:\n\n<conversation>\n[User]: ...
+ * \n</conversation>\n\n" and the instructions; no tools, no sampling
+ * fields, max_tokens the model's output limit, the session's x-session-id.
+ *
  * The guard: the first and the last "[User]:" line of the client's history
  * (each up to its end of line) must be in the text of the rows up to the
- * end anchor; any miss, or no end anchor, serves the request as sent. */
+ * end anchor; any miss, or no end anchor, serves the request as sent.
+ *
+ * The default text (gw_compact_default): what the preparer writes a summary
+ * ahead with before any compaction request has brought the client's own
+ * (the seed falls back to the client's text the same way). It is opencode
+ * 1.18.33's, byte for byte: the compaction agent's prompt (the bundle's
+ * agent "compaction", from its compaction.txt) as the system text, and
+ * what SessionCompaction's buildPrompt writes after the history of a
+ * session with no earlier summary (a session compacted before also carries
+ * the prior summary and other rules: its request brings them). Read from
+ * the 1.18.33 binary and checked against the request that client sent
+ * (test_gw_opencode_real); the seed names the 1.18.34 text, which this
+ * checkout has no copy of. A summary prepared with it is served only to a
+ * request whose continuation is the same ids (prepare.c), so another
+ * client's text costs nothing but the unused run. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gw.h"
 
 #define GW_COMPACT_USER "[User]:"
+
+/* opencode 1.18.33: the compaction agent's prompt */
+static const char OPENCODE_SYSTEM[] =
+	"You are a context summarization agent. You are given a "
+	"conversation between a user and an agent. Your goal is to produce "
+	"a structured summary matching the format specified so another "
+	"coding agent can continue the work.\n"
+	"\n"
+	"Always follow the exact output structure requested by the user "
+	"prompt. Keep every section, preserve exact file paths and "
+	"identifiers when known, and prefer terse bullets over paragraphs.\n"
+	"\n"
+	"Do not continue the conversation. Do not respond to any questions "
+	"in the conversation. Only output the structured summary in the "
+	"exact format requested by the user prompt. Respond in the same "
+	"language as the conversation.\n";
+
+/* opencode 1.18.33: what follows "</conversation>\n\n" in a first
+ * compaction's user message */
+static const char OPENCODE_INSTRUCTIONS[] =
+	"Create a new anchored summary from the conversation history in "
+	"the <conversation> tags above so another coding agent can "
+	"continue the work.\n"
+	"\n"
+	"Output exactly the Markdown structure shown inside <template> and "
+	"keep the section order unchanged. Do not include the <template> "
+	"tags in your response.\n"
+	"<template>\n"
+	"## Objective\n"
+	"- [one or two brief sentences describing what the user is trying "
+	"to accomplish]\n"
+	"\n"
+	"## Important Details\n"
+	"- [constraints/preferences, decisions and why, important "
+	"facts/assumptions, exact context needed to continue, or \"(none)\"]\n"
+	"\n"
+	"## Work State\n"
+	"### Completed\n"
+	"- [finished work, verified facts, or changes made; otherwise "
+	"\"(none)\"]\n"
+	"\n"
+	"### Active\n"
+	"- [current work, partial changes, or investigation state; "
+	"otherwise \"(none)\"]\n"
+	"\n"
+	"### Blocked\n"
+	"- [blockers, failing commands, or unknowns; otherwise \"(none)\"]\n"
+	"\n"
+	"## Next Move\n"
+	"1. [immediate concrete action, or \"(none)\"]\n"
+	"2. [next action if known, or \"(none)\"]\n"
+	"\n"
+	"## Relevant Files\n"
+	"- [file or directory path: why it matters, or \"(none)\"]\n"
+	"</template>\n"
+	"\n"
+	"Rules:\n"
+	"- Keep every section, even when empty.\n"
+	"- Use terse bullets, not prose paragraphs.\n"
+	"- Preserve exact file paths, symbols, commands, error strings, "
+	"URLs, and identifiers when known.\n"
+	"- Do not mention the summary process or that context was "
+	"compacted.";
+
+int gw_compact_default(gw_compact *out)
+{
+	memset(out, 0, sizeof *out);
+	out->is = 1;
+	moor_buf_put(&out->system, OPENCODE_SYSTEM, sizeof OPENCODE_SYSTEM - 1);
+	moor_buf_put(&out->instructions, OPENCODE_INSTRUCTIONS,
+		     sizeof OPENCODE_INSTRUCTIONS - 1);
+	if (out->system.err || out->instructions.err) {
+		gw_compact_fini(out);
+		return -ENOMEM;
+	}
+	return 0;
+}
 
 static const char *msg_text(const json_t *m, moor_buf *b)
 {

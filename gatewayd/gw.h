@@ -377,8 +377,9 @@ typedef struct gw_prep {
 	int tried; /* a summary was started for this record */
 	double t_last; /* the last request's arrival or end */
 	uint64_t seq;  /* counts them: a run started before one is dropped */
-	/* the last compaction request of an opencode client */
-	int have_text;
+	/* the last compaction request of an opencode client, else (before
+	 * one came: text_default) opencode 1.18.33's text */
+	int have_text, text_default;
 	moor_buf system, instructions;
 	float temperature, top_p, min_p;
 	int32_t top_k;
@@ -582,6 +583,10 @@ typedef struct gw_compact {
 int gw_compact_detect(const json_t *body, const char *session,
 		      gw_compact *out);
 void gw_compact_fini(gw_compact *c);
+/* opencode 1.18.33's compaction text (its compaction agent's prompt, the
+ * instructions of a first compaction) into out, zeroed first; the
+ * preparer's until a request brings the client's own. -ENOMEM. */
+int gw_compact_default(gw_compact *out);
 /* The continuation of rows[0, end) (the end anchor's record) when the
  * guard holds: 1 with *ids (malloc'd) and *n; 0 with *why when it does
  * not; -ENOMEM. A cp with no_guard (the preparer's, which has no

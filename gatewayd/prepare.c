@@ -20,9 +20,11 @@
  *
  * What the summary is written with: the system text, the instructions,
  * the sampling parameters and max_tokens of the last compaction request an
- * opencode client sent this gateway. Until one has come nothing is
- * prepared (the seed falls back to the 1.18.34 client's text, which is not
- * available here; the captured 1.18.33 session holds no compaction).
+ * opencode client sent this gateway. Until one has come, opencode
+ * 1.18.33's own text (gw_compact_default, compact.c), the server's default
+ * sampling (what a request without sampling fields gets: opencode's
+ * compaction sends none) and the window's room for max_tokens (a request
+ * asking for fewer is served the run's head, cut there).
  *
  * When it is served: a compaction request of the same session (and cache
  * salt: the tenant's, which the run was planned with) whose guard
@@ -117,6 +119,7 @@ void gw_prep_learn(gw_job *j, const gw_compact *cp)
 	p->top_k = j->p.top_k;
 	p->max_tokens = j->p.max_tokens;
 	p->have_text = !p->system.err && !p->instructions.err;
+	p->text_default = 0;
 }
 
 void gw_prep_turn_end(gw_job *j)
@@ -273,19 +276,46 @@ static void run_after(uv_work_t *w, int status)
 	p->t_run = moor_now();
 	moor_info("compaction preparer: writing the summary of session %s "
 		  "ahead (the end anchor at %llu, a continuation of %zu "
-		  "tokens, max_tokens %u)",
-		  p->r_session, (unsigned long long)r->end, p->r_n, max);
+		  "tokens, max_tokens %u, %s)",
+		  p->r_session, (unsigned long long)r->end, p->r_n, max,
+		  p->text_default ? "opencode 1.18.33's text"
+				  : "the last compaction request's text");
 	run_free(r);
+}
+
+/* Before any compaction request: opencode 1.18.33's text and the
+ * server's default sampling. 0, or -ENOMEM. */
+static int learn_default(gw_srv *s)
+{
+	gw_prep *p = &s->prep;
+	gw_compact cp;
+	if (gw_compact_default(&cp))
+		return -ENOMEM;
+	moor_buf_reset(&p->system);
+	moor_buf_reset(&p->instructions);
+	moor_buf_put(&p->system, cp.system.p, cp.system.len);
+	moor_buf_put(&p->instructions, cp.instructions.p, cp.instructions.len);
+	gw_compact_fini(&cp);
+	p->temperature = (float)s->defs.temperature;
+	p->top_p = (float)s->defs.top_p;
+	p->min_p = (float)s->defs.min_p;
+	p->top_k = s->defs.top_k < 0 ? 0 : s->defs.top_k;
+	p->max_tokens = 0; /* the window's room */
+	p->have_text = !p->system.err && !p->instructions.err;
+	p->text_default = 1;
+	return p->have_text ? 0 : -ENOMEM;
 }
 
 void gw_prep_tick(gw_srv *s)
 {
 	gw_prep *p = &s->prep;
 	if (!s->cfg.compaction_prepare || p->state != GW_PREP_IDLE ||
-	    p->tried || !p->ids || !p->opencode || !p->have_text ||
+	    p->tried || !p->ids || !p->opencode ||
 	    !p->session || !*p->session || s->jobs || s->stopping ||
 	    !s->cfg.end_align || !atomic_load(&s->link.pipe) ||
 	    moor_now() - p->t_last < s->cfg.compaction_idle_s)
+		return;
+	if (!p->have_text && learn_default(s))
 		return;
 	p->tried = 1;
 	prep_run *r = calloc(1, sizeof *r);

@@ -106,12 +106,19 @@ json_t *gw_reply_usage(const gw_job *j)
 	json_object_set_new(
 	    u, "total_tokens",
 	    json_integer((json_int_t)(client + d->completion_tokens)));
+	/* a compaction served as a continuation: the client's prompt less
+	 * what was forwarded (the seed's rule; its prompt shares no token
+	 * with the rows, whose count is in usage.moor) */
+	uint64_t fwd = d->prompt_tokens > d->cached_tokens
+			   ? d->prompt_tokens - d->cached_tokens
+			   : 0;
+	uint64_t cached_c =
+	    j->continuation ? (client > fwd ? client - fwd : 0)
+	    : d->cached_tokens < client ? d->cached_tokens
+					: client;
 	json_t *det = json_object();
-	json_object_set_new(
-	    det, "cached_tokens",
-	    json_integer((json_int_t)(d->cached_tokens < client
-					  ? d->cached_tokens
-					  : client)));
+	json_object_set_new(det, "cached_tokens",
+			    json_integer((json_int_t)cached_c));
 	json_object_set_new(u, "prompt_tokens_details", det);
 	json_t *m = json_object();
 	json_object_set_new(m, "tier",

@@ -29,6 +29,7 @@ typedef struct walk {
 	const char *disp; /* the rows' bytes from w as the client got them */
 	const size_t *doff; /* [end - w + 1]: token p's are disp[doff[p-w]..] */
 	int32_t think_open, think_close;
+	size_t fail_row, fail_k; /* the furthest mismatch: row, copy byte */
 } walk;
 
 static int is_ws_byte(char c)
@@ -66,7 +67,7 @@ static int tok_ws(const walk *W, size_t p)
  * whitespace bytes next to a marker are dropped from the rows' side and a
  * marker takes any whitespace of the copy's. Every other byte must be
  * equal. */
-static int match_range(const walk *W, size_t p0, size_t p1, size_t *kp)
+static int match_range(walk *W, size_t p0, size_t p1, size_t *kp)
 {
 	size_t tot = 0;
 	for (size_t p = p0; p < p1; p++) {
@@ -76,16 +77,20 @@ static int match_range(const walk *W, size_t p0, size_t p1, size_t *kp)
 	}
 	char *rb = malloc(tot + 1);
 	uint8_t *kind = malloc(tot + 1); /* 0 byte, 1 marker, 2 dropped */
-	if (!rb || !kind) {
+	size_t *row = malloc((tot + 1) * sizeof *row); /* each byte's token */
+	if (!rb || !kind || !row) {
 		free(rb);
 		free(kind);
+		free(row);
 		return -ENOMEM;
 	}
 	size_t m = 0;
 	for (size_t p = p0; p < p1; p++) {
 		if ((W->soft && W->soft[p]) || W->skip[p]) {
-			if (!m || kind[m - 1] != 1)
+			if (!m || kind[m - 1] != 1) {
+				row[m] = p;
 				kind[m++] = 1;
+			}
 			if (W->skip[p])
 				continue;
 		}
@@ -93,6 +98,7 @@ static int match_range(const walk *W, size_t p0, size_t p1, size_t *kp)
 		const char *b = tb(W, p, &n);
 		for (size_t i = 0; b && i < n; i++) {
 			rb[m] = b[i];
+			row[m] = p;
 			kind[m++] = 0;
 		}
 	}
@@ -117,13 +123,19 @@ static int match_range(const walk *W, size_t p0, size_t p1, size_t *kp)
 				k++;
 			continue;
 		}
-		if (k >= W->ncb || W->cb[k] != rb[i])
+		if (k >= W->ncb || W->cb[k] != rb[i]) {
 			rc = -1;
-		else
+			if (k >= W->fail_k) {
+				W->fail_k = k;
+				W->fail_row = row[i];
+			}
+		} else {
 			k++;
+		}
 	}
 	free(rb);
 	free(kind);
+	free(row);
 	if (!rc)
 		*kp = k;
 	return rc;
@@ -167,10 +179,12 @@ static size_t utf8_step(const uint8_t *s, size_t n, int *ok)
 	return need + 1;
 }
 
-/* The rows' bytes [w, end) as the client received them: a byte sequence
- * that is not UTF-8 (a model may emit one) reached it as U+FFFD, which the
- * copy then holds; each replacement belongs to the token where its bytes
- * start. */
+/* The rows' bytes [w, end) as the client's copy holds them: a byte
+ * sequence that is not UTF-8 (a model may emit one) reached the client as
+ * U+FFFD, which the copy then holds, and the tokenizer normalized the copy
+ * (NFC), so a span of the answer that was not NFC is compared normalized.
+ * A replacement belongs to the token where its bytes start, a normalized
+ * span to the token of its first byte (the others in it show no bytes). */
 static int rows_display(walk *W, size_t w, size_t end, char **disp,
 			size_t **doff)
 {
@@ -181,13 +195,15 @@ static int rows_display(walk *W, size_t w, size_t end, char **disp,
 			tot += n;
 	}
 	uint8_t *raw = malloc(tot + 1);
-	size_t *own = malloc((tot + 1) * sizeof *own);
+	uint32_t *own = malloc((tot + 1) * sizeof *own);
 	char *d = malloc(3 * tot + 1);
+	uint32_t *dt = malloc((3 * tot + 1) * sizeof *dt); /* d's tokens */
 	size_t *o = calloc(end - w + 1, sizeof *o);
-	if (!raw || !own || !d || !o) {
+	if (!raw || !own || !d || !dt || !o) {
 		free(raw);
 		free(own);
 		free(d);
+		free(dt);
 		free(o);
 		return -ENOMEM;
 	}
@@ -197,30 +213,45 @@ static int rows_display(walk *W, size_t w, size_t end, char **disp,
 		const char *b = gw_tok_token_bytes(W->in->tok, W->rows[p], &n);
 		for (size_t i = 0; b && i < n; i++) {
 			raw[k] = (uint8_t)b[i];
-			own[k++] = p - w;
+			own[k++] = (uint32_t)(p - w);
 		}
 	}
-	/* count[t]: display bytes of token t, then prefix sums */
 	size_t dl = 0;
 	for (size_t i = 0; i < tot;) {
 		int ok;
 		size_t m = utf8_step(raw + i, tot - i, &ok);
-		size_t t = own[i];
-		if (ok) {
-			memcpy(d + dl, raw + i, m);
-			dl += m;
-			o[t + 1] += m;
-		} else {
-			memcpy(d + dl, "\xef\xbf\xbd", 3);
-			dl += 3;
-			o[t + 1] += 3;
-		}
+		const char *src = ok ? (const char *)raw + i : "\xef\xbf\xbd";
+		size_t sl = ok ? m : 3;
+		memcpy(d + dl, src, sl);
+		for (size_t q = 0; q < sl; q++)
+			dt[dl + q] = own[i];
+		dl += sl;
 		i += m;
 	}
-	for (size_t t = 0; t < end - w; t++)
-		o[t + 1] += o[t];
 	free(raw);
 	free(own);
+	char *nd = NULL;
+	uint32_t *ndt = NULL;
+	size_t ndl = dl;
+	if (gw_tok_normalize_tagged(W->in->tok, d, dl, dt, &nd, &ndt, &ndl)) {
+		free(d);
+		free(dt);
+		free(o);
+		return -ENOMEM;
+	}
+	if (nd) {
+		free(d);
+		free(dt);
+		d = nd;
+		dt = ndt;
+		dl = ndl;
+	}
+	/* o[t + 1]: display bytes of token t, then prefix sums */
+	for (size_t i = 0; i < dl; i++)
+		o[dt[i] + 1]++;
+	for (size_t t = 0; t < end - w; t++)
+		o[t + 1] += o[t];
+	free(dt);
 	*disp = d;
 	*doff = o;
 	return 0;
@@ -420,7 +451,13 @@ int gw_end_align(const gw_align_in *in, gw_align_out *out)
 
 	size_t k_end = 0;
 	int pass = 0;
+	W.fail_row = end;
 	rc = run_pass(&W, w, 1, &k_end);
+	/* the first pass's stop, in tokens of each side */
+	out->fail_row = W.fail_row;
+	out->fail_copy = w;
+	while (out->fail_copy < nc && off[out->fail_copy + 1 - w] <= W.fail_k)
+		out->fail_copy++;
 	if (rc == 1 && in->reasoning_pass) {
 		memset(skip, 0, end);
 		for (size_t i = 0; i < in->n_marks; i++) {

@@ -77,6 +77,10 @@ typedef struct gw_align_out {
 	size_t hidden;	    /* hidden-span tokens put back */
 	size_t reasoning;   /* rows' reasoning tokens the copy left out */
 	size_t copy_at_end; /* the copy's tokens up to the end anchor */
+	/* not aligned (pass 0): where the first pass stopped, for the log: a
+	 * row (the rows' token whose byte differs, or end when the copy ran
+	 * out) and the copy's token there */
+	size_t fail_row, fail_copy;
 } gw_align_out;
 
 /* Aligns in->copy to the end anchor. 0 with out filled (out->pass 0 and no

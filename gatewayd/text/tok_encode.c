@@ -325,6 +325,112 @@ int tok_normalize(const gw_tok *t, const uint8_t *s, size_t n, uint8_t **out,
 	return 0;
 }
 
+/* Bytes with a tag each, for gw_tok_normalize_tagged. */
+typedef struct tagged {
+	bytes b;
+	uint32_t *tag; /* [b.cap] */
+	size_t tcap;
+} tagged;
+
+/* Appends s[0, n): with tags[i] each, or all with tag one when tags is
+ * NULL. */
+static int tagged_put(tagged *o, const uint8_t *s, size_t n,
+		      const uint32_t *tags, uint32_t one)
+{
+	if (n == 0)
+		return 0;
+	size_t at = o->b.n;
+	int rc = bytes_put(&o->b, s, n);
+	if (rc)
+		return rc;
+	if (o->tcap < o->b.cap) {
+		uint32_t *t = realloc(o->tag, o->b.cap * sizeof *t);
+		if (!t)
+			return -ENOMEM;
+		o->tag = t;
+		o->tcap = o->b.cap;
+	}
+	for (size_t i = 0; i < n; i++)
+		o->tag[at + i] = tags ? tags[i] : one;
+	return 0;
+}
+
+/* Normalizes u[a, e) as one span and appends it: unchanged bytes keep
+ * their tags, a rewritten span takes the tag of its first byte. */
+static int tagged_span(const gw_tok *t, tagged *o, const uint8_t *u,
+		       const uint32_t *tag, size_t a, size_t e, int *changed)
+{
+	uint8_t *ns;
+	size_t nn;
+	int rc = tok_normalize(t, u + a, e - a, &ns, &nn);
+	if (rc)
+		return rc;
+	if (!ns)
+		return tagged_put(o, u + a, e - a, tag + a, 0);
+	*changed = 1;
+	rc = tagged_put(o, ns, nn, NULL, tag[a]);
+	free(ns);
+	return rc;
+}
+
+int gw_tok_normalize_tagged(const gw_tok *t, const char *s, size_t n,
+			    const uint32_t *tag, char **out,
+			    uint32_t **out_tag, size_t *outn)
+{
+	*out = NULL;
+	*out_tag = NULL;
+	*outn = n;
+	const uint8_t *u = (const uint8_t *)s;
+	if (!t->n_norm || !utf8_valid(u, n))
+		return 0;
+	tagged o = {0};
+	int changed = 0, rc = 0;
+	if (t->nfc_unstable) {
+		/* exactly NFC: only the unstable spans (tok_nfc_init) */
+		size_t done = 0, starter = 0, i = 0;
+		while (i < n && !rc) {
+			size_t k = 1;
+			uint32_t c =
+			    u[i] < 0xcc ? 0 : utf8_cp(u + i, &k); /* < U+0300 */
+			if (u[i] < 0xcc || !nfc_unstable(t, c)) {
+				starter = i;
+				i += utf8_len(u[i]);
+				continue;
+			}
+			size_t a = starter < done ? i : starter;
+			size_t e = i + k;
+			while (e < n) {
+				uint32_t c2 = utf8_cp(u + e, &k);
+				if (!nfc_unstable(t, c2))
+					break;
+				e += k;
+			}
+			rc = tagged_put(&o, u + done, a - done, tag + done, 0);
+			if (!rc)
+				rc = tagged_span(t, &o, u, tag, a, e, &changed);
+			done = i = starter = e;
+		}
+		if (!rc)
+			rc = tagged_put(&o, u + done, n - done, tag + done, 0);
+	} else {
+		/* another normalizer: each run of one tag alone */
+		for (size_t a = 0, e; a < n && !rc; a = e) {
+			for (e = a + 1; e < n && tag[e] == tag[a]; e++)
+				;
+			rc = tagged_span(t, &o, u, tag, a, e, &changed);
+		}
+	}
+	if (rc || !changed) {
+		free(o.b.p);
+		free(o.tag);
+		return rc;
+	}
+	*out = (char *)o.b.p;
+	*out_tag = o.tag;
+	*outn = o.b.n;
+	return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* The per-call state */
 

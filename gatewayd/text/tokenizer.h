@@ -54,6 +54,21 @@ int gw_tok_encode(const gw_tok *tok, const char *text, size_t len,
 int gw_tok_decode(const gw_tok *tok, const int32_t *ids, size_t n, char **text,
 		  size_t *len);
 
+/* The tokenizer's normalizer (NFC for the Qwen families) over s[0, n),
+ * each byte with a tag (tag[i]: for the end alignment, the row the byte
+ * came from). On success *out and *out_tag are the normalized bytes and
+ * their tags, malloc'd, *outn bytes each, or both NULL (*outn = n) when s
+ * is already normalized or is not whole UTF-8. A span the normalizer
+ * rewrites takes the tag of its first byte (NFC: from the stable starter
+ * before an unstable code point to the next stable one, tok_nfc_init);
+ * under another normalizer each run of one tag is normalized alone.
+ * -ENOMEM. The copy a client sends back is tokenized normalized, so a
+ * model's answer that is not NFC (a CJK compatibility ideograph, combining
+ * marks out of canonical order) reaches the rows again only this way. */
+int gw_tok_normalize_tagged(const gw_tok *tok, const char *s, size_t n,
+			    const uint32_t *tag, char **out,
+			    uint32_t **out_tag, size_t *outn);
+
 /* The id of the token whose text is `token` (NUL-terminated raw UTF-8, not
  * the byte-level "Ġ" spelling): an added token's content first, then the BPE
  * vocabulary. -1 if there is none. */

@@ -63,6 +63,9 @@ static char *compaction_body(const char *first, const char *last)
 	return t;
 }
 
+/* the last compaction's usage.prompt_tokens_details.cached_tokens */
+static long long usage_cached = -1;
+
 static void compaction(const char *session, const char *first,
 		       const char *last, long long *cached, char *src,
 		       long long *reread, long long *prompt, long long *read)
@@ -77,6 +80,7 @@ static void compaction(const char *session, const char *first,
 	*reread = gt_int(u, "moor.reread");
 	*prompt = gt_int(u, "prompt_tokens");
 	*read = gt_int(u, "moor.prompt_read");
+	usage_cached = gt_int(u, "prompt_tokens_details.cached_tokens");
 	snprintf(src, 32, "%s",
 		 gt_str(u, "moor.source") ? gt_str(u, "moor.source") : "-");
 	json_decref(j);
@@ -132,6 +136,11 @@ int main(int argc, char **argv)
 	CHECK(prompt != read,
 	      "prompt_tokens %lld: not the client's count (read %lld)", prompt,
 	      read);
+	/* the seed: cached_tokens is the client's prompt less what was
+	 * forwarded */
+	CHECK(usage_cached == prompt - reread,
+	      "cached_tokens %lld, want the prompt %lld less the %lld read",
+	      usage_cached, prompt, reread);
 
 	/* the guard: a user line the conversation never had */
 	compaction(S, users[0], "What is the capital of France?", &cached, src,

@@ -5,6 +5,14 @@
  * while a summary is being written. Every request says User-Agent
  * "opencode/..." as opencode does.
  *
+ *   D: before any compaction request: three turns, then idle: the
+ *      preparer writes the summary ahead with opencode 1.18.33's own
+ *      text (the default, gw_compact_default), and that client's
+ *      compaction request (its system text and instructions as the real
+ *      client sent them, opencode_1.18.33_compaction.json beside this
+ *      file; no sampling fields, so the server's defaults) is answered
+ *      from it (source "prepared"); a request whose instructions differ
+ *      by one word is computed at request time (the same rows).
  *   X: one turn and a compaction (served as the continuation): the
  *      gateway learns the client's compaction text and parameters; the
  *      turn after a compaction prepares nothing.
@@ -130,6 +138,52 @@ static json_t *compaction(const char *S, int last, char **content, char *src,
 	return j;
 }
 
+/* The real client's compaction text: the fixture's system message and
+ * what follows "</conversation>" in its user message. */
+static void oc_text(char **system, char **instructions)
+{
+	char path[4096];
+	snprintf(path, sizeof path,
+		 "%s/tests/gateway/opencode_1.18.33_compaction.json", t_src());
+	json_error_t e;
+	json_t *f = json_load_file(path, 0, &e);
+	REQUIRE(f, "%s: %s", path, e.text);
+	json_t *ms = json_object_get(f, "messages");
+	const char *sys = json_string_value(
+	    json_object_get(json_array_get(ms, 0), "content"));
+	const char *u = json_string_value(
+	    json_object_get(json_array_get(ms, 1), "content"));
+	const char *end = u ? strstr(u, "</conversation>\n\n") : NULL;
+	REQUIRE(sys && end, "%s: not a compaction request", path);
+	*system = strdup(sys);
+	*instructions = strdup(end + strlen("</conversation>\n\n"));
+	json_decref(f);
+}
+
+/* opencode 1.18.33's compaction request over users[0..last], as that
+ * client writes it (no sampling fields) */
+static void compaction_oc(const char *S, int last, const char *system,
+			  const char *instructions, char *src, long long *comp)
+{
+	moor_buf u = {0};
+	moor_buf_puts(&u, "Here is the conversation so far:\n\n<conversation>\n");
+	for (int i = 0; i <= last; i++)
+		moor_buf_printf(&u, "%s[User]: %s\n\n[Assistant]: (an answer)",
+				i ? "\n\n" : "", users[i]);
+	moor_buf_printf(&u, "\n</conversation>\n\n%s", instructions);
+	json_t *b = json_pack("{s:[{s:s,s:s},{s:s,s:s}],s:i}", "messages",
+			      "role", "system", "content", system, "role",
+			      "user", "content", u.p, "max_tokens", 40);
+	moor_buf_fini(&u);
+	json_t *us;
+	json_t *j = post(b, S, &us);
+	json_decref(b);
+	snprintf(src, 32, "%s",
+		 gt_str(us, "moor.source") ? gt_str(us, "moor.source") : "-");
+	*comp = gt_int(us, "completion_tokens");
+	json_decref(j);
+}
+
 /* cached's stats without the daemon's own counters */
 static json_t *caches(long long *scratch, long long *plans)
 {
@@ -166,6 +220,44 @@ int main(int argc, char **argv)
 	const char *src;
 	long long cached, comp_y, comp_z, rr, dummy;
 	char sx[32], sy[32], sz[32];
+
+	/* D: before any compaction request, opencode 1.18.33's own text */
+	char *oc_sys, *oc_ins, sd[32];
+	oc_text(&oc_sys, &oc_ins);
+	json_t *md = json_array();
+	turns("ses_d", md, 0, 3, &ans, &src, &cached);
+	CHECK(wait_log("writing the summary of session ses_d", 30) &&
+		  h_log_has("gatewayd1", "opencode 1.18.33's text"),
+	      "D's summary was not started with opencode's text");
+	CHECK(wait_log("prepared the summary of session ses_d", 120),
+	      "D's summary was not prepared");
+	compaction_oc("ses_d", 2, oc_sys, oc_ins, sd, &dummy);
+	printf("D: opencode 1.18.33's compaction: source %s, %lld tokens\n",
+	       sd, dummy);
+	CHECK(!strcmp(sd, "prepared"), "D's compaction: %s", sd);
+	/* one other word in the instructions: the same continuation rows,
+	 * computed at request time */
+	json_t *md2 = json_array();
+	turns("ses_d2", md2, 0, 3, &ans, &src, &cached);
+	CHECK(wait_log("prepared the summary of session ses_d2", 120),
+	      "D2's summary was not prepared");
+	char *ins2 = malloc(strlen(oc_ins) + 16);
+	REQUIRE(ins2, "oom");
+	snprintf(ins2, strlen(oc_ins) + 16, "Please. %s", oc_ins);
+	compaction_oc("ses_d2", 2, oc_sys, ins2, sd, &dummy);
+	printf("D2: other instructions: source %s\n", sd);
+	CHECK(!strcmp(sd, "continuation"), "D2's compaction: %s", sd);
+	free(ins2);
+	json_decref(md);
+	json_decref(md2);
+	free(oc_sys);
+	free(oc_ins);
+	/* D2's continuation is resident now: X's one short turn would be a
+	 * guest of it (no end anchor); the rest starts from empty caches */
+	gt_resp cr = gt_request(gt_.port, "POST", "/v1/cache/clear", "{}",
+				NULL, 10);
+	REQUIRE(cr.status == 200, "cache clear: %d %s", cr.status, cr.body);
+	gt_resp_fini(&cr);
 
 	/* X: learn the client's compaction */
 	json_t *mx = json_array();

@@ -266,6 +266,55 @@ int main(void)
 	} else {
 		CHECK(0, "no single-byte token for 0xE4 (id %d)", lone);
 	}
+
+	/* 8. an answer that is not NFC (a model's ids may spell any bytes):
+	 * a CJK compatibility ideograph (U+F90C, whose NFC is U+5948),
+	 * "e" and a combining acute in two tokens (NFC: U+00E9) and a
+	 * Hebrew shin with its dot before its dagesh (NFC puts the dagesh,
+	 * class 21, first). The client receives these bytes and sends them
+	 * back; the tokenizer normalizes the copy, so no byte of it there is
+	 * the rows' own until the rows are compared normalized too. */
+	const char *A8 = "Kanji \xef\xa4\x8c, cafe\xcc\x81 and "
+			 "\xd7\xa9\xd7\x81\xd6\xbc done.";
+	ids r8 = {0}, c8 = {0};
+	enc(&r8, P);
+	size_t g8 = r8.n;
+	int bytes_ok = 1;
+	for (const char *q = A8; *q; q++) {
+		char one[2] = {*q, 0};
+		int32_t id = gw_tok_token_id(tok, one);
+		size_t bl = 0;
+		const char *bb = id >= 0 ? gw_tok_token_bytes(tok, id, &bl) : NULL;
+		if (!bb || bl != 1 || bb[0] != *q)
+			bytes_ok = 0;
+		else
+			cat(&r8, &id, 1);
+	}
+	CHECK(bytes_ok, "not NFC: a byte with no single-byte token");
+	gw_align_mark m8 = {g8, r8.n - g8, GW_MARK_GEN};
+	snprintf(text, sizeof text, "%s%s%s", P, A8, NEXT);
+	enc(&c8, text);
+	rt = dec(c8.v, c8.n);
+	CHECK(strcmp(rt, text) != 0, "not NFC: the tokenizer did not "
+				     "normalize the copy");
+	free(rt);
+	CHECK(align("not NFC", &r8, &c8, &m8, 1, 1, text, &o) == 1,
+	      "not NFC: pass %d", o.pass);
+	gw_align_out_fini(&o);
+	/* the same with one other letter: as sent */
+	free(c8.v);
+	c8 = (ids){0};
+	snprintf(text, sizeof text, "%s%s%s", P,
+		 "Kanji \xef\xa4\x8c, cafe\xcc\x81 and "
+		 "\xd7\xa9\xd7\x81\xd6\xbc dune.",
+		 NEXT);
+	enc(&c8, text);
+	CHECK(align("not NFC, edited", &r8, &c8, &m8, 1, 1, NULL, &o) == 0,
+	      "not NFC, edited: aligned (pass %d)", o.pass);
+	gw_align_out_fini(&o);
+	free(r8.v);
+	free(c8.v);
+
 	free(rows.v);
 	free(copy.v);
 	free(r3.v);
