@@ -67,6 +67,10 @@ static void usage(FILE *f)
 		"                           under 2 MB of JSON)\n"
 		"  --max-conns N            connections at once; past it 503 "
 		"(4096)\n"
+		"  --body-budget-bytes N    request bytes buffered across "
+		"connections;\n"
+		"                           past it, bodies being read wait "
+		"(256 MiB)\n"
 		"  --read-timeout-s S       a request's head and body arrive "
 		"within (30)\n"
 		"  --write-timeout-s S      a client that takes no bytes for "
@@ -207,6 +211,7 @@ int main(int argc, char **argv)
 	s->cfg.queue_max = 4096;
 	s->cfg.max_body = GW_MAX_BODY_DEFAULT;
 	s->cfg.max_conns = GW_MAX_CONNS_DEFAULT;
+	s->cfg.body_budget = GW_BODY_BUDGET_DEFAULT;
 	s->cfg.read_timeout_s = 30;
 	s->cfg.write_timeout_s = 30;
 	s->cfg.inflight = 4;
@@ -237,6 +242,7 @@ int main(int argc, char **argv)
 		O_INFLIGHT,
 		O_MAX_BODY,
 		O_MAX_CONNS,
+		O_BODY_BUDGET,
 		O_READ_TIMEOUT,
 		O_WRITE_TIMEOUT,
 		O_QUEUE_MAX,
@@ -270,6 +276,7 @@ int main(int argc, char **argv)
 	    {"inflight", 1, 0, O_INFLIGHT},
 	    {"max-body-bytes", 1, 0, O_MAX_BODY},
 	    {"max-conns", 1, 0, O_MAX_CONNS},
+	    {"body-budget-bytes", 1, 0, O_BODY_BUDGET},
 	    {"read-timeout-s", 1, 0, O_READ_TIMEOUT},
 	    {"write-timeout-s", 1, 0, O_WRITE_TIMEOUT},
 	    {"queue-max", 1, 0, O_QUEUE_MAX},
@@ -381,6 +388,20 @@ int main(int argc, char **argv)
 					o == O_MAX_BODY ? " up to 256 MiB" : "");
 				return 2;
 			}
+			break;
+		}
+		case O_BODY_BUDGET: {
+			char *end;
+			unsigned long long v = strtoull(optarg, &end, 10);
+			if (!*optarg || *end || v < (1u << 20) ||
+			    v > (64ull << 30)) {
+				fprintf(stderr,
+					"gatewayd: --body-budget-bytes %s: "
+					"expected bytes in [1 MiB, 64 GiB]\n",
+					optarg);
+				return 2;
+			}
+			s->cfg.body_budget = v;
 			break;
 		}
 		case O_QUEUE_WAIT:
@@ -651,6 +672,12 @@ int main(int argc, char **argv)
 	s->tick.data = s;
 	uv_timer_start(&s->tick, on_tick, 50, 50);
 
+	moor_info("memory: requests buffered up to %llu MiB "
+		  "(--body-budget-bytes), %u parsed at once, %u connections: "
+		  "RSS bound %llu MiB over the base",
+		  (unsigned long long)(s->cfg.body_budget >> 20),
+		  s->cfg.inflight < 8 ? s->cfg.inflight : 8, s->cfg.max_conns,
+		  (unsigned long long)(gw_limits_rss_bound(&s->cfg) >> 20));
 	moor_info("serving %s (%s template) on http://%s:%d, run dir %s",
 		  s->cfg.served, gw_tmpl_name(s->family), s->cfg.listen_host,
 		  s->cfg.listen_port, s->cfg.run_dir);
