@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <errno.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +67,9 @@ static void usage(FILE *f)
 		"is\n"
 		"                           under 2 MB of JSON)\n"
 		"  --max-conns N            connections at once; past it 503 "
-		"(4096)\n"
+		"(4096;\n"
+		"                           lowered to what RLIMIT_NOFILE "
+		"allows)\n"
 		"  --body-budget-bytes N    request bytes buffered across "
 		"connections;\n"
 		"                           past it, bodies being read wait "
@@ -163,6 +166,41 @@ static void read_gen_config(gw_srv *s)
 	json_decref(g);
 	moor_info("generation_config.json: temperature %g, top_p %g, top_k %d",
 		  s->defs.temperature, s->defs.top_p, s->defs.top_k);
+}
+
+/* --max-conns needs as many descriptors, and GW_FDS_SPARE for the rest
+ * (the listener, the NNG sockets, the logs, the pool's files). A soft
+ * RLIMIT_NOFILE below it (1,024 under systemd and most shells) is raised
+ * toward the hard limit; a hard limit below it lowers --max-conns, said
+ * once: past it a client gets the 503 of --max-conns, not an accept that
+ * fails with EMFILE and a connection dropped unanswered. */
+#define GW_FDS_SPARE 64
+static void fit_nofile(gw_cfg *c)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	rlim_t want = (rlim_t)c->max_conns + GW_FDS_SPARE;
+	if (rl.rlim_cur >= want)
+		return;
+	rlim_t cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want
+			 ? want
+			 : rl.rlim_max;
+	if (cur > rl.rlim_cur) {
+		struct rlimit n = {cur, rl.rlim_max};
+		if (!setrlimit(RLIMIT_NOFILE, &n))
+			rl.rlim_cur = cur;
+	}
+	if (rl.rlim_cur >= want)
+		return;
+	uint32_t was = c->max_conns;
+	c->max_conns = rl.rlim_cur > 2 * GW_FDS_SPARE
+			   ? (uint32_t)(rl.rlim_cur - GW_FDS_SPARE)
+			   : GW_FDS_SPARE;
+	moor_warn("--max-conns %u: the descriptor limit is %llu "
+		  "(RLIMIT_NOFILE; LimitNOFILE= in a unit, ulimit -n): serving "
+		  "at most %u connections",
+		  was, (unsigned long long)rl.rlim_cur, c->max_conns);
 }
 
 static void on_close_walk(uv_handle_t *h, void *arg)
@@ -556,6 +594,7 @@ int main(int argc, char **argv)
 		moor_err("%s", err);
 		return 2;
 	}
+	fit_nofile(&s->cfg);
 	if (s->cfg.admin_token && !*s->cfg.admin_token)
 		s->cfg.admin_token = NULL;
 	{
