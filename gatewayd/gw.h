@@ -449,6 +449,7 @@ typedef struct gw_conn {
 	uint64_t grew_at;
 	uint64_t wait_since; /* uv_now it began to wait for a grant; 0: not */
 	int granted;	     /* holds one of the budget's grants */
+	size_t reserve;	     /* its grant: bytes its request will hold */
 	int evicted;
 	struct sockaddr_storage peer;
 	struct gw_conn *next, *prev;

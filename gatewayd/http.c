@@ -16,12 +16,14 @@
  * their read deadline. So a check handle looks at every connection's input
  * buffer at most once per GW_BUDGET_CHECK_MS of the loop, and splits
  * --body-budget-bytes in two halves:
- *  - a request past GW_BODY_SMALL bytes needs a grant to be read on; there
- *    are (budget / 2) / (2 x --max-body-bytes) grants (h2o's buffer is up
- *    to twice what it holds), kept until the buffer is given back (the
- *    response ended, or the connection closed). A request without one
+ *  - a request past GW_BODY_SMALL bytes needs a grant to be read on: the
+ *    bytes its buffer will hold once it is read whole (from its
+ *    Content-Length, the capacity h2o doubles its buffer to; a chunked
+ *    body: twice --max-body-bytes), granted while the grants fit in half
+ *    the budget (one always does) and kept until the buffer is given back
+ *    (the response ended, or the connection closed). A request without one
  *    waits unread (its kernel receive buffer, GW_RCVBUF, pushes back on the
- *    client) and gets the next free grant, the longest waiting first;
+ *    client) and gets the next grant that fits, the longest waiting first;
  *  - the buffers of the connections without a grant: past half the budget,
  *    every one in the middle of a request waits unread until they fall
  *    below it.
@@ -382,6 +384,43 @@ static void budget_evict(gw_srv *s, gw_conn *c)
 	s->budget_evicted++;
 }
 
+/* What c's request will hold of the budget once read whole: the capacity
+ * h2o's buffer doubles to for its head and its Content-Length (8 KiB
+ * doubled until 4 KiB more than the request fits), from the head already
+ * in the buffer; a chunked body, or a head not yet whole, may grow to the
+ * limit: twice --max-body-bytes. */
+static size_t head_reserve(const gw_conn *c, uint32_t max_body)
+{
+	size_t worst = 2 * (size_t)max_body;
+	const h2o_buffer_t *in = c->sock->input;
+	size_t n = in->size;
+	const char *b = in->bytes;
+	const char *end = memmem(b, n, "\r\n\r\n", 4);
+	if (!end)
+		return worst;
+	size_t head = (size_t)(end - b) + 4;
+	unsigned long long cl = 0;
+	int found = 0;
+	for (const char *p = b; p && p < end;) {
+		p = memchr(p, '\n', (size_t)(end - p));
+		if (!p)
+			break;
+		p++;
+		if ((size_t)(end - p) > 15 && !strncasecmp(p, "content-length:", 15)) {
+			char *e;
+			cl = strtoull(p + 15, &e, 10);
+			found = e != p + 15;
+			break;
+		}
+	}
+	if (!found || cl > max_body)
+		return worst;
+	size_t need = head + (size_t)cl + 4096, cap = 8192;
+	while (cap < need)
+		cap *= 2;
+	return cap < worst ? cap : worst;
+}
+
 static void budget_resume(gw_conn *c, uint64_t now)
 {
 	c->grew_at = now;
@@ -403,6 +442,7 @@ static void budget_check(uv_check_t *h)
 		return;
 	s->budget_at = now;
 	uint64_t total = 0, small = 0, half = s->cfg.body_budget / 2;
+	uint64_t reserved = 0; /* what the grants' requests will hold */
 	uint32_t n_grants = 0, n_wait = 0;
 	for (gw_conn *c = s->conns; c; c = c->next) {
 		size_t b = conn_buffered(c);
@@ -416,6 +456,7 @@ static void budget_check(uv_check_t *h)
 			c->granted = 0; /* its buffer went back */
 		if (c->granted) {
 			n_grants++;
+			reserved += c->reserve > held ? c->reserve : held;
 			continue;
 		}
 		small += held;
@@ -431,14 +472,17 @@ static void budget_check(uv_check_t *h)
 	s->buffered = total;
 	if (total > s->buffered_peak)
 		s->buffered_peak = total;
-	uint32_t slots = (uint32_t)(half / (2 * (uint64_t)s->cfg.max_body));
-	if (!slots)
-		slots = 1;
-	/* the grants go to the longest waiting */
+	/* the grants go to the longest waiting, in turn, while what they
+	 * will hold fits in half the budget (one always fits) */
 	qsort(s->budget_tmp, n_wait, sizeof *s->budget_tmp, by_wait);
 	uint32_t i = 0;
-	for (; i < n_wait && n_grants < slots; i++, n_grants++) {
+	for (; i < n_wait; i++, n_grants++) {
 		gw_conn *c = s->budget_tmp[i];
+		size_t r = head_reserve(c, s->cfg.max_body);
+		if (n_grants && reserved + r > half)
+			break;
+		reserved += r;
+		c->reserve = r;
 		c->granted = 1;
 		c->wait_since = 0;
 		small -= conn_held(c);
@@ -475,12 +519,13 @@ static void budget_check(uv_check_t *h)
 	s->budget_pauses += paused_now;
 	int pressed = waiting || over;
 	if (pressed && !s->over_budget)
-		moor_info("%llu MiB of requests buffered (--body-budget-bytes "
-			  "%llu MiB: %u bodies past %u KiB at once): readers "
-			  "wait",
+		moor_info("%llu MiB of requests buffered, %llu MiB granted to "
+			  "%u bodies past %u KiB (--body-budget-bytes %llu "
+			  "MiB): readers wait",
 			  (unsigned long long)(total >> 20),
-			  (unsigned long long)(s->cfg.body_budget >> 20), slots,
-			  GW_BODY_SMALL >> 10);
+			  (unsigned long long)(reserved >> 20), n_grants,
+			  GW_BODY_SMALL >> 10,
+			  (unsigned long long)(s->cfg.body_budget >> 20));
 	else if (!pressed && s->over_budget)
 		moor_info("requests buffered: no reader waits (peak %llu MiB; "
 			  "%llu readers paused and %llu stalled ones closed so "

@@ -83,10 +83,10 @@ int gw_limits_check(const json_t *b, gw_fail *f)
 
 /* The stated bound, term by term (the defaults in MiB in brackets):
  *  - request bytes in h2o's input buffers (http.c): the requests past
- *    GW_BODY_SMALL hold grants of two bodies each (h2o's buffer doubles),
- *    half the budget but at least one grant, and the rest of the buffers
- *    are held to the other half; one buffer's copy as h2o doubles it
- *    [128 + 128 + 4];
+ *    GW_BODY_SMALL hold grants of what their buffers will hold (up to two
+ *    bodies: h2o's buffer doubles), half the budget but at least one
+ *    grant, and the rest of the buffers are held to the other half; one
+ *    buffer's copy as h2o doubles it [128 + 128 + 4];
  *  - what readers take between two checks of the budget [16];
  *  - the parses: at most --inflight bodies are read at once (libuv's pool
  *    has 8 threads), each a copy of the body and GW_PARSE_BYTES of nodes,
