@@ -93,6 +93,33 @@
  * 503 and closed at once */
 #define GW_MAX_CONNS_DEFAULT 4096
 #define GW_SNDBUF 65536 /* SO_SNDBUF of a connection (http.c) */
+/* SO_RCVBUF of a connection (the kernel doubles it): what one read of a
+ * connection can bring in at once, so what the body budget can overshoot
+ * by per connection read between two checks (http.c) */
+#define GW_RCVBUF 65536
+/* Request bytes held in h2o's input buffers across all connections (the
+ * bodies being read, and the bodies of requests waiting or running, which
+ * h2o keeps until their response ends): past it, connections in the
+ * middle of a request are not read until it drains (http.c,
+ * --body-budget-bytes). 64 bodies at the default limit. */
+#define GW_BODY_BUDGET_DEFAULT (256u << 20)
+#define GW_BUDGET_CHECK_MS 1 /* the budget is summed at most this often */
+/* Past the budget, a connection in the middle of a request that brought
+ * no byte for this long is answered 408 and closed (http.c). */
+#define GW_STALL_MS 1000
+/* A request past this many bytes needs one of the budget's grants to be
+ * read on (http.c); one below it reads in a receive buffer or two. */
+#define GW_BODY_SMALL (64u << 10)
+/* What a connection costs at rest (h2o's connection and socket, its first
+ * 8 KiB input buffer, libuv's handle, ours), for the stated bound
+ * (gw_limits_rss_bound): measured ~14 KiB, stated with room. */
+#define GW_CONN_BYTES (24u << 10)
+/* What readers can take in between two checks of the budget, at loopback
+ * speed (a few GB/s for GW_BUDGET_CHECK_MS), for the stated bound. */
+#define GW_READ_SLACK (16u << 20)
+/* What one parse of a body costs besides the body: jansson's nodes
+ * (~250 bytes a value, limits.c) and the rendered prompt and its ids. */
+#define GW_PARSE_BYTES ((size_t)GW_MAX_JSON_TOKENS * 256)
 /* a stream's bytes waiting behind a send the client does not take */
 #define GW_MAX_PENDING (4u << 20)
 #define GW_ADMIN_TIMEOUT_MS 2000 /* one round trip to cached */
@@ -130,6 +157,7 @@ typedef struct gw_cfg {
 	double request_timeout_s;
 	uint32_t max_body;    /* bytes: GW_MAX_BODY_DEFAULT */
 	uint32_t max_conns;   /* GW_MAX_CONNS_DEFAULT */
+	uint64_t body_budget; /* bytes: GW_BODY_BUDGET_DEFAULT (http.c) */
 	double read_timeout_s; /* a request's head and body arrive within: 30 */
 	double write_timeout_s; /* a send the client does not take: 30 */
 	uint32_t queue_max;   /* requests waiting for admission: 4096 */
@@ -313,6 +341,10 @@ int gw_limits_scan(const char *body, size_t len, gw_fail *f);
 /* After the parse, before the template: counts of messages and tools,
  * stop strings' lengths. 0 or -1 with f filled (400). */
 int gw_limits_check(const json_t *body, gw_fail *f);
+/* The bound gatewayd states for its RSS over its base (the model's
+ * tokenizer and template loaded, no request), in bytes, from cfg's limits;
+ * limits.c says what each term is. gatewayd logs it at start. */
+uint64_t gw_limits_rss_bound(const gw_cfg *cfg);
 
 /* ---- the admission queue (admit.c) ------------------------------------ */
 
@@ -411,6 +443,15 @@ typedef struct gw_prep {
  * (h2o 2.2's HTTP/1 does not read the socket while a handler works). */
 typedef struct gw_conn {
 	uv_tcp_t tcp; /* first: libuv's close callback gets it back */
+	h2o_socket_t *sock; /* h2o's socket over tcp; lives as long as tcp */
+	/* the body budget (http.c): the request bytes at the last check, when
+	 * they last changed (uv_now, ms), shut down for stalling */
+	size_t seen;
+	uint64_t grew_at;
+	uint64_t wait_since; /* uv_now it began to wait for a grant; 0: not */
+	int granted;	     /* holds one of the budget's grants */
+	size_t reserve;	     /* its grant: bytes its request will hold */
+	int evicted;
 	struct sockaddr_storage peer;
 	struct gw_conn *next, *prev;
 	struct gw_srv *s;
@@ -457,6 +498,16 @@ typedef struct gw_srv {
 	gw_conn *conns; /* accepted connections */
 	uint32_t n_conns;
 	uint64_t conns_refused; /* past --max-conns */
+	/* the body budget (http.c): a check handle sums the connections'
+	 * input buffers and pauses readers past cfg.body_budget */
+	uv_check_t budget_chk;
+	uint64_t budget_at;	 /* uv_now of the last sum, ms */
+	uint64_t buffered;	 /* bytes in every input buffer at that sum */
+	uint64_t buffered_peak;	 /* the largest sum seen */
+	int over_budget;	 /* the last check found it over */
+	uint64_t budget_pauses;	 /* connections paused, ever */
+	uint64_t budget_evicted; /* stalled ones shut down, ever */
+	gw_conn **budget_tmp;	 /* cfg.max_conns entries: the paused, sorted */
 	uint64_t next_rid;
 	uint64_t next_id;
 

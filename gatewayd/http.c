@@ -4,7 +4,37 @@
  * get the OpenAI error shape), and the response helpers. The handler
  * carries the server the way h2o's own handlers carry their configuration:
  * h2o_handler_t embedded first, the rest ours (h2o allocates it with the
- * size we give and hands it back to on_req). */
+ * size we give and hands it back to on_req).
+ *
+ * The body budget. h2o 2.2.5 reads a request's body whole into its
+ * connection's input buffer before the handler runs, and keeps it there
+ * until the response ends (a request waiting for admission holds its body
+ * there, unparsed). One body is capped by --max-body-bytes (h2o answers
+ * 413 at the head for a Content-Length past it, and as soon as a chunked
+ * body passes it), but the bodies of many connections at once were not:
+ * a thousand clients sending 4 MiB each and then stalling held 4 GB until
+ * their read deadline. So a check handle looks at every connection's input
+ * buffer at most once per GW_BUDGET_CHECK_MS of the loop, and splits
+ * --body-budget-bytes in two halves:
+ *  - a request past GW_BODY_SMALL bytes needs a grant to be read on: the
+ *    bytes its buffer will hold once it is read whole (from its
+ *    Content-Length, the capacity h2o doubles its buffer to; a chunked
+ *    body: twice --max-body-bytes), granted while the grants fit in half
+ *    the budget (one always does) and kept until the buffer is given back
+ *    (the response ended, or the connection closed). A request without one
+ *    waits unread (its kernel receive buffer, GW_RCVBUF, pushes back on the
+ *    client) and gets the next grant that fits, the longest waiting first;
+ *  - the buffers of the connections without a grant: past half the budget,
+ *    every one in the middle of a request waits unread until they fall
+ *    below it.
+ * While requests wait for a grant, a request that holds one and brought no
+ * byte for GW_STALL_MS is answered 408 and shut down: a client that stalls
+ * its body holds the budget only while nobody needs it. Any request held
+ * past --read-timeout-s gets h2o's 408 like every slow client. Waiting is
+ * uv_read_stop under h2o, which still counts the socket as reading (its
+ * callback set); going on is h2o's own h2o_socket_read_start with that
+ * callback. So "paused" is not a flag but a state read off both: h2o wants
+ * to read and libuv does not. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -303,6 +333,209 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 /* ---- the listener ----------------------------------------------------------
  */
 
+/* ---- the body budget ---------------------------------------------------- */
+
+/* The bytes of c's request in its input buffer. */
+static size_t conn_buffered(const gw_conn *c)
+{
+	return c->sock && c->sock->input ? c->sock->input->size : 0;
+}
+
+/* The bytes c's input buffer holds: its capacity, once allocated (h2o
+ * doubles it as it fills, and a buffer that still holds a pipelined byte
+ * after a large request keeps its size). */
+static size_t conn_held(const gw_conn *c)
+{
+	const h2o_buffer_t *in = c->sock ? c->sock->input : NULL;
+	return in && in->bytes ? in->capacity : 0;
+}
+
+/* h2o wants to read c and libuv does not: paused by the budget. */
+static int conn_paused(const gw_conn *c)
+{
+	return c->sock && h2o_socket_is_reading(c->sock) && !c->tcp.read_cb;
+}
+
+/* A connection whose request stalled while the budget is full: a canned
+ * 408 (when h2o is writing nothing on it), then shut down; h2o sees the
+ * end on its next read and closes it, freeing its buffer. */
+static void budget_evict(gw_srv *s, gw_conn *c)
+{
+	static const char body[] =
+	    "{\"error\":{\"message\":\"the request stopped arriving while the "
+	    "server holds all the request bytes it may (--body-budget-bytes)\","
+	    "\"type\":\"invalid_request_error\",\"param\":null,\"code\":"
+	    "\"request_stalled\"}}";
+	char resp[512];
+	int n = snprintf(resp, sizeof resp,
+			 "HTTP/1.1 408 Request Timeout\r\n"
+			 "Content-Type: application/json\r\n"
+			 "Connection: close\r\nContent-Length: %zu\r\n\r\n%s",
+			 sizeof body - 1, body);
+	if (!h2o_socket_is_writing(c->sock) && !c->tcp.write_queue_size) {
+		uv_buf_t b = uv_buf_init(resp, (unsigned)n);
+		uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+	}
+	uv_os_fd_t fd;
+	if (!uv_fileno((uv_handle_t *)&c->tcp, &fd))
+		shutdown(fd, SHUT_RDWR);
+	c->evicted = 1;
+	c->granted = 0;
+	s->budget_evicted++;
+}
+
+/* What c's request will hold of the budget once read whole: the capacity
+ * h2o's buffer doubles to for its head and its Content-Length (8 KiB
+ * doubled until 4 KiB more than the request fits), from the head already
+ * in the buffer; a chunked body, or a head not yet whole, may grow to the
+ * limit: twice --max-body-bytes. */
+static size_t head_reserve(const gw_conn *c, uint32_t max_body)
+{
+	size_t worst = 2 * (size_t)max_body;
+	const h2o_buffer_t *in = c->sock->input;
+	size_t n = in->size;
+	const char *b = in->bytes;
+	const char *end = memmem(b, n, "\r\n\r\n", 4);
+	if (!end)
+		return worst;
+	size_t head = (size_t)(end - b) + 4;
+	unsigned long long cl = 0;
+	int found = 0;
+	for (const char *p = b; p && p < end;) {
+		p = memchr(p, '\n', (size_t)(end - p));
+		if (!p)
+			break;
+		p++;
+		if ((size_t)(end - p) > 15 && !strncasecmp(p, "content-length:", 15)) {
+			char *e;
+			cl = strtoull(p + 15, &e, 10);
+			found = e != p + 15;
+			break;
+		}
+	}
+	if (!found || cl > max_body)
+		return worst;
+	size_t need = head + (size_t)cl + 4096, cap = 8192;
+	while (cap < need)
+		cap *= 2;
+	return cap < worst ? cap : worst;
+}
+
+static void budget_resume(gw_conn *c, uint64_t now)
+{
+	c->grew_at = now;
+	h2o_socket_read_start(c->sock, c->sock->_cb.read);
+}
+
+static int by_wait(const void *a, const void *b)
+{
+	uint64_t x = (*(gw_conn *const *)a)->wait_since,
+		 y = (*(gw_conn *const *)b)->wait_since;
+	return x < y ? -1 : x > y;
+}
+
+static void budget_check(uv_check_t *h)
+{
+	gw_srv *s = h->data;
+	uint64_t now = uv_now(s->loop);
+	if (now - s->budget_at < GW_BUDGET_CHECK_MS)
+		return;
+	s->budget_at = now;
+	uint64_t total = 0, small = 0, half = s->cfg.body_budget / 2;
+	uint64_t reserved = 0; /* what the grants' requests will hold */
+	uint32_t n_grants = 0, n_wait = 0;
+	for (gw_conn *c = s->conns; c; c = c->next) {
+		size_t b = conn_buffered(c);
+		if (b != c->seen) {
+			c->seen = b;
+			c->grew_at = now;
+		}
+		size_t held = conn_held(c);
+		total += held;
+		if (c->granted && (held <= GW_BODY_SMALL || c->evicted))
+			c->granted = 0; /* its buffer went back */
+		if (c->granted) {
+			n_grants++;
+			reserved += c->reserve > held ? c->reserve : held;
+			continue;
+		}
+		small += held;
+		if (!c->evicted && c->seen > GW_BODY_SMALL && c->sock &&
+		    h2o_socket_is_reading(c->sock)) {
+			if (!c->wait_since)
+				c->wait_since = now;
+			s->budget_tmp[n_wait++] = c;
+		} else {
+			c->wait_since = 0;
+		}
+	}
+	s->buffered = total;
+	if (total > s->buffered_peak)
+		s->buffered_peak = total;
+	/* the grants go to the longest waiting, in turn, while what they
+	 * will hold fits in half the budget (one always fits) */
+	qsort(s->budget_tmp, n_wait, sizeof *s->budget_tmp, by_wait);
+	uint32_t i = 0;
+	for (; i < n_wait; i++, n_grants++) {
+		gw_conn *c = s->budget_tmp[i];
+		size_t r = head_reserve(c, s->cfg.max_body);
+		if (n_grants && reserved + r > half)
+			break;
+		reserved += r;
+		c->reserve = r;
+		c->granted = 1;
+		c->wait_since = 0;
+		small -= conn_held(c);
+		if (conn_paused(c))
+			budget_resume(c, now);
+	}
+	uint32_t waiting = n_wait - i, paused_now = 0;
+	for (; i < n_wait; i++)
+		if (!conn_paused(s->budget_tmp[i])) {
+			uv_read_stop((uv_stream_t *)&s->budget_tmp[i]->tcp);
+			paused_now++;
+		}
+	int over = small > half;
+	for (gw_conn *c = s->conns; c; c = c->next) {
+		if (c->evicted || !c->sock || !h2o_socket_is_reading(c->sock))
+			continue;
+		if (c->granted) {
+			/* a grant's holder that stopped sending while others
+			 * wait for one */
+			if (waiting && c->tcp.read_cb &&
+			    now - c->grew_at >= GW_STALL_MS)
+				budget_evict(s, c);
+			continue;
+		}
+		if (c->wait_since || !c->seen)
+			continue; /* waits for a grant; or between requests */
+		if (over && c->tcp.read_cb) {
+			uv_read_stop((uv_stream_t *)&c->tcp);
+			paused_now++;
+		} else if (!over && !c->tcp.read_cb) {
+			budget_resume(c, now);
+		}
+	}
+	s->budget_pauses += paused_now;
+	int pressed = waiting || over;
+	if (pressed && !s->over_budget)
+		moor_info("%llu MiB of requests buffered, %llu MiB granted to "
+			  "%u bodies past %u KiB (--body-budget-bytes %llu "
+			  "MiB): readers wait",
+			  (unsigned long long)(total >> 20),
+			  (unsigned long long)(reserved >> 20), n_grants,
+			  GW_BODY_SMALL >> 10,
+			  (unsigned long long)(s->cfg.body_budget >> 20));
+	else if (!pressed && s->over_budget)
+		moor_info("requests buffered: no reader waits (peak %llu MiB; "
+			  "%llu readers paused and %llu stalled ones closed so "
+			  "far)",
+			  (unsigned long long)(s->buffered_peak >> 20),
+			  (unsigned long long)s->budget_pauses,
+			  (unsigned long long)s->budget_evicted);
+	s->over_budget = pressed;
+}
+
 static void conn_closed(uv_handle_t *h)
 {
 	gw_conn *c = (gw_conn *)h;
@@ -375,13 +608,15 @@ static void on_accept(uv_stream_t *listener, int status)
 	 * autotuning up to 4 MB per connection: what a client that stops
 	 * reading can park in the kernel is bounded, and --write-timeout-s
 	 * sees the stall after that much */
-	int sndbuf = GW_SNDBUF;
+	int sndbuf = GW_SNDBUF, rcvbuf = GW_RCVBUF;
 	uv_send_buffer_size((uv_handle_t *)&c->tcp, &sndbuf);
+	/* and a fixed receive buffer: what one read brings in is bounded,
+	 * so the body budget overshoots by little between two checks */
+	uv_recv_buffer_size((uv_handle_t *)&c->tcp, &rcvbuf);
 	int len = sizeof c->peer;
 	uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&c->peer, &len);
-	h2o_socket_t *sock =
-	    h2o_uv_socket_create((uv_stream_t *)&c->tcp, conn_closed);
-	h2o_accept(&s->actx, sock);
+	c->sock = h2o_uv_socket_create((uv_stream_t *)&c->tcp, conn_closed);
+	h2o_accept(&s->actx, c->sock);
 }
 
 /* The socket of req's connection, or -1. */
@@ -448,6 +683,15 @@ int gw_http_start(gw_srv *s, char *err)
 	h->super.on_req = on_req;
 	h->s = s;
 	h2o_context_init(&s->hctx, s->loop, &s->hconf);
+	s->budget_tmp = calloc(s->cfg.max_conns, sizeof *s->budget_tmp);
+	if (!s->budget_tmp) {
+		moor_errf(err, "out of memory");
+		return -ENOMEM;
+	}
+	uv_check_init(s->loop, &s->budget_chk);
+	s->budget_chk.data = s;
+	uv_check_start(&s->budget_chk, budget_check);
+	uv_unref((uv_handle_t *)&s->budget_chk);
 	s->actx.ctx = &s->hctx;
 	s->actx.hosts = s->hconf.hosts;
 
@@ -473,4 +717,6 @@ void gw_http_stop(gw_srv *s)
 {
 	if (!uv_is_closing((uv_handle_t *)&s->listener))
 		uv_close((uv_handle_t *)&s->listener, NULL);
+	if (!uv_is_closing((uv_handle_t *)&s->budget_chk))
+		uv_close((uv_handle_t *)&s->budget_chk, NULL);
 }

@@ -80,3 +80,31 @@ int gw_limits_check(const json_t *b, gw_fail *f)
 	}
 	return 0;
 }
+
+/* The stated bound, term by term (the defaults in MiB in brackets):
+ *  - request bytes in h2o's input buffers (http.c): the requests past
+ *    GW_BODY_SMALL hold grants of what their buffers will hold (up to two
+ *    bodies: h2o's buffer doubles), half the budget but at least one
+ *    grant, and the rest of the buffers are held to the other half; one
+ *    buffer's copy as h2o doubles it [128 + 128 + 4];
+ *  - what readers take between two checks of the budget [16];
+ *  - the parses: at most --inflight bodies are read at once (libuv's pool
+ *    has 8 threads), each a copy of the body and GW_PARSE_BYTES of nodes,
+ *    prompt and ids [4 x 68];
+ *  - the streams' bytes waiting behind a client that does not read, up to
+ *    GW_MAX_PENDING each, for the requests running [4 x 4];
+ *  - every connection at rest, every waiting request's job
+ *    [4096 x 24 KiB, 4096 x ~1 KiB].
+ * Not in it: POST /v1/cache/peek and prewarm (an admin token or an API
+ * key) read their bodies outside the admission queue. */
+uint64_t gw_limits_rss_bound(const gw_cfg *c)
+{
+	uint64_t body = c->max_body, half = c->body_budget / 2;
+	uint64_t grants = half > 2 * body ? half : 2 * body;
+	uint64_t p = c->inflight < 8 ? c->inflight : 8;
+	return grants + half + body + GW_READ_SLACK +
+	       p * (body + GW_PARSE_BYTES) +
+	       (uint64_t)c->inflight * GW_MAX_PENDING +
+	       (uint64_t)c->max_conns * GW_CONN_BYTES +
+	       (uint64_t)c->queue_max * sizeof(gw_job);
+}

@@ -9,7 +9,11 @@
 #    (no privileges, a read-only system but for the run and state dirs, a
 #    private /tmp, kernel knobs protected, unix sockets only for cached and
 #    engined), and systemd-analyze security --offline rates its exposure
-#    at most 4.0 (the units before hardening: 9.2, "UNSAFE").
+#    at most 4.0 (the units before hardening: 9.2, "UNSAFE"); gatewayd's
+#    descriptor limit fits --max-conns, its memory is capped (MemoryMax,
+#    twice its stated RSS bound) and the OOM killer takes it first,
+#    cached last (OOMScoreAdjust).
+#    Without systemd-analyze, 1 (and the rating) is skipped with a line.
 # 2. Each service's ExecStart is expanded as systemd expands it (${VAR} one
 #    word, $VAR split on spaces, an empty $VAR no word) with deploy/serve.env's
 #    values, the model, port and sizes overridden for the test and
@@ -46,10 +50,16 @@ cp "$units/moor.target" "$tmp/units/"
 for d in cached engined gatewayd; do
 	sed "s#/usr/local/bin/$d#${bin[$d]}#" "$units/moor-$d.service" >"$tmp/units/moor-$d.service"
 done
-out=$(cd "$tmp/units" && SYSTEMD_LOG_LEVEL=notice systemd-analyze verify --man=no \
-	./moor.target ./moor-cached.service ./moor-engined.service ./moor-gatewayd.service 2>&1)
-st=$?
-check "systemd-analyze verify: exit $st: $out" '[ $st -eq 0 ] && [ -z "$out" ]'
+have_sa=1
+command -v systemd-analyze >/dev/null 2>&1 || have_sa=0
+if [ $have_sa -eq 1 ]; then
+	out=$(cd "$tmp/units" && SYSTEMD_LOG_LEVEL=notice systemd-analyze verify --man=no \
+		./moor.target ./moor-cached.service ./moor-engined.service ./moor-gatewayd.service 2>&1)
+	st=$?
+	check "systemd-analyze verify: exit $st: $out" '[ $st -eq 0 ] && [ -z "$out" ]'
+else
+	echo "skip: systemd-analyze is not installed: the units are not verified, nor their exposure rated (the directives and command lines are still checked)"
+fi
 
 # ---- 1b. hardening ----
 want_all=(NoNewPrivileges=yes CapabilityBoundingSet= AmbientCapabilities=
@@ -59,9 +69,9 @@ want_all=(NoNewPrivileges=yes CapabilityBoundingSet= AmbientCapabilities=
 	ProtectKernelTunables=yes ProtectKernelModules=yes ProtectKernelLogs=yes
 	ProtectControlGroups=yes ProtectClock=yes ProtectHostname=yes
 	ProtectProc=invisible)
-declare -A want_one=([cached]="RestrictAddressFamilies=AF_UNIX"
+declare -A want_one=([cached]="RestrictAddressFamilies=AF_UNIX|OOMScoreAdjust=-500"
 	[engined]="RestrictAddressFamilies=AF_UNIX"
-	[gatewayd]="RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6|PrivateDevices=yes|SystemCallFilter=@system-service")
+	[gatewayd]="RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6|PrivateDevices=yes|SystemCallFilter=@system-service|LimitNOFILE=16384|MemoryMax=2G|OOMScoreAdjust=500")
 for d in cached engined gatewayd; do
 	f=$tmp/units/moor-$d.service
 	IFS='|' read -r -a extra <<<"${want_one[$d]}"
@@ -74,7 +84,7 @@ for d in cached engined gatewayd; do
 		check "moor-$d.service has PrivateDevices or PrivateIPC (the arenas are shared shm)" \
 			'! grep -Eq "^(PrivateDevices|PrivateIPC)=yes" "$f"'
 	fi
-	if sec=$(cd "$tmp/units" && systemd-analyze security --offline=true "./moor-$d.service" 2>/dev/null); then
+	if [ $have_sa -eq 1 ] && sec=$(cd "$tmp/units" && systemd-analyze security --offline=true "./moor-$d.service" 2>/dev/null); then
 		lvl=$(printf '%s\n' "$sec" | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
 		echo "moor-$d.service: exposure $lvl"
 		check "moor-$d.service: exposure '$lvl' over 4.0" \

@@ -6,9 +6,14 @@
  *    and slowloris clients (their head a byte at a time). Every request
  *    that waits for its answer gets one: 200, or 503 with a Retry-After
  *    past the queue; a stream ends with [DONE]; a slowloris connection is
- *    closed by the gateway (--read-timeout-s); none hangs past its
- *    deadline. p50 and p99 latency per kind, and the peak RSS (VmHWM) of
- *    gatewayd and cached.
+ *    closed by the gateway (--read-timeout-s); a slow reader (a stream
+ *    with a 2 KiB receive buffer that stops reading after its first event,
+ *    one client in 40) is cut by the write deadline (--write-timeout-s 3:
+ *    its stream ends without [DONE], gatewayd's log says "has not read")
+ *    while the others are answered; none hangs past its deadline. p50 and
+ *    p99 latency per kind, the peak RSS (VmHWM) of gatewayd and cached,
+ *    and gatewayd's growth over the load under the RSS bound its log
+ *    states.
  * 2. Faults under load: kill -9 of engined, of gatewayd and of cached, one
  *    at a time (the test supervises: the victim is started again at
  *    once), while clients are in flight. Every request in flight gets an
@@ -30,10 +35,18 @@
 #include "gwtest.h"
 #include "harness.h"
 
-enum { K_SHORT, K_STREAM, K_LONG, K_VANISH, K_SLOW, K_N };
-static const char *const kind_name[K_N] = {"short chat", "streamed chat",
+enum { K_SHORT, K_STREAM, K_LONG, K_VANISH, K_SLOW, K_SLOWREAD, K_N };
+static const char *const kind_name[K_N] = {"short chat",  "streamed chat",
 					   "long prompt", "vanishes",
-					   "slowloris"};
+					   "slowloris",	  "slow reader"};
+
+/* A slow reader reads its stream's head, then nothing for SLOWREAD_S
+ * (the gateway's --write-timeout-s is WRITE_TIMEOUT_S; its fixed send
+ * buffer and the client's 2 KiB receive buffer fill after ~750 tokens),
+ * then reads on: its stream must have been cut (no [DONE]). */
+#define WRITE_TIMEOUT_S "3"
+#define SLOWREAD_S 45.0
+#define SLOWREAD_TOKENS 3000
 
 typedef struct cl {
 	int kind;
@@ -41,6 +54,7 @@ typedef struct cl {
 	char *req;
 	size_t req_len, sent;
 	double t0, t_next, secs;
+	double t_read; /* a slow reader reads again from then */
 	char *buf;
 	size_t len, cap;
 	int done;   /* the connection ended (closed by the peer or by us) */
@@ -60,6 +74,9 @@ static char *body_of(int kind, int i)
 		return gt_chat_body(u, 8, "\"stream\":true");
 	case K_LONG:
 		return gt_chat_body(long_text, 2, "");
+	case K_SLOWREAD:
+		return gt_chat_body(u, SLOWREAD_TOKENS,
+				    "\"stream\":true,\"ignore_eos\":true");
 	default:
 		return gt_chat_body(u, 4, "");
 	}
@@ -80,7 +97,21 @@ static void cl_start(cl *c, int port, int kind, int i, double now)
 				     "Content-Length: %zu\r\n\r\n%s",
 				     bl, b);
 	free(b);
-	c->fd = gt_connect(port);
+	if (kind == K_SLOWREAD) {
+		/* the smallest receive buffer, set before the connect */
+		c->fd = socket(AF_INET, SOCK_STREAM, 0);
+		int rcv = 2048;
+		setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+		struct sockaddr_in sa = {.sin_family = AF_INET,
+					 .sin_port = htons((uint16_t)port)};
+		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		if (connect(c->fd, (struct sockaddr *)&sa, sizeof sa)) {
+			close(c->fd);
+			c->fd = -1;
+		}
+	} else {
+		c->fd = gt_connect(port);
+	}
 	c->t0 = c->t_next = now;
 	c->cap = 8192;
 	c->buf = malloc(c->cap);
@@ -119,7 +150,12 @@ static void drive(cl *c, int n, double deadline)
 			if (c[i].done)
 				continue;
 			open_n++;
-			short ev = POLLIN;
+			/* a slow reader past its head reads nothing until
+			 * t_read */
+			short ev = c[i].kind == K_SLOWREAD && c[i].t_read &&
+					   now < c[i].t_read
+				       ? 0
+				       : POLLIN;
 			if (c[i].sent < c[i].req_len) {
 				if (c[i].kind == K_SLOW && now < c[i].t_next)
 					;
@@ -148,8 +184,8 @@ static void drive(cl *c, int n, double deadline)
 					cl_end(x, now);
 				x->t_next = now + 0.2; /* slowloris: 5 B/s */
 			}
-			if (x->done || !(p[i].revents & (POLLIN | POLLHUP |
-							 POLLERR)))
+			if (x->done ||
+			    !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
 				continue;
 			if (x->len + 4096 > x->cap)
 				x->buf = realloc(x->buf, x->cap *= 2);
@@ -157,8 +193,12 @@ static void drive(cl *c, int n, double deadline)
 					 x->cap - x->len - 1, 0);
 			if (r > 0) {
 				x->len += (size_t)r;
+				x->buf[x->len] = 0;
 				if (x->kind == K_VANISH && x->len > 200)
 					cl_end(x, now); /* it goes away */
+				if (x->kind == K_SLOWREAD && !x->t_read &&
+				    strstr(x->buf, "data: "))
+					x->t_read = now + SLOWREAD_S;
 			} else if (r == 0 || errno != EAGAIN) {
 				cl_end(x, now);
 			}
@@ -173,31 +213,75 @@ static int cmp_d(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static long vm_hwm_kb(pid_t pid)
+static long vm_kb(pid_t pid, const char *key)
 {
 	char p[64], line[256];
 	snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
 	FILE *f = fopen(p, "r");
 	long kb = -1;
+	size_t kl = strlen(key);
 	while (f && fgets(line, sizeof line, f))
-		if (!strncmp(line, "VmHWM:", 6))
-			kb = atol(line + 6);
+		if (!strncmp(line, key, kl))
+			kb = atol(line + kl);
 	if (f)
 		fclose(f);
 	return kb;
+}
+
+/* Lines of logname's log that contain str. */
+static int h_log_count(const char *logname, const char *str)
+{
+	char log[300], line[2048];
+	snprintf(log, sizeof log, "%s/%s.log", h_.dir, logname);
+	FILE *f = fopen(log, "r");
+	int n = 0;
+	while (f && fgets(line, sizeof line, f))
+		n += strstr(line, str) != NULL;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* The RSS bound over its base that gatewayd's log states, MiB; -1. */
+static long stated_bound_mib(const char *logname)
+{
+	char log[300], line[2048];
+	snprintf(log, sizeof log, "%s/%s.log", h_.dir, logname);
+	FILE *f = fopen(log, "r");
+	long mib = -1;
+	while (f && fgets(line, sizeof line, f)) {
+		const char *p = strstr(line, "RSS bound ");
+		if (p)
+			mib = atol(p + 10);
+	}
+	if (f)
+		fclose(f);
+	return mib;
 }
 
 /* 1. the mixed load */
 static void load(int port, int n, pid_t gw, pid_t cd)
 {
 	cl *c = calloc((size_t)n, sizeof *c);
-	/* a mix: 50% short, 20% streamed, 5% long, 10% vanish, 15% slowloris */
+	/* a mix: 50% short, 20% streamed, 5% long, 10% vanish, 15% slowloris;
+	 * every 40th a slow reader instead */
 	static const int mix[20] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 				    1, 1, 1, 1, 2, 3, 3, 4, 4, 4};
 	double t0 = moor_now();
+	/* the peak from here: VmHWM reset to VmRSS (clear_refs 5) */
+	FILE *cr;
+	char crp[64];
+	snprintf(crp, sizeof crp, "/proc/%d/clear_refs", (int)gw);
+	if ((cr = fopen(crp, "w"))) {
+		fputs("5", cr);
+		fclose(cr);
+	}
+	long rss0 = vm_kb(gw, "VmRSS:");
 	for (int i = 0; i < n; i++)
-		cl_start(&c[i], port, mix[i % 20], i, t0);
+		cl_start(&c[i], port, i % 40 == 39 ? K_SLOWREAD : mix[i % 20],
+			 i, t0);
 	drive(c, n, t0 + 240);
+	int slow_cut = 0;
 	printf("\n%-14s %6s %6s %6s %6s %6s %8s %8s\n", "kind", "n", "200",
 	       "503", "other", "hung", "p50 s", "p99 s");
 	for (int k = 0; k < K_N; k++) {
@@ -220,8 +304,8 @@ static void load(int port, int n, pid_t gw, pid_t cd)
 				continue;
 			if (k == K_SLOW) {
 				/* closed by the gateway (408 or no answer) */
-				CHECK(x->secs < 60,
-				      "slowloris %d held %.1f s", i, x->secs);
+				CHECK(x->secs < 60, "slowloris %d held %.1f s",
+				      i, x->secs);
 				continue;
 			}
 			if (x->status == 200) {
@@ -229,6 +313,13 @@ static void load(int port, int n, pid_t gw, pid_t cd)
 				if (k == K_STREAM)
 					CHECK(x->stream_done,
 					      "stream %d: no [DONE]", i);
+				if (k == K_SLOWREAD)
+					CHECK(!x->stream_done,
+					      "slow reader %d: its stream was "
+					      "not cut (%zu bytes, [DONE])",
+					      i, x->len);
+				if (k == K_SLOWREAD)
+					slow_cut += !x->stream_done;
 			} else if (x->status == 503) {
 				busy++;
 				CHECK(x->retry_after > 0,
@@ -241,15 +332,26 @@ static void load(int port, int n, pid_t gw, pid_t cd)
 			}
 		}
 		qsort(lat, (size_t)nl, sizeof *lat, cmp_d);
-		printf("%-14s %6d %6d %6d %6d %6d %8.2f %8.2f\n",
-		       kind_name[k], cnt, ok, busy, other, hung,
-		       nl ? lat[nl / 2] : 0, nl ? lat[(nl * 99) / 100] : 0);
+		printf("%-14s %6d %6d %6d %6d %6d %8.2f %8.2f\n", kind_name[k],
+		       cnt, ok, busy, other, hung, nl ? lat[nl / 2] : 0,
+		       nl ? lat[(nl * 99) / 100] : 0);
 		free(lat);
 	}
+	long hwm = vm_kb(gw, "VmHWM:"), bound = stated_bound_mib("gatewayd1");
 	printf("peak RSS: gatewayd %.1f MiB, cached %.1f MiB (VmHWM); the "
-	       "load took %.1f s\n\n",
-	       vm_hwm_kb(gw) / 1024.0, vm_hwm_kb(cd) / 1024.0,
-	       moor_now() - t0);
+	       "load took %.1f s\n",
+	       hwm / 1024.0, vm_kb(cd, "VmHWM:") / 1024.0, moor_now() - t0);
+	printf("gatewayd: %ld MiB over its RSS before the load (its stated "
+	       "bound: %ld MiB); %d slow readers cut by the write deadline, "
+	       "%d cuts in its log\n\n",
+	       (hwm - rss0) >> 10, bound, slow_cut,
+	       h_log_count("gatewayd1", "has not read"));
+	CHECK(bound > 0 && (hwm - rss0) >> 10 < bound,
+	      "gatewayd grew %ld MiB under the load, past its bound %ld",
+	      (hwm - rss0) >> 10, bound);
+	CHECK(h_log_count("gatewayd1", "has not read") >= slow_cut,
+	      "gatewayd's log has fewer write-deadline cuts than slow readers "
+	      "cut");
 	for (int i = 0; i < n; i++) {
 		if (c[i].fd >= 0)
 			close(c[i].fd);
@@ -263,12 +365,13 @@ static long long chat_cached(int port, const char *body, const char *sess)
 {
 	char h[128];
 	snprintf(h, sizeof h, "x-session-id: %s\r\n", sess);
-	gt_resp r = gt_request(port, "POST", "/v1/chat/completions", body, h,
-			       120);
+	gt_resp r =
+	    gt_request(port, "POST", "/v1/chat/completions", body, h, 120);
 	json_t *o = gt_json(&r);
-	long long c = r.status == 200
-			  ? gt_int(o, "usage.prompt_tokens_details.cached_tokens")
-			  : -1;
+	long long c =
+	    r.status == 200
+		? gt_int(o, "usage.prompt_tokens_details.cached_tokens")
+		: -1;
 	json_decref(o);
 	gt_resp_fini(&r);
 	return c;
@@ -321,12 +424,11 @@ static void fault(int victim, int n, int round)
 	gt_resp r = gt_post(gt_.port, "/v1/chat/completions", b);
 	printf("kill -9 %-8s (round %d): %3d in flight: %3d answered, %3d "
 	       "errors, %d hung; restarted in %.2f s, green %s, a chat %d\n",
-	       victim_name[victim], round, n, answered, errors, hung,
-	       tr - tk, green == 200 ? "yes" : "no", r.status);
+	       victim_name[victim], round, n, answered, errors, hung, tr - tk,
+	       green == 200 ? "yes" : "no", r.status);
 	CHECK(hung == 0, "kill -9 %s: %d of %d requests hung",
 	      victim_name[victim], hung, n);
-	CHECK(green == 200, "kill -9 %s: not green again",
-	      victim_name[victim]);
+	CHECK(green == 200, "kill -9 %s: not green again", victim_name[victim]);
 	CHECK(r.status == 200, "kill -9 %s: a chat after it: %d %s",
 	      victim_name[victim], r.status, r.body);
 	gt_resp_fini(&r);
@@ -351,9 +453,15 @@ int main(int argc, char **argv)
 	for (int i = 0; strlen(long_text) + 100 < cap && i < 100; i++)
 		strcat(long_text, "A long prompt goes on and on, sentence "
 				  "after sentence, to be prefilled. ");
-	static const char *const gw_extra[] = {
-	    "--read-timeout-s", "3", "--queue-wait-s", "60",
-	    "--max-conns", "8192", NULL};
+	static const char *const gw_extra[] = {"--read-timeout-s",
+					       "3",
+					       "--queue-wait-s",
+					       "60",
+					       "--max-conns",
+					       "8192",
+					       "--write-timeout-s",
+					       WRITE_TIMEOUT_S,
+					       NULL};
 	gt_stack(argc, argv, full ? "loadfull" : "load", full ? 3000 : 600,
 		 gw_extra, NULL, NULL);
 	/* the fault rounds' gatewayds get the defaults but for the read
@@ -364,17 +472,17 @@ int main(int argc, char **argv)
 	char sys[4096] = "";
 	for (int i = 0; i < 20; i++)
 		strcat(sys, "You answer in one short sentence. ");
-	json_t *t = json_pack("{s:[{s:s,s:s},{s:s,s:s}],s:i,s:i}", "messages",
-			      "role", "system", "content", sys, "role", "user",
-			      "content", "Hi!", "max_tokens", 2,
-			      "temperature", 0);
+	json_t *t =
+	    json_pack("{s:[{s:s,s:s},{s:s,s:s}],s:i,s:i}", "messages", "role",
+		      "system", "content", sys, "role", "user", "content",
+		      "Hi!", "max_tokens", 2, "temperature", 0);
 	char *t1 = json_dumps(t, JSON_COMPACT);
-	json_array_append_new(json_object_get(t, "messages"),
-			      json_pack("{s:s,s:s}", "role", "assistant",
-					"content", "Hello."));
-	json_array_append_new(json_object_get(t, "messages"),
-			      json_pack("{s:s,s:s}", "role", "user", "content",
-					"And?"));
+	json_array_append_new(
+	    json_object_get(t, "messages"),
+	    json_pack("{s:s,s:s}", "role", "assistant", "content", "Hello."));
+	json_array_append_new(
+	    json_object_get(t, "messages"),
+	    json_pack("{s:s,s:s}", "role", "user", "content", "And?"));
 	char *t2 = json_dumps(t, JSON_COMPACT);
 	json_decref(t);
 	REQUIRE(chat_cached(gt_.port, t1, "survivor") >= 0, "turn 1");
