@@ -51,6 +51,7 @@ static int cpu_create(const kern_config *cfg, kern_ctx **out)
 	for (int i = 0; i < threads; i++)
 		atomic_init(&ctx->busy[i], 0);
 	ctx->att_cap = KCPU_SCRATCH;
+	ctx->avx2 = kcpu_have_avx2() && !getenv("MOOR_CPU_NO_AVX2");
 	ctx->q.ctx = ctx;
 	*out = ctx;
 	return 0;

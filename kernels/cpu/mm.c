@@ -86,6 +86,7 @@ struct mm_job {
 	const void *W;
 	int ldy, ldx, wdt, T, N, K, act;
 	int tb, ntb; /* rows per task, T-blocks */
+	int avx2;    /* the few-row path's bf16 rows on AVX2 (ctx->avx2) */
 };
 
 /* Four consecutive elements of a W row as fp32 (exact). */
@@ -392,12 +393,151 @@ mv_rows(const int wdt, const int mt, const struct mm_job *jb, int n0, int n1)
 		}
 }
 
+/* ---- the few-row path on AVX2 ----
+ *
+ * x86-64 CPUs with AVX2 (tested at create, cpu.h) run bf16 W eight rows to
+ * a vector: rows r and r + 4 share a vector (one per 16-byte half), and the
+ * 4 x 4 word transpose of mv_t4x8 runs in both halves at once, leaving the
+ * eight rows' pair of k in each vector. The same sums as mv_tile, bit for
+ * bit (IEEE fp32 products and sums in the same order; no FMA: the build's
+ * -ffp-contract=off). */
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+typedef float v8f __attribute__((vector_size(32), aligned(4)));
+typedef uint32_t v8u __attribute__((vector_size(32), aligned(4)));
+
+#define MV8_G 2
+
+static inline __attribute__((always_inline)) void
+mv_t8x8(const uint16_t *h, size_t K, v8f w[8])
+{
+	v8u r[4];
+	for (int i = 0; i < 4; i++) {
+		v4u lo, hi;
+		memcpy(&lo, h + i * K, 16);
+		memcpy(&hi, h + (i + 4) * K, 16);
+		r[i] = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
+	}
+	v8u t0 = __builtin_shufflevector(r[0], r[1], 0, 8, 1, 9, 4, 12, 5, 13);
+	v8u t1 = __builtin_shufflevector(r[0], r[1], 2, 10, 3, 11, 6, 14, 7, 15);
+	v8u t2 = __builtin_shufflevector(r[2], r[3], 0, 8, 1, 9, 4, 12, 5, 13);
+	v8u t3 = __builtin_shufflevector(r[2], r[3], 2, 10, 3, 11, 6, 14, 7, 15);
+	v8u p[4] = {
+	    __builtin_shufflevector(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13),
+	    __builtin_shufflevector(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15),
+	    __builtin_shufflevector(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13),
+	    __builtin_shufflevector(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15)};
+	for (int i = 0; i < 4; i++) {
+		w[2 * i] = (v8f)(p[i] << 16);
+		w[2 * i + 1] = (v8f)(p[i] & 0xffff0000u);
+	}
+}
+
+static inline __attribute__((always_inline)) void
+mv8_tile(const int mt, const int G, const float *x, ptrdiff_t ldx,
+	 const uint16_t *W, size_t K, size_t r, float *y, ptrdiff_t ldy,
+	 int pf_ok)
+{
+	const uint16_t *w0 = W + r * K;
+	v8f acc[MV_T][MV8_G];
+	for (int t = 0; t < mt; t++)
+		for (int g = 0; g < G; g++)
+			acc[t][g] = (v8f){0};
+	const char *pf = (const char *)(w0 + 8 * G * K);
+	pf_ok = pf_ok && 8 * G * K * 2 <= MV_PF_MAX;
+	size_t k = 0;
+	for (; k + 8 <= K; k += 8) {
+		/* 8 k of the tile's 8 G rows are G * 2 cache lines' worth */
+		if (pf_ok)
+			for (size_t l = 0; l < 2 * (size_t)G; l++)
+				__builtin_prefetch(pf + (k / 8 * 2 * G + l) * 64,
+						   0, 3);
+		for (int g = 0; g < G; g++) {
+			v8f w[8];
+			mv_t8x8(w0 + 8 * g * K + k, K, w);
+			for (int t = 0; t < mt; t++)
+				for (int j = 0; j < 8; j++)
+					acc[t][g] += x[t * ldx + k + j] * w[j];
+		}
+	}
+	for (; k < K; k++)
+		for (int g = 0; g < G; g++) {
+			v8f w;
+			for (int i = 0; i < 8; i++)
+				w[i] = moor_bf16_to_f32(W[(r + 8 * g + i) * K + k]);
+			for (int t = 0; t < mt; t++)
+				acc[t][g] += x[t * ldx + k] * w;
+		}
+	for (int t = 0; t < mt; t++)
+		for (int g = 0; g < G; g++)
+			memcpy(y + t * ldy + 8 * g, &acc[t][g], 32);
+}
+
+static inline __attribute__((always_inline)) void
+mv8_rows(const int mt, const struct mm_job *jb, int n0, int n1)
+{
+	size_t K = (size_t)jb->K;
+	const uint16_t *W = jb->W;
+	int n = n0;
+	for (; n + 8 * MV8_G <= n1; n += 8 * MV8_G)
+		mv8_tile(mt, MV8_G, jb->x, jb->ldx, W, K, (size_t)n, jb->y + n,
+			 jb->ldy, n + 16 * MV8_G <= jb->N);
+	for (; n + 8 <= n1; n += 8)
+		mv8_tile(mt, 1, jb->x, jb->ldx, W, K, (size_t)n, jb->y + n,
+			 jb->ldy, 0);
+	mv_rows(KERN_BF16, mt, jb, n, n1); /* the last rows: fours, ones */
+}
+
+__attribute__((target("avx2"))) static void
+mv_rows_avx2(const struct mm_job *jb, int n0, int n1)
+{
+	switch (jb->T) {
+	case 1:
+		mv8_rows(1, jb, n0, n1);
+		break;
+	case 2:
+		mv8_rows(2, jb, n0, n1);
+		break;
+	case 3:
+		mv8_rows(3, jb, n0, n1);
+		break;
+	default:
+		mv8_rows(4, jb, n0, n1);
+	}
+}
+
+int kcpu_have_avx2(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2");
+}
+
+#else
+
+static void mv_rows_avx2(const struct mm_job *jb, int n0, int n1)
+{
+	(void)jb, (void)n0, (void)n1;
+	MOOR_ASSERT(!"no AVX2 path on this target");
+}
+
+int kcpu_have_avx2(void)
+{
+	return 0;
+}
+
+#endif
+
 static void mv_task(void *arg, int task)
 {
 	const struct mm_job *jb = arg;
 	int n0 = task * MV_ROWS;
 	int n1 = jb->N - n0 < MV_ROWS ? jb->N : n0 + MV_ROWS;
 	int bf = jb->wdt == KERN_BF16;
+	if (bf && jb->avx2) {
+		mv_rows_avx2(jb, n0, n1);
+		goto round;
+	}
 	switch (jb->T) {
 	case 1:
 		bf ? mv_rows(KERN_BF16, 1, jb, n0, n1)
@@ -415,6 +555,7 @@ static void mv_task(void *arg, int task)
 		bf ? mv_rows(KERN_BF16, 2, jb, n0, n1)
 		   : mv_rows(KERN_F32, 2, jb, n0, n1);
 	}
+round:
 	if (jb->act == KERN_ACT_BF16)
 		for (int t = 0; t < jb->T; t++) {
 			float *yr = jb->y + (ptrdiff_t)t * jb->ldy;
@@ -444,6 +585,7 @@ int kcpu_matmul(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 			    .K = K,
 			    .act = act};
 	if (T <= MV_T && wdt != KERN_F16) {
+		jb.avx2 = q->ctx->avx2;
 		moor_pool_run(kcpu_pool(q), (N + MV_ROWS - 1) / MV_ROWS,
 			      mv_task, &jb);
 		return 0;
