@@ -70,7 +70,8 @@ struct kern_ctx {
 	size_t att_cap;
 	/* Whether the CPU has AVX2 (create() asks it), for the few-row
 	 * matmul's eight-lane path (mm.c). A test seam: tests clear it to
-	 * reach the four-lane path (the bits must not change). */
+	 * reach the four-lane path (the bits must not change); MOOR_CPU_NO_AVX2
+	 * set at create clears it too, for measurements. */
 	int avx2;
 	kcpu_map maps[KCPU_MAPS]; /* import_ipc() mappings */
 	void *sample_work;	  /* kern_sample_work_bytes(sample_v) */
