@@ -231,15 +231,31 @@ static void mm_pack(float *P, const void *W, int wdt, int K, int n0, int nc,
 	}
 }
 
-static void mm_task(void *arg, int task)
+/* rows of x by one panel: MM_MR (or 1) rows through kcpu_mk, or, wide,
+ * up to four through the AVX2 kernel (mm.c's x86 block). */
+typedef void (*mm_kern_fn)(int mr, const float *const *a, const float *b,
+			   int K, float *c, ptrdiff_t ldc, int acc);
+
+static void mm_kern4(int mr, const float *const *a, const float *b, int K,
+		     float *c, ptrdiff_t ldc, int acc)
 {
-	const struct mm_job *jb = arg;
+	if (mr == 2)
+		kcpu_mk(2, MM_NV, a, b, MM_NP, K, c, ldc, acc);
+	else
+		kcpu_mk(1, MM_NV, a, b, MM_NP, K, c, ldc, acc);
+}
+
+/* One (T-block, N-block) task of matmul; kern multiplies up to rmax rows
+ * of x by a packed panel. */
+static inline __attribute__((always_inline)) void
+mm_body(const struct mm_job *jb, int task, const int rmax, mm_kern_fn kern)
+{
 	int t0 = (task % jb->ntb) * jb->tb, n0 = (task / jb->ntb) * MM_NB;
 	int tn = jb->T - t0 < jb->tb ? jb->T - t0 : jb->tb;
 	int nc = jb->N - n0 < MM_NB ? jb->N - n0 : MM_NB;
 	int np = (nc + MM_NP - 1) / MM_NP;
 	_Alignas(64) float P[MM_NB * MM_KC];
-	float tmp[MM_MR * MM_NP];
+	float tmp[4 * MM_NP];
 	ptrdiff_t ldy = jb->ldy, ldx = jb->ldx;
 
 	for (int k0 = 0; k0 < jb->K; k0 += MM_KC) {
@@ -252,21 +268,16 @@ static void mm_task(void *arg, int task)
 			int cw =
 			    nc - p * MM_NP < MM_NP ? nc - p * MM_NP : MM_NP;
 			for (int t = 0; t < tn;) {
-				/* MM_MR rows at a time, then single rows */
-				int mr = tn - t < MM_MR ? 1 : MM_MR;
-				const float *a[MM_MR];
+				/* rmax rows at a time, then fewer */
+				int mr = tn - t < rmax ? (rmax == 2 ? 1 : tn - t)
+						      : rmax;
+				const float *a[4];
 				for (int i = 0; i < mr; i++)
 					a[i] = jb->x + (t0 + t + i) * ldx + k0;
 				float *yt = jb->y + (t0 + t) * ldy + c0;
 				t += mr;
 				if (cw == MM_NP) {
-					if (mr == MM_MR)
-						kcpu_mk(MM_MR, MM_NV, a, pp,
-							MM_NP, kc, yt, ldy,
-							acc);
-					else
-						kcpu_mk(1, MM_NV, a, pp, MM_NP,
-							kc, yt, ldy, acc);
+					kern(mr, a, pp, kc, yt, ldy, acc);
 					continue;
 				}
 				/* a partial panel: through tmp, so the
@@ -277,12 +288,7 @@ static void mm_task(void *arg, int task)
 						    acc && j < cw
 							? yt[i * ldy + j]
 							: 0.0f;
-				if (mr == MM_MR)
-					kcpu_mk(MM_MR, MM_NV, a, pp, MM_NP, kc,
-						tmp, MM_NP, 1);
-				else
-					kcpu_mk(1, MM_NV, a, pp, MM_NP, kc, tmp,
-						MM_NP, 1);
+				kern(mr, a, pp, kc, tmp, MM_NP, 1);
 				for (int i = 0; i < mr; i++)
 					for (int j = 0; j < cw; j++)
 						yt[i * ldy + j] =
@@ -300,6 +306,11 @@ static void mm_task(void *arg, int task)
 			for (int j = 0; j < nc; j++)
 				yr[j] = moor_round_bf16(yr[j]);
 		}
+}
+
+static void mm_task(void *arg, int task)
+{
+	mm_body(arg, task, MM_MR, mm_kern4);
 }
 
 /* ---- the few-row path (decode) ----
@@ -507,6 +518,61 @@ mv_rows_avx2(const struct mm_job *jb, int n0, int n1)
 	}
 }
 
+/* kcpu_mk over a packed panel ([K][MM_NP] floats) in 32-byte vectors:
+ * c[i][0 .. 16) (+)= sum_k a[i][k] * b[k][0 .. 16) for i < mr (<= 4), in
+ * order of k, the sums of kcpu_mk bit for bit. */
+static inline __attribute__((always_inline)) void
+mk8(const int mr, const float *const *a, const float *b, int K, float *c,
+    ptrdiff_t ldc, int acc)
+{
+	v8f r[4][2];
+	for (int i = 0; i < mr; i++)
+		for (int j = 0; j < 2; j++) {
+			if (acc)
+				memcpy(&r[i][j], c + i * ldc + 8 * j, 32);
+			else
+				r[i][j] = (v8f){0};
+		}
+	for (int k = 0; k < K; k++) {
+		v8f b0, b1;
+		memcpy(&b0, b + (ptrdiff_t)k * MM_NP, 32);
+		memcpy(&b1, b + (ptrdiff_t)k * MM_NP + 8, 32);
+		for (int i = 0; i < mr; i++) {
+			float av = a[i][k];
+			r[i][0] += av * b0;
+			r[i][1] += av * b1;
+		}
+	}
+	for (int i = 0; i < mr; i++)
+		for (int j = 0; j < 2; j++)
+			memcpy(c + i * ldc + 8 * j, &r[i][j], 32);
+}
+
+__attribute__((target("avx2"))) static void
+mm_kern8(int mr, const float *const *a, const float *b, int K, float *c,
+	 ptrdiff_t ldc, int acc)
+{
+	switch (mr) {
+	case 1:
+		mk8(1, a, b, K, c, ldc, acc);
+		break;
+	case 2:
+		mk8(2, a, b, K, c, ldc, acc);
+		break;
+	case 3:
+		mk8(3, a, b, K, c, ldc, acc);
+		break;
+	default:
+		mk8(4, a, b, K, c, ldc, acc);
+	}
+}
+
+__attribute__((target("avx2"))) static void mm_task_avx2(void *arg,
+							  int task)
+{
+	mm_body(arg, task, 4, mm_kern8);
+}
+
 int kcpu_have_avx2(void)
 {
 	__builtin_cpu_init();
@@ -518,6 +584,12 @@ int kcpu_have_avx2(void)
 static void mv_rows_avx2(const struct mm_job *jb, int n0, int n1)
 {
 	(void)jb, (void)n0, (void)n1;
+	MOOR_ASSERT(!"no AVX2 path on this target");
+}
+
+static void mm_task_avx2(void *arg, int task)
+{
+	(void)arg, (void)task;
 	MOOR_ASSERT(!"no AVX2 path on this target");
 }
 
@@ -595,6 +667,7 @@ int kcpu_matmul(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 	jb.tb = T >= 2048 ? 256 : T >= 256 ? 128 : T >= 64 ? 64 : T;
 	jb.ntb = (T + jb.tb - 1) / jb.tb;
 	int nnb = (N + MM_NB - 1) / MM_NB;
-	moor_pool_run(kcpu_pool(q), jb.ntb * nnb, mm_task, &jb);
+	moor_pool_run(kcpu_pool(q), jb.ntb * nnb,
+		      q->ctx->avx2 ? mm_task_avx2 : mm_task, &jb);
 	return 0;
 }

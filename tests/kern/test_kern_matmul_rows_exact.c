@@ -18,7 +18,9 @@
  *     CPU has it) and without (the backend's avx2 seam cleared), and on
  *     the head's shape of the tiny model (151669 x 256 bf16) at T = 1
  *     against T = 5, both ways.
- *  4. y's columns beyond N and its rows' padding are never written. */
+ *  4. y's columns beyond N and its rows' padding are never written.
+ *  5. The packed path at T = 5, 6, 7 with and without AVX2 (its kernel
+ *     takes rows in fours there, in pairs without) gives the same rows. */
 #include "kt.h"
 
 /* 1, 2, 3 threads; then the same without the AVX2 path */
@@ -68,6 +70,21 @@ static void shape(int wdt, int act, int N, int K)
 	ASSERT(bad_ref == 0, "%s act%d N%d K%d: %d packed outputs differ "
 	       "from the sequential fp32 sum", kt_dtname(wdt), act, N, K,
 	       bad_ref);
+	/* the packed path itself at T = 5, 6, 7 (on AVX2 rows go in fours:
+	 * the tails of one, two and three rows), AVX2 on and off */
+	for (int b = 1; b < 6; b += 3)
+		for (int T = 5; T <= TB; T++) {
+			kt_poison(ys, (size_t)TB * ldy);
+			mm(&be[b], ys, ldy, x, ldx, W, wdt, T, N, K, act);
+			int bad = 0;
+			for (int t = 0; t < T; t++)
+				bad += !bits_eq(ys + (size_t)t * ldy,
+						yb + (size_t)t * ldy, (size_t)N);
+			ASSERT(bad == 0,
+			       "%s act%d N%d K%d T%d%s: %d packed rows differ",
+			       kt_dtname(wdt), act, N, K, T,
+			       b >= 3 ? " (no AVX2)" : "", bad);
+		}
 	for (int th = 0; th < 6; th++)
 		for (int T = 1; T <= 4; T++)
 			for (int t0 = 0; t0 + T <= TB; t0 += 3) {
