@@ -7,7 +7,11 @@
  * same bits, and a k-blocked product whose partial sums wait in y between
  * blocks equals an unblocked one. matmul tiles y into (T-block, N-block)
  * tasks; a task converts its block of W rows to fp32 once per k-block, packed
- * as panels [k][NP] so the kernel reads NP consecutive columns per k. */
+ * as panels [k][NP] so the kernel reads NP consecutive columns per k. With
+ * T <= MV_T rows it reads W's rows straight instead (the few-row path).
+ * Where the CPU has AVX2 (ctx->avx2), both paths run their products in
+ * 32-byte vectors (functions compiled for AVX2 beside the baseline ones):
+ * the same sums in the same order, so the same bits. */
 #include "cpu.h"
 
 #include <stdlib.h>
@@ -86,7 +90,7 @@ struct mm_job {
 	const void *W;
 	int ldy, ldx, wdt, T, N, K, act;
 	int tb, ntb; /* rows per task, T-blocks */
-	int avx2;    /* the few-row path's bf16 rows on AVX2 (ctx->avx2) */
+	int avx2;    /* ctx->avx2: the few-row path's bf16 rows on AVX2 */
 };
 
 /* Four consecutive elements of a W row as fp32 (exact). */
@@ -115,7 +119,8 @@ mv_t4x8(const int wdt, const void *r, size_t K, v4f w[8])
 	if (wdt == KERN_F32) {
 		const float *f = r;
 		for (int h = 0; h < 2; h++) {
-			v4f r0 = v4_load(f + 4 * h), r1 = v4_load(f + K + 4 * h);
+			v4f r0 = v4_load(f + 4 * h),
+			    r1 = v4_load(f + K + 4 * h);
 			v4f r2 = v4_load(f + 2 * K + 4 * h);
 			v4f r3 = v4_load(f + 3 * K + 4 * h);
 			v4f t0 = MM_SHUF(r0, r1, 0, 4, 1, 5);
@@ -152,8 +157,8 @@ mv_t4x8(const int wdt, const void *r, size_t K, v4f w[8])
 }
 
 /* W rows [n0, n0 + nc) x k [k0, k0 + kc) as fp32 panels P[p][k][MM_NP],
- * columns beyond nc zero. Four rows by four k at a time, transposed in
- * registers. */
+ * columns beyond nc zero. Four rows by eight k (bf16) or four k at a time,
+ * transposed in registers. */
 static void mm_pack(float *P, const void *W, int wdt, int K, int n0, int nc,
 		    int k0, int kc)
 {
@@ -190,21 +195,26 @@ static void mm_pack(float *P, const void *W, int wdt, int K, int n0, int nc,
 				if (pf && k % line == 0)
 					for (size_t jj = 0; jj < 4; jj++)
 						__builtin_prefetch(
-						    wb + (off + (MM_NP + jj) * K +
-							  (size_t)k) * es,
+						    wb + (off +
+							  (MM_NP + jj) * K +
+							  (size_t)k) *
+							     es,
 						    0, 3);
 				v4f w[8];
 				mv_t4x8(KERN_BF16, wb + (off + (size_t)k) * es,
 					(size_t)K, w);
 				for (int i = 0; i < 8; i++)
-					v4_store(pp + (k + i) * MM_NP + j, w[i]);
+					v4_store(pp + (k + i) * MM_NP + j,
+						 w[i]);
 			}
 			for (; k + 4 <= kc; k += 4) {
 				if (pf && k % line == 0)
 					for (size_t jj = 0; jj < 4; jj++)
 						__builtin_prefetch(
-						    wb + (off + (MM_NP + jj) * K +
-							  (size_t)k) * es,
+						    wb + (off +
+							  (MM_NP + jj) * K +
+							  (size_t)k) *
+							     es,
 						    0, 3);
 				v4f r0 = w4(W, wdt, off + k);
 				v4f r1 = w4(W, wdt, off + K + k);
@@ -231,10 +241,10 @@ static void mm_pack(float *P, const void *W, int wdt, int K, int n0, int nc,
 	}
 }
 
-/* rows of x by one panel: MM_MR (or 1) rows through kcpu_mk, or, wide,
- * up to four through the AVX2 kernel (mm.c's x86 block). */
-typedef void (*mm_kern_fn)(int mr, const float *const *a, const float *b,
-			   int K, float *c, ptrdiff_t ldc, int acc);
+/* Rows of x by one packed panel: MM_MR (or 1) rows through kcpu_mk here,
+ * up to four through mk8 on AVX2 (the x86 block below). */
+typedef void (*mm_kern_fn)(int mr, const float *const *a, const float *b, int K,
+			   float *c, ptrdiff_t ldc, int acc);
 
 static void mm_kern4(int mr, const float *const *a, const float *b, int K,
 		     float *c, ptrdiff_t ldc, int acc)
@@ -269,8 +279,9 @@ mm_body(const struct mm_job *jb, int task, const int rmax, mm_kern_fn kern)
 			    nc - p * MM_NP < MM_NP ? nc - p * MM_NP : MM_NP;
 			for (int t = 0; t < tn;) {
 				/* rmax rows at a time, then fewer */
-				int mr = tn - t < rmax ? (rmax == 2 ? 1 : tn - t)
-						      : rmax;
+				int mr = tn - t < rmax
+					     ? (rmax == 2 ? 1 : tn - t)
+					     : rmax;
 				const float *a[4];
 				for (int i = 0; i < mr; i++)
 					a[i] = jb->x + (t0 + t + i) * ldx + k0;
@@ -316,13 +327,13 @@ static void mm_task(void *arg, int task)
 /* ---- the few-row path (decode) ----
  *
  * With a few rows of x (T <= MV_T), packing W costs more than the product
- * and is used once, so these tasks read W straight from its rows instead: four W
- * rows by eight k are loaded, transposed in registers (converting bf16 on
- * the way) into eight vectors of the four rows' values at one k, and each
- * is multiplied into the four rows' accumulator in order of k. So every
- * output is still the sequential sum of mm_task, bit for bit; only the
- * number of independent sums in flight (MV_G groups of four rows, enough to
- * hide the add's latency) is chosen for speed. */
+ * and is used once, so these tasks read W straight from its rows instead:
+ * four W rows by eight k are loaded, transposed in registers (converting
+ * bf16 on the way) into eight vectors of the four rows' values at one k,
+ * and each is multiplied into the four rows' accumulator in order of k.
+ * So every output is still the sequential sum of mm_task, bit for bit;
+ * only the number of independent sums in flight (MV_G groups of four rows,
+ * enough to hide the add's latency) is chosen for speed. */
 
 /* T at most this takes the few-row path (measured on the tiny model's head,
  * 151669 x 256 bf16, one thread: T = 1 4.7 ms against the packed path's
@@ -339,9 +350,8 @@ static void mm_task(void *arg, int task)
  * g < G, in order of k from +0: G groups of four rows at r (row 0 of the
  * tile at W row r; rows of y at ldy). */
 static inline __attribute__((always_inline)) void
-mv_tile(const int wdt, const int mt, const int G, const float *x,
-	ptrdiff_t ldx, const void *W, size_t K, size_t r, float *y,
-	ptrdiff_t ldy, int pf_ok)
+mv_tile(const int wdt, const int mt, const int G, const float *x, ptrdiff_t ldx,
+	const void *W, size_t K, size_t r, float *y, ptrdiff_t ldy, int pf_ok)
 {
 	size_t es = kern_dtype_size(wdt);
 	const char *w0 = (const char *)W + r * K * es;
@@ -353,8 +363,8 @@ mv_tile(const int wdt, const int mt, const int G, const float *x,
 	pf_ok = pf_ok && 4 * G * K * es <= MV_PF_MAX;
 	size_t k = 0;
 	for (; k + 8 <= K; k += 8) {
-		/* the next tile, as far into it as this one has come: 32 k
-		 * of a group's four rows are G * es / 2 cache lines */
+		/* the next tile, as far into it as this one has come: 8 k
+		 * of the tile's 4 G rows are G * es / 2 cache lines */
 		if (pf_ok)
 			for (size_t l = 0; l < G * es / 2; l++)
 				__builtin_prefetch(
@@ -398,8 +408,8 @@ mv_rows(const int wdt, const int mt, const struct mm_job *jb, int n0, int n1)
 			float s = 0.0f;
 			const float *xt = jb->x + (ptrdiff_t)t * jb->ldx;
 			for (size_t k = 0; k < K; k++)
-				s += xt[k] * kcpu_wget(jb->W, wdt,
-						       (size_t)n * K + k);
+				s += xt[k] *
+				     kcpu_wget(jb->W, wdt, (size_t)n * K + k);
 			jb->y[(ptrdiff_t)t * jb->ldy + n] = s;
 		}
 }
@@ -420,8 +430,8 @@ typedef uint32_t v8u __attribute__((vector_size(32), aligned(4)));
 
 #define MV8_G 2
 
-static inline __attribute__((always_inline)) void
-mv_t8x8(const uint16_t *h, size_t K, v8f w[8])
+static inline __attribute__((always_inline)) void mv_t8x8(const uint16_t *h,
+							  size_t K, v8f w[8])
 {
 	v8u r[4];
 	for (int i = 0; i < 4; i++) {
@@ -431,9 +441,11 @@ mv_t8x8(const uint16_t *h, size_t K, v8f w[8])
 		r[i] = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
 	}
 	v8u t0 = __builtin_shufflevector(r[0], r[1], 0, 8, 1, 9, 4, 12, 5, 13);
-	v8u t1 = __builtin_shufflevector(r[0], r[1], 2, 10, 3, 11, 6, 14, 7, 15);
+	v8u t1 =
+	    __builtin_shufflevector(r[0], r[1], 2, 10, 3, 11, 6, 14, 7, 15);
 	v8u t2 = __builtin_shufflevector(r[2], r[3], 0, 8, 1, 9, 4, 12, 5, 13);
-	v8u t3 = __builtin_shufflevector(r[2], r[3], 2, 10, 3, 11, 6, 14, 7, 15);
+	v8u t3 =
+	    __builtin_shufflevector(r[2], r[3], 2, 10, 3, 11, 6, 14, 7, 15);
 	v8u p[4] = {
 	    __builtin_shufflevector(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13),
 	    __builtin_shufflevector(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15),
@@ -462,8 +474,8 @@ mv8_tile(const int mt, const int G, const float *x, ptrdiff_t ldx,
 		/* 8 k of the tile's 8 G rows are G * 2 cache lines' worth */
 		if (pf_ok)
 			for (size_t l = 0; l < 2 * (size_t)G; l++)
-				__builtin_prefetch(pf + (k / 8 * 2 * G + l) * 64,
-						   0, 3);
+				__builtin_prefetch(
+				    pf + (k / 8 * 2 * G + l) * 64, 0, 3);
 		for (int g = 0; g < G; g++) {
 			v8f w[8];
 			mv_t8x8(w0 + 8 * g * K + k, K, w);
@@ -476,7 +488,8 @@ mv8_tile(const int mt, const int G, const float *x, ptrdiff_t ldx,
 		for (int g = 0; g < G; g++) {
 			v8f w;
 			for (int i = 0; i < 8; i++)
-				w[i] = moor_bf16_to_f32(W[(r + 8 * g + i) * K + k]);
+				w[i] = moor_bf16_to_f32(
+				    W[(r + 8 * g + i) * K + k]);
 			for (int t = 0; t < mt; t++)
 				acc[t][g] += x[t * ldx + k] * w;
 		}
@@ -567,8 +580,7 @@ mm_kern8(int mr, const float *const *a, const float *b, int K, float *c,
 	}
 }
 
-__attribute__((target("avx2"))) static void mm_task_avx2(void *arg,
-							  int task)
+__attribute__((target("avx2"))) static void mm_task_avx2(void *arg, int task)
 {
 	mm_body(arg, task, 4, mm_kern8);
 }

@@ -62,14 +62,15 @@ static void shape(int wdt, int act, int N, int K)
 	int bad_ref = 0;
 	for (int t = 0; t < TB; t++)
 		for (int n = 0; n < N; n++) {
-			float r = ref_dot(x + (size_t)t * ldx,
-					  wf + (size_t)n * K, K);
+			float r =
+			    ref_dot(x + (size_t)t * ldx, wf + (size_t)n * K, K);
 			r = act == KERN_ACT_BF16 ? moor_round_bf16(r) : r;
 			bad_ref += !bits_eq(&r, yb + (size_t)t * ldy + n, 1);
 		}
-	ASSERT(bad_ref == 0, "%s act%d N%d K%d: %d packed outputs differ "
-	       "from the sequential fp32 sum", kt_dtname(wdt), act, N, K,
-	       bad_ref);
+	ASSERT(bad_ref == 0,
+	       "%s act%d N%d K%d: %d packed outputs differ "
+	       "from the sequential fp32 sum",
+	       kt_dtname(wdt), act, N, K, bad_ref);
 	/* the packed path itself at T = 5, 6, 7 (on AVX2 rows go in fours:
 	 * the tails of one, two and three rows), AVX2 on and off */
 	for (int b = 1; b < 6; b += 3)
@@ -78,8 +79,9 @@ static void shape(int wdt, int act, int N, int K)
 			mm(&be[b], ys, ldy, x, ldx, W, wdt, T, N, K, act);
 			int bad = 0;
 			for (int t = 0; t < T; t++)
-				bad += !bits_eq(ys + (size_t)t * ldy,
-						yb + (size_t)t * ldy, (size_t)N);
+				bad +=
+				    !bits_eq(ys + (size_t)t * ldy,
+					     yb + (size_t)t * ldy, (size_t)N);
 			ASSERT(bad == 0,
 			       "%s act%d N%d K%d T%d%s: %d packed rows differ",
 			       kt_dtname(wdt), act, N, K, T,
@@ -153,13 +155,13 @@ int main(void)
 		if (i >= 3)
 			be[i].ctx->avx2 = 0;
 	}
-	printf("AVX2 path: %s\n", be[0].ctx->avx2 ? "on (and off)"
-						 : "absent on this CPU");
+	printf("AVX2 path: %s\n",
+	       be[0].ctx->avx2 ? "on (and off)" : "absent on this CPU");
 	kt_seed(10);
 	const int wdts[] = {KERN_BF16, KERN_F32, KERN_F16};
 	const int Ks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 31, 256, 300};
-	const int Ns[] = {1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 20, 31, 32,
-			  33, 37, 127, 128, 129, 300};
+	const int Ns[] = {1,  2,  3,  4,  5,  7,   8,	15,  16, 17,
+			  20, 31, 32, 33, 37, 127, 128, 129, 300};
 	for (int w = 0; w < 3; w++)
 		for (int act = 0; act < 2; act++)
 			for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++)

@@ -37,15 +37,16 @@ int main(void)
 	for (int i = 0; i < 3; i++)
 		be[i] = kt_open(i + 1);
 	kt_seed(31);
-	const int Vs[] = {1,     2,     3,     4,     5,      6,     7,
-			  8,     9,     4095,  4096,  4097,   4101,  16383,
+	const int Vs[] = {1,	 2,	3,     4,     5,      6,     7,
+			  8,	 9,	4095,  4096,  4097,   4101,  16383,
 			  16384, 16385, 32768, 32769, 151669, 248320};
 	float *l = malloc(248320 * sizeof *l);
 	for (size_t vi = 0; vi < sizeof Vs / sizeof *Vs; vi++) {
 		int V = Vs[vi];
 		/* the maximum at each of a few telling places */
-		int where[] = {0, 1, 2, 3, V / 2, V - 1, V - 2, 16383, 16384,
-			       V - V % 4, V - V % 4 - 1};
+		int where[] = {
+		    0,	   1,	  2,	 3,	    V / 2,	  V - 1,
+		    V - 2, 16383, 16384, V - V % 4, V - V % 4 - 1};
 		for (size_t w = 0; w < sizeof where / sizeof *where; w++) {
 			int at = where[w];
 			if (at < 0 || at >= V)
