@@ -68,6 +68,11 @@ struct kern_ctx {
 	 * seam: tests lower it to reach the three-pass path on short contexts
 	 * (the bits must not change). */
 	size_t att_cap;
+	/* Whether the CPU has AVX2 (create() asks it), for the few-row
+	 * matmul's eight-lane path (mm.c). A test seam: tests clear it to
+	 * reach the four-lane path (the bits must not change); MOOR_CPU_NO_AVX2
+	 * set at create clears it too, for measurements. */
+	int avx2;
 	kcpu_map maps[KCPU_MAPS]; /* import_ipc() mappings */
 	void *sample_work;	  /* kern_sample_work_bytes(sample_v) */
 	int sample_v;
@@ -297,6 +302,9 @@ kcpu_mk(const int mr, const int nv, const float *const *a, const float *b,
  * overlap A or B. */
 void kcpu_mm(int M, int N, int K, const float *A, ptrdiff_t lda, const float *B,
 	     ptrdiff_t ldb, float *C, ptrdiff_t ldc, const int *klen, int acc);
+
+/* Whether this CPU runs mm.c's AVX2 path (x86-64 builds; 0 elsewhere). */
+int kcpu_have_avx2(void);
 
 /* ---- ops (one file each group) ---- */
 

@@ -7,7 +7,11 @@
  * same bits, and a k-blocked product whose partial sums wait in y between
  * blocks equals an unblocked one. matmul tiles y into (T-block, N-block)
  * tasks; a task converts its block of W rows to fp32 once per k-block, packed
- * as panels [k][NP] so the kernel reads NP consecutive columns per k. */
+ * as panels [k][NP] so the kernel reads NP consecutive columns per k. With
+ * T <= MV_T rows it reads W's rows straight instead (the few-row path).
+ * Where the CPU has AVX2 (ctx->avx2), both paths run their products in
+ * 32-byte vectors (functions compiled for AVX2 beside the baseline ones):
+ * the same sums in the same order, so the same bits. */
 #include "cpu.h"
 
 #include <stdlib.h>
@@ -86,6 +90,7 @@ struct mm_job {
 	const void *W;
 	int ldy, ldx, wdt, T, N, K, act;
 	int tb, ntb; /* rows per task, T-blocks */
+	int avx2;    /* ctx->avx2: the few-row path's bf16 rows on AVX2 */
 };
 
 /* Four consecutive elements of a W row as fp32 (exact). */
@@ -114,7 +119,8 @@ mv_t4x8(const int wdt, const void *r, size_t K, v4f w[8])
 	if (wdt == KERN_F32) {
 		const float *f = r;
 		for (int h = 0; h < 2; h++) {
-			v4f r0 = v4_load(f + 4 * h), r1 = v4_load(f + K + 4 * h);
+			v4f r0 = v4_load(f + 4 * h),
+			    r1 = v4_load(f + K + 4 * h);
 			v4f r2 = v4_load(f + 2 * K + 4 * h);
 			v4f r3 = v4_load(f + 3 * K + 4 * h);
 			v4f t0 = MM_SHUF(r0, r1, 0, 4, 1, 5);
@@ -151,8 +157,8 @@ mv_t4x8(const int wdt, const void *r, size_t K, v4f w[8])
 }
 
 /* W rows [n0, n0 + nc) x k [k0, k0 + kc) as fp32 panels P[p][k][MM_NP],
- * columns beyond nc zero. Four rows by four k at a time, transposed in
- * registers. */
+ * columns beyond nc zero. Four rows by eight k (bf16) or four k at a time,
+ * transposed in registers. */
 static void mm_pack(float *P, const void *W, int wdt, int K, int n0, int nc,
 		    int k0, int kc)
 {
@@ -189,21 +195,26 @@ static void mm_pack(float *P, const void *W, int wdt, int K, int n0, int nc,
 				if (pf && k % line == 0)
 					for (size_t jj = 0; jj < 4; jj++)
 						__builtin_prefetch(
-						    wb + (off + (MM_NP + jj) * K +
-							  (size_t)k) * es,
+						    wb + (off +
+							  (MM_NP + jj) * K +
+							  (size_t)k) *
+							     es,
 						    0, 3);
 				v4f w[8];
 				mv_t4x8(KERN_BF16, wb + (off + (size_t)k) * es,
 					(size_t)K, w);
 				for (int i = 0; i < 8; i++)
-					v4_store(pp + (k + i) * MM_NP + j, w[i]);
+					v4_store(pp + (k + i) * MM_NP + j,
+						 w[i]);
 			}
 			for (; k + 4 <= kc; k += 4) {
 				if (pf && k % line == 0)
 					for (size_t jj = 0; jj < 4; jj++)
 						__builtin_prefetch(
-						    wb + (off + (MM_NP + jj) * K +
-							  (size_t)k) * es,
+						    wb + (off +
+							  (MM_NP + jj) * K +
+							  (size_t)k) *
+							     es,
 						    0, 3);
 				v4f r0 = w4(W, wdt, off + k);
 				v4f r1 = w4(W, wdt, off + K + k);
@@ -230,15 +241,31 @@ static void mm_pack(float *P, const void *W, int wdt, int K, int n0, int nc,
 	}
 }
 
-static void mm_task(void *arg, int task)
+/* Rows of x by one packed panel: MM_MR (or 1) rows through kcpu_mk here,
+ * up to four through mk8 on AVX2 (the x86 block below). */
+typedef void (*mm_kern_fn)(int mr, const float *const *a, const float *b, int K,
+			   float *c, ptrdiff_t ldc, int acc);
+
+static void mm_kern4(int mr, const float *const *a, const float *b, int K,
+		     float *c, ptrdiff_t ldc, int acc)
 {
-	const struct mm_job *jb = arg;
+	if (mr == 2)
+		kcpu_mk(2, MM_NV, a, b, MM_NP, K, c, ldc, acc);
+	else
+		kcpu_mk(1, MM_NV, a, b, MM_NP, K, c, ldc, acc);
+}
+
+/* One (T-block, N-block) task of matmul; kern multiplies up to rmax rows
+ * of x by a packed panel. */
+static inline __attribute__((always_inline)) void
+mm_body(const struct mm_job *jb, int task, const int rmax, mm_kern_fn kern)
+{
 	int t0 = (task % jb->ntb) * jb->tb, n0 = (task / jb->ntb) * MM_NB;
 	int tn = jb->T - t0 < jb->tb ? jb->T - t0 : jb->tb;
 	int nc = jb->N - n0 < MM_NB ? jb->N - n0 : MM_NB;
 	int np = (nc + MM_NP - 1) / MM_NP;
 	_Alignas(64) float P[MM_NB * MM_KC];
-	float tmp[MM_MR * MM_NP];
+	float tmp[4 * MM_NP];
 	ptrdiff_t ldy = jb->ldy, ldx = jb->ldx;
 
 	for (int k0 = 0; k0 < jb->K; k0 += MM_KC) {
@@ -251,21 +278,17 @@ static void mm_task(void *arg, int task)
 			int cw =
 			    nc - p * MM_NP < MM_NP ? nc - p * MM_NP : MM_NP;
 			for (int t = 0; t < tn;) {
-				/* MM_MR rows at a time, then single rows */
-				int mr = tn - t < MM_MR ? 1 : MM_MR;
-				const float *a[MM_MR];
+				/* rmax rows at a time, then fewer */
+				int mr = tn - t < rmax
+					     ? (rmax == 2 ? 1 : tn - t)
+					     : rmax;
+				const float *a[4];
 				for (int i = 0; i < mr; i++)
 					a[i] = jb->x + (t0 + t + i) * ldx + k0;
 				float *yt = jb->y + (t0 + t) * ldy + c0;
 				t += mr;
 				if (cw == MM_NP) {
-					if (mr == MM_MR)
-						kcpu_mk(MM_MR, MM_NV, a, pp,
-							MM_NP, kc, yt, ldy,
-							acc);
-					else
-						kcpu_mk(1, MM_NV, a, pp, MM_NP,
-							kc, yt, ldy, acc);
+					kern(mr, a, pp, kc, yt, ldy, acc);
 					continue;
 				}
 				/* a partial panel: through tmp, so the
@@ -276,12 +299,7 @@ static void mm_task(void *arg, int task)
 						    acc && j < cw
 							? yt[i * ldy + j]
 							: 0.0f;
-				if (mr == MM_MR)
-					kcpu_mk(MM_MR, MM_NV, a, pp, MM_NP, kc,
-						tmp, MM_NP, 1);
-				else
-					kcpu_mk(1, MM_NV, a, pp, MM_NP, kc, tmp,
-						MM_NP, 1);
+				kern(mr, a, pp, kc, tmp, MM_NP, 1);
 				for (int i = 0; i < mr; i++)
 					for (int j = 0; j < cw; j++)
 						yt[i * ldy + j] =
@@ -301,16 +319,21 @@ static void mm_task(void *arg, int task)
 		}
 }
 
+static void mm_task(void *arg, int task)
+{
+	mm_body(arg, task, MM_MR, mm_kern4);
+}
+
 /* ---- the few-row path (decode) ----
  *
  * With a few rows of x (T <= MV_T), packing W costs more than the product
- * and is used once, so these tasks read W straight from its rows instead: four W
- * rows by eight k are loaded, transposed in registers (converting bf16 on
- * the way) into eight vectors of the four rows' values at one k, and each
- * is multiplied into the four rows' accumulator in order of k. So every
- * output is still the sequential sum of mm_task, bit for bit; only the
- * number of independent sums in flight (MV_G groups of four rows, enough to
- * hide the add's latency) is chosen for speed. */
+ * and is used once, so these tasks read W straight from its rows instead:
+ * four W rows by eight k are loaded, transposed in registers (converting
+ * bf16 on the way) into eight vectors of the four rows' values at one k,
+ * and each is multiplied into the four rows' accumulator in order of k.
+ * So every output is still the sequential sum of mm_task, bit for bit;
+ * only the number of independent sums in flight (MV_G groups of four rows,
+ * enough to hide the add's latency) is chosen for speed. */
 
 /* T at most this takes the few-row path (measured on the tiny model's head,
  * 151669 x 256 bf16, one thread: T = 1 4.7 ms against the packed path's
@@ -327,9 +350,8 @@ static void mm_task(void *arg, int task)
  * g < G, in order of k from +0: G groups of four rows at r (row 0 of the
  * tile at W row r; rows of y at ldy). */
 static inline __attribute__((always_inline)) void
-mv_tile(const int wdt, const int mt, const int G, const float *x,
-	ptrdiff_t ldx, const void *W, size_t K, size_t r, float *y,
-	ptrdiff_t ldy, int pf_ok)
+mv_tile(const int wdt, const int mt, const int G, const float *x, ptrdiff_t ldx,
+	const void *W, size_t K, size_t r, float *y, ptrdiff_t ldy, int pf_ok)
 {
 	size_t es = kern_dtype_size(wdt);
 	const char *w0 = (const char *)W + r * K * es;
@@ -341,8 +363,8 @@ mv_tile(const int wdt, const int mt, const int G, const float *x,
 	pf_ok = pf_ok && 4 * G * K * es <= MV_PF_MAX;
 	size_t k = 0;
 	for (; k + 8 <= K; k += 8) {
-		/* the next tile, as far into it as this one has come: 32 k
-		 * of a group's four rows are G * es / 2 cache lines */
+		/* the next tile, as far into it as this one has come: 8 k
+		 * of the tile's 4 G rows are G * es / 2 cache lines */
 		if (pf_ok)
 			for (size_t l = 0; l < G * es / 2; l++)
 				__builtin_prefetch(
@@ -386,11 +408,209 @@ mv_rows(const int wdt, const int mt, const struct mm_job *jb, int n0, int n1)
 			float s = 0.0f;
 			const float *xt = jb->x + (ptrdiff_t)t * jb->ldx;
 			for (size_t k = 0; k < K; k++)
-				s += xt[k] * kcpu_wget(jb->W, wdt,
-						       (size_t)n * K + k);
+				s += xt[k] *
+				     kcpu_wget(jb->W, wdt, (size_t)n * K + k);
 			jb->y[(ptrdiff_t)t * jb->ldy + n] = s;
 		}
 }
+
+/* ---- the few-row path on AVX2 ----
+ *
+ * x86-64 CPUs with AVX2 (tested at create, cpu.h) run bf16 W eight rows to
+ * a vector: rows r and r + 4 share a vector (one per 16-byte half), and the
+ * 4 x 4 word transpose of mv_t4x8 runs in both halves at once, leaving the
+ * eight rows' pair of k in each vector. The same sums as mv_tile, bit for
+ * bit (IEEE fp32 products and sums in the same order; no FMA: the build's
+ * -ffp-contract=off). */
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+typedef float v8f __attribute__((vector_size(32), aligned(4)));
+typedef uint32_t v8u __attribute__((vector_size(32), aligned(4)));
+
+#define MV8_G 2
+
+static inline __attribute__((always_inline)) void mv_t8x8(const uint16_t *h,
+							  size_t K, v8f w[8])
+{
+	v8u r[4];
+	for (int i = 0; i < 4; i++) {
+		v4u lo, hi;
+		memcpy(&lo, h + i * K, 16);
+		memcpy(&hi, h + (i + 4) * K, 16);
+		r[i] = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
+	}
+	v8u t0 = __builtin_shufflevector(r[0], r[1], 0, 8, 1, 9, 4, 12, 5, 13);
+	v8u t1 =
+	    __builtin_shufflevector(r[0], r[1], 2, 10, 3, 11, 6, 14, 7, 15);
+	v8u t2 = __builtin_shufflevector(r[2], r[3], 0, 8, 1, 9, 4, 12, 5, 13);
+	v8u t3 =
+	    __builtin_shufflevector(r[2], r[3], 2, 10, 3, 11, 6, 14, 7, 15);
+	v8u p[4] = {
+	    __builtin_shufflevector(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13),
+	    __builtin_shufflevector(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15),
+	    __builtin_shufflevector(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13),
+	    __builtin_shufflevector(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15)};
+	for (int i = 0; i < 4; i++) {
+		w[2 * i] = (v8f)(p[i] << 16);
+		w[2 * i + 1] = (v8f)(p[i] & 0xffff0000u);
+	}
+}
+
+static inline __attribute__((always_inline)) void
+mv8_tile(const int mt, const int G, const float *x, ptrdiff_t ldx,
+	 const uint16_t *W, size_t K, size_t r, float *y, ptrdiff_t ldy,
+	 int pf_ok)
+{
+	const uint16_t *w0 = W + r * K;
+	v8f acc[MV_T][MV8_G];
+	for (int t = 0; t < mt; t++)
+		for (int g = 0; g < G; g++)
+			acc[t][g] = (v8f){0};
+	const char *pf = (const char *)(w0 + 8 * G * K);
+	pf_ok = pf_ok && 8 * G * K * 2 <= MV_PF_MAX;
+	size_t k = 0;
+	for (; k + 8 <= K; k += 8) {
+		/* 8 k of the tile's 8 G rows are G * 2 cache lines' worth */
+		if (pf_ok)
+			for (size_t l = 0; l < 2 * (size_t)G; l++)
+				__builtin_prefetch(
+				    pf + (k / 8 * 2 * G + l) * 64, 0, 3);
+		for (int g = 0; g < G; g++) {
+			v8f w[8];
+			mv_t8x8(w0 + 8 * g * K + k, K, w);
+			for (int t = 0; t < mt; t++)
+				for (int j = 0; j < 8; j++)
+					acc[t][g] += x[t * ldx + k + j] * w[j];
+		}
+	}
+	for (; k < K; k++)
+		for (int g = 0; g < G; g++) {
+			v8f w;
+			for (int i = 0; i < 8; i++)
+				w[i] = moor_bf16_to_f32(
+				    W[(r + 8 * g + i) * K + k]);
+			for (int t = 0; t < mt; t++)
+				acc[t][g] += x[t * ldx + k] * w;
+		}
+	for (int t = 0; t < mt; t++)
+		for (int g = 0; g < G; g++)
+			memcpy(y + t * ldy + 8 * g, &acc[t][g], 32);
+}
+
+static inline __attribute__((always_inline)) void
+mv8_rows(const int mt, const struct mm_job *jb, int n0, int n1)
+{
+	size_t K = (size_t)jb->K;
+	const uint16_t *W = jb->W;
+	int n = n0;
+	for (; n + 8 * MV8_G <= n1; n += 8 * MV8_G)
+		mv8_tile(mt, MV8_G, jb->x, jb->ldx, W, K, (size_t)n, jb->y + n,
+			 jb->ldy, n + 16 * MV8_G <= jb->N);
+	for (; n + 8 <= n1; n += 8)
+		mv8_tile(mt, 1, jb->x, jb->ldx, W, K, (size_t)n, jb->y + n,
+			 jb->ldy, 0);
+	mv_rows(KERN_BF16, mt, jb, n, n1); /* the last rows: fours, ones */
+}
+
+__attribute__((target("avx2"))) static void
+mv_rows_avx2(const struct mm_job *jb, int n0, int n1)
+{
+	switch (jb->T) {
+	case 1:
+		mv8_rows(1, jb, n0, n1);
+		break;
+	case 2:
+		mv8_rows(2, jb, n0, n1);
+		break;
+	case 3:
+		mv8_rows(3, jb, n0, n1);
+		break;
+	default:
+		mv8_rows(4, jb, n0, n1);
+	}
+}
+
+/* kcpu_mk over a packed panel ([K][MM_NP] floats) in 32-byte vectors:
+ * c[i][0 .. 16) (+)= sum_k a[i][k] * b[k][0 .. 16) for i < mr (<= 4), in
+ * order of k, the sums of kcpu_mk bit for bit. */
+static inline __attribute__((always_inline)) void
+mk8(const int mr, const float *const *a, const float *b, int K, float *c,
+    ptrdiff_t ldc, int acc)
+{
+	v8f r[4][2];
+	for (int i = 0; i < mr; i++)
+		for (int j = 0; j < 2; j++) {
+			if (acc)
+				memcpy(&r[i][j], c + i * ldc + 8 * j, 32);
+			else
+				r[i][j] = (v8f){0};
+		}
+	for (int k = 0; k < K; k++) {
+		v8f b0, b1;
+		memcpy(&b0, b + (ptrdiff_t)k * MM_NP, 32);
+		memcpy(&b1, b + (ptrdiff_t)k * MM_NP + 8, 32);
+		for (int i = 0; i < mr; i++) {
+			float av = a[i][k];
+			r[i][0] += av * b0;
+			r[i][1] += av * b1;
+		}
+	}
+	for (int i = 0; i < mr; i++)
+		for (int j = 0; j < 2; j++)
+			memcpy(c + i * ldc + 8 * j, &r[i][j], 32);
+}
+
+__attribute__((target("avx2"))) static void
+mm_kern8(int mr, const float *const *a, const float *b, int K, float *c,
+	 ptrdiff_t ldc, int acc)
+{
+	switch (mr) {
+	case 1:
+		mk8(1, a, b, K, c, ldc, acc);
+		break;
+	case 2:
+		mk8(2, a, b, K, c, ldc, acc);
+		break;
+	case 3:
+		mk8(3, a, b, K, c, ldc, acc);
+		break;
+	default:
+		mk8(4, a, b, K, c, ldc, acc);
+	}
+}
+
+__attribute__((target("avx2"))) static void mm_task_avx2(void *arg, int task)
+{
+	mm_body(arg, task, 4, mm_kern8);
+}
+
+int kcpu_have_avx2(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2");
+}
+
+#else
+
+static void mv_rows_avx2(const struct mm_job *jb, int n0, int n1)
+{
+	(void)jb, (void)n0, (void)n1;
+	MOOR_ASSERT(!"no AVX2 path on this target");
+}
+
+static void mm_task_avx2(void *arg, int task)
+{
+	(void)arg, (void)task;
+	MOOR_ASSERT(!"no AVX2 path on this target");
+}
+
+int kcpu_have_avx2(void)
+{
+	return 0;
+}
+
+#endif
 
 static void mv_task(void *arg, int task)
 {
@@ -398,6 +618,10 @@ static void mv_task(void *arg, int task)
 	int n0 = task * MV_ROWS;
 	int n1 = jb->N - n0 < MV_ROWS ? jb->N : n0 + MV_ROWS;
 	int bf = jb->wdt == KERN_BF16;
+	if (bf && jb->avx2) {
+		mv_rows_avx2(jb, n0, n1);
+		goto round;
+	}
 	switch (jb->T) {
 	case 1:
 		bf ? mv_rows(KERN_BF16, 1, jb, n0, n1)
@@ -415,6 +639,7 @@ static void mv_task(void *arg, int task)
 		bf ? mv_rows(KERN_BF16, 2, jb, n0, n1)
 		   : mv_rows(KERN_F32, 2, jb, n0, n1);
 	}
+round:
 	if (jb->act == KERN_ACT_BF16)
 		for (int t = 0; t < jb->T; t++) {
 			float *yr = jb->y + (ptrdiff_t)t * jb->ldy;
@@ -444,6 +669,7 @@ int kcpu_matmul(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 			    .K = K,
 			    .act = act};
 	if (T <= MV_T && wdt != KERN_F16) {
+		jb.avx2 = q->ctx->avx2;
 		moor_pool_run(kcpu_pool(q), (N + MV_ROWS - 1) / MV_ROWS,
 			      mv_task, &jb);
 		return 0;
@@ -453,6 +679,7 @@ int kcpu_matmul(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 	jb.tb = T >= 2048 ? 256 : T >= 256 ? 128 : T >= 64 ? 64 : T;
 	jb.ntb = (T + jb.tb - 1) / jb.tb;
 	int nnb = (N + MM_NB - 1) / MM_NB;
-	moor_pool_run(kcpu_pool(q), jb.ntb * nnb, mm_task, &jb);
+	moor_pool_run(kcpu_pool(q), jb.ntb * nnb,
+		      q->ctx->avx2 ? mm_task_avx2 : mm_task, &jb);
 	return 0;
 }

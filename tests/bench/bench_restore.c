@@ -181,10 +181,10 @@ static const char *const path_name[NPATH] = {
     "save dev -> shm",	  "save dev -> pin",	"anchor dev -> dev"};
 
 struct bufs {
-	shm_buf hs;	 /* host arena (source of restores, target of saves) */
-	void *pin;	 /* host_alloc, or NULL */
-	dev_buf d, d2;	 /* device arena: live sequence, anchor slot */
-	uint8_t *check;	 /* host buffer the checks download into */
+	shm_buf hs;	/* host arena (source of restores, target of saves) */
+	void *pin;	/* host_alloc, or NULL */
+	dev_buf d, d2;	/* device arena: live sequence, anchor slot */
+	uint8_t *check; /* host buffer the checks download into */
 };
 
 /* One run of a path over n bytes; returns seconds. */
@@ -284,8 +284,8 @@ static int part1(const size_t *sizes, int ns, int pieces, int reps)
 		for (int i = 0; i < ns; i++) {
 			size_t n = sizes[i];
 			/* the source of this path, filled afresh */
-			uint64_t seed = 0x9e3779b97f4a7c15ull * (uint64_t)(path + 1) +
-					n;
+			uint64_t seed =
+			    0x9e3779b97f4a7c15ull * (uint64_t)(path + 1) + n;
 			fill(ref, n, seed);
 			switch (path) {
 			case P_SHM_DEV:
@@ -489,7 +489,8 @@ int main(int argc, char **argv)
 	O = !strcmp(backend, "auto") ? kern_backend_auto(0, why)
 				     : kern_backend(backend);
 	if (!O) {
-		fprintf(stderr, "bench_restore: no backend '%s' in this build\n",
+		fprintf(stderr,
+			"bench_restore: no backend '%s' in this build\n",
 			backend);
 		return 1;
 	}

@@ -95,7 +95,8 @@ int main(void)
 	float *wf = kt_weights((size_t)N * K, KERN_BF16, -1, 1, &W);
 	float *x = malloc((size_t)64 * K * 4);
 	kt_fill(x, (size_t)64 * K, -1, 1);
-	float *y3 = malloc((size_t)64 * N * 4), *y1 = malloc((size_t)64 * N * 4);
+	float *y3 = malloc((size_t)64 * N * 4),
+	      *y1 = malloc((size_t)64 * N * 4);
 	static double m[MMR];
 	for (int r = 0; r < MMR; r++) {
 		double t0 = moor_now();
@@ -113,7 +114,8 @@ int main(void)
 	       "T = 64 on 3 threads on one CPU differs from 1 thread");
 	qsort(m, MMR, sizeof *m, cmp_dbl);
 	ASSERT(m[MMR / 2] < 0.2e-3,
-	       "decode matmul on 3 threads, one CPU: median %.2f ms", 1e3 * m[MMR / 2]);
+	       "decode matmul on 3 threads, one CPU: median %.2f ms",
+	       1e3 * m[MMR / 2]);
 	printf("one CPU: matmul 1x768x256 on 3 threads, median %.3f ms\n",
 	       1e3 * m[MMR / 2]);
 
