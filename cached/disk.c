@@ -35,8 +35,9 @@
  * starts (cache_req.user_at; unknown: the prompt's last lines) of a
  * session's first request of at least min_tokens (4,096). Nothing is
  * written above the plan's taint line (rows a decode wrote, a snapshot's
- * state), nothing for a guest or a prompt under min_tokens. The chosen lines get anchor slots like the resident
- * anchors; the engine fills them as the prefill passes them.
+ * state), nothing for a guest or a prompt under min_tokens. The chosen lines
+ * get anchor slots like the resident anchors; the engine fills them as the
+ * prefill passes them.
  *
  * The writes never hold a request. At the commit the slots' sections are
  * copied to staging buffers (the job) and the slots go back; a writer
@@ -49,10 +50,12 @@
  *
  * Each file is written to NAME.tmp (O_DIRECT, or buffered with fadvise
  * DONTNEED where the file system refuses it), fdatasynced, renamed, the
- * directory fsynced, then indexed. At the open every .tmp goes, every file
- * the index does not name (a crash between the rename and the index), and
- * every record whose file is gone; at an engine's attach every file of
- * another fingerprint or layout.
+ * directory fsynced, then indexed. At the open every .tmp goes, every
+ * record whose file is gone, and every file the index does not name (a
+ * crash between the rename and the index, a record a damaged page lost)
+ * is indexed again from its header when that reads back whole, else
+ * deleted; at an engine's attach every file of another fingerprint or
+ * layout goes.
  *
  * Room (the writer, before each anchor's files): the tier stays under its
  * budget (16 GB) and leaves the file system at least min_free (50 GB) free;
@@ -196,8 +199,8 @@ struct disk_tier {
 		    bytes_written, chunks_written, anchors_written,
 		    write_failed, window, busy, evicted, expired, swept,
 		    orphans, floor_binds, admitted, counted, skipped_have,
-		    rebuilt, index_failed, chunks_kept, direct, buffered,
-		    guard_skips;
+		    rebuilt, index_failed, reindexed, chunks_kept, direct,
+		    buffered, guard_skips;
 	} k;
 	double last_restore_ms, last_write_ms;
 };
@@ -928,11 +931,195 @@ static int mkdir_at(const char *path)
 	return 0;
 }
 
+static void *alloc4k(uint64_t n);
+
+/* Indexes file nm from its header when the header reads back whole
+ * (magic, version, its xxh3) and names what the file name and size say:
+ * 1, else 0 (the caller deletes it). hb: a 4 KiB aligned buffer. The record
+ * is what the writer would have put (hits 0, last used when made); the
+ * attach sweeps another fingerprint's or layout's, as always. With `have`
+ * (the record the index holds for nm) nothing is written when it says what
+ * the header says. */
+static int index_file(struct disk_tier *d, const char *nm, uint8_t *hb,
+		      const MDB_val *have)
+{
+	int ok = 0;
+	uint8_t *full = NULL;
+	int f = openat(d->dfd, nm, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	dk_hdr h;
+	if (f >= 0 && fstat(f, &st) == 0 &&
+	    pread(f, hb, DK_LINE, 0) == DK_LINE) {
+		memcpy(&h, hb, sizeof h);
+		char want[48];
+		name_of(want, sizeof want, (int)h.kind, h.key, h.line);
+		uint64_t nsk = h.n_sums + h.n_keys;
+		ok = h.magic == DK_MAGIC && h.version == DK_VERSION &&
+		     (h.kind == DK_CHUNK || h.kind == DK_ANCHOR) &&
+		     !strcmp(want, nm) && nsk < (1u << 24) &&
+		     h.hdr_bytes == hdr_bytes(h.n_sums, h.n_keys) &&
+		     (uint64_t)st.st_size == h.hdr_bytes + up4k(h.data_bytes) &&
+		     (h.kind == DK_ANCHOR || h.n_keys == 0);
+	}
+	if (ok) {
+		full = alloc4k(h.hdr_bytes);
+		ok = full &&
+		     pread(f, full, h.hdr_bytes, 0) == (ssize_t)h.hdr_bytes;
+	}
+	if (ok) {
+		dk_hdr *fh = (dk_hdr *)full;
+		uint64_t want = fh->hdr_sum;
+		fh->hdr_sum = 0;
+		ok = XXH3_64bits(full, fh->hdr_bytes) == want;
+	}
+	if (ok) {
+		dk_rec r = {.kind = h.kind,
+			    .n_keys = (uint32_t)h.n_keys,
+			    .line = h.line,
+			    .key = h.key,
+			    .bytes = (uint64_t)st.st_size,
+			    .used = h.made,
+			    .made = h.made,
+			    .digest = h.digest};
+		memcpy(r.fp, h.fp, 32);
+		const uint64_t *keys =
+		    (const uint64_t *)(full + sizeof h) + h.n_sums;
+		/* the record there already says what the header says (its
+		 * hits and last use are kept) */
+		dk_rec o;
+		if (have && have->mv_size == sizeof r + 8 * h.n_keys) {
+			memcpy(&o, have->mv_data, sizeof o);
+			if (o.kind == r.kind && o.n_keys == r.n_keys &&
+			    o.line == r.line && o.key == r.key &&
+			    o.bytes == r.bytes && o.digest == r.digest &&
+			    !memcmp(o.fp, r.fp, 32) &&
+			    !memcmp((const char *)have->mv_data + sizeof o,
+				    keys, 8 * h.n_keys)) {
+				free(full);
+				close(f);
+				return 1;
+			}
+		}
+		ok = idx_put(d, nm, &r, keys) == 0;
+		if (ok && have)
+			d->k.reindexed++;
+	}
+	free(full);
+	if (f >= 0)
+		close(f);
+	return ok;
+}
+
+/* A damaged index was replaced by an empty one (kvdb.h): the files are
+ * the index (their headers), so every file whose header reads back whole
+ * and names what its file name says is indexed again (hits 0, last used
+ * when it was made); the others go. The cold-line counts and the sessions
+ * seen are traffic, and are lost with the old index. The attach then
+ * sweeps what another fingerprint or layout wrote, as after any start. */
+static void index_rebuild(cache *c, const char *why)
+{
+	struct disk_tier *d = c->disk;
+	int fd = openat(d->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!dir) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	uint8_t *hb = alloc4k(DK_LINE);
+	uint64_t kept = 0, bad = 0;
+	struct dirent *e;
+	while (hb && (e = readdir(dir))) {
+		const char *nm = e->d_name;
+		if ((nm[0] != 'a' && nm[0] != 'c') || nm[1] != '-' ||
+		    strlen(nm) >= 48 || strstr(nm, ".tmp"))
+			continue;
+		if (index_file(d, nm, hb, NULL)) {
+			kept++;
+		} else {
+			unlinkat(d->dfd, nm, 0);
+			bad++;
+		}
+	}
+	free(hb);
+	closedir(dir);
+	d->k.rebuilt++;
+	d->k.orphans += bad;
+	moor_warn("[disk] the index was damaged (%s): moved aside as "
+		  "data.mdb.bad and rebuilt from the files' headers: %llu "
+		  "files indexed again, %llu unreadable deleted (the cold-line "
+		  "counts are lost)",
+		  why, (unsigned long long)kept, (unsigned long long)bad);
+}
+
+/* Every record against its file's header (a 4 KiB read a file, once at
+ * the open): one a damaged page changed (another line, key, fingerprint,
+ * size, chunk keys) is written again from the header, which the writer
+ * sealed; a file whose header does not read back whole goes with its
+ * record. Records whose file is gone are reconcile's. */
+static void verify_records(struct disk_tier *d)
+{
+	MDB_txn *tx;
+	MDB_cursor *cu;
+	if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &tx))
+		return;
+	if (mdb_cursor_open(tx, d->idx, &cu)) {
+		mdb_txn_abort(tx);
+		return;
+	}
+	char(*names)[48] = NULL;
+	size_t n = 0, cap = 0;
+	MDB_val k, v;
+	int op = MDB_FIRST;
+	while (!mdb_cursor_get(cu, &k, &v, op)) {
+		op = MDB_NEXT;
+		if (k.mv_size == 0 || k.mv_size >= 48)
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 64;
+			char(*nn)[48] = realloc(names, cap * sizeof *names);
+			if (!nn)
+				break;
+			names = nn;
+		}
+		memcpy(names[n], k.mv_data, k.mv_size);
+		names[n][k.mv_size] = 0;
+		n++;
+	}
+	mdb_cursor_close(cu);
+	mdb_txn_abort(tx);
+	uint8_t *hb = alloc4k(DK_LINE);
+	for (size_t i = 0; hb && i < n; i++) {
+		if (faccessat(d->dfd, names[i], F_OK, 0))
+			continue;
+		void *cp = NULL;
+		MDB_val have = {0, NULL};
+		if (!mdb_txn_begin(d->env, NULL, MDB_RDONLY, &tx)) {
+			MDB_val kk = {strlen(names[i]), names[i]};
+			if (!mdb_get(tx, d->idx, &kk, &v) &&
+			    (cp = malloc(v.mv_size ? v.mv_size : 1))) {
+				memcpy(cp, v.mv_data, v.mv_size);
+				have.mv_size = v.mv_size;
+				have.mv_data = cp;
+			}
+			mdb_txn_abort(tx);
+		}
+		if (!index_file(d, names[i], hb, &have)) {
+			file_drop1(d, names[i]);
+			d->k.orphans++;
+		}
+		free(cp);
+	}
+	free(hb);
+	free(names);
+}
+
 /* The open's reconciliation: every record whose file is gone, every file
  * the index does not name, every anchor past the TTL. */
 static void reconcile(cache *c)
 {
 	struct disk_tier *d = c->disk;
+	verify_records(d);
 	dk_item *it;
 	uint32_t n;
 	uint64_t total;
@@ -969,111 +1156,28 @@ static void reconcile(cache *c)
 		items_free(it, n);
 		return;
 	}
+	uint8_t *hb = alloc4k(DK_LINE);
 	struct dirent *e;
 	while ((e = readdir(dir))) {
 		if ((e->d_name[0] != 'a' && e->d_name[0] != 'c') ||
 		    e->d_name[1] != '-')
 			continue;
 		dk_rec r;
-		if (idx_get(d, rt, e->d_name, &r, NULL) == -ENOENT) {
+		if (idx_get(d, rt, e->d_name, &r, NULL) != -ENOENT)
+			continue;
+		/* a crash between the rename and the index, or a record a
+		 * damaged page lost: a whole file is indexed again */
+		if (hb && index_file(d, e->d_name, hb, NULL)) {
+			d->k.reindexed++;
+		} else {
 			unlinkat(d->dfd, e->d_name, 0);
 			d->k.orphans++;
 		}
 	}
+	free(hb);
 	mdb_txn_abort(rt);
 	closedir(dir);
 	items_free(it, n);
-}
-
-static void *alloc4k(uint64_t n);
-
-/* A damaged index was replaced by an empty one (kvdb.h): the files are
- * the index (their headers), so every file whose header reads back whole
- * and names what its file name says is indexed again (hits 0, last used
- * when it was made); the others go. The cold-line counts and the sessions
- * seen are traffic, and are lost with the old index. The attach then
- * sweeps what another fingerprint or layout wrote, as after any start. */
-static void index_rebuild(cache *c, const char *why)
-{
-	struct disk_tier *d = c->disk;
-	int fd = openat(d->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
-	if (!dir) {
-		if (fd >= 0)
-			close(fd);
-		return;
-	}
-	uint8_t *hb = alloc4k(DK_LINE);
-	uint64_t kept = 0, bad = 0;
-	struct dirent *e;
-	while (hb && (e = readdir(dir))) {
-		const char *nm = e->d_name;
-		if ((nm[0] != 'a' && nm[0] != 'c') || nm[1] != '-' ||
-		    strlen(nm) >= 48 || strstr(nm, ".tmp"))
-			continue;
-		int ok = 0;
-		uint8_t *full = NULL;
-		int f = openat(d->dfd, nm, O_RDONLY | O_CLOEXEC);
-		struct stat st;
-		dk_hdr h;
-		if (f >= 0 && fstat(f, &st) == 0 &&
-		    pread(f, hb, DK_LINE, 0) == DK_LINE) {
-			memcpy(&h, hb, sizeof h);
-			char want[48];
-			name_of(want, sizeof want, (int)h.kind, h.key, h.line);
-			uint64_t nsk = h.n_sums + h.n_keys;
-			ok = h.magic == DK_MAGIC && h.version == DK_VERSION &&
-			     (h.kind == DK_CHUNK || h.kind == DK_ANCHOR) &&
-			     !strcmp(want, nm) && nsk < (1u << 24) &&
-			     h.hdr_bytes == hdr_bytes(h.n_sums, h.n_keys) &&
-			     (uint64_t)st.st_size ==
-				 h.hdr_bytes + up4k(h.data_bytes) &&
-			     (h.kind == DK_ANCHOR || h.n_keys == 0);
-		}
-		if (ok) {
-			full = alloc4k(h.hdr_bytes);
-			ok = full && pread(f, full, h.hdr_bytes, 0) ==
-					 (ssize_t)h.hdr_bytes;
-		}
-		if (ok) {
-			dk_hdr *fh = (dk_hdr *)full;
-			uint64_t want = fh->hdr_sum;
-			fh->hdr_sum = 0;
-			ok = XXH3_64bits(full, fh->hdr_bytes) == want;
-		}
-		if (ok) {
-			dk_rec r = {.kind = h.kind,
-				    .n_keys = (uint32_t)h.n_keys,
-				    .line = h.line,
-				    .key = h.key,
-				    .bytes = (uint64_t)st.st_size,
-				    .used = h.made,
-				    .made = h.made,
-				    .digest = h.digest};
-			memcpy(r.fp, h.fp, 32);
-			const uint64_t *keys =
-			    (const uint64_t *)(full + sizeof h) + h.n_sums;
-			ok = idx_put(d, nm, &r, keys) == 0;
-		}
-		free(full);
-		if (f >= 0)
-			close(f);
-		if (ok) {
-			kept++;
-		} else {
-			unlinkat(d->dfd, nm, 0);
-			bad++;
-		}
-	}
-	free(hb);
-	closedir(dir);
-	d->k.rebuilt++;
-	d->k.orphans += bad;
-	moor_warn("[disk] the index was damaged (%s): moved aside as "
-		  "data.mdb.bad and rebuilt from the files' headers: %llu "
-		  "files indexed again, %llu unreadable deleted (the cold-line "
-		  "counts are lost)",
-		  why, (unsigned long long)kept, (unsigned long long)bad);
 }
 
 int disk_open(cache *c, char *err)
@@ -1790,6 +1894,7 @@ json_t *disk_stats_json(cache *c)
 	SETI("orphans", d->k.orphans);
 	SETI("index_rebuilt", d->k.rebuilt);	 /* a damaged index replaced */
 	SETI("index_failed", d->k.index_failed); /* plans it could not count */
+	SETI("reindexed", d->k.reindexed); /* whole files the index lacked */
 	SETI("floor_binds", d->k.floor_binds);
 	SETI("admitted", d->k.admitted);
 	SETI("counted", d->k.counted);

@@ -32,8 +32,9 @@ static int is_damage(int rc)
 	       rc == MDB_BAD_TXN || rc == MDB_INCOMPATIBLE || rc == MDB_PANIC;
 }
 
-/* Walks one database whole; 0, or an LMDB code. */
-static int walk_db(MDB_txn *tx, MDB_dbi dbi, uint64_t *sum)
+/* Walks one database whole (with find, every record is also searched for
+ * from the root: the named databases); 0, or an LMDB code. */
+static int walk_db(MDB_txn *tx, MDB_dbi dbi, int find, uint64_t *sum)
 {
 	MDB_cursor *cu;
 	int rc = mdb_cursor_open(tx, dbi, &cu);
@@ -50,6 +51,14 @@ static int walk_db(MDB_txn *tx, MDB_dbi dbi, uint64_t *sum)
 		p = v.mv_data;
 		for (size_t i = 0; i < v.mv_size; i++)
 			*sum += p[i];
+		/* and found again from the root: a damaged branch page can
+		 * leave the leaves whole and every search lost */
+		MDB_val k2 = k, v2;
+		int r2 = find ? mdb_get(tx, dbi, &k2, &v2) : 0;
+		if (find && (r2 || v2.mv_data != v.mv_data)) {
+			mdb_cursor_close(cu);
+			return r2 && r2 != MDB_NOTFOUND ? r2 : MDB_CORRUPTED;
+		}
 		n++;
 	}
 	mdb_cursor_close(cu);
@@ -113,8 +122,11 @@ static int walk(const char *path, unsigned maxdbs, char *msg, size_t mn)
 	if (!rc)
 		rc = mdb_dbi_open(tx, NULL, 0, &main_dbi);
 	uint64_t sum = 0;
+	/* the free list too (dbi 0): a write reuses the pages it names */
 	if (!rc)
-		rc = walk_db(tx, main_dbi, &sum);
+		rc = walk_db(tx, 0, 0, &sum);
+	if (!rc)
+		rc = walk_db(tx, main_dbi, 0, &sum);
 	/* the named databases are the main one's keys */
 	MDB_cursor *cu = NULL;
 	if (!rc)
@@ -136,7 +148,7 @@ static int walk(const char *path, unsigned maxdbs, char *msg, size_t mn)
 			rc = r2;
 			break;
 		}
-		rc = walk_db(tx, d, &sum);
+		rc = walk_db(tx, d, 1, &sum);
 	}
 	if (rc == MDB_NOTFOUND)
 		rc = 0;

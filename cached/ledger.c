@@ -386,7 +386,13 @@ void ledger_attach(cache *c, const uint8_t fp[32])
 	memcpy(L->eq[0].b, fp, 32);
 	L->eq[0].n = 32;
 	if (!L->env) {
-		moor_info("[fp] engine fingerprint %s", fh);
+		/* no ledger: the flag holds for this run only */
+		if (L->adopt_ok && !pre_match(&L->adopt, fp, 32))
+			L->eq[L->n_eq++] = L->adopt;
+		moor_info("[fp] engine fingerprint %s%s", fh,
+			  L->n_eq > 1 ? " (--adopt-from for this run only: no "
+					"ledger to record it in)"
+				      : "");
 		return;
 	}
 	if (L->adopt_ok) {

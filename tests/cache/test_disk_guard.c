@@ -13,6 +13,8 @@
  *     nothing; the spill writes the eviction of a conversation of at least
  *     guard_evict_tokens (E, 1,300) and skips a shorter one (G, 700);
  *   - hard: the spill skips even E's eviction; the drain is written;
+ *   - the next local day (the ledger's clock seam) starts at 0, level ok,
+ *     and the history lists both days, the newest first;
  *   - a budget of 0 is no budget: level ok whatever was written. */
 #include <fcntl.h>
 
@@ -20,6 +22,11 @@
 #include "eng_harness.h"
 
 static char dir[256], logf[300];
+
+static time_t tomorrow(void)
+{
+	return time(NULL) + 86400;
+}
 
 static void open_h(harness *h, const char *name, uint64_t budget)
 {
@@ -188,6 +195,36 @@ int main(void)
 	CHECK(log_count("[disk-guard] skip") >= 3,
 	      "a line for each level in each run");
 	h_close(&h);
+
+	/* the next local day: a new count, the old day in the history */
+	ledger_clock = tomorrow;
+	open_h(&h, "dg-6", (uint64_t)wrote / 4);
+	dw_str(h.c, "level", lv, sizeof lv);
+	char day[32];
+	dw_str(h.c, "day", day, sizeof day);
+	CHECK(!strcmp(lv, "ok") && h_stat(h.c, "disk_writes.bytes") == 0 &&
+		  h_stat(h.c, "disk_writes.skips") == 0,
+	      "the next day starts at 0, level ok (%s, %lld)", lv,
+	      h_stat(h.c, "disk_writes.bytes"));
+	REQUIRE(h_turn_run(&h, E, 1300, "e2", 4, &t) == 0, "E tomorrow");
+	state_free(&t.st);
+	cache_disk_wait(h.c);
+	char *js = cache_stats_json(h.c);
+	json_t *r = json_loads(js, 0, NULL);
+	free(js);
+	json_t *days =
+	    json_object_get(json_object_get(r, "disk_writes"), "days");
+	CHECK(json_array_size(days) == 2 &&
+		  !strcmp(json_string_value(
+			      json_object_get(json_array_get(days, 0), "day")),
+			  day) &&
+		  json_integer_value(json_object_get(json_array_get(days, 1),
+						     "bytes")) > wrote,
+	      "two days in the history, the newest first (%zu)",
+	      json_array_size(days));
+	json_decref(r);
+	h_close(&h);
+	ledger_clock = NULL;
 
 	/* no budget */
 	open_h(&h, "dg-5", 0);
