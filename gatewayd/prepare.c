@@ -8,7 +8,12 @@
  * opencode client's (User-Agent "opencode/...") whose conversation is
  * resident at its end anchor with at least --compaction-min-tokens
  * (32,768) tokens and no summary written for it yet, the gateway writes
- * the summary ahead: it asks cached for the end anchor's record
+ * the summary ahead. It first asks cached whether the box is busy: a plan
+ * open there is a request in flight on the engine, whoever sent it (another
+ * gateway on the run dir, a client of engined's socket), which this
+ * gateway's jobs do not show; then nothing starts, and the busy box counts
+ * as activity: another idle period, then the same record is tried again.
+ * Otherwise it asks cached for the end anchor's record
  * (PROTO_END_GET, on the thread pool), builds the continuation as a
  * compaction request would (compact.c; no guard: there is no client
  * history to check yet) and sends it to engined as a scratch run
@@ -55,6 +60,7 @@ typedef struct prep_run {
 	size_t n_rec;
 	gw_compact cp; /* the learned text, no guard */
 	/* out */
+	int busy;     /* the box was busy: nothing started, try again */
 	int32_t *ids; /* the continuation */
 	size_t n_ids;
 	uint64_t end;
@@ -165,10 +171,42 @@ static void run_free(prep_run *r)
 	free(r);
 }
 
+/* Whether a request is in flight on the engine, whoever sent it (another
+ * gateway on the run dir, a client of engined's socket): cached holds a
+ * plan open from a request's PLAN to its COMMIT or ABORT. 1 busy, 0 idle,
+ * -1 when cached does not say. Thread pool. */
+static int box_busy(gw_srv *s)
+{
+	proto_msg q = {0}, a = {0};
+	q.h.type = PROTO_STATS;
+	q.h.req = 1;
+	int rv = gw_link_admin(s, &q, &a);
+	int busy = -1;
+	if (!rv && a.h.type == PROTO_STATS_OK && a.u.text.text) {
+		json_t *o = json_loads(a.u.text.text, 0, NULL);
+		json_t *po =
+		    json_object_get(json_object_get(o, "daemon"), "plan_open");
+		if (json_is_boolean(po) || json_is_integer(po))
+			busy = json_is_true(po) ||
+			       (json_is_integer(po) && json_integer_value(po));
+		json_decref(o);
+	}
+	proto_msg_fini(&a);
+	return busy;
+}
+
 static void run_work(uv_work_t *w)
 {
 	prep_run *r = w->data;
 	gw_srv *s = r->s;
+	/* the box first: a summary never starts behind another request */
+	int busy = box_busy(s);
+	if (busy) {
+		r->busy = busy > 0;
+		r->why = busy > 0 ? "a request is in flight on the engine"
+				  : "cached did not answer";
+		return;
+	}
 	proto_msg q = {0}, a = {0};
 	q.h.type = PROTO_END_GET;
 	q.h.req = 1;
@@ -225,6 +263,17 @@ static void run_after(uv_work_t *w, int status)
 	gw_srv *s = r->s;
 	gw_prep *p = &s->prep;
 	p->state = GW_PREP_IDLE;
+	if (r->busy && !status) {
+		/* busy is activity: another idle period from now, then the
+		 * same record is tried again */
+		moor_info("compaction preparer: the box is busy (%s): session "
+			  "%s waits for %g s without a request",
+			  r->why, r->session, s->cfg.compaction_idle_s);
+		p->tried = 0;
+		p->t_last = moor_now();
+		run_free(r);
+		return;
+	}
 	if (status || !r->ids || s->stopping || p->seq != r->seq || s->jobs ||
 	    !atomic_load(&s->link.pipe)) {
 		if (!r->ids && status == 0)
