@@ -637,8 +637,5 @@ void gw_prefill_sample(gw_srv *s, const proto_done *d);
  * (GW_PREFILL_PRIOR_TPS before any). */
 double gw_prefill_rate(const gw_srv *s);
 
-/* proto_tier in the seed's words, and moor's cache name (reply.c) */
-const char *gw_tier_word(uint32_t tier);
-const char *gw_tier_source(uint32_t tier);
 
 #endif

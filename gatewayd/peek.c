@@ -40,7 +40,7 @@ int gw_on_cache_prewarm(gw_srv *s, h2o_req_t *req)
 static void prewarm_no(gw_job *j, const char *why, const proto_peek_ok *pk)
 {
 	json_t *o = json_pack("{s:b,s:s,s:s,s:I}", "prewarmed", 0, "why", why,
-			      "tier", gw_tier_word(pk->tier), "cached_tokens",
+			      "tier", proto_tier(pk->tier)->tier, "cached_tokens",
 			      (json_int_t)pk->cached);
 	char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(o);
@@ -83,8 +83,8 @@ void gw_prewarm_done(gw_job *j)
 		return;
 	}
 	json_t *r = json_pack(
-	    "{s:s,s:s,s:I,s:I,s:I,s:f}", "tier", gw_tier_word(d->tier),
-	    "source", gw_tier_source(d->tier), "cached",
+	    "{s:s,s:s,s:I,s:I,s:I,s:f}", "tier", proto_tier(d->tier)->tier,
+	    "source", proto_tier(d->tier)->source, "cached",
 	    (json_int_t)d->cached_tokens, "prefilled",
 	    (json_int_t)(d->prompt_tokens - d->cached_tokens), "tokens",
 	    (json_int_t)d->prompt_tokens, "prefill_ms", d->prefill_us / 1e3);
@@ -166,8 +166,8 @@ void gw_peek_answer(gw_job *j)
 	uint64_t reread = pk->tokens - cached;
 	double rate = gw_prefill_rate(j->s);
 	json_t *o = json_object();
-	json_object_set_new(o, "tier", json_string(gw_tier_word(pk->tier)));
-	json_object_set_new(o, "source", json_string(gw_tier_source(pk->tier)));
+	json_object_set_new(o, "tier", json_string(proto_tier(pk->tier)->tier));
+	json_object_set_new(o, "source", json_string(proto_tier(pk->tier)->source));
 	json_object_set_new(o, "cached_tokens",
 			    json_integer((json_int_t)cached));
 	json_object_set_new(o, "reread_tokens",

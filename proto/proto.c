@@ -19,6 +19,7 @@
  * so a caller can answer with the same req. proto_msg_fini on it is then a
  * harmless no-op.
  */
+#include <assert.h>
 #include "proto.h"
 
 #include "moor.h"
@@ -1101,9 +1102,29 @@ const char *proto_type_name(uint16_t type)
 	return k ? k->name : "unknown";
 }
 
+static const proto_tier_words tier_words[] = {
+    [PROTO_TIER_NONE] = {"none", "none", "none"},
+    [PROTO_TIER_RESIDENT] = {"resident", "anchor", "resident"},
+    [PROTO_TIER_END] = {"end", "end", "resident"},
+    [PROTO_TIER_PIN] = {"pin", "pin", "ram_park"},
+    [PROTO_TIER_PARK] = {"park", "park", "ram_park"},
+    [PROTO_TIER_STORE] = {"store", "store", "ram_snapshot"},
+    [PROTO_TIER_STASH] = {"stash", "stash", "resident"},
+    [PROTO_TIER_SPILL] = {"spill", "spill", "nvme_spill"},
+    [PROTO_TIER_DISK] = {"disk", "disk", "nvme_disk"},
+};
+static_assert(sizeof tier_words / sizeof tier_words[0] == PROTO_TIER_DISK + 1,
+	      "a tier without its words");
+
+const proto_tier_words *proto_tier(uint32_t tier)
+{
+	static const proto_tier_words unknown = {"unknown", "none", "none"};
+	return tier < sizeof tier_words / sizeof tier_words[0]
+		   ? &tier_words[tier]
+		   : &unknown;
+}
+
 const char *proto_tier_name(uint32_t tier)
 {
-	static const char *const names[] = {"none", "resident", "end",	"pin",
-					    "park", "store",	"stash"};
-	return tier < sizeof names / sizeof names[0] ? names[tier] : "unknown";
+	return proto_tier(tier)->name;
 }
