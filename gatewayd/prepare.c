@@ -171,36 +171,12 @@ static void run_free(prep_run *r)
 	free(r);
 }
 
-/* Whether a request is in flight on the engine, whoever sent it (another
- * gateway on the run dir, a client of engined's socket): cached holds a
- * plan open from a request's PLAN to its COMMIT or ABORT. 1 busy, 0 idle,
- * -1 when cached does not say. Thread pool. */
-static int box_busy(gw_srv *s)
-{
-	proto_msg q = {0}, a = {0};
-	q.h.type = PROTO_STATS;
-	q.h.req = 1;
-	int rv = gw_link_admin(s, &q, &a);
-	int busy = -1;
-	if (!rv && a.h.type == PROTO_STATS_OK && a.u.text.text) {
-		json_t *o = json_loads(a.u.text.text, 0, NULL);
-		json_t *po =
-		    json_object_get(json_object_get(o, "daemon"), "plan_open");
-		if (json_is_boolean(po) || json_is_integer(po))
-			busy = json_is_true(po) ||
-			       (json_is_integer(po) && json_integer_value(po));
-		json_decref(o);
-	}
-	proto_msg_fini(&a);
-	return busy;
-}
-
 static void run_work(uv_work_t *w)
 {
 	prep_run *r = w->data;
 	gw_srv *s = r->s;
 	/* the box first: a summary never starts behind another request */
-	int busy = box_busy(s);
+	int busy = gw_box_busy(s);
 	if (busy) {
 		r->busy = busy > 0;
 		r->why = busy > 0 ? "a request is in flight on the engine"

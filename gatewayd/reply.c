@@ -92,9 +92,10 @@ json_t *gw_reply_usage(const gw_job *j)
 			    json_integer((json_int_t)cached_c));
 	json_object_set_new(u, "prompt_tokens_details", det);
 	json_t *m = json_object();
-	json_object_set_new(m, "tier",
-			    json_string(j->from_cache ? "response_cache"
-						      : proto_tier(d->tier)->tier));
+	json_object_set_new(
+	    m, "tier",
+	    json_string(j->from_cache ? "response_cache"
+				      : proto_tier(d->tier)->tier));
 	json_object_set_new(
 	    m, "source",
 	    json_string(j->from_cache ? "response_cache"

@@ -693,7 +693,9 @@ static int cache_grow(enc *e)
 	e->cmask = cap - 1;
 	for (uint32_t i = 0; i < oldcap; i++)
 		if (old[i].klen)
-			*cache_slot(e, (const uint8_t *)e->keys.p + old[i].koff, old[i].klen,
+			*cache_slot(e,
+				    (const uint8_t *)e->keys.p + old[i].koff,
+				    old[i].klen,
 				    old[i].h) = old[i];
 	free(old);
 	return 0;

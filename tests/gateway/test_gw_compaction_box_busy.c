@@ -13,6 +13,8 @@
  *      preparer must say the box is busy and write nothing while the
  *      request is in flight (without the box-wide check it queued its
  *      summary behind it);
+ *      A peek through gatewayd1 meanwhile answers 409 (the rows are
+ *      being written), though gatewayd1 runs nothing itself.
  *   after it ends, an idle period later, the preparer writes the summary
  *      ahead after all (the busy box was a wait, not a refusal), of the
  *      conversation as cached holds it now (its four turns), and P's
@@ -133,7 +135,20 @@ int main(int argc, char **argv)
 		       "engine): session ses_p",
 		       6),
 	      "the preparer did not see the box busy");
+	/* a peek through gatewayd1 meanwhile: 409, the rows are being
+	 * written (gatewayd1 has no job of its own running) */
+	json_t *pb = json_pack("{s:O}", "messages", msgs);
+	char *pbs = json_dumps(pb, JSON_COMPACT);
+	json_decref(pb);
+	gt_resp pr = gt_request(gt_.port, "POST", "/v1/cache/peek", pbs,
+				"x-session-id: ses_p\r\n", 30);
+	free(pbs);
 	int during = !atomic_load(&other_done);
+	printf("a peek while the fourth turn runs: %d\n", pr.status);
+	CHECK(pr.status == 409, "a peek while another client's turn ran: "
+				"%d %s",
+	      pr.status, pr.body ? pr.body : "");
+	gt_resp_fini(&pr);
 	CHECK(!h_log_has("gatewayd1", "writing the summary of session ses_p") &&
 		  !h_log_has("gatewayd1", "nothing to write for session ses_p"),
 	      "the preparer acted while another client's request was in "
