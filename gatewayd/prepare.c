@@ -335,9 +335,9 @@ void gw_prep_tick(gw_srv *s)
 {
 	gw_prep *p = &s->prep;
 	if (!s->cfg.compaction_prepare || p->state != GW_PREP_IDLE ||
-	    p->tried || !p->ids || !p->opencode ||
-	    !p->session || !*p->session || s->jobs || s->stopping ||
-	    !s->cfg.end_align || !atomic_load(&s->link.pipe) ||
+	    p->tried || !p->ids || !p->opencode || !p->session ||
+	    !*p->session || s->jobs || s->stopping || !s->cfg.end_align ||
+	    !atomic_load(&s->link.pipe) ||
 	    moor_now() - p->t_last < s->cfg.compaction_idle_s)
 		return;
 	if (!p->have_text && learn_default(s))

@@ -19,7 +19,6 @@
  * so a caller can answer with the same req. proto_msg_fini on it is then a
  * harmless no-op.
  */
-#include <assert.h>
 #include "proto.h"
 
 #include "moor.h"
@@ -1113,8 +1112,8 @@ static const proto_tier_words tier_words[] = {
     [PROTO_TIER_SPILL] = {"spill", "spill", "nvme_spill"},
     [PROTO_TIER_DISK] = {"disk", "disk", "nvme_disk"},
 };
-static_assert(sizeof tier_words / sizeof tier_words[0] == PROTO_TIER_DISK + 1,
-	      "a tier without its words");
+_Static_assert(sizeof tier_words / sizeof tier_words[0] == PROTO_TIER_DISK + 1,
+	       "a tier without its words");
 
 const proto_tier_words *proto_tier(uint32_t tier)
 {

@@ -62,18 +62,18 @@ struct gw_rs {
 	size_t *matched;
 
 	moor_buf buf; /* the raw text, stops cut */
-	size_t avail;	  /* buf[0, avail) is past any stop's reach */
+	size_t avail; /* buf[0, avail) is past any stop's reach */
 	int stopped, finished, err;
 	uint64_t stop_work; /* stop bytes compared (gw_rs_stop_work) */
 
 	enum phase ph;
-	size_t pos;	    /* buf[0, pos) is accounted for */
-	int r_lead;	    /* REASON: no reasoning byte out yet */
-	int c_lead;	    /* CONTENT: leading whitespace to drop */
-	size_t blk_scan;    /* CONTENT: where to look on for </tool_call> */
-	moor_buf cpend; /* content whitespace not out yet */
-	json_t *calls;	    /* every call taken, in order */
-	size_t calls_out;   /* of them, queued as events */
+	size_t pos;	  /* buf[0, pos) is accounted for */
+	int r_lead;	  /* REASON: no reasoning byte out yet */
+	int c_lead;	  /* CONTENT: leading whitespace to drop */
+	size_t blk_scan;  /* CONTENT: where to look on for </tool_call> */
+	moor_buf cpend;	  /* content whitespace not out yet */
+	json_t *calls;	  /* every call taken, in order */
+	size_t calls_out; /* of them, queued as events */
 
 	struct rs_ev *q; /* queued events [qhead, nq) */
 	size_t nq, qcap, qhead;

@@ -366,8 +366,8 @@ static int tagged_span(const gw_tok *t, tagged *o, const uint8_t *u,
 }
 
 int gw_tok_normalize_tagged(const gw_tok *t, const char *s, size_t n,
-			    const uint32_t *tag, char **out,
-			    uint32_t **out_tag, size_t *outn)
+			    const uint32_t *tag, char **out, uint32_t **out_tag,
+			    size_t *outn)
 {
 	*out = NULL;
 	*out_tag = NULL;
@@ -693,10 +693,8 @@ static int cache_grow(enc *e)
 	e->cmask = cap - 1;
 	for (uint32_t i = 0; i < oldcap; i++)
 		if (old[i].klen)
-			*cache_slot(e,
-				    (const uint8_t *)e->keys.p + old[i].koff,
-				    old[i].klen,
-				    old[i].h) = old[i];
+			*cache_slot(e, (const uint8_t *)e->keys.p + old[i].koff,
+				    old[i].klen, old[i].h) = old[i];
 	free(old);
 	return 0;
 }

@@ -4,7 +4,8 @@
  * One engined and cached, two gateways on the run dir: gatewayd1 (the
  * preparer's, --compaction-idle-s 2 --compaction-min-tokens 64) and
  * gatewayd2 (--compaction-prepare off), another client of the same
- * engine, whose requests gatewayd1's jobs never show. engined's decode is slowed (--test-step-delay-ms 40).
+ * engine, whose requests gatewayd1's jobs never show. engined's decode is
+ * slowed (--test-step-delay-ms 40).
  *
  *   P: three turns of an opencode session through gatewayd1;
  *   then, at once, P's fourth turn through gatewayd2 (the same user on
@@ -46,8 +47,8 @@ static json_t *post(int port, json_t *b, const char *session, const char *ua,
 	char hdr[256];
 	snprintf(hdr, sizeof hdr, "x-session-id: %s\r\nUser-Agent: %s\r\n",
 		 session, ua);
-	gt_resp r = gt_request(port, "POST", "/v1/chat/completions", body,
-			       hdr, 120);
+	gt_resp r =
+	    gt_request(port, "POST", "/v1/chat/completions", body, hdr, 120);
 	free(body);
 	REQUIRE(r.status == 200, "%d %s", r.status, r.body);
 	json_t *j = gt_json(&r);
@@ -79,9 +80,9 @@ static const char *ua = "opencode/1.18.33 test";
 static void *other(void *arg)
 {
 	(void)arg;
-	json_t *b = json_pack("{s:O,s:i,s:i,s:b}", "messages", msgs,
-			      "max_tokens", 200, "temperature", 0,
-			      "ignore_eos", 1);
+	json_t *b =
+	    json_pack("{s:O,s:i,s:i,s:b}", "messages", msgs, "max_tokens", 200,
+		      "temperature", 0, "ignore_eos", 1);
 	json_t *u;
 	json_t *j = post(port2, b, "ses_p", ua, &u);
 	other_tokens = gt_int(u, "completion_tokens");
@@ -126,8 +127,8 @@ int main(int argc, char **argv)
 	printf("P: three turns, the last read %lld tokens\n", read);
 
 	/* P's fourth turn through gatewayd2, at once */
-	json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user",
-					      "content", users[3]));
+	json_array_append_new(
+	    msgs, json_pack("{s:s,s:s}", "role", "user", "content", users[3]));
 	pthread_t th;
 	REQUIRE(pthread_create(&th, NULL, other, NULL) == 0, "thread");
 	/* gatewayd1 is idle past its 2 s while the other request runs */
@@ -145,8 +146,9 @@ int main(int argc, char **argv)
 	free(pbs);
 	int during = !atomic_load(&other_done);
 	printf("a peek while the fourth turn runs: %d\n", pr.status);
-	CHECK(pr.status == 409, "a peek while another client's turn ran: "
-				"%d %s",
+	CHECK(pr.status == 409,
+	      "a peek while another client's turn ran: "
+	      "%d %s",
 	      pr.status, pr.body ? pr.body : "");
 	gt_resp_fini(&pr);
 	CHECK(!h_log_has("gatewayd1", "writing the summary of session ses_p") &&

@@ -229,10 +229,10 @@ static void test_names_and_fini(void)
 	CHECK(!strcmp(proto_type_name(PROTO_PEEK_OK), "PEEK_OK"), "PEEK_OK");
 	CHECK(!strcmp(proto_type_name(53), "unknown"), "53");
 	static const char *const tiers[][3] = {
-	    {"none", "none", "none"},		{"resident", "anchor", "resident"},
-	    {"end", "end", "resident"},		{"pin", "pin", "ram_park"},
-	    {"park", "park", "ram_park"},	{"store", "store", "ram_snapshot"},
-	    {"stash", "stash", "resident"},	{"spill", "spill", "nvme_spill"},
+	    {"none", "none", "none"},	    {"resident", "anchor", "resident"},
+	    {"end", "end", "resident"},	    {"pin", "pin", "ram_park"},
+	    {"park", "park", "ram_park"},   {"store", "store", "ram_snapshot"},
+	    {"stash", "stash", "resident"}, {"spill", "spill", "nvme_spill"},
 	    {"disk", "disk", "nvme_disk"}};
 	for (uint32_t i = 0; i <= PROTO_TIER_DISK; i++) {
 		const proto_tier_words *w = proto_tier(i);

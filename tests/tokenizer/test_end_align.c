@@ -276,9 +276,9 @@ int main(void)
 		char *no;
 		uint32_t *nt;
 		size_t nn;
-		REQUIRE(gw_tok_normalize_tagged(tok, in, 7, tg, &no, &nt,
-						&nn) == 0,
-			"normalize_tagged");
+		REQUIRE(
+		    gw_tok_normalize_tagged(tok, in, 7, tg, &no, &nt, &nn) == 0,
+		    "normalize_tagged");
 		static const uint32_t want_t[] = {0, 0, 0, 1, 1, 3};
 		CHECK(no && nn == 6 && !memcmp(no, "caf\xc3\xa9!", 6) &&
 			  !memcmp(nt, want_t, sizeof want_t),
@@ -308,7 +308,8 @@ int main(void)
 		char one[2] = {*q, 0};
 		int32_t id = gw_tok_token_id(tok, one);
 		size_t bl = 0;
-		const char *bb = id >= 0 ? gw_tok_token_bytes(tok, id, &bl) : NULL;
+		const char *bb =
+		    id >= 0 ? gw_tok_token_bytes(tok, id, &bl) : NULL;
 		if (!bb || bl != 1 || bb[0] != *q)
 			bytes_ok = 0;
 		else
