@@ -275,6 +275,7 @@ typedef struct gw_job {
 	gw_fail fail;
 	uint64_t n_client; /* the client's prompt tokens (usage) */
 	int align_pass;	   /* the end alignment's pass; 0: the copy as sent */
+	int box_busy;	   /* a peek's: a request in flight on the engine */
 	uint64_t injected; /* hidden-span tokens the alignment put back */
 	int continuation;  /* served as a compaction's continuation */
 	uint32_t pw_tier;  /* a prewarm: the tier the peek found */
@@ -670,6 +671,9 @@ void gw_prewarm_done(gw_job *j);
 void gw_job_submit(gw_job *j);
 /* On the thread pool, after the body was read: the round trip to cached. */
 void gw_peek_work(gw_job *j);
+/* Whether a request is in flight on the engine, whoever sent it (cached's
+ * open plan): 1 busy, 0 idle, -1 cached did not say. Thread pool. */
+int gw_box_busy(gw_srv *s);
 /* On the loop: the answer. */
 void gw_peek_answer(gw_job *j);
 
@@ -688,8 +692,5 @@ void gw_prefill_sample(gw_srv *s, const proto_done *d);
  * (GW_PREFILL_PRIOR_TPS before any). */
 double gw_prefill_rate(const gw_srv *s);
 
-/* proto_tier in the seed's words, and moor's cache name (reply.c) */
-const char *gw_tier_word(uint32_t tier);
-const char *gw_tier_source(uint32_t tier);
 
 #endif

@@ -100,7 +100,7 @@ char *gw_metrics_text(gw_srv *s, const json_t *stats, size_t *len)
 			"# TYPE moor_cache_hits_total counter\n");
 	for (uint32_t t = 0; t <= PROTO_TIER_DISK; t++)
 		moor_buf_printf(&b, "moor_cache_hits_total{tier=\"%s\"} %llu\n",
-				gw_tier_source(t),
+				proto_tier(t)->source,
 				(unsigned long long)m->tier_hits[t]);
 	moor_buf_printf(&b, "# HELP moor_ttft_seconds Time from sending a "
 			    "generation to engined to its first token.\n"

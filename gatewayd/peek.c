@@ -1,7 +1,8 @@
 /* peek.c: POST /v1/cache/peek. A chat body (and its session) is read,
  * rendered and tokenized as a request would be (job.c, params.h), and the
  * end alignment runs on it as on a turn (align.c); 409 while a turn runs
- * or waits (the rows are being written); on the
+ * or waits (the rows are being written), this gateway's or any other
+ * client's of the engine (cached's open plan, gw_box_busy); on the
  * thread pool cached is asked where its plan would start (PROTO_PEEK);
  * nothing is generated or counted. */
 #include <stdio.h>
@@ -40,8 +41,8 @@ int gw_on_cache_prewarm(gw_srv *s, h2o_req_t *req)
 static void prewarm_no(gw_job *j, const char *why, const proto_peek_ok *pk)
 {
 	json_t *o = json_pack("{s:b,s:s,s:s,s:I}", "prewarmed", 0, "why", why,
-			      "tier", gw_tier_word(pk->tier), "cached_tokens",
-			      (json_int_t)pk->cached);
+			      "tier", proto_tier(pk->tier)->tier,
+			      "cached_tokens", (json_int_t)pk->cached);
 	char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(o);
 	gw_metrics_count(j->s, j->route, 200);
@@ -83,8 +84,8 @@ void gw_prewarm_done(gw_job *j)
 		return;
 	}
 	json_t *r = json_pack(
-	    "{s:s,s:s,s:I,s:I,s:I,s:f}", "tier", gw_tier_word(d->tier),
-	    "source", gw_tier_source(d->tier), "cached",
+	    "{s:s,s:s,s:I,s:I,s:I,s:f}", "tier", proto_tier(d->tier)->tier,
+	    "source", proto_tier(d->tier)->source, "cached",
 	    (json_int_t)d->cached_tokens, "prefilled",
 	    (json_int_t)(d->prompt_tokens - d->cached_tokens), "tokens",
 	    (json_int_t)d->prompt_tokens, "prefill_ms", d->prefill_us / 1e3);
@@ -97,8 +98,34 @@ void gw_prewarm_done(gw_job *j)
 	free(t);
 }
 
+/* cached holds a plan open from a request's PLAN to its COMMIT or ABORT,
+ * whoever sent it (another gateway on the run dir, a client of engined's
+ * socket), which this gateway's jobs do not show. */
+int gw_box_busy(gw_srv *s)
+{
+	proto_msg q = {0}, a = {0};
+	q.h.type = PROTO_STATS;
+	q.h.req = 1;
+	int rv = gw_link_admin(s, &q, &a);
+	int busy = -1;
+	if (!rv && a.h.type == PROTO_STATS_OK && a.u.text.text) {
+		json_t *o = json_loads(a.u.text.text, 0, NULL);
+		json_t *po =
+		    json_object_get(json_object_get(o, "daemon"), "plan_open");
+		if (json_is_boolean(po))
+			busy = json_is_true(po);
+		else if (json_is_integer(po))
+			busy = json_integer_value(po) != 0;
+		json_decref(o);
+	}
+	proto_msg_fini(&a);
+	return busy;
+}
+
 void gw_peek_work(gw_job *j)
 {
+	/* the box first: a turn of another client rewrites the rows too */
+	j->box_busy = gw_box_busy(j->s) > 0;
 	proto_msg q = {0};
 	q.h.type = PROTO_PEEK;
 	q.h.req = j->rid;
@@ -121,10 +148,11 @@ static int turn_running(const gw_srv *s)
 
 void gw_peek_answer(gw_job *j)
 {
-	if (turn_running(j->s)) {
+	if (turn_running(j->s) || j->box_busy) {
 		gw_send_error(j->req, 409, "conflict", NULL, "turn_running", 1,
-			      "a turn is running: its rows are being written; "
-			      "peek again when it ends");
+			      "a turn is running%s: its rows are being "
+			      "written; peek again when it ends",
+			      j->box_busy ? " on the engine" : "");
 		return;
 	}
 	if (j->admin_rv == MOOR_ERANGE || j->admin_rv == MOOR_EFORMAT) {
@@ -166,8 +194,9 @@ void gw_peek_answer(gw_job *j)
 	uint64_t reread = pk->tokens - cached;
 	double rate = gw_prefill_rate(j->s);
 	json_t *o = json_object();
-	json_object_set_new(o, "tier", json_string(gw_tier_word(pk->tier)));
-	json_object_set_new(o, "source", json_string(gw_tier_source(pk->tier)));
+	const proto_tier_words *tw = proto_tier(pk->tier);
+	json_object_set_new(o, "tier", json_string(tw->tier));
+	json_object_set_new(o, "source", json_string(tw->source));
 	json_object_set_new(o, "cached_tokens",
 			    json_integer((json_int_t)cached));
 	json_object_set_new(o, "reread_tokens",

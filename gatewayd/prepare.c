@@ -8,7 +8,12 @@
  * opencode client's (User-Agent "opencode/...") whose conversation is
  * resident at its end anchor with at least --compaction-min-tokens
  * (32,768) tokens and no summary written for it yet, the gateway writes
- * the summary ahead: it asks cached for the end anchor's record
+ * the summary ahead. It first asks cached whether the box is busy: a plan
+ * open there is a request in flight on the engine, whoever sent it (another
+ * gateway on the run dir, a client of engined's socket), which this
+ * gateway's jobs do not show; then nothing starts, and the busy box counts
+ * as activity: another idle period, then the same record is tried again.
+ * Otherwise it asks cached for the end anchor's record
  * (PROTO_END_GET, on the thread pool), builds the continuation as a
  * compaction request would (compact.c; no guard: there is no client
  * history to check yet) and sends it to engined as a scratch run
@@ -55,6 +60,7 @@ typedef struct prep_run {
 	size_t n_rec;
 	gw_compact cp; /* the learned text, no guard */
 	/* out */
+	int busy;     /* the box was busy: nothing started, try again */
 	int32_t *ids; /* the continuation */
 	size_t n_ids;
 	uint64_t end;
@@ -169,6 +175,14 @@ static void run_work(uv_work_t *w)
 {
 	prep_run *r = w->data;
 	gw_srv *s = r->s;
+	/* the box first: a summary never starts behind another request */
+	int busy = gw_box_busy(s);
+	if (busy) {
+		r->busy = busy > 0;
+		r->why = busy > 0 ? "a request is in flight on the engine"
+				  : "cached did not answer";
+		return;
+	}
 	proto_msg q = {0}, a = {0};
 	q.h.type = PROTO_END_GET;
 	q.h.req = 1;
@@ -225,6 +239,17 @@ static void run_after(uv_work_t *w, int status)
 	gw_srv *s = r->s;
 	gw_prep *p = &s->prep;
 	p->state = GW_PREP_IDLE;
+	if (r->busy && !status) {
+		/* busy is activity: another idle period from now, then the
+		 * same record is tried again */
+		moor_info("compaction preparer: the box is busy (%s): session "
+			  "%s waits for %g s without a request",
+			  r->why, r->session, s->cfg.compaction_idle_s);
+		p->tried = 0;
+		p->t_last = moor_now();
+		run_free(r);
+		return;
+	}
 	if (status || !r->ids || s->stopping || p->seq != r->seq || s->jobs ||
 	    !atomic_load(&s->link.pipe)) {
 		if (!r->ids && status == 0)
@@ -310,9 +335,9 @@ void gw_prep_tick(gw_srv *s)
 {
 	gw_prep *p = &s->prep;
 	if (!s->cfg.compaction_prepare || p->state != GW_PREP_IDLE ||
-	    p->tried || !p->ids || !p->opencode ||
-	    !p->session || !*p->session || s->jobs || s->stopping ||
-	    !s->cfg.end_align || !atomic_load(&s->link.pipe) ||
+	    p->tried || !p->ids || !p->opencode || !p->session ||
+	    !*p->session || s->jobs || s->stopping || !s->cfg.end_align ||
+	    !atomic_load(&s->link.pipe) ||
 	    moor_now() - p->t_last < s->cfg.compaction_idle_s)
 		return;
 	if (!p->have_text && learn_default(s))

@@ -62,35 +62,6 @@ void gw_reply_token(gw_job *j, const proto_step_entry *e)
 
 /* ---- the end ------------------------------------------------------------ */
 
-const char *gw_tier_word(uint32_t tier)
-{
-	switch (tier) {
-	case PROTO_TIER_RESIDENT:
-	case PROTO_TIER_END:
-	case PROTO_TIER_STASH:
-		return "resident";
-	case PROTO_TIER_PIN:
-	case PROTO_TIER_PARK:
-		return "ram_park";
-	case PROTO_TIER_STORE:
-		return "ram_snapshot";
-	case PROTO_TIER_SPILL:
-		return "nvme_spill";
-	case PROTO_TIER_DISK:
-		return "nvme_disk";
-	default:
-		return "none";
-	}
-}
-
-const char *gw_tier_source(uint32_t tier)
-{
-	static const char *const n[] = {"none", "anchor", "end",   "pin",
-					"park", "store",  "stash", "spill",
-					"disk"};
-	return tier < sizeof n / sizeof n[0] ? n[tier] : "none";
-}
-
 /* prompt_tokens is the client's count (its copy as the template renders
  * and the tokenizer splits it); cached and reread are in the positions of
  * the prompt the engine read, which the end alignment may have respelled
@@ -121,16 +92,17 @@ json_t *gw_reply_usage(const gw_job *j)
 			    json_integer((json_int_t)cached_c));
 	json_object_set_new(u, "prompt_tokens_details", det);
 	json_t *m = json_object();
-	json_object_set_new(m, "tier",
-			    json_string(j->from_cache ? "response_cache"
-						      : gw_tier_word(d->tier)));
+	json_object_set_new(
+	    m, "tier",
+	    json_string(j->from_cache ? "response_cache"
+				      : proto_tier(d->tier)->tier));
 	json_object_set_new(
 	    m, "source",
 	    json_string(j->from_cache ? "response_cache"
 			: j->prepared	  ? "prepared"
 			: j->continuation && d->tier == PROTO_TIER_END
 			    ? "continuation"
-			    : gw_tier_source(d->tier)));
+			    : proto_tier(d->tier)->source));
 	json_object_set_new(m, "cached",
 			    json_integer((json_int_t)d->cached_tokens));
 	uint64_t reread = d->prompt_tokens > d->cached_tokens

@@ -1101,27 +1101,18 @@ const char *proto_type_name(uint16_t type)
 	return k ? k->name : "unknown";
 }
 
-#define TIER_NAME(id, v, name, source, word) [v] = name,
-#define TIER_SOURCE(id, v, name, source, word) [v] = source,
-#define TIER_WORD(id, v, name, source, word) [v] = word,
-static const char *const tier_name[PROTO_TIER_COUNT] = {
-    PROTO_TIERS(TIER_NAME)};
-static const char *const tier_source[PROTO_TIER_COUNT] = {
-    PROTO_TIERS(TIER_SOURCE)};
-static const char *const tier_word[PROTO_TIER_COUNT] = {
-    PROTO_TIERS(TIER_WORD)};
+#define TIER_WORDS(id, v, name, source, word) [v] = {name, source, word},
+static const proto_tier_words tier_words[PROTO_TIER_COUNT] = {
+    PROTO_TIERS(TIER_WORDS)};
+#undef TIER_WORDS
+
+const proto_tier_words *proto_tier(uint32_t tier)
+{
+	static const proto_tier_words unknown = {"unknown", "none", "none"};
+	return tier < PROTO_TIER_COUNT ? &tier_words[tier] : &unknown;
+}
 
 const char *proto_tier_name(uint32_t tier)
 {
-	return tier < PROTO_TIER_COUNT ? tier_name[tier] : "unknown";
-}
-
-const char *proto_tier_source(uint32_t tier)
-{
-	return tier < PROTO_TIER_COUNT ? tier_source[tier] : "none";
-}
-
-const char *proto_tier_word(uint32_t tier)
-{
-	return tier < PROTO_TIER_COUNT ? tier_word[tier] : "none";
+	return proto_tier(tier)->name;
 }

@@ -430,12 +430,22 @@ int proto_peek_hdr(const void *buf, size_t len, proto_hdr *out);
 void proto_msg_fini(proto_msg *m);
 
 const char *proto_type_name(uint16_t type);
-/* "none", "resident", "end", "pin", "park", "store", "stash"; "unknown". */
-/* A tier's names (tiers.h): cached's, the usage frame's cache.source and
- * cache.tier word; "unknown" (name) or "none" (source, word) out of the
- * table. */
-const char *proto_tier_name(uint32_t tier);
-const char *proto_tier_source(uint32_t tier);
-const char *proto_tier_word(uint32_t tier);
+/* The one table of tier names (tiers.h), by PROTO_TIER_* (cached's
+ * CACHE_TIER_* are the same numbers), for every process:
+ *   name    the cache, in logs and stats: "none", "resident", "end",
+ *           "pin", "park", "store", "stash", "spill", "disk";
+ *   source  where a turn resumed, as usage.moor.source, the journal and
+ *           /metrics spell it (the seed's words: "anchor" the rows in
+ *           place, "end" the end anchor, "none" cold; the rest as name);
+ *   tier    the tier a client reads (usage.moor.tier, the peek's tier):
+ *           "resident" (the rows in place, their end anchor, a guest's
+ *           stash), "ram_park" (the pin, the park), "ram_snapshot" (the
+ *           state store), "nvme_spill", "nvme_disk", "none".
+ * A number past the table: name "unknown", source and tier "none". */
+typedef struct proto_tier_words {
+	const char *name, *source, *tier;
+} proto_tier_words;
+const proto_tier_words *proto_tier(uint32_t tier); /* never NULL, static */
+const char *proto_tier_name(uint32_t tier);	   /* proto_tier()->name */
 
 #endif

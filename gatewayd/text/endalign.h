@@ -22,7 +22,11 @@
  *
  * The rule (the seed's replay, glue and end alignment):
  *   - every byte of the copy up to the end anchor is the rows' own, in the
- *     rows' order, whatever tokens the copy's spelling chose;
+ *     rows' order, whatever tokens the copy's spelling chose; the rows'
+ *     bytes as the client received them (U+FFFD for a sequence that is
+ *     not UTF-8) and normalized as the tokenizer normalizes the copy
+ *     (NFC: a model may write a compatibility ideograph, or marks out of
+ *     canonical order, which the client's copy then holds normalized);
  *   - hidden spans (rows the client never received) are skipped on the
  *     rows' side (the replay puts them back);
  *   - a run of whitespace-only tokens of the rows next to a skipped span

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "moor.h"
 #include "replystream.h"
 #include "tmpl_int.h"
@@ -46,12 +47,6 @@ struct rs_ev {
 	size_t id_off, nm_off; /* TOOL_START: NUL-terminated in qbuf */
 };
 
-/* A growing byte buffer (kept NUL-terminated). */
-struct bytes {
-	char *p;
-	size_t len, cap;
-};
-
 struct gw_rs {
 	gw_tmpl_family family;
 	int think_open;
@@ -66,42 +61,30 @@ struct gw_rs {
 	size_t **fail;
 	size_t *matched;
 
-	struct bytes buf; /* the raw text, stops cut */
-	size_t avail;	  /* buf[0, avail) is past any stop's reach */
+	moor_buf buf; /* the raw text, stops cut */
+	size_t avail; /* buf[0, avail) is past any stop's reach */
 	int stopped, finished, err;
 	uint64_t stop_work; /* stop bytes compared (gw_rs_stop_work) */
 
 	enum phase ph;
-	size_t pos;	    /* buf[0, pos) is accounted for */
-	int r_lead;	    /* REASON: no reasoning byte out yet */
-	int c_lead;	    /* CONTENT: leading whitespace to drop */
-	size_t blk_scan;    /* CONTENT: where to look on for </tool_call> */
-	struct bytes cpend; /* content whitespace not out yet */
-	json_t *calls;	    /* every call taken, in order */
-	size_t calls_out;   /* of them, queued as events */
+	size_t pos;	  /* buf[0, pos) is accounted for */
+	int r_lead;	  /* REASON: no reasoning byte out yet */
+	int c_lead;	  /* CONTENT: leading whitespace to drop */
+	size_t blk_scan;  /* CONTENT: where to look on for </tool_call> */
+	moor_buf cpend;	  /* content whitespace not out yet */
+	json_t *calls;	  /* every call taken, in order */
+	size_t calls_out; /* of them, queued as events */
 
 	struct rs_ev *q; /* queued events [qhead, nq) */
 	size_t nq, qcap, qhead;
-	struct bytes qbuf;
+	moor_buf qbuf;
 };
 
-static int b_put(struct bytes *b, const char *s, size_t n)
+/* moor_buf keeps p NUL-terminated (p[len] == 0) once anything was put. */
+static int b_put(moor_buf *b, const char *s, size_t n)
 {
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 64;
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-		if (!p)
-			return -ENOMEM;
-		b->p = p;
-		b->cap = cap;
-	}
-	if (n)
-		memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = 0;
-	return 0;
+	moor_buf_put(b, s, n);
+	return b->err;
 }
 
 static size_t find_in(const char *s, size_t from, size_t to, const char *lit)
@@ -187,7 +170,7 @@ static int q_drain(gw_rs *r, gw_rs_cb cb, void *arg)
 		r->qhead++;
 	}
 	r->qhead = r->nq = 0;
-	r->qbuf.len = 0;
+	moor_buf_reset(&r->qbuf);
 	return 0;
 }
 
@@ -204,7 +187,7 @@ static int content(gw_rs *r, const char *s, size_t n)
 		return b_put(&r->cpend, s, n);
 	if (q_add(r, GW_RS_CONTENT, 0, r->cpend.p, r->cpend.len, s, k))
 		return -ENOMEM;
-	r->cpend.len = 0;
+	moor_buf_reset(&r->cpend);
 	return b_put(&r->cpend, s + k, n - k);
 }
 
@@ -325,7 +308,7 @@ static int advance(gw_rs *r, int fin)
 				    q_add(r, GW_RS_CONTENT, 0, r->cpend.p,
 					  r->cpend.len, NULL, 0))
 					return -ENOMEM;
-				r->cpend.len = 0;
+				moor_buf_reset(&r->cpend);
 				r->ph = PH_DONE;
 				return 0;
 			}
@@ -446,10 +429,10 @@ void gw_rs_free(gw_rs *r)
 	free(r->fail);
 	free(r->matched);
 	free(r->id_prefix);
-	free(r->buf.p);
-	free(r->cpend.p);
+	moor_buf_fini(&r->buf);
+	moor_buf_fini(&r->cpend);
 	free(r->q);
-	free(r->qbuf.p);
+	moor_buf_fini(&r->qbuf);
 	json_decref(r->calls);
 	free(r);
 }

@@ -23,6 +23,7 @@
 
 #include <utf8proc.h>
 
+#include "buf.h"
 #include "tok_int.h"
 
 /* ------------------------------------------------------------------------ */
@@ -115,26 +116,13 @@ static const utf8proc_option_t form_opts[4] = {
     [TOK_NFKD] = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT,
 };
 
-typedef struct bytes {
-	uint8_t *p;
-	size_t n, cap;
-} bytes;
-
-static int bytes_put(bytes *b, const uint8_t *s, size_t n)
+/* moor_buf's put, skipping empty pieces (a put of 0 bytes allocates, and
+ * nfc() reads a buffer never allocated as "nothing changed"); its error. */
+static int buf_put(moor_buf *b, const void *s, size_t n)
 {
-	if (n == 0)
-		return 0;
-	if (b->n + n > b->cap) {
-		size_t cap = (b->n + n) * 2 + 64;
-		uint8_t *p = realloc(b->p, cap);
-		if (!p)
-			return -ENOMEM;
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-	return 0;
+	if (n)
+		moor_buf_put(b, s, n);
+	return b->err;
 }
 
 static int map_one(const uint8_t *s, size_t n, int form, uint8_t **out,
@@ -162,7 +150,7 @@ static int map_form(const uint8_t *s, size_t n, int form, uint8_t **out,
 	const uint8_t *t = memmem(s, n, tbase, 3);
 	if (!t || form == TOK_NFD || form == TOK_NFKD)
 		return map_one(s, n, form, out, outn);
-	bytes b = {0};
+	moor_buf b = {0};
 	int rc = 0;
 	for (;;) {
 		size_t k = t ? (size_t)(t - s) : n;
@@ -170,20 +158,24 @@ static int map_form(const uint8_t *s, size_t n, int form, uint8_t **out,
 		size_t on;
 		if ((rc = map_one(s, k, form, &o, &on)))
 			break;
-		rc = bytes_put(&b, o, on);
+		rc = buf_put(&b, o, on);
 		free(o);
-		if (rc || !t || (rc = bytes_put(&b, tbase, 3)))
+		if (rc || !t || (rc = buf_put(&b, tbase, 3)))
 			break;
 		s += k + 3;
 		n -= k + 3;
 		t = memmem(s, n, tbase, 3);
 	}
-	if (rc || (rc = bytes_put(&b, (const uint8_t *)"", 1))) {
-		free(b.p);
+	if (!rc) {
+		moor_buf_put(&b, "", 0); /* allocated, NUL-terminated */
+		rc = b.err;
+	}
+	if (rc) {
+		moor_buf_fini(&b);
 		return rc;
 	}
-	*out = b.p; /* NUL-terminated, as utf8proc's */
-	*outn = b.n - 1;
+	*out = (uint8_t *)b.p; /* NUL-terminated, as utf8proc's */
+	*outn = b.len;
 	return 0;
 }
 
@@ -238,7 +230,7 @@ static int nfc_unstable(const gw_tok *t, uint32_t c)
 static int nfc(const gw_tok *t, const uint8_t *s, size_t n, uint8_t **out,
 	       size_t *outn)
 {
-	bytes b = {0};
+	moor_buf b = {0};
 	size_t done = 0;    /* s[0..done) is in b (or unchanged) */
 	size_t starter = 0; /* where the last stable code point began */
 	size_t i = 0;
@@ -269,10 +261,10 @@ static int nfc(const gw_tok *t, const uint8_t *s, size_t n, uint8_t **out,
 		}
 		uint8_t *o;
 		size_t on;
-		if ((rc = bytes_put(&b, s + done, a - done)) ||
+		if ((rc = buf_put(&b, s + done, a - done)) ||
 		    (rc = map_form(s + a, e - a, TOK_NFC, &o, &on)))
 			goto fail;
-		rc = bytes_put(&b, o, on);
+		rc = buf_put(&b, o, on);
 		free(o);
 		if (rc)
 			goto fail;
@@ -284,13 +276,13 @@ static int nfc(const gw_tok *t, const uint8_t *s, size_t n, uint8_t **out,
 		*out = NULL; /* already NFC */
 		return 0;
 	}
-	if ((rc = bytes_put(&b, s + done, n - done)))
+	if ((rc = buf_put(&b, s + done, n - done)))
 		goto fail;
-	*out = b.p;
-	*outn = b.n;
+	*out = (uint8_t *)b.p;
+	*outn = b.len;
 	return 0;
 fail:
-	free(b.p);
+	moor_buf_fini(&b);
 	return rc;
 }
 
@@ -327,7 +319,7 @@ int tok_normalize(const gw_tok *t, const uint8_t *s, size_t n, uint8_t **out,
 
 /* Bytes with a tag each, for gw_tok_normalize_tagged. */
 typedef struct tagged {
-	bytes b;
+	moor_buf b;
 	uint32_t *tag; /* [b.cap] */
 	size_t tcap;
 } tagged;
@@ -339,8 +331,8 @@ static int tagged_put(tagged *o, const uint8_t *s, size_t n,
 {
 	if (n == 0)
 		return 0;
-	size_t at = o->b.n;
-	int rc = bytes_put(&o->b, s, n);
+	size_t at = o->b.len;
+	int rc = buf_put(&o->b, s, n);
 	if (rc)
 		return rc;
 	if (o->tcap < o->b.cap) {
@@ -374,8 +366,8 @@ static int tagged_span(const gw_tok *t, tagged *o, const uint8_t *u,
 }
 
 int gw_tok_normalize_tagged(const gw_tok *t, const char *s, size_t n,
-			    const uint32_t *tag, char **out,
-			    uint32_t **out_tag, size_t *outn)
+			    const uint32_t *tag, char **out, uint32_t **out_tag,
+			    size_t *outn)
 {
 	*out = NULL;
 	*out_tag = NULL;
@@ -427,7 +419,7 @@ int gw_tok_normalize_tagged(const gw_tok *t, const char *s, size_t n,
 	}
 	*out = (char *)o.b.p;
 	*out_tag = o.tag;
-	*outn = o.b.n;
+	*outn = o.b.len;
 	return 0;
 }
 
@@ -463,7 +455,7 @@ typedef struct enc {
 
 	cache_ent *ce; /* [cmask + 1] */
 	uint32_t cmask, cn;
-	bytes keys;
+	moor_buf keys;
 	int32_t *cids;
 	size_t cids_n, cids_cap;
 } enc;
@@ -498,7 +490,7 @@ static void enc_fini(enc *e)
 	free(e->rank);
 	free(e->heap);
 	free(e->ce);
-	free(e->keys.p);
+	moor_buf_fini(&e->keys);
 	free(e->cids);
 }
 
@@ -701,8 +693,8 @@ static int cache_grow(enc *e)
 	e->cmask = cap - 1;
 	for (uint32_t i = 0; i < oldcap; i++)
 		if (old[i].klen)
-			*cache_slot(e, e->keys.p + old[i].koff, old[i].klen,
-				    old[i].h) = old[i];
+			*cache_slot(e, (const uint8_t *)e->keys.p + old[i].koff,
+				    old[i].klen, old[i].h) = old[i];
 	free(old);
 	return 0;
 }
@@ -757,8 +749,8 @@ static int bpe(enc *e, const uint8_t *s, size_t n)
 		e->cids = p;
 		e->cids_cap = cap;
 	}
-	uint32_t koff = (uint32_t)e->keys.n;
-	if ((rc = bytes_put(&e->keys, s, n)))
+	uint32_t koff = (uint32_t)e->keys.len;
+	if ((rc = buf_put(&e->keys, s, n)))
 		return rc;
 	memcpy(e->cids + e->cids_n, e->out + start, k * sizeof *e->cids);
 	*c = (cache_ent){.h = h,

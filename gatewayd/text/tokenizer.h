@@ -66,8 +66,8 @@ int gw_tok_decode(const gw_tok *tok, const int32_t *ids, size_t n, char **text,
  * model's answer that is not NFC (a CJK compatibility ideograph, combining
  * marks out of canonical order) reaches the rows again only this way. */
 int gw_tok_normalize_tagged(const gw_tok *tok, const char *s, size_t n,
-			    const uint32_t *tag, char **out,
-			    uint32_t **out_tag, size_t *outn);
+			    const uint32_t *tag, char **out, uint32_t **out_tag,
+			    size_t *outn);
 
 /* The id of the token whose text is `token` (NUL-terminated raw UTF-8, not
  * the byte-level "Ġ" spelling): an added token's content first, then the BPE

@@ -166,7 +166,8 @@ static void compaction_oc(const char *S, int last, const char *system,
 			  const char *instructions, char *src, long long *comp)
 {
 	moor_buf u = {0};
-	moor_buf_puts(&u, "Here is the conversation so far:\n\n<conversation>\n");
+	moor_buf_puts(&u,
+		      "Here is the conversation so far:\n\n<conversation>\n");
 	for (int i = 0; i <= last; i++)
 		moor_buf_printf(&u, "%s[User]: %s\n\n[Assistant]: (an answer)",
 				i ? "\n\n" : "", users[i]);
@@ -232,8 +233,8 @@ int main(int argc, char **argv)
 	CHECK(wait_log("prepared the summary of session ses_d", 120),
 	      "D's summary was not prepared");
 	compaction_oc("ses_d", 2, oc_sys, oc_ins, sd, &dummy);
-	printf("D: opencode 1.18.33's compaction: source %s, %lld tokens\n",
-	       sd, dummy);
+	printf("D: opencode 1.18.33's compaction: source %s, %lld tokens\n", sd,
+	       dummy);
 	CHECK(!strcmp(sd, "prepared"), "D's compaction: %s", sd);
 	/* one other word in the instructions: the same continuation rows,
 	 * computed at request time */
@@ -254,8 +255,8 @@ int main(int argc, char **argv)
 	free(oc_ins);
 	/* D2's continuation is resident now: X's one short turn would be a
 	 * guest of it (no end anchor); the rest starts from empty caches */
-	gt_resp cr = gt_request(gt_.port, "POST", "/v1/cache/clear", "{}",
-				NULL, 10);
+	gt_resp cr =
+	    gt_request(gt_.port, "POST", "/v1/cache/clear", "{}", NULL, 10);
 	REQUIRE(cr.status == 200, "cache clear: %d %s", cr.status, cr.body);
 	gt_resp_fini(&cr);
 

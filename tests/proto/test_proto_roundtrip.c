@@ -229,18 +229,23 @@ static void test_names_and_fini(void)
 	CHECK(!strcmp(proto_type_name(PROTO_PEEK_OK), "PEEK_OK"), "PEEK_OK");
 	CHECK(!strcmp(proto_type_name(53), "unknown"), "53");
 	/* the one tier table (tiers.h): every tier named, the NVMe ones too */
-	static const char *const tiers[] = {"none",  "resident", "end",
-					    "pin",   "park",	 "store",
-					    "stash", "spill",	 "disk"};
-	for (uint32_t i = 0; i < 9; i++)
-		CHECK(!strcmp(proto_tier_name(i), tiers[i]), "tier %u", i);
-	CHECK(!strcmp(proto_tier_word(PROTO_TIER_SPILL), "nvme_spill") &&
-		  !strcmp(proto_tier_word(PROTO_TIER_PARK), "ram_park") &&
-		  !strcmp(proto_tier_source(PROTO_TIER_RESIDENT), "anchor"),
-	      "the gateway's words");
-	CHECK(!strcmp(proto_tier_name(9), "unknown") &&
+	static const char *const tiers[][3] = {
+	    {"none", "none", "none"},	    {"resident", "anchor", "resident"},
+	    {"end", "end", "resident"},	    {"pin", "pin", "ram_park"},
+	    {"park", "park", "ram_park"},   {"store", "store", "ram_snapshot"},
+	    {"stash", "stash", "resident"}, {"spill", "spill", "nvme_spill"},
+	    {"disk", "disk", "nvme_disk"}};
+	for (uint32_t i = 0; i <= PROTO_TIER_DISK; i++) {
+		const proto_tier_words *w = proto_tier(i);
+		CHECK(!strcmp(proto_tier_name(i), tiers[i][0]) &&
+			  !strcmp(w->source, tiers[i][1]) &&
+			  !strcmp(w->tier, tiers[i][2]),
+		      "tier %u: %s %s %s", i, w->name, w->source, w->tier);
+	}
+	CHECK(!strcmp(proto_tier_name(PROTO_TIER_DISK + 1), "unknown") &&
 		  !strcmp(proto_tier_name(UINT32_MAX), "unknown") &&
-		  !strcmp(proto_tier_word(9), "none"),
+		  !strcmp(proto_tier(UINT32_MAX)->source, "none") &&
+		  !strcmp(proto_tier(PROTO_TIER_DISK + 1)->tier, "none"),
 	      "tier out of range");
 	CHECK(!strcmp(proto_type_name(0), "unknown"), "0");
 	CHECK(!strcmp(proto_type_name(3), "unknown"), "3");

@@ -267,6 +267,30 @@ int main(void)
 		CHECK(0, "no single-byte token for 0xE4 (id %d)", lone);
 	}
 
+	/* the normalizer with tags: "caf" "e" | U+0301 "!": the composed
+	 * U+00E9 takes the tag of its span's first byte, the rest keep
+	 * theirs; NFC text comes back as NULL */
+	{
+		const char in[] = "cafe\xcc\x81!";
+		const uint32_t tg[] = {0, 0, 0, 1, 2, 2, 3};
+		char *no;
+		uint32_t *nt;
+		size_t nn;
+		REQUIRE(
+		    gw_tok_normalize_tagged(tok, in, 7, tg, &no, &nt, &nn) == 0,
+		    "normalize_tagged");
+		static const uint32_t want_t[] = {0, 0, 0, 1, 1, 3};
+		CHECK(no && nn == 6 && !memcmp(no, "caf\xc3\xa9!", 6) &&
+			  !memcmp(nt, want_t, sizeof want_t),
+		      "normalize_tagged: %zu bytes", nn);
+		free(no);
+		free(nt);
+		REQUIRE(gw_tok_normalize_tagged(tok, "caf\xc3\xa9", 5, tg, &no,
+						&nt, &nn) == 0,
+			"normalize_tagged");
+		CHECK(!no && !nt && nn == 5, "NFC text: not NULL");
+	}
+
 	/* 8. an answer that is not NFC (a model's ids may spell any bytes):
 	 * a CJK compatibility ideograph (U+F90C, whose NFC is U+5948),
 	 * "e" and a combining acute in two tokens (NFC: U+00E9) and a
@@ -284,7 +308,8 @@ int main(void)
 		char one[2] = {*q, 0};
 		int32_t id = gw_tok_token_id(tok, one);
 		size_t bl = 0;
-		const char *bb = id >= 0 ? gw_tok_token_bytes(tok, id, &bl) : NULL;
+		const char *bb =
+		    id >= 0 ? gw_tok_token_bytes(tok, id, &bl) : NULL;
 		if (!bb || bl != 1 || bb[0] != *q)
 			bytes_ok = 0;
 		else
