@@ -2,15 +2,11 @@
  * CPU backend's sample op and by eng_sample(); the CUDA backend implements
  * the same rule on the device with the same arithmetic (sample_rule.h). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "moor.h"
 #include "ops.h"
 #include "sample_rule.h"
-
-typedef struct cand {
-	float key;
-	int32_t id;
-} cand;
 
 double kern_exp_det(double x)
 {
@@ -22,20 +18,138 @@ float kern_fill_value(uint64_t seed, uint64_t i, float lo, float hi)
 	return ksr_fill(seed, i, lo, hi);
 }
 
+/* ---- the candidates in the rule's order, without sorting them all ----
+ *
+ * The rule (ops.h) orders the candidates by (logit desc, index asc) and
+ * sums their weights in that order, so its bits depend on the order of
+ * every candidate whose weight can change a sum. A candidate is a uint64:
+ * its key mapped to 32 bits that grow as the key falls (kdesc), above its
+ * index; ascending order of the high half, stable, is the rule's order.
+ *
+ * sample_host below sorts only the first np candidates of that order (a
+ * histogram selection gathers them in index order, a stable LSD radix sort
+ * orders them), where np is top_k's n cut further to the end of the block
+ * of the last candidate whose weight is not negligible: x = (l - mx) /
+ * temperature >= -50 (the x the rule computes). Every candidate past that
+ * block has x < -50 and weighs under 1.5 * 2^-72 (kern_exp_det's 2^n with
+ * n <= -72 times e^r < 1.5), so a whole block of them sums to under 2^-63
+ * while
+ * the prefix it is added to holds w_0 = 1: half an ulp of P_b >= 1 is
+ * 2^-53, the add gives P_b back, and C(k) = C(np) for every k >= np. Where
+ * that argument does not settle a step (a min_p below 2^-60 walking past
+ * np, the draw's fallback past np), the call starts again with every
+ * candidate sorted. */
+
+#define RDX_BITS 11
+#define RDX_N (1 << RDX_BITS)
+#define SEL_N 65536 /* the selection's histogram: the top 16 bits of kdesc */
+
+static uint32_t kdesc(float k)
+{
+	uint32_t u;
+	memcpy(&u, &k, sizeof u);
+	uint32_t ord = u & 0x80000000u ? ~u : u | 0x80000000u;
+	return ~ord;
+}
+
+static float key_of(uint32_t d)
+{
+	uint32_t ord = ~d;
+	uint32_t u = ord & 0x80000000u ? ord & 0x7fffffffu : ~ord;
+	float k;
+	memcpy(&k, &u, sizeof k);
+	return k;
+}
+
+/* The scratch (kern_sample_work_bytes): two candidate arrays [V], w [V],
+ * P [V / B + 2], the radix sort's histograms and the selection's. */
+typedef struct smp_work {
+	uint64_t *a, *b;
+	double *w, *P;
+	uint32_t *hist; /* [3][RDX_N] */
+	uint32_t *sel;	/* [SEL_N] */
+} smp_work;
+
 size_t kern_sample_work_bytes(int V)
 {
 	if (V <= 0)
 		return 0;
-	return (size_t)V * (sizeof(cand) + sizeof(double)) +
-	       ((size_t)V / KERN_SAMPLE_BLOCK + 2) * sizeof(double);
+	return (size_t)V * (2 * sizeof(uint64_t) + sizeof(double)) +
+	       ((size_t)V / KERN_SAMPLE_BLOCK + 2) * sizeof(double) +
+	       (3 * RDX_N + SEL_N) * sizeof(uint32_t);
 }
 
-static int cmp_cand(const void *a, const void *b)
+static smp_work carve(void *work, int V)
 {
-	const cand *x = a, *y = b;
-	if (x->key != y->key)
-		return x->key > y->key ? -1 : 1;
-	return x->id < y->id ? -1 : x->id > y->id;
+	smp_work s;
+	s.a = work;
+	s.b = s.a + V;
+	s.w = (double *)(s.b + V);
+	s.P = s.w + V;
+	s.hist = (uint32_t *)(s.P + V / KERN_SAMPLE_BLOCK + 2);
+	s.sel = s.hist + 3 * RDX_N;
+	return s;
+}
+
+/* Stable LSD radix sort of x[0..m) by the high 32 bits, 11 + 11 + 10 bits;
+ * a pass whose digit is the same for all is skipped. tmp holds m. Returns
+ * where the sorted candidates are (x or tmp). */
+static uint64_t *radix_sort(uint64_t *x, uint64_t *tmp, int m, uint32_t *h)
+{
+	memset(h, 0, 3 * RDX_N * sizeof *h);
+	for (int i = 0; i < m; i++) {
+		uint32_t d = (uint32_t)(x[i] >> 32);
+		h[d & (RDX_N - 1)]++;
+		h[RDX_N + ((d >> RDX_BITS) & (RDX_N - 1))]++;
+		h[2 * RDX_N + (d >> 2 * RDX_BITS)]++;
+	}
+	for (int p = 0; p < 3; p++) {
+		uint32_t *hp = h + p * RDX_N, sum = 0;
+		int skip = 0;
+		for (int j = 0; j < RDX_N; j++) {
+			uint32_t c = hp[j];
+			if (c == (uint32_t)m)
+				skip = 1;
+			hp[j] = sum;
+			sum += c;
+		}
+		if (skip)
+			continue;
+		int sh = 32 + p * RDX_BITS;
+		for (int i = 0; i < m; i++) {
+			uint64_t v = x[i];
+			tmp[hp[(v >> sh) & (RDX_N - 1)]++] = v;
+		}
+		uint64_t *t = x;
+		x = tmp;
+		tmp = t;
+	}
+	return x;
+}
+
+/* Gathers into out, in index order, every candidate of x[0..m) whose top
+ * 16 bits of kdesc are at most those of the want-th in the rule's order
+ * (1 <= want <= m): a superset of the first want, holding all ties of the
+ * want-th. Returns how many. */
+static int select_top(const uint64_t *x, int m, int want, uint64_t *out,
+		      uint32_t *sel)
+{
+	memset(sel, 0, SEL_N * sizeof *sel);
+	for (int i = 0; i < m; i++)
+		sel[x[i] >> 48]++;
+	uint32_t cum = 0;
+	int bkt = 0;
+	for (; bkt < SEL_N; bkt++) {
+		cum += sel[bkt];
+		if (cum >= (uint32_t)want)
+			break;
+	}
+	int g = 0;
+	for (int i = 0; i < m; i++) {
+		out[g] = x[i];
+		g += (int)(x[i] >> 48) <= bkt;
+	}
+	return g;
 }
 
 /* Walks C(1), C(2), ... of ops.h's rule (the running in-block sum r is the
@@ -66,6 +180,75 @@ static double prefix_at(const double *w, const double *P, int k)
 	return P[b] + r;
 }
 
+/* The rule over the first np of the n candidates (np == n: all of them).
+ * -1 where the first np do not settle the token (see above). */
+static int32_t sample_np(int V, int n, int np, const kern_sampling *p,
+			 uint64_t draw, double mx, smp_work *s)
+{
+	uint64_t *c;
+	if (np < V) {
+		int g = select_top(s->a, V, np, s->b, s->sel);
+		c = radix_sort(s->b, s->a, g, s->hist);
+	} else {
+		c = radix_sort(s->a, s->b, V, s->hist);
+	}
+	double *w = s->w, *P = s->P;
+	double temp = p->temperature;
+	uint32_t dprev = (uint32_t)(c[0] >> 32);
+	double wprev = ksr_exp(((double)key_of(dprev) - mx) / temp);
+	for (int i = 0; i < np; i++) {
+		uint32_t d = (uint32_t)(c[i] >> 32);
+		if (d != dprev) { /* equal keys, equal weights */
+			dprev = d;
+			wprev = ksr_exp(((double)key_of(d) - mx) / temp);
+		}
+		w[i] = wprev;
+	}
+	if (np < n && w[0] != 1.0)
+		return -1; /* cannot happen: x = 0 gives exactly 1 */
+	int nb = np / KERN_SAMPLE_BLOCK;
+	P[0] = 0.0;
+	for (int b = 0; b < nb; b++) {
+		double sum = 0.0;
+		for (int i = b * KERN_SAMPLE_BLOCK;
+		     i < (b + 1) * KERN_SAMPLE_BLOCK; i++)
+			sum += w[i];
+		P[b + 1] = P[b] + sum;
+	}
+	int kept = n;
+	if (p->min_p > 0) {
+		int k = 1;
+		while (k < np && w[k] >= (double)p->min_p)
+			k++;
+		if (k == np && np < n && !((double)p->min_p > 0x1p-60))
+			return -1; /* a weight past np might still pass */
+		kept = k;
+	}
+	/* C(n) = C(np): np < n only where the blocks past np add nothing */
+	double cn = prefix_at(w, P, np);
+	if (p->top_p > 0 && p->top_p < 1) {
+		double target = (double)p->top_p * cn;
+		walk a = {w, P, 0, 0.0};
+		int k = 1;
+		while (walk_next(&a) < target && k < kept) {
+			if (k == np)
+				return -1; /* C(np) >= target: not reached */
+			k++;
+		}
+		kept = k;
+	}
+	double total = kept < np ? prefix_at(w, P, kept) : cn;
+	double u = (double)(draw >> 11) * (1.0 / 9007199254740992.0) * total;
+	walk a = {w, P, 0, 0.0};
+	int lim = kept < np ? kept : np;
+	for (int i = 0; i < lim; i++)
+		if (u < walk_next(&a))
+			return (int32_t)(uint32_t)c[i];
+	if (kept > np)
+		return -1; /* the last kept is past np */
+	return (int32_t)(uint32_t)c[kept - 1];
+}
+
 int32_t kern_sample_host(const float *logits, int V, const kern_sampling *p,
 			 uint64_t draw, void *work)
 {
@@ -83,48 +266,39 @@ int32_t kern_sample_host(const float *logits, int V, const kern_sampling *p,
 		}
 		return best;
 	}
-	cand *c = work;
-	double *w = (double *)(c + V);
-	double *P = w + V;
-	for (int i = 0; i < V; i++)
-		c[i] = (cand){ksr_key(logits[i]), i};
-	qsort(c, (size_t)V, sizeof *c, cmp_cand);
+	smp_work s = carve(work, V);
+	uint64_t first = UINT64_MAX;
+	for (int i = 0; i < V; i++) {
+		uint64_t v =
+		    (uint64_t)kdesc(ksr_key(logits[i])) << 32 | (uint32_t)i;
+		s.a[i] = v;
+		first = v < first ? v : first;
+	}
 	int n = p->top_k > 0 && p->top_k < V ? p->top_k : V;
-	double mx = c[0].key;
+	double mx = key_of((uint32_t)(first >> 32));
 	if (mx != mx || mx == INFINITY || mx == -INFINITY)
-		return c[0].id; /* nothing to weigh against */
+		return (int32_t)(uint32_t)first; /* nothing to weigh against */
 	double temp = p->temperature;
-	for (int i = 0; i < n; i++)
-		w[i] = ksr_exp(((double)c[i].key - mx) / temp);
-	int nb = n / KERN_SAMPLE_BLOCK;
-	P[0] = 0.0;
-	for (int b = 0; b < nb; b++) {
-		double s = 0.0;
-		for (int i = b * KERN_SAMPLE_BLOCK;
-		     i < (b + 1) * KERN_SAMPLE_BLOCK; i++)
-			s += w[i];
-		P[b + 1] = P[b] + s;
+	int np = n;
+	if (temp == temp && temp < INFINITY) {
+		/* candidates with x >= -50, x computed as the rule computes it
+		 * (never fewer than 1: the first has x = 0) */
+		int m1 = 0;
+		for (int i = 0; i < V; i++)
+			m1 +=
+			    !(((double)ksr_key(logits[i]) - mx) / temp < -50.0);
+		int64_t end = ((int64_t)m1 + KERN_SAMPLE_BLOCK - 1) /
+			      KERN_SAMPLE_BLOCK * KERN_SAMPLE_BLOCK;
+		if (end < np)
+			np = (int)end;
 	}
-	int kept = n;
-	if (p->min_p > 0) {
-		int k = 1;
-		while (k < n && w[k] >= (double)p->min_p)
-			k++;
-		kept = k;
+	int32_t t = sample_np(V, n, np, p, draw, mx, &s);
+	if (t < 0) {
+		/* select_top and radix_sort moved s.a: build it again */
+		for (int i = 0; i < V; i++)
+			s.a[i] = (uint64_t)kdesc(ksr_key(logits[i])) << 32 |
+				 (uint32_t)i;
+		t = sample_np(V, n, n, p, draw, mx, &s);
 	}
-	if (p->top_p > 0 && p->top_p < 1) {
-		double target = (double)p->top_p * prefix_at(w, P, n);
-		walk a = {w, P, 0, 0.0};
-		int k = 1;
-		while (walk_next(&a) < target && k < kept)
-			k++;
-		kept = k;
-	}
-	double total = prefix_at(w, P, kept);
-	double u = (double)(draw >> 11) * (1.0 / 9007199254740992.0) * total;
-	walk a = {w, P, 0, 0.0};
-	for (int i = 0; i < kept; i++)
-		if (u < walk_next(&a))
-			return c[i].id;
-	return c[kept - 1].id;
+	return t;
 }
