@@ -26,8 +26,8 @@ float kern_fill_value(uint64_t seed, uint64_t i, float lo, float hi)
  * its key mapped to 32 bits that grow as the key falls (kdesc), above its
  * index; ascending order of the high half, stable, is the rule's order.
  *
- * sample_host below sorts only the first np candidates of that order (a
- * histogram selection gathers them in index order, a stable LSD radix sort
+ * kern_sample_host below sorts only the first np candidates of that order
+ * (a histogram selection gathers them in index order, a stable LSD radix sort
  * orders them), where np is top_k's n cut further to the end of the block
  * of the last candidate whose weight is not negligible: x = (l - mx) /
  * temperature >= -50 (the x the rule computes). Every candidate past that
@@ -44,21 +44,157 @@ float kern_fill_value(uint64_t seed, uint64_t i, float lo, float hi)
 #define RDX_N (1 << RDX_BITS)
 #define SEL_N 65536 /* the selection's histogram: the top 16 bits of kdesc */
 
+/* Branch-free: the sign of a logit is a coin toss to the predictor. */
 static uint32_t kdesc(float k)
 {
 	uint32_t u;
 	memcpy(&u, &k, sizeof u);
-	uint32_t ord = u & 0x80000000u ? ~u : u | 0x80000000u;
+	uint32_t ord = u ^ (-(u >> 31) | 0x80000000u);
 	return ~ord;
 }
 
 static float key_of(uint32_t d)
 {
 	uint32_t ord = ~d;
-	uint32_t u = ord & 0x80000000u ? ord & 0x7fffffffu : ~ord;
+	uint32_t u = ord ^ (((ord >> 31) - 1u) | 0x80000000u);
 	float k;
 	memcpy(&k, &u, sizeof k);
 	return k;
+}
+
+/* ksr_exp (sample_rule.h) with its two branches as selects, so that the
+ * compiler can run it on vector lanes: the same operations on the same x,
+ * hence the same bits (IEEE operations are the same on a lane and in a
+ * scalar register, and -ffp-contract=off keeps every product rounded). */
+static inline double exp_sel(double x)
+{
+	int ok = x > -745.0; /* NaN too: 0 */
+	double y = ok ? x : 0.0;
+	y = y > 709.0 ? 709.0 : y;
+	const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
+	double t = y * 1.4426950408889634074;
+	double nd = (t + magic) - magic;
+	const double ln2_hi = 6.93147180369123816490e-01;
+	const double ln2_lo = 1.90821492927058770002e-10;
+	double r = y - nd * ln2_hi;
+	r = r - nd * ln2_lo;
+	double p = 1.6059043836821614599e-10;
+	p = p * r + 2.0876756987868098979e-09;
+	p = p * r + 2.5052108385441718775e-08;
+	p = p * r + 2.7557319223985890653e-07;
+	p = p * r + 2.7557319223985890653e-06;
+	p = p * r + 2.4801587301587301587e-05;
+	p = p * r + 1.9841269841269841270e-04;
+	p = p * r + 1.3888888888888888889e-03;
+	p = p * r + 8.3333333333333333333e-03;
+	p = p * r + 4.1666666666666666667e-02;
+	p = p * r + 1.6666666666666666667e-01;
+	p = p * r + 5.0000000000000000000e-01;
+	p = p * r + 1.0;
+	p = p * r + 1.0;
+	int64_t n = (int64_t)nd;
+	int64_t n1 = n / 2, n2 = n - n1;
+	uint64_t b1 = (uint64_t)(n1 + 1023) << 52, b2 = (uint64_t)(n2 + 1023)
+							<< 52;
+	double s1, s2;
+	memcpy(&s1, &b1, sizeof s1);
+	memcpy(&s2, &b2, sizeof s2);
+	double e = (p * s1) * s2;
+	return ok ? e : 0.0;
+}
+
+/* w[i] = ksr_exp(x of the key of c[i]) for i < m. */
+static inline void weights_body(double *w, const uint64_t *c, int m, double mx,
+				double temp)
+{
+	for (int i = 0; i < m; i++) {
+		uint32_t ord = ~(uint32_t)(c[i] >> 32);
+		uint32_t u = ord ^ (((ord >> 31) - 1u) | 0x80000000u);
+		float k;
+		memcpy(&k, &u, sizeof k);
+		w[i] = exp_sel(((double)k - mx) / temp);
+	}
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+typedef double v4d __attribute__((vector_size(32)));
+typedef int64_t v4l __attribute__((vector_size(32)));
+typedef uint64_t v4u __attribute__((vector_size(32)));
+typedef uint32_t v4w __attribute__((vector_size(16)));
+typedef float v4f __attribute__((vector_size(16)));
+
+/* exp_sel on four lanes, operation for operation: the selects as masks,
+ * n from the bits of t + 1.5 * 2^52 (= 1.5 * 2^52 + n exactly, as nd's
+ * subtraction says), n / 2 rounded toward zero as C's division does. */
+__attribute__((target("avx2"))) static inline v4d exp4(v4d x)
+{
+	const v4d magic = {6755399441055744.0, 6755399441055744.0,
+			   6755399441055744.0, 6755399441055744.0};
+	v4l ok = x > -745.0;
+	v4d y = (v4d)((v4l)x & ok);
+	v4l big = y > 709.0;
+	v4d c709 = {709.0, 709.0, 709.0, 709.0};
+	y = (v4d)(((v4l)y & ~big) | ((v4l)c709 & big));
+	v4d t = y * 1.4426950408889634074;
+	v4d tm = t + magic;
+	v4d nd = tm - magic;
+	v4d r = y - nd * 6.93147180369123816490e-01;
+	r = r - nd * 1.90821492927058770002e-10;
+	v4d p = r * 1.6059043836821614599e-10 + 2.0876756987868098979e-09;
+	p = p * r + 2.5052108385441718775e-08;
+	p = p * r + 2.7557319223985890653e-07;
+	p = p * r + 2.7557319223985890653e-06;
+	p = p * r + 2.4801587301587301587e-05;
+	p = p * r + 1.9841269841269841270e-04;
+	p = p * r + 1.3888888888888888889e-03;
+	p = p * r + 8.3333333333333333333e-03;
+	p = p * r + 4.1666666666666666667e-02;
+	p = p * r + 1.6666666666666666667e-01;
+	p = p * r + 5.0000000000000000000e-01;
+	p = p * r + 1.0;
+	p = p * r + 1.0;
+	v4l n = (v4l)tm - (v4l)magic;
+	/* n in [-1075, 1023]: + 2048 keeps the shifted value positive */
+	v4l n1 = (v4l)((v4u)(n + (v4l)((v4u)n >> 63) + 2048) >> 1) - 1024;
+	v4l n2 = n - n1;
+	v4d s1 = (v4d)((v4u)(n1 + 1023) << 52);
+	v4d s2 = (v4d)((v4u)(n2 + 1023) << 52);
+	v4d e = (p * s1) * s2;
+	return (v4d)((v4l)e & ok);
+}
+
+__attribute__((target("avx2"))) static void
+weights_avx2(double *w, const uint64_t *c, int m, double mx, double temp)
+{
+	int i = 0;
+	for (; i + 4 <= m; i += 4) {
+		v4w d = {(uint32_t)(c[i] >> 32), (uint32_t)(c[i + 1] >> 32),
+			 (uint32_t)(c[i + 2] >> 32),
+			 (uint32_t)(c[i + 3] >> 32)};
+		v4w ord = ~d;
+		v4w u = ord ^ (((ord >> 31) - 1u) | 0x80000000u);
+		v4d k = __builtin_convertvector((v4f)u, v4d);
+		v4d x = (k - mx) / temp;
+		v4d e = exp4(x);
+		memcpy(w + i, &e, sizeof e);
+	}
+	weights_body(w + i, c + i, m - i, mx, temp);
+}
+#endif
+
+static void weights(double *w, const uint64_t *c, int m, double mx, double temp)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	static int avx2 = -1;
+	if (avx2 < 0)
+		avx2 = __builtin_cpu_supports("avx2") &&
+		       !getenv("MOOR_CPU_NO_AVX2");
+	if (avx2) {
+		weights_avx2(w, c, m, mx, temp);
+		return;
+	}
+#endif
+	weights_body(w, c, m, mx, temp);
 }
 
 /* The scratch (kern_sample_work_bytes): two candidate arrays [V], w [V],
@@ -127,19 +263,34 @@ static uint64_t *radix_sort(uint64_t *x, uint64_t *tmp, int m, uint32_t *h)
 	return x;
 }
 
+/* The candidates of logits in index order into s->a, the histogram of
+ * their top 16 bits of kdesc into s->sel; returns the least (the first in
+ * the rule's order). */
+static uint64_t build(const float *logits, int V, smp_work *s)
+{
+	uint32_t *sel = s->sel;
+	memset(sel, 0, SEL_N * sizeof *sel);
+	uint64_t first = UINT64_MAX;
+	for (int i = 0; i < V; i++) {
+		uint64_t v =
+		    (uint64_t)kdesc(ksr_key(logits[i])) << 32 | (uint32_t)i;
+		s->a[i] = v;
+		sel[v >> 48]++;
+		first = v < first ? v : first;
+	}
+	return first;
+}
+
 /* Gathers into out, in index order, every candidate of x[0..m) whose top
  * 16 bits of kdesc are at most those of the want-th in the rule's order
- * (1 <= want <= m): a superset of the first want, holding all ties of the
- * want-th. Returns how many. */
+ * (1 <= want <= m; sel: build()'s histogram of x): a superset of the first
+ * want, holding all ties of the want-th. Returns how many. */
 static int select_top(const uint64_t *x, int m, int want, uint64_t *out,
-		      uint32_t *sel)
+		      const uint32_t *sel)
 {
-	memset(sel, 0, SEL_N * sizeof *sel);
-	for (int i = 0; i < m; i++)
-		sel[x[i] >> 48]++;
 	uint32_t cum = 0;
 	int bkt = 0;
-	for (; bkt < SEL_N; bkt++) {
+	for (; bkt < SEL_N - 1; bkt++) {
 		cum += sel[bkt];
 		if (cum >= (uint32_t)want)
 			break;
@@ -150,6 +301,32 @@ static int select_top(const uint64_t *x, int m, int want, uint64_t *out,
 		g += (int)(x[i] >> 48) <= bkt;
 	}
 	return g;
+}
+
+/* x of the rule for the key kdesc d. */
+static double x_of(uint32_t d, double mx, double temp)
+{
+	return ((double)key_of(d) - mx) / temp;
+}
+
+/* How many candidates can have x >= -50, at least: those whose top 16
+ * bits of kdesc are at most those of the last key with x >= -50, found by
+ * bisection over kdesc (x falls as kdesc grows; kdesc(mx) has x = 0,
+ * kdesc(-inf) has x = -inf for a finite temperature). */
+static int count_live(const uint32_t *sel, uint32_t dmx, double mx, double temp)
+{
+	uint32_t lo = dmx, hi = kdesc(-INFINITY);
+	while (hi - lo > 1) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (x_of(mid, mx, temp) >= -50.0)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	int64_t m = 0;
+	for (uint32_t b = 0; b <= lo >> 16; b++)
+		m += sel[b];
+	return (int)m;
 }
 
 /* Walks C(1), C(2), ... of ops.h's rule (the running in-block sum r is the
@@ -194,16 +371,7 @@ static int32_t sample_np(int V, int n, int np, const kern_sampling *p,
 	}
 	double *w = s->w, *P = s->P;
 	double temp = p->temperature;
-	uint32_t dprev = (uint32_t)(c[0] >> 32);
-	double wprev = ksr_exp(((double)key_of(dprev) - mx) / temp);
-	for (int i = 0; i < np; i++) {
-		uint32_t d = (uint32_t)(c[i] >> 32);
-		if (d != dprev) { /* equal keys, equal weights */
-			dprev = d;
-			wprev = ksr_exp(((double)key_of(d) - mx) / temp);
-		}
-		w[i] = wprev;
-	}
+	weights(w, c, np, mx, temp);
 	if (np < n && w[0] != 1.0)
 		return -1; /* cannot happen: x = 0 gives exactly 1 */
 	int nb = np / KERN_SAMPLE_BLOCK;
@@ -267,13 +435,7 @@ int32_t kern_sample_host(const float *logits, int V, const kern_sampling *p,
 		return best;
 	}
 	smp_work s = carve(work, V);
-	uint64_t first = UINT64_MAX;
-	for (int i = 0; i < V; i++) {
-		uint64_t v =
-		    (uint64_t)kdesc(ksr_key(logits[i])) << 32 | (uint32_t)i;
-		s.a[i] = v;
-		first = v < first ? v : first;
-	}
+	uint64_t first = build(logits, V, &s);
 	int n = p->top_k > 0 && p->top_k < V ? p->top_k : V;
 	double mx = key_of((uint32_t)(first >> 32));
 	if (mx != mx || mx == INFINITY || mx == -INFINITY)
@@ -281,12 +443,9 @@ int32_t kern_sample_host(const float *logits, int V, const kern_sampling *p,
 	double temp = p->temperature;
 	int np = n;
 	if (temp == temp && temp < INFINITY) {
-		/* candidates with x >= -50, x computed as the rule computes it
-		 * (never fewer than 1: the first has x = 0) */
-		int m1 = 0;
-		for (int i = 0; i < V; i++)
-			m1 +=
-			    !(((double)ksr_key(logits[i]) - mx) / temp < -50.0);
+		/* at least the candidates with x >= -50, x computed as the
+		 * rule computes it (never fewer than 1: the first has x = 0) */
+		int m1 = count_live(s.sel, (uint32_t)(first >> 32), mx, temp);
 		int64_t end = ((int64_t)m1 + KERN_SAMPLE_BLOCK - 1) /
 			      KERN_SAMPLE_BLOCK * KERN_SAMPLE_BLOCK;
 		if (end < np)
@@ -295,9 +454,7 @@ int32_t kern_sample_host(const float *logits, int V, const kern_sampling *p,
 	int32_t t = sample_np(V, n, np, p, draw, mx, &s);
 	if (t < 0) {
 		/* select_top and radix_sort moved s.a: build it again */
-		for (int i = 0; i < V; i++)
-			s.a[i] = (uint64_t)kdesc(ksr_key(logits[i])) << 32 |
-				 (uint32_t)i;
+		build(logits, V, &s);
 		t = sample_np(V, n, n, p, draw, mx, &s);
 	}
 	return t;
