@@ -197,6 +197,16 @@ static void weights(double *w, const uint64_t *c, int m, double mx, double temp)
 	weights_body(w, c, m, mx, temp);
 }
 
+/* Test seam (test_kern_sample_exact; not in ops.h): the weights of c[0..m)
+ * as kern_sample_host computes them, to be held to ksr_exp bit for bit. */
+void kern_sample_weights_seam(double *w, const uint64_t *c, int m, double mx,
+			      double temp);
+void kern_sample_weights_seam(double *w, const uint64_t *c, int m, double mx,
+			      double temp)
+{
+	weights(w, c, m, mx, temp);
+}
+
 /* The scratch (kern_sample_work_bytes): two candidate arrays [V], w [V],
  * P [V / B + 2], the radix sort's histograms and the selection's. */
 typedef struct smp_work {

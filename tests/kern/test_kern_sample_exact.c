@@ -128,6 +128,55 @@ static int32_t ref_sample(const float *logits, int V, const kern_sampling *p,
 	return c[kept - 1].id;
 }
 
+/* kernels/sample.c's test seam: its weights, on AVX2 four lanes at a time. */
+void kern_sample_weights_seam(double *w, const uint64_t *c, int m, double mx,
+			      double temp);
+
+static float bf16(float x);
+
+static uint32_t kdesc(float k)
+{
+	uint32_t u;
+	memcpy(&u, &k, sizeof u);
+	uint32_t ord = u & 0x80000000u ? ~u : u | 0x80000000u;
+	return ~ord;
+}
+
+/* The weights against ksr_exp by memcmp, x from -inf to past the clamp,
+ * NaN, subnormal results, over a length that leaves a scalar tail. */
+static void check_weights(void)
+{
+	enum { M = 1003 };
+	static uint64_t c[M];
+	static float k[M];
+	static double w[M], want[M];
+	static const double temps[] = {1.0, 0.7,  1e-3,	    1e-30, 3.0,
+				       1e6, 1e30, INFINITY, NAN};
+	int bad = 0;
+	for (int rep = 0; rep < 40; rep++) {
+		for (int i = 0; i < M; i++) {
+			uint64_t r = kt_next() % 20;
+			float v = r == 0   ? -INFINITY
+				  : r == 1 ? 0.0f
+				  : r == 2 ? -0.0f
+				  : r == 3 ? kt_unif(-1e-38f, 1e-38f)
+				  : r < 8  ? kt_unif(-1000, 1000)
+				  : r < 12 ? bf16(kt_unif(-50, 50))
+					   : kt_unif(-20, 20);
+			k[i] = ksr_key(v);
+			c[i] = (uint64_t)kdesc(k[i]) << 32 | (uint32_t)i;
+		}
+		double mx = rep % 3 == 0 ? 0.0 : kt_unif(-30, 30);
+		double temp = temps[rep % (sizeof temps / sizeof *temps)];
+		for (int i = 0; i < M; i++)
+			want[i] = ksr_exp(((double)k[i] - mx) / temp);
+		kern_sample_weights_seam(w, c, M, mx, temp);
+		for (int i = 0; i < M; i++)
+			bad += memcmp(&w[i], &want[i], sizeof w[i]) != 0;
+	}
+	ASSERT(bad == 0, "%d weights differ from ksr_exp's bits", bad);
+}
+
 /* ---- the cases ---- */
 
 #define VMAX 248320
@@ -299,6 +348,7 @@ int main(void)
 	work_ref = malloc(ref_work_bytes(VMAX));
 	work_new = malloc(kern_sample_work_bytes(VMAX));
 	ASSERT(l && work_ref && work_new, "out of memory");
+	check_weights();
 	static const struct {
 		int V, vectors, draws;
 	} plan[] = {
