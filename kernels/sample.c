@@ -22,13 +22,16 @@ float kern_fill_value(uint64_t seed, uint64_t i, float lo, float hi)
  *
  * The rule (ops.h) orders the candidates by (logit desc, index asc) and
  * sums their weights in that order, so its bits depend on the order of
- * every candidate whose weight can change a sum. A candidate is a uint64:
- * its key mapped to 32 bits that grow as the key falls (kdesc), above its
- * index; ascending order of the high half, stable, is the rule's order.
+ * every candidate whose weight can change a sum, but on the indices only
+ * through the token it picks. So the keys alone are sorted, mapped to 32
+ * bits that grow as the key falls (kdesc): ascending kdesc is the rule's
+ * order of the keys, and the candidate at a position is the j-th index in
+ * index order among those of its key, j its distance from the first
+ * position of that key (id_at).
  *
  * kern_sample_host below sorts only the first np candidates of that order
- * (a histogram selection gathers them in index order, a stable LSD radix sort
- * orders them), where np is top_k's n cut further to the end of the block
+ * (a histogram selection gathers their keys, an LSD radix sort orders
+ * them), where np is top_k's n cut further to the end of the block
  * of the last candidate whose weight is not negligible: x = (l - mx) /
  * temperature >= -50 (the x the rule computes). Every candidate past that
  * block has x < -50 and weighs under 1.5 * 2^-72 (kern_exp_det's 2^n with
@@ -104,11 +107,11 @@ static inline double exp_sel(double x)
 }
 
 /* w[i] = ksr_exp(x of the key of c[i]) for i < m. */
-static inline void weights_body(double *w, const uint64_t *c, int m, double mx,
+static inline void weights_body(double *w, const uint32_t *c, int m, double mx,
 				double temp)
 {
 	for (int i = 0; i < m; i++) {
-		uint32_t ord = ~(uint32_t)(c[i] >> 32);
+		uint32_t ord = ~c[i];
 		uint32_t u = ord ^ (((ord >> 31) - 1u) | 0x80000000u);
 		float k;
 		memcpy(&k, &u, sizeof k);
@@ -122,18 +125,23 @@ typedef int64_t v4l __attribute__((vector_size(32)));
 typedef uint64_t v4u __attribute__((vector_size(32)));
 typedef uint32_t v4w __attribute__((vector_size(16)));
 typedef float v4f __attribute__((vector_size(16)));
+typedef double v8d __attribute__((vector_size(64)));
+typedef int64_t v8l __attribute__((vector_size(64)));
+typedef uint64_t v8u __attribute__((vector_size(64)));
+typedef uint32_t v8w __attribute__((vector_size(32)));
+typedef float v8f __attribute__((vector_size(32)));
 
-/* exp_sel on four lanes, operation for operation: the selects as masks,
- * n from the bits of t + 1.5 * 2^52 (= 1.5 * 2^52 + n exactly, as nd's
- * subtraction says), n / 2 rounded toward zero as C's division does. */
+/* exp_sel on four (AVX2) or eight (AVX-512) lanes, operation for
+ * operation: the selects as masks, n from the bits of t + 1.5 * 2^52
+ * (= 1.5 * 2^52 + n exactly, as nd's subtraction says), n / 2 rounded
+ * toward zero as C's division does. The two widths are one text. */
 __attribute__((target("avx2"))) static inline v4d exp4(v4d x)
 {
-	const v4d magic = {6755399441055744.0, 6755399441055744.0,
-			   6755399441055744.0, 6755399441055744.0};
+	const v4d magic = (v4d){0} + 6755399441055744.0;
 	v4l ok = x > -745.0;
 	v4d y = (v4d)((v4l)x & ok);
 	v4l big = y > 709.0;
-	v4d c709 = {709.0, 709.0, 709.0, 709.0};
+	v4d c709 = (v4d){0} + 709.0;
 	y = (v4d)(((v4l)y & ~big) | ((v4l)c709 & big));
 	v4d t = y * 1.4426950408889634074;
 	v4d tm = t + magic;
@@ -164,13 +172,12 @@ __attribute__((target("avx2"))) static inline v4d exp4(v4d x)
 }
 
 __attribute__((target("avx2"))) static void
-weights_avx2(double *w, const uint64_t *c, int m, double mx, double temp)
+weights_avx2(double *w, const uint32_t *c, int m, double mx, double temp)
 {
 	int i = 0;
 	for (; i + 4 <= m; i += 4) {
-		v4w d = {(uint32_t)(c[i] >> 32), (uint32_t)(c[i + 1] >> 32),
-			 (uint32_t)(c[i + 2] >> 32),
-			 (uint32_t)(c[i + 3] >> 32)};
+		v4w d;
+		memcpy(&d, c + i, sizeof d);
 		v4w ord = ~d;
 		v4w u = ord ^ (((ord >> 31) - 1u) | 0x80000000u);
 		v4d k = __builtin_convertvector((v4f)u, v4d);
@@ -180,16 +187,78 @@ weights_avx2(double *w, const uint64_t *c, int m, double mx, double temp)
 	}
 	weights_body(w + i, c + i, m - i, mx, temp);
 }
+__attribute__((target("avx512f"))) static inline v8d exp8(v8d x)
+{
+	const v8d magic = (v8d){0} + 6755399441055744.0;
+	v8l ok = x > -745.0;
+	v8d y = (v8d)((v8l)x & ok);
+	v8l big = y > 709.0;
+	v8d c709 = (v8d){0} + 709.0;
+	y = (v8d)(((v8l)y & ~big) | ((v8l)c709 & big));
+	v8d t = y * 1.4426950408889634074;
+	v8d tm = t + magic;
+	v8d nd = tm - magic;
+	v8d r = y - nd * 6.93147180369123816490e-01;
+	r = r - nd * 1.90821492927058770002e-10;
+	v8d p = r * 1.6059043836821614599e-10 + 2.0876756987868098979e-09;
+	p = p * r + 2.5052108385441718775e-08;
+	p = p * r + 2.7557319223985890653e-07;
+	p = p * r + 2.7557319223985890653e-06;
+	p = p * r + 2.4801587301587301587e-05;
+	p = p * r + 1.9841269841269841270e-04;
+	p = p * r + 1.3888888888888888889e-03;
+	p = p * r + 8.3333333333333333333e-03;
+	p = p * r + 4.1666666666666666667e-02;
+	p = p * r + 1.6666666666666666667e-01;
+	p = p * r + 5.0000000000000000000e-01;
+	p = p * r + 1.0;
+	p = p * r + 1.0;
+	v8l n = (v8l)tm - (v8l)magic;
+	/* n in [-1075, 1023]: + 2048 keeps the shifted value positive */
+	v8l n1 = (v8l)((v8u)(n + (v8l)((v8u)n >> 63) + 2048) >> 1) - 1024;
+	v8l n2 = n - n1;
+	v8d s1 = (v8d)((v8u)(n1 + 1023) << 52);
+	v8d s2 = (v8d)((v8u)(n2 + 1023) << 52);
+	v8d e = (p * s1) * s2;
+	return (v8d)((v8l)e & ok);
+}
+
+__attribute__((target("avx512f"))) static void
+weights_avx512f(double *w, const uint32_t *c, int m, double mx, double temp)
+{
+	int i = 0;
+	for (; i + 8 <= m; i += 8) {
+		v8w d;
+		memcpy(&d, c + i, sizeof d);
+		v8w ord = ~d;
+		v8w u = ord ^ (((ord >> 31) - 1u) | 0x80000000u);
+		v8d k = __builtin_convertvector((v8f)u, v8d);
+		v8d x = (k - mx) / temp;
+		v8d e = exp8(x);
+		memcpy(w + i, &e, sizeof e);
+	}
+	weights_body(w + i, c + i, m - i, mx, temp);
+}
 #endif
 
-static void weights(double *w, const uint64_t *c, int m, double mx, double temp)
+static void weights(double *w, const uint32_t *c, int m, double mx, double temp)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-	static int avx2 = -1;
-	if (avx2 < 0)
-		avx2 = __builtin_cpu_supports("avx2") &&
-		       !getenv("MOOR_CPU_NO_AVX2");
-	if (avx2) {
+	static int isa = -1; /* 0 none, 1 AVX2, 2 AVX-512F */
+	if (isa < 0) {
+		int v = 0;
+		if (!getenv("MOOR_CPU_NO_AVX2"))
+			v = __builtin_cpu_supports("avx2") != 0;
+		if (v && !getenv("MOOR_CPU_NO_AVX512") &&
+		    __builtin_cpu_supports("avx512f"))
+			v = 2;
+		isa = v;
+	}
+	if (isa == 2) {
+		weights_avx512f(w, c, m, mx, temp);
+		return;
+	}
+	if (isa == 1) {
 		weights_avx2(w, c, m, mx, temp);
 		return;
 	}
@@ -198,10 +267,11 @@ static void weights(double *w, const uint64_t *c, int m, double mx, double temp)
 }
 
 /* Test seam (test_kern_sample_exact; not in ops.h): the weights of c[0..m)
- * as kern_sample_host computes them, to be held to ksr_exp bit for bit. */
-void kern_sample_weights_seam(double *w, const uint64_t *c, int m, double mx,
+ * (kdesc keys) as kern_sample_host computes them, to be held to ksr_exp bit for
+ * bit. */
+void kern_sample_weights_seam(double *w, const uint32_t *c, int m, double mx,
 			      double temp);
-void kern_sample_weights_seam(double *w, const uint64_t *c, int m, double mx,
+void kern_sample_weights_seam(double *w, const uint32_t *c, int m, double mx,
 			      double temp)
 {
 	weights(w, c, m, mx, temp);
@@ -210,7 +280,7 @@ void kern_sample_weights_seam(double *w, const uint64_t *c, int m, double mx,
 /* The scratch (kern_sample_work_bytes): two candidate arrays [V], w [V],
  * P [V / B + 2], the radix sort's histograms and the selection's. */
 typedef struct smp_work {
-	uint64_t *a, *b;
+	uint32_t *a, *b; /* kdesc keys */
 	double *w, *P;
 	uint32_t *hist; /* [3][RDX_N] */
 	uint32_t *sel;	/* [SEL_N] */
@@ -220,7 +290,7 @@ size_t kern_sample_work_bytes(int V)
 {
 	if (V <= 0)
 		return 0;
-	return (size_t)V * (2 * sizeof(uint64_t) + sizeof(double)) +
+	return (size_t)V * (2 * sizeof(uint32_t) + sizeof(double)) +
 	       ((size_t)V / KERN_SAMPLE_BLOCK + 2) * sizeof(double) +
 	       (3 * RDX_N + SEL_N) * sizeof(uint32_t);
 }
@@ -228,23 +298,23 @@ size_t kern_sample_work_bytes(int V)
 static smp_work carve(void *work, int V)
 {
 	smp_work s;
-	s.a = work;
-	s.b = s.a + V;
-	s.w = (double *)(s.b + V);
+	s.w = work;
 	s.P = s.w + V;
-	s.hist = (uint32_t *)(s.P + V / KERN_SAMPLE_BLOCK + 2);
+	s.a = (uint32_t *)(s.P + V / KERN_SAMPLE_BLOCK + 2);
+	s.b = s.a + V;
+	s.hist = s.b + V;
 	s.sel = s.hist + 3 * RDX_N;
 	return s;
 }
 
-/* Stable LSD radix sort of x[0..m) by the high 32 bits, 11 + 11 + 10 bits;
- * a pass whose digit is the same for all is skipped. tmp holds m. Returns
- * where the sorted candidates are (x or tmp). */
-static uint64_t *radix_sort(uint64_t *x, uint64_t *tmp, int m, uint32_t *h)
+/* LSD radix sort of the keys x[0..m), 11 + 11 + 10 bits; a pass whose
+ * digit is the same for all is skipped. tmp holds m. Returns where the
+ * sorted keys are (x or tmp). */
+static uint32_t *radix_sort(uint32_t *x, uint32_t *tmp, int m, uint32_t *h)
 {
 	memset(h, 0, 3 * RDX_N * sizeof *h);
 	for (int i = 0; i < m; i++) {
-		uint32_t d = (uint32_t)(x[i] >> 32);
+		uint32_t d = x[i];
 		h[d & (RDX_N - 1)]++;
 		h[RDX_N + ((d >> RDX_BITS) & (RDX_N - 1))]++;
 		h[2 * RDX_N + (d >> 2 * RDX_BITS)]++;
@@ -261,41 +331,41 @@ static uint64_t *radix_sort(uint64_t *x, uint64_t *tmp, int m, uint32_t *h)
 		}
 		if (skip)
 			continue;
-		int sh = 32 + p * RDX_BITS;
+		int sh = p * RDX_BITS;
 		for (int i = 0; i < m; i++) {
-			uint64_t v = x[i];
+			uint32_t v = x[i];
 			tmp[hp[(v >> sh) & (RDX_N - 1)]++] = v;
 		}
-		uint64_t *t = x;
+		uint32_t *t = x;
 		x = tmp;
 		tmp = t;
 	}
 	return x;
 }
 
-/* The candidates of logits in index order into s->a, the histogram of
- * their top 16 bits of kdesc into s->sel; returns the least (the first in
- * the rule's order). */
+/* The keys of logits in index order into s->a, the histogram of their top
+ * 16 bits into s->sel; returns the first candidate in the rule's order as
+ * kdesc << 32 | index. */
 static uint64_t build(const float *logits, int V, smp_work *s)
 {
 	uint32_t *sel = s->sel;
 	memset(sel, 0, SEL_N * sizeof *sel);
 	uint64_t first = UINT64_MAX;
 	for (int i = 0; i < V; i++) {
-		uint64_t v =
-		    (uint64_t)kdesc(ksr_key(logits[i])) << 32 | (uint32_t)i;
-		s->a[i] = v;
-		sel[v >> 48]++;
+		uint32_t d = kdesc(ksr_key(logits[i]));
+		uint64_t v = (uint64_t)d << 32 | (uint32_t)i;
+		s->a[i] = d;
+		sel[d >> 16]++;
 		first = v < first ? v : first;
 	}
 	return first;
 }
 
-/* Gathers into out, in index order, every candidate of x[0..m) whose top
- * 16 bits of kdesc are at most those of the want-th in the rule's order
- * (1 <= want <= m; sel: build()'s histogram of x): a superset of the first
- * want, holding all ties of the want-th. Returns how many. */
-static int select_top(const uint64_t *x, int m, int want, uint64_t *out,
+/* Gathers into out every key of x[0..m) whose top 16 bits are at most
+ * those of the want-th in the rule's order (1 <= want <= m; sel: build()'s
+ * histogram of x): a superset of the first want, holding all ties of the
+ * want-th. Returns how many. */
+static int select_top(const uint32_t *x, int m, int want, uint32_t *out,
 		      const uint32_t *sel)
 {
 	uint32_t cum = 0;
@@ -308,7 +378,7 @@ static int select_top(const uint64_t *x, int m, int want, uint64_t *out,
 	int g = 0;
 	for (int i = 0; i < m; i++) {
 		out[g] = x[i];
-		g += (int)(x[i] >> 48) <= bkt;
+		g += (int)(x[i] >> 16) <= bkt;
 	}
 	return g;
 }
@@ -337,6 +407,22 @@ static int count_live(const uint32_t *sel, uint32_t dmx, double mx, double temp)
 	for (uint32_t b = 0; b <= lo >> 16; b++)
 		m += sel[b];
 	return (int)m;
+}
+
+/* The index of the candidate at position i of the rule's order, given
+ * the sorted keys ks[0..i]: the j-th index with key ks[i], where j counts
+ * the equal keys before position i. */
+static int32_t id_at(const float *logits, int V, const uint32_t *ks, int i)
+{
+	uint32_t d = ks[i];
+	int j = i;
+	while (j > 0 && ks[j - 1] == d)
+		j--;
+	j = i - j;
+	for (int t = 0; t < V; t++)
+		if (kdesc(ksr_key(logits[t])) == d && j-- == 0)
+			return t;
+	return 0; /* cannot happen: ks holds keys of logits */
 }
 
 /* Walks C(1), C(2), ... of ops.h's rule (the running in-block sum r is the
@@ -369,10 +455,11 @@ static double prefix_at(const double *w, const double *P, int k)
 
 /* The rule over the first np of the n candidates (np == n: all of them).
  * -1 where the first np do not settle the token (see above). */
-static int32_t sample_np(int V, int n, int np, const kern_sampling *p,
-			 uint64_t draw, double mx, smp_work *s)
+static int32_t sample_np(const float *logits, int V, int n, int np,
+			 const kern_sampling *p, uint64_t draw, double mx,
+			 smp_work *s)
 {
-	uint64_t *c;
+	uint32_t *c;
 	if (np < V) {
 		int g = select_top(s->a, V, np, s->b, s->sel);
 		c = radix_sort(s->b, s->a, g, s->hist);
@@ -421,10 +508,10 @@ static int32_t sample_np(int V, int n, int np, const kern_sampling *p,
 	int lim = kept < np ? kept : np;
 	for (int i = 0; i < lim; i++)
 		if (u < walk_next(&a))
-			return (int32_t)(uint32_t)c[i];
+			return id_at(logits, V, c, i);
 	if (kept > np)
 		return -1; /* the last kept is past np */
-	return (int32_t)(uint32_t)c[kept - 1];
+	return id_at(logits, V, c, kept - 1);
 }
 
 int32_t kern_sample_host(const float *logits, int V, const kern_sampling *p,
@@ -461,11 +548,11 @@ int32_t kern_sample_host(const float *logits, int V, const kern_sampling *p,
 		if (end < np)
 			np = (int)end;
 	}
-	int32_t t = sample_np(V, n, np, p, draw, mx, &s);
+	int32_t t = sample_np(logits, V, n, np, p, draw, mx, &s);
 	if (t < 0) {
 		/* select_top and radix_sort moved s.a: build it again */
 		build(logits, V, &s);
-		t = sample_np(V, n, n, p, draw, mx, &s);
+		t = sample_np(logits, V, n, n, p, draw, mx, &s);
 	}
 	return t;
 }

@@ -129,7 +129,7 @@ static int32_t ref_sample(const float *logits, int V, const kern_sampling *p,
 }
 
 /* kernels/sample.c's test seam: its weights, on AVX2 four lanes at a time. */
-void kern_sample_weights_seam(double *w, const uint64_t *c, int m, double mx,
+void kern_sample_weights_seam(double *w, const uint32_t *c, int m, double mx,
 			      double temp);
 
 static float bf16(float x);
@@ -147,7 +147,7 @@ static uint32_t kdesc(float k)
 static void check_weights(void)
 {
 	enum { M = 1003 };
-	static uint64_t c[M];
+	static uint32_t c[M];
 	static float k[M];
 	static double w[M], want[M];
 	static const double temps[] = {1.0, 0.7,  1e-3,	    1e-30, 3.0,
@@ -164,7 +164,7 @@ static void check_weights(void)
 				  : r < 12 ? bf16(kt_unif(-50, 50))
 					   : kt_unif(-20, 20);
 			k[i] = ksr_key(v);
-			c[i] = (uint64_t)kdesc(k[i]) << 32 | (uint32_t)i;
+			c[i] = kdesc(k[i]);
 		}
 		double mx = rep % 3 == 0 ? 0.0 : kt_unif(-30, 30);
 		double temp = temps[rep % (sizeof temps / sizeof *temps)];
