@@ -31,17 +31,22 @@ float kern_fill_value(uint64_t seed, uint64_t i, float lo, float hi)
  *
  * kern_sample_host below sorts only the first np candidates of that order
  * (a histogram selection gathers their keys, an LSD radix sort orders
- * them), where np is top_k's n cut further to the end of the block
- * of the last candidate whose weight is not negligible: x = (l - mx) /
+ * them), where np is top_k's n cut further to the end of the block of the
+ * last candidate whose weight is not negligible: x = (l - mx) /
  * temperature >= -50 (the x the rule computes). Every candidate past that
  * block has x < -50 and weighs under 1.5 * 2^-72 (kern_exp_det's 2^n with
  * n <= -72 times e^r < 1.5), so a whole block of them sums to under 2^-63
- * while
- * the prefix it is added to holds w_0 = 1: half an ulp of P_b >= 1 is
- * 2^-53, the add gives P_b back, and C(k) = C(np) for every k >= np. Where
- * that argument does not settle a step (a min_p below 2^-60 walking past
- * np, the draw's fallback past np), the call starts again with every
- * candidate sorted. */
+ * while the prefix it is added to holds w_0 = 1: half an ulp of P_b >= 1
+ * is 2^-53, the add gives P_b back, and C(k) = C(np) for every k >= np.
+ * Where that argument does not settle a step (a min_p below 2^-60 walking
+ * past np, the draw's fallback past np), the call starts again with every
+ * candidate sorted. The weights run on vector lanes (AVX-512F, AVX2)
+ * where the CPU has them, the same operations as ksr_exp lane by lane;
+ * every sum stays the rule's sequential one.
+ *
+ * test_kern_sample_exact holds the tokens to the first implementation
+ * (a qsort of every candidate, kept in the test) and the weights to
+ * ksr_exp by memcmp. */
 
 #define RDX_BITS 11
 #define RDX_N (1 << RDX_BITS)
@@ -244,16 +249,14 @@ weights_avx512f(double *w, const uint32_t *c, int m, double mx, double temp)
 static void weights(double *w, const uint32_t *c, int m, double mx, double temp)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-	static int isa = -1; /* 0 none, 1 AVX2, 2 AVX-512F */
-	if (isa < 0) {
-		int v = 0;
-		if (!getenv("MOOR_CPU_NO_AVX2"))
-			v = __builtin_cpu_supports("avx2") != 0;
-		if (v && !getenv("MOOR_CPU_NO_AVX512") &&
-		    __builtin_cpu_supports("avx512f"))
-			v = 2;
-		isa = v;
-	}
+	/* asked on every call (a few loads against a call's
+	 * milliseconds), so that no static is shared between threads */
+	int isa = 0; /* 1 AVX2, 2 AVX-512F */
+	if (!getenv("MOOR_CPU_NO_AVX2") && __builtin_cpu_supports("avx2"))
+		isa = !getenv("MOOR_CPU_NO_AVX512") &&
+			      __builtin_cpu_supports("avx512f")
+			  ? 2
+			  : 1;
 	if (isa == 2) {
 		weights_avx512f(w, c, m, mx, temp);
 		return;
