@@ -106,7 +106,9 @@ fi
 require "a second --from succeeds" 'offline deploy/setup --from "$b" >"$tmp/from2.log" 2>&1 || { cat "$tmp/from2.log"; false; }'
 check "the second --from unpacks nothing" 'grep -q "are the bundle.s" "$tmp/from2.log" && ! grep -q unpacking "$tmp/from2.log"'
 require "a plain deploy/setup in the offline tree succeeds" 'offline deploy/setup >"$tmp/plain.log" 2>&1 || { cat "$tmp/plain.log"; false; }'
-check "then ninja has nothing to do" '(cd "$co" && ninja -C build -n) | grep -q "no work to do"'
+# (engined's fingerprint hashes its sources at every build, fp_build.c,
+# rewritten only when they change: that step alone may run)
+check "then ninja rebuilds nothing" '(cd "$co" && ninja -C build) >"$tmp/ninja2.log" && ! grep -E "^\[[0-9]+/[0-9]+\]" "$tmp/ninja2.log" | grep -qv "engined/fp_build\.c"'
 check "still no package manager called ($(cat "$tmp/trap.log" 2>/dev/null))" '[ ! -s "$tmp/trap.log" ]'
 
 # ---- the oracle tests skip there, saying why, only when told -------------------
