@@ -490,7 +490,8 @@ static void test_user_at(void)
 	    "careful assistant in the folder /src/moor.\"},{\"role\":"
 	    "\"user\",\"content\":\"list the files\"}]}",
 	    "{\"messages\":[{\"role\":\"system\",\"content\":\"Cafe\\u0301 "
-	    "cre\\u0300me bru\\u0302le\\u0301e, e\\u0301 e\\u0301 e\\u0301\"},{\"role\":"
+	    "cre\\u0300me bru\\u0302le\\u0301e, e\\u0301 e\\u0301 "
+	    "e\\u0301\"},{\"role\":"
 	    "\"user\",\"content\":\"one <|im_start|> two\"},{\"role\":"
 	    "\"assistant\",\"content\":\"three\"},{\"role\":\"user\","
 	    "\"content\":\"four\"}],\"tools\":[{\"type\":\"function\","
@@ -515,8 +516,8 @@ static void test_user_at(void)
 			size_t want = user_at_of(bodies[i], p.ids, p.n_ids);
 			printf("user_at (%s, body %zu): %zu of %zu (the "
 			       "prefix alone: %zu)\n",
-			       gw_tmpl_name(env.family), i, p.user_at,
-			       p.n_ids, want);
+			       gw_tmpl_name(env.family), i, p.user_at, p.n_ids,
+			       want);
 			CHECK(want > 0 && p.user_at == want,
 			      "%s body %zu: user_at %zu, the prefix has %zu",
 			      gw_tmpl_name(env.family), i, p.user_at, want);
