@@ -243,6 +243,7 @@ static void on_plan(cd *d, uint32_t pipe, const proto_msg *m)
 				   sizeof d->salted_session),
 	    .max_tokens = p->max_tokens,
 	    .no_cache = (p->flags & PROTO_PLAN_NO_CACHE) != 0,
+	    .user_at = p->user_at,
 	};
 	char why[MOOR_ERRLEN] = "";
 	int scratch = (p->flags & PROTO_PLAN_SCRATCH) != 0;

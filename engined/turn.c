@@ -139,6 +139,7 @@ static int turn_plan(turn *t)
 	q.u.plan.n_ids = g->n_ids;
 	q.u.plan.ids = g->ids;
 	q.u.plan.salt = g->salt;
+	q.u.plan.user_at = g->user_at;
 	rc = srv_cached_call(s, &q, &rep, msg);
 	if (rc == -ENOTCONN) { /* cached lost us: attach and plan again */
 		proto_msg_fini(&rep);

@@ -49,6 +49,7 @@ static void compact(gw_job *j, const gw_compact *cp, const proto_end_ok *e)
 	free(j->p.ids);
 	j->p.ids = ids;
 	j->p.n_ids = n;
+	j->p.user_at = 0;    /* the continuation is no rendered prompt */
 	j->p.think_open = 0; /* thinking off: the answer is the summary */
 	j->p.reasoning_budget = 0;
 	j->continuation = 1;
@@ -127,6 +128,14 @@ void gw_align_work(gw_job *j)
 			  (unsigned long long)e->end, o.pass,
 			  (unsigned long long)e->common, o.hidden, o.reasoning,
 			  o.n);
+		/* the user message's start in the served ids: the rows are
+		 * the copy's ids below common, then the rows' ids to the end,
+		 * then the copy's from copy_at_end on; inside the part the
+		 * rows replaced: unknown */
+		size_t ua = j->p.user_at;
+		j->p.user_at = ua < e->common	     ? ua
+			       : ua >= o.copy_at_end ? ua + o.n - j->p.n_ids
+						     : 0;
 		free(j->p.ids);
 		j->p.ids = o.ids;
 		j->p.n_ids = o.n;

@@ -185,6 +185,7 @@ static int send_generate(gw_job *j)
 	g->n_ids = (uint32_t)j->p.n_ids;
 	g->ids = j->p.ids;
 	g->salt = j->salt;
+	g->user_at = j->p.user_at;
 	if (!j->p.ignore_eos) {
 		g->n_stop = (uint32_t)s->n_stop_ids;
 		g->stop_ids = s->stop_ids;

@@ -380,6 +380,51 @@ static int count_parts(const gw_params_env *env, const gw_tmpl_ctx *ctx,
 	return 0;
 }
 
+/* p->user_at: the token index where the last user message starts.
+ * Which way: the message's byte offset (msg_off) mapped to its token by
+ * counting <|im_start|>. Every turn the templates render begins with
+ * <|im_start|>, a special token the tokenizer matches in the raw text
+ * before it normalizes or splits anything, so the k-th "<|im_start|>" of
+ * the text is the k-th <|im_start|> id of the prompt. Why not the others:
+ * tokenizing the prefix again (as count_parts does for the header) costs a
+ * second tokenization of most of a long prompt on every request, and
+ * summing the ids' bytes up to the offset is wrong wherever the normalizer
+ * (NFC) changed the text's length. Anything that does not agree (the offset
+ * not at an "<|im_start|>", fewer such ids than the text has): 0. */
+static void find_user_at(const gw_params_env *env, const gw_prompt *pr,
+			 const json_t *msgs, gw_params *p)
+{
+	static const char tag[] = "<|im_start|>";
+	const size_t tl = sizeof tag - 1;
+	p->user_at = 0;
+	if (!pr->msg_off || !pr->text)
+		return;
+	size_t u = pr->n_msgs;
+	for (size_t i = pr->n_msgs; i-- > 0;) {
+		const char *r = json_string_value(
+		    json_object_get(json_array_get(msgs, i), "role"));
+		if (r && !strcmp(r, "user")) {
+			u = i;
+			break;
+		}
+	}
+	if (u == 0 || u >= pr->n_msgs)
+		return; /* none, or the first message: nothing below it */
+	size_t off = pr->msg_off[u];
+	int32_t id = gw_tok_token_id(env->tok, tag);
+	if (id < 0 || off + tl > pr->len || memcmp(pr->text + off, tag, tl))
+		return;
+	size_t k = 0; /* the "<|im_start|>" before the message's own */
+	for (const char *q = pr->text, *e = pr->text + off;
+	     (q = memmem(q, (size_t)(e - q), tag, tl)); q += tl)
+		k++;
+	for (size_t i = 0; i < p->n_ids; i++)
+		if (p->ids[i] == id && k-- == 0) {
+			p->user_at = i;
+			return;
+		}
+}
+
 static int read_chat(const gw_params_env *env, int kind, const json_t *b,
 		     gw_params *p, gw_fail *f)
 {
@@ -441,6 +486,8 @@ static int read_chat(const gw_params_env *env, int kind, const json_t *b,
 	rv = tokenize(env, pr.text, pr.len, p, f);
 	if (!rv)
 		rv = count_parts(env, &ctx, &pr, msgs, p, f);
+	if (!rv)
+		find_user_at(env, &pr, msgs, p);
 	gw_prompt_fini(&pr);
 	if (rv)
 		return -1;

@@ -101,6 +101,11 @@ typedef struct gw_params {
 	size_t n_ids;
 	size_t n_system, n_tools; /* the prompt's first ids: a first system
 				   * message and the tools in its header */
+	/* where the last message of role "user" starts: a token index into
+	 * ids (its <|im_start|>), for the disk tier's head anchors
+	 * (proto_generate.user_at); 0: unknown (no user message, a
+	 * completion) */
+	size_t user_at;
 } gw_params;
 
 /* The body's bytes as a JSON object, or NULL with f filled (400: not JSON,

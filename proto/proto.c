@@ -518,6 +518,7 @@ static void enc_plan(moor_buf *b, const proto_msg *m)
 	put_u32(b, p->flags);
 	put_i32s(b, p->n_ids, PROTO_MAX_IDS, p->ids);
 	put_u64(b, p->salt);
+	put_u64(b, p->user_at);
 }
 
 static void dec_plan(rd *r, proto_msg *m)
@@ -528,6 +529,7 @@ static void dec_plan(rd *r, proto_msg *m)
 	p->flags = get_u32(r);
 	p->ids = get_i32s(r, &p->n_ids, PROTO_MAX_IDS);
 	p->salt = get_u64(r);
+	p->user_at = get_u64(r);
 }
 
 static void fini_plan(proto_msg *m)
@@ -656,6 +658,7 @@ static void enc_generate(moor_buf *b, const proto_msg *m)
 	put_u32(b, g->n_hidden);
 	put_i32s(b, g->n_close, PROTO_MAX_IDS, g->close_ids);
 	put_u64(b, g->salt);
+	put_u64(b, g->user_at);
 	if (g->n_hidden > g->n_close)
 		wr_fail(b, MOOR_ERANGE);
 }
@@ -678,6 +681,7 @@ static void dec_generate(rd *r, proto_msg *m)
 	g->n_hidden = get_u32(r);
 	g->close_ids = get_i32s(r, &g->n_close, PROTO_MAX_IDS);
 	g->salt = get_u64(r);
+	g->user_at = get_u64(r);
 	if (!r->err && g->n_hidden > g->n_close)
 		rd_fail(r, MOOR_EFORMAT);
 }

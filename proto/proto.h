@@ -31,8 +31,9 @@
 /* 2: HELLO_OK names the device arena by kind (shm or a CUDA IPC handle);
  * GENERATE's reasoning budget, COMMIT's marks.
  * 3: the tenant's cache salt in GENERATE, PLAN, PEEK and END_GET; PROGRESS,
- * PLAN's SCRATCH flag, the memory level in PLAN_OK and DONE. */
-#define PROTO_VERSION 3
+ * PLAN's SCRATCH flag, the memory level in PLAN_OK and DONE.
+ * 4: user_at (where the last user message starts) in GENERATE and PLAN. */
+#define PROTO_VERSION 4
 #define PROTO_HDR_SIZE 24
 /* Largest payload accepted: a 256k-token prompt of ids plus slack. */
 #define PROTO_MAX_PAYLOAD (4u << 20)
@@ -163,6 +164,10 @@ typedef struct proto_plan {
 	uint32_t n_ids;
 	int32_t *ids;        /* key_ids of the prompt */
 	uint64_t salt;       /* the tenant's cache salt (PROTO_SALT_NONE) */
+	/* the token index in ids where the prompt's last user message
+	 * starts (the disk tier's head anchors, cache_req.user_at); 0:
+	 * unknown */
+	uint64_t user_at;
 } proto_plan;
 
 /* The cache salt: a tenant's prompts are keyed by it in every cache of
@@ -258,6 +263,7 @@ typedef struct proto_generate {
 	uint32_t n_close;
 	int32_t *close_ids;
 	uint64_t salt; /* passed to the plan (PROTO_SALT_NONE: none) */
+	uint64_t user_at; /* passed to the plan (proto_plan's); 0: unknown */
 } proto_generate;
 
 /* GENERATE flags of engined's own, in the high half (the low half is

@@ -3,7 +3,8 @@
  * every refusal with its status, param and code, the session's spellings,
  * the seed, max_tokens against the window, a chat's ids equal to the
  * template's rendering tokenized, tool_choice "none" rendering no tools,
- * and a completion's string, ids and one-element batch. */
+ * and a completion's string, ids and one-element batch; user_at against
+ * the rendering's prefix tokenized alone. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -446,6 +447,97 @@ static void test_parts_and_budget(void)
 	env.family = fam;
 }
 
+/* The oracle for user_at: the prefix of the rendering up to the last
+ * user message tokenized alone (a prefix that ends at <|im_start|>, so its
+ * ids are the prompt's first ids, which is checked too). */
+static size_t user_at_of(const char *body, const int32_t *ids, size_t n_ids)
+{
+	json_error_t je;
+	json_t *b = json_loads(body, 0, &je);
+	REQUIRE(b, "%s", je.text);
+	gw_tmpl_ctx ctx;
+	char err[MOOR_ERRLEN];
+	REQUIRE(gw_tmpl_ctx_from_body(b, &ctx, err) == 0, "%s", err);
+	gw_prompt pr;
+	REQUIRE(gw_tmpl_render(env.family, &ctx, &pr, err) == 0, "%s", err);
+	size_t u = 0;
+	for (size_t i = 0; i < pr.n_msgs; i++)
+		if (!strcmp(json_string_value(json_object_get(
+				json_array_get(ctx.messages, i), "role")),
+			    "user"))
+			u = i;
+	int32_t *pre = NULL;
+	size_t n = 0;
+	REQUIRE(gw_tok_encode(tok, pr.text, pr.msg_off[u], &pre, &n) == 0,
+		"encode");
+	CHECK(n <= n_ids && !memcmp(pre, ids, n * sizeof *ids),
+	      "the prefix's ids are not the prompt's first ids");
+	free(pre);
+	gw_prompt_fini(&pr);
+	json_decref(b);
+	return n;
+}
+
+/* user_at: the token where the last user message starts, against the
+ * prefix tokenized alone, in both template families; text the normalizer
+ * shortens (a decomposed e + U+0301 is NFC's one code point) and a literal
+ * "<|im_start|>" in an earlier message do not move it; no user message
+ * after the first (a user message first, a completion): 0. */
+static void test_user_at(void)
+{
+	static const char *bodies[] = {
+	    "{\"messages\":[{\"role\":\"system\",\"content\":\"You are a "
+	    "careful assistant in the folder /src/moor.\"},{\"role\":"
+	    "\"user\",\"content\":\"list the files\"}]}",
+	    "{\"messages\":[{\"role\":\"system\",\"content\":\"Cafe\\u0301 "
+	    "cre\\u0300me bru\\u0302le\\u0301e, e\\u0301 e\\u0301 "
+	    "e\\u0301\"},{\"role\":"
+	    "\"user\",\"content\":\"one <|im_start|> two\"},{\"role\":"
+	    "\"assistant\",\"content\":\"three\"},{\"role\":\"user\","
+	    "\"content\":\"four\"}],\"tools\":[{\"type\":\"function\","
+	    "\"function\":{\"name\":\"bash\",\"description\":\"run "
+	    "it\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]}",
+	    "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":"
+	    "\"user\",\"content\":\"run it\"},{\"role\":\"assistant\","
+	    "\"content\":\"\",\"tool_calls\":[{\"type\":\"function\","
+	    "\"function\":{\"name\":\"bash\",\"arguments\":\"{}\"}}]},"
+	    "{\"role\":\"tool\",\"content\":\"done\"}]}",
+	};
+	gw_tmpl_family fam = env.family;
+	gw_tmpl_family fams[] = {GW_TMPL_QWEN3, GW_TMPL_QWEN3_5};
+	for (int fi = 0; fi < 2; fi++) {
+		env.family = fams[fi];
+		for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+			gw_params p;
+			gw_fail f;
+			REQUIRE(readf(GW_KIND_CHAT, NULL, &p, &f, NULL, "%s",
+				      bodies[i]) == 0,
+				"body %zu: %s", i, f.msg);
+			size_t want = user_at_of(bodies[i], p.ids, p.n_ids);
+			printf("user_at (%s, body %zu): %zu of %zu (the "
+			       "prefix alone: %zu)\n",
+			       gw_tmpl_name(env.family), i, p.user_at, p.n_ids,
+			       want);
+			CHECK(want > 0 && p.user_at == want,
+			      "%s body %zu: user_at %zu, the prefix has %zu",
+			      gw_tmpl_name(env.family), i, p.user_at, want);
+			gw_params_fini(&p);
+		}
+	}
+	env.family = fam;
+	gw_params p;
+	gw_fail f;
+	REQUIRE(readf(GW_KIND_CHAT, NULL, &p, &f, NULL, CHAT("")) == 0, "%s",
+		f.msg);
+	CHECK(p.user_at == 0, "a user message first: %zu", p.user_at);
+	gw_params_fini(&p);
+	REQUIRE(readf(GW_KIND_COMPLETION, NULL, &p, &f, NULL,
+		      "{\"prompt\":\"<|im_start|>user\\nhi<|im_end|>\"}") == 0,
+		"%s", f.msg);
+	CHECK(p.user_at == 0, "a completion: %zu", p.user_at);
+	gw_params_fini(&p);
+}
+
 int main(void)
 {
 	char path[4096], err[MOOR_ERRLEN];
@@ -468,6 +560,7 @@ int main(void)
 	test_refusals();
 	test_sessions();
 	test_chat_prompt();
+	test_user_at();
 	test_completion_prompt();
 	test_parts_and_budget();
 	gw_tok_free(tok);

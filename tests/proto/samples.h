@@ -172,6 +172,7 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 		p->n_ids = count_for(size, 1000, 1u << 19);
 		p->ids = sample_i32s(p->n_ids);
 		p->salt = size == S_EMPTY ? 0 : rnd();
+		p->user_at = size == S_EMPTY ? 0 : rnd();
 		break;
 	}
 	case PROTO_PLAN_OK: {
@@ -223,6 +224,7 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 		g->n_stop = count_for(size, 3, 1u << 16);
 		g->stop_ids = sample_i32s(g->n_stop);
 		g->salt = size == S_EMPTY ? 0 : rnd();
+		g->user_at = size == S_EMPTY ? 0 : rnd();
 		break;
 	}
 	case PROTO_STEP: {
@@ -383,6 +385,7 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 		DIFF(x->n_ids == y->n_ids, "plan.n_ids");
 		DIFF(ARR_EQ(x->n_ids, x->ids, y->ids), "plan.ids");
 		DIFF(x->salt == y->salt, "plan.salt");
+		DIFF(x->user_at == y->user_at, "plan.user_at");
 		break;
 	}
 	case PROTO_PLAN_OK: {
@@ -428,6 +431,7 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 		DIFF(x->n_stop == y->n_stop, "gen.n_stop");
 		DIFF(ARR_EQ(x->n_stop, x->stop_ids, y->stop_ids), "stop_ids");
 		DIFF(x->salt == y->salt, "gen.salt");
+		DIFF(x->user_at == y->user_at, "gen.user_at");
 		break;
 	}
 	case PROTO_STEP:

@@ -78,12 +78,13 @@ static void test_wire_layout(void)
 				.flags = PROTO_PLAN_NO_CACHE,
 				.n_ids = 3,
 				.ids = ids,
-				.salt = 0x0102030405060708ull};
+				.salt = 0x0102030405060708ull,
+				.user_at = 0x1112131415161718ull};
 	REQUIRE(proto_encode(&b, &m) == 0, "encode plan");
 	static const uint8_t want[] = {
 	    0x4d, 0x4f, 0x4f, 0x52, /* "MOOR" */
-	    3,	  0,	12,   0,    /* version 3, PLAN */
-	    36,	  0,	0,    0,    /* length */
+	    4,	  0,	12,   0,    /* version 4, PLAN */
+	    44,	  0,	0,    0,    /* length */
 	    0,	  0,	0,    0,    /* flags */
 	    0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, /* req */
 	    2,	  0,	'a',  'b',			    /* session */
@@ -92,6 +93,7 @@ static void test_wire_layout(void)
 	    3,	  0,	0,    0,			    /* n_ids */
 	    1,	  0,	0,    0,    0xfe, 0xff, 0xff, 0xff, 4, 3, 2, 1,
 	    8,	  7,	6,    5,    4,	  3,	2,    1, /* salt */
+	    0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11, /* user_at */
 	};
 	CHECK(b.len == sizeof want && !memcmp(b.p, want, sizeof want),
 	      "PLAN bytes");
@@ -114,6 +116,7 @@ static void test_wire_layout(void)
 	m.h.type = PROTO_GENERATE;
 	m.u.gen.temperature = 1.0f; /* 0x3f800000 */
 	m.u.gen.top_k = -1;
+	m.u.gen.user_at = 0x0102030405060708ull;
 	REQUIRE(proto_encode(&b, &m) == 0, "encode generate");
 	raw_hdr(&r, PROTO_GENERATE, 0);
 	raw_le(&r, 0, 2);	   /* session */
@@ -131,6 +134,7 @@ static void test_wire_layout(void)
 	raw_le(&r, 0, 4);	    /* n_hidden */
 	raw_le(&r, 0, 4);	    /* n_close */
 	raw_le(&r, 0, 8);	    /* salt */
+	raw_le(&r, 0x0102030405060708ull, 8); /* user_at */
 	raw_end(&r);
 	CHECK(b.len == r.n && !memcmp(b.p, r.p, r.n), "GENERATE bytes");
 
@@ -186,8 +190,9 @@ static void test_wire_layout(void)
 /* A payload of exactly PROTO_MAX_PAYLOAD is fine; one id more is not. */
 static void test_payload_limit(void)
 {
-	/* session 2 bytes: 2 + 2 + 4 + 4 + 4 + 4n + 8 (salt) = 4 MiB */
-	uint32_t n = (PROTO_MAX_PAYLOAD - 24) / 4;
+	/* session 2 bytes: 2 + 2 + 4 + 4 + 4 + 4n + 8 (salt) + 8 (user_at)
+	 * = 4 MiB */
+	uint32_t n = (PROTO_MAX_PAYLOAD - 32) / 4;
 	int32_t *ids = calloc(n + 1, 4);
 	REQUIRE(ids, "alloc");
 	for (uint32_t i = 0; i <= n; i++)

@@ -1,0 +1,191 @@
+/* test_gw_disk_head_user: over HTTP through the whole stack, a session's
+ * first long chat writes its disk head anchors at or below where its last
+ * user message starts (gatewayd's user_at, GENERATE -> PLAN ->
+ * cache_req.user_at), so a second session with the same system prompt and
+ * tools but a user message of its own resumes from the disk (issue 11).
+ *
+ * 1. Session A (x-session-id head-A): a long system prompt, a tool, a long
+ *    user message; the user message starts at token U = usage.moor.parts
+ *    system + tools. The disk tier (--disk-cache-min-tokens 64, grid 64)
+ *    writes 4 head anchors, every one at or below U, the top one at the
+ *    last grid line at or below U. With the old rule (user_at unknown) they
+ *    sit at the prompt's last 4 lines, all above U.
+ * 2. cached is killed -9 and started again on the same directory (the RAM
+ *    tiers are gone).
+ * 3. Session B (head-B): the same system prompt and tool, another user
+ *    message: resumes from the disk tier (usage.moor.source "disk") at that
+ *    top line, at or below U. With the old rule it prefilled cold. */
+#include <stdlib.h>
+
+#include "t.h"
+
+#include "gwtest.h"
+#include "harness.h"
+
+#define GRID 64
+
+static const char *cached_args[] = {H_CACHED_BUDGETS,
+				    "--disk-dir",
+				    NULL,
+				    "--disk-cache-min-tokens",
+				    "64",
+				    "--disk-cache-min-free-gb",
+				    "0",
+				    "--session-spill-min-tokens",
+				    "100000000",
+				    NULL};
+
+static pid_t start_cached(const char *logname)
+{
+	char *a[40] = {(char *)gt_.cached, "--device", (char *)h_device(),
+		       "--run-dir", (char *)gt_.run};
+	int k = 5;
+	for (int i = 0; cached_args[i] && k < 39; i++)
+		a[k++] = (char *)cached_args[i];
+	a[k] = NULL;
+	pid_t pid = h_spawn(logname, a);
+	REQUIRE(h_wait_ready(logname, "serving", gt_.run, "admin.sock", pid,
+			     20) == 0,
+		"%s did not come up", logname);
+	REQUIRE(gt_wait_health(gt_.port, 200, 60) == 200,
+		"the stack is not green after %s", logname);
+	return pid;
+}
+
+/* sentences of "Point i of topic", after a lead line; malloc'd */
+static char *text_of(const char *lead, const char *topic, int sentences)
+{
+	char *t = malloc((size_t)sentences * 64 + 256);
+	REQUIRE(t, "oom");
+	int n = sprintf(t, "%s", lead);
+	for (int i = 0; i < sentences; i++)
+		n += sprintf(t + n, " Point %d of %s comes next.", i, topic);
+	return t;
+}
+
+/* A chat of the system prompt, a tool and user message `user` in session
+ * `session`: the reply's JSON. */
+static json_t *chat(const char *sys, const char *user, const char *session)
+{
+	json_t *b = json_pack(
+	    "{s:[{s:s,s:s},{s:s,s:s}],s:[{s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s}}}}}]"
+	    ","
+	    "s:i,s:i}",
+	    "messages", "role", "system", "content", sys, "role", "user",
+	    "content", user, "tools", "type", "function", "function", "name",
+	    "read_file", "description", "read a file of the folder",
+	    "parameters", "type", "object", "properties", "path", "type",
+	    "string", "max_tokens", 4, "temperature", 0);
+	REQUIRE(b, "the test's own body");
+	char *t = json_dumps(b, JSON_COMPACT);
+	json_decref(b);
+	char hdr[128];
+	snprintf(hdr, sizeof hdr, "x-session-id: %s\r\n", session);
+	gt_resp r =
+	    gt_request(gt_.port, "POST", "/v1/chat/completions", t, hdr, 120);
+	free(t);
+	REQUIRE(r.status == 200, "a chat (session %s): %d %s", session,
+		r.status, r.body);
+	json_t *o = gt_json(&r);
+	gt_resp_fini(&r);
+	REQUIRE(o, "the reply is not JSON");
+	return o;
+}
+
+/* Waits until the disk tier has written n anchors and has nothing
+ * pending; its anchor lines, ascending, in L (at most 16). */
+static int disk_lines(long long n_want, uint64_t *L, double timeout_s)
+{
+	double end = moor_now() + timeout_s;
+	int n = 0;
+	while (moor_now() < end) {
+		gt_resp r = gt_get(gt_.port, "/v1/cache/stats");
+		json_t *o = gt_json(&r);
+		gt_resp_fini(&r);
+		long long a = gt_int(o, "disk.anchors"),
+			  p = gt_int(o, "disk.pending");
+		json_t *ls =
+		    json_object_get(json_object_get(o, "disk"), "lines");
+		n = 0;
+		for (size_t i = 0; i < json_array_size(ls) && n < 16; i++)
+			L[n++] =
+			    (uint64_t)json_integer_value(json_array_get(ls, i));
+		json_decref(o);
+		if (a >= n_want && p == 0)
+			break;
+		usleep(100 * 1000);
+	}
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && L[j - 1] > L[j]; j--) {
+			uint64_t x = L[j];
+			L[j] = L[j - 1];
+			L[j - 1] = x;
+		}
+	return n;
+}
+
+int main(int argc, char **argv)
+{
+	static char ddisk[] = "/tmp/moor-gwhead-disk-XXXXXX";
+	REQUIRE(mkdtemp(ddisk), "mkdtemp");
+	for (int i = 0; cached_args[i]; i++)
+		if (!strcmp(cached_args[i], "--disk-dir"))
+			cached_args[i + 1] = ddisk;
+	gt_.cached_args = cached_args;
+	gt_stack(argc, argv, "gwhead", 280, NULL, NULL, NULL);
+
+	char *sys = text_of("You are a coding agent in the folder /src/moor.",
+			    "the house rules", 50);
+	char *ua =
+	    text_of("Read the parser and tell me about it.", "the parser", 60);
+	char *ub = text_of("Now the tokenizer, please, in detail.",
+			   "the tokenizer", 40);
+
+	json_t *o = chat(sys, ua, "head-A");
+	long long u = gt_int(o, "usage.moor.parts.system") +
+		      gt_int(o, "usage.moor.parts.tools");
+	long long na = gt_int(o, "usage.prompt_tokens");
+	json_decref(o);
+	printf("A: %lld prompt tokens, its user message at %lld\n", na, u);
+	REQUIRE(u > 4 * GRID && na > u + 4 * GRID,
+		"the prompt's shape: the user message at %lld of %lld", u, na);
+	uint64_t top = (uint64_t)u / GRID * GRID, L[16];
+	int n = disk_lines(4, L, 60);
+	printf("A's disk anchors:");
+	for (int i = 0; i < n; i++)
+		printf(" %llu", (unsigned long long)L[i]);
+	printf(" (the last line at or below the user message: %llu)\n",
+	       (unsigned long long)top);
+	CHECK(n == 4 && L[n - 1] == top && L[0] == top - 3 * GRID,
+	      "A's head anchors are not the 4 lines at or below its user "
+	      "message (%lld): %d lines, %llu .. %llu",
+	      u, n, n ? (unsigned long long)L[0] : 0ull,
+	      n ? (unsigned long long)L[n - 1] : 0ull);
+
+	h_kill9(gt_.cd);
+	gt_.cd = start_cached("cached2");
+
+	o = chat(sys, ub, "head-B");
+	long long c = gt_int(o, "usage.prompt_tokens_details.cached_tokens");
+	const char *src = gt_str(o, "usage.moor.source");
+	long long ub_at = gt_int(o, "usage.moor.parts.system") +
+			  gt_int(o, "usage.moor.parts.tools");
+	printf("B: %lld of %lld prompt tokens cached (%s), its user message "
+	       "at %lld\n",
+	       c, gt_int(o, "usage.prompt_tokens"), src ? src : "?", ub_at);
+	CHECK(ub_at == u, "B's user message at %lld, A's at %lld", ub_at, u);
+	CHECK(src && !strcmp(src, "disk") && c == (long long)top && c <= u,
+	      "B resumed %lld tokens from %s (want the disk tier at %llu, at "
+	      "or below the user message at %lld)",
+	      c, src ? src : "?", (unsigned long long)top, u);
+	json_decref(o);
+	free(sys);
+	free(ua);
+	free(ub);
+	int rc = h_done("test_gw_disk_head_user");
+	char cmd[160];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", ddisk);
+	if (system(cmd))
+		rc = rc ? rc : 1;
+	return rc;
+}
