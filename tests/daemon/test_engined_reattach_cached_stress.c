@@ -13,9 +13,21 @@
  * round past its bound (the bug seen once in bench_load_faults: after the
  * third restart of cached no HELLO came in 180 s).
  *
+ * Last, a peer that stops answering while its connection stays open (what
+ * engined sees when a cached's end of the pipe outlives it, or a cached
+ * hangs): the test itself takes cached.sock with a REP socket that never
+ * answers, lets engined's dialer connect to it, then starts a real cached
+ * at the same path. NNG re-dials only when the pipe closes, so engined
+ * must give the silent pipe up itself once a call times out; the requests
+ * after it must reach the new cached (HELLO, an answer) within
+ * HUNG_BOUND_S.
+ *
  *   test_engined_reattach_cached_stress CACHED ENGINED MODEL_DIR [ROUNDS]
  */
 #include "t.h"
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
 
 #include "client.h"
 #include "harness.h"
@@ -23,6 +35,17 @@
 
 #define BOUND_S 8.0 /* a round's restart to its answered request */
 #define CALL_S "5"  /* engined's --call-timeout: a lost call ends there */
+#define HUNG_BOUND_S 20.0 /* silent peer to an answer: 5 s timeout + slack */
+
+static atomic_int fake_pipes;
+
+static void fake_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	(void)p;
+	(void)arg;
+	if (ev == NNG_PIPE_EV_ADD_POST)
+		atomic_fetch_add(&fake_pipes, 1);
+}
 
 static int32_t prompt[64];
 
@@ -143,6 +166,50 @@ int main(int argc, char **argv)
 	}
 	printf("%d rounds, %d past the bound, worst %.2f s\n", rounds, late,
 	       worst);
+
+	/* ---- a silent peer on cached.sock, then a real cached ---- */
+	if (!t_failed) {
+		h_kill9(cd);
+		char url[300], path[256];
+		snprintf(path, sizeof path, "%s/cached.sock", run);
+		snprintf(url, sizeof url, "ipc://%s", path);
+		unlink(path);
+		nng_socket fake;
+		REQUIRE(nng_rep0_open(&fake) == 0, "rep0");
+		nng_pipe_notify(fake, NNG_PIPE_EV_ADD_POST, fake_pipe_cb, NULL);
+		REQUIRE(nng_listen(fake, url, NULL, 0) == 0, "listen %s", url);
+		double end = moor_now() + 10;
+		while (atomic_load(&fake_pipes) == 0 && moor_now() < end)
+			sleep_ms(5);
+		REQUIRE(atomic_load(&fake_pipes) > 0,
+			"engined did not dial the silent peer");
+		/* the silent peer keeps its pipe; a real cached takes the
+		 * path (it unlinks the file it finds there) */
+		cd = h_cached(cached, run, "cached_after_silent");
+		double t0 = moor_now();
+		int ok = 0, tries = 0;
+		while (!ok && moor_now() - t0 < HUNG_BOUND_S) {
+			mc_generate(&c, req++, &p, &r, 30000);
+			ok = r.rv == 0 && r.code == 0 &&
+			     r.finish == PROTO_FINISH_LENGTH && r.n_tokens == 4;
+			tries++;
+			if (!ok)
+				printf("  after the silent peer, try %d: rv %d "
+				       "code %d: %s\n",
+				       tries, r.rv, r.code, r.msg);
+			mc_result_fini(&r);
+		}
+		double dt = moor_now() - t0;
+		printf("silent peer: answered %s after %d tries, %.2f s\n",
+		       ok ? "ok" : "NOT", tries, dt);
+		CHECK(ok, "engined never left the silent pipe for the new "
+			  "cached in %.0f s (%d requests)",
+		      HUNG_BOUND_S, tries);
+		CHECK(h_log_has("cached_after_silent", "attached"),
+		      "engined never attached to the cached after the silent "
+		      "peer");
+		nng_close(fake);
+	}
 	mc_close(&c);
 	return h_done("test_engined_reattach_cached_stress");
 }
