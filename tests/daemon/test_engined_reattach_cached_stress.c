@@ -33,8 +33,8 @@
 #include "harness.h"
 #include "serve.h"
 
-#define BOUND_S 8.0 /* a round's restart to its answered request */
-#define CALL_S "5"  /* engined's --call-timeout: a lost call ends there */
+#define BOUND_S 8.0	  /* a round's restart to its answered request */
+#define CALL_S "5"	  /* engined's --call-timeout: a lost call ends there */
 #define HUNG_BOUND_S 20.0 /* silent peer to an answer: 5 s timeout + slack */
 
 static atomic_int fake_pipes;
@@ -69,12 +69,11 @@ static void sleep_ms(int ms)
 }
 
 /* Starts cached under logname without waiting for it. */
-static pid_t cached_spawn(const char *exe, const char *run,
-			  const char *logname)
+static pid_t cached_spawn(const char *exe, const char *run, const char *logname)
 {
-	char *argv[] = {(char *)exe,	     "--run-dir", (char *)run,
-			"--device",	     (char *)h_device(),
-			H_CACHED_BUDGETS, NULL};
+	char *argv[] = {(char *)exe, "--run-dir",	 (char *)run,
+			"--device",  (char *)h_device(), H_CACHED_BUDGETS,
+			NULL};
 	return h_spawn(logname, argv);
 }
 
@@ -146,11 +145,12 @@ int main(int argc, char **argv)
 		       k, inflight ? "in flight" : "idle     ",
 		       slow ? "slow" : "fast", eager ? "at once" : "when up",
 		       ok ? "ok" : "NOT", dt, hello ? "yes" : "no");
-		CHECK(ok, "round %d: the request after the restart: rv %d code "
-			  "%d finish %u, %u tokens: %s",
+		CHECK(ok,
+		      "round %d: the request after the restart: rv %d code "
+		      "%d finish %u, %u tokens: %s",
 		      k, r.rv, r.code, r.finish, r.n_tokens, r.msg);
-		CHECK(hello, "round %d: engined never attached to the new cached",
-		      k);
+		CHECK(hello,
+		      "round %d: engined never attached to the new cached", k);
 		if (dt > BOUND_S)
 			late++;
 		if (dt > worst)
@@ -202,8 +202,9 @@ int main(int argc, char **argv)
 		double dt = moor_now() - t0;
 		printf("silent peer: answered %s after %d tries, %.2f s\n",
 		       ok ? "ok" : "NOT", tries, dt);
-		CHECK(ok, "engined never left the silent pipe for the new "
-			  "cached in %.0f s (%d requests)",
+		CHECK(ok,
+		      "engined never left the silent pipe for the new "
+		      "cached in %.0f s (%d requests)",
 		      HUNG_BOUND_S, tries);
 		CHECK(h_log_has("cached_after_silent", "attached"),
 		      "engined never attached to the cached after the silent "
