@@ -2,7 +2,22 @@
  * answer, one round trip at a time, ABORT. A request is never resent
  * behind our back (a PLAN served twice would restore twice); NNG's pipe
  * events count the connections, so a new pipe (cached restarted) makes the
- * next request HELLO again first. */
+ * next request HELLO again first.
+ *
+ * A lost link. NNG 1.5's dialer re-dials only when its pipe closes, and
+ * with the resend time infinite a request in flight on a pipe that closes
+ * fails with ECONNRESET. So a cached that dies with its end closed is
+ * noticed by NNG and the new one gets a new pipe (and a HELLO). A peer
+ * that stops answering while the pipe stays open is not: every call goes
+ * to that pipe and times out (--call-timeout each), NNG never re-dials, no
+ * new pipe is counted, no HELLO goes out, for as long as the pipe lives.
+ * Hence two rules here: a call that fails in transport (timed out, reset,
+ * closed) marks the link unattached, so the next request HELLOs first
+ * whatever the pipe count says; and a call that timed out closes the
+ * dialer (its pipe with it) and dials again, so the next call goes over a
+ * fresh connection to whatever listens at the path now. A late answer of
+ * the abandoned call is lost with the old pipe; cached sees that engine's
+ * connection end, as on any restart of engined. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -39,8 +54,34 @@ int srv_cached_open(srv *s)
 	nng_socket_set_size(s->cq, NNG_OPT_RECVMAXSZ,
 			    2 * (PROTO_HDR_SIZE + (size_t)PROTO_MAX_PAYLOAD));
 	nng_pipe_notify(s->cq, NNG_PIPE_EV_ADD_POST, cached_pipe_cb, s);
-	rv = nng_dial(s->cq, s->cached_url, NULL, NNG_FLAG_NONBLOCK);
+	rv = nng_dial(s->cq, s->cached_url, &s->cq_dialer, NNG_FLAG_NONBLOCK);
 	return proto_nng_err(rv);
+}
+
+/* A transport failure of a call: no answer in time, the pipe reset or
+ * closed. Any answer from cached (PROTO_ERROR included) is not one. */
+static int link_lost(int rc, const proto_msg *rep)
+{
+	if (rep->h.type == PROTO_ERROR)
+		return 0;
+	return rc == -ETIMEDOUT || rc == -ECONNRESET || rc == -EPIPE ||
+	       rc == -EIO;
+}
+
+/* Gives up the pipe a call timed out on: the dialer closes (and its pipe
+ * with it, so NNG does not keep feeding it requests) and a new one dials
+ * without blocking; the socket's reconnect times carry over to it. */
+static void redial(srv *s)
+{
+	nng_dialer_close(s->cq_dialer);
+	int rv =
+	    nng_dial(s->cq, s->cached_url, &s->cq_dialer, NNG_FLAG_NONBLOCK);
+	if (rv)
+		moor_warn("dial %s again: %s", s->cached_url, nng_strerror(rv));
+	else
+		moor_info("gave up the connection to cached after a timeout; "
+			  "dialling %s again",
+			  s->cached_url);
 }
 
 /* One round trip to cached; on an error reply, msg gets its text. */
@@ -48,6 +89,11 @@ int srv_cached_call(srv *s, proto_msg *q, proto_msg *rep, char *msg)
 {
 	q->h.req = ++s->next_id;
 	int rc = proto_call(s->cq, q, rep, s->cfg->call_timeout_s * 1000);
+	if (rc && link_lost(rc, rep)) {
+		s->attached = 0; /* the next request HELLOs first */
+		if (rc == -ETIMEDOUT)
+			redial(s);
+	}
 	if (rc && msg) {
 		if (rep->h.type == PROTO_ERROR && rep->u.error.msg)
 			moor_errf(msg, "cached: %s", rep->u.error.msg);

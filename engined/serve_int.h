@@ -49,8 +49,12 @@ typedef struct srv {
 	uint8_t fp[32];
 
 	/* the link to cached (REQ); pipes_added counts pipes NNG attached,
-	 * hello_gen is its value at the last good HELLO */
+	 * hello_gen is its value at the last good HELLO; attached drops to 0
+	 * when a call fails in transport (the next request HELLOs first; the
+	 * old arenas stay mapped until that HELLO replaces them); cq_dialer
+	 * is re-made after a call timed out (link.c says why) */
 	nng_socket cq;
+	nng_dialer cq_dialer;
 	atomic_uint pipes_added;
 	unsigned hello_gen;
 	int attached;
