@@ -411,10 +411,16 @@ static void fault(int victim, int n, int round)
 		h_kill9(gt_.gw);
 		gt_.gw = gt_gatewayd(&gt_.port, NULL);
 		break;
-	case V_CACHED:
+	case V_CACHED: {
+		/* a log of its own each time: logs are appended to, and the
+		 * last one's "serving" would end the wait before this cached
+		 * is up */
+		char ln[32];
+		snprintf(ln, sizeof ln, "cached_again_%d", round);
 		h_kill9(gt_.cd);
-		gt_.cd = h_cached(gt_.cached, gt_.run, "cached_again");
+		gt_.cd = h_cached(gt_.cached, gt_.run, ln);
 		break;
+	}
 	}
 	double tr = moor_now();
 	drive(c, n, t0 + 180);
