@@ -359,8 +359,9 @@ static __global__ void k_inter(float *o, float *S, const float *ws,
  * x dv / OC): O = (q e^G) S + Am V', rounded when act is BF16.
  *
  * Every sum runs in the order k_inter's does (over d, then j, each from 0),
- * and q e^G, k e^(G_last - G) are the products k_inter16 made: the same
- * arithmetic as the one-kernel pass they replace. */
+ * and intra makes q e^G and k e^(G_last - G) as k_inter does in place: the
+ * same arithmetic as the one-kernel pass they replace (k_inter16, in the
+ * history before d58e2b3). */
 #define I16_PK(dk) ((dk) + 4) /* rows of W, q, k in shared memory */
 #define SL16 16
 
