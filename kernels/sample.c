@@ -139,111 +139,68 @@ typedef float v8f __attribute__((vector_size(32)));
 /* exp_sel on four (AVX2) or eight (AVX-512) lanes, operation for
  * operation: the selects as masks, n from the bits of t + 1.5 * 2^52
  * (= 1.5 * 2^52 + n exactly, as nd's subtraction says), n / 2 rounded
- * toward zero as C's division does. The two widths are one text. */
-__attribute__((target("avx2"))) static inline v4d exp4(v4d x)
-{
-	const v4d magic = (v4d){0} + 6755399441055744.0;
-	v4l ok = x > -745.0;
-	v4d y = (v4d)((v4l)x & ok);
-	v4l big = y > 709.0;
-	v4d c709 = (v4d){0} + 709.0;
-	y = (v4d)(((v4l)y & ~big) | ((v4l)c709 & big));
-	v4d t = y * 1.4426950408889634074;
-	v4d tm = t + magic;
-	v4d nd = tm - magic;
-	v4d r = y - nd * 6.93147180369123816490e-01;
-	r = r - nd * 1.90821492927058770002e-10;
-	v4d p = r * 1.6059043836821614599e-10 + 2.0876756987868098979e-09;
-	p = p * r + 2.5052108385441718775e-08;
-	p = p * r + 2.7557319223985890653e-07;
-	p = p * r + 2.7557319223985890653e-06;
-	p = p * r + 2.4801587301587301587e-05;
-	p = p * r + 1.9841269841269841270e-04;
-	p = p * r + 1.3888888888888888889e-03;
-	p = p * r + 8.3333333333333333333e-03;
-	p = p * r + 4.1666666666666666667e-02;
-	p = p * r + 1.6666666666666666667e-01;
-	p = p * r + 5.0000000000000000000e-01;
-	p = p * r + 1.0;
-	p = p * r + 1.0;
-	v4l n = (v4l)tm - (v4l)magic;
-	/* n in [-1075, 1023]: + 2048 keeps the shifted value positive */
-	v4l n1 = (v4l)((v4u)(n + (v4l)((v4u)n >> 63) + 2048) >> 1) - 1024;
-	v4l n2 = n - n1;
-	v4d s1 = (v4d)((v4u)(n1 + 1023) << 52);
-	v4d s2 = (v4d)((v4u)(n2 + 1023) << 52);
-	v4d e = (p * s1) * s2;
-	return (v4d)((v4l)e & ok);
-}
-
-__attribute__((target("avx2"))) static void
-weights_avx2(double *w, const uint32_t *c, int m, double mx, double temp)
-{
-	int i = 0;
-	for (; i + 4 <= m; i += 4) {
-		v4w d;
-		memcpy(&d, c + i, sizeof d);
-		v4w ord = ~d;
-		v4w u = ord ^ (((ord >> 31) - 1u) | 0x80000000u);
-		v4d k = __builtin_convertvector((v4f)u, v4d);
-		v4d x = (k - mx) / temp;
-		v4d e = exp4(x);
-		memcpy(w + i, &e, sizeof e);
+ * toward zero as C's division does. The two widths are one text: VEXP
+ * and VWEIGHTS make each from its vector types (D doubles, L and U their
+ * signed and unsigned words, W and F the 32-bit keys) and width N. */
+#define VEXP(TGT, NAME, D, L, U)                                               \
+	__attribute__((target(TGT))) static inline D NAME(D x)                 \
+	{                                                                      \
+		const D magic = (D){0} + 6755399441055744.0;                   \
+		L ok = x > -745.0;                                             \
+		D y = (D)((L)x & ok);                                          \
+		L big = y > 709.0;                                             \
+		D c709 = (D){0} + 709.0;                                       \
+		y = (D)(((L)y & ~big) | ((L)c709 & big));                      \
+		D t = y * 1.4426950408889634074;                               \
+		D tm = t + magic;                                              \
+		D nd = tm - magic;                                             \
+		D r = y - nd * 6.93147180369123816490e-01;                     \
+		r = r - nd * 1.90821492927058770002e-10;                       \
+		D p = r * 1.6059043836821614599e-10 + 2.0876756987868098979e-09; \
+		p = p * r + 2.5052108385441718775e-08;                         \
+		p = p * r + 2.7557319223985890653e-07;                         \
+		p = p * r + 2.7557319223985890653e-06;                         \
+		p = p * r + 2.4801587301587301587e-05;                         \
+		p = p * r + 1.9841269841269841270e-04;                         \
+		p = p * r + 1.3888888888888888889e-03;                         \
+		p = p * r + 8.3333333333333333333e-03;                         \
+		p = p * r + 4.1666666666666666667e-02;                         \
+		p = p * r + 1.6666666666666666667e-01;                         \
+		p = p * r + 5.0000000000000000000e-01;                         \
+		p = p * r + 1.0;                                               \
+		p = p * r + 1.0;                                               \
+		L n = (L)tm - (L)magic;                                        \
+		/* n in [-1075, 1023]: + 2048 keeps the shifted value positive */ \
+		L n1 = (L)((U)(n + (L)((U)n >> 63) + 2048) >> 1) - 1024;       \
+		L n2 = n - n1;                                                 \
+		D s1 = (D)((U)(n1 + 1023) << 52);                              \
+		D s2 = (D)((U)(n2 + 1023) << 52);                              \
+		D e = (p * s1) * s2;                                           \
+		return (D)((L)e & ok);                                         \
 	}
-	weights_body(w + i, c + i, m - i, mx, temp);
-}
-__attribute__((target("avx512f"))) static inline v8d exp8(v8d x)
-{
-	const v8d magic = (v8d){0} + 6755399441055744.0;
-	v8l ok = x > -745.0;
-	v8d y = (v8d)((v8l)x & ok);
-	v8l big = y > 709.0;
-	v8d c709 = (v8d){0} + 709.0;
-	y = (v8d)(((v8l)y & ~big) | ((v8l)c709 & big));
-	v8d t = y * 1.4426950408889634074;
-	v8d tm = t + magic;
-	v8d nd = tm - magic;
-	v8d r = y - nd * 6.93147180369123816490e-01;
-	r = r - nd * 1.90821492927058770002e-10;
-	v8d p = r * 1.6059043836821614599e-10 + 2.0876756987868098979e-09;
-	p = p * r + 2.5052108385441718775e-08;
-	p = p * r + 2.7557319223985890653e-07;
-	p = p * r + 2.7557319223985890653e-06;
-	p = p * r + 2.4801587301587301587e-05;
-	p = p * r + 1.9841269841269841270e-04;
-	p = p * r + 1.3888888888888888889e-03;
-	p = p * r + 8.3333333333333333333e-03;
-	p = p * r + 4.1666666666666666667e-02;
-	p = p * r + 1.6666666666666666667e-01;
-	p = p * r + 5.0000000000000000000e-01;
-	p = p * r + 1.0;
-	p = p * r + 1.0;
-	v8l n = (v8l)tm - (v8l)magic;
-	/* n in [-1075, 1023]: + 2048 keeps the shifted value positive */
-	v8l n1 = (v8l)((v8u)(n + (v8l)((v8u)n >> 63) + 2048) >> 1) - 1024;
-	v8l n2 = n - n1;
-	v8d s1 = (v8d)((v8u)(n1 + 1023) << 52);
-	v8d s2 = (v8d)((v8u)(n2 + 1023) << 52);
-	v8d e = (p * s1) * s2;
-	return (v8d)((v8l)e & ok);
-}
 
-__attribute__((target("avx512f"))) static void
-weights_avx512f(double *w, const uint32_t *c, int m, double mx, double temp)
-{
-	int i = 0;
-	for (; i + 8 <= m; i += 8) {
-		v8w d;
-		memcpy(&d, c + i, sizeof d);
-		v8w ord = ~d;
-		v8w u = ord ^ (((ord >> 31) - 1u) | 0x80000000u);
-		v8d k = __builtin_convertvector((v8f)u, v8d);
-		v8d x = (k - mx) / temp;
-		v8d e = exp8(x);
-		memcpy(w + i, &e, sizeof e);
+#define VWEIGHTS(TGT, NAME, EXP, N, D, W, F)                                   \
+	__attribute__((target(TGT))) static void NAME(                         \
+	    double *w, const uint32_t *c, int m, double mx, double temp)       \
+	{                                                                      \
+		int i = 0;                                                     \
+		for (; i + N <= m; i += N) {                                   \
+			W d;                                                   \
+			memcpy(&d, c + i, sizeof d);                           \
+			W ord = ~d;                                            \
+			W u = ord ^ (((ord >> 31) - 1u) | 0x80000000u);        \
+			D k = __builtin_convertvector((F)u, D);                \
+			D x = (k - mx) / temp;                                 \
+			D e = EXP(x);                                          \
+			memcpy(w + i, &e, sizeof e);                           \
+		}                                                              \
+		weights_body(w + i, c + i, m - i, mx, temp);                   \
 	}
-	weights_body(w + i, c + i, m - i, mx, temp);
-}
+
+VEXP("avx2", exp4, v4d, v4l, v4u)
+VWEIGHTS("avx2", weights_avx2, exp4, 4, v4d, v4w, v4f)
+VEXP("avx512f", exp8, v8d, v8l, v8u)
+VWEIGHTS("avx512f", weights_avx512f, exp8, 8, v8d, v8w, v8f)
 #endif
 
 static void weights(double *w, const uint32_t *c, int m, double mx, double temp)
