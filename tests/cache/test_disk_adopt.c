@@ -190,6 +190,9 @@ int main(void)
 		      "--adopt-from %s refused: %d %s", bad[i], rc, err);
 		cache_free(c);
 	}
+	free(A);
+	free(B);
+	free(Q);
 	dfile_rm_rf(AT_FDCWD, dir);
 	return t_done("test_disk_adopt");
 }

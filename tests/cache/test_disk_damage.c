@@ -506,5 +506,8 @@ int main(void)
 	char cmd[400];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
 	(void)!system(cmd);
+	free(A);
+	free(B);
+	free(Q);
 	return t_done("test_disk_damage");
 }

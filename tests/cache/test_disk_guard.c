@@ -233,6 +233,9 @@ int main(void)
 	      "budget 0: level %s", lv);
 	h_close(&h);
 
+	int32_t *ids[] = {A, B, C, E, F, G, H};
+	for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+		free(ids[i]);
 	dup2(err_fd, 2);
 	close(err_fd);
 	char cmd[600];

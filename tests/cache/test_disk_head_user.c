@@ -142,6 +142,9 @@ int main(void)
 		toy_close(&e);
 		free(C);
 	}
+	free(A);
+	free(N);
+	free(B);
 	dfile_rm_rf(AT_FDCWD, dir);
 	return t_done("test_disk_head_user");
 }

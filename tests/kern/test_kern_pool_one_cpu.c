@@ -18,8 +18,8 @@
  *  2. The CPU backend with 3 threads on that one CPU: a matmul of the
  *     decode step's shape (T = 1, N = 768, K = 256, bf16) and of a prefill
  *     chunk's (T = 64) give the bits of a 1-thread backend, and the decode
- *     matmul's median stays under 0.2 ms (measured: 0.03 ms; 0.34 ms with
- *     pause-only spinners). */
+ *     matmul's median stays within 0.15 ms of the 1-thread backend's
+ *     (measured: 0.03 ms in all; 0.34 ms with pause-only spinners). */
 #include "kt.h"
 #include "pool.h"
 
@@ -112,12 +112,25 @@ int main(void)
 	b1.o->matmul(b1.q, y1, N, x, K, W, KERN_BF16, 64, N, K, KERN_ACT_F32);
 	ASSERT(memcmp(y1, y3, (size_t)64 * N * 4) == 0,
 	       "T = 64 on 3 threads on one CPU differs from 1 thread");
+	/* the bound is the 1-thread backend's own median plus 0.15 ms of the
+	 * pool's (pause-only spinners add 0.3 ms): the matmul's own time
+	 * depends on the build (0.03 ms released, 0.2 ms under ASan) */
+	static double m1[MMR];
+	for (int r = 0; r < MMR; r++) {
+		double t0 = moor_now();
+		b1.o->matmul(b1.q, y1, N, x, K, W, KERN_BF16, 1, N, K,
+			     KERN_ACT_F32);
+		m1[r] = moor_now() - t0;
+	}
 	qsort(m, MMR, sizeof *m, cmp_dbl);
-	ASSERT(m[MMR / 2] < 0.2e-3,
-	       "decode matmul on 3 threads, one CPU: median %.2f ms",
-	       1e3 * m[MMR / 2]);
-	printf("one CPU: matmul 1x768x256 on 3 threads, median %.3f ms\n",
-	       1e3 * m[MMR / 2]);
+	qsort(m1, MMR, sizeof *m1, cmp_dbl);
+	ASSERT(m[MMR / 2] < m1[MMR / 2] + 0.15e-3,
+	       "decode matmul on 3 threads, one CPU: median %.3f ms, on 1 "
+	       "thread %.3f ms",
+	       1e3 * m[MMR / 2], 1e3 * m1[MMR / 2]);
+	printf("one CPU: matmul 1x768x256 on 3 threads, median %.3f ms (1 "
+	       "thread %.3f ms)\n",
+	       1e3 * m[MMR / 2], 1e3 * m1[MMR / 2]);
 
 	free(W);
 	free(wf);
