@@ -528,4 +528,67 @@ static inline int gt_many(int port, const char *path, const char *body, int n,
 	return gt_many_h(port, path, body, n, NULL, deadline_s, out);
 }
 
+/* ---- a daemon's memory and its log ---- */
+
+/* pid's /proc status field key ("VmRSS:", "VmHWM:"), KiB; -1 if none. */
+static inline long gt_status_kb(pid_t pid, const char *key)
+{
+	char p[64], line[256];
+	snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(p, "r");
+	long kb = -1;
+	size_t kl = strlen(key);
+	while (f && fgets(line, sizeof line, f))
+		if (!strncmp(line, key, kl))
+			kb = atol(line + kl);
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+/* Resets pid's VmHWM to its VmRSS (clear_refs 5, Linux 4.0), so a peak
+ * before (the tokenizer's load) is not counted as what follows; 0 or -1. */
+static inline int gt_reset_hwm(pid_t pid)
+{
+	char p[64];
+	snprintf(p, sizeof p, "/proc/%d/clear_refs", (int)pid);
+	FILE *f = fopen(p, "w");
+	if (!f)
+		return -1;
+	int ok = fputs("5", f) >= 0;
+	return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* The lines of logname's log (the harness's folder) that contain str. */
+static inline int gt_log_count(const char *logname, const char *str)
+{
+	char log[300], line[2048];
+	snprintf(log, sizeof log, "%s/%s.log", h_.dir, logname);
+	FILE *f = fopen(log, "r");
+	int n = 0;
+	while (f && fgets(line, sizeof line, f))
+		n += strstr(line, str) != NULL;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* The RSS bound over its base that gatewayd's log (logname) states, MiB
+ * (its last "RSS bound N" line); -1 if none. */
+static inline long gt_stated_bound_mib(const char *logname)
+{
+	char log[300], line[2048];
+	snprintf(log, sizeof log, "%s/%s.log", h_.dir, logname);
+	FILE *f = fopen(log, "r");
+	long mib = -1;
+	while (f && fgets(line, sizeof line, f)) {
+		const char *p = strstr(line, "RSS bound ");
+		if (p)
+			mib = atol(p + 10);
+	}
+	if (f)
+		fclose(f);
+	return mib;
+}
+
 #endif

@@ -24,21 +24,6 @@
 #include "gwtest.h"
 #include "harness.h"
 
-static long peak_rss_kb(pid_t pid)
-{
-	char p[64], line[256];
-	snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
-	FILE *f = fopen(p, "r");
-	long kb = -1;
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof line, f))
-		if (!strncmp(line, "VmHWM:", 6))
-			kb = atol(line + 6);
-	fclose(f);
-	return kb;
-}
-
 static char *repeat_body(const char *head, const char *unit, size_t n,
 			 const char *tail)
 {
@@ -99,7 +84,7 @@ int main(int argc, char **argv)
 	free(big);
 
 	/* ---- a million values, four at once ---- */
-	long rss0 = peak_rss_kb(gt_.gw);
+	long rss0 = gt_status_kb(gt_.gw, "VmHWM:");
 	char *empties = repeat_body("{\"messages\":[", "{}", 1000000, "]}");
 	gt_one many[4];
 	int hung = gt_many(port, "/v1/chat/completions", empties, 4, 60, many);
@@ -107,7 +92,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 4; i++)
 		CHECK(many[i].status == 400 && strstr(many[i].err, "JSON values"),
 		      "a million values: %d %s", many[i].status, many[i].err);
-	long rss1 = peak_rss_kb(gt_.gw);
+	long rss1 = gt_status_kb(gt_.gw, "VmHWM:");
 	printf("gatewayd peak RSS: %ld MB before, %ld MB after four bodies "
 	       "of a million values\n",
 	       rss0 / 1024, rss1 / 1024);

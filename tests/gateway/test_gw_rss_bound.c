@@ -31,49 +31,6 @@
 #define MAX_BODY (4u << 20)
 #define READ_TIMEOUT_S 30
 
-static long status_kb(pid_t pid, const char *key)
-{
-	char p[64], line[256];
-	snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
-	FILE *f = fopen(p, "r");
-	long kb = -1;
-	size_t kl = strlen(key);
-	while (f && fgets(line, sizeof line, f))
-		if (!strncmp(line, key, kl))
-			kb = atol(line + kl);
-	if (f)
-		fclose(f);
-	return kb;
-}
-
-/* Resets pid's VmHWM to its VmRSS (clear_refs 5, Linux 4.0), so a peak
- * of its start (the tokenizer's load) is not counted as the flood's. */
-static void reset_hwm(pid_t pid)
-{
-	char p[64];
-	snprintf(p, sizeof p, "/proc/%d/clear_refs", (int)pid);
-	FILE *f = fopen(p, "w");
-	REQUIRE(f && fputs("5", f) >= 0 && fclose(f) == 0,
-		"%s: cannot reset the peak RSS", p);
-}
-
-/* The bound gatewayd's log states, MiB; -1 if none. */
-static long stated_bound_mib(const char *logname)
-{
-	char log[300], line[2048];
-	snprintf(log, sizeof log, "%s/%s.log", h_.dir, logname);
-	FILE *f = fopen(log, "r");
-	long mib = -1;
-	while (f && fgets(line, sizeof line, f)) {
-		const char *p = strstr(line, "RSS bound ");
-		if (p)
-			mib = atol(p + 10);
-	}
-	if (f)
-		fclose(f);
-	return mib;
-}
-
 /* Prints the lines of logname's log that contain str. */
 static void print_log_lines(const char *logname, const char *str)
 {
@@ -178,8 +135,8 @@ static int send_until_answer(int port, const char *req, size_t len,
 
 static void past_the_limit(int port, pid_t gw)
 {
-	reset_hwm(gw);
-	long rss0 = status_kb(gw, "VmRSS:");
+	REQUIRE(gt_reset_hwm(gw) == 0, "cannot reset the peak RSS");
+	long rss0 = gt_status_kb(gw, "VmRSS:");
 	/* a Content-Length past it: the head alone is answered */
 	size_t sent;
 	char *head = request("", 0, 64ll << 20, &sent);
@@ -212,7 +169,7 @@ static void past_the_limit(int port, pid_t gw)
 	CHECK(sent < k / 2, "the chunked body was taken whole: %zu of %zu",
 	      sent, k);
 	free(ch);
-	long hwm = status_kb(gw, "VmHWM:");
+	long hwm = gt_status_kb(gw, "VmHWM:");
 	printf("gatewayd: VmRSS %ld MiB before, VmHWM %ld MiB after\n",
 	       rss0 >> 10, hwm >> 10);
 	CHECK(hwm - rss0 < 24 * 1024, "one refused body grew gatewayd %ld MiB",
@@ -348,8 +305,8 @@ static void flood(int port, pid_t gw, long bound_mib)
 	for (int k = 0; k < C_N; k++)
 		n += kind_n[k];
 	cl *c = calloc((size_t)n, sizeof *c);
-	reset_hwm(gw);
-	long rss0 = status_kb(gw, "VmRSS:");
+	REQUIRE(gt_reset_hwm(gw) == 0, "cannot reset the peak RSS");
+	long rss0 = gt_status_kb(gw, "VmRSS:");
 	double t0 = moor_now();
 	/* the kinds interleaved, the chats last (they arrive into the
 	 * flood) */
@@ -367,7 +324,7 @@ static void flood(int port, pid_t gw, long bound_mib)
 			fcntl(x->fd, F_SETFL, O_NONBLOCK);
 		}
 	drive(c, n, t0 + READ_TIMEOUT_S + 60);
-	long hwm = status_kb(gw, "VmHWM:");
+	long hwm = gt_status_kb(gw, "VmHWM:");
 	printf("\n%-22s %4s %5s %5s %5s %6s %7s\n", "kind", "n", "200", "400",
 	       "408", "closed", "max s");
 	for (int k = 0; k < C_N; k++) {
@@ -432,7 +389,7 @@ int main(int argc, char **argv)
 	    NULL,	   NULL};
 	gw_extra[9] = rt;
 	gt_stack(argc, argv, "gwrss", 300, gw_extra, NULL, NULL);
-	long bound = stated_bound_mib("gatewayd1");
+	long bound = gt_stated_bound_mib("gatewayd1");
 	printf("gatewayd states an RSS bound of %ld MiB over its base\n",
 	       bound);
 	REQUIRE(bound > 0, "gatewayd's log states no RSS bound");

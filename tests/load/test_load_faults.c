@@ -221,53 +221,6 @@ static int cmp_d(const void *a, const void *b)
 	double x = *(const double *)a, y = *(const double *)b;
 	return x < y ? -1 : x > y;
 }
-
-static long vm_kb(pid_t pid, const char *key)
-{
-	char p[64], line[256];
-	snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
-	FILE *f = fopen(p, "r");
-	long kb = -1;
-	size_t kl = strlen(key);
-	while (f && fgets(line, sizeof line, f))
-		if (!strncmp(line, key, kl))
-			kb = atol(line + kl);
-	if (f)
-		fclose(f);
-	return kb;
-}
-
-/* Lines of logname's log that contain str. */
-static int h_log_count(const char *logname, const char *str)
-{
-	char log[300], line[2048];
-	snprintf(log, sizeof log, "%s/%s.log", h_.dir, logname);
-	FILE *f = fopen(log, "r");
-	int n = 0;
-	while (f && fgets(line, sizeof line, f))
-		n += strstr(line, str) != NULL;
-	if (f)
-		fclose(f);
-	return n;
-}
-
-/* The RSS bound over its base that gatewayd's log states, MiB; -1. */
-static long stated_bound_mib(const char *logname)
-{
-	char log[300], line[2048];
-	snprintf(log, sizeof log, "%s/%s.log", h_.dir, logname);
-	FILE *f = fopen(log, "r");
-	long mib = -1;
-	while (f && fgets(line, sizeof line, f)) {
-		const char *p = strstr(line, "RSS bound ");
-		if (p)
-			mib = atol(p + 10);
-	}
-	if (f)
-		fclose(f);
-	return mib;
-}
-
 /* 1. the mixed load */
 static void load(int port, int n, pid_t gw, pid_t cd)
 {
@@ -277,15 +230,9 @@ static void load(int port, int n, pid_t gw, pid_t cd)
 	static const int mix[20] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 				    1, 1, 1, 1, 2, 3, 3, 4, 4, 4};
 	double t0 = moor_now();
-	/* the peak from here: VmHWM reset to VmRSS (clear_refs 5) */
-	FILE *cr;
-	char crp[64];
-	snprintf(crp, sizeof crp, "/proc/%d/clear_refs", (int)gw);
-	if ((cr = fopen(crp, "w"))) {
-		fputs("5", cr);
-		fclose(cr);
-	}
-	long rss0 = vm_kb(gw, "VmRSS:");
+	/* the peak from here: VmHWM reset to VmRSS */
+	gt_reset_hwm(gw);
+	long rss0 = gt_status_kb(gw, "VmRSS:");
 	for (int i = 0; i < n; i++)
 		cl_start(&c[i], port, i % 40 == 39 ? K_SLOWREAD : mix[i % 20],
 			 i, t0);
@@ -347,19 +294,21 @@ static void load(int port, int n, pid_t gw, pid_t cd)
 		       nl ? lat[(nl * 99) / 100] : 0);
 		free(lat);
 	}
-	long hwm = vm_kb(gw, "VmHWM:"), bound = stated_bound_mib("gatewayd1");
+	long hwm = gt_status_kb(gw, "VmHWM:"),
+	     bound = gt_stated_bound_mib("gatewayd1");
 	printf("peak RSS: gatewayd %.1f MiB, cached %.1f MiB (VmHWM); the "
 	       "load took %.1f s\n",
-	       hwm / 1024.0, vm_kb(cd, "VmHWM:") / 1024.0, moor_now() - t0);
+	       hwm / 1024.0, gt_status_kb(cd, "VmHWM:") / 1024.0,
+	       moor_now() - t0);
 	printf("gatewayd: %ld MiB over its RSS before the load (its stated "
 	       "bound: %ld MiB); %d slow readers cut by the write deadline, "
 	       "%d cuts in its log\n\n",
 	       (hwm - rss0) >> 10, bound, slow_cut,
-	       h_log_count("gatewayd1", "has not read"));
+	       gt_log_count("gatewayd1", "has not read"));
 	CHECK(bound > 0 && (hwm - rss0) >> 10 < bound,
 	      "gatewayd grew %ld MiB under the load, past its bound %ld",
 	      (hwm - rss0) >> 10, bound);
-	CHECK(h_log_count("gatewayd1", "has not read") >= slow_cut,
+	CHECK(gt_log_count("gatewayd1", "has not read") >= slow_cut,
 	      "gatewayd's log has fewer write-deadline cuts than slow readers "
 	      "cut");
 	for (int i = 0; i < n; i++) {
