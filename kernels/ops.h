@@ -71,7 +71,7 @@
 #include <stdint.h>
 
 /* Bumped on any incompatible change of struct kern_ops. */
-#define KERN_ABI_VERSION 2
+#define KERN_ABI_VERSION 3
 
 enum kern_dtype { KERN_F32 = 0, KERN_BF16 = 1, KERN_F16 = 2 };
 enum kern_act { KERN_ACT_F32 = 0, KERN_ACT_BF16 = 1 };
@@ -400,6 +400,36 @@ typedef struct kern_ops {
 	 * refills it only after the queue's next sync (upload's rule). */
 	int (*host_alloc)(kern_ctx *ctx, size_t bytes, void **out);
 	void (*host_free)(kern_ctx *ctx, void *p); /* safe on NULL */
+
+	/* ---- decode's fused prologues (optional: NULL, or MOOR_EUNSUP
+	 * for a shape the backend does not fuse, means the model runs the
+	 * unfused ops named, which stay the reference in the tests) ---- */
+
+	/* A full-attention layer's ops between its projection and attention,
+	 * for T rows at pos0, with the same bits as split_qgate(qo, go, qg);
+	 * rmsnorm(qo; qw) over T Hq rows and rmsnorm(k; kw) over T Hkv rows
+	 * (D wide, plus_one, eps); rope(qo) and rope(k) (rot, theta, pos0);
+	 * kv_write(K, k) and kv_write(V, v) at row pos0. qg [T, Hq, 2D], k
+	 * and v [T, Hkv, D] contiguous; qo, go [T, Hq, D]; qw and kw [D] of
+	 * wdt. k itself is not written (K's row holds it normalised and
+	 * rotated). */
+	int (*attn_prep)(kern_queue *q, float *qo, float *go, const float *qg,
+			 const float *k, const float *v, const void *qw,
+			 const void *kw, int wdt, void *K, void *V, int kvdt,
+			 int T, int Hq, int Hkv, int D, int rot, int64_t pos0,
+			 float theta, float eps, int act);
+	/* A GDN layer's ops between its projection and the delta rule, for
+	 * one token (T = 1), with the same bits as conv1d(u, mixed, tail; cw)
+	 * over C = 2 Hk dk + Hv dv channels (q heads, k heads, v heads),
+	 * l2norm() of u's q heads with scale qscale and of its k heads with
+	 * scale 1 (both in fp32, act F32, eps), and gdn_gates(beta, g; b, a,
+	 * A_log, dt_bias) over Hv heads with act. */
+	int (*gdn_prep)(kern_queue *q, float *u, const float *mixed,
+			float *tail, const void *cw, int cwdt, int Kc, int Hk,
+			int dk, int Hv, int dv, float eps, float qscale,
+			float *beta, float *g, const float *b, const float *a,
+			const float *A_log, const float *dt_bias, int T,
+			int act);
 } kern_ops;
 
 /* ---- the registry ---- */

@@ -145,8 +145,10 @@ void eng_probe(const char *name, int layer, float *x, int rows, int cols,
 	       int ld, int64_t pos);
 #define PROBE(m, name, layer, x, rows, cols, ld)                              \
 	eng_probe(name, layer, x, rows, cols, ld, (m)->probe_pos)
+#define PROBING(m) ((void)(m), 1) /* fused ops would skip probe points */
 #else
 #define PROBE(m, name, layer, x, rows, cols, ld) ((void)(layer))
+#define PROBING(m) ((void)(m), 0)
 #endif
 
 static int keep(eng_model *m, void *p, int wrapped)
@@ -994,18 +996,28 @@ static int gdn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	PROBE(m, "b", li, b, T, Hv, ldba);
 	PROBE(m, "a", li, a, T, Hv, ldba);
 	CK(sections_ready(m));
-	CK(o->conv1d(q, u, mixed, ldm, s->sec[l->sec_conv], l->conv.p,
-		     l->conv.dt, T, cd, c->conv_kernel, act));
-	PROBE(m, "conv", li, u, T, cd, cd);
 	float *uq = u, *uk = u + m->key_dim, *uv = u + 2 * m->key_dim;
 	/* q and k are normalised in fp32: measured against the bf16 fixture,
 	 * rounding the normalised values to bf16 multiplies the logits' error
 	 * by six */
-	CK(o->l2norm(q, uq, cd, T, Hk, dk, 1e-6f, 1.0f / sqrtf((float)dk),
-		     KERN_ACT_F32));
-	CK(o->l2norm(q, uk, cd, T, Hk, dk, 1e-6f, 1.0f, KERN_ACT_F32));
-	CK(o->gdn_gates(q, m->beta, m->g, b, ldba, a, ldba, l->A_log,
-			l->dt_bias, T, Hv, act));
+	int rc = MOOR_EUNSUP;
+	if (o->gdn_prep && !PROBING(m))
+		rc = o->gdn_prep(q, u, mixed, s->sec[l->sec_conv], l->conv.p,
+				 l->conv.dt, c->conv_kernel, Hk, dk, Hv, dv,
+				 1e-6f, 1.0f / sqrtf((float)dk), m->beta, m->g,
+				 b, a, l->A_log, l->dt_bias, T, act);
+	if (rc && rc != MOOR_EUNSUP)
+		return rc;
+	if (rc) { /* the unfused ops (the fused one's reference) */
+		CK(o->conv1d(q, u, mixed, ldm, s->sec[l->sec_conv], l->conv.p,
+			     l->conv.dt, T, cd, c->conv_kernel, act));
+		PROBE(m, "conv", li, u, T, cd, cd);
+		CK(o->l2norm(q, uq, cd, T, Hk, dk, 1e-6f,
+			     1.0f / sqrtf((float)dk), KERN_ACT_F32));
+		CK(o->l2norm(q, uk, cd, T, Hk, dk, 1e-6f, 1.0f, KERN_ACT_F32));
+		CK(o->gdn_gates(q, m->beta, m->g, b, ldba, a, ldba, l->A_log,
+				l->dt_bias, T, Hv, act));
+	}
 	PROBE(m, "beta", li, m->beta, T, Hv, Hv);
 	PROBE(m, "g", li, m->g, T, Hv, Hv);
 	if (recurrent)
@@ -1053,19 +1065,34 @@ static int attn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	PROBE(m, "qg", li, qg, T, 2 * qd, 2 * qd);
 	PROBE(m, "k", li, k, T, kd, kd);
 	PROBE(m, "v", li, v, T, kd, kd);
-	CK(o->split_qgate(q, qo, go, qg, T, Hq, D));
-	CK(o->rmsnorm(q, qo, D, qo, D, l->q_norm.p, l->q_norm.dt, T * Hq, D,
-		      c->eps, 1, act));
-	CK(o->rmsnorm(q, k, D, k, D, l->k_norm.p, l->k_norm.dt, T * Hkv, D,
-		      c->eps, 1, act));
-	PROBE(m, "qn", li, qo, T, qd, qd);
-	PROBE(m, "kn", li, k, T, kd, kd);
-	CK(o->rope(q, qo, qd, T, Hq, D, c->rot_dim, pos0, c->rope_theta, act));
-	CK(o->rope(q, k, kd, T, Hkv, D, c->rot_dim, pos0, c->rope_theta, act));
-	PROBE(m, "qr", li, qo, T, qd, qd);
-	PROBE(m, "kr", li, k, T, kd, kd);
-	CK(o->kv_write(q, s->view[l->view_K], m->kvdt, pos0, k, kd, T, kd));
-	CK(o->kv_write(q, s->view[l->view_V], m->kvdt, pos0, v, kd, T, kd));
+	int rc = MOOR_EUNSUP;
+	if (o->attn_prep && T == 1 && l->q_norm.dt == l->k_norm.dt &&
+	    !PROBING(m))
+		rc = o->attn_prep(q, qo, go, qg, k, v, l->q_norm.p, l->k_norm.p,
+				  l->q_norm.dt, s->view[l->view_K],
+				  s->view[l->view_V], m->kvdt, T, Hq, Hkv, D,
+				  c->rot_dim, pos0, c->rope_theta, c->eps, act);
+	if (rc && rc != MOOR_EUNSUP)
+		return rc;
+	if (rc) { /* the unfused ops (the fused one's reference) */
+		CK(o->split_qgate(q, qo, go, qg, T, Hq, D));
+		CK(o->rmsnorm(q, qo, D, qo, D, l->q_norm.p, l->q_norm.dt,
+			      T * Hq, D, c->eps, 1, act));
+		CK(o->rmsnorm(q, k, D, k, D, l->k_norm.p, l->k_norm.dt, T * Hkv,
+			      D, c->eps, 1, act));
+		PROBE(m, "qn", li, qo, T, qd, qd);
+		PROBE(m, "kn", li, k, T, kd, kd);
+		CK(o->rope(q, qo, qd, T, Hq, D, c->rot_dim, pos0, c->rope_theta,
+			   act));
+		CK(o->rope(q, k, kd, T, Hkv, D, c->rot_dim, pos0, c->rope_theta,
+			   act));
+		PROBE(m, "qr", li, qo, T, qd, qd);
+		PROBE(m, "kr", li, k, T, kd, kd);
+		CK(o->kv_write(q, s->view[l->view_K], m->kvdt, pos0, k, kd, T,
+			       kd));
+		CK(o->kv_write(q, s->view[l->view_V], m->kvdt, pos0, v, kd, T,
+			       kd));
+	}
 	CK(o->attention(q, out, qo, qd, s->view[l->view_K], s->view[l->view_V],
 			m->kvdt, T, pos0, Hq, Hkv, D, 1.0f / sqrtf((float)D),
 			act));

@@ -31,12 +31,51 @@
  * splits past a launch's length return at once. */
 #include "cuda.cuh"
 
+#include <stdlib.h>
+#include <string.h>
+
 typedef __nv_bfloat16 bf16;
 
 #define FL_BR 64 /* query rows of a block: 4 warps of 16 */
 #define FL_THREADS (FL_BR / 16 * 32)
 #define FL_BC 64 /* keys of a tile */
 #define FL_PAD 8 /* bf16 of padding a smem row: conflict-free fragments */
+
+/* ---- mma.sync helpers (the decode and prefill tensor-core kernels) ---- */
+
+static __device__ inline uint32_t pack2(float lo, float hi)
+{
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+	return *(uint32_t *)&v;
+}
+
+static __device__ inline void mma16816(float *c, const uint32_t *a, uint32_t b0,
+				       uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+		       "r"(b1));
+}
+
+static __device__ inline void ldsm_x4(uint32_t *r, const void *p)
+{
+	unsigned a = (unsigned)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+		     "{%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(a));
+}
+
+static __device__ inline void ldsm_x4_t(uint32_t *r, const void *p)
+{
+	unsigned a = (unsigned)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+		     "{%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(a));
+}
 
 /* ---- the split kernel ---- */
 
@@ -111,6 +150,7 @@ __global__ void __launch_bounds__(KCU_SPLIT_KEYS)
 	    const void *V, int kvdt, int r0, const int64_t *dpos, int64_t padd,
 	    int Hq, int Hkv, int D, float scale, int act)
 {
+	kcu_pdl_enter();
 	extern __shared__ float sh[];
 	const int G = Hq / Hkv, kh = blockIdx.y, s = blockIdx.x;
 	const int rl = blockIdx.z, t = r0 + rl;
@@ -221,6 +261,7 @@ __global__ void __launch_bounds__(SP_THREADS)
 	      const bf16 *V, int r0, const int64_t *dpos, int64_t padd, int Hq,
 	      int Hkv, float scale)
 {
+	kcu_pdl_enter();
 	constexpr int LD = sp_ld(D), P8 = D / 8;
 	extern __shared__ __align__(16) unsigned char smraw[];
 	bf16 *Ks = (bf16 *)smraw, *Vs = Ks + KCU_SPLIT_KEYS * LD;
@@ -349,6 +390,216 @@ __global__ void __launch_bounds__(SP_THREADS)
 		}
 }
 
+/* The split kernel on tensor cores (bf16 K and V, D 128 or 256, G <= 16):
+ * grid (splits, Hkv, rows), DM_THREADS threads, the same splits of
+ * KCU_SPLIT_KEYS keys and the same partials as k_split (k_combine reads
+ * them unchanged). The group's G query rows are the A operand of
+ * mma.m16n8k16 (padded to 16 rows with zeros; q is bf16-valued where act
+ * is BF16, so its bf16 copy is exact), a warp takes 16 keys of the split
+ * for the scores (one n-tile pair over D / 16 k steps), the split's max
+ * and sum meet across the 4 warps in shared memory (in order w = 0..3),
+ * p = rnd(e^(s - m)) goes to shared memory as bf16 (exact: p is rounded),
+ * and a warp takes D / 4 dims of P V over the split's 64 keys (4 k steps
+ * in order). K, V and q rows sit in shared memory unpadded, their 16-byte
+ * chunks XOR-swizzled by the row (chunk c of row r at c ^ (r & 7)), so
+ * the ldmatrix phases are conflict-free and three blocks fit an SM: the
+ * loads of one block run under the others' products. (k_split16, its FMA
+ * predecessor, was bound by its shared-memory reads of q: 34 / 112 / 397
+ * us a layer at 8k / 32k / 128k keys on the H200, about 3.3x the KV
+ * read.) */
+#define DM_THREADS 128
+#define DM_PLD (KCU_SPLIT_KEYS + 8) /* P rows: padded, conflict-free */
+
+static __host__ __device__ constexpr size_t dm_smem(int D)
+{
+	return ((size_t)2 * KCU_SPLIT_KEYS * D + 16 * (size_t)D) * 2 +
+	       (size_t)16 * DM_PLD * 2 + (size_t)2 * 4 * 16 * 4;
+}
+
+/* element (r, c) of a swizzled [rows][D] bf16 tile */
+template <int D> static __device__ inline int dm_at(int r, int c)
+{
+	return r * D + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7);
+}
+
+template <int D>
+__global__ void __launch_bounds__(DM_THREADS)
+    k_split_mma(float *part, int nsplit, const float *qv, int ldq,
+		const bf16 *K, const bf16 *V, int r0, const int64_t *dpos,
+		int64_t padd, int Hq, int Hkv, float scale)
+{
+	kcu_pdl_enter();
+	constexpr int KEYS = KCU_SPLIT_KEYS, P8 = D / 8, DW = D / 4;
+	extern __shared__ __align__(16) unsigned char smraw[];
+	bf16 *Ks = (bf16 *)smraw;		   /* [KEYS][D] swizzled */
+	bf16 *Vs = Ks + KEYS * D;		   /* [KEYS][D] swizzled */
+	bf16 *Qs = Vs + KEYS * D;		   /* [16][D] swizzled */
+	bf16 *Ps = Qs + 16 * D;			   /* [16][DM_PLD] */
+	float *rmax = (float *)(Ps + 16 * DM_PLD); /* [4 warps][16 rows] */
+	float *rsum = rmax + 4 * 16;
+	const int G = Hq / Hkv, kh = blockIdx.y, s = blockIdx.x;
+	const int rl = blockIdx.z, t = r0 + rl;
+	const int64_t len = kcu_pos(dpos, padd) + t + 1;
+	const int64_t j0 = (int64_t)s * KEYS;
+	if (j0 >= len)
+		return; /* past this launch's length (a graph's spare split) */
+	const int n = (int)(len - j0 < KEYS ? len - j0 : KEYS);
+	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+	const int g = lane >> 2, tq = lane & 3;
+	const size_t kstride = (size_t)Hkv * D;
+	for (int i = tid; i < KEYS * P8; i += DM_THREADS) {
+		int r = i / P8, c = (i - r * P8) * 8, ok = r < n;
+		cp16(Ks + dm_at<D>(r, c),
+		     K + (size_t)(j0 + (ok ? r : 0)) * kstride +
+			 (size_t)kh * D + c,
+		     ok);
+	}
+	cp_commit();
+	for (int i = tid; i < KEYS * P8; i += DM_THREADS) {
+		int r = i / P8, c = (i - r * P8) * 8, ok = r < n;
+		cp16(Vs + dm_at<D>(r, c),
+		     V + (size_t)(j0 + (ok ? r : 0)) * kstride +
+			 (size_t)kh * D + c,
+		     ok);
+	}
+	cp_commit();
+	for (int i = tid; i < 16 * P8; i += DM_THREADS) {
+		int h = i / P8, c = (i - h * P8) * 8;
+		uint4 u = make_uint4(0u, 0u, 0u, 0u);
+		if (h < G) {
+			const float *src =
+			    qv + (size_t)t * ldq + (size_t)(kh * G + h) * D + c;
+			float4 a = *(const float4 *)src,
+			       b = *(const float4 *)(src + 4);
+			u = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w),
+				       pack2(b.x, b.y), pack2(b.z, b.w));
+		}
+		*(uint4 *)(Qs + dm_at<D>(h, c)) = u;
+	}
+	cp_wait<1>();
+	__syncthreads(); /* K and q in */
+
+	/* S = Q K^T: rows = heads, this warp's keys 16 w .. 16 w + 15 */
+	float sc[2][4];
+#pragma unroll
+	for (int i = 0; i < 2; i++)
+		sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
+#pragma unroll
+	for (int ks = 0; ks < D / 16; ks++) {
+		uint32_t a[4], b[4];
+		ldsm_x4(a, Qs + dm_at<D>(lane & 15, ks * 16 + (lane >> 4) * 8));
+		ldsm_x4(b, Ks + dm_at<D>(16 * w + (lane >> 4) * 8 + (lane & 7),
+					 ks * 16 + ((lane >> 3) & 1) * 8));
+		mma16816(sc[0], a, b[0], b[1]);
+		mma16816(sc[1], a, b[2], b[3]);
+	}
+	/* rounded and scaled as ops.h says; keys past the row's length -inf;
+	 * the rows' maxima over this warp's keys (a maximum is exact in any
+	 * order) */
+	float ma = -INFINITY, mb = -INFINITY;
+#pragma unroll
+	for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int key = 16 * w + 8 * nt + 2 * tq + (e & 1);
+			float v =
+			    kcu_bf16r(__fmul_rn(kcu_bf16r(sc[nt][e]), scale));
+			if (key >= n)
+				v = -INFINITY;
+			sc[nt][e] = v;
+			if (e < 2)
+				ma = fmaxf(ma, v);
+			else
+				mb = fmaxf(mb, v);
+		}
+	for (int m = 1; m <= 2; m <<= 1) {
+		ma = fmaxf(ma, __shfl_xor_sync(0xffffffffu, ma, m));
+		mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, m));
+	}
+	if (tq == 0) {
+		rmax[w * 16 + g] = ma;
+		rmax[w * 16 + g + 8] = mb;
+	}
+	__syncthreads();
+	ma = fmaxf(fmaxf(rmax[g], rmax[16 + g]),
+		   fmaxf(rmax[32 + g], rmax[48 + g]));
+	mb = fmaxf(fmaxf(rmax[g + 8], rmax[24 + g]),
+		   fmaxf(rmax[40 + g], rmax[56 + g]));
+	/* p = rnd(e^(s - m)) (a split has a key, so m is finite); a lane's
+	 * four in order, then the 4 lanes of a row in a butterfly */
+	float la = 0.0f, lb = 0.0f;
+#pragma unroll
+	for (int nt = 0; nt < 2; nt++) {
+		float p0 = kcu_bf16r(expf(sc[nt][0] - ma));
+		float p1 = kcu_bf16r(expf(sc[nt][1] - ma));
+		float p2 = kcu_bf16r(expf(sc[nt][2] - mb));
+		float p3 = kcu_bf16r(expf(sc[nt][3] - mb));
+		la += p0;
+		la += p1;
+		lb += p2;
+		lb += p3;
+		int col = 16 * w + 8 * nt + 2 * tq;
+		*(uint32_t *)(Ps + g * DM_PLD + col) = pack2(p0, p1);
+		*(uint32_t *)(Ps + (g + 8) * DM_PLD + col) = pack2(p2, p3);
+	}
+	for (int m = 1; m <= 2; m <<= 1) {
+		la += __shfl_xor_sync(0xffffffffu, la, m);
+		lb += __shfl_xor_sync(0xffffffffu, lb, m);
+	}
+	if (tq == 0) {
+		rsum[w * 16 + g] = la;
+		rsum[w * 16 + g + 8] = lb;
+	}
+	cp_wait<0>();
+	__syncthreads(); /* V, P and the warps' sums in */
+	if (tid < 16 && tid < G) {
+		float l = rsum[tid];
+		l += rsum[16 + tid];
+		l += rsum[32 + tid];
+		l += rsum[48 + tid];
+		float *o_ =
+		    part +
+		    (((size_t)rl * Hq + kh * G + tid) * nsplit + s) * (D + 2);
+		o_[0] = fmaxf(fmaxf(rmax[tid], rmax[16 + tid]),
+			      fmaxf(rmax[32 + tid], rmax[48 + tid]));
+		o_[1] = l;
+	}
+	/* O = P V over the split's keys, this warp's dims DW w .. */
+	float o[DW / 8][4];
+#pragma unroll
+	for (int i = 0; i < DW / 8; i++)
+		o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+#pragma unroll
+	for (int kk = 0; kk < KEYS / 16; kk++) {
+		uint32_t a[4];
+		ldsm_x4(a,
+			Ps + (lane & 15) * DM_PLD + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+		for (int n2 = 0; n2 < DW / 16; n2++) {
+			uint32_t b[4];
+			ldsm_x4_t(b, Vs + dm_at<D>(kk * 16 + (lane & 15),
+						   DW * w + n2 * 16 +
+						       (lane >> 4) * 8));
+			mma16816(o[2 * n2], a, b[0], b[1]);
+			mma16816(o[2 * n2 + 1], a, b[2], b[3]);
+		}
+	}
+#pragma unroll
+	for (int half = 0; half < 2; half++) {
+		int h = g + 8 * half;
+		if (h >= G)
+			continue;
+		float *op =
+		    part +
+		    (((size_t)rl * Hq + kh * G + h) * nsplit + s) * (D + 2) +
+		    2 + DW * w + 2 * tq;
+#pragma unroll
+		for (int i = 0; i < DW / 8; i++)
+			*(float2 *)(op + 8 * i) =
+			    make_float2(o[i][2 * half], o[i][2 * half + 1]);
+	}
+}
+
 #define COMB_THREADS 256
 #define COMB_DIMS 32 /* dims of a combine block: a lane each */
 #define COMB_CHUNK 1024 /* splits whose weights sit in shared memory at once */
@@ -362,6 +613,7 @@ __global__ void __launch_bounds__(COMB_THREADS)
     k_combine(float *out, const float *part, int nsplit, int r0,
 	      const int64_t *dpos, int64_t padd, int Hq, int D, int act)
 {
+	kcu_pdl_enter();
 	__shared__ float red[32];
 	__shared__ float acc[COMB_THREADS / 32][COMB_DIMS];
 	__shared__ float wsh[COMB_CHUNK]; /* e^(m_s - M) of a chunk of splits */
@@ -410,6 +662,18 @@ __global__ void __launch_bounds__(COMB_THREADS)
 			v += acc[i][lane];
 		out[((size_t)t * Hq + h) * D + d] = kcu_rnd(v / L, act);
 	}
+}
+
+/* MOOR_DEC_MMA=0 takes k_split16 instead of k_split_mma (read once): the
+ * two side by side in one benchmark run. */
+static int dec_mma_on(void)
+{
+	static int on = -1;
+	if (on < 0) {
+		const char *e = getenv("MOOR_DEC_MMA");
+		on = !(e && !strcmp(e, "0"));
+	}
+	return on;
 }
 
 static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
@@ -466,14 +730,39 @@ static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
 			   cudaFuncAttributeMaxDynamicSharedMemorySize, mx));
 		shm16_set = 1;
 	}
+	/* the tensor-core split kernel: q rows 16-byte aligned too */
+	int mma =
+	    b16 && ldq % 4 == 0 && ((uintptr_t)qv & 15) == 0 && dec_mma_on();
+	static int dm_set;
+	if (mma && !dm_set) {
+		KCU(c, cudaFuncSetAttribute(
+			   k_split_mma<256>,
+			   cudaFuncAttributeMaxDynamicSharedMemorySize,
+			   (int)dm_smem(256)));
+		KCU(c, cudaFuncSetAttribute(
+			   k_split_mma<128>,
+			   cudaFuncAttributeMaxDynamicSharedMemorySize,
+			   (int)dm_smem(128)));
+		dm_set = 1;
+	}
 	for (int r0 = 0; r0 < T; r0 += KCU_SPLIT_BATCH) {
 		int nr = T - r0 < KCU_SPLIT_BATCH ? T - r0 : KCU_SPLIT_BATCH;
 		dim3 gr(ns, Hkv, nr);
+#define SPLIT_MMA(DD)                                                          \
+	kcu_go(q, k_split_mma<DD>, gr, DM_THREADS, dm_smem(DD), c->att_part,   \
+	       ns, qv, ldq, (const bf16 *)K, (const bf16 *)V, r0, dp, pa, Hq,  \
+	       Hkv, scale)
+		if (mma && D == 256)
+			SPLIT_MMA(256);
+		else if (mma && D == 128)
+			SPLIT_MMA(128);
+#undef SPLIT_MMA
+		else
 #define SPLIT16(DD, GG)                                                        \
-	k_split16<DD, GG><<<gr, SP_THREADS, shm16, q->s>>>(                    \
-	    c->att_part, ns, qv, ldq, (const bf16 *)K, (const bf16 *)V, r0, dp, \
-	    pa, Hq, Hkv, scale)
-		if (b16 && D == 256 && gp == 8)
+	kcu_go(q, k_split16<DD, GG>, gr, SP_THREADS, shm16, c->att_part, ns,   \
+	       qv, ldq, (const bf16 *)K, (const bf16 *)V, r0, dp, pa, Hq, Hkv, \
+	       scale)
+		    if (b16 && D == 256 && gp == 8)
 			SPLIT16(256, 8);
 		else if (b16 && D == 256)
 			SPLIT16(256, 16);
@@ -483,53 +772,20 @@ static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
 			SPLIT16(128, 16);
 #undef SPLIT16
 		else
-			k_split<<<gr, KCU_SPLIT_KEYS, shm, q->s>>>(
-			    c->att_part, ns, qv, ldq, K, V, kvdt, r0, dp, pa, Hq,
-			    Hkv, D, scale, act);
+			kcu_go(q, k_split, gr, KCU_SPLIT_KEYS, shm, c->att_part,
+			       ns, qv, ldq, K, V, kvdt, r0, dp, pa, Hq, Hkv, D,
+			       scale, act);
 		KCU_LAUNCHED(c);
-		k_combine<<<dim3(Hq, nr, (D + COMB_DIMS - 1) / COMB_DIMS),
-			    COMB_THREADS, 0, q->s>>>(out, c->att_part, ns, r0, dp,
-						     pa, Hq, D, act);
+		kcu_go(q, k_combine,
+		       dim3(Hq, nr, (D + COMB_DIMS - 1) / COMB_DIMS),
+		       COMB_THREADS, 0, out, c->att_part, ns, r0, dp, pa, Hq, D,
+		       act);
 		KCU_LAUNCHED(c);
 	}
 	return 0;
 }
 
-/* ---- the tensor-core kernel ---- */
-
-static __device__ inline uint32_t pack2(float lo, float hi)
-{
-	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-	return *(uint32_t *)&v;
-}
-
-static __device__ inline void mma16816(float *c, const uint32_t *a,
-				       uint32_t b0, uint32_t b1)
-{
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
-		       "r"(b1));
-}
-
-static __device__ inline void ldsm_x4(uint32_t *r, const void *p)
-{
-	unsigned a = (unsigned)__cvta_generic_to_shared(p);
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
-		     "{%0,%1,%2,%3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(a));
-}
-
-static __device__ inline void ldsm_x4_t(uint32_t *r, const void *p)
-{
-	unsigned a = (unsigned)__cvta_generic_to_shared(p);
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
-		     "{%0,%1,%2,%3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(a));
-}
+/* ---- the tensor-core prefill kernel ---- */
 
 /* A tile of FL_BC rows of K (or V) for KV head kh from key kb into s (row
  * stride D + FL_PAD), rows at or past kend zero. */
@@ -605,6 +861,7 @@ __global__ void __launch_bounds__(FL_THREADS, 2)
 	    int ldq, const bf16 *K, const bf16 *V, int T, const int64_t *dpos,
 	    int64_t padd, int Hq, int Hkv, float scale)
 {
+	kcu_pdl_enter();
 	constexpr int LD = D + FL_PAD, NT = D / 8;
 	extern __shared__ __align__(16) unsigned char smraw[];
 	bf16 *Qs = (bf16 *)smraw;
@@ -784,6 +1041,7 @@ __global__ void k_fcombine(float *out, const float *part, int nseg,
 			   int64_t seg, const int64_t *dpos, int64_t padd,
 			   int Hq, int D)
 {
+	kcu_pdl_enter();
 	const int h = blockIdx.x, t = blockIdx.y, d = 2 * threadIdx.x;
 	const int64_t len = kcu_pos(dpos, padd) + t + 1;
 	const int ns = (int)((len + seg - 1) / seg);
@@ -857,14 +1115,13 @@ static int run_flash(kern_queue *q, float *out, const float *qv, int ldq,
 	int e2;
 	const bool p2 = frexpf(scale, &e2) == 0.5f;
 	auto kf = p2 ? k_flash<D, true> : k_flash<D, false>;
-	kf<<<dim3(nrb, Hq, nseg), FL_THREADS, shm, q->s>>>(
-	    out, c->att_part, nseg, seg, qv, ldq, (const bf16 *)K,
-	    (const bf16 *)V, T, kcu_dpos(q), kcu_padd(q, pos0), Hq, Hkv, scale);
+	kcu_go(q, kf, dim3(nrb, Hq, nseg), FL_THREADS, shm, out, c->att_part,
+	       nseg, seg, qv, ldq, (const bf16 *)K, (const bf16 *)V, T,
+	       kcu_dpos(q), kcu_padd(q, pos0), Hq, Hkv, scale);
 	KCU_LAUNCHED(c);
 	if (nseg > 1) {
-		k_fcombine<<<dim3(Hq, T), D / 2, 0, q->s>>>(
-		    out, c->att_part, nseg, seg, kcu_dpos(q), kcu_padd(q, pos0),
-		    Hq, D);
+		kcu_go(q, k_fcombine, dim3(Hq, T), D / 2, 0, out, c->att_part,
+		       nseg, seg, kcu_dpos(q), kcu_padd(q, pos0), Hq, D);
 		KCU_LAUNCHED(c);
 	}
 	return 0;

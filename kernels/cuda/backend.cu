@@ -346,6 +346,18 @@ static int cu_wait(kern_queue *q, kern_event *e)
 
 /* ---- graphs ---- */
 
+/* A captured graph's launches overlap (cuda.cuh, kcu_go) unless MOOR_PDL=0
+ * (read once): the two side by side in one benchmark run. */
+static int pdl_on(void)
+{
+	static int on = -1;
+	if (on < 0) {
+		const char *e = getenv("MOOR_PDL");
+		on = !(e && !strcmp(e, "0"));
+	}
+	return on;
+}
+
 static int cu_graph_begin(kern_queue *q, int64_t cap_pos, int64_t max_len)
 {
 	if (!q || q->capturing || cap_pos < 0 || max_len < cap_pos + 1)
@@ -353,6 +365,7 @@ static int cu_graph_begin(kern_queue *q, int64_t cap_pos, int64_t max_len)
 	KCU(q->ctx,
 	    cudaStreamBeginCapture(q->s, cudaStreamCaptureModeThreadLocal));
 	q->capturing = 1;
+	q->pdl = pdl_on();
 	q->cap_pos = cap_pos;
 	q->max_len = max_len;
 	return 0;
@@ -364,6 +377,7 @@ static int cu_graph_end(kern_queue *q, kern_graph **out)
 		return MOOR_ERANGE;
 	*out = NULL;
 	q->capturing = 0;
+	q->pdl = 0;
 	cudaGraph_t g = NULL;
 	KCU(q->ctx, cudaStreamEndCapture(q->s, &g));
 	kern_graph *kg = (kern_graph *)calloc(1, sizeof *kg);
@@ -385,6 +399,7 @@ static int cu_graph_end(kern_queue *q, kern_graph **out)
 
 static __global__ void set_pos(int64_t *dpos, int64_t pos)
 {
+	kcu_pdl_enter();
 	*dpos = pos;
 }
 
@@ -392,7 +407,7 @@ static int cu_graph_launch(kern_queue *q, kern_graph *g, int64_t pos)
 {
 	if (!q || !g || pos < 0)
 		return MOOR_ERANGE;
-	set_pos<<<1, 1, 0, q->s>>>(q->dpos, pos);
+	kcu_go(q, set_pos, 1, 1, 0, q->dpos, pos);
 	KCU_LAUNCHED(q->ctx);
 	KCU(q->ctx, cudaGraphLaunch(g->x, q->s));
 	return 0;
@@ -460,6 +475,8 @@ extern "C" const kern_ops kern_cuda_ops = {
     /* .sample = */ kcu_sample,
     /* .host_alloc = */ cu_host_alloc,
     /* .host_free = */ cu_host_free,
+    /* .attn_prep = */ kcu_attn_prep,
+    /* .gdn_prep = */ kcu_gdn_prep,
 };
 
 extern "C" const kern_ops *const kern_cuda_entry = &kern_cuda_ops;

@@ -30,6 +30,9 @@ struct kern_queue {
 	int capturing;
 	int64_t cap_pos, max_len;
 	int64_t *dpos; /* device int64: the launch's position */
+	/* launches may overlap their predecessor's tail (programmatic
+	 * dependent launch, kcu_go): set while a graph is captured */
+	int pdl;
 };
 
 struct kern_event {
@@ -87,6 +90,60 @@ int kcu_fail(kern_ctx *c, cudaError_t e, const char *what, const char *file,
 #define KCU_LAUNCHED(c) KCU((c), cudaPeekAtLastError())
 
 /* ---- launch helpers ---- */
+
+/* Programmatic dependent launch (Hopper). Every kernel of this backend
+ * begins with kcu_pdl_enter(): it lets the next grid in the stream launch
+ * (griddepcontrol.launch_dependents), then waits until the grid before it
+ * has completed and its writes are visible (griddepcontrol.wait; both are
+ * no-ops for a grid launched without the attribute). kcu_go launches with
+ * the attribute when q->pdl is set (a captured decode step: some 900
+ * small launches), so the kernels up to the next GEMV are resident and
+ * waiting while one runs, and the GEMV (k_gemv, which lets the next grid
+ * launch only after its wait) is already fetching its weights, which
+ * depend on no earlier kernel. The wait comes before any early return and
+ * before any access but a weight's: a grid whose blocks all returned
+ * unwaited would complete before its predecessor, and the grid after it
+ * would read unfinished results. The order of results is the stream's,
+ * whatever the trigger: a wait covers the whole grid before it, which
+ * itself waited for its own. */
+static __device__ inline void kcu_pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+static __device__ inline void kcu_pdl_release(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+static __device__ inline void kcu_pdl_enter(void)
+{
+	kcu_pdl_release();
+	kcu_pdl_wait();
+}
+
+/* k<<<g, b, shm, q->s>>>(args...), with the PDL attribute when q->pdl.
+ * Launch errors are left for KCU_LAUNCHED (cudaPeekAtLastError). */
+template <typename... P, typename... A>
+static inline void kcu_go(const kern_queue *q, void (*k)(P...), dim3 g, dim3 b,
+			  size_t shm, A &&...args)
+{
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute at[1];
+	cfg.gridDim = g;
+	cfg.blockDim = b;
+	cfg.dynamicSmemBytes = shm;
+	cfg.stream = q->s;
+	if (q->pdl) {
+		at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+		at[0].val.programmaticStreamSerializationAllowed = 1;
+		cfg.attrs = at;
+		cfg.numAttrs = 1;
+	}
+	(void)cudaLaunchKernelEx(&cfg, k, static_cast<A &&>(args)...);
+}
 
 static inline unsigned kcu_blocks(size_t n, unsigned threads)
 {
@@ -240,6 +297,16 @@ int kcu_split_qgate(kern_queue *q, float *qo, float *go, const float *qg,
 		    int T, int Hq, int D);
 int kcu_sigmoid_mul(kern_queue *q, float *y, const float *x,
 		    const float *gate, size_t n, int act);
+int kcu_attn_prep(kern_queue *q, float *qo, float *go, const float *qg,
+		  const float *k, const float *v, const void *qw,
+		  const void *kw, int wdt, void *K, void *V, int kvdt, int T,
+		  int Hq, int Hkv, int D, int rot, int64_t pos0, float theta,
+		  float eps, int act);
+int kcu_gdn_prep(kern_queue *q, float *u, const float *mixed, float *tail,
+		 const void *cw, int cwdt, int Kc, int Hk, int dk, int Hv,
+		 int dv, float eps, float qscale, float *beta, float *g,
+		 const float *b, const float *a, const float *A_log,
+		 const float *dt_bias, int T, int act);
 int kcu_fill_random(kern_queue *q, void *dst, int dt, size_t n, uint64_t seed,
 		    float lo, float hi);
 

@@ -29,6 +29,7 @@ static unsigned grid1(size_t n)
 static __global__ void k_embed(float *out, const void *tab, int wdt,
 			       const int32_t *ids, int T, int H, int V)
 {
+	kcu_pdl_enter();
 	FOR_N(i, (size_t)T * H)
 	{
 		size_t t = i / H, h = i % H;
@@ -48,7 +49,7 @@ int kcu_embed(kern_queue *q, float *out, const void *table, int wdt,
 	if (T == 0 || H == 0)
 		return 0;
 	size_t n = (size_t)T * H;
-	k_embed<<<grid1(n), TPB, 0, q->s>>>(out, table, wdt, ids, T, H, V);
+	kcu_go(q, k_embed, grid1(n), TPB, 0, out, table, wdt, ids, T, H, V);
 	KCU_LAUNCHED(q->ctx);
 	return 0;
 }
@@ -60,6 +61,7 @@ enum { EW_ADD, EW_SWIGLU, EW_SIGMUL };
 static __global__ void k_ew(float *y, const float *a, const float *b, size_t n,
 			    int op, int act)
 {
+	kcu_pdl_enter();
 	FOR_N(i, n)
 	{
 		float r;
@@ -82,7 +84,7 @@ static int ew(kern_queue *q, float *y, const float *a, const float *b,
 		return MOOR_EDTYPE;
 	if (n == 0)
 		return 0;
-	k_ew<<<grid1(n), TPB, 0, q->s>>>(y, a, b, n, op, act);
+	kcu_go(q, k_ew, grid1(n), TPB, 0, y, a, b, n, op, act);
 	KCU_LAUNCHED(q->ctx);
 	return 0;
 }
@@ -118,6 +120,7 @@ static __global__ void k_rmsnorm_reg(float *y, int ldy, float *h,
 				     int wdt, int dim, float eps, int plus_one,
 				     int act, int add)
 {
+	kcu_pdl_enter();
 	__shared__ float sh[32];
 	size_t r = blockIdx.x;
 	float *hr = h ? h + r * dim : NULL;
@@ -161,6 +164,7 @@ static __global__ void k_rmsnorm(float *y, int ldy, float *h, const float *x,
 				 int ldx, const void *w, int wdt, int dim,
 				 float eps, int plus_one, int act, int add)
 {
+	kcu_pdl_enter();
 	__shared__ float sh[32];
 	size_t r = blockIdx.x;
 	float *hr = h ? h + r * dim : NULL;
@@ -196,8 +200,8 @@ static unsigned row_threads(int dim)
 
 #define RMS_CASE(V)                                                            \
 	if (vpt <= V) {                                                        \
-		k_rmsnorm_reg<V><<<rows, nt, 0, q->s>>>(                       \
-		    y, ldy, h, x, ldx, w, wdt, dim, eps, plus_one, act, add);  \
+		kcu_go(q, k_rmsnorm_reg<V>, rows, nt, 0, y, ldy, h, x, ldx, w, \
+		       wdt, dim, eps, plus_one, act, add);                     \
 		KCU_LAUNCHED(q->ctx);                                          \
 		return 0;                                                      \
 	}
@@ -218,8 +222,8 @@ static int rms_launch(kern_queue *q, float *y, int ldy, float *h,
 		RMS_CASE(24)
 		RMS_CASE(32)
 	}
-	k_rmsnorm<<<rows, nt, 0, q->s>>>(y, ldy, h, x, ldx, w, wdt, dim, eps,
-					 plus_one, act, add);
+	kcu_go(q, k_rmsnorm, rows, nt, 0, y, ldy, h, x, ldx, w, wdt, dim, eps,
+	       plus_one, act, add);
 	KCU_LAUNCHED(q->ctx);
 	return 0;
 }
@@ -267,6 +271,7 @@ static __global__ void k_gated_rmsnorm(float *y, const float *x,
 				       const void *w, int wdt, int rows, int dim,
 				       float eps, int act)
 {
+	kcu_pdl_enter();
 	int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	int l = threadIdx.x & 31;
 	if (r >= rows)
@@ -297,8 +302,8 @@ int kcu_gated_rmsnorm(kern_queue *q, float *y, const float *x, const float *z,
 		return MOOR_EDTYPE;
 	if (rows == 0 || dim == 0)
 		return 0;
-	k_gated_rmsnorm<<<(rows + 7) / 8, 256, 0, q->s>>>(
-	    y, x, z, ldz, zg, w, wdt, rows, dim, eps, act);
+	kcu_go(q, k_gated_rmsnorm, (rows + 7) / 8, 256, 0, y, x, z, ldz, zg, w,
+	       wdt, rows, dim, eps, act);
 	KCU_LAUNCHED(q->ctx);
 	return 0;
 }
@@ -306,6 +311,7 @@ int kcu_gated_rmsnorm(kern_queue *q, float *y, const float *x, const float *z,
 static __global__ void k_l2norm(float *x, int ld, int T, int heads, int dim,
 				float eps, float scale, int act)
 {
+	kcu_pdl_enter();
 	int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	int l = threadIdx.x & 31;
 	if (r >= T * heads)
@@ -331,8 +337,8 @@ int kcu_l2norm(kern_queue *q, float *x, int ld, int T, int heads, int dim,
 	if (T == 0 || heads == 0 || dim == 0)
 		return 0;
 	int rows = T * heads;
-	k_l2norm<<<(rows + 7) / 8, 256, 0, q->s>>>(x, ld, T, heads, dim, eps,
-						   scale, act);
+	kcu_go(q, k_l2norm, (rows + 7) / 8, 256, 0, x, ld, T, heads, dim, eps,
+	       scale, act);
 	KCU_LAUNCHED(q->ctx);
 	return 0;
 }
@@ -352,6 +358,7 @@ static __global__ void k_conv1d(float *out, const float *in, int ldin,
 				float *tail, const void *w, int wdt, int T,
 				int C, int Kc, int act)
 {
+	kcu_pdl_enter();
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
 	if (c >= C)
 		return;
@@ -429,10 +436,9 @@ int kcu_conv1d(kern_queue *q, float *out, const float *in, int ldin,
 		return MOOR_EDTYPE;
 	if (T == 0 || C == 0)
 		return 0;
-	k_conv1d<<<dim3(kcu_blocks((size_t)C, 128),
-			(T + CONV_TT - 1) / CONV_TT),
-		   128, 0, q->s>>>(
-	    out, in, ldin, tail, w, wdt, T, C, Kc, act);
+	kcu_go(q, k_conv1d,
+	       dim3(kcu_blocks((size_t)C, 128), (T + CONV_TT - 1) / CONV_TT),
+	       128, 0, out, in, ldin, tail, w, wdt, T, C, Kc, act);
 	KCU_LAUNCHED(q->ctx);
 	return 0;
 }
@@ -443,6 +449,7 @@ static __global__ void k_gates(float *beta, float *g, const float *b, int ldb,
 			       const float *a, int lda, const float *A_log,
 			       const float *dt_bias, int T, int Hv, int act)
 {
+	kcu_pdl_enter();
 	FOR_N(i, (size_t)T * Hv)
 	{
 		size_t t = i / Hv, h = i % Hv;
@@ -465,8 +472,8 @@ int kcu_gdn_gates(kern_queue *q, float *beta, float *g, const float *b,
 	size_t n = (size_t)T * Hv;
 	if (n == 0)
 		return 0;
-	k_gates<<<grid1(n), TPB, 0, q->s>>>(beta, g, b, ldb, a, lda, A_log,
-					    dt_bias, T, Hv, act);
+	kcu_go(q, k_gates, grid1(n), TPB, 0, beta, g, b, ldb, a, lda, A_log,
+	       dt_bias, T, Hv, act);
 	KCU_LAUNCHED(q->ctx);
 	return 0;
 }
@@ -477,6 +484,7 @@ static __global__ void k_rope(float *x, int ld, int T, int heads, int D,
 			      int half, const int64_t *dpos, int64_t padd,
 			      float theta, int act)
 {
+	kcu_pdl_enter();
 	FOR_N(e, (size_t)T * heads * half)
 	{
 		size_t i = e % half, th = e / half;
@@ -505,9 +513,8 @@ int kcu_rope(kern_queue *q, float *x, int ld, int T, int heads, int D, int rot,
 	size_t n = (size_t)T * heads * (rot / 2);
 	if (n == 0)
 		return 0;
-	k_rope<<<grid1(n), TPB, 0, q->s>>>(x, ld, T, heads, D, rot / 2,
-					   kcu_dpos(q), kcu_padd(q, pos0),
-					   theta, act);
+	kcu_go(q, k_rope, grid1(n), TPB, 0, x, ld, T, heads, D, rot / 2,
+	       kcu_dpos(q), kcu_padd(q, pos0), theta, act);
 	KCU_LAUNCHED(q->ctx);
 	return 0;
 }
@@ -518,6 +525,7 @@ static __global__ void k_kv_write(void *dst, int kvdt, const int64_t *dpos,
 				  int64_t padd, const float *src, int ld, int T,
 				  int width)
 {
+	kcu_pdl_enter();
 	int64_t row0 = kcu_pos(dpos, padd);
 	FOR_N(i, (size_t)T * width)
 	{
@@ -543,9 +551,8 @@ int kcu_kv_write(kern_queue *q, void *dst, int kvdt, int64_t row0,
 	size_t n = (size_t)T * width;
 	if (n == 0)
 		return 0;
-	k_kv_write<<<grid1(n), TPB, 0, q->s>>>(dst, kvdt, kcu_dpos(q),
-					       kcu_padd(q, row0), src, ld, T,
-					       width);
+	kcu_go(q, k_kv_write, grid1(n), TPB, 0, dst, kvdt, kcu_dpos(q),
+	       kcu_padd(q, row0), src, ld, T, width);
 	KCU_LAUNCHED(q->ctx);
 	return 0;
 }
@@ -553,6 +560,7 @@ int kcu_kv_write(kern_queue *q, void *dst, int kvdt, int64_t row0,
 static __global__ void k_split(float *qo, float *go, const float *qg, int Hq,
 			       int D, size_t n)
 {
+	kcu_pdl_enter();
 	FOR_N(i, n)
 	{
 		size_t r = i / D, d = i % D;
@@ -569,7 +577,207 @@ int kcu_split_qgate(kern_queue *q, float *qo, float *go, const float *qg,
 	size_t n = (size_t)T * Hq * D;
 	if (n == 0)
 		return 0;
-	k_split<<<grid1(n), TPB, 0, q->s>>>(qo, go, qg, Hq, D, n);
+	kcu_go(q, k_split, grid1(n), TPB, 0, qo, go, qg, Hq, D, n);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
+}
+
+/* ---- decode's fused prologues (ops.h attn_prep, gdn_prep) ----
+ *
+ * Each is the unfused ops' arithmetic, expression for expression, in one
+ * launch: a decode step is some 900 launches, and these replace 7 a
+ * full-attention layer and 4 a GDN layer. The tests hold them to the
+ * unfused ops by memcmp. */
+
+static __device__ inline void kv_put(void *dst, int kvdt, size_t o, float v)
+{
+	if (kvdt == KERN_F32)
+		((float *)dst)[o] = v;
+	else if (kvdt == KERN_BF16)
+		((__nv_bfloat16 *)dst)[o] = __float2bfloat16_rn(v);
+	else
+		((__half *)dst)[o] = __float2half_rn(v);
+}
+
+/* grid (Hq + Hkv, T), row_threads(D) threads (D <= 256: one element a
+ * thread, as k_rmsnorm_reg<1> at that width): block h < Hq is query head
+ * h (split_qgate, rmsnorm, rope into qo; the gate into go), block Hq + h
+ * is KV head h (rmsnorm and rope of k, into K's row; v into V's). */
+static __global__ void
+k_attn_prep(float *qo, float *go, const float *qg, const float *k,
+	    const float *v, const void *qw, const void *kw, int wdt, void *K,
+	    void *V, int kvdt, const int64_t *dpos, int64_t padd, int Hq,
+	    int Hkv, int D, int half, float theta, float eps, int act)
+{
+	kcu_pdl_enter();
+	__shared__ float sh[32];
+	__shared__ float row[256];
+	const int hh = blockIdx.x, t = blockIdx.y, i = threadIdx.x;
+	const int isq = hh < Hq, h = isq ? hh : hh - Hq;
+	const float *src = isq ? qg + ((size_t)t * Hq + h) * 2 * D
+			       : k + ((size_t)t * Hkv + h) * D;
+	float x = 0.0f, wv = 0.0f;
+	if (i < D) {
+		x = src[i];
+		wv = kcu_wget(isq ? qw : kw, wdt, (size_t)i);
+		if (isq)
+			go[((size_t)t * Hq + h) * D + i] = src[D + i];
+	}
+	float ss = 0.0f;
+	if (i < D)
+		ss += x * x;
+	ss = kcu_block_sum(ss, sh);
+	float inv = 1.0f / sqrtf(ss / (float)D + eps);
+	if (i < D) {
+		float ww = 1.0f + wv;
+		row[i] = kcu_rnd((x * inv) * ww, act);
+	}
+	__syncthreads();
+	const int64_t pos = kcu_pos(dpos, padd) + (int64_t)t;
+	if (i < half) {
+		float p = (float)pos;
+		float invf =
+		    1.0f / powf(theta, (float)(2 * i) / (float)(2 * half));
+		float a = invf * p;
+		float cs = kcu_rnd(cosf(a), act), sn = kcu_rnd(sinf(a), act);
+		float x1 = row[i], x2 = row[i + half];
+		row[i] =
+		    kcu_rnd(kcu_rnd(x1 * cs, act) - kcu_rnd(x2 * sn, act), act);
+		row[i + half] =
+		    kcu_rnd(kcu_rnd(x2 * cs, act) + kcu_rnd(x1 * sn, act), act);
+	}
+	__syncthreads();
+	if (i >= D)
+		return;
+	if (isq) {
+		qo[((size_t)t * Hq + h) * D + i] = row[i];
+		return;
+	}
+	size_t o = ((size_t)pos * Hkv + h) * D + i;
+	kv_put(K, kvdt, o, row[i]);
+	kv_put(V, kvdt, o, v[((size_t)t * Hkv + h) * D + i]);
+}
+
+int kcu_attn_prep(kern_queue *q, float *qo, float *go, const float *qg,
+		  const float *k, const float *v, const void *qw,
+		  const void *kw, int wdt, void *K, void *V, int kvdt, int T,
+		  int Hq, int Hkv, int D, int rot, int64_t pos0, float theta,
+		  float eps, int act)
+{
+	if (!q || !qo || !go || !qg || !k || !v || !qw || !kw || !K || !V ||
+	    T < 0 || Hq <= 0 || Hkv <= 0 || D <= 0 || rot < 0 || rot > D ||
+	    rot % 2 || pos0 < 0)
+		return MOOR_ERANGE;
+	if (!kcu_dtype_ok(wdt) || !kcu_dtype_ok(kvdt) || !kcu_act_ok(act))
+		return MOOR_EDTYPE;
+	if (D > 256 || T > 65535)
+		return MOOR_EUNSUP; /* the unfused ops take it */
+	if (T == 0)
+		return 0;
+	kcu_go(q, k_attn_prep, dim3(Hq + Hkv, T), row_threads(D), 0, qo, go, qg,
+	       k, v, qw, kw, wdt, K, V, kvdt, kcu_dpos(q), kcu_padd(q, pos0),
+	       Hq, Hkv, D, rot / 2, theta, eps, act);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
+}
+
+/* One token (T = 1): a warp per row of 2 Hk + Hv rows (q heads of dk
+ * channels, k heads of dk, v heads of dv: the conv's C channels in
+ * order), GP_WARPS a block. A lane takes channels l, l + 32, ...: the
+ * conv of k_conv1d (the sum over taps in order, the tail shifted by one),
+ * then for q and k rows k_l2norm's sum (the lane's channels in order, then
+ * warp_sum) and its scaling; lane 0 of v row h computes head h's gates as
+ * k_gates does. */
+#define GP_WARPS 4
+#define GP_MAXV 8 /* channels a lane holds: dk, dv <= 256 */
+
+static __global__ void
+k_gdn_prep(float *u, const float *in, float *tail, const void *w, int wdt,
+	   int C, int Kc, int Hk, int dk, int Hv, int dv, float eps,
+	   float qscale, float *beta, float *g, const float *b, const float *a,
+	   const float *A_log, const float *dt_bias, int act)
+{
+	kcu_pdl_enter();
+	const int r = blockIdx.x * GP_WARPS + (threadIdx.x >> 5);
+	const int l = threadIdx.x & 31;
+	if (r >= 2 * Hk + Hv)
+		return;
+	const int norm = r < 2 * Hk;
+	const int dim = norm ? dk : dv;
+	const int c0 = norm ? r * dk : 2 * Hk * dk + (r - 2 * Hk) * dv;
+	float y[GP_MAXV];
+#pragma unroll
+	for (int j = 0; j < GP_MAXV; j++) {
+		const int i = l + 32 * j;
+		y[j] = 0.0f;
+		if (i >= dim)
+			continue;
+		const int c = c0 + i;
+		float wt[CONV_KMAX], win[CONV_KMAX];
+#pragma unroll
+		for (int kk = 0; kk < CONV_KMAX; kk++) {
+			wt[kk] = kk < Kc ? kcu_wget(w, wdt, (size_t)c * Kc + kk)
+					 : 0.0f;
+			win[kk] = kk < Kc - 1 ? tail[(size_t)kk * C + c] : 0.0f;
+		}
+		const float cur = in[c];
+		float acc = 0.0f;
+#pragma unroll
+		for (int kk = 0; kk < CONV_KMAX; kk++)
+			if (kk < Kc)
+				acc += wt[kk] * (kk < Kc - 1 ? win[kk] : cur);
+		y[j] = kcu_rnd(kcu_silu(kcu_rnd(acc, act)), act);
+#pragma unroll
+		for (int kk = 0; kk < CONV_KMAX; kk++)
+			if (kk < Kc - 1)
+				tail[(size_t)kk * C + c] =
+				    kk + 1 < Kc - 1 ? win[kk + 1] : cur;
+	}
+	if (norm) {
+		float ss = 0.0f;
+#pragma unroll
+		for (int j = 0; j < GP_MAXV; j++)
+			if (l + 32 * j < dim)
+				ss += y[j] * y[j];
+		ss = warp_sum(ss);
+		float inv = 1.0f / sqrtf(ss + eps);
+		const float scale = r < Hk ? qscale : 1.0f;
+#pragma unroll
+		for (int j = 0; j < GP_MAXV; j++)
+			if (l + 32 * j < dim)
+				y[j] =
+				    kcu_rnd(y[j] * inv, KERN_ACT_F32) * scale;
+	} else if (l == 0) {
+		const int h = r - 2 * Hk;
+		float x = a[h] + dt_bias[h];
+		float sp = x > 20.0f ? x : log1pf(expf(x));
+		beta[h] = kcu_rnd(kcu_sigmoid(b[h]), act);
+		g[h] = -expf(A_log[h]) * sp;
+	}
+#pragma unroll
+	for (int j = 0; j < GP_MAXV; j++)
+		if (l + 32 * j < dim)
+			u[c0 + l + 32 * j] = y[j];
+}
+
+int kcu_gdn_prep(kern_queue *q, float *u, const float *mixed, float *tail,
+		 const void *cw, int cwdt, int Kc, int Hk, int dk, int Hv,
+		 int dv, float eps, float qscale, float *beta, float *g,
+		 const float *b, const float *a, const float *A_log,
+		 const float *dt_bias, int T, int act)
+{
+	if (!q || !u || !mixed || !cw || (Kc > 1 && !tail) || !beta || !g ||
+	    !b || !a || !A_log || !dt_bias || Kc < 1 || Kc > CONV_KMAX ||
+	    Hk <= 0 || dk <= 0 || Hv <= 0 || dv <= 0 || T < 0)
+		return MOOR_ERANGE;
+	if (!kcu_dtype_ok(cwdt) || !kcu_act_ok(act))
+		return MOOR_EDTYPE;
+	if (T != 1 || dk > 32 * GP_MAXV || dv > 32 * GP_MAXV)
+		return MOOR_EUNSUP; /* the unfused ops take it */
+	int rows = 2 * Hk + Hv, C = 2 * Hk * dk + Hv * dv;
+	kcu_go(q, k_gdn_prep, (rows + GP_WARPS - 1) / GP_WARPS, GP_WARPS * 32,
+	       0, u, mixed, tail, cw, cwdt, C, Kc, Hk, dk, Hv, dv, eps, qscale,
+	       beta, g, b, a, A_log, dt_bias, act);
 	KCU_LAUNCHED(q->ctx);
 	return 0;
 }
@@ -579,6 +787,7 @@ int kcu_split_qgate(kern_queue *q, float *qo, float *go, const float *qg,
 static __global__ void k_fill(void *dst, int dt, size_t n, uint64_t seed,
 			      float lo, float hi)
 {
+	kcu_pdl_enter();
 	FOR_N(i, n)
 	{
 		float x = ksr_fill(seed, i, lo, hi);
@@ -600,7 +809,7 @@ int kcu_fill_random(kern_queue *q, void *dst, int dt, size_t n, uint64_t seed,
 		return MOOR_EDTYPE;
 	if (n == 0)
 		return 0;
-	k_fill<<<grid1(n), TPB, 0, q->s>>>(dst, dt, n, seed, lo, hi);
+	kcu_go(q, k_fill, grid1(n), TPB, 0, dst, dt, n, seed, lo, hi);
 	KCU_LAUNCHED(q->ctx);
 	return 0;
 }

@@ -99,6 +99,7 @@ static __global__ void __launch_bounds__(INTRA_THREADS)
 	    int ldv, const float *g, const float *beta, int T, int Hk, int Hv,
 	    int dk, int dv)
 {
+	kcu_pdl_enter();
 	extern __shared__ float sm[];
 	const int c = blockIdx.x, h = blockIdx.y, t0 = c * C;
 	const int n = T - t0 < C ? T - t0 : C;
@@ -262,6 +263,7 @@ static __global__ void k_inter(float *o, float *S, const float *ws,
 			       const float *q, const float *k, int ldqk, int T,
 			       int Hk, int Hv, int dk, int dv, int sw, int act)
 {
+	kcu_pdl_enter();
 	extern __shared__ float sm[];
 	const int h = blockIdx.x, s0 = blockIdx.y * sw;
 	const int kh = h / (Hv / Hk);
@@ -384,6 +386,7 @@ template <int SW>
 static __global__ void __launch_bounds__(16 * SW, 2)
     k_hstate(float *S, float *ws, int T, int Hv, int dk, int dv)
 {
+	kcu_pdl_enter();
 	constexpr int TXN = SW / 4; /* threads across a row */
 	extern __shared__ __align__(16) float hsm[];
 	const int h = blockIdx.x, s0 = blockIdx.y * SW;
@@ -486,6 +489,7 @@ template <int OC>
 static __global__ void __launch_bounds__(256)
     k_out(float *o, const float *ws, int T, int Hv, int dk, int dv, int act)
 {
+	kcu_pdl_enter();
 	constexpr int TX = OC / 4, TY = 256 / TX, RA = C / TY;
 	extern __shared__ __align__(16) float osm[];
 	const int c = blockIdx.x, h = blockIdx.y, s0 = blockIdx.z * OC;
@@ -618,6 +622,7 @@ static __device__ inline void mma3(float *d, const float *a, const float *b)
 static __global__ void __launch_bounds__(256, 2)
     k_hstate_tc(float *S, float *ws, int T, int Hv, int dk, int dv)
 {
+	kcu_pdl_enter();
 	extern __shared__ __align__(16) float tsm[];
 	const int h = blockIdx.x, s0 = blockIdx.y * TC_SW;
 	const int PK = I16_PK(dk), PT = dk + 8;
@@ -725,6 +730,7 @@ template <int OC>
 static __global__ void __launch_bounds__(256, 2)
     k_out_tc(float *o, const float *ws, int T, int Hv, int dk, int dv, int act)
 {
+	kcu_pdl_enter();
 	constexpr int PO = OC + 8, NW = OC / 16;
 	extern __shared__ __align__(16) float tom[];
 	const int c = blockIdx.x, h = blockIdx.y, s0 = blockIdx.z * OC;
@@ -912,39 +918,37 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    (int)out_smem(DMAX, 16)));
 		attr_set = 1;
 	}
-	k_intra<<<dim3(nch, Hv), INTRA_THREADS, sm1, q->s>>>((float *)ws, qq, k, ldqk, v,
-						   ldv, g, beta, T, Hk, Hv, dk,
-						   dv);
+	kcu_go(q, k_intra, dim3(nch, Hv), INTRA_THREADS, sm1, (float *)ws, qq,
+	       k, ldqk, v, ldv, g, beta, T, Hk, Hv, dk, dv);
 	KCU_LAUNCHED(cx);
 	if (gdn_tc_on() && dv % TC_SW == 0 && dk % 16 == 0) {
-		k_hstate_tc<<<dim3(Hv, dv / TC_SW), 256, hstate_tc_smem(dk),
-			      q->s>>>(S, (float *)ws, T, Hv, dk, dv);
+		kcu_go(q, k_hstate_tc, dim3(Hv, dv / TC_SW), 256,
+		       hstate_tc_smem(dk), S, (float *)ws, T, Hv, dk, dv);
 		KCU_LAUNCHED(cx);
 		if (dv % 64 == 0)
-			k_out_tc<64><<<dim3(nch, Hv, dv / 64), 256,
-				       out_tc_smem(dk, 64), q->s>>>(
-			    o, (const float *)ws, T, Hv, dk, dv, act);
+			kcu_go(q, k_out_tc<64>, dim3(nch, Hv, dv / 64), 256,
+			       out_tc_smem(dk, 64), o, (const float *)ws, T, Hv,
+			       dk, dv, act);
 		else
-			k_out_tc<32><<<dim3(nch, Hv, dv / 32), 256,
-				       out_tc_smem(dk, 32), q->s>>>(
-			    o, (const float *)ws, T, Hv, dk, dv, act);
+			kcu_go(q, k_out_tc<32>, dim3(nch, Hv, dv / 32), 256,
+			       out_tc_smem(dk, 32), o, (const float *)ws, T, Hv,
+			       dk, dv, act);
 	} else if (dv % SL16 == 0 && dk % 4 == 0) {
-		k_hstate<SL16><<<dim3(Hv, dv / SL16), 16 * SL16,
-			       hstate_smem(dk, SL16), q->s>>>(S, (float *)ws, T,
-							     Hv, dk, dv);
+		kcu_go(q, k_hstate<SL16>, dim3(Hv, dv / SL16), 16 * SL16,
+		       hstate_smem(dk, SL16), S, (float *)ws, T, Hv, dk, dv);
 		KCU_LAUNCHED(cx);
 		if (dv % 64 == 0)
-			k_out<64><<<dim3(nch, Hv, dv / 64), 256, out_smem(dk, 64),
-				    q->s>>>(o, (const float *)ws, T, Hv, dk, dv,
-					    act);
+			kcu_go(q, k_out<64>, dim3(nch, Hv, dv / 64), 256,
+			       out_smem(dk, 64), o, (const float *)ws, T, Hv,
+			       dk, dv, act);
 		else
-			k_out<16><<<dim3(nch, Hv, dv / 16), 256, out_smem(dk, 16),
-				    q->s>>>(o, (const float *)ws, T, Hv, dk, dv,
-					    act);
+			kcu_go(q, k_out<16>, dim3(nch, Hv, dv / 16), 256,
+			       out_smem(dk, 16), o, (const float *)ws, T, Hv,
+			       dk, dv, act);
 	} else {
-		k_inter<<<dim3(Hv, dv / sw), 512, sm2, q->s>>>(
-		    o, S, (const float *)ws, qq, k, ldqk, T, Hk, Hv, dk, dv, sw,
-		    act);
+		kcu_go(q, k_inter, dim3(Hv, dv / sw), 512, sm2, o, S,
+		       (const float *)ws, qq, k, ldqk, T, Hk, Hv, dk, dv, sw,
+		       act);
 	}
 	KCU_LAUNCHED(cx);
 	return 0;
@@ -961,6 +965,7 @@ static __global__ void k_recurrent(float *o, float *S, const float *q,
 				   int T, int Hk, int Hv, int dk, int dv, int sw,
 				   int act)
 {
+	kcu_pdl_enter();
 	__shared__ float red[RG][SLICE];
 	__shared__ float sk[DMAX], sq[DMAX];
 	const int h = blockIdx.x, s0 = blockIdx.y * sw;
@@ -1040,8 +1045,8 @@ int kcu_delta_recurrent(kern_queue *q, float *o, float *S, const float *qq,
 	if (rc || T == 0)
 		return rc;
 	int sw = slice_of(dv);
-	k_recurrent<<<dim3(Hv, dv / sw), RG * 32, 0, q->s>>>(
-	    o, S, qq, k, ldqk, v, ldv, g, beta, T, Hk, Hv, dk, dv, sw, act);
+	kcu_go(q, k_recurrent, dim3(Hv, dv / sw), RG * 32, 0, o, S, qq, k, ldqk,
+	       v, ldv, g, beta, T, Hk, Hv, dk, dv, sw, act);
 	KCU_LAUNCHED(q->ctx);
 	return 0;
 }

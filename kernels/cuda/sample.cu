@@ -102,6 +102,7 @@ static __device__ inline void best_of(float *bk, int *bi, float k, int i)
 __global__ void __launch_bounds__(SMP_FIN)
     k_argmax(const float *logits, int V, int32_t *res, int32_t *dev_id)
 {
+	kcu_pdl_enter();
 	__shared__ float sk[SMP_FIN];
 	__shared__ int si[SMP_FIN];
 	float bk = -INFINITY;
@@ -132,6 +133,7 @@ __global__ void __launch_bounds__(SMP_FIN)
 
 __global__ void k_keys(const float *logits, int V, float *kin, int32_t *iin)
 {
+	kcu_pdl_enter();
 	int i = blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < V) {
 		kin[i] = ksr_key(logits[i]);
@@ -144,6 +146,7 @@ __global__ void k_keys(const float *logits, int V, float *kin, int32_t *iin)
 __global__ void __launch_bounds__(KERN_SAMPLE_BLOCK)
     k_weights(const float *kout, int n, double temp, double *w, double *R)
 {
+	kcu_pdl_enter();
 	__shared__ double sw[KERN_SAMPLE_BLOCK];
 	const double mx = (double)kout[0];
 	int i = blockIdx.x * KERN_SAMPLE_BLOCK + threadIdx.x;
@@ -194,6 +197,7 @@ __global__ void __launch_bounds__(SMP_FIN)
 	     const double *R, double *P, float min_p, float top_p,
 	     uint64_t draw, int32_t *res, int32_t *dev_id)
 {
+	kcu_pdl_enter();
 	__shared__ int sh[SMP_FIN];
 	__shared__ double tot;
 	const float mx = kout[0];
@@ -271,11 +275,11 @@ int kcu_sample(kern_queue *q, const float *logits, int V,
 	smp_lay L;
 	smp_layout(c->smp, c->smp_v, c->smp_cub_bytes, &L);
 	if (p->temperature <= 0.0f || p->top_k == 1) {
-		k_argmax<<<1, SMP_FIN, 0, q->s>>>(logits, V, L.res, dev_id);
+		kcu_go(q, k_argmax, 1, SMP_FIN, 0, logits, V, L.res, dev_id);
 		KCU_LAUNCHED(c);
 	} else {
-		k_keys<<<kcu_blocks((size_t)V, 256), 256, 0, q->s>>>(logits, V,
-								    L.kin, L.iin);
+		kcu_go(q, k_keys, kcu_blocks((size_t)V, 256), 256, 0, logits, V,
+		       L.kin, L.iin);
 		KCU_LAUNCHED(c);
 		size_t cb = c->smp_cub_bytes;
 		KCU(c, cub::DeviceRadixSort::SortPairsDescending(
@@ -283,12 +287,11 @@ int kcu_sample(kern_queue *q, const float *logits, int V,
 			   (int)(8 * sizeof(float)), q->s));
 		int n = p->top_k > 0 && p->top_k < V ? p->top_k : V;
 		int nb = (n + KERN_SAMPLE_BLOCK - 1) / KERN_SAMPLE_BLOCK;
-		k_weights<<<nb, KERN_SAMPLE_BLOCK, 0, q->s>>>(
-		    L.kout, n, (double)p->temperature, L.w, L.R);
+		kcu_go(q, k_weights, nb, KERN_SAMPLE_BLOCK, 0, L.kout, n,
+		       (double)p->temperature, L.w, L.R);
 		KCU_LAUNCHED(c);
-		k_finish<<<1, SMP_FIN, 0, q->s>>>(L.kout, L.iout, n, L.w, L.R,
-						   L.P, p->min_p, p->top_p, draw,
-						   L.res, dev_id);
+		kcu_go(q, k_finish, 1, SMP_FIN, 0, L.kout, L.iout, n, L.w, L.R,
+		       L.P, p->min_p, p->top_p, draw, L.res, dev_id);
 		KCU_LAUNCHED(c);
 	}
 	KCU(c, cudaMemcpyAsync(c->smp_host, L.res, sizeof(int32_t),

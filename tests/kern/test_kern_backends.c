@@ -458,6 +458,223 @@ static void case_small(void)
 	free(ef);
 }
 
+/* ---- decode's fused prologues against the unfused ops, on the device,
+ * bit for bit (ops.h attn_prep, gdn_prep) ---- */
+
+static int bits_eq(const void *a, const void *b, size_t n)
+{
+	return !memcmp(a, b, n);
+}
+
+static void case_prep(void)
+{
+	if (!gpu.o->attn_prep || !gpu.o->gdn_prep) {
+		printf("  prep: the CUDA backend has no fused prologues\n");
+		return;
+	}
+	bk *b = &gpu;
+	/* attention: the 27B's shapes (24 query heads, 4 KV heads of 256,
+	 * rot 64) and a small one, one row at a far position */
+	const struct {
+		int Hq, Hkv, D, rot, T;
+		int64_t pos;
+	} ac[] = {{24, 4, 256, 64, 1, 70001},
+		  {8, 2, 64, 16, 1, 3},
+		  {8, 2, 128, 32, 3, 500}};
+	for (size_t ci = 0; ci < sizeof ac / sizeof ac[0]; ci++) {
+		int Hq = ac[ci].Hq, Hkv = ac[ci].Hkv, D = ac[ci].D,
+		    T = ac[ci].T;
+		int64_t pos = ac[ci].pos, rows = pos + T;
+		size_t nq = (size_t)T * Hq * D, nk = (size_t)T * Hkv * D;
+		size_t nkv = (size_t)rows * Hkv * D;
+		void *Wq, *Wk;
+		float *wq = kt_weights(D, KERN_BF16, -0.5f, 0.5f, &Wq);
+		float *wk = kt_weights(D, KERN_BF16, -0.5f, 0.5f, &Wk);
+		float *qg = rnd(2 * nq, -3, 3), *k = rnd(nk, -3, 3),
+		      *v = rnd(nk, -3, 3);
+		for (size_t i = 0; i < 2 * nq; i++)
+			qg[i] = kt_to_dt(qg[i], KERN_BF16);
+		float *dqg = up(b, qg, 2 * nq * 4), *dk = up(b, k, nk * 4);
+		float *dv = up(b, v, nk * 4);
+		void *dwq = up(b, Wq, D * 2), *dwk = up(b, Wk, D * 2);
+		float *out[2][4];
+		for (int f = 0; f < 2; f++) {
+			float *dqo = zz(b, nq * 4), *dgo = zz(b, nq * 4);
+			void *dK = zz(b, nkv * 2), *dV = zz(b, nkv * 2);
+			float *dk2 = up(b, k, nk * 4);
+			int rc;
+			if (f) {
+				rc = b->o->attn_prep(
+				    b->q, dqo, dgo, dqg, dk2, dv, dwq, dwk,
+				    KERN_BF16, dK, dV, KERN_BF16, T, Hq, Hkv, D,
+				    ac[ci].rot, pos, 1e7f, 1e-6f,
+				    KERN_ACT_BF16);
+			} else {
+				rc = b->o->split_qgate(b->q, dqo, dgo, dqg, T,
+						       Hq, D);
+				rc = rc ? rc
+					: b->o->rmsnorm(b->q, dqo, D, dqo, D,
+							dwq, KERN_BF16, T * Hq,
+							D, 1e-6f, 1,
+							KERN_ACT_BF16);
+				rc = rc ? rc
+					: b->o->rmsnorm(b->q, dk2, D, dk2, D,
+							dwk, KERN_BF16, T * Hkv,
+							D, 1e-6f, 1,
+							KERN_ACT_BF16);
+				rc = rc ? rc
+					: b->o->rope(b->q, dqo, Hq * D, T, Hq,
+						     D, ac[ci].rot, pos, 1e7f,
+						     KERN_ACT_BF16);
+				rc = rc ? rc
+					: b->o->rope(b->q, dk2, Hkv * D, T, Hkv,
+						     D, ac[ci].rot, pos, 1e7f,
+						     KERN_ACT_BF16);
+				rc = rc ? rc
+					: b->o->kv_write(b->q, dK, KERN_BF16,
+							 pos, dk2, Hkv * D, T,
+							 Hkv * D);
+				rc = rc ? rc
+					: b->o->kv_write(b->q, dV, KERN_BF16,
+							 pos, dv, Hkv * D, T,
+							 Hkv * D);
+			}
+			ASSERT(rc == 0, "attn prologue (fused %d): %s", f,
+			       moor_strerror(rc));
+			out[f][0] = malloc(nq * 4);
+			out[f][1] = malloc(nq * 4);
+			out[f][2] = malloc(nkv * 2);
+			out[f][3] = malloc(nkv * 2);
+			down(b, out[f][0], dqo, nq * 4);
+			down(b, out[f][1], dgo, nq * 4);
+			down(b, out[f][2], dK, nkv * 2);
+			down(b, out[f][3], dV, nkv * 2);
+			b->o->free(b->c, dqo);
+			b->o->free(b->c, dgo);
+			b->o->free(b->c, dK);
+			b->o->free(b->c, dV);
+			b->o->free(b->c, dk2);
+		}
+		ASSERT(bits_eq(out[0][0], out[1][0], nq * 4) &&
+			   bits_eq(out[0][1], out[1][1], nq * 4) &&
+			   bits_eq(out[0][2], out[1][2], nkv * 2) &&
+			   bits_eq(out[0][3], out[1][3], nkv * 2),
+		       "attn_prep differs from its unfused ops (Hq %d, D %d, T "
+		       "%d)",
+		       Hq, D, T);
+		printf("  %-28s Hq %d Hkv %d D %d T %d: same bits\n",
+		       "attn_prep", Hq, Hkv, D, T);
+		for (int f = 0; f < 2; f++)
+			for (int j = 0; j < 4; j++)
+				free(out[f][j]);
+		b->o->free(b->c, dqg);
+		b->o->free(b->c, dk);
+		b->o->free(b->c, dv);
+		b->o->free(b->c, dwq);
+		b->o->free(b->c, dwk);
+		free(wq);
+		free(wk);
+		free(Wq);
+		free(Wk);
+		free(qg);
+		free(k);
+		free(v);
+	}
+
+	/* GDN: the 27B's heads (16 q/k heads of 128, 48 v heads of 128, conv
+	 * of 4) and a small shape; b and a inside the projection's row */
+	const struct {
+		int Hk, dk, Hv, dv;
+	} gc[] = {{16, 128, 48, 128}, {2, 64, 4, 32}};
+	for (size_t ci = 0; ci < sizeof gc / sizeof gc[0]; ci++) {
+		int Hk = gc[ci].Hk, dk = gc[ci].dk, Hv = gc[ci].Hv,
+		    dv = gc[ci].dv;
+		int Kc = 4, C = 2 * Hk * dk + Hv * dv, W = C + 2 * Hv;
+		void *Wc;
+		float *wc =
+		    kt_weights((size_t)C * Kc, KERN_BF16, -0.5f, 0.5f, &Wc);
+		float *mixed = rnd(W, -2, 2),
+		      *tail = rnd((size_t)(Kc - 1) * C, -1, 1);
+		float *alog = rnd(Hv, -1, 1), *dtb = rnd(Hv, -1, 1);
+		for (int i = 0; i < W; i++)
+			mixed[i] = kt_to_dt(mixed[i], KERN_BF16);
+		float *dm = up(b, mixed, W * 4), *dal = up(b, alog, Hv * 4);
+		float *ddt = up(b, dtb, Hv * 4);
+		void *dw = up(b, Wc, (size_t)C * Kc * 2);
+		float *res[2][4];
+		float qs = 1.0f / sqrtf((float)dk);
+		for (int f = 0; f < 2; f++) {
+			float *dt = up(b, tail, (size_t)(Kc - 1) * C * 4);
+			float *du = zz(b, (size_t)C * 4), *dbe = zz(b, Hv * 4),
+			      *dg = zz(b, Hv * 4);
+			const float *db = dm + C, *da = dm + C + Hv;
+			int rc;
+			if (f) {
+				rc = b->o->gdn_prep(
+				    b->q, du, dm, dt, dw, KERN_BF16, Kc, Hk, dk,
+				    Hv, dv, 1e-6f, qs, dbe, dg, db, da, dal,
+				    ddt, 1, KERN_ACT_BF16);
+			} else {
+				rc = b->o->conv1d(b->q, du, dm, W, dt, dw,
+						  KERN_BF16, 1, C, Kc,
+						  KERN_ACT_BF16);
+				rc = rc ? rc
+					: b->o->l2norm(b->q, du, C, 1, Hk, dk,
+						       1e-6f, qs, KERN_ACT_F32);
+				rc = rc ? rc
+					: b->o->l2norm(b->q, du + Hk * dk, C, 1,
+						       Hk, dk, 1e-6f, 1.0f,
+						       KERN_ACT_F32);
+				rc = rc ? rc
+					: b->o->gdn_gates(b->q, dbe, dg, db, W,
+							  da, W, dal, ddt, 1,
+							  Hv, KERN_ACT_BF16);
+			}
+			ASSERT(rc == 0, "gdn prologue (fused %d): %s", f,
+			       moor_strerror(rc));
+			size_t sz[4] = {(size_t)C * 4, (size_t)(Kc - 1) * C * 4,
+					(size_t)Hv * 4, (size_t)Hv * 4};
+			void *src[4] = {du, dt, dbe, dg};
+			for (int j = 0; j < 4; j++) {
+				res[f][j] = malloc(sz[j]);
+				down(b, res[f][j], src[j], sz[j]);
+			}
+			ASSERT(bits_eq(res[0][0], res[f][0], sz[0]) &&
+				   bits_eq(res[0][1], res[f][1], sz[1]) &&
+				   bits_eq(res[0][2], res[f][2], sz[2]) &&
+				   bits_eq(res[0][3], res[f][3], sz[3]),
+			       "gdn_prep differs from its unfused ops (Hk %d, "
+			       "dk %d, Hv %d)",
+			       Hk, dk, Hv);
+			b->o->free(b->c, dt);
+			b->o->free(b->c, du);
+			b->o->free(b->c, dbe);
+			b->o->free(b->c, dg);
+		}
+		printf("  %-28s Hk %d dk %d Hv %d dv %d: same bits\n",
+		       "gdn_prep", Hk, dk, Hv, dv);
+		/* T > 1 is not fused: the caller runs the unfused ops */
+		ASSERT(b->o->gdn_prep(b->q, dm, dm, dm, dw, KERN_BF16, Kc, Hk,
+				      dk, Hv, dv, 1e-6f, qs, dm, dm, dm, dm,
+				      dal, ddt, 2,
+				      KERN_ACT_BF16) == MOOR_EUNSUP,
+		       "gdn_prep took T = 2");
+		for (int f = 0; f < 2; f++)
+			for (int j = 0; j < 4; j++)
+				free(res[f][j]);
+		b->o->free(b->c, dm);
+		b->o->free(b->c, dal);
+		b->o->free(b->c, ddt);
+		b->o->free(b->c, dw);
+		free(wc);
+		free(Wc);
+		free(mixed);
+		free(tail);
+		free(alog);
+		free(dtb);
+	}
+}
+
 /* ---- fill_random and sample(): the CPU's bits ---- */
 
 static void case_bits(void)
@@ -549,6 +766,7 @@ int main(void)
 	case_norms();
 	case_gdn();
 	case_attention();
+	case_prep();
 	case_small();
 	case_bits();
 	cpu.o->destroy(cpu.c);

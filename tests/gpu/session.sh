@@ -1,0 +1,73 @@
+#!/bin/bash
+# tests/gpu/session.sh PHASE...: one call's work on a lent GPU host (no
+# package registry), from a checkout that carries a bundle of
+# `deploy/setup --bundle .bundle`. Each phase logs to $OUT/PHASE.log (what
+# a call brings back) and prints a short tail; a phase that fails does not
+# stop the next. Phases:
+#   setup     deploy/setup --from .bundle (build/ with every core, models/tiny)
+#   suite     meson test --suite gpu --suite kern (the defaults)
+#   tc        the kern and golden GPU tests again with MOOR_GDN_TC=1
+#   kern      bench_kern (every op), then its decode rows with MOOR_DEC_MMA=0
+#   gpu       bench_gpu at 8k and 32k: the defaults, MOOR_PDL=0, MOOR_DEC_MMA=0
+#   gpulong   bench_gpu at 8k, 32k, 64k and 128k (the issue's table)
+#   golden27  tests/golden/run_golden27.sh (transformers at 27B width)
+#   ttft      bench_ttft on CUDA with dummy 27B weights at 32k and 128k
+# Knobs: SESSION_ENV (exported before every phase, e.g. MOOR_GDN_TC=1),
+# BENCH_LENS (gpu), BENCH_DECODE (decode steps, default 32).
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/moor-out}
+mkdir -p "$OUT"
+B=build
+[ -n "${SESSION_ENV:-}" ] && export ${SESSION_ENV?}
+t0=$(date +%s)
+
+phase() { # NAME LIMIT_S CMD...
+	local name=$1 lim=$2
+	shift 2
+	echo "=== $name ($(($(date +%s) - t0)) s into the call)"
+	local s=$(date +%s)
+	timeout --kill-after=10 "$lim" bash -c "$*" >>"$OUT/$name.log" 2>&1
+	local rc=$?
+	echo "=== $name: exit $rc, $(($(date +%s) - s)) s"
+	tail -n "${TAIL:-25}" "$OUT/$name.log"
+	return 0
+}
+
+gpu27() { # LABEL ENV... : bench_gpu with the env
+	local label=$1
+	shift
+	echo "--- bench_gpu $label"
+	env "$@" $B/tests/bench/bench_gpu tests/bench/qwen35-27b --backend cuda \
+		--lens "${BENCH_LENS:-8192,32768}" --decode "${BENCH_DECODE:-32}"
+}
+
+for p in "$@"; do
+	case $p in
+	setup)
+		phase setup 300 "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; \
+			MOOR_SKIP_ASAN=1 deploy/setup --from .bundle && ninja -C $B -j16 && \
+			ls $B/kernels/cuda >/dev/null" ;;
+	suite)
+		phase suite 420 "meson test -C $B --suite gpu --suite kern --num-processes 4 --print-errorlogs; \
+			cp $B/meson-logs/testlog.txt $OUT/suite-testlog.txt" ;;
+	tc)
+		phase tc 300 "MOOR_GDN_TC=1 meson test -C $B --suite kern test_golden_transformers_cuda \
+			test_prefill_split_exact_tiny_cuda --num-processes 4 --print-errorlogs" ;;
+	kern)
+		phase kern 300 "$B/tests/bench/bench_kern; MOOR_DEC_MMA=0 $B/tests/bench/bench_kern --only decode; \
+			MOOR_GDN_TC=1 $B/tests/bench/bench_kern --only delta" ;;
+	gpu)
+		phase gpu 420 "$(declare -f gpu27); B=$B; gpu27 default; gpu27 nopdl MOOR_PDL=0; \
+			gpu27 oldsplit MOOR_DEC_MMA=0" ;;
+	gpulong)
+		phase gpulong 580 "$(declare -f gpu27); B=$B; BENCH_LENS=8192,32768,65536,131072 gpu27 long" ;;
+	golden27)
+		phase golden27 580 "tests/golden/run_golden27.sh $B /dev/shm/moor-golden27" ;;
+	ttft)
+		phase ttft 580 "$B/tests/bench/bench_ttft tests/bench/qwen35-27b --backend cuda \
+			--load-format dummy --lens 32768,131072" ;;
+	*) echo "session.sh: unknown phase $p" >&2 ;;
+	esac
+done
+echo "=== done, $(($(date +%s) - t0)) s"
