@@ -392,6 +392,178 @@ static void case_attention(void)
 	}
 }
 
+/* ---- attention on wgmma (k_flash_wg) against k_flash and the CPU ---- */
+
+/* bf16 values (the attention's outputs are) as ordered integers: their
+ * difference counts bf16 ulps. */
+static int32_t bf16_ord(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, 4);
+	int32_t m = (int32_t)((u >> 16) & 0x7fff);
+	return u >> 31 ? -m : m;
+}
+
+/* One attention call on the device with MOOR_ATTN_WG set to wg, into a
+ * NaN-poisoned output: every element must be written. */
+static void attn_dev(float *host, float *dO, const float *dq, const void *dK,
+		     const void *dV, int T, int64_t pos0, int Hq, int Hkv,
+		     int D, const char *wg, const char *nm)
+{
+	size_t n = (size_t)T * Hq * D;
+	float *nan = malloc(n * 4);
+	kt_poison(nan, n);
+	gpu.o->upload(gpu.q, dO, nan, n * 4);
+	setenv("MOOR_ATTN_WG", wg, 1);
+	int rc =
+	    gpu.o->attention(gpu.q, dO, dq, Hq * D, dK, dV, KERN_BF16, T, pos0,
+			     Hq, Hkv, D, 1.0f / 16.0f, KERN_ACT_BF16);
+	unsetenv("MOOR_ATTN_WG");
+	ASSERT(rc == 0, "%s attention (MOOR_ATTN_WG=%s): %s", nm, wg,
+	       moor_strerror(rc));
+	down(&gpu, host, dO, n * 4);
+	free(nan);
+	size_t unset = 0;
+	for (size_t i = 0; i < n; i++)
+		unset += !isfinite(host[i]);
+	ASSERT(unset == 0,
+	       "%s (MOOR_ATTN_WG=%s): %zu of %zu outputs not written "
+	       "(NaN)",
+	       nm, wg, unset, n);
+}
+
+static void case_attention_wg(const char *desc)
+{
+	if (!strstr(desc, "cc 9.0,")) {
+		printf(
+		    "  attention k_flash_wg: skipped: the device is not cc 9.0 "
+		    "(the kernel is built for sm_90a only)\n");
+		return;
+	}
+	const int Hq = 24, Hkv = 4, D = 256, Tmax = 2048;
+	const int64_t pos_max = 130048, L = pos_max + Tmax;
+	size_t nkv = (size_t)L * Hkv * D, nq = (size_t)Tmax * Hq * D;
+	void *K, *V;
+	free(kt_weights(nkv, KERN_BF16, -2, 2, &K));
+	free(kt_weights(nkv, KERN_BF16, -1, 1, &V));
+	float *qv = rnd(nq, -1, 1);
+	for (size_t i = 0; i < nq; i++)
+		qv[i] = moor_round_bf16(qv[i]);
+	void *dK = up(&gpu, K, nkv * 2), *dV = up(&gpu, V, nkv * 2);
+	void *cK = up(&cpu, K, nkv * 2), *cV = up(&cpu, V, nkv * 2);
+	float *dq = up(&gpu, qv, nq * 4);
+	float *dO = zz(&gpu, nq * 4);
+	float *fl = malloc(nq * 4), *a = malloc(nq * 4), *b = malloc(nq * 4);
+	const int Ts[] = {1024, 2048};
+	const int64_t pos[] = {0, 1000, 31744, 130048};
+	for (int ti = 0; ti < 2; ti++)
+		for (int pi = 0; pi < 4; pi++) {
+			const int T = Ts[ti];
+			const int64_t p0 = pos[pi];
+			const size_t n = (size_t)T * Hq * D;
+			char nm[96];
+			snprintf(nm, sizeof nm, "attention wg T=%d pos=%lld", T,
+				 (long long)p0);
+			double t0 = moor_now();
+			attn_dev(fl, dO, dq, dK, dV, T, p0, Hq, Hkv, D, "0",
+				 nm);
+			double t1 = moor_now();
+			attn_dev(a, dO, dq, dK, dV, T, p0, Hq, Hkv, D, "1", nm);
+			double t2 = moor_now();
+			/* k_flash_wg against k_flash. Both take the same
+			 * scores' roundings, the same p, the same sums in the
+			 * same order; they can differ only inside the tensor
+			 * cores (the order an MMA adds its products in fp32),
+			 * which moves a score by an fp32 ulp and now and then
+			 * its bf16 rounding by one bf16 ulp, and the P V sums
+			 * by fp32 ulps: the bf16 outputs then differ by a bf16
+			 * ulp, rarely two. Bound: 2 bf16 ulps, or 1e-5 absolute
+			 * where an output is near zero (fp32 noise of sums of
+			 * terms of order 1, where ulps of tiny values are
+			 * many). */
+			size_t ndiff = 0, bad = 0;
+			int32_t ulps = 0;
+			double mabs = 0, mrel = 0;
+			for (size_t i = 0; i < n; i++) {
+				double d = fabs((double)a[i] - fl[i]);
+				int32_t u =
+				    abs(bf16_ord(a[i]) - bf16_ord(fl[i]));
+				if (d > 0)
+					ndiff++;
+				if (d > mabs)
+					mabs = d;
+				if (fl[i] != 0 && d / fabs(fl[i]) > mrel)
+					mrel = d / fabs(fl[i]);
+				if (u > 2 && d > 1e-5) {
+					if (bad++ < 5)
+						fprintf(stderr,
+							"  %s[%zu]: wg %.9g "
+							"k_flash "
+							"%.9g\n",
+							nm, i, a[i], fl[i]);
+				}
+				if (d <= 1e-5)
+					u = 0;
+				if (u > ulps)
+					ulps = u;
+			}
+			printf("  %-30s vs k_flash: %zu of %zu differ, max %d "
+			       "bf16 ulps, max |d| %.3g, max rel %.3g "
+			       "(k_flash %.1f ms, wg %.1f ms with copies)\n",
+			       nm, ndiff, n, ulps, mabs, mrel, (t1 - t0) * 1e3,
+			       (t2 - t1) * 1e3);
+			ASSERT(bad == 0,
+			       "%s: %zu of %zu outputs more than 2 bf16 "
+			       "ulps from k_flash's",
+			       nm, bad, n);
+			/* determinism: the same call again, bit for bit */
+			attn_dev(b, dO, dq, dK, dV, T, p0, Hq, Hkv, D, "1", nm);
+			ASSERT(!memcmp(a, b, n * 4), "%s: two runs differ", nm);
+			/* the CPU reference on a few rows (a row's result does
+			 * not depend on T: each is its own T = 1 call at its
+			 * position), first and last rows of blocks and of the
+			 * call; the tolerance of case_attention's bf16 cases */
+			const int rows[] = {0,	 63,	    64,	  127,
+					    128, T / 2 + 5, T - 1};
+			float *cq = malloc((size_t)Hq * D * 4);
+			float *co = malloc((size_t)Hq * D * 4);
+			for (int ri = 0; ri < 7; ri++) {
+				int t = rows[ri];
+				memcpy(cq, qv + (size_t)t * Hq * D,
+				       (size_t)Hq * D * 4);
+				float *cqd = up(&cpu, cq, (size_t)Hq * D * 4);
+				float *cod = zz(&cpu, (size_t)Hq * D * 4);
+				int rc = cpu.o->attention(
+				    cpu.q, cod, cqd, Hq * D, cK, cV, KERN_BF16,
+				    1, p0 + t, Hq, Hkv, D, 1.0f / 16.0f,
+				    KERN_ACT_BF16);
+				ASSERT(rc == 0, "cpu attention: %s",
+				       moor_strerror(rc));
+				down(&cpu, co, cod, (size_t)Hq * D * 4);
+				char rn[128];
+				snprintf(rn, sizeof rn, "%s row %d", nm, t);
+				close_all(rn, a + (size_t)t * Hq * D, co,
+					  (size_t)Hq * D, 4e-3, 3e-2);
+				cpu.o->free(cpu.c, cqd);
+				cpu.o->free(cpu.c, cod);
+			}
+			free(cq);
+			free(co);
+		}
+	gpu.o->free(gpu.c, dK);
+	gpu.o->free(gpu.c, dV);
+	gpu.o->free(gpu.c, dq);
+	gpu.o->free(gpu.c, dO);
+	cpu.o->free(cpu.c, cK);
+	cpu.o->free(cpu.c, cV);
+	free(K);
+	free(V);
+	free(qv);
+	free(fl);
+	free(a);
+	free(b);
+}
+
 /* ---- the rest of the small ops ---- */
 
 static void case_small(void)
@@ -551,6 +723,8 @@ int main(void)
 	case_attention();
 	case_small();
 	case_bits();
+	/* last: a fault there (a new kernel) leaves the other cases' results */
+	case_attention_wg(d);
 	cpu.o->destroy(cpu.c);
 	gpu.o->destroy(gpu.c);
 	return kt_done("test_kern_backends");
