@@ -335,6 +335,13 @@ int kcu_attention(kern_queue *q, float *out, const float *qv, int ldq,
 		  const void *K, const void *V, int kvdt, int T, int64_t pos0,
 		  int Hq, int Hkv, int D, float scale, int act);
 
+/* attn_wg.cu: prefill attention on wgmma (sm_90, head dim 256, bf16),
+ * taken by kcu_attention where kcu_attn_wg_wanted says so. */
+int kcu_attn_wg_wanted(const kern_ctx *c, int D);
+int kcu_attention_wg(kern_queue *q, float *out, const float *qv, int ldq,
+		     const void *K, const void *V, int T, int64_t pos0, int Hq,
+		     int Hkv, float scale);
+
 /* sample.cu */
 int kcu_sample_reserve(kern_ctx *c, int V);
 void kcu_sample_fini(kern_ctx *c);

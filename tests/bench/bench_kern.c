@@ -4,7 +4,8 @@
  *   bench_kern [--backend cuda] [--reps N] [--only attention|delta|decode|mm|gemv]
  *
  * Prints one table: prefill attention (a 1,024-row chunk at several
- * positions, TFLOP/s counting the causal products only), the chunked delta
+ * positions, TFLOP/s counting the causal products only; k_flash and, on
+ * an sm_90 device, k_flash_wg side by side), the chunked delta
  * rule (one layer's 1,024-token chunk), the decode GEMVs (one row: GB/s of
  * the weight read) and prefill GEMMs (1,024 rows: TFLOP/s). Inputs are
  * fill_random values (the bits do not matter to the times). Each figure
@@ -115,17 +116,29 @@ int main(int argc, char **argv)
 	void *V = dev((size_t)maxpos * Hkv * D * 2, KERN_BF16, -1, 1);
 	/* qv as bf16 values (the model's rows are) */
 	int64_t pos[] = {0, 7168, 31744, 64512, 130048};
-	for (size_t i = 0; i < sizeof pos / sizeof pos[0] && want(only, "attention");
-	     i++) {
-		double ms;
-		TIME(ms, o->attention(q, ao, qv, Hq * D, K, V, KERN_BF16, T, pos[i],
-				      Hq, Hkv, D, 0.0625f, KERN_ACT_BF16));
-		double keys = (double)T * pos[i] + (double)T * (T + 1) / 2;
-		double fl = 4.0 * D * Hq * keys;
-		printf("| attention | %d rows at %lld, %d heads of %d | %.3f | "
-		       "%.0f TFLOP/s | 645 (SDPA) |\n",
-		       T, (long long)pos[i], Hq, D, ms, fl / ms / 1e9);
-	}
+	/* a row per kernel: k_flash (mma.sync) and, on a cc 9.0 device,
+	 * k_flash_wg (wgmma; MOOR_ATTN_WG picks it), same inputs */
+	const int wg = strstr(desc, "cc 9.0,") != NULL;
+	for (size_t i = 0;
+	     i < sizeof pos / sizeof pos[0] && want(only, "attention"); i++)
+		for (int k = 0; k < 1 + wg; k++) {
+			double ms;
+			setenv("MOOR_ATTN_WG", k ? "1" : "0", 1);
+			TIME(ms, o->attention(q, ao, qv, Hq * D, K, V,
+					      KERN_BF16, T, pos[i], Hq, Hkv, D,
+					      0.0625f, KERN_ACT_BF16));
+			unsetenv("MOOR_ATTN_WG");
+			double keys =
+			    (double)T * pos[i] + (double)T * (T + 1) / 2;
+			double fl = 4.0 * D * Hq * keys;
+			printf("| attention %s | %d rows at %lld, %d heads "
+			       "of %d | %.3f | %.0f TFLOP/s | 645 (SDPA) |\n",
+			       k ? "k_flash_wg" : "k_flash", T,
+			       (long long)pos[i], Hq, D, ms, fl / ms / 1e9);
+		}
+	if (!wg && want(only, "attention"))
+		printf("| attention k_flash_wg | not run: the device is not "
+		       "cc 9.0 | | | |\n");
 	/* decode: one row at the end of 8k, 32k and 128k keys */
 	int64_t dpos[] = {8191, 32767, 131071};
 	for (size_t i = 0; i < sizeof dpos / sizeof dpos[0] && want(only, "decode");

@@ -392,6 +392,218 @@ static void case_attention(void)
 	}
 }
 
+/* ---- attention on wgmma (k_flash_wg) against k_flash and the CPU ---- */
+
+/* bf16 values (the attention's outputs are) as ordered integers: their
+ * difference counts bf16 ulps. */
+static int32_t bf16_ord(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, 4);
+	int32_t m = (int32_t)((u >> 16) & 0x7fff);
+	return u >> 31 ? -m : m;
+}
+
+/* One attention call on the device with MOOR_ATTN_WG set to wg, into a
+ * NaN-poisoned output: every element must be written. */
+static void attn_dev(float *host, float *dO, const float *dq, const void *dK,
+		     const void *dV, int T, int64_t pos0, int Hq, int Hkv,
+		     int D, const char *wg, const char *nm)
+{
+	size_t n = (size_t)T * Hq * D;
+	float *nan = malloc(n * 4);
+	kt_poison(nan, n);
+	gpu.o->upload(gpu.q, dO, nan, n * 4);
+	setenv("MOOR_ATTN_WG", wg, 1);
+	int rc =
+	    gpu.o->attention(gpu.q, dO, dq, Hq * D, dK, dV, KERN_BF16, T, pos0,
+			     Hq, Hkv, D, 1.0f / 16.0f, KERN_ACT_BF16);
+	unsetenv("MOOR_ATTN_WG");
+	ASSERT(rc == 0, "%s attention (MOOR_ATTN_WG=%s): %s", nm, wg,
+	       moor_strerror(rc));
+	down(&gpu, host, dO, n * 4);
+	free(nan);
+	size_t unset = 0;
+	for (size_t i = 0; i < n; i++)
+		unset += !isfinite(host[i]);
+	ASSERT(unset == 0,
+	       "%s (MOOR_ATTN_WG=%s): %zu of %zu outputs not written "
+	       "(NaN)",
+	       nm, wg, unset, n);
+}
+
+/* Where outputs differ, by place: the row within its 128-row block in
+ * groups of 16 (a warp's rows; 0-3 the first warpgroup) and the dim in
+ * groups of 32 (a 64-wide chunk of the swizzled tiles is two groups): a
+ * layout mistake shows as a pattern here. */
+static void wg_where(const char *nm, const float *a, const float *ref, int T,
+		     int Hq, int D)
+{
+	double byrow[8] = {0}, bydim[8] = {0};
+	for (int t = 0; t < T; t++)
+		for (int h = 0; h < Hq; h++)
+			for (int d = 0; d < D; d++) {
+				size_t i = ((size_t)t * Hq + h) * D + d;
+				double e = fabs((double)a[i] - ref[i]);
+				if (!(e == e))
+					e = INFINITY;
+				int r = (t % 128) / 16, c = d * 8 / D;
+				if (e > byrow[r])
+					byrow[r] = e;
+				if (e > bydim[c])
+					bydim[c] = e;
+			}
+	fprintf(stderr, "  %s: max |d| by row %% 128 / 16:", nm);
+	for (int i = 0; i < 8; i++)
+		fprintf(stderr, " %.2g", byrow[i]);
+	fprintf(stderr, "\n  %s: max |d| by dim / %d:", nm, D / 8);
+	for (int i = 0; i < 8; i++)
+		fprintf(stderr, " %.2g", bydim[i]);
+	fprintf(stderr, "\n");
+}
+
+typedef struct wg_bufs {
+	const float *qv; /* host q [T][Hq][D] */
+	float *dq, *dO;
+	void *dK, *dV, *cK, *cV;
+	float *fl, *a, *b; /* host outputs: k_flash, wg, wg again */
+} wg_bufs;
+
+/* One case: k_flash_wg against k_flash on every output, the CPU on a few
+ * rows, and itself run again. */
+static void wg_case(const char *tag, wg_bufs *w, int T, int64_t p0)
+{
+	const int Hq = 24, Hkv = 4, D = 256;
+	const size_t n = (size_t)T * Hq * D;
+	char nm[96];
+	snprintf(nm, sizeof nm, "attention wg %sT=%d pos=%lld", tag, T,
+		 (long long)p0);
+	double t0 = moor_now();
+	attn_dev(w->fl, w->dO, w->dq, w->dK, w->dV, T, p0, Hq, Hkv, D, "0", nm);
+	double t1 = moor_now();
+	attn_dev(w->a, w->dO, w->dq, w->dK, w->dV, T, p0, Hq, Hkv, D, "1", nm);
+	double t2 = moor_now();
+	/* k_flash_wg against k_flash. Both take the same scores' roundings,
+	 * the same p, the same sums in the same order; they can differ only
+	 * inside the tensor cores (the order an MMA adds its products in
+	 * fp32), which moves a score by an fp32 ulp and now and then its
+	 * bf16 rounding by one bf16 ulp, and the P V sums by fp32 ulps: the
+	 * bf16 outputs then differ by a bf16 ulp, rarely two. Bound: 2 bf16
+	 * ulps, or 1e-5 absolute where an output is near zero (fp32 noise of
+	 * sums of terms of order 1, where the ulps of tiny values are many). */
+	size_t ndiff = 0, bad = 0;
+	int32_t ulps = 0;
+	double mabs = 0, mrel = 0;
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)w->a[i] - w->fl[i]);
+		int32_t u = abs(bf16_ord(w->a[i]) - bf16_ord(w->fl[i]));
+		if (!(d == 0))
+			ndiff++;
+		if (d > mabs)
+			mabs = d;
+		if (w->fl[i] != 0 && d / fabs(w->fl[i]) > mrel)
+			mrel = d / fabs(w->fl[i]);
+		if (!(u <= 2 || d <= 1e-5)) {
+			if (bad++ < 5)
+				fprintf(stderr, "  %s[%zu]: wg %.9g k_flash %.9g\n",
+					nm, i, w->a[i], w->fl[i]);
+		}
+		if (d <= 1e-5)
+			u = 0;
+		if (u > ulps)
+			ulps = u;
+	}
+	printf("  %-34s vs k_flash: %zu of %zu differ, max %d bf16 ulps, "
+	       "max |d| %.3g, max rel %.3g (k_flash %.1f ms, wg %.1f ms, "
+	       "copies included)\n",
+	       nm, ndiff, n, ulps, mabs, mrel, (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+	if (bad)
+		wg_where(nm, w->a, w->fl, T, Hq, D);
+	ASSERT(bad == 0, "%s: %zu of %zu outputs more than 2 bf16 ulps from "
+	       "k_flash's", nm, bad, n);
+	/* determinism: the same call again, bit for bit */
+	attn_dev(w->b, w->dO, w->dq, w->dK, w->dV, T, p0, Hq, Hkv, D, "1", nm);
+	ASSERT(!memcmp(w->a, w->b, n * 4), "%s: two runs differ", nm);
+	/* the CPU reference on a few rows (a row's result does not depend on
+	 * T: each is its own T = 1 call at its position): first and last rows
+	 * of warps, warpgroups, blocks and the call; case_attention's bf16
+	 * tolerance */
+	const int rows[] = {0, 15, 63, 64, 127, 128, T / 2 + 5, T - 1};
+	float *cq = malloc((size_t)Hq * D * 4), *co = malloc((size_t)Hq * D * 4);
+	for (int ri = 0; ri < 8; ri++) {
+		int t = rows[ri];
+		memcpy(cq, w->qv + (size_t)t * Hq * D, (size_t)Hq * D * 4);
+		float *cqd = up(&cpu, cq, (size_t)Hq * D * 4);
+		float *cod = zz(&cpu, (size_t)Hq * D * 4);
+		int rc = cpu.o->attention(cpu.q, cod, cqd, Hq * D, w->cK, w->cV,
+					  KERN_BF16, 1, p0 + t, Hq, Hkv, D,
+					  1.0f / 16.0f, KERN_ACT_BF16);
+		ASSERT(rc == 0, "cpu attention: %s", moor_strerror(rc));
+		down(&cpu, co, cod, (size_t)Hq * D * 4);
+		char rn[128];
+		snprintf(rn, sizeof rn, "%s row %d", nm, t);
+		close_all(rn, w->a + (size_t)t * Hq * D, co, (size_t)Hq * D, 4e-3,
+			  3e-2);
+		cpu.o->free(cpu.c, cqd);
+		cpu.o->free(cpu.c, cod);
+	}
+	free(cq);
+	free(co);
+}
+
+static void case_attention_wg(const char *desc)
+{
+	if (!strstr(desc, "cc 9.0,")) {
+		printf("  attention k_flash_wg: skipped: the device is not cc "
+		       "9.0 (the kernel is built for sm_90a only)\n");
+		return;
+	}
+	const int Hq = 24, Hkv = 4, D = 256, Tmax = 2048;
+	const int64_t pos_max = 130048, L = pos_max + Tmax;
+	size_t nkv = (size_t)L * Hkv * D, nq = (size_t)Tmax * Hq * D;
+	void *K, *V;
+	free(kt_weights(nkv, KERN_BF16, -2, 2, &K));
+	free(kt_weights(nkv, KERN_BF16, -1, 1, &V));
+	float *qv = rnd(nq, -1, 1), *q0 = calloc(nq, 4);
+	for (size_t i = 0; i < nq; i++)
+		qv[i] = moor_round_bf16(qv[i]);
+	wg_bufs w = {.qv = q0};
+	w.dK = up(&gpu, K, nkv * 2);
+	w.dV = up(&gpu, V, nkv * 2);
+	w.cK = up(&cpu, K, nkv * 2);
+	w.cV = up(&cpu, V, nkv * 2);
+	w.dO = zz(&gpu, nq * 4);
+	w.fl = malloc(nq * 4);
+	w.a = malloc(nq * 4);
+	w.b = malloc(nq * 4);
+	/* q = 0 first: every score is 0 whatever the Q K^T layout, so the
+	 * output is the mean of the row's V rows, which checks P V, the
+	 * mask and the softmax apart from S */
+	w.dq = up(&gpu, q0, nq * 4);
+	wg_case("q=0 ", &w, 1024, 1000);
+	gpu.o->free(gpu.c, w.dq);
+	w.qv = qv;
+	w.dq = up(&gpu, qv, nq * 4);
+	const int Ts[] = {1024, 2048};
+	const int64_t pos[] = {0, 1000, 31744, 130048};
+	for (int ti = 0; ti < 2; ti++)
+		for (int pi = 0; pi < 4; pi++)
+			wg_case("", &w, Ts[ti], pos[pi]);
+	gpu.o->free(gpu.c, w.dK);
+	gpu.o->free(gpu.c, w.dV);
+	gpu.o->free(gpu.c, w.dq);
+	gpu.o->free(gpu.c, w.dO);
+	cpu.o->free(cpu.c, w.cK);
+	cpu.o->free(cpu.c, w.cV);
+	free(K);
+	free(V);
+	free(qv);
+	free(q0);
+	free(w.fl);
+	free(w.a);
+	free(w.b);
+}
+
 /* ---- the rest of the small ops ---- */
 
 static void case_small(void)
@@ -769,6 +981,8 @@ int main(void)
 	case_prep();
 	case_small();
 	case_bits();
+	/* last: a fault there (a new kernel) leaves the other cases' results */
+	case_attention_wg(d);
 	cpu.o->destroy(cpu.c);
 	gpu.o->destroy(gpu.c);
 	return kt_done("test_kern_backends");
