@@ -119,6 +119,10 @@ extern const arena_mover arena_mover_memcpy;
 /* 0 when GPU `device` is present and the driver answers; else a negative
  * code and err says why. Creates nothing that outlives the call. */
 int arena_cuda_probe(int device, char *err);
+/* The free and total bytes of GPU `device` (cudaMemGetInfo), for sizing
+ * the device arena beside an engine in the same process (bench_ttft:
+ * after the weights load). err: MOOR_ERRLEN or NULL. */
+int arena_cuda_mem(int device, uint64_t *free_b, uint64_t *total_b, char *err);
 /* cudaMallocs `size` bytes on `device` (after cudaMemGetInfo says they fit:
  * else MOOR_ENOSPACE and err names the numbers), zeroed, as an owner arena
  * labelled name; arena_close cudaFrees it. */

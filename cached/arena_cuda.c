@@ -61,6 +61,23 @@ int arena_cuda_probe(int device, char *err)
 	return 0;
 }
 
+int arena_cuda_mem(int device, uint64_t *free_b, uint64_t *total_b, char *err)
+{
+	*free_b = *total_b = 0;
+	int rc = arena_cuda_probe(device, err);
+	if (rc)
+		return rc;
+	cudaError_t e = cudaSetDevice(device);
+	if (e != cudaSuccess)
+		return cu_err(e, "cudaSetDevice", err);
+	size_t fr = 0, tot = 0;
+	if ((e = cudaMemGetInfo(&fr, &tot)) != cudaSuccess)
+		return cu_err(e, "cudaMemGetInfo", err);
+	*free_b = fr;
+	*total_b = tot;
+	return 0;
+}
+
 /* ---- the device arena ---- */
 
 typedef struct dev_mem {

@@ -16,6 +16,13 @@ int arena_cuda_probe(int device, char *err)
 	return no_cuda(err);
 }
 
+int arena_cuda_mem(int device, uint64_t *free_b, uint64_t *total_b, char *err)
+{
+	(void)device;
+	*free_b = *total_b = 0;
+	return no_cuda(err);
+}
+
 int arena_cuda_create(const char *name, uint64_t size, int device,
 		      arena **out, char *err)
 {
