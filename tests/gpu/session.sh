@@ -7,6 +7,7 @@
 #   setup     deploy/setup --from .bundle (build/ with every core, models/tiny)
 #   suite     meson test --suite gpu --suite kern (the defaults)
 #   tc        the kern and golden GPU tests again with MOOR_GDN_TC=1
+#   wg        the kern and golden GPU tests again with MOOR_ATTN_WG=1
 #   kern      bench_kern (every op), then its decode rows with MOOR_DEC_MMA=0
 #   gpu       bench_gpu at 8k and 32k: the defaults, MOOR_PDL=0, MOOR_DEC_MMA=0
 #   gpulong   bench_gpu at 8k, 32k, 64k and 128k (the issue's table)
@@ -49,24 +50,27 @@ for p in "$@"; do
 			MOOR_SKIP_ASAN=1 deploy/setup --from .bundle && ninja -C $B -j16 && \
 			ls $B/kernels/cuda >/dev/null" ;;
 	suite)
-		phase suite 420 "meson test -C $B --suite gpu --suite kern --num-processes 4 --print-errorlogs; \
+		phase suite 240 "meson test -C $B --suite gpu --suite kern --num-processes 4 --print-errorlogs; \
 			cp $B/meson-logs/testlog.txt $OUT/suite-testlog.txt" ;;
 	tc)
-		phase tc 300 "MOOR_GDN_TC=1 meson test -C $B --suite kern test_golden_transformers_cuda \
+		phase tc 120 "MOOR_GDN_TC=1 meson test -C $B --suite kern test_golden_transformers_cuda \
 			test_prefill_split_exact_tiny_cuda --num-processes 4 --print-errorlogs" ;;
+	wg)
+		phase wg 200 "MOOR_ATTN_WG=1 meson test -C $B test_kern_backends test_golden_transformers_cuda \
+			test_prefill_split_exact_tiny_cuda --num-processes 3 --print-errorlogs" ;;
 	kern)
-		phase kern 300 "$B/tests/bench/bench_kern; MOOR_DEC_MMA=0 $B/tests/bench/bench_kern --only decode; \
+		phase kern 150 "$B/tests/bench/bench_kern; MOOR_DEC_MMA=0 $B/tests/bench/bench_kern --only decode; \
 			MOOR_GDN_TC=1 $B/tests/bench/bench_kern --only delta" ;;
 	gpu)
-		phase gpu 420 "$(declare -f gpu27); B=$B; gpu27 default; gpu27 nopdl MOOR_PDL=0; \
+		phase gpu 180 "$(declare -f gpu27); B=$B; gpu27 default; gpu27 nopdl MOOR_PDL=0; \
 			gpu27 oldsplit MOOR_DEC_MMA=0" ;;
 	gpulong)
 		phase gpulong 580 "$(declare -f gpu27); B=$B; BENCH_LENS=8192,32768,65536,131072 gpu27 long" ;;
 	golden27)
 		phase golden27 580 "tests/golden/run_golden27.sh $B /dev/shm/moor-golden27" ;;
 	ttft)
-		phase ttft 580 "$B/tests/bench/bench_ttft tests/bench/qwen35-27b --backend cuda \
-			--load-format dummy --lens 32768,131072" ;;
+		phase ttft ${TTFT_LIMIT:-580} "$B/tests/bench/bench_ttft tests/bench/qwen35-27b --backend cuda \
+			--load-format dummy --lens ${TTFT_LENS:-32768,131072}" ;;
 	*) echo "session.sh: unknown phase $p" >&2 ;;
 	esac
 done
