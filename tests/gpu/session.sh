@@ -9,9 +9,11 @@
 #   tc        the kern and golden GPU tests again with MOOR_GDN_TC=1
 #   wg        the kern and golden GPU tests again with MOOR_ATTN_WG=1
 #   kern      bench_kern (every op), then its decode rows with MOOR_DEC_MMA=0
-#   gpu       bench_gpu at 8k and 32k: the defaults, MOOR_PDL=0, MOOR_DEC_MMA=0
+#   gpu       bench_gpu at 8k and 32k: the defaults, then MOOR_PDL=0
+#             MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0 (the decode step before them)
 #   gpulong   bench_gpu at 8k, 32k, 64k and 128k (the issue's table)
 #   golden27  tests/golden/run_golden27.sh (transformers at 27B width)
+#   load      bench_load: an 8-layer checkpoint of the 27B's width from /dev/shm
 #   ttft      bench_ttft on CUDA with dummy 27B weights at 32k and 128k
 # Knobs: SESSION_ENV (exported before every phase, e.g. MOOR_GDN_TC=1),
 # BENCH_LENS (gpu), BENCH_DECODE (decode steps, default 32).
@@ -62,12 +64,14 @@ for p in "$@"; do
 		phase kern 150 "$B/tests/bench/bench_kern; MOOR_DEC_MMA=0 $B/tests/bench/bench_kern --only decode; \
 			MOOR_GDN_TC=1 $B/tests/bench/bench_kern --only delta" ;;
 	gpu)
-		phase gpu 180 "$(declare -f gpu27); B=$B; gpu27 default; gpu27 nopdl MOOR_PDL=0; \
-			gpu27 oldsplit MOOR_DEC_MMA=0" ;;
+		phase gpu 180 "$(declare -f gpu27); B=$B; gpu27 default; gpu27 before MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0" ;;
 	gpulong)
 		phase gpulong 580 "$(declare -f gpu27); B=$B; BENCH_LENS=8192,32768,65536,131072 gpu27 long" ;;
 	golden27)
 		phase golden27 580 "tests/golden/run_golden27.sh $B /dev/shm/moor-golden27" ;;
+	load)
+		phase load 240 "$B/tests/bench/bench_load tests/bench/qwen35-27b --dir /dev/shm/moor-load \
+			--layers 8 --backend cuda; rm -rf /dev/shm/moor-load" ;;
 	ttft)
 		phase ttft ${TTFT_LIMIT:-580} "$B/tests/bench/bench_ttft tests/bench/qwen35-27b --backend cuda \
 			--load-format dummy --lens ${TTFT_LENS:-32768,131072}" ;;
