@@ -568,20 +568,38 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 		/* Q as bf16 in the 128-byte swizzle: row r, column chunk c at
 		 * c 8192 + r 128, its 16-byte pieces XORed with r % 8 */
 		unsigned char *qs = gq + wg * WG_QBYTES;
-		for (int i = wt; i < 64 * (WG_D / 4); i += 128) {
-			const int r = i / (WG_D / 4),
-				  col = (i % (WG_D / 4)) * 4;
-			const int t = t0 + wg * 64 + r;
-			float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-			if (t < T)
-				v = *(const float4 *)(qv + (size_t)t * ldq +
-						      (size_t)h * WG_D + col);
-			const int c = col >> 6, cc = col & 63;
-			const uint32_t off = c * WG_CHUNK + r * 128 +
-					     ((((cc >> 3) ^ (r & 7))) << 4) +
-					     (cc & 7) * 2;
-			*(uint2 *)(qs + off) =
-			    make_uint2(wg_pack2(v.x, v.y), wg_pack2(v.z, v.w));
+		/* 64 rows of 64 float4s: 32 a thread, in 4 batches of 8
+		 * loads in flight before their stores */
+#pragma unroll 1
+		for (int b0 = 0; b0 < 32; b0 += 8) {
+			float4 v[8];
+#pragma unroll
+			for (int k = 0; k < 8; k++) {
+				const int i = wt + 128 * (b0 + k);
+				const int r = i / (WG_D / 4),
+					  col = (i % (WG_D / 4)) * 4;
+				const int t = t0 + wg * 64 + r;
+				v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+				if (t < T)
+					v[k] = __ldg(
+					    (const float4 *)(qv +
+							     (size_t)t * ldq +
+							     (size_t)h * WG_D +
+							     col));
+			}
+#pragma unroll
+			for (int k = 0; k < 8; k++) {
+				const int i = wt + 128 * (b0 + k);
+				const int r = i / (WG_D / 4),
+					  col = (i % (WG_D / 4)) * 4;
+				const int c = col >> 6, cc = col & 63;
+				const uint32_t off =
+				    c * WG_CHUNK + r * 128 +
+				    (((cc >> 3) ^ (r & 7)) << 4) + (cc & 7) * 2;
+				*(uint2 *)(qs + off) =
+				    make_uint2(wg_pack2(v[k].x, v[k].y),
+					       wg_pack2(v[k].z, v[k].w));
+			}
 		}
 		/* the tensor cores read Q through the async proxy */
 		asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
