@@ -603,6 +603,28 @@ static void case_attention_wg(const char *desc)
 	for (int ti = 0; ti < 2; ti++)
 		for (int pi = 0; pi < 4; pi++)
 			wg_case("", &w, Ts[ti], pos[pi]);
+	/* a row's result depends on its own q and keys only, not on T or on
+	 * the rows sharing its block. Under 1,024 keys a call is one segment
+	 * (the same cut), so rows 100..163 of a call of 1,024 rows at
+	 * position 0 (100..127 in the first block's second warpgroup,
+	 * 128..163 in the second block's first) equal, bit for bit, a call
+	 * of those 64 rows at position 100 (one block, other warps) */
+	{
+		const size_t rw = (size_t)Hq * D;
+		float *dq2 = up(&gpu, qv + 100 * rw, 64 * rw * 4);
+		attn_dev(w.a, w.dO, w.dq, w.dK, w.dV, 1024, 0, Hq, Hkv, D, "1",
+			 "attention wg T=1024 pos=0");
+		attn_dev(w.b, w.dO, dq2, w.dK, w.dV, 64, 100, Hq, Hkv, D, "1",
+			 "attention wg T=64 pos=100");
+		const int same = !memcmp(w.a + 100 * rw, w.b, 64 * rw * 4);
+		printf("  attention wg rows 100..163, T=1024 at 0 against T=64 "
+		       "at 100: %s\n",
+		       same ? "the same bits" : "DIFFER");
+		ASSERT(same,
+		       "attention wg: rows 100..163 at T=1024 pos=0 differ "
+		       "from the same rows at T=64 pos=100");
+		gpu.o->free(gpu.c, dq2);
+	}
 	gpu.o->free(gpu.c, w.dK);
 	gpu.o->free(gpu.c, w.dV);
 	gpu.o->free(gpu.c, w.dq);
