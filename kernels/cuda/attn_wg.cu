@@ -5,6 +5,8 @@
  * head dim 256 on an sm_90 device. Taken by kcu_attention when
  * MOOR_ATTN_WG=1 (opt-in until it has run on the H200's kernel tests);
  * k_flash stays the fallback and the reference the tests compare it to.
+ * MOOR_ATTN_WG=plain takes its first form (the softmax's roundings one
+ * value at a time), the same bits, kept until both have been timed.
  *
  * A block takes 128 query rows of one query head: a producer warpgroup
  * (warps 0-3, 24 registers a thread after setmaxnreg) whose one lane copies
@@ -51,8 +53,6 @@
 #include <cudaTypedefs.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef __nv_bfloat16 bf16;
 
 #define WG_D 256       /* head dim */
 #define WG_BM 128      /* query rows of a block: two warpgroups of 64 */
