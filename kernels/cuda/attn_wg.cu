@@ -481,8 +481,6 @@ static __device__ inline void wg_rescale(float *o, float ca, float cb)
 		}
 }
 
-#endif /* WG_ARCH */
-
 /* grid (ceil(T / WG_BM), Hq, nseg), WG_THREADS threads, WG_SMEM bytes of
  * dynamic shared memory. tmK, tmV: [pos0 + T][Hkv][D] bf16 (keys past
  * the call's read as zeros). Writes what k_flash writes: the normalised
@@ -495,7 +493,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 	       int nseg, int64_t seg, const float *qv, int ldq, int T,
 	       int64_t pos0, int Hq, int Hkv, float scale)
 {
-#if WG_ARCH
 	extern __shared__ unsigned char wg_raw[];
 	const uint32_t raw = smem_u32(wg_raw);
 	const uint32_t base = (raw + 1023u) & ~1023u;
@@ -789,8 +786,20 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 			    make_float2(kcu_bf16r(o[4 * i + 2] * ib),
 					kcu_bf16r(o[4 * i + 3] * ib));
 	}
-#endif /* WG_ARCH */
 }
+
+#else /* the host's pass and compute_90's: the same kernel, empty */
+
+template <bool P2, bool OPT>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+    k_flash_wg(const __grid_constant__ CUtensorMap tmK,
+	       const __grid_constant__ CUtensorMap tmV, float *out, float *part,
+	       int nseg, int64_t seg, const float *qv, int ldq, int T,
+	       int64_t pos0, int Hq, int Hkv, float scale)
+{
+}
+
+#endif /* WG_ARCH */
 
 /* grid (Hq, T), D / 2 threads (two dims each): a row's segments, the
  * weights e^(m_s - M) and their sums in order s = 0, 1, ... (k_fcombine's
