@@ -565,13 +565,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 		/* Q as bf16 in the 128-byte swizzle: row r, column chunk c at
 		 * c 8192 + r 128, its 16-byte pieces XORed with r % 8 */
 		unsigned char *qs = gq + wg * WG_QBYTES;
-		/* 64 rows of 64 float4s: 32 a thread, in 4 batches of 8
+		/* 64 rows of 64 float4s: 32 a thread, in 2 batches of 16
 		 * loads in flight before their stores */
 #pragma unroll 1
-		for (int b0 = 0; b0 < 32; b0 += 8) {
-			float4 v[8];
+		for (int b0 = 0; b0 < 32; b0 += 16) {
+			float4 v[16];
 #pragma unroll
-			for (int k = 0; k < 8; k++) {
+			for (int k = 0; k < 16; k++) {
 				const int i = wt + 128 * (b0 + k);
 				const int r = i / (WG_D / 4),
 					  col = (i % (WG_D / 4)) * 4;
@@ -585,7 +585,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 							     col));
 			}
 #pragma unroll
-			for (int k = 0; k < 8; k++) {
+			for (int k = 0; k < 16; k++) {
 				const int i = wt + 128 * (b0 + k);
 				const int r = i / (WG_D / 4),
 					  col = (i % (WG_D / 4)) * 4;
