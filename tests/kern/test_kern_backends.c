@@ -404,6 +404,10 @@ static int32_t bf16_ord(float x)
 	return u >> 31 ? -m : m;
 }
 
+/* The scale of the k_flash_wg cases: 1/16, head dim 256's, a power of two
+ * (one rounding of a score), or another (two roundings). */
+static float wg_scale = 1.0f / 16.0f;
+
 /* One attention call on the device with MOOR_ATTN_WG set to wg, into a
  * NaN-poisoned output: every element must be written. */
 static void attn_dev(float *host, float *dO, const float *dq, const void *dK,
@@ -415,9 +419,8 @@ static void attn_dev(float *host, float *dO, const float *dq, const void *dK,
 	kt_poison(nan, n);
 	gpu.o->upload(gpu.q, dO, nan, n * 4);
 	setenv("MOOR_ATTN_WG", wg, 1);
-	int rc =
-	    gpu.o->attention(gpu.q, dO, dq, Hq * D, dK, dV, KERN_BF16, T, pos0,
-			     Hq, Hkv, D, 1.0f / 16.0f, KERN_ACT_BF16);
+	int rc = gpu.o->attention(gpu.q, dO, dq, Hq * D, dK, dV, KERN_BF16, T,
+				  pos0, Hq, Hkv, D, wg_scale, KERN_ACT_BF16);
 	unsetenv("MOOR_ATTN_WG");
 	ASSERT(rc == 0, "%s attention (MOOR_ATTN_WG=%s): %s", nm, wg,
 	       moor_strerror(rc));
@@ -551,7 +554,7 @@ static void wg_case(const char *tag, wg_bufs *w, int T, int64_t p0)
 		float *cod = zz(&cpu, (size_t)Hq * D * 4);
 		int rc = cpu.o->attention(cpu.q, cod, cqd, Hq * D, w->cK, w->cV,
 					  KERN_BF16, 1, p0 + t, Hq, Hkv, D,
-					  1.0f / 16.0f, KERN_ACT_BF16);
+					  wg_scale, KERN_ACT_BF16);
 		ASSERT(rc == 0, "cpu attention: %s", moor_strerror(rc));
 		down(&cpu, co, cod, (size_t)Hq * D * 4);
 		char rn[128];
@@ -598,6 +601,10 @@ static void case_attention_wg(const char *desc)
 	gpu.o->free(gpu.c, w.dq);
 	w.qv = qv;
 	w.dq = up(&gpu, qv, nq * 4);
+	/* a scale that is not a power of two: two roundings of a score */
+	wg_scale = 0.07f;
+	wg_case("scale=0.07 ", &w, 1024, 1000);
+	wg_scale = 1.0f / 16.0f;
 	const int Ts[] = {1024, 2048};
 	const int64_t pos[] = {0, 1000, 31744, 130048};
 	for (int ti = 0; ti < 2; ti++)
