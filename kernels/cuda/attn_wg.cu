@@ -5,6 +5,8 @@
  * head dim 256 on an sm_90 device. Taken by kcu_attention when
  * MOOR_ATTN_WG=1 (opt-in until it has run on the H200's kernel tests);
  * k_flash stays the fallback and the reference the tests compare it to.
+ * MOOR_ATTN_WG=plain takes its first form (the softmax's roundings one
+ * value at a time), the same bits, kept until both have been timed.
  *
  * A block takes 128 query rows of one query head: a producer warpgroup
  * (warps 0-3, 24 registers a thread after setmaxnreg) whose one lane copies
@@ -50,8 +52,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <stdlib.h>
-
-typedef __nv_bfloat16 bf16;
+#include <string.h>
 
 #define WG_D 256       /* head dim */
 #define WG_BM 128      /* query rows of a block: two warpgroups of 64 */
@@ -185,6 +186,10 @@ template <int N> static __device__ inline void wg_wait(void)
 static __device__ inline void reg_fence(float &r)
 {
 	asm volatile("" : "+f"(r)::"memory");
+}
+static __device__ inline void reg_fence_u(uint32_t &r)
+{
+	asm volatile("" : "+r"(r)::"memory");
 }
 
 #define F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
@@ -359,21 +364,135 @@ wg_tile_softmax(float *s, float scale, int64_t rel, int g, int tq, float &ma,
 				     cb);
 }
 
-#endif /* WG_ARCH */
+/* Two scores rounded to bf16 at once (one conversion for the pair; the
+ * same values as two kcu_bf16r). */
+static __device__ inline float2 wg_bf16r2(float a, float b)
+{
+	return __bfloat1622float2(__floats2bfloat162_rn(a, b));
+}
+
+/* wg_softmax's arithmetic with the roundings done in pairs, p written as
+ * the bf16 pairs of the P V product's A operand (pn[2 nt + h] holds
+ * s[4 nt + 2 h], s[4 nt + 2 h + 1]), s left as it was. The values and
+ * the order of every sum are wg_softmax's. */
+template <bool MASK, bool P2>
+static __device__ inline void
+wg_softmax2(const float *s, uint32_t *pn, float scale, int lim_a, int lim_b,
+	    int tq, float &ma, float &mb, float &la, float &lb, float &ca,
+	    float &cb)
+{
+	float v[32], xa[8], xb[8];
+#pragma unroll
+	for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			float2 r =
+			    wg_bf16r2(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]);
+			r.x = __fmul_rn(r.x, scale);
+			r.y = __fmul_rn(r.y, scale);
+			if (!P2)
+				r = wg_bf16r2(r.x, r.y);
+			if (MASK) {
+				const int lim = h ? lim_b : lim_a,
+					  k = nt * 8 + 2 * tq;
+				if (k > lim)
+					r.x = -INFINITY;
+				if (k + 1 > lim)
+					r.y = -INFINITY;
+			}
+			v[4 * nt + 2 * h] = r.x;
+			v[4 * nt + 2 * h + 1] = r.y;
+		}
+		xa[nt] = fmaxf(v[4 * nt], v[4 * nt + 1]);
+		xb[nt] = fmaxf(v[4 * nt + 2], v[4 * nt + 3]);
+	}
+#pragma unroll
+	for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+		for (int nt = 0; nt < w; nt++) {
+			xa[nt] = fmaxf(xa[nt], xa[nt + w]);
+			xb[nt] = fmaxf(xb[nt], xb[nt + w]);
+		}
+	float mxa = xa[0], mxb = xb[0];
+	for (int m = 1; m <= 2; m <<= 1) {
+		mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, m));
+		mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, m));
+	}
+	const float na = fmaxf(ma, mxa), nb = fmaxf(mb, mxb);
+	ca = na == -INFINITY ? 0.0f : wg_exp(ma - na);
+	cb = nb == -INFINITY ? 0.0f : wg_exp(mb - nb);
+	float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+	for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const float m = h ? nb : na;
+			__nv_bfloat162 r = __floats2bfloat162_rn(0.0f, 0.0f);
+			if (m != -INFINITY)
+				r = __floats2bfloat162_rn(
+				    wg_exp(v[4 * nt + 2 * h] - m),
+				    wg_exp(v[4 * nt + 2 * h + 1] - m));
+			pn[2 * nt + h] = *(uint32_t *)&r;
+			const float2 f = __bfloat1622float2(r);
+			if (h) {
+				sb += f.x;
+				sb += f.y;
+			} else {
+				sa += f.x;
+				sa += f.y;
+			}
+		}
+	for (int m = 1; m <= 2; m <<= 1) {
+		sa += __shfl_xor_sync(0xffffffffu, sa, m);
+		sb += __shfl_xor_sync(0xffffffffu, sb, m);
+	}
+	la = la * ca + sa;
+	lb = lb * cb + sb;
+	ma = na;
+	mb = nb;
+}
+
+template <bool P2>
+static __device__ inline void
+wg_tile_softmax2(const float *s, uint32_t *pn, float scale, int64_t rel, int g,
+		 int tq, float &ma, float &mb, float &la, float &lb, float &ca,
+		 float &cb)
+{
+	if (rel >= WG_BC - 1)
+		wg_softmax2<false, P2>(s, pn, scale, 0, 0, tq, ma, mb, la, lb,
+				       ca, cb);
+	else
+		wg_softmax2<true, P2>(s, pn, scale, (int)(rel + g),
+				      (int)(rel + g + 8), tq, ma, mb, la, lb,
+				      ca, cb);
+}
+
+/* o of the thread's two rows times ca (row a) and cb (row b); o * 1 is
+ * o, so a warp whose rows' maxima did not move skips it. */
+static __device__ inline void wg_rescale(float *o, float ca, float cb)
+{
+	if (__any_sync(0xffffffffu, ca != 1.0f || cb != 1.0f))
+#pragma unroll
+		for (int i = 0; i < 32; i++) {
+			o[4 * i] *= ca;
+			o[4 * i + 1] *= ca;
+			o[4 * i + 2] *= cb;
+			o[4 * i + 3] *= cb;
+		}
+}
 
 /* grid (ceil(T / WG_BM), Hq, nseg), WG_THREADS threads, WG_SMEM bytes of
  * dynamic shared memory. tmK, tmV: [pos0 + T][Hkv][D] bf16 (keys past
  * the call's read as zeros). Writes what k_flash writes: the normalised
  * rows when nseg == 1, else each segment's max, sum and unnormalised
  * output into part[(t Hq + h) nseg + s][D + 2]. */
-template <bool P2>
+template <bool P2, bool OPT>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     k_flash_wg(const __grid_constant__ CUtensorMap tmK,
 	       const __grid_constant__ CUtensorMap tmV, float *out, float *part,
 	       int nseg, int64_t seg, const float *qv, int ldq, int T,
 	       int64_t pos0, int Hq, int Hkv, float scale)
 {
-#if WG_ARCH
 	extern __shared__ unsigned char wg_raw[];
 	const uint32_t raw = smem_u32(wg_raw);
 	const uint32_t base = (raw + 1023u) & ~1023u;
@@ -446,20 +565,38 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 		/* Q as bf16 in the 128-byte swizzle: row r, column chunk c at
 		 * c 8192 + r 128, its 16-byte pieces XORed with r % 8 */
 		unsigned char *qs = gq + wg * WG_QBYTES;
-		for (int i = wt; i < 64 * (WG_D / 4); i += 128) {
-			const int r = i / (WG_D / 4),
-				  col = (i % (WG_D / 4)) * 4;
-			const int t = t0 + wg * 64 + r;
-			float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-			if (t < T)
-				v = *(const float4 *)(qv + (size_t)t * ldq +
-						      (size_t)h * WG_D + col);
-			const int c = col >> 6, cc = col & 63;
-			const uint32_t off = c * WG_CHUNK + r * 128 +
-					     ((((cc >> 3) ^ (r & 7))) << 4) +
-					     (cc & 7) * 2;
-			*(uint2 *)(qs + off) =
-			    make_uint2(wg_pack2(v.x, v.y), wg_pack2(v.z, v.w));
+		/* 64 rows of 64 float4s: 32 a thread, in 2 batches of 16
+		 * loads in flight before their stores */
+#pragma unroll 1
+		for (int b0 = 0; b0 < 32; b0 += 16) {
+			float4 v[16];
+#pragma unroll
+			for (int k = 0; k < 16; k++) {
+				const int i = wt + 128 * (b0 + k);
+				const int r = i / (WG_D / 4),
+					  col = (i % (WG_D / 4)) * 4;
+				const int t = t0 + wg * 64 + r;
+				v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+				if (t < T)
+					v[k] = __ldg(
+					    (const float4 *)(qv +
+							     (size_t)t * ldq +
+							     (size_t)h * WG_D +
+							     col));
+			}
+#pragma unroll
+			for (int k = 0; k < 16; k++) {
+				const int i = wt + 128 * (b0 + k);
+				const int r = i / (WG_D / 4),
+					  col = (i % (WG_D / 4)) * 4;
+				const int c = col >> 6, cc = col & 63;
+				const uint32_t off =
+				    c * WG_CHUNK + r * 128 +
+				    (((cc >> 3) ^ (r & 7)) << 4) + (cc & 7) * 2;
+				*(uint2 *)(qs + off) =
+				    make_uint2(wg_pack2(v[k].x, v[k].y),
+					       wg_pack2(v[k].z, v[k].w));
+			}
 		}
 		/* the tensor cores read Q through the async proxy */
 		asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -478,61 +615,123 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 	float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
 	float ca = 1.0f, cb = 1.0f;
 
-	/* tile 0: S, its softmax (o is zero: nothing to rescale), P */
-	mbar_wait(FULLK(0), 0);
-	wg_fence();
-	wg_qk(s, qa, sK);
-	wg_wait<0>();
-#pragma unroll
-	for (int i = 0; i < 32; i++)
-		reg_fence(s[i]);
-	__syncwarp();
-	if (lane == 0)
-		mbar_arrive(EMPTYK(0));
-	wg_tile_softmax<P2>(s, scale, wpos - k0, g, tq, ma, mb, la, lb, ca, cb);
-#pragma unroll
-	for (int i = 0; i < 16; i++)
-		p[i] = wg_pack2(s[2 * i], s[2 * i + 1]);
-
-	for (int j = 1; j < ntile; j++) {
-		const uint32_t st = j & 1, ph = (j >> 1) & 1;
-		const uint32_t pst = st ^ 1, pph = ((j - 1) >> 1) & 1;
-		mbar_wait(FULLK(st), ph);
+	if (OPT) {
+		/* The roundings in pairs (wg_softmax2): p goes straight
+		 * into the next P (pn), which becomes P once the P V
+		 * product in flight has read P (an asm copy: a plain one
+		 * let ptxas serialise the wgmmas, its info C7513, as did
+		 * rescaling O under the next S = Q K^T, FlashAttention-3's
+		 * order for large heads). The arithmetic of the plain loop
+		 * below. */
+		uint32_t pn[16];
+		mbar_wait(FULLK(0), 0);
 		wg_fence();
-		wg_qk(s, qa, sK + st * WG_TBYTES);
-		mbar_wait(FULLV(pst), pph);
-		wg_fence(); /* P and O were written since the fence above */
-		wg_pv(o, p, sV + pst * WG_TBYTES);
-		wg_wait<1>(); /* S landed; P V in flight */
+		wg_qk(s, qa, sK);
+		wg_wait<0>();
 #pragma unroll
 		for (int i = 0; i < 32; i++)
 			reg_fence(s[i]);
 		__syncwarp();
 		if (lane == 0)
-			mbar_arrive(EMPTYK(st));
-		wg_tile_softmax<P2>(s, scale, wpos - (k0 + (int64_t)j * WG_BC),
-				    g, tq, ma, mb, la, lb, ca, cb);
-		wg_wait<0>(); /* P_{j-1} V_{j-1} landed */
+			mbar_arrive(EMPTYK(0));
+		wg_tile_softmax2<P2>(s, p, scale, wpos - k0, g, tq, ma, mb, la,
+				     lb, ca, cb);
+		for (int j = 1; j < ntile; j++) {
+			const uint32_t st = j & 1, ph = (j >> 1) & 1;
+			const uint32_t pst = st ^ 1, pph = ((j - 1) >> 1) & 1;
+			mbar_wait(FULLK(st), ph);
+			wg_fence();
+			wg_qk(s, qa, sK + st * WG_TBYTES);
+			mbar_wait(FULLV(pst), pph);
+			wg_fence();
+			wg_pv(o, p, sV + pst * WG_TBYTES);
+			wg_wait<1>(); /* S landed; P V in flight */
 #pragma unroll
-		for (int i = 0; i < 128; i++)
-			reg_fence(o[i]);
+			for (int i = 0; i < 32; i++)
+				reg_fence(s[i]);
+			__syncwarp();
+			if (lane == 0)
+				mbar_arrive(EMPTYK(st));
+			wg_tile_softmax2<P2>(s, pn, scale,
+					     wpos - (k0 + (int64_t)j * WG_BC),
+					     g, tq, ma, mb, la, lb, ca, cb);
+			wg_wait<0>(); /* P_{j-1} V_{j-1} landed */
+#pragma unroll
+			for (int i = 0; i < 128; i++)
+				reg_fence(o[i]);
+#pragma unroll
+			for (int i = 0; i < 16; i++)
+				reg_fence_u(p[i]); /* read until here */
+			__syncwarp();
+			if (lane == 0)
+				mbar_arrive(EMPTYV(pst));
+			wg_rescale(o, ca, cb);
+#pragma unroll
+			for (int i = 0; i < 16; i++) /* a plain copy: C7513 */
+				asm volatile("mov.b32 %0, %1;"
+					     : "=r"(p[i])
+					     : "r"(pn[i]));
+		}
+	} else {
+		/* tile 0: S, its softmax (o is zero: nothing to rescale), P */
+		mbar_wait(FULLK(0), 0);
+		wg_fence();
+		wg_qk(s, qa, sK);
+		wg_wait<0>();
+#pragma unroll
+		for (int i = 0; i < 32; i++)
+			reg_fence(s[i]);
 		__syncwarp();
 		if (lane == 0)
-			mbar_arrive(EMPTYV(pst));
-		/* o * 1 is o: skipped when no row's max moved */
-		if (__any_sync(0xffffffffu, ca != 1.0f || cb != 1.0f))
-#pragma unroll
-			for (int i = 0; i < 32; i++) {
-				o[4 * i] *= ca;
-				o[4 * i + 1] *= ca;
-				o[4 * i + 2] *= cb;
-				o[4 * i + 3] *= cb;
-			}
-			/* P: the rounded p as bf16 pairs, the A operand's
-			 * layout */
+			mbar_arrive(EMPTYK(0));
+		wg_tile_softmax<P2>(s, scale, wpos - k0, g, tq, ma, mb, la, lb,
+				    ca, cb);
 #pragma unroll
 		for (int i = 0; i < 16; i++)
 			p[i] = wg_pack2(s[2 * i], s[2 * i + 1]);
+
+		for (int j = 1; j < ntile; j++) {
+			const uint32_t st = j & 1, ph = (j >> 1) & 1;
+			const uint32_t pst = st ^ 1, pph = ((j - 1) >> 1) & 1;
+			mbar_wait(FULLK(st), ph);
+			wg_fence();
+			wg_qk(s, qa, sK + st * WG_TBYTES);
+			mbar_wait(FULLV(pst), pph);
+			wg_fence(); /* P and O were written since the fence
+				       above */
+			wg_pv(o, p, sV + pst * WG_TBYTES);
+			wg_wait<1>(); /* S landed; P V in flight */
+#pragma unroll
+			for (int i = 0; i < 32; i++)
+				reg_fence(s[i]);
+			__syncwarp();
+			if (lane == 0)
+				mbar_arrive(EMPTYK(st));
+			wg_tile_softmax<P2>(s, scale,
+					    wpos - (k0 + (int64_t)j * WG_BC), g,
+					    tq, ma, mb, la, lb, ca, cb);
+			wg_wait<0>(); /* P_{j-1} V_{j-1} landed */
+#pragma unroll
+			for (int i = 0; i < 128; i++)
+				reg_fence(o[i]);
+			__syncwarp();
+			if (lane == 0)
+				mbar_arrive(EMPTYV(pst));
+			/* o * 1 is o: skipped when no row's max moved */
+			if (__any_sync(0xffffffffu, ca != 1.0f || cb != 1.0f))
+#pragma unroll
+				for (int i = 0; i < 32; i++) {
+					o[4 * i] *= ca;
+					o[4 * i + 1] *= ca;
+					o[4 * i + 2] *= cb;
+					o[4 * i + 3] *= cb;
+				}
+				/* P: the rounded p as bf16 pairs, the A
+				 * operand's layout */
+#pragma unroll
+			for (int i = 0; i < 16; i++)
+				p[i] = wg_pack2(s[2 * i], s[2 * i + 1]);
+		}
 	}
 	{
 		const uint32_t pst = (ntile - 1) & 1,
@@ -587,8 +786,20 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 			    make_float2(kcu_bf16r(o[4 * i + 2] * ib),
 					kcu_bf16r(o[4 * i + 3] * ib));
 	}
-#endif /* WG_ARCH */
 }
+
+#else /* the host's pass and compute_90's: the same kernel, empty */
+
+template <bool P2, bool OPT>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+    k_flash_wg(const __grid_constant__ CUtensorMap tmK,
+	       const __grid_constant__ CUtensorMap tmV, float *out, float *part,
+	       int nseg, int64_t seg, const float *qv, int ldq, int T,
+	       int64_t pos0, int Hq, int Hkv, float scale)
+{
+}
+
+#endif /* WG_ARCH */
 
 /* grid (Hq, T), D / 2 threads (two dims each): a row's segments, the
  * weights e^(m_s - M) and their sums in order s = 0, 1, ... (k_fcombine's
@@ -666,12 +877,24 @@ static int wg_map(CUtensorMap *m, const void *X, int64_t keys, int Hkv)
 	return 0;
 }
 
+/* MOOR_ATTN_WG: "1" takes the kernel; "plain" takes it in its first form
+ * (O rescaled after the P V product lands, roundings one value at a time),
+ * kept beside it until both have been measured on the device. */
+static int wg_mode(void)
+{
+	const char *e = getenv("MOOR_ATTN_WG");
+	if (!e)
+		return 0;
+	if (!strcmp(e, "1"))
+		return 1;
+	return !strcmp(e, "plain") ? 2 : 0;
+}
+
 int kcu_attn_wg_wanted(const kern_ctx *c, int D)
 {
 	if (D != WG_D || c->prop.major != 9 || c->prop.minor != 0)
 		return 0;
-	const char *e = getenv("MOOR_ATTN_WG");
-	return e && e[0] == '1' && !e[1]; /* opt-in until it has run */
+	return wg_mode() != 0; /* opt-in until it has run */
 }
 
 int kcu_attention_wg(kern_queue *q, float *out, const float *qv, int ldq,
@@ -690,16 +913,19 @@ int kcu_attention_wg(kern_queue *q, float *out, const float *qv, int ldq,
 	if ((rc = wg_map(&mk, K, keys, Hkv)) ||
 	    (rc = wg_map(&mv, V, keys, Hkv)))
 		return rc;
+	typedef void (*wg_kernel)(CUtensorMap, CUtensorMap, float *, float *,
+				  int, int64_t, const float *, int, int,
+				  int64_t, int, int, float);
+	static const wg_kernel ks[4] = {
+	    k_flash_wg<false, false>, k_flash_wg<false, true>,
+	    k_flash_wg<true, false>, k_flash_wg<true, true>};
 	static int set;
 	if (!set) {
-		KCU(c,
-		    cudaFuncSetAttribute(
-			k_flash_wg<false>,
-			cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
-		KCU(c,
-		    cudaFuncSetAttribute(
-			k_flash_wg<true>,
-			cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
+		for (int i = 0; i < 4; i++)
+			KCU(c, cudaFuncSetAttribute(
+				   ks[i],
+				   cudaFuncAttributeMaxDynamicSharedMemorySize,
+				   WG_SMEM));
 		set = 1;
 	}
 	const int nrb64 = (T + 63) / 64;
@@ -717,7 +943,7 @@ int kcu_attention_wg(kern_queue *q, float *out, const float *qv, int ldq,
 		seg = (keys + WG_BC - 1) / WG_BC * WG_BC;
 	int e2;
 	const bool p2 = frexpf(scale, &e2) == 0.5f;
-	auto kf = p2 ? k_flash_wg<true> : k_flash_wg<false>;
+	const wg_kernel kf = ks[2 * p2 + (wg_mode() != 2)];
 	kf<<<dim3((T + WG_BM - 1) / WG_BM, Hq, nseg), WG_THREADS, WG_SMEM,
 	     q->s>>>(mk, mv, out, c->att_part, nseg, seg, qv, ldq, T, pos0, Hq,
 		     Hkv, scale);

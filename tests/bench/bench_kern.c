@@ -117,13 +117,17 @@ int main(int argc, char **argv)
 	/* qv as bf16 values (the model's rows are) */
 	int64_t pos[] = {0, 7168, 31744, 64512, 130048};
 	/* a row per kernel: k_flash (mma.sync) and, on a cc 9.0 device,
-	 * k_flash_wg (wgmma; MOOR_ATTN_WG picks it), same inputs */
+	 * k_flash_wg (wgmma; MOOR_ATTN_WG picks it) and its first form
+	 * (MOOR_ATTN_WG=plain), same inputs */
 	const int wg = strstr(desc, "cc 9.0,") != NULL;
 	for (size_t i = 0;
 	     i < sizeof pos / sizeof pos[0] && want(only, "attention"); i++)
-		for (int k = 0; k < 1 + wg; k++) {
+		for (int k = 0; k < 1 + 2 * wg; k++) {
+			static const char *mode[] = {"0", "1", "plain"};
+			static const char *name[] = {"k_flash", "k_flash_wg",
+						     "k_flash_wg plain"};
 			double ms;
-			setenv("MOOR_ATTN_WG", k ? "1" : "0", 1);
+			setenv("MOOR_ATTN_WG", mode[k], 1);
 			TIME(ms, o->attention(q, ao, qv, Hq * D, K, V,
 					      KERN_BF16, T, pos[i], Hq, Hkv, D,
 					      0.0625f, KERN_ACT_BF16));
@@ -133,8 +137,8 @@ int main(int argc, char **argv)
 			double fl = 4.0 * D * Hq * keys;
 			printf("| attention %s | %d rows at %lld, %d heads "
 			       "of %d | %.3f | %.0f TFLOP/s | 645 (SDPA) |\n",
-			       k ? "k_flash_wg" : "k_flash", T,
-			       (long long)pos[i], Hq, D, ms, fl / ms / 1e9);
+			       name[k], T, (long long)pos[i], Hq, D, ms,
+			       fl / ms / 1e9);
 		}
 	if (!wg && want(only, "attention"))
 		printf("| attention k_flash_wg | not run: the device is not "

@@ -404,6 +404,10 @@ static int32_t bf16_ord(float x)
 	return u >> 31 ? -m : m;
 }
 
+/* The scale of the k_flash_wg cases: 1/16, head dim 256's, a power of two
+ * (one rounding of a score), or another (two roundings). */
+static float wg_scale = 1.0f / 16.0f;
+
 /* One attention call on the device with MOOR_ATTN_WG set to wg, into a
  * NaN-poisoned output: every element must be written. */
 static void attn_dev(float *host, float *dO, const float *dq, const void *dK,
@@ -415,9 +419,8 @@ static void attn_dev(float *host, float *dO, const float *dq, const void *dK,
 	kt_poison(nan, n);
 	gpu.o->upload(gpu.q, dO, nan, n * 4);
 	setenv("MOOR_ATTN_WG", wg, 1);
-	int rc =
-	    gpu.o->attention(gpu.q, dO, dq, Hq * D, dK, dV, KERN_BF16, T, pos0,
-			     Hq, Hkv, D, 1.0f / 16.0f, KERN_ACT_BF16);
+	int rc = gpu.o->attention(gpu.q, dO, dq, Hq * D, dK, dV, KERN_BF16, T,
+				  pos0, Hq, Hkv, D, wg_scale, KERN_ACT_BF16);
 	unsetenv("MOOR_ATTN_WG");
 	ASSERT(rc == 0, "%s attention (MOOR_ATTN_WG=%s): %s", nm, wg,
 	       moor_strerror(rc));
@@ -524,20 +527,34 @@ static void wg_case(const char *tag, wg_bufs *w, int T, int64_t p0)
 	/* determinism: the same call again, bit for bit */
 	attn_dev(w->b, w->dO, w->dq, w->dK, w->dV, T, p0, Hq, Hkv, D, "1", nm);
 	ASSERT(!memcmp(w->a, w->b, n * 4), "%s: two runs differ", nm);
+	/* the kernel's first form (MOOR_ATTN_WG=plain: roundings one at a
+	 * time, another loop) does the same arithmetic: the same bits */
+	attn_dev(w->b, w->dO, w->dq, w->dK, w->dV, T, p0, Hq, Hkv, D, "plain",
+		 nm);
+	size_t nplain = 0;
+	for (size_t i = 0; i < n; i++)
+		nplain += memcmp(w->a + i, w->b + i, 4) != 0;
+	ASSERT(nplain == 0,
+	       "%s: %zu of %zu outputs differ between "
+	       "MOOR_ATTN_WG=1 and =plain",
+	       nm, nplain, n);
 	/* the CPU reference on a few rows (a row's result does not depend on
 	 * T: each is its own T = 1 call at its position): first and last rows
 	 * of warps, warpgroups, blocks and the call; case_attention's bf16
 	 * tolerance */
-	const int rows[] = {0, 15, 63, 64, 127, 128, T / 2 + 5, T - 1};
+	const int rows[] = {0, 127, T - 1, 64, 15, 63, 128, T / 2 + 5};
+	/* a CPU row is 3.2 GFLOP at 130k keys: the first three rows past
+	 * 32k keys */
+	const int nrows = p0 > 32768 ? 3 : 8;
 	float *cq = malloc((size_t)Hq * D * 4), *co = malloc((size_t)Hq * D * 4);
-	for (int ri = 0; ri < 8; ri++) {
+	for (int ri = 0; ri < nrows; ri++) {
 		int t = rows[ri];
 		memcpy(cq, w->qv + (size_t)t * Hq * D, (size_t)Hq * D * 4);
 		float *cqd = up(&cpu, cq, (size_t)Hq * D * 4);
 		float *cod = zz(&cpu, (size_t)Hq * D * 4);
 		int rc = cpu.o->attention(cpu.q, cod, cqd, Hq * D, w->cK, w->cV,
 					  KERN_BF16, 1, p0 + t, Hq, Hkv, D,
-					  1.0f / 16.0f, KERN_ACT_BF16);
+					  wg_scale, KERN_ACT_BF16);
 		ASSERT(rc == 0, "cpu attention: %s", moor_strerror(rc));
 		down(&cpu, co, cod, (size_t)Hq * D * 4);
 		char rn[128];
@@ -584,11 +601,37 @@ static void case_attention_wg(const char *desc)
 	gpu.o->free(gpu.c, w.dq);
 	w.qv = qv;
 	w.dq = up(&gpu, qv, nq * 4);
+	/* a scale that is not a power of two: two roundings of a score */
+	wg_scale = 0.07f;
+	wg_case("scale=0.07 ", &w, 1024, 1000);
+	wg_scale = 1.0f / 16.0f;
 	const int Ts[] = {1024, 2048};
 	const int64_t pos[] = {0, 1000, 31744, 130048};
 	for (int ti = 0; ti < 2; ti++)
 		for (int pi = 0; pi < 4; pi++)
 			wg_case("", &w, Ts[ti], pos[pi]);
+	/* a row's result depends on its own q and keys only, not on T or on
+	 * the rows sharing its block. Under 1,024 keys a call is one segment
+	 * (the same cut), so rows 100..163 of a call of 1,024 rows at
+	 * position 0 (100..127 in the first block's second warpgroup,
+	 * 128..163 in the second block's first) equal, bit for bit, a call
+	 * of those 64 rows at position 100 (one block, other warps) */
+	{
+		const size_t rw = (size_t)Hq * D;
+		float *dq2 = up(&gpu, qv + 100 * rw, 64 * rw * 4);
+		attn_dev(w.a, w.dO, w.dq, w.dK, w.dV, 1024, 0, Hq, Hkv, D, "1",
+			 "attention wg T=1024 pos=0");
+		attn_dev(w.b, w.dO, dq2, w.dK, w.dV, 64, 100, Hq, Hkv, D, "1",
+			 "attention wg T=64 pos=100");
+		const int same = !memcmp(w.a + 100 * rw, w.b, 64 * rw * 4);
+		printf("  attention wg rows 100..163, T=1024 at 0 against T=64 "
+		       "at 100: %s\n",
+		       same ? "the same bits" : "DIFFER");
+		ASSERT(same,
+		       "attention wg: rows 100..163 at T=1024 pos=0 differ "
+		       "from the same rows at T=64 pos=100");
+		gpu.o->free(gpu.c, dq2);
+	}
 	gpu.o->free(gpu.c, w.dK);
 	gpu.o->free(gpu.c, w.dV);
 	gpu.o->free(gpu.c, w.dq);
