@@ -327,6 +327,7 @@ typedef struct lenr {
 	double plain_s;
 	int plain_n;
 	double drain_s, back_s, back_gb;
+	double rst2_s; /* the turn after the first one after the restart */
 	double load_s;
 } lenr;
 
@@ -384,6 +385,9 @@ static void print_len(const lenr *R)
 		print_row(R->H, j, &R->r[j], cold);
 	printf("%8s  (plain prefill of %d tokens at %lld: %.2f ms", "",
 	       R->plain_n, (long long)(R->H + GEN - 1), R->plain_s * 1e3);
+	if (R->r[R_RST].done)
+		printf("; the turn after the restart's first: %.2f ms",
+		       R->rst2_s * 1e3);
 	if (R->r[R_SPILL].done)
 		printf("; the drain took %.2f s, the attach with the read-back "
 		       "of about %.2f GB %.2f s",
@@ -626,6 +630,18 @@ static int bench_len(env *e, lenr *R, int k, int64_t H, int NEW,
 		say("after the restart: TTFT %.2f ms from %llu (%s)",
 		    w[R_RST].t.ttft * 1e3, (unsigned long long)w[R_RST].t.start,
 		    cache_tier_name(w[R_RST].t.tier));
+		/* the next turn of the same engine: what the first turn
+		 * after a restart pays for a new engine's first use */
+		int64_t n2 = nf + GEN + NEW;
+		memcpy(S, P1, (size_t)nf * 4);
+		memcpy(S + nf, w[R_RST].t.gen, GEN * 4);
+		ids_fill(S + nf + GEN, NEW, e->V, 58);
+		turn a2 = run(e, S, n2, "A", 0);
+		free(a2.lg);
+		R->rst2_s = a2.ttft;
+		say("the turn after it: TTFT %.2f ms from %llu (%s)",
+		    a2.ttft * 1e3, (unsigned long long)a2.start,
+		    cache_tier_name(a2.tier));
 	} else {
 		snprintf(w[R_RST].why, sizeof w[R_RST].why, "--skip");
 	}
