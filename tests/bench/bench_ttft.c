@@ -39,6 +39,14 @@
  * numbers. The park and pin budgets hold the whole history here (the
  * product's defaults, 4 GiB each, hold about 33k tokens of the 27B).
  *
+ * Every row answers the same follow-up (the history, turn 1's answer, NEW
+ * new tokens; the turns between them set up each source), so one cold
+ * prefill of it is every row's reference. TTFT is cache_plan (its copies
+ * synced) to the first token: the prefill with the last token's logits
+ * brought to the host and their argmax there (the checks read them: for
+ * the 27B a 1 MB copy and a scan of 248,320 floats, where the daemon
+ * samples on the device).
+ *
  * Exactness, on every backend: the resident, park, pin and disk rows resume
  * at the grid anchor at H, below any row a decode wrote, so their logits
  * equal the cold prefill's bit for bit (memcmp) and so do their greedy
