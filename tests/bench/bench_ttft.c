@@ -64,6 +64,7 @@
  * (ROW: restart, spill, disk, park, pin; MOOR_BENCH_DIR: where the spill
  * and the disk tier go, default the current directory). Progress lines
  * with the time since start go to stdout before the table. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -325,6 +326,7 @@ typedef struct rowr {
 	int64_t n;
 	double goal; /* s; 0: none */
 	char check[64];
+	char note[160]; /* the check's numbers */
 	int bad;
 } rowr;
 
@@ -414,12 +416,34 @@ static void check_row(env *e, rowr *w, const turn *cold, const turn *end,
 	int V = e->V;
 	char *c = w->check;
 	size_t cn = sizeof w->check;
+	int same_gen = memcmp(t->gen, cold->gen, sizeof t->gen) == 0;
+	/* how far the first token's logits are from cold's, against the
+	 * margin of cold's pick (its top two), and the greedy tokens
+	 * that agree: what a reader needs to tell a near tie from a fault */
+	double dmax = 0, top1 = -1e30, top2 = -1e30;
+	for (int i = 0; i < V; i++) {
+		double d = fabs((double)t->lg[i] - cold->lg[i]);
+		dmax = d > dmax ? d : dmax;
+		double v = cold->lg[i];
+		if (v > top1) {
+			top2 = top1;
+			top1 = v;
+		} else if (v > top2) {
+			top2 = v;
+		}
+	}
+	int agree = 0;
+	while (agree < GEN && t->gen[agree] == cold->gen[agree])
+		agree++;
+	snprintf(w->note, sizeof w->note,
+		 "max |logit - cold's| %.3g (cold's top two %.3g apart), "
+		 "greedy tokens %d of %d as cold's",
+		 dmax, top1 - top2, agree, GEN);
 	if (t->tier != want_tier && t->tier != want_tier2) {
 		snprintf(c, cn, "TIER (want %s)", cache_tier_name(want_tier));
 		w->bad = 1;
 		return;
 	}
-	int same_gen = memcmp(t->gen, cold->gen, sizeof t->gen) == 0;
 	if (end) {
 		int eq = memcmp(t->lg, end->lg, (size_t)V * 4) == 0 &&
 			 memcmp(t->gen, end->gen, sizeof t->gen) == 0;
@@ -782,12 +806,13 @@ static int bench_len(env *e, lenr *R, int k, int64_t H, int NEW,
 			  CACHE_TIER_SPILL);
 	if (w[R_DISK].done)
 		check_row(e, &w[R_DISK], cold, NULL, CACHE_TIER_DISK, -1);
-	for (int j = 0; j < R_N; j++)
-		if (w[j].bad) {
-			bad++;
-			say("history %lld: %s: check failed: %s", (long long)H,
-			    row_name[j], w[j].check);
-		}
+	for (int j = 0; j < R_N; j++) {
+		if (j == R_COLD || !w[j].done)
+			continue;
+		bad += w[j].bad;
+		say("history %lld: %s: %s%s: %s", (long long)H, row_name[j],
+		    w[j].bad ? "CHECK FAILED: " : "", w[j].check, w[j].note);
+	}
 	(void)cache_clear(e->c, "all");
 	engine_stop(e);
 	cache_free(e->c);
