@@ -148,6 +148,12 @@ static void engine_load(env *e, int64_t window)
 	say("model loaded (%s, window %lld): %.2f GB of weights in %.2f s",
 	    e->dummy ? "dummy weights" : "safetensors", (long long)window,
 	    (double)eng_model_weight_bytes(e->m) / 1e9, moor_now() - t0);
+	static int described;
+	if (!described++) {
+		char d[512];
+		e->ops->describe(e->ctx, d, sizeof d);
+		say("device: %s", d);
+	}
 }
 
 /* Attaches the loaded engine to the cache (HELLO): the live sequence's
