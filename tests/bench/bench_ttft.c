@@ -39,6 +39,14 @@
  * numbers. The park and pin budgets hold the whole history here (the
  * product's defaults, 4 GiB each, hold about 33k tokens of the 27B).
  *
+ * Every row answers the same follow-up (the history, turn 1's answer, NEW
+ * new tokens; the turns between them set up each source), so one cold
+ * prefill of it is every row's reference. TTFT is cache_plan (its copies
+ * synced) to the first token: the prefill with the last token's logits
+ * brought to the host and their argmax there (the checks read them: for
+ * the 27B a 1 MB copy and a scan of 248,320 floats, where the daemon
+ * samples on the device).
+ *
  * Exactness, on every backend: the resident, park, pin and disk rows resume
  * at the grid anchor at H, below any row a decode wrote, so their logits
  * equal the cold prefill's bit for bit (memcmp) and so do their greedy
@@ -56,6 +64,7 @@
  * (ROW: restart, spill, disk, park, pin; MOOR_BENCH_DIR: where the spill
  * and the disk tier go, default the current directory). Progress lines
  * with the time since start go to stdout before the table. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +148,12 @@ static void engine_load(env *e, int64_t window)
 	say("model loaded (%s, window %lld): %.2f GB of weights in %.2f s",
 	    e->dummy ? "dummy weights" : "safetensors", (long long)window,
 	    (double)eng_model_weight_bytes(e->m) / 1e9, moor_now() - t0);
+	static int described;
+	if (!described++) {
+		char d[512];
+		e->ops->describe(e->ctx, d, sizeof d);
+		say("device: %s", d);
+	}
 }
 
 /* Attaches the loaded engine to the cache (HELLO): the live sequence's
@@ -317,6 +332,7 @@ typedef struct rowr {
 	int64_t n;
 	double goal; /* s; 0: none */
 	char check[64];
+	char note[160]; /* the check's numbers */
 	int bad;
 } rowr;
 
@@ -327,6 +343,7 @@ typedef struct lenr {
 	double plain_s;
 	int plain_n;
 	double drain_s, back_s, back_gb;
+	double rst2_s; /* the turn after the first one after the restart */
 	double load_s;
 } lenr;
 
@@ -384,6 +401,9 @@ static void print_len(const lenr *R)
 		print_row(R->H, j, &R->r[j], cold);
 	printf("%8s  (plain prefill of %d tokens at %lld: %.2f ms", "",
 	       R->plain_n, (long long)(R->H + GEN - 1), R->plain_s * 1e3);
+	if (R->r[R_RST].done)
+		printf("; the turn after the restart's first: %.2f ms",
+		       R->rst2_s * 1e3);
 	if (R->r[R_SPILL].done)
 		printf("; the drain took %.2f s, the attach with the read-back "
 		       "of about %.2f GB %.2f s",
@@ -402,12 +422,34 @@ static void check_row(env *e, rowr *w, const turn *cold, const turn *end,
 	int V = e->V;
 	char *c = w->check;
 	size_t cn = sizeof w->check;
+	int same_gen = memcmp(t->gen, cold->gen, sizeof t->gen) == 0;
+	/* how far the first token's logits are from cold's, against the
+	 * margin of cold's pick (its top two), and the greedy tokens
+	 * that agree: what a reader needs to tell a near tie from a fault */
+	double dmax = 0, top1 = -1e30, top2 = -1e30;
+	for (int i = 0; i < V; i++) {
+		double d = fabs((double)t->lg[i] - cold->lg[i]);
+		dmax = d > dmax ? d : dmax;
+		double v = cold->lg[i];
+		if (v > top1) {
+			top2 = top1;
+			top1 = v;
+		} else if (v > top2) {
+			top2 = v;
+		}
+	}
+	int agree = 0;
+	while (agree < GEN && t->gen[agree] == cold->gen[agree])
+		agree++;
+	snprintf(w->note, sizeof w->note,
+		 "max |logit - cold's| %.3g (cold's top two %.3g apart), "
+		 "greedy tokens %d of %d as cold's",
+		 dmax, top1 - top2, agree, GEN);
 	if (t->tier != want_tier && t->tier != want_tier2) {
 		snprintf(c, cn, "TIER (want %s)", cache_tier_name(want_tier));
 		w->bad = 1;
 		return;
 	}
-	int same_gen = memcmp(t->gen, cold->gen, sizeof t->gen) == 0;
 	if (end) {
 		int eq = memcmp(t->lg, end->lg, (size_t)V * 4) == 0 &&
 			 memcmp(t->gen, end->gen, sizeof t->gen) == 0;
@@ -626,6 +668,18 @@ static int bench_len(env *e, lenr *R, int k, int64_t H, int NEW,
 		say("after the restart: TTFT %.2f ms from %llu (%s)",
 		    w[R_RST].t.ttft * 1e3, (unsigned long long)w[R_RST].t.start,
 		    cache_tier_name(w[R_RST].t.tier));
+		/* the next turn of the same engine: what the first turn
+		 * after a restart pays for a new engine's first use */
+		int64_t n2 = nf + GEN + NEW;
+		memcpy(S, P1, (size_t)nf * 4);
+		memcpy(S + nf, w[R_RST].t.gen, GEN * 4);
+		ids_fill(S + nf + GEN, NEW, e->V, 58);
+		turn a2 = run(e, S, n2, "A", 0);
+		free(a2.lg);
+		R->rst2_s = a2.ttft;
+		say("the turn after it: TTFT %.2f ms from %llu (%s)",
+		    a2.ttft * 1e3, (unsigned long long)a2.start,
+		    cache_tier_name(a2.tier));
 	} else {
 		snprintf(w[R_RST].why, sizeof w[R_RST].why, "--skip");
 	}
@@ -758,12 +812,13 @@ static int bench_len(env *e, lenr *R, int k, int64_t H, int NEW,
 			  CACHE_TIER_SPILL);
 	if (w[R_DISK].done)
 		check_row(e, &w[R_DISK], cold, NULL, CACHE_TIER_DISK, -1);
-	for (int j = 0; j < R_N; j++)
-		if (w[j].bad) {
-			bad++;
-			say("history %lld: %s: check failed: %s", (long long)H,
-			    row_name[j], w[j].check);
-		}
+	for (int j = 0; j < R_N; j++) {
+		if (j == R_COLD || !w[j].done)
+			continue;
+		bad += w[j].bad;
+		say("history %lld: %s: %s%s: %s", (long long)H, row_name[j],
+		    w[j].bad ? "CHECK FAILED: " : "", w[j].check, w[j].note);
+	}
 	(void)cache_clear(e->c, "all");
 	engine_stop(e);
 	cache_free(e->c);
