@@ -52,16 +52,17 @@ for p in "$@"; do
 			MOOR_SKIP_ASAN=1 deploy/setup --from .bundle && ninja -C $B -j16 && \
 			ls $B/kernels/cuda >/dev/null" ;;
 	suite)
-		phase suite 240 "meson test -C $B --suite gpu --suite kern --num-processes 4 --print-errorlogs; \
+		phase suite 210 "meson test -C $B --suite gpu --suite kern --num-processes 4 --print-errorlogs; \
 			cp $B/meson-logs/testlog.txt $OUT/suite-testlog.txt" ;;
 	tc)
 		phase tc 120 "MOOR_GDN_TC=1 meson test -C $B --suite kern test_golden_transformers_cuda \
 			test_prefill_split_exact_tiny_cuda --num-processes 4 --print-errorlogs" ;;
 	wg)
-		phase wg 200 "MOOR_ATTN_WG=1 meson test -C $B test_kern_backends test_golden_transformers_cuda \
+		phase wg 120 "MOOR_ATTN_WG=1 meson test -C $B test_golden_transformers_cuda \
 			test_prefill_split_exact_tiny_cuda --num-processes 3 --print-errorlogs" ;;
 	kern)
-		phase kern 150 "$B/tests/bench/bench_kern; MOOR_DEC_MMA=0 $B/tests/bench/bench_kern --only decode; \
+		phase kern 150 "for o in attention decode delta; do $B/tests/bench/bench_kern --only \$o; done; \
+			MOOR_DEC_MMA=0 $B/tests/bench/bench_kern --only decode; \
 			MOOR_GDN_TC=1 $B/tests/bench/bench_kern --only delta" ;;
 	gpu)
 		phase gpu 180 "$(declare -f gpu27); B=$B; gpu27 default; gpu27 before MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0" ;;
