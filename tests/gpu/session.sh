@@ -58,7 +58,7 @@ for p in "$@"; do
 			export LD_LIBRARY_PATH=$LIBRARY_PATH
 		fi ;;
 	suite)
-		phase suite 210 "meson test -C $B --suite gpu --suite kern --num-processes 4 --print-errorlogs; \
+		phase suite ${SUITE_LIMIT:-210} "meson test -C $B --suite gpu --suite kern --num-processes 4 --print-errorlogs; \
 			cp $B/meson-logs/testlog.txt $OUT/suite-testlog.txt" ;;
 	tc)
 		phase tc 120 "MOOR_GDN_TC=1 meson test -C $B test_kern_backends test_kern_deterministic \
@@ -68,11 +68,12 @@ for p in "$@"; do
 		phase wg 120 "MOOR_ATTN_WG=1 meson test -C $B test_golden_transformers_cuda \
 			test_prefill_split_exact_tiny_cuda --num-processes 3 --print-errorlogs" ;;
 	kern)
-		phase kern 150 "for o in attention decode delta; do $B/tests/bench/bench_kern --only \$o; done; \
+		phase kern ${KERN_LIMIT:-150} "for o in attention decode delta; do $B/tests/bench/bench_kern --only \$o; done; \
 			MOOR_DEC_MMA=0 $B/tests/bench/bench_kern --only decode; \
 			MOOR_GDN_TC=1 $B/tests/bench/bench_kern --only delta" ;;
 	gpu)
-		phase gpu 180 "$(declare -f gpu27); B=$B; gpu27 default; gpu27 before MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0" ;;
+		phase gpu ${GPU_LIMIT:-180} "$(declare -f gpu27); B=$B; gpu27 default; gpu27 before MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0; \
+			[ -n \"\${GPU_WG:-}\" ] && gpu27 wg MOOR_ATTN_WG=1" ;;
 	gpulong)
 		phase gpulong 580 "$(declare -f gpu27); B=$B; BENCH_LENS=8192,32768,65536,131072 gpu27 long" ;;
 	golden27)
