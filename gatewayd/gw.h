@@ -376,7 +376,8 @@ typedef struct gw_admit {
 int gw_admit_init(gw_admit *a, uint32_t queue_max, uint32_t inflight,
 		  double wait_s);
 void gw_admit_fini(gw_admit *a);
-/* A chat or completion job asks to run: 1 admitted now (run it), 0 queued
+/* A chat, completion, peek or prewarm job asks to run: 1 admitted now (run
+ * it), 0 queued
  * (gw_job_admitted runs it later; the queue holds a reference), -1
  * refused (answered 503 + Retry-After). */
 int gw_admit_enter(gw_job *j);
@@ -496,6 +497,9 @@ typedef struct gw_srv {
 	gw_admit admit;
 	gw_metrics m;
 	gw_job *jobs;	/* live jobs (a list: a handful at a time) */
+	/* bodies being read on the thread pool (job.c), and the most at
+	 * once: admitted jobs only, so at most cfg.inflight (limits.c) */
+	uint32_t n_reading, reading_peak;
 	gw_conn *conns; /* accepted connections */
 	uint32_t n_conns;
 	uint64_t conns_refused; /* past --max-conns */

@@ -11,11 +11,16 @@
  *    limit that stall 4 KiB before their end (480 MiB that h2o would hold
  *    to their read deadline without the body budget), bodies of 131,000
  *    empty objects (the most values the scan lets through, ~64 MB of
- *    jansson's nodes each), a million empty objects, nesting 100,000 deep
- *    and a million deep, slowloris heads, and plain chats among them.
+ *    jansson's nodes each) as chats, peeks and prewarms (a peek's body is
+ *    read by an admitted job like a chat's: --inflight 1 at a time; read
+ *    outside the queue, 5 bodies were read at once here and gatewayd grew
+ *    194 MiB where it grows ~120), a million empty objects, nesting
+ *    100,000 deep and a million deep, slowloris heads, and plain chats
+ *    among them.
  *    Every stalled body and slowloris head is closed by the gateway by its
  *    read deadline; every abusive body gets its 400; every chat its 200;
- *    the budget paused readers (the log says so); and gatewayd's VmHWM
+ *    the budget paused readers (the log says so); no more than --inflight
+ *    bodies were read at once (/metrics); and gatewayd's VmHWM
  *    (reset to its RSS before the flood) less that RSS stays under the
  *    stated bound.
  * Without the body budget (--body-budget-bytes 64 GiB) part 2 fails: the
@@ -68,22 +73,32 @@ static char *repeat(const char *head, const char *unit, size_t n,
 	return b;
 }
 
-/* A POST of body (len bytes) with its head; content_length < 0: the
- * body's own length. */
-static char *request(const char *body, size_t len, long long content_length,
-		     size_t *out_len)
+/* A POST to path of body (len bytes) with its head, the admin token with
+ * it unless path is a chat's; content_length < 0: the body's own length. */
+static char *request_to(const char *path, const char *body, size_t len,
+			long long content_length, size_t *out_len)
 {
 	char *r = malloc(len + 512);
 	REQUIRE(r, "oom");
-	int n = sprintf(r,
-			"POST /v1/chat/completions HTTP/1.1\r\n"
-			"Host: 127.0.0.1\r\nConnection: close\r\n"
-			"Content-Type: application/json\r\n"
-			"Content-Length: %lld\r\n\r\n",
-			content_length < 0 ? (long long)len : content_length);
+	int chat = !strcmp(path, "/v1/chat/completions");
+	int n = sprintf(
+	    r,
+	    "POST %s HTTP/1.1\r\n"
+	    "Host: 127.0.0.1\r\nConnection: close\r\n"
+	    "Content-Type: application/json\r\n%s"
+	    "Content-Length: %lld\r\n\r\n",
+	    path, chat ? "" : "Authorization: Bearer " GT_ADMIN_TOKEN "\r\n",
+	    content_length < 0 ? (long long)len : content_length);
 	memcpy(r + n, body, len);
 	*out_len = (size_t)n + len;
 	return r;
+}
+
+static char *request(const char *body, size_t len, long long content_length,
+		     size_t *out_len)
+{
+	return request_to("/v1/chat/completions", body, len, content_length,
+			  out_len);
 }
 
 /* ---- 1. one body past the limit ------------------------------------------ */
@@ -181,6 +196,8 @@ static void past_the_limit(int port, pid_t gw)
 enum {
 	C_STALL,
 	C_EMPTIES,
+	C_PEEK_EMPTIES,
+	C_PREWARM_EMPTIES,
 	C_TOO_MANY,
 	C_DEEP,
 	C_DEEP_OVER,
@@ -188,14 +205,11 @@ enum {
 	C_CHAT,
 	C_N
 };
-static const char *const kind_name[C_N] = {"stalled at the limit",
-					   "131,000 empty objects",
-					   "a million objects",
-					   "100,000 deep",
-					   "a million deep",
-					   "slowloris head",
-					   "plain chat"};
-static const int kind_n[C_N] = {120, 6, 6, 6, 6, 16, 8};
+static const char *const kind_name[C_N] = {
+    "stalled at the limit", "131,000 empty objects", "a peek of 131,000",
+    "a prewarm of 131,000", "a million objects",     "100,000 deep",
+    "a million deep",	    "slowloris head",	     "plain chat"};
+static const int kind_n[C_N] = {120, 6, 8, 4, 6, 6, 6, 16, 8};
 
 typedef struct cl {
 	int kind, fd, done, status;
@@ -218,6 +232,10 @@ static void build_requests(void)
 	free(b);
 	b = repeat("{\"messages\":[", "{}", 131000, ",", "]}", &bl);
 	req[C_EMPTIES] = request(b, bl, -1, &req_len[C_EMPTIES]);
+	req[C_PEEK_EMPTIES] =
+	    request_to("/v1/cache/peek", b, bl, -1, &req_len[C_PEEK_EMPTIES]);
+	req[C_PREWARM_EMPTIES] = request_to("/v1/cache/prewarm", b, bl, -1,
+					    &req_len[C_PREWARM_EMPTIES]);
 	free(b);
 	b = repeat("{\"messages\":[", "{}", 1000000, ",", "]}", &bl);
 	req[C_TOO_MANY] = request(b, bl, -1, &req_len[C_TOO_MANY]);
@@ -372,6 +390,16 @@ static void flood(int port, pid_t gw, long bound_mib)
 #endif
 	CHECK(h_log_has("gatewayd1", "readers wait"),
 	      "the body budget never paused a reader");
+	/* the parse budget: bodies are read by admitted jobs alone, peeks'
+	 * and prewarms' too */
+	gt_resp m = gt_get(port, "/metrics");
+	const char *pk =
+	    m.body ? strstr(m.body, "\nmoor_body_reads_peak ") : NULL;
+	long peak = pk ? strtol(pk + 22, NULL, 10) : -1;
+	printf("bodies read at once, at most: %ld (--inflight 1)\n", peak);
+	CHECK(peak == 1, "%ld bodies were read at once, past --inflight 1",
+	      peak);
+	gt_resp_fini(&m);
 	for (int j = 0; j < n; j++)
 		if (c[j].fd >= 0)
 			close(c[j].fd);
