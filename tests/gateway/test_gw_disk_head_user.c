@@ -24,33 +24,8 @@
 
 #define GRID 64
 
-static const char *cached_args[] = {H_CACHED_BUDGETS,
-				    "--disk-dir",
-				    NULL,
-				    "--disk-cache-min-tokens",
-				    "64",
-				    "--disk-cache-min-free-gb",
-				    "0",
-				    "--session-spill-min-tokens",
-				    "100000000",
-				    NULL};
-
-static pid_t start_cached(const char *logname)
-{
-	char *a[40] = {(char *)gt_.cached, "--device", (char *)h_device(),
-		       "--run-dir", (char *)gt_.run};
-	int k = 5;
-	for (int i = 0; cached_args[i] && k < 39; i++)
-		a[k++] = (char *)cached_args[i];
-	a[k] = NULL;
-	pid_t pid = h_spawn(logname, a);
-	REQUIRE(h_wait_ready(logname, "serving", gt_.run, "admin.sock", pid,
-			     20) == 0,
-		"%s did not come up", logname);
-	REQUIRE(gt_wait_health(gt_.port, 200, 60) == 200,
-		"the stack is not green after %s", logname);
-	return pid;
-}
+static char ddisk[] = "/tmp/moor-gwhead-disk-XXXXXX";
+static const char *const cached_args[] = {GT_CACHED_DISK_TIER(ddisk), NULL};
 
 /* sentences of "Point i of topic", after a lead line; malloc'd */
 static char *text_of(const char *lead, const char *topic, int sentences)
@@ -126,11 +101,7 @@ static int disk_lines(long long n_want, uint64_t *L, double timeout_s)
 
 int main(int argc, char **argv)
 {
-	static char ddisk[] = "/tmp/moor-gwhead-disk-XXXXXX";
 	REQUIRE(mkdtemp(ddisk), "mkdtemp");
-	for (int i = 0; cached_args[i]; i++)
-		if (!strcmp(cached_args[i], "--disk-dir"))
-			cached_args[i + 1] = ddisk;
 	gt_.cached_args = cached_args;
 	gt_stack(argc, argv, "gwhead", 280, NULL, NULL, NULL);
 
@@ -163,7 +134,7 @@ int main(int argc, char **argv)
 	      n ? (unsigned long long)L[n - 1] : 0ull);
 
 	h_kill9(gt_.cd);
-	gt_.cd = start_cached("cached2");
+	gt_.cd = gt_cached(cached_args, "cached2");
 
 	o = chat(sys, ub, "head-B");
 	long long c = gt_int(o, "usage.prompt_tokens_details.cached_tokens");

@@ -23,51 +23,18 @@
 #include "gwtest.h"
 #include "harness.h"
 
-static const char *cached_disk_args[] = {H_CACHED_BUDGETS,
-					 "--disk-dir",
-					 NULL,
-					 "--disk-cache-min-tokens",
-					 "64",
-					 "--disk-cache-min-free-gb",
-					 "0",
-					 "--session-spill-min-tokens",
-					 "100000000",
-					 NULL};
-static const char *cached_spill_args[] = {H_CACHED_BUDGETS,
-					  "--disk-dir",
-					  NULL,
-					  "--disk-cache",
-					  "off",
-					  "--session-spill-min-tokens",
-					  "64",
-					  NULL};
-
-static pid_t start_cached(const char *const *args, const char *logname)
-{
-	char *a[40] = {(char *)gt_.cached, "--device", (char *)h_device(),
-		       "--run-dir", (char *)gt_.run};
-	int k = 5;
-	for (int i = 0; args[i] && k < 39; i++)
-		a[k++] = (char *)args[i];
-	a[k] = NULL;
-	pid_t pid = h_spawn(logname, a);
-	REQUIRE(h_wait_ready(logname, "serving", gt_.run, "admin.sock", pid,
-			     20) == 0,
-		"%s did not come up", logname);
-	REQUIRE(gt_wait_health(gt_.port, 200, 60) == 200,
-		"the stack is not green after %s", logname);
-	return pid;
-}
-
-/* The value after --disk-dir in args. */
-static void set_dir(const char **args, const char *dir)
-{
-	for (int i = 0; args[i]; i++)
-		if (!strcmp(args[i], "--disk-dir")) {
-			args[i + 1] = dir;
-			return;
-		}
-}
+static char ddisk[] = "/tmp/moor-gwsalt-disk-XXXXXX",
+	    dspill[] = "/tmp/moor-gwsalt-spill-XXXXXX";
+static const char *const cached_disk_args[] = {GT_CACHED_DISK_TIER(ddisk),
+					       NULL};
+static const char *const cached_spill_args[] = {H_CACHED_BUDGETS,
+						"--disk-dir",
+						dspill,
+						"--disk-cache",
+						"off",
+						"--session-spill-min-tokens",
+						"64",
+						NULL};
 
 /* A chat of msgs (a JSON array of messages) under salt (NULL: none):
  * its cached_tokens, its source in *src (static). */
@@ -146,7 +113,7 @@ static void disk_tier(void)
 	CHECK(c == 0, "salt A's first request resumed %lld", c);
 	REQUIRE(disk_written(60), "the disk tier wrote no anchor");
 	h_kill9(gt_.cd);
-	gt_.cd = start_cached(cached_disk_args, "cached2");
+	gt_.cd = gt_cached(cached_disk_args, "cached2");
 	c = chat(p, "tenant-B", "disk-B", &src, NULL);
 	CHECK(c == 0, "salt B resumed %lld tokens of salt A's (%s)", c, src);
 	c = chat(p, NULL, "disk-N", &src, NULL);
@@ -169,14 +136,13 @@ static void append_reply(json_t *msgs, json_t *reply, const char *next)
 	    msgs, json_pack("{s:s,s:s}", "role", "user", "content", next));
 }
 
-static void spill(const char *dir)
+static void spill(void)
 {
 	printf("the session spill, after SIGTERM of cached:\n");
 	/* a cached of the spill alone, its drain written at its exit */
 	kill(gt_.cd, SIGTERM);
 	REQUIRE(h_wait_exit(gt_.cd, 60) == 0, "cached did not exit 0");
-	set_dir(cached_spill_args, dir);
-	gt_.cd = start_cached(cached_spill_args, "cached3");
+	gt_.cd = gt_cached(cached_spill_args, "cached3");
 	json_t *a = long_prompt("the northern sea", 80);
 	const char *src;
 	json_t *r;
@@ -189,7 +155,7 @@ static void spill(const char *dir)
 	kill(gt_.cd, SIGTERM);
 	REQUIRE(h_wait_exit(gt_.cd, 60) == 0, "cached did not exit 0");
 	CHECK(h_log_has("cached3", "drain: done"), "no drain in cached's log");
-	gt_.cd = start_cached(cached_spill_args, "cached4");
+	gt_.cd = gt_cached(cached_spill_args, "cached4");
 	long long c = chat(a, "tenant-B", "conv", &src, NULL);
 	CHECK(c == 0, "salt B resumed %lld tokens of salt A's (%s)", c, src);
 	c = chat(a, NULL, "conv", &src, NULL);
@@ -202,14 +168,11 @@ static void spill(const char *dir)
 
 int main(int argc, char **argv)
 {
-	static char ddisk[] = "/tmp/moor-gwsalt-disk-XXXXXX",
-		    dspill[] = "/tmp/moor-gwsalt-spill-XXXXXX";
 	REQUIRE(mkdtemp(ddisk) && mkdtemp(dspill), "mkdtemp");
-	set_dir(cached_disk_args, ddisk);
 	gt_.cached_args = cached_disk_args;
 	gt_stack(argc, argv, "gwsalt", 280, NULL, NULL, NULL);
 	disk_tier();
-	spill(dspill);
+	spill();
 	int rc = h_done("test_gw_salt_nvme");
 	char cmd[160];
 	snprintf(cmd, sizeof cmd, "rm -rf %s %s", ddisk, dspill);
