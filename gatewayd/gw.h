@@ -107,6 +107,9 @@
 /* Past the budget, a connection in the middle of a request that brought
  * no byte for this long is answered 408 and closed (http.c). */
 #define GW_STALL_MS 1000
+/* A request the budget keeps unread this long before its read deadline
+ * (--read-timeout-s; at most half of it) is answered 503 (http.c). */
+#define GW_BUDGET_LATE_MS 1000
 /* A request past this many bytes needs one of the budget's grants to be
  * read on (http.c); one below it reads in a receive buffer or two. */
 #define GW_BODY_SMALL (64u << 10)
@@ -451,6 +454,9 @@ typedef struct gw_conn {
 	size_t seen;
 	uint64_t grew_at;
 	uint64_t wait_since; /* uv_now it began to wait for a grant; 0: not */
+	/* uv_now h2o's read deadline of its request runs from: the accept,
+	 * or the previous response's end (its buffer seen emptied) */
+	uint64_t read_from;
 	int granted;	     /* holds one of the budget's grants */
 	size_t reserve;	     /* its grant: bytes its request will hold */
 	int evicted;
@@ -512,6 +518,7 @@ typedef struct gw_srv {
 	int over_budget;	 /* the last check found it over */
 	uint64_t budget_pauses;	 /* connections paused, ever */
 	uint64_t budget_evicted; /* stalled ones shut down, ever */
+	uint64_t budget_refused; /* kept unread to their deadline: 503 */
 	gw_conn **budget_tmp;	 /* cfg.max_conns entries: the paused, sorted */
 	uint64_t next_rid;
 	uint64_t next_id;
