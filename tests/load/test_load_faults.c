@@ -14,13 +14,15 @@
  *    p99 latency per kind, the peak RSS (VmHWM) of gatewayd and cached,
  *    and gatewayd's growth over the load under the RSS bound its log
  *    states.
- * 2. Faults under load: kill -9 of engined, of gatewayd and of cached, one
- *    at a time (the test supervises: the victim is started again at
- *    once), while clients are in flight. Every request in flight gets an
- *    answer or an error (a status, or its connection closed), none hangs;
- *    the stack is green again after each restart and answers a chat; and
- *    engined's restart keeps the RAM caches (a conversation's follow-up
- *    after it resumes, cached_tokens > 0).
+ * 2. engined's restart keeps the RAM caches (a conversation's follow-up
+ *    after a kill -9 of engined resumes, cached_tokens > 0). Then faults
+ *    under load, with deploy/run supervising (a stack of its own on
+ *    another port, the tests' budgets): kill -9 of engined, of gatewayd
+ *    and of cached, one at a time, while clients are in flight; deploy/run
+ *    starts the victim again. Every request in flight gets an answer or an
+ *    error (a status, or its connection closed), none hangs; the stack is
+ *    green again after each restart and answers a chat; SIGTERM then
+ *    stops deploy/run with exit 0 and no daemon left.
  *
  * The suite's run (suite slow) is the short version; MOOR_LOAD_FULL=1 (the
  * bench target bench_load_faults) sends 1,000 clients and kills each
@@ -339,39 +341,148 @@ static long long chat_cached(int port, const char *body, const char *sess)
 enum { V_ENGINED, V_GATEWAYD, V_CACHED };
 static const char *const victim_name[] = {"engined", "gatewayd", "cached"};
 
-/* 2. one kill -9 under load: n clients, the victim killed after 1 s and
- * started again at once */
+/* ---- 2. faults under deploy/run -------------------------------------- */
+
+/* deploy/run on a port and run dir of its own: its messages and its
+ * daemons' stderr go to one log. */
+static struct {
+	pid_t run;
+	int port;
+	char log[300];
+} dr_;
+
+/* The pid deploy/run last says it started name with ("deploy/run:
+ * started NAME (pid N)"), or 0. */
+static pid_t dr_pid(const char *name)
+{
+	FILE *f = fopen(dr_.log, "r");
+	if (!f)
+		return 0;
+	char line[2048], want[64];
+	snprintf(want, sizeof want, "deploy/run: started %s (pid ", name);
+	pid_t pid = 0;
+	while (fgets(line, sizeof line, f)) {
+		const char *k = strstr(line, want);
+		if (k)
+			pid = (pid_t)atol(k + strlen(want));
+	}
+	fclose(f);
+	return pid;
+}
+
+/* deploy/run's daemons are its children, not ours: they are added to the
+ * harness's list (its log: deploy/run's), so that a test that fails or
+ * runs out of time ends them by pid too (deploy/run itself ends them in
+ * order on SIGTERM, but not when it is killed). */
+static void dr_track(pid_t pid)
+{
+	REQUIRE(pid > 0 && h_.n < H_MAX_PROCS, "cannot track pid %d", pid);
+	h_.pid[h_.n] = pid;
+	snprintf(h_.log[h_.n], sizeof h_.log[0], "%s", dr_.log);
+	h_.n++;
+}
+
+/* deploy/run (--no-setup, this build's daemons) with the tests' budgets
+ * and the load's gateway flags, green. */
+static void dr_start(void)
+{
+	char build[300], cargs[512] = "--device ", eargs[128];
+	snprintf(build, sizeof build, "%s", gt_.cached);
+	for (int k = 0; k < 2; k++) /* BUILD/cached/cached */
+		*strrchr(build, '/') = 0;
+	static const char *const budgets[] = {H_CACHED_BUDGETS, NULL};
+	strcat(cargs, h_device());
+	for (int i = 0; budgets[i]; i++) {
+		strcat(cargs, " ");
+		strcat(cargs, budgets[i]);
+	}
+	snprintf(eargs, sizeof eargs, "--connect-timeout 20 --backend %s",
+		 tb_name());
+	setenv("MOOR_BUILD", build, 1);
+	setenv("MOOR_CACHED_ARGS", cargs, 1);
+	setenv("MOOR_ENGINED_ARGS", eargs, 1);
+	setenv("MOOR_GATEWAYD_ARGS", "", 1);
+	dr_.port = gt_free_port();
+	REQUIRE(dr_.port > 0, "no free port");
+	char port[16], script[400];
+	snprintf(port, sizeof port, "%d", dr_.port);
+	snprintf(script, sizeof script, "%s/deploy/run", t_src());
+	char *argv[] = {"/bin/bash",
+			script,
+			"--no-setup",
+			"--model",
+			(char *)gt_.model,
+			"--port",
+			port,
+			"--run-dir",
+			(char *)h_subdir("drun"),
+			"--threads",
+			"2",
+			"--grid",
+			"64",
+			"--window",
+			"4096",
+			"--disk-dir",
+			"",
+			"--",
+			"--read-timeout-s",
+			"3",
+			"--queue-wait-s",
+			"60",
+			"--max-conns",
+			"8192",
+			NULL};
+	snprintf(dr_.log, sizeof dr_.log, "%s/deployrun.log", h_.dir);
+	dr_.run = h_spawn("deployrun", argv);
+	REQUIRE(gt_wait_health(dr_.port, 200, 120) == 200,
+		"deploy/run's stack did not come up green");
+	for (int v = 0; v < 3; v++)
+		dr_track(dr_pid(victim_name[v]));
+}
+
+/* SIGTERM: deploy/run stops gatewayd, engined and cached in order and
+ * exits 0. */
+static void dr_stop(void)
+{
+	pid_t d[3];
+	for (int v = 0; v < 3; v++)
+		d[v] = dr_pid(victim_name[v]);
+	kill(dr_.run, SIGTERM);
+	int st = h_wait_exit(dr_.run, 120);
+	CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	      "deploy/run after SIGTERM: status %d", st);
+	for (int v = 0; v < 3; v++) {
+		CHECK(kill(d[v], 0) != 0, "deploy/run left %s (pid %d)",
+		      victim_name[v], d[v]);
+		h_forget(d[v]);
+	}
+}
+
+/* One kill -9 under load: n clients, the victim killed after 1 s; deploy/run
+ * starts it again. */
 static void fault(int victim, int n, int round)
 {
+	const char *name = victim_name[victim];
 	cl *c = calloc((size_t)n, sizeof *c);
 	double t0 = moor_now();
 	for (int i = 0; i < n; i++)
-		cl_start(&c[i], gt_.port, i % 3 == 0 ? K_STREAM : K_SHORT, i,
+		cl_start(&c[i], dr_.port, i % 3 == 0 ? K_STREAM : K_SHORT, i,
 			 t0);
 	/* the clients run meanwhile: drive them for a second first */
 	drive(c, n, t0 + 1.0);
+	pid_t v = dr_pid(name), nv = v;
+	REQUIRE(v > 0, "deploy/run named no pid for %s", name);
 	double tk = moor_now();
-	switch (victim) {
-	case V_ENGINED:
-		h_kill9(gt_.ed);
-		gt_engined(NULL, NULL);
-		break;
-	case V_GATEWAYD:
-		h_kill9(gt_.gw);
-		gt_.gw = gt_gatewayd(&gt_.port, NULL);
-		break;
-	case V_CACHED: {
-		/* a log of its own each time: logs are appended to, and the
-		 * last one's "serving" would end the wait before this cached
-		 * is up */
-		char ln[32];
-		snprintf(ln, sizeof ln, "cached_again_%d", round);
-		h_kill9(gt_.cd);
-		gt_.cd = h_cached(gt_.cached, gt_.run, ln);
-		break;
-	}
+	kill(v, SIGKILL);
+	h_forget(v);
+	/* deploy/run's supervisor sees it die and starts it again */
+	while ((nv = dr_pid(name)) == v && moor_now() < tk + 30) {
+		struct timespec ts = {0, 20 * 1000 * 1000};
+		nanosleep(&ts, NULL);
 	}
 	double tr = moor_now();
+	REQUIRE(nv != v, "deploy/run did not start %s again in 30 s", name);
+	dr_track(nv);
 	drive(c, n, t0 + 180);
 	int answered = 0, errors = 0, hung = 0;
 	for (int i = 0; i < n; i++) {
@@ -384,18 +495,18 @@ static void fault(int victim, int n, int round)
 		else
 			errors++;
 	}
-	int green = gt_wait_health(gt_.port, 200, 60);
+	int green = gt_wait_health(dr_.port, 200, 60);
 	char *b = gt_chat_body("After the fault.", 2, "");
-	gt_resp r = gt_post(gt_.port, "/v1/chat/completions", b);
+	gt_resp r = gt_post(dr_.port, "/v1/chat/completions", b);
 	printf("kill -9 %-8s (round %d): %3d in flight: %3d answered, %3d "
-	       "errors, %d hung; restarted in %.2f s, green %s, a chat %d\n",
-	       victim_name[victim], round, n, answered, errors, hung, tr - tk,
+	       "errors, %d hung; deploy/run restarted it in %.2f s, green "
+	       "%s, a chat %d\n",
+	       name, round, n, answered, errors, hung, tr - tk,
 	       green == 200 ? "yes" : "no", r.status);
-	CHECK(hung == 0, "kill -9 %s: %d of %d requests hung",
-	      victim_name[victim], hung, n);
-	CHECK(green == 200, "kill -9 %s: not green again", victim_name[victim]);
-	CHECK(r.status == 200, "kill -9 %s: a chat after it: %d %s",
-	      victim_name[victim], r.status, r.body);
+	CHECK(hung == 0, "kill -9 %s: %d of %d requests hung", name, hung, n);
+	CHECK(green == 200, "kill -9 %s: not green again", name);
+	CHECK(r.status == 200, "kill -9 %s: a chat after it: %d %s", name,
+	      r.status, r.body);
 	gt_resp_fini(&r);
 	free(b);
 	for (int i = 0; i < n; i++) {
@@ -462,9 +573,19 @@ int main(int argc, char **argv)
 	free(t1);
 	free(t2);
 
+	/* the faults under deploy/run, as a user runs the stack: the load's
+	 * stack goes first */
+	pid_t first[3] = {gt_.gw, gt_.ed, gt_.cd};
+	for (int i = 0; i < 3; i++) {
+		kill(first[i], SIGTERM);
+		REQUIRE(h_wait_exit(first[i], 60) >= 0, "the load's stack did "
+							"not stop");
+	}
+	dr_start();
 	for (int k = 0; k < rounds; k++)
 		for (int v = 0; v < 3; v++)
 			fault(v, n_fault, k + 1);
+	dr_stop();
 	free(long_text);
 	return h_done("test_load_faults");
 }
