@@ -2,8 +2,10 @@
  * bounded in count and time. It prints a table.
  *
  * 1. Load: clients at once, each on its own connection, mixing short
- *    chats, streamed chats, long prompts, clients that vanish mid-stream
- *    and slowloris clients (their head a byte at a time). Every request
+ *    chats, streamed chats, long prompts, clients that vanish mid-stream,
+ *    slowloris clients (their head a byte at a time) and abusive bodies
+ *    (a million empty objects, nesting 100,000 deep, 20,000 messages:
+ *    400, or 503 with a Retry-After past the queue). Every request
  *    that waits for its answer gets one: 200, or 503 with a Retry-After
  *    past the queue; a stream ends with [DONE]; a slowloris connection is
  *    closed by the gateway (--read-timeout-s); a slow reader (a stream
@@ -34,13 +36,15 @@
 
 #include "t.h"
 
+#include "buf.h"
+
 #include "gwtest.h"
 #include "harness.h"
 
-enum { K_SHORT, K_STREAM, K_LONG, K_VANISH, K_SLOW, K_SLOWREAD, K_N };
-static const char *const kind_name[K_N] = {"short chat",  "streamed chat",
-					   "long prompt", "vanishes",
-					   "slowloris",	  "slow reader"};
+enum { K_SHORT, K_STREAM, K_LONG, K_VANISH, K_SLOW, K_SLOWREAD, K_ABUSE, K_N };
+static const char *const kind_name[K_N] = {
+    "short chat", "streamed chat", "long prompt", "vanishes",
+    "slowloris",  "slow reader",   "abusive body"};
 
 /* A slow reader reads its stream's head, then nothing for SLOWREAD_S
  * (the gateway's --write-timeout-s is WRITE_TIMEOUT_S; its fixed send
@@ -66,6 +70,38 @@ typedef struct cl {
 
 static char *long_text;
 
+/* The abusive bodies of test_gw_rss_bound, refused before the work they
+ * would cause (400): a million empty objects (3 MB), nesting 100,000
+ * deep, 20,000 messages. malloc'd. */
+static char *abusive_body(int which)
+{
+	moor_buf b = {0};
+	moor_buf_puts(&b, "{\"messages\":");
+	if (which == 0) {
+		moor_buf_puts(&b, "[{}");
+		for (int i = 1; i < 1000000; i++)
+			moor_buf_puts(&b, ",{}");
+		moor_buf_puts(&b, "]");
+	} else if (which == 1) {
+		for (int i = 0; i < 100000; i++)
+			moor_buf_puts(&b, "[");
+		for (int i = 0; i < 100000; i++)
+			moor_buf_puts(&b, "]");
+	} else {
+		moor_buf_puts(&b, "[");
+		for (int i = 0; i < 20000; i++)
+			moor_buf_puts(&b, i ? ",{\"role\":\"user\",\"content\":"
+					      "\"x\"}"
+					    : "{\"role\":\"user\",\"content\":"
+					      "\"x\"}");
+		moor_buf_puts(&b, "]");
+	}
+	moor_buf_puts(&b, "}");
+	REQUIRE(!b.err, "oom");
+	size_t n;
+	return moor_buf_take(&b, &n);
+}
+
 static char *body_of(int kind, int i)
 {
 	char u[64];
@@ -79,6 +115,8 @@ static char *body_of(int kind, int i)
 	case K_SLOWREAD:
 		return gt_chat_body(u, SLOWREAD_TOKENS,
 				    "\"stream\":true,\"ignore_eos\":true");
+	case K_ABUSE:
+		return abusive_body(i / 40 % 3);
 	default:
 		return gt_chat_body(u, 4, "");
 	}
@@ -228,7 +266,8 @@ static void load(int port, int n, pid_t gw, pid_t cd)
 {
 	cl *c = calloc((size_t)n, sizeof *c);
 	/* a mix: 50% short, 20% streamed, 5% long, 10% vanish, 15% slowloris;
-	 * every 40th a slow reader instead */
+	 * every 40th a slow reader instead, and every 40th (another) an
+	 * abusive body */
 	static const int mix[20] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 				    1, 1, 1, 1, 2, 3, 3, 4, 4, 4};
 	double t0 = moor_now();
@@ -236,15 +275,18 @@ static void load(int port, int n, pid_t gw, pid_t cd)
 	gt_reset_hwm(gw);
 	long rss0 = gt_status_kb(gw, "VmRSS:");
 	for (int i = 0; i < n; i++)
-		cl_start(&c[i], port, i % 40 == 39 ? K_SLOWREAD : mix[i % 20],
+		cl_start(&c[i], port,
+			 i % 40 == 39	? K_SLOWREAD
+			 : i % 40 == 19 ? K_ABUSE
+					: mix[i % 20],
 			 i, t0);
 	printf("the %d clients connected in %.1f s\n", n, moor_now() - t0);
 	drive(c, n, t0 + 240);
 	int slow_cut = 0;
-	printf("\n%-14s %6s %6s %6s %6s %6s %8s %8s\n", "kind", "n", "200",
-	       "503", "other", "hung", "p50 s", "p99 s");
+	printf("\n%-14s %6s %6s %6s %6s %6s %6s %8s %8s\n", "kind", "n", "200",
+	       "400", "503", "other", "hung", "p50 s", "p99 s");
 	for (int k = 0; k < K_N; k++) {
-		int cnt = 0, ok = 0, busy = 0, other = 0, hung = 0;
+		int cnt = 0, ok = 0, bad = 0, busy = 0, other = 0, hung = 0;
 		double *lat = calloc((size_t)n, sizeof *lat);
 		int nl = 0;
 		for (int i = 0; i < n; i++) {
@@ -267,7 +309,9 @@ static void load(int port, int n, pid_t gw, pid_t cd)
 				      i, x->secs);
 				continue;
 			}
-			if (x->status == 200) {
+			if (k == K_ABUSE && x->status == 400) {
+				bad++;
+			} else if (x->status == 200 && k != K_ABUSE) {
 				ok++;
 				if (k == K_STREAM)
 					CHECK(x->stream_done,
@@ -291,9 +335,9 @@ static void load(int port, int n, pid_t gw, pid_t cd)
 			}
 		}
 		qsort(lat, (size_t)nl, sizeof *lat, cmp_d);
-		printf("%-14s %6d %6d %6d %6d %6d %8.2f %8.2f\n", kind_name[k],
-		       cnt, ok, busy, other, hung, nl ? lat[nl / 2] : 0,
-		       nl ? lat[(nl * 99) / 100] : 0);
+		printf("%-14s %6d %6d %6d %6d %6d %6d %8.2f %8.2f\n",
+		       kind_name[k], cnt, ok, bad, busy, other, hung,
+		       nl ? lat[nl / 2] : 0, nl ? lat[(nl * 99) / 100] : 0);
 		free(lat);
 	}
 	long hwm = gt_status_kb(gw, "VmHWM:"),
