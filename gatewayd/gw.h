@@ -279,6 +279,7 @@ typedef struct gw_job {
 	uint64_t n_client; /* the client's prompt tokens (usage) */
 	int align_pass;	   /* the end alignment's pass; 0: the copy as sent */
 	int box_busy;	   /* a peek's: a request in flight on the engine */
+	int engine_unmet;  /* a peek's: cached knows no engine yet (peek.c) */
 	uint64_t injected; /* hidden-span tokens the alignment put back */
 	int continuation;  /* served as a compaction's continuation */
 	uint32_t pw_tier;  /* a prewarm: the tier the peek found */
