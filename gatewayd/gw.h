@@ -688,6 +688,13 @@ void gw_peek_work(gw_job *j);
 int gw_box_busy(gw_srv *s);
 /* On the loop: the answer. */
 void gw_peek_answer(gw_job *j);
+/* Whether a generation of this gateway is running or waiting for engined
+ * (engined's one sequence is taken: the rows a peek would read are being
+ * rewritten). */
+int gw_turn_running(const gw_srv *s);
+/* The 409 of a peek or prewarm while a turn runs (on_engine: another
+ * client's, seen in cached's open plan). */
+void gw_peek_conflict(h2o_req_t *req, int on_engine);
 
 /* routes.c */
 int gw_on_models(gw_srv *s, h2o_req_t *req);

@@ -342,6 +342,12 @@ int gw_job_start(gw_srv *s, h2o_req_t *req, int kind, int route)
 			      "the gateway is shutting down");
 		return 0;
 	}
+	if (kind == GW_KIND_PEEK && gw_turn_running(s)) {
+		/* 409 whatever the body: answered at once, the body unread,
+		 * not after a wait for a place behind the turns */
+		gw_peek_conflict(req, 0);
+		return 0;
+	}
 	gw_job *j = gw_job_new(s, req, kind, route);
 	if (!j)
 		goto oom;

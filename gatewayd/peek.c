@@ -151,9 +151,7 @@ void gw_peek_work(gw_job *j)
 	j->admin_rv = gw_link_admin(j->s, &q, &j->reply); /* q borrowed */
 }
 
-/* Whether a generation is running or waiting (engined's one sequence is
- * taken: the rows the peek would read are being rewritten). */
-static int turn_running(const gw_srv *s)
+int gw_turn_running(const gw_srv *s)
 {
 	for (const gw_job *o = s->jobs; o; o = o->next)
 		if ((o->sent && !o->have_done) || o->waiting)
@@ -161,13 +159,18 @@ static int turn_running(const gw_srv *s)
 	return 0;
 }
 
+void gw_peek_conflict(h2o_req_t *req, int on_engine)
+{
+	gw_send_error(req, 409, "conflict", NULL, "turn_running", 1,
+		      "a turn is running%s: its rows are being written; peek "
+		      "again when it ends",
+		      on_engine ? " on the engine" : "");
+}
+
 void gw_peek_answer(gw_job *j)
 {
-	if (turn_running(j->s) || j->box_busy) {
-		gw_send_error(j->req, 409, "conflict", NULL, "turn_running", 1,
-			      "a turn is running%s: its rows are being "
-			      "written; peek again when it ends",
-			      j->box_busy ? " on the engine" : "");
+	if (gw_turn_running(j->s) || j->box_busy) {
+		gw_peek_conflict(j->req, j->box_busy);
 		return;
 	}
 	if (j->admin_rv == MOOR_ERANGE && j->engine_unmet) {
