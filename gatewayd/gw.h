@@ -525,6 +525,7 @@ typedef struct gw_srv {
 	uint64_t next_id;
 
 	gw_prep prep; /* the compaction preparer (prepare.c) */
+	struct gw_rc *rc; /* the response cache (respcache.c); NULL: off */
 
 	/* prefill rate samples (tokens/s) of long prefills, a ring */
 	double pf_rate[GW_PREFILL_SAMPLES];
@@ -627,6 +628,10 @@ void gw_align_work(gw_job *j);
 void gw_journal_turn(gw_job *j, const char *finish);
 
 /* respcache.c: the response cache (off unless --response-cache on) */
+typedef struct gw_rc gw_rc;
+/* s->rc allocated when the cache is on (NULL when off); 0 or -ENOMEM. */
+int gw_rc_init(struct gw_srv *s);
+void gw_rc_fini(struct gw_srv *s); /* frees every entry; safe when off */
 int gw_rc_greedy(const gw_job *j);
 /* Answers j from memory when an identical greedy request was kept: 1 (the
  * reply went out), 0 (send it to engined). */
