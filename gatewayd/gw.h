@@ -9,6 +9,8 @@
  *   params.c   a body read into gw_params (params.h: pure, no HTTP)
  *   admit.c    the admission queue: --inflight at a time, the rest wait,
  *              fair across flows, 503 + Retry-After past --queue-wait-s
+ *   limits.c   what a body may cost, checked before the work; the RSS
+ *              bound gatewayd states
  *   job.c      a generation's job: prepared on the pool, sent to engined,
  *              its events dispatched, waited for, cancelled, refused
  *   reply.c    the tokens turned into the OpenAI reply; usage; the end
