@@ -28,8 +28,7 @@ static char *slow_body(void)
 
 int main(int argc, char **argv)
 {
-	gt_stack(argc, argv, "gwadmit", 200, NULL, "--test-step-delay-ms",
-		 "5");
+	gt_stack(argc, argv, "gwadmit", 230, NULL, "--test-step-delay-ms", "5");
 	char *body = slow_body();
 
 	/* ---- queue full ---- */
@@ -129,8 +128,9 @@ int main(int argc, char **argv)
 		static const char *const a[] = {"--inflight", "1", NULL};
 		int port;
 		pid_t gw = gt_gatewayd(&port, a);
-		/* 400 tokens at 5 ms a step: two seconds or more */
-		char *lb = gt_chat_body("Hello", 400, "\"ignore_eos\":true");
+		/* 150 tokens at 5 ms a step: a second or more (a minute
+		 * under ASan on a loaded box) */
+		char *lb = gt_chat_body("Hello", 150, "\"ignore_eos\":true");
 		int fd =
 		    gt_send(port, "POST", "/v1/chat/completions", lb, NULL);
 		REQUIRE(fd >= 0, "connect");
@@ -142,7 +142,7 @@ int main(int argc, char **argv)
 		double dt = moor_now() - t0;
 		char *raw = NULL;
 		size_t rl = 0;
-		gt_read_all(fd, &raw, &rl, 60);
+		gt_read_all(fd, &raw, &rl, 150);
 		close(fd);
 		int chat_st = 0;
 		if (!raw || sscanf(raw, "HTTP/1.%*d %d", &chat_st) != 1)
