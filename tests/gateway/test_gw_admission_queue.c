@@ -11,9 +11,9 @@
  * - fair across flows: flow A sends 8 requests, flow B one request just
  *   after; B's answer comes before most of A's (round robin), where a FIFO
  *   would answer it last;
- * - a peek while a turn holds the one place (--inflight 1): 409 at once,
- *   not after a wait in the queue for the place (peeks take places too,
- *   to bound the bodies read at once). */
+ * - a peek and a prewarm while a turn holds the one place (--inflight 1):
+ *   409 at once, not after a wait in the queue for the place (peeks and
+ *   prewarms take places too, to bound the bodies read at once). */
 #include <stdlib.h>
 
 #include "t.h"
@@ -140,6 +140,10 @@ int main(int argc, char **argv)
 		gt_resp p =
 		    gt_request(port, "POST", "/v1/cache/peek", body, NULL, 30);
 		double dt = moor_now() - t0;
+		t0 = moor_now();
+		gt_resp pw = gt_request(port, "POST", "/v1/cache/prewarm", body,
+					NULL, 30);
+		double dw = moor_now() - t0;
 		char *raw = NULL;
 		size_t rl = 0;
 		gt_read_all(fd, &raw, &rl, 150);
@@ -154,6 +158,12 @@ int main(int argc, char **argv)
 		      "a peek during a turn: %d after %.2f s (want 409 at "
 		      "once) %s",
 		      p.status, dt, p.body ? p.body : "");
+		printf("a prewarm during it: %d after %.2f s\n", pw.status, dw);
+		CHECK(pw.status == 409 && dw < 1.0,
+		      "a prewarm during a turn: %d after %.2f s (want 409 at "
+		      "once) %s",
+		      pw.status, dw, pw.body ? pw.body : "");
+		gt_resp_fini(&pw);
 		CHECK(chat_st == 200, "the turn: %d", chat_st);
 		free(raw);
 		gt_resp_fini(&p);
