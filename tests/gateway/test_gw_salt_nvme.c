@@ -9,6 +9,10 @@
  *    gone) and started again on the same directory. The same prompt under
  *    salt B resumes nothing, and neither does it unsalted; under salt A it
  *    resumes from the disk tier (usage.moor.source "disk", cached_tokens > 0).
+ *    After another kill -9 (and a one-token completion that attaches the
+ *    engine), POST /v1/cache/prewarm of the prompt under salt C says
+ *    not_cached, under salt A it brings the prompt back from the disk tier
+ *    (restore.tier nvme_disk).
  * 2. The session spill (--disk-cache off, --session-spill-min-tokens 64):
  *    a two-turn conversation under salt A, session "conv"; SIGTERM of
  *    cached (its drain writes the resident conversation to the spill);
@@ -104,6 +108,29 @@ static int disk_written(double timeout_s)
 	return 0;
 }
 
+/* POST /v1/cache/prewarm of msgs under salt (NULL: none): its JSON. */
+static json_t *prewarm(json_t *msgs, const char *salt, const char *session)
+{
+	json_t *b = json_pack("{s:O,s:i,s:i}", "messages", msgs, "max_tokens",
+			      4, "temperature", 0);
+	if (salt)
+		json_object_set_new(b, "cache_salt", json_string(salt));
+	char *t = json_dumps(b, JSON_COMPACT);
+	json_decref(b);
+	char hdr[128];
+	snprintf(hdr, sizeof hdr, "x-session-id: %s\r\n", session);
+	gt_resp r =
+	    gt_request(gt_.port, "POST", "/v1/cache/prewarm", t, hdr, 120);
+	free(t);
+	REQUIRE(r.status == 200, "a prewarm (salt %s): %d %s",
+		salt ? salt : "none", r.status, r.body);
+	printf("  prewarm salt %-8s: %s\n", salt ? salt : "none", r.body);
+	json_t *o = gt_json(&r);
+	gt_resp_fini(&r);
+	REQUIRE(o, "the prewarm's answer is not JSON");
+	return o;
+}
+
 static void disk_tier(void)
 {
 	printf("the disk tier, after kill -9 of cached:\n");
@@ -122,6 +149,30 @@ static void disk_tier(void)
 	CHECK(c >= 64 && !strcmp(src, "disk"),
 	      "salt A resumed %lld tokens from %s (want the disk tier)", c,
 	      src);
+
+	/* a prewarm from the disk tier after another kill -9, salted like
+	 * the rest: another salt finds nothing, salt A's is brought back */
+	printf("a prewarm from the disk tier, after another kill -9:\n");
+	h_kill9(gt_.cd);
+	gt_.cd = gt_cached(cached_disk_args, "cached2b");
+	/* engined attaches to the new cached at its next generation */
+	gt_resp cr = gt_post(gt_.port, "/v1/completions",
+			     "{\"prompt\":[1000],\"max_tokens\":1,"
+			     "\"temperature\":0}");
+	REQUIRE(cr.status == 200, "a completion: %d %s", cr.status, cr.body);
+	gt_resp_fini(&cr);
+	json_t *w = prewarm(p, "tenant-C", "disk-C");
+	CHECK(
+	    json_is_false(json_object_get(w, "prewarmed")) &&
+		!strcmp(gt_str(w, "why") ? gt_str(w, "why") : "", "not_cached"),
+	    "salt C's prewarm of salt A's prompt found something");
+	json_decref(w);
+	w = prewarm(p, "tenant-A", "disk-A3");
+	const char *wt = gt_str(w, "restore.tier");
+	CHECK(json_is_true(json_object_get(w, "prewarmed")) && wt &&
+		  !strcmp(wt, "nvme_disk") && gt_int(w, "restore.cached") >= 64,
+	      "salt A's prewarm: not brought back from the disk tier");
+	json_decref(w);
 	json_decref(p);
 }
 
