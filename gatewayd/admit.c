@@ -1,10 +1,11 @@
 /* admit.c: gatewayd's admission queue (gw.h: gw_admit).
  *
- * A chat or completion request is admitted when fewer than --inflight
- * requests are being prepared or generated; it then reads its body on the
- * thread pool and goes to engined. Otherwise it waits here, costing only
- * its job (the body stays in h2o's buffer, unparsed), in a queue of at most
- * --queue-max requests. The queue is fair across flows: a flow is the
+ * A chat, completion, peek or prewarm request is admitted when fewer than
+ * --inflight requests are being prepared or generated; it then reads its
+ * body on the thread pool and goes to engined (a peek: to cached, its
+ * place given back once it is answered). Otherwise it waits here, costing
+ * only its job (the body stays in h2o's buffer, unparsed), in a queue of at
+ * most --queue-max requests. The queue is fair across flows: a flow is the
  * request's x-session-id, else its Authorization header, else the client's
  * address; flows take turns (round robin), each flow's requests in order,
  * so one client's burst does not stall everyone else's next turn.

@@ -9,6 +9,8 @@
  *   params.c   a body read into gw_params (params.h: pure, no HTTP)
  *   admit.c    the admission queue: --inflight at a time, the rest wait,
  *              fair across flows, 503 + Retry-After past --queue-wait-s
+ *   limits.c   what a body may cost, checked before the work; the RSS
+ *              bound gatewayd states
  *   job.c      a generation's job: prepared on the pool, sent to engined,
  *              its events dispatched, waited for, cancelled, refused
  *   reply.c    the tokens turned into the OpenAI reply; usage; the end
@@ -107,6 +109,9 @@
 /* Past the budget, a connection in the middle of a request that brought
  * no byte for this long is answered 408 and closed (http.c). */
 #define GW_STALL_MS 1000
+/* A request the budget keeps unread this long before its read deadline
+ * (--read-timeout-s; at most half of it) is answered 503 (http.c). */
+#define GW_BUDGET_LATE_MS 1000
 /* A request past this many bytes needs one of the budget's grants to be
  * read on (http.c); one below it reads in a receive buffer or two. */
 #define GW_BODY_SMALL (64u << 10)
@@ -276,6 +281,7 @@ typedef struct gw_job {
 	uint64_t n_client; /* the client's prompt tokens (usage) */
 	int align_pass;	   /* the end alignment's pass; 0: the copy as sent */
 	int box_busy;	   /* a peek's: a request in flight on the engine */
+	int engine_unmet;  /* a peek's: cached knows no engine yet (peek.c) */
 	uint64_t injected; /* hidden-span tokens the alignment put back */
 	int continuation;  /* served as a compaction's continuation */
 	uint32_t pw_tier;  /* a prewarm: the tier the peek found */
@@ -376,7 +382,8 @@ typedef struct gw_admit {
 int gw_admit_init(gw_admit *a, uint32_t queue_max, uint32_t inflight,
 		  double wait_s);
 void gw_admit_fini(gw_admit *a);
-/* A chat or completion job asks to run: 1 admitted now (run it), 0 queued
+/* A chat, completion, peek or prewarm job asks to run: 1 admitted now (run
+ * it), 0 queued
  * (gw_job_admitted runs it later; the queue holds a reference), -1
  * refused (answered 503 + Retry-After). */
 int gw_admit_enter(gw_job *j);
@@ -450,6 +457,9 @@ typedef struct gw_conn {
 	size_t seen;
 	uint64_t grew_at;
 	uint64_t wait_since; /* uv_now it began to wait for a grant; 0: not */
+	/* uv_now h2o's read deadline of its request runs from: the accept,
+	 * or the previous response's end (its buffer seen emptied) */
+	uint64_t read_from;
 	int granted;	     /* holds one of the budget's grants */
 	size_t reserve;	     /* its grant: bytes its request will hold */
 	int evicted;
@@ -496,6 +506,9 @@ typedef struct gw_srv {
 	gw_admit admit;
 	gw_metrics m;
 	gw_job *jobs;	/* live jobs (a list: a handful at a time) */
+	/* bodies being read on the thread pool (job.c), and the most at
+	 * once: admitted jobs only, so at most cfg.inflight (limits.c) */
+	uint32_t n_reading, reading_peak;
 	gw_conn *conns; /* accepted connections */
 	uint32_t n_conns;
 	uint64_t conns_refused; /* past --max-conns */
@@ -508,11 +521,13 @@ typedef struct gw_srv {
 	int over_budget;	 /* the last check found it over */
 	uint64_t budget_pauses;	 /* connections paused, ever */
 	uint64_t budget_evicted; /* stalled ones shut down, ever */
+	uint64_t budget_refused; /* kept unread to their deadline: 503 */
 	gw_conn **budget_tmp;	 /* cfg.max_conns entries: the paused, sorted */
 	uint64_t next_rid;
 	uint64_t next_id;
 
 	gw_prep prep; /* the compaction preparer (prepare.c) */
+	struct gw_rc *rc; /* the response cache (respcache.c); NULL: off */
 
 	/* prefill rate samples (tokens/s) of long prefills, a ring */
 	double pf_rate[GW_PREFILL_SAMPLES];
@@ -615,6 +630,10 @@ void gw_align_work(gw_job *j);
 void gw_journal_turn(gw_job *j, const char *finish);
 
 /* respcache.c: the response cache (off unless --response-cache on) */
+typedef struct gw_rc gw_rc;
+/* s->rc allocated when the cache is on (NULL when off); 0 or -ENOMEM. */
+int gw_rc_init(struct gw_srv *s);
+void gw_rc_fini(struct gw_srv *s); /* frees every entry; safe when off */
 int gw_rc_greedy(const gw_job *j);
 /* Answers j from memory when an identical greedy request was kept: 1 (the
  * reply went out), 0 (send it to engined). */
@@ -676,6 +695,13 @@ void gw_peek_work(gw_job *j);
 int gw_box_busy(gw_srv *s);
 /* On the loop: the answer. */
 void gw_peek_answer(gw_job *j);
+/* Whether a generation of this gateway is running or waiting for engined
+ * (engined's one sequence is taken: the rows a peek would read are being
+ * rewritten). */
+int gw_turn_running(const gw_srv *s);
+/* The 409 of a peek or prewarm while a turn runs (on_engine: another
+ * client's, seen in cached's open plan). */
+void gw_peek_conflict(h2o_req_t *req, int on_engine);
 
 /* routes.c */
 int gw_on_models(gw_srv *s, h2o_req_t *req);

@@ -29,8 +29,12 @@
  *    below it.
  * While requests wait for a grant, a request that holds one and brought no
  * byte for GW_STALL_MS is answered 408 and shut down: a client that stalls
- * its body holds the budget only while nobody needs it. Any request held
- * past --read-timeout-s gets h2o's 408 like every slow client. Waiting is
+ * its body holds the budget only while nobody needs it. h2o closes a
+ * request that has not arrived within --read-timeout-s without a word (its
+ * HTTP/1 read deadline runs from the connection's accept or the previous
+ * response's end): a request the budget kept unread until GW_BUDGET_LATE_MS
+ * before that deadline is answered 503 with a Retry-After and shut down,
+ * since the wait was the server's, not the client's. Waiting is
  * uv_read_stop under h2o, which still counts the socket as reading (its
  * callback set); going on is h2o's own h2o_socket_read_start with that
  * callback. So "paused" is not a flag but a state read off both: h2o wants
@@ -356,23 +360,22 @@ static int conn_paused(const gw_conn *c)
 	return c->sock && h2o_socket_is_reading(c->sock) && !c->tcp.read_cb;
 }
 
-/* A connection whose request stalled while the budget is full: a canned
- * 408 (when h2o is writing nothing on it), then shut down; h2o sees the
- * end on its next read and closes it, freeing its buffer. */
-static void budget_evict(gw_srv *s, gw_conn *c)
+/* Answers c's request with a canned response (status line and body, a
+ * Retry-After when retry > 0; written when h2o is writing nothing on it),
+ * then shuts it down; h2o sees the end on its next read and closes it,
+ * freeing its buffer. */
+static void budget_answer(gw_conn *c, const char *status, int retry,
+			  const char *body)
 {
-	static const char body[] =
-	    "{\"error\":{\"message\":\"the request stopped arriving while the "
-	    "server holds all the request bytes it may (--body-budget-bytes)\","
-	    "\"type\":\"invalid_request_error\",\"param\":null,\"code\":"
-	    "\"request_stalled\"}}";
-	char resp[512];
+	char resp[768], ra[32] = "";
+	if (retry > 0)
+		snprintf(ra, sizeof ra, "Retry-After: %d\r\n", retry);
 	int n = snprintf(resp, sizeof resp,
-			 "HTTP/1.1 408 Request Timeout\r\n"
-			 "Content-Type: application/json\r\n"
+			 "HTTP/1.1 %s\r\nContent-Type: application/json\r\n%s"
 			 "Connection: close\r\nContent-Length: %zu\r\n\r\n%s",
-			 sizeof body - 1, body);
-	if (!h2o_socket_is_writing(c->sock) && !c->tcp.write_queue_size) {
+			 status, ra, strlen(body), body);
+	if (n > 0 && (size_t)n < sizeof resp &&
+	    !h2o_socket_is_writing(c->sock) && !c->tcp.write_queue_size) {
 		uv_buf_t b = uv_buf_init(resp, (unsigned)n);
 		uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
 	}
@@ -381,7 +384,34 @@ static void budget_evict(gw_srv *s, gw_conn *c)
 		shutdown(fd, SHUT_RDWR);
 	c->evicted = 1;
 	c->granted = 0;
+}
+
+/* A connection whose request stalled while the budget is full: 408. */
+static void budget_evict(gw_srv *s, gw_conn *c)
+{
+	budget_answer(
+	    c, "408 Request Timeout", 0,
+	    "{\"error\":{\"message\":\"the request stopped arriving while the "
+	    "server holds all the request bytes it may (--body-budget-bytes)\","
+	    "\"type\":\"invalid_request_error\",\"param\":null,\"code\":"
+	    "\"request_stalled\"}}");
 	s->budget_evicted++;
+}
+
+/* A connection the budget kept waiting until its read deadline is near:
+ * h2o would close it at the deadline without a word, for a wait that was
+ * the server's. 503 with a Retry-After instead, the queue's. */
+static void budget_refuse(gw_srv *s, gw_conn *c)
+{
+	budget_answer(
+	    c, "503 Service Unavailable",
+	    gw_admit_retry_after(&s->admit, s->admit.n_queued),
+	    "{\"error\":{\"message\":\"the server held this request unread "
+	    "until its read deadline (--read-timeout-s) while it holds all the "
+	    "request bytes it may (--body-budget-bytes): retry later\","
+	    "\"type\":\"server_error\",\"param\":null,\"code\":"
+	    "\"request_bytes_budget\"}}");
+	s->budget_refused++;
 }
 
 /* What c's request will hold of the budget once read whole: the capacity
@@ -447,6 +477,10 @@ static void budget_check(uv_check_t *h)
 	for (gw_conn *c = s->conns; c; c = c->next) {
 		size_t b = conn_buffered(c);
 		if (b != c->seen) {
+			/* emptied: the response ended and h2o armed its read
+			 * deadline for the next request */
+			if (!b)
+				c->read_from = now;
 			c->seen = b;
 			c->grew_at = now;
 		}
@@ -517,6 +551,13 @@ static void budget_check(uv_check_t *h)
 		}
 	}
 	s->budget_pauses += paused_now;
+	/* the ones kept unread until close to their read deadline */
+	uint64_t rt = (uint64_t)(s->cfg.read_timeout_s * 1000);
+	uint64_t late = rt / 2 < GW_BUDGET_LATE_MS ? rt / 2 : GW_BUDGET_LATE_MS;
+	for (gw_conn *c = s->conns; c; c = c->next)
+		if (!c->evicted && conn_paused(c) &&
+		    now + late >= c->read_from + rt)
+			budget_refuse(s, c);
 	int pressed = waiting || over;
 	if (pressed && !s->over_budget)
 		moor_info("%llu MiB of requests buffered, %llu MiB granted to "
@@ -528,11 +569,12 @@ static void budget_check(uv_check_t *h)
 			  (unsigned long long)(s->cfg.body_budget >> 20));
 	else if (!pressed && s->over_budget)
 		moor_info("requests buffered: no reader waits (peak %llu MiB; "
-			  "%llu readers paused and %llu stalled ones closed so "
-			  "far)",
+			  "%llu readers paused, %llu stalled ones closed and "
+			  "%llu kept to their deadline refused so far)",
 			  (unsigned long long)(s->buffered_peak >> 20),
 			  (unsigned long long)s->budget_pauses,
-			  (unsigned long long)s->budget_evicted);
+			  (unsigned long long)s->budget_evicted,
+			  (unsigned long long)s->budget_refused);
 	s->over_budget = pressed;
 }
 
@@ -603,6 +645,7 @@ static void on_accept(uv_stream_t *listener, int status)
 		uv_close((uv_handle_t *)&c->tcp, conn_closed);
 		return;
 	}
+	c->read_from = uv_now(listener->loop); /* h2o's deadline starts */
 	uv_tcp_nodelay(&c->tcp, 1);
 	/* a fixed send buffer (the kernel doubles it: 128 KiB) instead of
 	 * autotuning up to 4 MB per connection: what a client that stops

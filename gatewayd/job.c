@@ -244,6 +244,7 @@ static void prepare_after(uv_work_t *w, int status)
 {
 	gw_job *j = w->data;
 	gw_srv *s = j->s;
+	s->n_reading--;
 	if (!j->req || s->stopping) {
 		if (j->req) {
 			gw_metrics_count(s, j->route, 503);
@@ -263,6 +264,10 @@ static void prepare_after(uv_work_t *w, int status)
 	}
 	if (j->kind == GW_KIND_PEEK) {
 		gw_peek_answer(j);
+		/* a peek's place goes now; a prewarm that went to engined
+		 * keeps it until its generation ends (reply.c) */
+		if (!j->sent && !j->waiting)
+			gw_admit_leave(j);
 		gw_job_unref(j);
 		return;
 	}
@@ -314,6 +319,8 @@ static int start_work(gw_job *j)
 		j->refs--;
 		return -ENOMEM;
 	}
+	if (++j->s->n_reading > j->s->reading_peak)
+		j->s->reading_peak = j->s->n_reading;
 	return 0;
 }
 
@@ -333,6 +340,12 @@ int gw_job_start(gw_srv *s, h2o_req_t *req, int kind, int route)
 		gw_metrics_count(s, route, 503);
 		gw_send_error(req, 503, "server_error", NULL, NULL, 1,
 			      "the gateway is shutting down");
+		return 0;
+	}
+	if (kind == GW_KIND_PEEK && gw_turn_running(s)) {
+		/* 409 whatever the body: answered at once, the body unread,
+		 * not after a wait for a place behind the turns */
+		gw_peek_conflict(req, 0);
 		return 0;
 	}
 	gw_job *j = gw_job_new(s, req, kind, route);
@@ -357,18 +370,19 @@ int gw_job_start(gw_srv *s, h2o_req_t *req, int kind, int route)
 	}
 	const h2o_iovec_t *ua = gw_header(req, "user-agent");
 	j->opencode = ua && ua->len >= 9 && !memcmp(ua->base, "opencode/", 9);
-	if (kind == GW_KIND_PEEK) {
+	if (kind == GW_KIND_PEEK)
 		j->rid = ++s->next_rid; /* the PEEK's request id */
-	} else {
+	if (route != GW_ROUTE_PEEK)
 		gw_prep_activity(s); /* the preparer gives way */
-		int a = gw_admit_enter(j);
-		if (a < 0) { /* refused, answered */
-			gw_job_detach(j);
-			return 0;
-		}
-		if (a == 0) /* waits; gw_job_admitted runs it */
-			return 0;
+	/* every body is read by an admitted job, a peek's and a prewarm's
+	 * too: at most --inflight parses at once (limits.c's bound) */
+	int a = gw_admit_enter(j);
+	if (a < 0) { /* refused, answered */
+		gw_job_detach(j);
+		return 0;
 	}
+	if (a == 0) /* waits; gw_job_admitted runs it */
+		return 0;
 	if (start_work(j))
 		goto oom_job;
 	return 0;

@@ -95,8 +95,8 @@ int gw_limits_check(const json_t *b, gw_fail *f)
  *    GW_MAX_PENDING each, for the requests running [4 x 4];
  *  - every connection at rest, every waiting request's job
  *    [4096 x 24 KiB, 4096 x ~1 KiB].
- * Not in it: POST /v1/cache/peek and prewarm (an admin token or an API
- * key) read their bodies outside the admission queue. */
+ * A peek's and a prewarm's bodies are read by admitted jobs like a chat's
+ * (job.c), so they are in the parses' term. */
 uint64_t gw_limits_rss_bound(const gw_cfg *c)
 {
 	uint64_t body = c->max_body, half = c->body_budget / 2;

@@ -695,7 +695,8 @@ int main(int argc, char **argv)
 		free(b);
 	}
 	if (gw_admit_init(&s->admit, s->cfg.queue_max, s->cfg.inflight,
-			  s->cfg.queue_wait_s)) {
+			  s->cfg.queue_wait_s) ||
+	    gw_rc_init(s)) {
 		moor_err("out of memory");
 		return 1;
 	}
@@ -757,6 +758,7 @@ int main(int argc, char **argv)
 		uv_run(&loop, UV_RUN_NOWAIT);
 	h2o_config_dispose(&s->hconf);
 	gw_prep_fini(s);
+	gw_rc_fini(s);
 	gw_tok_free(s->tok);
 	gw_auth_free(s);
 	moor_info("stopped");

@@ -165,6 +165,19 @@ char *gw_metrics_text(gw_srv *s, const json_t *stats, size_t *len)
 					(unsigned long long)stat_u(
 					    stats, "disk", dk[i]));
 	}
+	moor_buf_printf(
+	    &b,
+	    "# HELP moor_queue_waiting Requests waiting for admission "
+	    "(--queue-max).\n# TYPE moor_queue_waiting gauge\n"
+	    "moor_queue_waiting %u\n"
+	    "# HELP moor_queue_inflight Requests admitted: their bodies being "
+	    "read, or their generations running (--inflight).\n"
+	    "# TYPE moor_queue_inflight gauge\nmoor_queue_inflight %u\n"
+	    "# HELP moor_body_reads_peak The most request bodies read at once "
+	    "(parsed, rendered, tokenized) since the start: at most "
+	    "--inflight.\n# TYPE moor_body_reads_peak gauge\n"
+	    "moor_body_reads_peak %u\n",
+	    s->admit.n_queued, s->admit.n_inflight, s->reading_peak);
 	moor_buf_printf(&b,
 			"# HELP moor_engine_up 1 when engined's pipe is up.\n"
 			"# TYPE moor_engine_up gauge\nmoor_engine_up %d\n"

@@ -100,14 +100,19 @@ void gw_prewarm_done(gw_job *j)
 
 /* cached holds a plan open from a request's PLAN to its COMMIT or ABORT,
  * whoever sent it (another gateway on the run dir, a client of engined's
- * socket), which this gateway's jobs do not show. */
-int gw_box_busy(gw_srv *s)
+ * socket), which this gateway's jobs do not show. met: whether an engine
+ * ever said HELLO to this cached (its stats' engine.pid): a cached that
+ * restarted knows no layout until engined's next request attaches it, and
+ * refuses a peek until then; 1, 0, or -1 (cached did not say). */
+static int box_stats(gw_srv *s, int *met)
 {
 	proto_msg q = {0}, a = {0};
 	q.h.type = PROTO_STATS;
 	q.h.req = 1;
 	int rv = gw_link_admin(s, &q, &a);
 	int busy = -1;
+	if (met)
+		*met = -1;
 	if (!rv && a.h.type == PROTO_STATS_OK && a.u.text.text) {
 		json_t *o = json_loads(a.u.text.text, 0, NULL);
 		json_t *po =
@@ -116,16 +121,26 @@ int gw_box_busy(gw_srv *s)
 			busy = json_is_true(po);
 		else if (json_is_integer(po))
 			busy = json_integer_value(po) != 0;
+		json_t *eng = json_object_get(o, "engine");
+		if (met && json_is_object(eng))
+			*met = !json_is_null(json_object_get(eng, "pid"));
 		json_decref(o);
 	}
 	proto_msg_fini(&a);
 	return busy;
 }
 
+int gw_box_busy(gw_srv *s)
+{
+	return box_stats(s, NULL);
+}
+
 void gw_peek_work(gw_job *j)
 {
 	/* the box first: a turn of another client rewrites the rows too */
-	j->box_busy = gw_box_busy(j->s) > 0;
+	int met;
+	j->box_busy = box_stats(j->s, &met) > 0;
+	j->engine_unmet = met == 0;
 	proto_msg q = {0};
 	q.h.type = PROTO_PEEK;
 	q.h.req = j->rid;
@@ -136,9 +151,7 @@ void gw_peek_work(gw_job *j)
 	j->admin_rv = gw_link_admin(j->s, &q, &j->reply); /* q borrowed */
 }
 
-/* Whether a generation is running or waiting (engined's one sequence is
- * taken: the rows the peek would read are being rewritten). */
-static int turn_running(const gw_srv *s)
+int gw_turn_running(const gw_srv *s)
 {
 	for (const gw_job *o = s->jobs; o; o = o->next)
 		if ((o->sent && !o->have_done) || o->waiting)
@@ -146,13 +159,29 @@ static int turn_running(const gw_srv *s)
 	return 0;
 }
 
+void gw_peek_conflict(h2o_req_t *req, int on_engine)
+{
+	gw_send_error(req, 409, "conflict", NULL, "turn_running", 1,
+		      "a turn is running%s: its rows are being written; peek "
+		      "again when it ends",
+		      on_engine ? " on the engine" : "");
+}
+
 void gw_peek_answer(gw_job *j)
 {
-	if (turn_running(j->s) || j->box_busy) {
-		gw_send_error(j->req, 409, "conflict", NULL, "turn_running", 1,
-			      "a turn is running%s: its rows are being "
-			      "written; peek again when it ends",
-			      j->box_busy ? " on the engine" : "");
+	if (gw_turn_running(j->s) || j->box_busy) {
+		gw_peek_conflict(j->req, j->box_busy);
+		return;
+	}
+	if (j->admin_rv == MOOR_ERANGE && j->engine_unmet) {
+		/* not the prompt: cached restarted and has no layout yet */
+		gw_send_error(
+		    j->req, 503, "server_error", NULL, "engine_not_attached", 1,
+		    "cached has not met the engine since it started "
+		    "(engined attaches at its next generation): %s",
+		    j->reply.h.type == PROTO_ERROR && j->reply.u.error.msg
+			? j->reply.u.error.msg
+			: moor_strerror(j->admin_rv));
 		return;
 	}
 	if (j->admin_rv == MOOR_ERANGE || j->admin_rv == MOOR_EFORMAT) {

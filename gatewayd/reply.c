@@ -234,6 +234,7 @@ void gw_reply_finish(gw_job *j)
 	const proto_done *d = &j->dn;
 	if (j->route == GW_ROUTE_PREWARM) {
 		gw_prewarm_done(j);
+		gw_admit_leave(j);
 		gw_job_unref(j); /* the engine's */
 		return;
 	}

@@ -12,6 +12,7 @@
  * "response_cache", every prompt token cached, nothing re-read. A bounded
  * ring of GW_RC_ENTRIES; a hit compares the ids element by element (the
  * hash is a hint). Loop thread only. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,8 +33,39 @@ typedef struct rc_entry {
 	proto_done done;
 } rc_entry;
 
-static rc_entry ring[GW_RC_ENTRIES];
-static unsigned next_slot;
+/* The server's cache (gw_srv.rc): a ring, the oldest entry replaced. */
+struct gw_rc {
+	rc_entry ring[GW_RC_ENTRIES];
+	unsigned next;
+};
+
+int gw_rc_init(gw_srv *s)
+{
+	s->rc = NULL;
+	if (!s->cfg.response_cache)
+		return 0;
+	s->rc = calloc(1, sizeof *s->rc);
+	return s->rc ? 0 : -ENOMEM;
+}
+
+static void entry_free(rc_entry *e)
+{
+	free(e->ids);
+	free(e->stops);
+	free(e->toks);
+	free(e->fin);
+	memset(e, 0, sizeof *e);
+}
+
+void gw_rc_fini(gw_srv *s)
+{
+	if (!s->rc)
+		return;
+	for (unsigned i = 0; i < GW_RC_ENTRIES; i++)
+		entry_free(&s->rc->ring[i]);
+	free(s->rc);
+	s->rc = NULL;
+}
 
 int gw_rc_greedy(const gw_job *j)
 {
@@ -64,7 +96,7 @@ static rc_entry *find(const gw_job *j)
 	stops_of(j, &st);
 	rc_entry *hit = NULL;
 	for (unsigned i = 0; i < GW_RC_ENTRIES && !hit; i++) {
-		rc_entry *e = &ring[i];
+		rc_entry *e = &j->s->rc->ring[i];
 		if (e->ids && e->hash == h && e->salt == j->salt &&
 		    e->n_ids == j->p.n_ids &&
 		    e->max_tokens == j->p.max_tokens &&
@@ -81,7 +113,7 @@ static rc_entry *find(const gw_job *j)
 
 int gw_rc_replay(gw_job *j)
 {
-	if (!j->s->cfg.response_cache || !gw_rc_greedy(j))
+	if (!j->s->rc || !gw_rc_greedy(j))
 		return 0;
 	rc_entry *e = find(j);
 	if (!e)
@@ -111,7 +143,7 @@ int gw_rc_replay(gw_job *j)
 
 void gw_rc_record(gw_job *j, const proto_step_entry *e)
 {
-	if (!j->s->cfg.response_cache || !gw_rc_greedy(j) || j->from_cache)
+	if (!j->s->rc || !gw_rc_greedy(j) || j->from_cache)
 		return;
 	if (j->n_rec == j->cap_rec) {
 		size_t cap = j->cap_rec ? 2 * j->cap_rec : 64;
@@ -134,18 +166,15 @@ void gw_rc_record(gw_job *j, const proto_step_entry *e)
 void gw_rc_keep(gw_job *j)
 {
 	const proto_done *d = &j->dn;
-	if (!j->s->cfg.response_cache || !gw_rc_greedy(j) || j->from_cache ||
-	    j->rec_failed || j->stopped || j->cancelled ||
+	if (!j->s->rc || !gw_rc_greedy(j) || j->from_cache || j->rec_failed ||
+	    j->stopped || j->cancelled ||
 	    (d->finish != PROTO_FINISH_STOP &&
 	     d->finish != PROTO_FINISH_LENGTH) ||
 	    find(j))
 		return;
-	rc_entry *e = &ring[next_slot++ % GW_RC_ENTRIES];
-	free(e->ids);
-	free(e->stops);
-	free(e->toks);
-	free(e->fin);
-	memset(e, 0, sizeof *e);
+	gw_rc *rc = j->s->rc;
+	rc_entry *e = &rc->ring[rc->next++ % GW_RC_ENTRIES];
+	entry_free(e);
 	moor_buf st = {0};
 	stops_of(j, &st);
 	e->ids = malloc((j->p.n_ids ? j->p.n_ids : 1) * sizeof *e->ids);

@@ -368,6 +368,54 @@ static inline pid_t gt_gatewayd(int *port_out, const char *const *extra)
 	return pid;
 }
 
+/* cached's flags for the disk tier alone in dir (a directory the test
+ * made): the daemon tests' budgets, anchors from 64 tokens on, whatever
+ * the drive has free, and the session spill off (its floor past any
+ * prompt). */
+#define GT_CACHED_DISK_TIER(dir)                                               \
+	H_CACHED_BUDGETS, "--disk-dir", (dir), "--disk-cache-min-tokens",      \
+	    "64", "--disk-cache-min-free-gb", "0",                             \
+	    "--session-spill-min-tokens", "100000000"
+
+/* cached on the stack's run dir, its flags after --run-dir in args
+ * (NULL-ended; NULL: the daemon tests' budgets, H_CACHED_BUDGETS), its log
+ * logname (one a process: the wait reads it); waits until it serves and,
+ * when the gateway is up (a restart), until the stack is green again. */
+static inline pid_t gt_cached(const char *const *args, const char *logname)
+{
+	static const char *const budgets[] = {H_CACHED_BUDGETS, NULL};
+	char *a[48] = {(char *)gt_.cached, "--device", (char *)h_device(),
+		       "--run-dir", (char *)gt_.run};
+	int k = 5;
+	for (const char *const *p = args ? args : budgets; *p; p++) {
+		REQUIRE(k < 47, "gt_cached: too many flags");
+		a[k++] = (char *)*p;
+	}
+	a[k] = NULL;
+	pid_t pid = h_spawn(logname, a);
+	REQUIRE(h_wait_ready(logname, "serving", gt_.run, "admin.sock", pid,
+			     20) == 0,
+		"%s did not come up on %s", logname, gt_.run);
+	if (gt_.port)
+		REQUIRE(gt_wait_health(gt_.port, 200, 60) == 200,
+			"the stack is not green after %s came up", logname);
+	return pid;
+}
+
+/* Polls logname's log until a line holds what: 1, or 0 after secs. */
+static inline int gt_wait_log(const char *logname, const char *what,
+			      double secs)
+{
+	double end = moor_now() + secs;
+	while (moor_now() < end) {
+		if (h_log_has(logname, what))
+			return 1;
+		struct timespec ts = {0, 10 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	return h_log_has(logname, what);
+}
+
 /* The whole stack on a fresh run dir; the gateway's port in gt_.port. */
 static inline void gt_stack(int argc, char **argv, const char *name,
 			    int bound_s, const char *const *gw_extra,
@@ -380,21 +428,8 @@ static inline void gt_stack(int argc, char **argv, const char *name,
 	gt_.gatewayd = argv[3];
 	gt_.model = argv[4];
 	gt_.run = h_init(name, bound_s);
-	if (gt_.cached_args) {
-		char *a[32] = {(char *)gt_.cached, "--device",
-			       (char *)h_device(), "--run-dir",
-			       (char *)gt_.run};
-		int k = 5;
-		for (int i = 0; gt_.cached_args[i] && k < 31; i++)
-			a[k++] = (char *)gt_.cached_args[i];
-		a[k] = NULL;
-		gt_.cd = h_spawn("cached", a);
-		REQUIRE(h_wait_ready("cached", "serving", gt_.run, "admin.sock",
-				     gt_.cd, 20) == 0,
-			"cached did not come up on %s", gt_.run);
-	} else {
-		gt_.cd = h_cached(gt_.cached, gt_.run, "cached");
-	}
+	gt_.port = 0;
+	gt_.cd = gt_cached(gt_.cached_args, "cached");
 	gt_engined(eng1, eng2);
 	gt_.gw = gt_gatewayd(&gt_.port, gw_extra);
 	REQUIRE(gt_wait_health(gt_.port, 200, 20) == 200,

@@ -10,7 +10,10 @@
  *   the drain rate: at least 1 s), the first ones 200;
  * - fair across flows: flow A sends 8 requests, flow B one request just
  *   after; B's answer comes before most of A's (round robin), where a FIFO
- *   would answer it last. */
+ *   would answer it last;
+ * - a peek and a prewarm while a turn holds the one place (--inflight 1):
+ *   409 at once, not after a wait in the queue for the place (peeks and
+ *   prewarms take places too, to bound the bodies read at once). */
 #include <stdlib.h>
 
 #include "t.h"
@@ -25,8 +28,7 @@ static char *slow_body(void)
 
 int main(int argc, char **argv)
 {
-	gt_stack(argc, argv, "gwadmit", 200, NULL, "--test-step-delay-ms",
-		 "5");
+	gt_stack(argc, argv, "gwadmit", 230, NULL, "--test-step-delay-ms", "5");
 	char *body = slow_body();
 
 	/* ---- queue full ---- */
@@ -119,6 +121,53 @@ int main(int argc, char **argv)
 		      "%d of flow a's 8 requests were answered before flow "
 		      "b's one (round robin: at most 3)",
 		      a_before_b);
+		h_kill9(gw);
+	}
+	/* ---- a peek while the one place is taken: 409 at once ---- */
+	{
+		static const char *const a[] = {"--inflight", "1", NULL};
+		int port;
+		pid_t gw = gt_gatewayd(&port, a);
+		/* 150 tokens at 5 ms a step: a second or more (a minute
+		 * under ASan on a loaded box) */
+		char *lb = gt_chat_body("Hello", 150, "\"ignore_eos\":true");
+		int fd =
+		    gt_send(port, "POST", "/v1/chat/completions", lb, NULL);
+		REQUIRE(fd >= 0, "connect");
+		struct timespec ts = {0, 300 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+		double t0 = moor_now();
+		gt_resp p =
+		    gt_request(port, "POST", "/v1/cache/peek", body, NULL, 30);
+		double dt = moor_now() - t0;
+		t0 = moor_now();
+		gt_resp pw = gt_request(port, "POST", "/v1/cache/prewarm", body,
+					NULL, 30);
+		double dw = moor_now() - t0;
+		char *raw = NULL;
+		size_t rl = 0;
+		gt_read_all(fd, &raw, &rl, 150);
+		close(fd);
+		int chat_st = 0;
+		if (!raw || sscanf(raw, "HTTP/1.%*d %d", &chat_st) != 1)
+			chat_st = 0;
+		printf("a peek during a turn, its place taken: %d after %.2f "
+		       "s; the turn %d\n",
+		       p.status, dt, chat_st);
+		CHECK(p.status == 409 && dt < 1.0,
+		      "a peek during a turn: %d after %.2f s (want 409 at "
+		      "once) %s",
+		      p.status, dt, p.body ? p.body : "");
+		printf("a prewarm during it: %d after %.2f s\n", pw.status, dw);
+		CHECK(pw.status == 409 && dw < 1.0,
+		      "a prewarm during a turn: %d after %.2f s (want 409 at "
+		      "once) %s",
+		      pw.status, dw, pw.body ? pw.body : "");
+		gt_resp_fini(&pw);
+		CHECK(chat_st == 200, "the turn: %d", chat_st);
+		free(raw);
+		gt_resp_fini(&p);
+		free(lb);
 		h_kill9(gw);
 	}
 	free(body);

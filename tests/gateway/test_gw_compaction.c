@@ -10,9 +10,13 @@
  * absorbed), re-reading only the new turn; prompt_tokens the client's
  * count. The guard: the same request with a user line the conversation
  * never had is served as sent (not a continuation). The journal: a line
- * a turn, no user text, cached's memory level at each turn's plan.
+ * a turn, no user text, cached's memory level at each turn's plan; rotated
+ * by size (--journal-max-mb 1: a full journal moves to journal.jsonl.1
+ * before the next line, and `moorctl journal --tail` reads across both).
  */
+#include <libgen.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "t.h"
 
@@ -91,7 +95,8 @@ int main(int argc, char **argv)
 	/* the journal too: a line a turn in the state dir, no user text */
 	static char sdir[] = "/tmp/moor-gwjournal-XXXXXX";
 	REQUIRE(mkdtemp(sdir), "mkdtemp");
-	const char *extra[] = {"--state-dir", sdir, NULL};
+	const char *extra[] = {"--state-dir", sdir, "--journal-max-mb", "1",
+			       NULL};
 	gt_stack(argc, argv, "gwcompact", 300, extra, NULL, NULL);
 	const char *S = "ses_compaction_test";
 	json_t *msgs = json_array();
@@ -190,6 +195,54 @@ int main(int argc, char **argv)
 	CHECK(lines == 5 && cont == 1, "journal: %d lines, %d continuations",
 	      lines, cont);
 	CHECK(!text, "the journal holds user text");
+
+	/* rotated by size: a journal at --journal-max-mb (1) moves to
+	 * journal.jsonl.1 before the next line, which starts a new one;
+	 * moorctl reads across both */
+	f = fopen(jp, "a");
+	REQUIRE(f, "%s", jp);
+	for (int i = 0; ftell(f) < (1 << 20); i++)
+		fprintf(f, "{\"filler\":%d}\n", i);
+	long filled = ftell(f);
+	fclose(f);
+	json_t *b = json_pack("{s:[{s:s,s:s}],s:i,s:i}", "messages", "role",
+			      "user", "content", "One more.", "max_tokens", 4,
+			      "temperature", 0);
+	json_t *u;
+	json_decref(post(b, "ses_rotate", &u));
+	json_decref(b);
+	char jp1[410];
+	snprintf(jp1, sizeof jp1, "%s.1", jp);
+	struct stat st1, st0;
+	CHECK(!stat(jp1, &st1) && st1.st_size == filled,
+	      "the full journal was not rotated to %s", jp1);
+	lines = 0;
+	f = fopen(jp, "r");
+	while (f && fgets(line, sizeof line, f))
+		lines += strstr(line, "\"session\":\"ses_rotate\"") != NULL;
+	if (f)
+		fclose(f);
+	CHECK(!stat(jp, &st0) && lines == 1 && st0.st_size < 4096,
+	      "the new journal does not hold the turn alone: %d lines", lines);
+	char cmd[1200], *cdir = strdup(gt_.cached);
+	REQUIRE(cdir, "oom");
+	snprintf(cmd, sizeof cmd,
+		 "%.500s/moorctl journal --tail 2 --state-dir %s",
+		 dirname(cdir), sdir);
+	free(cdir);
+	FILE *p = popen(cmd, "r");
+	char l1[4096] = "", l2[4096] = "";
+	if (p && fgets(l1, sizeof l1, p) && !fgets(l2, sizeof l2, p))
+		l2[0] = 0;
+	int prc = p ? pclose(p) : -1;
+	CHECK(prc == 0 && strstr(l1, "\"filler\":") &&
+		  strstr(l2, "\"session\":\"ses_rotate\""),
+	      "moorctl journal --tail 2 across the rotation: %d\n%s%s", prc, l1,
+	      l2);
+	printf("journal rotated at %ld bytes; moorctl --tail 2 reads across "
+	       "it\n",
+	       filled);
+	unlink(jp1);
 	unlink(jp);
 	rmdir(sdir);
 	return h_done("test_gw_compaction");

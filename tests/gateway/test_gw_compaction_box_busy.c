@@ -58,18 +58,6 @@ static json_t *post(int port, json_t *b, const char *session, const char *ua,
 	return j;
 }
 
-static int wait_log(const char *what, double secs)
-{
-	double end = moor_now() + secs;
-	while (moor_now() < end) {
-		if (h_log_has("gatewayd1", what))
-			return 1;
-		struct timespec ts = {0, 10 * 1000 * 1000};
-		nanosleep(&ts, NULL);
-	}
-	return 0;
-}
-
 /* P's fourth turn through the other gateway, on a thread */
 static int port2;
 static atomic_int other_done;
@@ -132,9 +120,10 @@ int main(int argc, char **argv)
 	pthread_t th;
 	REQUIRE(pthread_create(&th, NULL, other, NULL) == 0, "thread");
 	/* gatewayd1 is idle past its 2 s while the other request runs */
-	CHECK(wait_log("the box is busy (a request is in flight on the "
-		       "engine): session ses_p",
-		       6),
+	CHECK(gt_wait_log("gatewayd1",
+			  "the box is busy (a request is in flight on the "
+			  "engine): session ses_p",
+			  6),
 	      "the preparer did not see the box busy");
 	/* a peek through gatewayd1 meanwhile: 409, the rows are being
 	 * written (gatewayd1 has no job of its own running) */
@@ -165,7 +154,8 @@ int main(int argc, char **argv)
 	      other_tokens);
 
 	/* after it: an idle period, then P's summary after all */
-	CHECK(wait_log("prepared the summary of session ses_p", 90),
+	CHECK(gt_wait_log("gatewayd1", "prepared the summary of session ses_p",
+			  90),
 	      "the preparer did not write P's summary once the box was free");
 	char path[4096];
 	snprintf(path, sizeof path,

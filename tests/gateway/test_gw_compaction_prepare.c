@@ -199,18 +199,6 @@ static json_t *caches(long long *scratch, long long *plans)
 	return o;
 }
 
-static int wait_log(const char *what, double secs)
-{
-	double end = moor_now() + secs;
-	while (moor_now() < end) {
-		if (h_log_has("gatewayd1", what))
-			return 1;
-		struct timespec ts = {0, 10 * 1000 * 1000};
-		nanosleep(&ts, NULL);
-	}
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	static const char *const extra[] = {
@@ -227,10 +215,12 @@ int main(int argc, char **argv)
 	oc_text(&oc_sys, &oc_ins);
 	json_t *md = json_array();
 	turns("ses_d", md, 0, 3, &ans, &src, &cached);
-	CHECK(wait_log("writing the summary of session ses_d", 30) &&
+	CHECK(gt_wait_log("gatewayd1", "writing the summary of session ses_d",
+			  30) &&
 		  h_log_has("gatewayd1", "opencode 1.18.33's text"),
 	      "D's summary was not started with opencode's text");
-	CHECK(wait_log("prepared the summary of session ses_d", 120),
+	CHECK(gt_wait_log("gatewayd1", "prepared the summary of session ses_d",
+			  120),
 	      "D's summary was not prepared");
 	compaction_oc("ses_d", 2, oc_sys, oc_ins, sd, &dummy);
 	printf("D: opencode 1.18.33's compaction: source %s, %lld tokens\n", sd,
@@ -240,7 +230,8 @@ int main(int argc, char **argv)
 	 * computed at request time */
 	json_t *md2 = json_array();
 	turns("ses_d2", md2, 0, 3, &ans, &src, &cached);
-	CHECK(wait_log("prepared the summary of session ses_d2", 120),
+	CHECK(gt_wait_log("gatewayd1", "prepared the summary of session ses_d2",
+			  120),
 	      "D2's summary was not prepared");
 	char *ins2 = malloc(strlen(oc_ins) + 16);
 	REQUIRE(ins2, "oom");
@@ -282,7 +273,8 @@ int main(int argc, char **argv)
 	turns("ses_z", mz, 0, 3, &ans, &src, &cached);
 	long long sc0, pl0, sc1, pl1;
 	json_t *s0 = caches(&sc0, &pl0);
-	CHECK(wait_log("prepared the summary of session ses_z", 30),
+	CHECK(gt_wait_log("gatewayd1", "prepared the summary of session ses_z",
+			  30),
 	      "Z's summary was not prepared");
 	json_t *s1 = caches(&sc1, &pl1);
 	CHECK(json_equal(s0, s1), "the caches changed while the preparer "
@@ -315,12 +307,14 @@ int main(int argc, char **argv)
 	/* W: three turns; the fourth comes while the summary is written */
 	json_t *mw = json_array();
 	long long end_w = turns("ses_w", mw, 0, 3, &aw, &src, &cached);
-	CHECK(wait_log("writing the summary of session ses_w", 30),
+	CHECK(gt_wait_log("gatewayd1", "writing the summary of session ses_w",
+			  30),
 	      "W's summary was not started");
 	turns("ses_w", mw, 3, 1, &aw, &src, &cached);
 	printf("W: the fourth turn: source %s cached %lld (the end at %lld)\n",
 	       src, cached, end_w);
-	CHECK(wait_log("stopping the summary of session ses_w", 5),
+	CHECK(gt_wait_log("gatewayd1", "stopping the summary of session ses_w",
+			  5),
 	      "the preparer was not stopped");
 	CHECK(!strcmp(src, "end") && cached == end_w,
 	      "the fourth turn resumed from %s at %lld, the end was %lld", src,
@@ -332,7 +326,8 @@ int main(int argc, char **argv)
 	ua = "python-requests/2.31";
 	json_t *mu = json_array();
 	turns("ses_u", mu, 0, 3, &aw, &src, &cached);
-	CHECK(!wait_log("writing the summary of session ses_u", 5),
+	CHECK(!gt_wait_log("gatewayd1", "writing the summary of session ses_u",
+			   5),
 	      "a summary was prepared for a client that is not opencode");
 	json_decref(mu);
 	json_decref(mx), json_decref(my), json_decref(mz), json_decref(mv),

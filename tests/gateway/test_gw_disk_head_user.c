@@ -14,7 +14,12 @@
  *    tiers are gone).
  * 3. Session B (head-B): the same system prompt and tool, another user
  *    message: resumes from the disk tier (usage.moor.source "disk") at that
- *    top line, at or below U. With the old rule it prefilled cold. */
+ *    top line, at or below U. With the old rule it prefilled cold. Its
+ *    /v1/cache/peek before the turn says the same: tier nvme_disk, that
+ *    line's cached tokens (the peek asks the NVMe tiers as the plan does),
+ *    once an engine is attached; before (cached restarted and engined
+ *    attaches at its next generation) the peek is 503 with a Retry-After,
+ *    code engine_not_attached, where it was a 400 on the messages. */
 #include <stdlib.h>
 
 #include "t.h"
@@ -24,33 +29,8 @@
 
 #define GRID 64
 
-static const char *cached_args[] = {H_CACHED_BUDGETS,
-				    "--disk-dir",
-				    NULL,
-				    "--disk-cache-min-tokens",
-				    "64",
-				    "--disk-cache-min-free-gb",
-				    "0",
-				    "--session-spill-min-tokens",
-				    "100000000",
-				    NULL};
-
-static pid_t start_cached(const char *logname)
-{
-	char *a[40] = {(char *)gt_.cached, "--device", (char *)h_device(),
-		       "--run-dir", (char *)gt_.run};
-	int k = 5;
-	for (int i = 0; cached_args[i] && k < 39; i++)
-		a[k++] = (char *)cached_args[i];
-	a[k] = NULL;
-	pid_t pid = h_spawn(logname, a);
-	REQUIRE(h_wait_ready(logname, "serving", gt_.run, "admin.sock", pid,
-			     20) == 0,
-		"%s did not come up", logname);
-	REQUIRE(gt_wait_health(gt_.port, 200, 60) == 200,
-		"the stack is not green after %s", logname);
-	return pid;
-}
+static char ddisk[] = "/tmp/moor-gwhead-disk-XXXXXX";
+static const char *const cached_args[] = {GT_CACHED_DISK_TIER(ddisk), NULL};
 
 /* sentences of "Point i of topic", after a lead line; malloc'd */
 static char *text_of(const char *lead, const char *topic, int sentences)
@@ -63,9 +43,10 @@ static char *text_of(const char *lead, const char *topic, int sentences)
 	return t;
 }
 
-/* A chat of the system prompt, a tool and user message `user` in session
- * `session`: the reply's JSON. */
-static json_t *chat(const char *sys, const char *user, const char *session)
+/* A POST to path of a chat body (the system prompt, a tool and user
+ * message `user`) in session `session`: the answer. */
+static gt_resp post_raw(const char *path, const char *sys, const char *user,
+			const char *session)
 {
 	json_t *b = json_pack(
 	    "{s:[{s:s,s:s},{s:s,s:s}],s:[{s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s}}}}}]"
@@ -81,15 +62,27 @@ static json_t *chat(const char *sys, const char *user, const char *session)
 	json_decref(b);
 	char hdr[128];
 	snprintf(hdr, sizeof hdr, "x-session-id: %s\r\n", session);
-	gt_resp r =
-	    gt_request(gt_.port, "POST", "/v1/chat/completions", t, hdr, 120);
+	gt_resp r = gt_request(gt_.port, "POST", path, t, hdr, 120);
 	free(t);
-	REQUIRE(r.status == 200, "a chat (session %s): %d %s", session,
+	return r;
+}
+
+/* The same, answered 200: its JSON. */
+static json_t *post(const char *path, const char *sys, const char *user,
+		    const char *session)
+{
+	gt_resp r = post_raw(path, sys, user, session);
+	REQUIRE(r.status == 200, "%s (session %s): %d %s", path, session,
 		r.status, r.body);
 	json_t *o = gt_json(&r);
 	gt_resp_fini(&r);
 	REQUIRE(o, "the reply is not JSON");
 	return o;
+}
+
+static json_t *chat(const char *sys, const char *user, const char *session)
+{
+	return post("/v1/chat/completions", sys, user, session);
 }
 
 /* Waits until the disk tier has written n anchors and has nothing
@@ -126,11 +119,7 @@ static int disk_lines(long long n_want, uint64_t *L, double timeout_s)
 
 int main(int argc, char **argv)
 {
-	static char ddisk[] = "/tmp/moor-gwhead-disk-XXXXXX";
 	REQUIRE(mkdtemp(ddisk), "mkdtemp");
-	for (int i = 0; cached_args[i]; i++)
-		if (!strcmp(cached_args[i], "--disk-dir"))
-			cached_args[i + 1] = ddisk;
 	gt_.cached_args = cached_args;
 	gt_stack(argc, argv, "gwhead", 280, NULL, NULL, NULL);
 
@@ -163,7 +152,36 @@ int main(int argc, char **argv)
 	      n ? (unsigned long long)L[n - 1] : 0ull);
 
 	h_kill9(gt_.cd);
-	gt_.cd = start_cached("cached2");
+	gt_.cd = gt_cached(cached_args, "cached2");
+
+	/* cached knows no engine until engined's next generation attaches
+	 * it: B's peek is 503 with a Retry-After (it was a 400 blaming the
+	 * messages) */
+	gt_resp pr = post_raw("/v1/cache/peek", sys, ub, "head-B");
+	char ra[16] = "";
+	gt_header(&pr, "retry-after", ra, sizeof ra);
+	printf("B's peek before the engine attached: %d (Retry-After %s)\n",
+	       pr.status, ra[0] ? ra : "none");
+	CHECK(pr.status == 503 && atoi(ra) >= 1 && pr.body &&
+		  strstr(pr.body, "engine_not_attached"),
+	      "B's peek before the engine attached: %d %s", pr.status,
+	      pr.body ? pr.body : "");
+	gt_resp_fini(&pr);
+	/* a completion of one token that shares nothing with B attaches it */
+	gt_resp cr = gt_post(gt_.port, "/v1/completions",
+			     "{\"prompt\":[1000],\"max_tokens\":1,"
+			     "\"temperature\":0}");
+	REQUIRE(cr.status == 200, "a completion: %d %s", cr.status, cr.body);
+	gt_resp_fini(&cr);
+	/* the peek sees the disk tier as B's turn will find it */
+	o = post("/v1/cache/peek", sys, ub, "head-B");
+	const char *pt = gt_str(o, "tier");
+	long long pc = gt_int(o, "cached_tokens");
+	printf("B's peek: tier %s, %lld cached tokens\n", pt ? pt : "?", pc);
+	CHECK(pt && !strcmp(pt, "nvme_disk") && pc == (long long)top,
+	      "B's peek: tier %s, %lld cached (want nvme_disk, %llu)",
+	      pt ? pt : "?", pc, (unsigned long long)top);
+	json_decref(o);
 
 	o = chat(sys, ub, "head-B");
 	long long c = gt_int(o, "usage.prompt_tokens_details.cached_tokens");

@@ -162,10 +162,7 @@ int main(int argc, char **argv)
 	      "gatewayd after SIGTERM: status %d", st);
 	free(bd);
 	/* engined saw the cancel (or the pipe go) and finished it early */
-	double end = moor_now() + 5;
-	while (moor_now() < end && !h_log_has("engined2", "finish cancel"))
-		nanosleep(&ts, NULL);
-	CHECK(h_log_has("engined2", "finish cancel"),
+	CHECK(gt_wait_log("engined2", "finish cancel", 5),
 	      "engined did not cancel the generation");
 	return h_done("test_gw_engined_down");
 }

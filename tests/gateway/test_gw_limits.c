@@ -5,7 +5,8 @@
  * - 3 MB of {"messages":[{},{},...]} (a million JSON values), four at
  *   once: 400 too_many_values, and gatewayd's peak RSS grows by less than
  *   100 MB (before: jansson's nodes, ~250 MB a body);
- * - 20,000 messages, a stop string of 2,000 bytes: 400 naming the field;
+ * - 20,000 messages, 1,025 tools, a stop string of 2,000 bytes, five stop
+ *   strings: 400 naming the field;
  * - a prompt past the window, and one of 1.2 million tokens (past
  *   PROTO_MAX_IDS, which once came back 503 + Retry-After, so clients
  *   retried it forever): 400 context_length_exceeded;
@@ -115,6 +116,15 @@ int main(int argc, char **argv)
 			*p = 'x';
 	expect_400(port, stop, "a stop string of 4000 bytes", "stop string");
 	free(stop);
+	char *tools = repeat_body("{\"messages\":[{\"role\":\"user\","
+				  "\"content\":\"a\"}],\"tools\":[",
+				  "{}", 1025, "]}");
+	expect_400(port, tools, "1025 tools", "'tools' has 1025");
+	free(tools);
+	expect_400(port,
+		   "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+		   "\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}",
+		   "five stop strings", "'stop' has 5 strings");
 
 	/* ---- the window ---- */
 	char *words = repeat_body("{\"messages\":[{\"role\":\"user\",\"content\":\"",

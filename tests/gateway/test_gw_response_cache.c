@@ -4,8 +4,10 @@
  * (its plans counter does not move), whole or streamed (the streamed
  * deltas add up to the same content). A sampled request (temperature 1) is
  * never answered from it, and a request that differs in max_tokens is a
- * miss. Off by default: tests/gateway/test_gw_end_align and the others run
- * without it. */
+ * miss. A reasoning budget's hidden close phrase is in neither the first
+ * answer nor its hit (a second gateway, the Qwen3.8 template). Off by
+ * default: tests/gateway/test_gw_end_align and the others run without
+ * it. */
 #include <stdlib.h>
 
 #include "t.h"
@@ -104,5 +106,53 @@ int main(int argc, char **argv)
 	free(bs);
 	free(b2);
 	free(b3);
+
+	/* a reasoning budget's hidden span is not among what the cache keeps:
+	 * a gateway of the Qwen3.8 template (the prompt opens <think>), a
+	 * budget of 8 reasoning tokens that the server closes with Qwen's
+	 * phrase (hidden: in the rows, never in the reply); the hit gives the
+	 * same reasoning, answer and completion_tokens, and neither holds the
+	 * phrase */
+	static const char *const extra2[] = {
+	    "--response-cache", "on", "--chat-template", "qwen3.8", NULL};
+	int port2;
+	gt_gatewayd(&port2, extra2);
+	REQUIRE(gt_wait_health(port2, 200, 20) == 200, "gatewayd2 not green");
+	char *bb =
+	    gt_chat_body("Tell me about tides.", 48, "\"reasoning_budget\":8");
+	json_t *rb[2];
+	for (int k = 0; k < 2; k++) {
+		gt_resp rr = gt_post(port2, "/v1/chat/completions", bb);
+		REQUIRE(rr.status == 200, "budget %d: %d %s", k, rr.status,
+			rr.body);
+		rb[k] = gt_json(&rr);
+		gt_resp_fini(&rr);
+	}
+	const char *sb = gt_str(rb[1], "usage.moor.source");
+	const char *r0 = gt_str(rb[0], "choices.0.message.reasoning_content"),
+		   *r1 = gt_str(rb[1], "choices.0.message.reasoning_content"),
+		   *c0 = gt_str(rb[0], "choices.0.message.content"),
+		   *c1 = gt_str(rb[1], "choices.0.message.content");
+	printf("a reasoning budget: first %s, second %s, %lld completion "
+	       "tokens\n",
+	       gt_str(rb[0], "usage.moor.source"), sb,
+	       gt_int(rb[0], "usage.completion_tokens"));
+	CHECK(h_log_has("engined1", "the reasoning budget (8) closed"),
+	      "the budget did not close the reasoning (engined's log)");
+	CHECK(sb && !strcmp(sb, "response_cache"), "the budget's hit: %s", sb);
+	CHECK(r0 && *r0 && r1 && !strcmp(r0, r1) && c0 && c1 && !strcmp(c0, c1),
+	      "the hit's reasoning or answer differs");
+	CHECK(gt_int(rb[0], "usage.completion_tokens") ==
+		  gt_int(rb[1], "usage.completion_tokens"),
+	      "the hit's completion_tokens differ");
+	for (int k = 0; k < 2; k++) {
+		char *t = json_dumps(rb[k], JSON_COMPACT);
+		CHECK(t && !strstr(t, "Considering the limited time"),
+		      "the hidden phrase reached the client (%s)",
+		      k ? "the hit" : "the first");
+		free(t);
+		json_decref(rb[k]);
+	}
+	free(bb);
 	return h_done("test_gw_response_cache");
 }

@@ -9,6 +9,10 @@
  *    gone) and started again on the same directory. The same prompt under
  *    salt B resumes nothing, and neither does it unsalted; under salt A it
  *    resumes from the disk tier (usage.moor.source "disk", cached_tokens > 0).
+ *    After another kill -9 (and a one-token completion that attaches the
+ *    engine), POST /v1/cache/prewarm of the prompt under salt C says
+ *    not_cached, under salt A it brings the prompt back from the disk tier
+ *    (restore.tier nvme_disk).
  * 2. The session spill (--disk-cache off, --session-spill-min-tokens 64):
  *    a two-turn conversation under salt A, session "conv"; SIGTERM of
  *    cached (its drain writes the resident conversation to the spill);
@@ -23,51 +27,18 @@
 #include "gwtest.h"
 #include "harness.h"
 
-static const char *cached_disk_args[] = {H_CACHED_BUDGETS,
-					 "--disk-dir",
-					 NULL,
-					 "--disk-cache-min-tokens",
-					 "64",
-					 "--disk-cache-min-free-gb",
-					 "0",
-					 "--session-spill-min-tokens",
-					 "100000000",
-					 NULL};
-static const char *cached_spill_args[] = {H_CACHED_BUDGETS,
-					  "--disk-dir",
-					  NULL,
-					  "--disk-cache",
-					  "off",
-					  "--session-spill-min-tokens",
-					  "64",
-					  NULL};
-
-static pid_t start_cached(const char *const *args, const char *logname)
-{
-	char *a[40] = {(char *)gt_.cached, "--device", (char *)h_device(),
-		       "--run-dir", (char *)gt_.run};
-	int k = 5;
-	for (int i = 0; args[i] && k < 39; i++)
-		a[k++] = (char *)args[i];
-	a[k] = NULL;
-	pid_t pid = h_spawn(logname, a);
-	REQUIRE(h_wait_ready(logname, "serving", gt_.run, "admin.sock", pid,
-			     20) == 0,
-		"%s did not come up", logname);
-	REQUIRE(gt_wait_health(gt_.port, 200, 60) == 200,
-		"the stack is not green after %s", logname);
-	return pid;
-}
-
-/* The value after --disk-dir in args. */
-static void set_dir(const char **args, const char *dir)
-{
-	for (int i = 0; args[i]; i++)
-		if (!strcmp(args[i], "--disk-dir")) {
-			args[i + 1] = dir;
-			return;
-		}
-}
+static char ddisk[] = "/tmp/moor-gwsalt-disk-XXXXXX",
+	    dspill[] = "/tmp/moor-gwsalt-spill-XXXXXX";
+static const char *const cached_disk_args[] = {GT_CACHED_DISK_TIER(ddisk),
+					       NULL};
+static const char *const cached_spill_args[] = {H_CACHED_BUDGETS,
+						"--disk-dir",
+						dspill,
+						"--disk-cache",
+						"off",
+						"--session-spill-min-tokens",
+						"64",
+						NULL};
 
 /* A chat of msgs (a JSON array of messages) under salt (NULL: none):
  * its cached_tokens, its source in *src (static). */
@@ -137,6 +108,29 @@ static int disk_written(double timeout_s)
 	return 0;
 }
 
+/* POST /v1/cache/prewarm of msgs under salt (NULL: none): its JSON. */
+static json_t *prewarm(json_t *msgs, const char *salt, const char *session)
+{
+	json_t *b = json_pack("{s:O,s:i,s:i}", "messages", msgs, "max_tokens",
+			      4, "temperature", 0);
+	if (salt)
+		json_object_set_new(b, "cache_salt", json_string(salt));
+	char *t = json_dumps(b, JSON_COMPACT);
+	json_decref(b);
+	char hdr[128];
+	snprintf(hdr, sizeof hdr, "x-session-id: %s\r\n", session);
+	gt_resp r =
+	    gt_request(gt_.port, "POST", "/v1/cache/prewarm", t, hdr, 120);
+	free(t);
+	REQUIRE(r.status == 200, "a prewarm (salt %s): %d %s",
+		salt ? salt : "none", r.status, r.body);
+	printf("  prewarm salt %-8s: %s\n", salt ? salt : "none", r.body);
+	json_t *o = gt_json(&r);
+	gt_resp_fini(&r);
+	REQUIRE(o, "the prewarm's answer is not JSON");
+	return o;
+}
+
 static void disk_tier(void)
 {
 	printf("the disk tier, after kill -9 of cached:\n");
@@ -146,7 +140,7 @@ static void disk_tier(void)
 	CHECK(c == 0, "salt A's first request resumed %lld", c);
 	REQUIRE(disk_written(60), "the disk tier wrote no anchor");
 	h_kill9(gt_.cd);
-	gt_.cd = start_cached(cached_disk_args, "cached2");
+	gt_.cd = gt_cached(cached_disk_args, "cached2");
 	c = chat(p, "tenant-B", "disk-B", &src, NULL);
 	CHECK(c == 0, "salt B resumed %lld tokens of salt A's (%s)", c, src);
 	c = chat(p, NULL, "disk-N", &src, NULL);
@@ -155,6 +149,30 @@ static void disk_tier(void)
 	CHECK(c >= 64 && !strcmp(src, "disk"),
 	      "salt A resumed %lld tokens from %s (want the disk tier)", c,
 	      src);
+
+	/* a prewarm from the disk tier after another kill -9, salted like
+	 * the rest: another salt finds nothing, salt A's is brought back */
+	printf("a prewarm from the disk tier, after another kill -9:\n");
+	h_kill9(gt_.cd);
+	gt_.cd = gt_cached(cached_disk_args, "cached2b");
+	/* engined attaches to the new cached at its next generation */
+	gt_resp cr = gt_post(gt_.port, "/v1/completions",
+			     "{\"prompt\":[1000],\"max_tokens\":1,"
+			     "\"temperature\":0}");
+	REQUIRE(cr.status == 200, "a completion: %d %s", cr.status, cr.body);
+	gt_resp_fini(&cr);
+	json_t *w = prewarm(p, "tenant-C", "disk-C");
+	CHECK(
+	    json_is_false(json_object_get(w, "prewarmed")) &&
+		!strcmp(gt_str(w, "why") ? gt_str(w, "why") : "", "not_cached"),
+	    "salt C's prewarm of salt A's prompt found something");
+	json_decref(w);
+	w = prewarm(p, "tenant-A", "disk-A3");
+	const char *wt = gt_str(w, "restore.tier");
+	CHECK(json_is_true(json_object_get(w, "prewarmed")) && wt &&
+		  !strcmp(wt, "nvme_disk") && gt_int(w, "restore.cached") >= 64,
+	      "salt A's prewarm: not brought back from the disk tier");
+	json_decref(w);
 	json_decref(p);
 }
 
@@ -169,14 +187,13 @@ static void append_reply(json_t *msgs, json_t *reply, const char *next)
 	    msgs, json_pack("{s:s,s:s}", "role", "user", "content", next));
 }
 
-static void spill(const char *dir)
+static void spill(void)
 {
 	printf("the session spill, after SIGTERM of cached:\n");
 	/* a cached of the spill alone, its drain written at its exit */
 	kill(gt_.cd, SIGTERM);
 	REQUIRE(h_wait_exit(gt_.cd, 60) == 0, "cached did not exit 0");
-	set_dir(cached_spill_args, dir);
-	gt_.cd = start_cached(cached_spill_args, "cached3");
+	gt_.cd = gt_cached(cached_spill_args, "cached3");
 	json_t *a = long_prompt("the northern sea", 80);
 	const char *src;
 	json_t *r;
@@ -189,7 +206,7 @@ static void spill(const char *dir)
 	kill(gt_.cd, SIGTERM);
 	REQUIRE(h_wait_exit(gt_.cd, 60) == 0, "cached did not exit 0");
 	CHECK(h_log_has("cached3", "drain: done"), "no drain in cached's log");
-	gt_.cd = start_cached(cached_spill_args, "cached4");
+	gt_.cd = gt_cached(cached_spill_args, "cached4");
 	long long c = chat(a, "tenant-B", "conv", &src, NULL);
 	CHECK(c == 0, "salt B resumed %lld tokens of salt A's (%s)", c, src);
 	c = chat(a, NULL, "conv", &src, NULL);
@@ -202,14 +219,11 @@ static void spill(const char *dir)
 
 int main(int argc, char **argv)
 {
-	static char ddisk[] = "/tmp/moor-gwsalt-disk-XXXXXX",
-		    dspill[] = "/tmp/moor-gwsalt-spill-XXXXXX";
 	REQUIRE(mkdtemp(ddisk) && mkdtemp(dspill), "mkdtemp");
-	set_dir(cached_disk_args, ddisk);
 	gt_.cached_args = cached_disk_args;
 	gt_stack(argc, argv, "gwsalt", 280, NULL, NULL, NULL);
 	disk_tier();
-	spill(dspill);
+	spill();
 	int rc = h_done("test_gw_salt_nvme");
 	char cmd[160];
 	snprintf(cmd, sizeof cmd, "rm -rf %s %s", ddisk, dspill);

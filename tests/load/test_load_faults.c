@@ -2,8 +2,10 @@
  * bounded in count and time. It prints a table.
  *
  * 1. Load: clients at once, each on its own connection, mixing short
- *    chats, streamed chats, long prompts, clients that vanish mid-stream
- *    and slowloris clients (their head a byte at a time). Every request
+ *    chats, streamed chats, long prompts, clients that vanish mid-stream,
+ *    slowloris clients (their head a byte at a time) and abusive bodies
+ *    (a million empty objects, nesting 100,000 deep, 20,000 messages:
+ *    400, or 503 with a Retry-After past the queue). Every request
  *    that waits for its answer gets one: 200, or 503 with a Retry-After
  *    past the queue; a stream ends with [DONE]; a slowloris connection is
  *    closed by the gateway (--read-timeout-s); a slow reader (a stream
@@ -14,13 +16,15 @@
  *    p99 latency per kind, the peak RSS (VmHWM) of gatewayd and cached,
  *    and gatewayd's growth over the load under the RSS bound its log
  *    states.
- * 2. Faults under load: kill -9 of engined, of gatewayd and of cached, one
- *    at a time (the test supervises: the victim is started again at
- *    once), while clients are in flight. Every request in flight gets an
- *    answer or an error (a status, or its connection closed), none hangs;
- *    the stack is green again after each restart and answers a chat; and
- *    engined's restart keeps the RAM caches (a conversation's follow-up
- *    after it resumes, cached_tokens > 0).
+ * 2. engined's restart keeps the RAM caches (a conversation's follow-up
+ *    after a kill -9 of engined resumes, cached_tokens > 0). Then faults
+ *    under load, with deploy/run supervising (a stack of its own on
+ *    another port, the tests' budgets): kill -9 of engined, of gatewayd
+ *    and of cached, one at a time, while clients are in flight; deploy/run
+ *    starts the victim again. Every request in flight gets an answer or an
+ *    error (a status, or its connection closed), none hangs; the stack is
+ *    green again after each restart and answers a chat; SIGTERM then
+ *    stops deploy/run with exit 0 and no daemon left.
  *
  * The suite's run (suite slow) is the short version; MOOR_LOAD_FULL=1 (the
  * bench target bench_load_faults) sends 1,000 clients and kills each
@@ -32,13 +36,15 @@
 
 #include "t.h"
 
+#include "buf.h"
+
 #include "gwtest.h"
 #include "harness.h"
 
-enum { K_SHORT, K_STREAM, K_LONG, K_VANISH, K_SLOW, K_SLOWREAD, K_N };
-static const char *const kind_name[K_N] = {"short chat",  "streamed chat",
-					   "long prompt", "vanishes",
-					   "slowloris",	  "slow reader"};
+enum { K_SHORT, K_STREAM, K_LONG, K_VANISH, K_SLOW, K_SLOWREAD, K_ABUSE, K_N };
+static const char *const kind_name[K_N] = {
+    "short chat", "streamed chat", "long prompt", "vanishes",
+    "slowloris",  "slow reader",   "abusive body"};
 
 /* A slow reader reads its stream's head, then nothing for SLOWREAD_S
  * (the gateway's --write-timeout-s is WRITE_TIMEOUT_S; its fixed send
@@ -64,6 +70,38 @@ typedef struct cl {
 
 static char *long_text;
 
+/* The abusive bodies of test_gw_rss_bound, refused before the work they
+ * would cause (400): a million empty objects (3 MB), nesting 100,000
+ * deep, 20,000 messages. malloc'd. */
+static char *abusive_body(int which)
+{
+	moor_buf b = {0};
+	moor_buf_puts(&b, "{\"messages\":");
+	if (which == 0) {
+		moor_buf_puts(&b, "[{}");
+		for (int i = 1; i < 1000000; i++)
+			moor_buf_puts(&b, ",{}");
+		moor_buf_puts(&b, "]");
+	} else if (which == 1) {
+		for (int i = 0; i < 100000; i++)
+			moor_buf_puts(&b, "[");
+		for (int i = 0; i < 100000; i++)
+			moor_buf_puts(&b, "]");
+	} else {
+		moor_buf_puts(&b, "[");
+		for (int i = 0; i < 20000; i++)
+			moor_buf_puts(&b, i ? ",{\"role\":\"user\",\"content\":"
+					      "\"x\"}"
+					    : "{\"role\":\"user\",\"content\":"
+					      "\"x\"}");
+		moor_buf_puts(&b, "]");
+	}
+	moor_buf_puts(&b, "}");
+	REQUIRE(!b.err, "oom");
+	size_t n;
+	return moor_buf_take(&b, &n);
+}
+
 static char *body_of(int kind, int i)
 {
 	char u[64];
@@ -77,6 +115,8 @@ static char *body_of(int kind, int i)
 	case K_SLOWREAD:
 		return gt_chat_body(u, SLOWREAD_TOKENS,
 				    "\"stream\":true,\"ignore_eos\":true");
+	case K_ABUSE:
+		return abusive_body(i / 40 % 3);
 	default:
 		return gt_chat_body(u, 4, "");
 	}
@@ -226,7 +266,8 @@ static void load(int port, int n, pid_t gw, pid_t cd)
 {
 	cl *c = calloc((size_t)n, sizeof *c);
 	/* a mix: 50% short, 20% streamed, 5% long, 10% vanish, 15% slowloris;
-	 * every 40th a slow reader instead */
+	 * every 40th a slow reader instead, and every 40th (another) an
+	 * abusive body */
 	static const int mix[20] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 				    1, 1, 1, 1, 2, 3, 3, 4, 4, 4};
 	double t0 = moor_now();
@@ -234,15 +275,18 @@ static void load(int port, int n, pid_t gw, pid_t cd)
 	gt_reset_hwm(gw);
 	long rss0 = gt_status_kb(gw, "VmRSS:");
 	for (int i = 0; i < n; i++)
-		cl_start(&c[i], port, i % 40 == 39 ? K_SLOWREAD : mix[i % 20],
+		cl_start(&c[i], port,
+			 i % 40 == 39	? K_SLOWREAD
+			 : i % 40 == 19 ? K_ABUSE
+					: mix[i % 20],
 			 i, t0);
 	printf("the %d clients connected in %.1f s\n", n, moor_now() - t0);
 	drive(c, n, t0 + 240);
 	int slow_cut = 0;
-	printf("\n%-14s %6s %6s %6s %6s %6s %8s %8s\n", "kind", "n", "200",
-	       "503", "other", "hung", "p50 s", "p99 s");
+	printf("\n%-14s %6s %6s %6s %6s %6s %6s %8s %8s\n", "kind", "n", "200",
+	       "400", "503", "other", "hung", "p50 s", "p99 s");
 	for (int k = 0; k < K_N; k++) {
-		int cnt = 0, ok = 0, busy = 0, other = 0, hung = 0;
+		int cnt = 0, ok = 0, bad = 0, busy = 0, other = 0, hung = 0;
 		double *lat = calloc((size_t)n, sizeof *lat);
 		int nl = 0;
 		for (int i = 0; i < n; i++) {
@@ -265,7 +309,9 @@ static void load(int port, int n, pid_t gw, pid_t cd)
 				      i, x->secs);
 				continue;
 			}
-			if (x->status == 200) {
+			if (k == K_ABUSE && x->status == 400) {
+				bad++;
+			} else if (x->status == 200 && k != K_ABUSE) {
 				ok++;
 				if (k == K_STREAM)
 					CHECK(x->stream_done,
@@ -289,9 +335,9 @@ static void load(int port, int n, pid_t gw, pid_t cd)
 			}
 		}
 		qsort(lat, (size_t)nl, sizeof *lat, cmp_d);
-		printf("%-14s %6d %6d %6d %6d %6d %8.2f %8.2f\n", kind_name[k],
-		       cnt, ok, busy, other, hung, nl ? lat[nl / 2] : 0,
-		       nl ? lat[(nl * 99) / 100] : 0);
+		printf("%-14s %6d %6d %6d %6d %6d %6d %8.2f %8.2f\n",
+		       kind_name[k], cnt, ok, bad, busy, other, hung,
+		       nl ? lat[nl / 2] : 0, nl ? lat[(nl * 99) / 100] : 0);
 		free(lat);
 	}
 	long hwm = gt_status_kb(gw, "VmHWM:"),
@@ -339,39 +385,148 @@ static long long chat_cached(int port, const char *body, const char *sess)
 enum { V_ENGINED, V_GATEWAYD, V_CACHED };
 static const char *const victim_name[] = {"engined", "gatewayd", "cached"};
 
-/* 2. one kill -9 under load: n clients, the victim killed after 1 s and
- * started again at once */
+/* ---- 2. faults under deploy/run -------------------------------------- */
+
+/* deploy/run on a port and run dir of its own: its messages and its
+ * daemons' stderr go to one log. */
+static struct {
+	pid_t run;
+	int port;
+	char log[300];
+} dr_;
+
+/* The pid deploy/run last says it started name with ("deploy/run:
+ * started NAME (pid N)"), or 0. */
+static pid_t dr_pid(const char *name)
+{
+	FILE *f = fopen(dr_.log, "r");
+	if (!f)
+		return 0;
+	char line[2048], want[64];
+	snprintf(want, sizeof want, "deploy/run: started %s (pid ", name);
+	pid_t pid = 0;
+	while (fgets(line, sizeof line, f)) {
+		const char *k = strstr(line, want);
+		if (k)
+			pid = (pid_t)atol(k + strlen(want));
+	}
+	fclose(f);
+	return pid;
+}
+
+/* deploy/run's daemons are its children, not ours: they are added to the
+ * harness's list (its log: deploy/run's), so that a test that fails or
+ * runs out of time ends them by pid too (deploy/run itself ends them in
+ * order on SIGTERM, but not when it is killed). */
+static void dr_track(pid_t pid)
+{
+	REQUIRE(pid > 0 && h_.n < H_MAX_PROCS, "cannot track pid %d", pid);
+	h_.pid[h_.n] = pid;
+	snprintf(h_.log[h_.n], sizeof h_.log[0], "%s", dr_.log);
+	h_.n++;
+}
+
+/* deploy/run (--no-setup, this build's daemons) with the tests' budgets
+ * and the load's gateway flags, green. */
+static void dr_start(void)
+{
+	char build[300], cargs[512] = "--device ", eargs[128];
+	snprintf(build, sizeof build, "%s", gt_.cached);
+	for (int k = 0; k < 2; k++) /* BUILD/cached/cached */
+		*strrchr(build, '/') = 0;
+	static const char *const budgets[] = {H_CACHED_BUDGETS, NULL};
+	strcat(cargs, h_device());
+	for (int i = 0; budgets[i]; i++) {
+		strcat(cargs, " ");
+		strcat(cargs, budgets[i]);
+	}
+	snprintf(eargs, sizeof eargs, "--connect-timeout 20 --backend %s",
+		 tb_name());
+	setenv("MOOR_BUILD", build, 1);
+	setenv("MOOR_CACHED_ARGS", cargs, 1);
+	setenv("MOOR_ENGINED_ARGS", eargs, 1);
+	setenv("MOOR_GATEWAYD_ARGS", "", 1);
+	dr_.port = gt_free_port();
+	REQUIRE(dr_.port > 0, "no free port");
+	char port[16], script[400];
+	snprintf(port, sizeof port, "%d", dr_.port);
+	snprintf(script, sizeof script, "%s/deploy/run", t_src());
+	char *argv[] = {"/bin/bash",
+			script,
+			"--no-setup",
+			"--model",
+			(char *)gt_.model,
+			"--port",
+			port,
+			"--run-dir",
+			(char *)h_subdir("drun"),
+			"--threads",
+			"2",
+			"--grid",
+			"64",
+			"--window",
+			"4096",
+			"--disk-dir",
+			"",
+			"--",
+			"--read-timeout-s",
+			"3",
+			"--queue-wait-s",
+			"60",
+			"--max-conns",
+			"8192",
+			NULL};
+	snprintf(dr_.log, sizeof dr_.log, "%s/deployrun.log", h_.dir);
+	dr_.run = h_spawn("deployrun", argv);
+	REQUIRE(gt_wait_health(dr_.port, 200, 120) == 200,
+		"deploy/run's stack did not come up green");
+	for (int v = 0; v < 3; v++)
+		dr_track(dr_pid(victim_name[v]));
+}
+
+/* SIGTERM: deploy/run stops gatewayd, engined and cached in order and
+ * exits 0. */
+static void dr_stop(void)
+{
+	pid_t d[3];
+	for (int v = 0; v < 3; v++)
+		d[v] = dr_pid(victim_name[v]);
+	kill(dr_.run, SIGTERM);
+	int st = h_wait_exit(dr_.run, 120);
+	CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	      "deploy/run after SIGTERM: status %d", st);
+	for (int v = 0; v < 3; v++) {
+		CHECK(kill(d[v], 0) != 0, "deploy/run left %s (pid %d)",
+		      victim_name[v], d[v]);
+		h_forget(d[v]);
+	}
+}
+
+/* One kill -9 under load: n clients, the victim killed after 1 s; deploy/run
+ * starts it again. */
 static void fault(int victim, int n, int round)
 {
+	const char *name = victim_name[victim];
 	cl *c = calloc((size_t)n, sizeof *c);
 	double t0 = moor_now();
 	for (int i = 0; i < n; i++)
-		cl_start(&c[i], gt_.port, i % 3 == 0 ? K_STREAM : K_SHORT, i,
+		cl_start(&c[i], dr_.port, i % 3 == 0 ? K_STREAM : K_SHORT, i,
 			 t0);
 	/* the clients run meanwhile: drive them for a second first */
 	drive(c, n, t0 + 1.0);
+	pid_t v = dr_pid(name), nv = v;
+	REQUIRE(v > 0, "deploy/run named no pid for %s", name);
 	double tk = moor_now();
-	switch (victim) {
-	case V_ENGINED:
-		h_kill9(gt_.ed);
-		gt_engined(NULL, NULL);
-		break;
-	case V_GATEWAYD:
-		h_kill9(gt_.gw);
-		gt_.gw = gt_gatewayd(&gt_.port, NULL);
-		break;
-	case V_CACHED: {
-		/* a log of its own each time: logs are appended to, and the
-		 * last one's "serving" would end the wait before this cached
-		 * is up */
-		char ln[32];
-		snprintf(ln, sizeof ln, "cached_again_%d", round);
-		h_kill9(gt_.cd);
-		gt_.cd = h_cached(gt_.cached, gt_.run, ln);
-		break;
-	}
+	kill(v, SIGKILL);
+	h_forget(v);
+	/* deploy/run's supervisor sees it die and starts it again */
+	while ((nv = dr_pid(name)) == v && moor_now() < tk + 30) {
+		struct timespec ts = {0, 20 * 1000 * 1000};
+		nanosleep(&ts, NULL);
 	}
 	double tr = moor_now();
+	REQUIRE(nv != v, "deploy/run did not start %s again in 30 s", name);
+	dr_track(nv);
 	drive(c, n, t0 + 180);
 	int answered = 0, errors = 0, hung = 0;
 	for (int i = 0; i < n; i++) {
@@ -384,18 +539,18 @@ static void fault(int victim, int n, int round)
 		else
 			errors++;
 	}
-	int green = gt_wait_health(gt_.port, 200, 60);
+	int green = gt_wait_health(dr_.port, 200, 60);
 	char *b = gt_chat_body("After the fault.", 2, "");
-	gt_resp r = gt_post(gt_.port, "/v1/chat/completions", b);
+	gt_resp r = gt_post(dr_.port, "/v1/chat/completions", b);
 	printf("kill -9 %-8s (round %d): %3d in flight: %3d answered, %3d "
-	       "errors, %d hung; restarted in %.2f s, green %s, a chat %d\n",
-	       victim_name[victim], round, n, answered, errors, hung, tr - tk,
+	       "errors, %d hung; deploy/run restarted it in %.2f s, green "
+	       "%s, a chat %d\n",
+	       name, round, n, answered, errors, hung, tr - tk,
 	       green == 200 ? "yes" : "no", r.status);
-	CHECK(hung == 0, "kill -9 %s: %d of %d requests hung",
-	      victim_name[victim], hung, n);
-	CHECK(green == 200, "kill -9 %s: not green again", victim_name[victim]);
-	CHECK(r.status == 200, "kill -9 %s: a chat after it: %d %s",
-	      victim_name[victim], r.status, r.body);
+	CHECK(hung == 0, "kill -9 %s: %d of %d requests hung", name, hung, n);
+	CHECK(green == 200, "kill -9 %s: not green again", name);
+	CHECK(r.status == 200, "kill -9 %s: a chat after it: %d %s", name,
+	      r.status, r.body);
 	gt_resp_fini(&r);
 	free(b);
 	for (int i = 0; i < n; i++) {
@@ -462,9 +617,19 @@ int main(int argc, char **argv)
 	free(t1);
 	free(t2);
 
+	/* the faults under deploy/run, as a user runs the stack: the load's
+	 * stack goes first */
+	pid_t first[3] = {gt_.gw, gt_.ed, gt_.cd};
+	for (int i = 0; i < 3; i++) {
+		kill(first[i], SIGTERM);
+		REQUIRE(h_wait_exit(first[i], 60) >= 0, "the load's stack did "
+							"not stop");
+	}
+	dr_start();
 	for (int k = 0; k < rounds; k++)
 		for (int v = 0; v < 3; v++)
 			fault(v, n_fault, k + 1);
+	dr_stop();
 	free(long_text);
 	return h_done("test_load_faults");
 }
