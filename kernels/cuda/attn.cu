@@ -1143,9 +1143,15 @@ int kcu_attention(kern_queue *q, float *out, const float *qv, int ldq,
 		 T > KCU_SPLIT_ROWS && ldq % 4 == 0 &&
 		 ((uintptr_t)qv & 15) == 0 && ((uintptr_t)K & 15) == 0 &&
 		 ((uintptr_t)V & 15) == 0;
-	if (tc && !q->capturing && kcu_attn_wg_wanted(q->ctx, D))
-		return kcu_attention_wg(q, out, qv, ldq, K, V, T, pos0, Hq, Hkv,
-					scale);
+	if (tc && !q->capturing && kcu_attn_wg_wanted(q->ctx, D)) {
+		int rc = kcu_attention_wg(q, out, qv, ldq, K, V, T, pos0, Hq,
+					  Hkv, scale);
+		/* MOOR_EUNSUP: no tensor map for these rows (the driver's
+		 * encoder missing or refusing them, the same answer for the
+		 * same chunk every time): k_flash runs them */
+		if (rc != MOOR_EUNSUP)
+			return rc;
+	}
 	if (tc && D == 256)
 		return run_flash<256>(q, out, qv, ldq, K, V, T, pos0, Hq, Hkv, scale);
 	if (tc && D == 128)
