@@ -14,7 +14,8 @@
  *                pin_bytes, park_bytes, store_bytes), kept by the cache.
  *
  * The levels, cheapest first: state store, body anchors, end anchor, guest
- * stash, parked session, pinned head.
+ * stash, parked session, pinned head (cache_levels: each level is a tier,
+ * whose bytes and give_back the policy calls).
  */
 #include "cache_int.h"
 #include "moor.h"
@@ -26,7 +27,7 @@ uint64_t held_bytes(cache *c)
 
 int lv_on_host(int lv)
 {
-	return lv == LV_STORE || lv == LV_PARK || lv == LV_PIN;
+	return (cache_levels[lv]->flags & TIER_HOST) != 0;
 }
 
 int lv_counts(cache *c, int lv)
@@ -36,71 +37,12 @@ int lv_counts(cache *c, int lv)
 
 uint64_t lv_bytes(cache *c, int lv)
 {
-	switch (lv) {
-	case LV_STORE:
-		return c->st_bytes;
-	case LV_ANCHORS:
-		return (uint64_t)c->n_anc * anchor_bytes(c);
-	case LV_END:
-		return c->end.buf ? anchor_bytes(c) : 0;
-	case LV_STASH:
-		return c->stash.have ? arena_block_size(c->dev, c->stash.off)
-				     : 0;
-	case LV_PARK:
-		return c->park.have ? c->park.bytes : 0;
-	case LV_PIN:
-		return c->pin.have ? c->pin.bytes : 0;
-	}
-	return 0;
+	return cache_levels[lv]->bytes(c);
 }
 
 uint64_t give_back_one(cache *c, int lv)
 {
-	uint64_t b = 0;
-	int i;
-	switch (lv) {
-	case LV_STORE:
-		i = store_lru(c);
-		if (i < 0)
-			return 0;
-		b = c->st[i].bytes;
-		store_evict(c, (uint32_t)i);
-		break;
-	case LV_ANCHORS:
-		if (c->protect_anchors)
-			return 0;
-		i = anchor_victim(c, 1);
-		if (i < 0)
-			return 0;
-		b = anchor_bytes(c);
-		anchor_drop(c, (uint32_t)i);
-		c->k.evictions++;
-		break;
-	case LV_END:
-		if (!c->end.buf || c->end.busy)
-			return 0;
-		b = anchor_bytes(c);
-		end_release(c);
-		break;
-	case LV_STASH:
-		if (!c->stash.have)
-			return 0;
-		b = lv_bytes(c, LV_STASH);
-		stash_drop(c);
-		break;
-	case LV_PARK:
-		if (!c->park.have || c->park.busy)
-			return 0;
-		b = c->park.bytes;
-		park_drop(c);
-		break;
-	case LV_PIN:
-		if (!c->pin.have || c->pin.busy)
-			return 0;
-		b = c->pin.bytes;
-		pin_drop(c);
-		break;
-	}
+	uint64_t b = cache_levels[lv]->give_back(c);
 	if (b) {
 		c->k.shed[lv]++;
 		c->k.shed_bytes[lv] += b;
@@ -184,25 +126,20 @@ int policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
 		moor_warn("%s", err ? err : "cache: prefill refused");
 		return MOOR_ENOSPACE;
 	}
-	static const int first[] = {LV_STORE, LV_ANCHORS, LV_END};
-	static const int last[] = {LV_STASH, LV_PARK, LV_PIN};
+	/* the levels cheapest first; at the guest stash's, a guest that
+	 * asks for one runs without it first (the rows it writes are cut
+	 * from the resident prompt) */
 	while (held_bytes(c) + ws + *stash_need > peak) {
 		int done = 0;
-		for (int i = 0; i < 3 && !done; i++)
-			if (lv_counts(c, first[i]) &&
-			    give_back_one(c, first[i]))
+		for (int l = 0; l < LV_N && !done; l++) {
+			if (l == LV_STASH && *stash_need) {
+				*stash_need = 0;
+				c->k.shed[LV_STASH]++;
 				done = 1;
-		if (!done && *stash_need) {
-			/* the guest's stash is the level that gives: the
-			 * guest runs without one (the rows it writes are cut
-			 * from the resident prompt) */
-			*stash_need = 0;
-			c->k.shed[LV_STASH]++;
-			done = 1;
+			} else if (lv_counts(c, l) && give_back_one(c, l)) {
+				done = 1;
+			}
 		}
-		for (int i = 0; i < 3 && !done; i++)
-			if (lv_counts(c, last[i]) && give_back_one(c, last[i]))
-				done = 1;
 		if (!done) {
 			moor_errf(err,
 				  "cache: a prefill needing %.3f GiB of "

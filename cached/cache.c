@@ -7,6 +7,7 @@
 
 #include "cache_int.h"
 #include "moor.h"
+#include "proto.h"
 
 #define GiB (1024ull * 1024 * 1024)
 #define MiB (1024ull * 1024)
@@ -312,18 +313,14 @@ char *str_dup(const char *s)
 
 const char *cache_tier_name(int tier)
 {
-#define TIER_NAME(id, v, name, source, word) [v] = name,
-	static const char *const names[PROTO_TIER_COUNT] = {
-	    PROTO_TIERS(TIER_NAME)};
-#undef TIER_NAME
-	if (tier < 0 || tier >= PROTO_TIER_COUNT)
-		return "unknown";
-	return names[tier];
+	return proto_tier_name(tier < 0 ? UINT32_MAX : (uint32_t)tier);
 }
+
 /* ---- lifecycle ---- */
 
 int cache_new(const cache_cfg *cfg, cache **out, char *err)
 {
+	MOOR_ASSERT(tiers_check());
 	*out = NULL;
 	if (cfg->device_bytes < ARENA_ALIGN || cfg->host_bytes < ARENA_ALIGN) {
 		moor_errf(err, "cache: arena sizes %llu and %llu are too small",
@@ -627,42 +624,17 @@ int cache_clear(cache *c, const char *tier)
 	if (!tier)
 		return MOOR_ERANGE;
 	/* "ram": every RAM cache; "all": those and the NVMe tiers */
-	int all = strcmp(tier, "all") == 0 || strcmp(tier, "ram") == 0;
-	if (!all && strcmp(tier, "resident") && strcmp(tier, "end") &&
-	    strcmp(tier, "stash") && strcmp(tier, "pin") &&
-	    strcmp(tier, "park") && strcmp(tier, "store") &&
-	    strcmp(tier, "spill") && strcmp(tier, "disk"))
+	int all = !strcmp(tier, "all"), ram = !strcmp(tier, "ram");
+	const tier_ops *one = all || ram ? NULL : tier_named(tier);
+	if (!all && !ram && !one)
 		return MOOR_ERANGE;
-	if (!strcmp(tier, "all") || !strcmp(tier, "spill"))
-		(void)spill_clear(c);
-	if (!strcmp(tier, "all") || !strcmp(tier, "disk"))
-		(void)disk_clear(c);
-	if (!strcmp(tier, "spill") || !strcmp(tier, "disk"))
-		return 0;
-	if (!c->have_layout)
-		return 0;
-	if (all || !strcmp(tier, "store"))
-		store_clear(c);
-	if (all || !strcmp(tier, "pin"))
-		pin_drop(c);
-	if (all || !strcmp(tier, "park"))
-		park_drop(c);
-	if ((all || !strcmp(tier, "stash")) && c->stash.have)
-		stash_drop(c);
-	if (all || !strcmp(tier, "end"))
-		end_release(c);
-	if (all || !strcmp(tier, "resident")) {
-		/* a turn in flight keeps its slots: they become the anchors
-		 * of the prompt it commits */
-		anchors_clear(c);
-		end_release(c);
-		if (c->stash.have)
-			stash_drop(c);
-		if (!c->t.active || c->t.guest || c->t.scratch) {
-			c->valid = 0;
-			c->n_mk = 0;
-			c->taint = NO_TAINT;
-		}
+	for (int i = 0; i < CACHE_N_TIERS; i++) {
+		const tier_ops *t = cache_tiers[i];
+		int nvme = (t->flags & TIER_NVME) != 0;
+		if (one ? t != one : ram && nvme)
+			continue;
+		if (nvme || c->have_layout)
+			(void)t->clear(c);
 	}
 	return 0;
 }

@@ -21,6 +21,10 @@
 
 #define NO_TAINT CACHE_NO_TAINT
 
+/* An integer member of a JSON object (jansson; the stats' parts). */
+#define CACHE_SETI(o, k, v)                                                    \
+	json_object_set_new(o, k, json_integer((json_int_t)(v)))
+
 static inline uint64_t min64(uint64_t a, uint64_t b)
 {
 	return a < b ? a : b;
@@ -121,8 +125,107 @@ typedef struct turn {
 	tslot slot[CACHE_MAX_SLOTS];
 } turn;
 
-/* Levels of the memory policy, cheapest first (Budget.LEVELS). */
+/* Levels of the memory policy, cheapest first (Budget.LEVELS): indices
+ * into cache_levels. */
 enum { LV_STORE = 0, LV_ANCHORS, LV_END, LV_STASH, LV_PARK, LV_PIN, LV_N };
+
+/* ---- the tiers: one interface every cache implements ----
+ *
+ * The planner asks each tier of cache_tiers, in the seed's lookup order
+ * (resident prefix, end anchor, pinned head, parked session, state store,
+ * then the session spill and the disk tier), what it offers the prompt,
+ * and takes the latest start (a tie stays with the tier asked first, the
+ * cheaper restore). The memory policy gives back through the same
+ * records, walking cache_levels in the seed's order of levels (Budget.
+ * LEVELS: state store, body anchors, end anchor, guest stash, parked
+ * session, pinned head). Each tier's record is in its own file. */
+
+/* What a tier is asked with: the prompt, what the rows in place share with
+ * it (c_res ids; their taint t_res), lim = min(c_res, n - 1), whether it
+ * runs as a guest, and `best`, the latest start offered so far (0: none).
+ * An offer sets the tier's bit in `seen` when the tier holds an entry for
+ * the prompt at all (offered or not: the store's miss count). */
+typedef struct tier_ask {
+	const cache_req *r;
+	uint64_t c_res, t_res, lim;
+	int guest;
+	uint64_t best;
+	uint32_t seen;
+} tier_ask;
+
+/* An offer: the state is restored to `start` (< n; its ids compared with
+ * the prompt's element by element); rows in place below k stay and [k,
+ * start) are the tier's copy; the resident prompt is cut to `cut`; taint
+ * is the plan's taint line before the planner's off-grid rule. src and
+ * name say which of the tier's entries (a span's anchor, a store entry, a
+ * spill entry). */
+typedef struct tier_offer {
+	uint64_t start, k, cut, taint;
+	int src;
+	char name[17];
+} tier_offer;
+
+enum {
+	TIER_HOST = 1,	   /* its bytes are in the host arena: counted by
+			    * the memory policy only when cfg.unified */
+	TIER_NVME = 2,	   /* on the drive: not a "ram" tier; cleared
+			    * without a layout; a restore that fails costs
+			    * the entry, and the prompt prefills cold */
+	TIER_IN_PLACE = 4, /* resumes on the rows in place (a guest stash
+			    * put back above its line reports STASH) */
+	TIER_MARKS = 8,	   /* its restore brings its rows' marks back */
+	TIER_CUTS = 16,	   /* its restore cuts the rows in place itself */
+};
+
+/* A tier. Members marked optional may be NULL. */
+typedef struct tier_ops {
+	int tier;	     /* CACHE_TIER_*: its name is proto_tier_name's */
+	int level;	     /* LV_*, -1: not a level of the memory policy */
+	const char *lv_name; /* the level's name in the stats (memory.shed) */
+	unsigned flags;	     /* TIER_* */
+	/* Optional (the stash offers nothing: it is put back first). 1 when
+	 * the tier offers a line above q->best, described in *o. Changes
+	 * nothing, counts nothing (peek calls it). */
+	int (*offer)(cache *c, tier_ask *q, tier_offer *o);
+	/* Optional. Marks the offer's source as the plan's (on = 1) so the
+	 * memory policy and the other caches leave it, or unmarks it. */
+	void (*busy)(cache *c, const tier_offer *o, int on);
+	/* The offer's state into the live buffers (rows [k, start), the
+	 * sections at start), every id of ids[0, start) it copies compared
+	 * first. Required where offer is. */
+	int (*restore)(cache *c, const tier_offer *o, const int32_t *ids,
+		       uint64_t limit);
+	/* Bytes that restore would copy into the live sequence (peek). */
+	uint64_t (*restore_bytes)(cache *c, const tier_offer *o);
+	/* Optional. A prompt it could have served that another source won
+	 * (its start): the tier's log line and count. */
+	void (*refused)(cache *c, const int32_t *ids, uint64_t n,
+			uint64_t start);
+	uint64_t (*bytes)(cache *c); /* bytes it holds now */
+	/* Optional (the NVMe tiers keep their own budgets on the drive).
+	 * Gives back one unit (an entry, an anchor, a whole span); the bytes
+	 * freed, 0 when nothing of it may go. */
+	uint64_t (*give_back)(cache *c);
+	int (*clear)(cache *c);
+	struct json_t *(*stats)(cache *c); /* its part of the stats */
+} tier_ops;
+
+extern const tier_ops tier_resident, tier_end, tier_stash, tier_pin, tier_park,
+    tier_store, tier_spill, tier_disk;
+#define CACHE_N_TIERS 8
+/* Lookup order (tiers.c); the stats' order too. */
+extern const tier_ops *const cache_tiers[CACHE_N_TIERS];
+/* The memory policy's levels, cheapest first: cache_levels[LV_*]. */
+extern const tier_ops *const cache_levels[LV_N];
+/* The tier of cached's name (cache_tier_name); NULL: none. */
+const tier_ops *tier_named(const char *name);
+/* 1 when the tables agree (each level's record is that level's, the
+ * required members are there). */
+int tiers_check(void);
+/* restore_bytes of a tier that resumes on the rows in place (the
+ * sections), and of one that copies the rows [k, start) too. */
+uint64_t tier_secs_bytes(cache *c, const tier_offer *o);
+uint64_t tier_rows_bytes(cache *c, const tier_offer *o);
 
 typedef struct cache_counters {
 	uint64_t plans, commits, aborts, refused, cold;
@@ -323,6 +426,8 @@ int span_rows_in(cache *c, const span *s, uint64_t a, uint64_t b);
 int span_rows_out(cache *c, const span *s, uint64_t a, uint64_t b);
 /* The largest held anchor line <= lim (index), -1 if none. */
 int span_anchor_le(const span *s, uint64_t lim, int with_end);
+/* The span's part of the stats (the pin's, the park's). */
+struct json_t *span_json(const span *s, uint64_t budget);
 
 /* ---- pin.c ---- */
 /* The head a pin of the rows in place would hold: its length and the

@@ -1912,3 +1912,55 @@ json_t *disk_stats_json(cache *c)
 #undef SETI
 	return o;
 }
+
+/* ---- the disk tier as a tier ---- */
+
+static int disk_tier_offer(cache *c, tier_ask *q, tier_offer *o)
+{
+	uint64_t s, k = min64(q->c_res, q->t_res);
+	if (q->guest || !disk_offer(c, q->r->ids, q->r->n, q->best, k, &s))
+		return 0;
+	memset(o, 0, sizeof *o);
+	o->start = s;
+	/* a cold grid prefill's rows: the chunks above the clean rows in
+	 * place are read */
+	o->k = o->cut = min64(k, s);
+	o->taint = NO_TAINT;
+	return 1;
+}
+
+static int disk_tier_restore(cache *c, const tier_offer *o, const int32_t *ids,
+			     uint64_t limit)
+{
+	return disk_restore(c, ids, o->k, o->start, limit);
+}
+
+static uint64_t disk_tier_restore_bytes(cache *c, const tier_offer *o)
+{
+	return disk_restore_bytes(c, o->k, o->start);
+}
+
+static uint64_t disk_bytes(cache *c)
+{
+	dk_item *it;
+	uint32_t n;
+	uint64_t total;
+	if (!c->disk || items_load(c->disk, &it, &n, &total))
+		return 0;
+	items_free(it, n);
+	return total;
+}
+
+/* Its own budget on the drive (disk_bytes by value, disk_days, the
+ * free-space floor): nothing for the memory policy to take. */
+const tier_ops tier_disk = {
+    .tier = CACHE_TIER_DISK,
+    .level = -1,
+    .flags = TIER_NVME,
+    .offer = disk_tier_offer,
+    .restore = disk_tier_restore,
+    .restore_bytes = disk_tier_restore_bytes,
+    .bytes = disk_bytes,
+    .clear = disk_clear,
+    .stats = disk_stats_json,
+};

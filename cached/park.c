@@ -10,6 +10,7 @@
  * place, gets them back: the parked rows and the rows in place are swapped
  * a block at a time, so B is parked while A comes back. One conversation
  * is parked at a time; a third session gives it up. */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -287,3 +288,89 @@ int park_swap(cache *c, int hi, uint64_t limit)
 	c->k.park_hits++;
 	return rc;
 }
+
+/* ---- the parked session as a tier ---- */
+
+static int park_offer(cache *c, tier_ask *q, tier_offer *o)
+{
+	const span *p = &c->park;
+	if (!p->have || q->guest || q->c_res < p->base)
+		return 0;
+	const cache_req *r = q->r;
+	uint64_t ck = common_prefix(r->ids, r->n, p->ids, p->top);
+	int j = span_anchor_le(p, min64(ck, r->n - 1), 1);
+	if (j < 0 || p->anc[j].line <= q->best || ck <= q->c_res)
+		return 0;
+	uint64_t s = p->anc[j].line;
+	memset(o, 0, sizeof *o);
+	o->start = s;
+	o->src = j;
+	o->cut = p->base;
+	o->taint = min64(q->t_res < p->base ? q->t_res : NO_TAINT,
+			 p->taint < s ? p->taint : NO_TAINT);
+	return 1;
+}
+
+static void park_busy(cache *c, const tier_offer *o, int on)
+{
+	c->park.busy = on;
+}
+
+static int park_restore(cache *c, const tier_offer *o, const int32_t *ids,
+			uint64_t limit)
+{
+	return park_swap(c, o->src, limit);
+}
+
+/* the sections and every parked row: the swap copies them all */
+static uint64_t park_restore_bytes(cache *c, const tier_offer *o)
+{
+	return c->sec_bytes + (c->park.top - c->park.base) * c->row_bytes;
+}
+
+static uint64_t park_bytes(cache *c)
+{
+	return c->park.have ? c->park.bytes : 0;
+}
+
+static uint64_t park_give_back(cache *c)
+{
+	if (!c->park.have || c->park.busy)
+		return 0;
+	uint64_t b = c->park.bytes;
+	park_drop(c);
+	return b;
+}
+
+static int park_clear(cache *c)
+{
+	park_drop(c);
+	return 0;
+}
+
+static json_t *park_stats(cache *c)
+{
+	json_t *o = span_json(&c->park, c->cfg.park_bytes);
+	CACHE_SETI(o, "parks", c->k.parks);
+	CACHE_SETI(o, "park_hits", c->k.park_hits);
+	CACHE_SETI(o, "dropped", c->k.park_dropped);
+	CACHE_SETI(o, "blocks_swapped", c->k.park_blocks_swapped);
+	return o;
+}
+
+/* The swap parks the rows in place from the park's base and brings the
+ * park's rows, marks included, back: it makes its own cut. */
+const tier_ops tier_park = {
+    .tier = CACHE_TIER_PARK,
+    .level = LV_PARK,
+    .lv_name = "park",
+    .flags = TIER_HOST | TIER_MARKS | TIER_CUTS,
+    .offer = park_offer,
+    .busy = park_busy,
+    .restore = park_restore,
+    .restore_bytes = park_restore_bytes,
+    .bytes = park_bytes,
+    .give_back = park_give_back,
+    .clear = park_clear,
+    .stats = park_stats,
+};

@@ -9,6 +9,7 @@
  * shares more with it than with the rows in place gets the rows copied back
  * and resumes at the largest pinned anchor it shares (planner.c). The pin
  * carries its rows' taint line. */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,3 +100,93 @@ int pin_make(cache *c, uint64_t limit)
 	c->k.pins++;
 	return 0;
 }
+
+/* ---- the pinned head as a tier ---- */
+
+static int pin_offer(cache *c, tier_ask *q, tier_offer *o)
+{
+	if (!c->pin.have)
+		return 0;
+	const cache_req *r = q->r;
+	uint64_t cp = common_prefix(r->ids, r->n, c->pin.ids, c->pin.top);
+	int j = span_anchor_le(&c->pin, min64(cp, r->n - 1), 0);
+	if (j < 0 || c->pin.anc[j].line <= q->best)
+		return 0;
+	uint64_t s = c->pin.anc[j].line;
+	memset(o, 0, sizeof *o);
+	o->start = s;
+	o->src = j;
+	/* rows in place below k are clean and the pin's: its rows from k on
+	 * are copied */
+	o->k = o->cut = min64(min64(q->c_res, q->t_res), s);
+	o->taint = c->pin.taint < s ? c->pin.taint : NO_TAINT;
+	return 1;
+}
+
+static void pin_busy(cache *c, const tier_offer *o, int on)
+{
+	c->pin.busy = on;
+}
+
+static int pin_restore(cache *c, const tier_offer *o, const int32_t *ids,
+		       uint64_t limit)
+{
+	MOOR_ASSERT(c->pin.have);
+	int rc = span_rows_in(c, &c->pin, o->k, o->start);
+	if (!rc)
+		rc = secs_in(c, host_at(c, c->pin.anc[o->src].off));
+	/* the pinned anchors over the restored rows are the resident's again
+	 * (the pin keeps its copies) */
+	for (uint32_t j = 0; j < c->pin.n_anc && !rc; j++)
+		if (c->pin.anc[j].line > o->k && c->pin.anc[j].line <= o->start)
+			(void)anchor_adopt(c, c->pin.anc[j].line,
+					   host_at(c, c->pin.anc[j].off),
+					   limit);
+	c->k.pin_hits++;
+	return rc;
+}
+
+static uint64_t pin_bytes(cache *c)
+{
+	return c->pin.have ? c->pin.bytes : 0;
+}
+
+static uint64_t pin_give_back(cache *c)
+{
+	if (!c->pin.have || c->pin.busy)
+		return 0;
+	uint64_t b = c->pin.bytes;
+	pin_drop(c);
+	return b;
+}
+
+static int pin_clear(cache *c)
+{
+	pin_drop(c);
+	return 0;
+}
+
+static json_t *pin_stats(cache *c)
+{
+	json_t *o = span_json(&c->pin, c->cfg.pin_bytes);
+	json_object_set_new(o, "pins", json_integer((json_int_t)c->k.pins));
+	json_object_set_new(o, "hits", json_integer((json_int_t)c->k.pin_hits));
+	json_object_set_new(o, "dropped",
+			    json_integer((json_int_t)c->k.pin_dropped));
+	return o;
+}
+
+const tier_ops tier_pin = {
+    .tier = CACHE_TIER_PIN,
+    .level = LV_PIN,
+    .lv_name = "pin",
+    .flags = TIER_HOST,
+    .offer = pin_offer,
+    .busy = pin_busy,
+    .restore = pin_restore,
+    .restore_bytes = tier_rows_bytes,
+    .bytes = pin_bytes,
+    .give_back = pin_give_back,
+    .clear = pin_clear,
+    .stats = pin_stats,
+};

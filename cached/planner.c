@@ -1,12 +1,15 @@
 /* planner.c: a turn (cache_plan, cache_commit, cache_abort).
  *
- * The plan asks every tier where the prompt could resume and takes the
- * source that starts latest (a tie goes to the cheaper restore: resident,
- * end, pin, park, store). Every offer is a line s < n (one token at least
- * is forwarded, for the logits) whose tokens were compared with the
- * prompt's element by element: the rows in place by their ids, the pin and
- * the park by theirs, the store by each entry's (its hash only picks which
- * to compare).
+ * The plan asks every tier of cache_tiers (tiers.c) where the prompt could
+ * resume and takes the source that starts latest (a tie goes to the tier
+ * asked first, the cheaper restore: resident, end, pin, park, store, then
+ * the spill and the disk tier, which offer only what starts later than
+ * every RAM source and reads faster than it prefills). Every offer is a
+ * line s < n (one token at least is forwarded, for the logits) whose
+ * tokens were compared with the prompt's element by element: the rows in
+ * place by their ids, the pin and the park by theirs, the store by each
+ * entry's (its hash only picks which to compare), the NVMe tiers by their
+ * index's and again by their files' before a byte is restored.
  *
  * Exactness (the taint line). Rows below taint and anchors at lines at or
  * below it are a cold grid prefill's bits; a resume there forwards exactly
@@ -36,16 +39,13 @@ enum { ACT_NONE = 0, ACT_PIN, ACT_PARK };
 typedef struct plan_a {
 	uint64_t n, c_res;
 	int guest, guest_declined;
-	int tier;
+	int tier;	     /* src's, CACHE_TIER_NONE when cold */
+	const tier_ops *src; /* NULL: cold */
+	tier_offer o;	     /* src's offer (cold: start 0, the cut) */
 	uint64_t start, cut, taint, k;
-	int src; /* span anchor index (pin, park) */
-	uint64_t src_line;
-	int store_seen;
+	uint32_t seen; /* tier_ask.seen */
 	uint64_t stash_lo, stash_hi, stash_bytes;
 	int act;
-	const int32_t *ids; /* the request's */
-	uint64_t src_taint;  /* the spill entry's */
-	char spill_name[17];
 } plan_a;
 
 /* The end of a scratch run: it only closes. */
@@ -59,126 +59,44 @@ static int scratch_end(cache *c)
 static void analyze(cache *c, const cache_req *r, int allow_guest, plan_a *A)
 {
 	memset(A, 0, sizeof *A);
-	A->ids = r->ids;
 	uint64_t n = r->n, t_res = c->taint;
 	A->n = n;
 	A->c_res = common_prefix(r->ids, n, c->res_ids, c->valid);
-	uint64_t lim = min64(A->c_res, n - 1);
 	A->guest = allow_guest && c->valid > 0 && n <= c->cfg.guest_max &&
 		   4 * n < c->valid;
 	A->tier = CACHE_TIER_NONE;
-	A->start = 0;
-	A->src = -1;
+	/* a cold prefill rewrites rows [0, min(shared, taint)) with the same
+	 * bits: for a request that keeps nothing, they and the anchors there
+	 * stay */
+	A->o.cut = r->no_cache ? min64(A->c_res, t_res) : 0;
+	A->o.taint = NO_TAINT;
 	if (!r->no_cache) {
-		int i = anchor_le(c, lim);
-		if (i >= 0) {
-			A->tier = CACHE_TIER_RESIDENT;
-			A->start = c->anc[i].line;
-		}
-		if (c->end.have && c->end.len <= lim && c->end.len > A->start) {
-			A->tier = CACHE_TIER_END;
-			A->start = c->end.len;
-		}
-		if (c->pin.have) {
-			uint64_t cp =
-			    common_prefix(r->ids, n, c->pin.ids, c->pin.top);
-			int j = span_anchor_le(&c->pin, min64(cp, n - 1), 0);
-			if (j >= 0 && c->pin.anc[j].line > A->start) {
-				A->tier = CACHE_TIER_PIN;
-				A->start = c->pin.anc[j].line;
-				A->src = j;
-			}
-		}
-		if (c->park.have && !A->guest && A->c_res >= c->park.base) {
-			uint64_t ck =
-			    common_prefix(r->ids, n, c->park.ids, c->park.top);
-			int j = span_anchor_le(&c->park, min64(ck, n - 1), 1);
-			if (j >= 0 && c->park.anc[j].line > A->start &&
-			    ck > A->c_res) {
-				A->tier = CACHE_TIER_PARK;
-				A->start = c->park.anc[j].line;
-				A->src = j;
-			}
-		}
+		/* the prompt's chain hashes: the store's and the disk tier's
+		 * keys */
 		store_prefix_hashes(c, r->ids, n);
-		int s = store_find(c, r->ids, n);
-		A->store_seen = s >= 0;
-		if (s >= 0 && c->st[s].len > A->start) {
-			A->tier = CACHE_TIER_STORE;
-			A->start = c->st[s].len;
-			A->src = s;
+		tier_ask q = {.r = r,
+			      .c_res = A->c_res,
+			      .t_res = t_res,
+			      .lim = min64(A->c_res, n - 1),
+			      .guest = A->guest};
+		for (int i = 0; i < CACHE_N_TIERS; i++) {
+			const tier_ops *t = cache_tiers[i];
+			tier_offer o;
+			if (t->offer && t->offer(c, &q, &o)) {
+				A->src = t;
+				A->tier = t->tier;
+				A->o = o;
+				q.best = o.start;
+			}
 		}
-		/* the session spill: only further than RAM by a chunk and
-		 * cheaper to read than to prefill (spill_offer) */
-		uint64_t ss, st;
-		int e = A->guest ? -1
-				 : spill_offer(c, r->ids, n, A->start, &ss, &st);
-		if (e >= 0) {
-			A->tier = CACHE_TIER_SPILL;
-			A->start = ss;
-			A->src_taint = st;
-			snprintf(A->spill_name, sizeof A->spill_name, "%s",
-				 spill_ent_name(c, e));
-		}
-		/* the disk tier: only later than every other source and
-		 * cheaper to read than to prefill (disk_offer) */
-		uint64_t ds;
-		if (!A->guest && disk_offer(c, r->ids, n, A->start,
-					    min64(A->c_res, t_res), &ds)) {
-			A->tier = CACHE_TIER_DISK;
-			A->start = ds;
-		}
+		A->seen = q.seen;
 	}
-	A->src_line = A->start;
-	uint64_t s = A->start, t = NO_TAINT;
-	switch (A->tier) {
-	case CACHE_TIER_NONE:
-		/* a cold prefill rewrites rows [0, min(shared, taint)) with
-		 * the same bits: for a request that keeps nothing, they and
-		 * the anchors there stay */
-		A->cut = r->no_cache ? min64(A->c_res, t_res) : 0;
-		break;
-	case CACHE_TIER_RESIDENT:
-		A->cut = s;
-		t = t_res < s ? t_res : NO_TAINT;
-		break;
-	case CACHE_TIER_END:
-		A->cut = s;
-		t = min64(c->end.taint, t_res);
-		t = t < s ? t : NO_TAINT;
-		break;
-	case CACHE_TIER_PIN:
-		A->k = min64(min64(A->c_res, t_res), s);
-		A->cut = A->k;
-		t = c->pin.taint < s ? c->pin.taint : NO_TAINT;
-		break;
-	case CACHE_TIER_STORE:
-		A->k = min64(min64(A->c_res, t_res), s);
-		A->cut = A->k;
-		t = c->st[A->src].taint < s ? c->st[A->src].taint : NO_TAINT;
-		break;
-	case CACHE_TIER_PARK:
-		A->cut = c->park.base;
-		t = min64(t_res < c->park.base ? t_res : NO_TAINT,
-			  c->park.taint < s ? c->park.taint : NO_TAINT);
-		break;
-	case CACHE_TIER_SPILL:
-		/* rows in place below k are clean and the entry's: its
-		 * blocks from k on are read */
-		A->k = min64(min64(A->c_res, t_res), s);
-		A->cut = A->k;
-		t = A->src_taint < s ? A->src_taint : NO_TAINT;
-		break;
-	case CACHE_TIER_DISK:
-		/* a cold grid prefill's rows: the chunks above the clean
-		 * rows in place are read */
-		A->k = min64(min64(A->c_res, t_res), s);
-		A->cut = A->k;
-		break;
-	}
-	if (s % c->lay->grid)
-		t = min64(t, s);
-	A->taint = t;
+	A->start = A->o.start;
+	A->cut = A->o.cut;
+	A->k = A->o.k;
+	A->taint = A->o.taint;
+	if (A->start % c->lay->grid)
+		A->taint = min64(A->taint, A->start);
 
 	if (A->guest) {
 		A->stash_lo = A->cut;
@@ -212,80 +130,27 @@ static void analyze(cache *c, const cache_req *r, int allow_guest, plan_a *A)
 
 static void set_busy(cache *c, const plan_a *A, int on)
 {
-	int i;
-	switch (A->tier) {
-	case CACHE_TIER_RESIDENT:
-		i = anchor_find(c, A->src_line);
-		if (i >= 0)
-			c->anc[i].busy = on;
-		break;
-	case CACHE_TIER_END:
-		c->end.busy = on;
-		break;
-	case CACHE_TIER_PIN:
-		c->pin.busy = on;
-		break;
-	case CACHE_TIER_PARK:
-		c->park.busy = on;
-		break;
-	case CACHE_TIER_STORE:
-		if (!on)
-			for (uint32_t j = 0; j < c->n_st; j++)
-				c->st[j].busy = 0;
-		else
-			c->st[A->src].busy = 1;
-		break;
-	}
+	if (A->src && A->src->busy)
+		A->src->busy(c, &A->o, on);
 }
 
-/* The source's state into the live buffers. */
-static int restore(cache *c, const plan_a *A, uint64_t limit)
+/* The source's state into the live buffers (a cold start: zeroed). */
+static int restore(cache *c, const plan_a *A, const int32_t *ids,
+		   uint64_t limit)
 {
-	int i;
-	switch (A->tier) {
-	case CACHE_TIER_NONE:
+	if (!A->src)
 		return secs_zero(c);
-	case CACHE_TIER_RESIDENT:
-		i = anchor_find(c, A->start);
-		MOOR_ASSERT(i >= 0);
-		return secs_in(c, dev_at(c, c->anc[i].off));
-	case CACHE_TIER_END:
-		MOOR_ASSERT(c->end.have && c->end.len == A->start);
-		c->k.end_hits++;
-		return secs_in(c, dev_at(c, c->end.off));
-	case CACHE_TIER_PIN: {
-		MOOR_ASSERT(c->pin.have);
-		int rc = span_rows_in(c, &c->pin, A->k, A->start);
-		if (!rc)
-			rc = secs_in(c, host_at(c, c->pin.anc[A->src].off));
-		/* the pinned anchors over the restored rows are the
-		 * resident's again (the pin keeps its copies) */
-		for (uint32_t j = 0; j < c->pin.n_anc && !rc; j++)
-			if (c->pin.anc[j].line > A->k &&
-			    c->pin.anc[j].line <= A->start)
-				(void)anchor_adopt(
-				    c, c->pin.anc[j].line,
-				    host_at(c, c->pin.anc[j].off), limit);
-		c->k.pin_hits++;
-		return rc;
-	}
-	case CACHE_TIER_STORE:
-		for (uint32_t j = 0; j < c->n_st; j++)
-			if (c->st[j].busy) {
-				c->k.st_hits++;
-				return store_restore(c, (int)j, A->k);
-			}
-		MOOR_ASSERT(0);
-		return MOOR_ERANGE;
-	case CACHE_TIER_PARK:
-		return park_swap(c, A->src, limit);
-	case CACHE_TIER_SPILL:
-		return spill_restore(c, A->spill_name, A->ids, A->k, A->start,
-				     limit);
-	case CACHE_TIER_DISK:
-		return disk_restore(c, A->ids, A->k, A->start, limit);
-	}
-	return MOOR_ERANGE;
+	return A->src->restore(c, &A->o, ids, limit);
+}
+
+/* The tier reported: a resume on the rows in place above the line where a
+ * guest's stash was put back is the stash's. */
+static int reported_tier(const plan_a *A, uint64_t stash_lo)
+{
+	if (stash_lo != UINT64_MAX && A->src &&
+	    (A->src->flags & TIER_IN_PLACE) && A->start > stash_lo)
+		return CACHE_TIER_STASH;
+	return A->tier;
 }
 
 double prefill_rate(const cache *c)
@@ -442,33 +307,12 @@ int cache_peek(cache *c, const cache_req *r, cache_peek_out *out, char *err)
 	    held + round_up(A.stash_bytes, ARENA_ALIGN) > plan_limit(c, ws))
 		out->gives_back = 1;
 
-	uint64_t rb = 0, rowb = c->row_bytes;
+	uint64_t rb = 0;
 	if (c->stash.have)
-		rb += (c->stash.hi - c->stash.lo) * rowb;
-	switch (A.tier) {
-	case CACHE_TIER_RESIDENT:
-	case CACHE_TIER_END:
-		rb += c->sec_bytes;
-		break;
-	case CACHE_TIER_PIN:
-	case CACHE_TIER_STORE:
-		rb += c->sec_bytes + (A.start - A.k) * rowb;
-		break;
-	case CACHE_TIER_PARK:
-		rb += c->sec_bytes + (c->park.top - c->park.base) * rowb;
-		break;
-	case CACHE_TIER_SPILL:
-		rb += c->sec_bytes + (A.start - A.k) * rowb;
-		break;
-	case CACHE_TIER_DISK:
-		rb += disk_restore_bytes(c, A.k, A.start);
-		break;
-	}
-	int tier = A.tier;
-	if (c->stash.have &&
-	    (tier == CACHE_TIER_RESIDENT || tier == CACHE_TIER_END) &&
-	    A.start > c->stash.lo)
-		tier = CACHE_TIER_STASH;
+		rb += (c->stash.hi - c->stash.lo) * c->row_bytes;
+	if (A.src)
+		rb += A.src->restore_bytes(c, &A.o);
+	int tier = reported_tier(&A, c->stash.have ? c->stash.lo : UINT64_MAX);
 	out->start = A.start;
 	out->taint = A.taint;
 	out->tier = tier;
@@ -529,8 +373,10 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	 * writes rows there that a decode may have written */
 	disk_fence(c, A.cut);
 
-	if (A.tier != CACHE_TIER_SPILL && !A.guest && !r->no_cache)
-		spill_refused(c, r->ids, n, A.start);
+	/* the tiers that could have served it and were not taken say so */
+	for (int i = 0; i < CACHE_N_TIERS && !A.guest && !r->no_cache; i++)
+		if (cache_tiers[i]->refused && cache_tiers[i] != A.src)
+			cache_tiers[i]->refused(c, r->ids, n, A.start);
 
 	set_busy(c, &A, 1);
 	if (A.guest) {
@@ -555,12 +401,12 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 			if (!spill_evict(c, A.cut))
 				(void)park_make(c, A.cut, limit);
 		}
-		if (A.tier != CACHE_TIER_PARK)
+		if (!A.src || !(A.src->flags & TIER_CUTS))
 			resident_cut(c, A.cut);
 	}
-	rc = restore(c, &A, limit);
+	rc = restore(c, &A, r->ids, limit);
 	set_busy(c, &A, 0);
-	if (rc && (A.tier == CACHE_TIER_SPILL || A.tier == CACHE_TIER_DISK)) {
+	if (rc && A.src && (A.src->flags & TIER_NVME)) {
 		/* a file that fails costs the entry, never an answer: the
 		 * prompt prefills cold */
 		moor_warn("cache: the %s's files failed their checks: a cold "
@@ -568,6 +414,7 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 			  cache_tier_name(A.tier));
 		resident_cut(c, 0);
 		A.tier = CACHE_TIER_NONE;
+		A.src = NULL;
 		A.start = A.cut = A.k = 0;
 		A.taint = NO_TAINT;
 		rc = secs_zero(c);
@@ -604,18 +451,14 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	/* the marks below the start describe the ids there: the park's came
 	 * back with its rows; another source shares ids with the rows in
 	 * place only up to c_res */
-	t->mk_keep = A.tier == CACHE_TIER_PARK || A.tier == CACHE_TIER_SPILL
+	t->mk_keep = A.src && (A.src->flags & TIER_MARKS)
 			 ? A.start
 			 : min64(A.start, A.c_res);
 	t->n_slots = 0;
 	if (!r->no_cache)
 		reserve_slots(c, limit);
 
-	int tier = A.tier;
-	if (stash_lo != UINT64_MAX &&
-	    (tier == CACHE_TIER_RESIDENT || tier == CACHE_TIER_END) &&
-	    A.start > stash_lo)
-		tier = CACHE_TIER_STASH;
+	int tier = reported_tier(&A, stash_lo);
 	memset(out, 0, sizeof *out);
 	out->start = A.start;
 	out->taint = A.taint;
@@ -634,7 +477,7 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 		c->k.res_hits++;
 	else
 		c->k.res_misses++;
-	if (!r->no_cache && !A.store_seen)
+	if (!r->no_cache && !(A.seen & 1u << CACHE_TIER_STORE))
 		c->k.st_misses++;
 	if (A.tier == CACHE_TIER_NONE)
 		c->k.cold++;

@@ -16,6 +16,7 @@
  * position the engine forwarded, at commit. Its taint is the resident's
  * then (the lowest decode-written row).
  */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -348,3 +349,187 @@ void cache_end_get(cache *c, const int32_t *ids, uint64_t n,
 		out->n_marks = c->park.n_mk;
 	}
 }
+
+/* ---- the resident prefix as a tier ---- */
+
+static int resident_offer(cache *c, tier_ask *q, tier_offer *o)
+{
+	int i = anchor_le(c, q->lim);
+	if (i < 0 || c->anc[i].line <= q->best)
+		return 0;
+	uint64_t s = c->anc[i].line;
+	memset(o, 0, sizeof *o);
+	o->start = o->cut = s;
+	o->taint = q->t_res < s ? q->t_res : NO_TAINT;
+	return 1;
+}
+
+static void resident_busy(cache *c, const tier_offer *o, int on)
+{
+	int i = anchor_find(c, o->start);
+	if (i >= 0)
+		c->anc[i].busy = on;
+}
+
+static int resident_restore(cache *c, const tier_offer *o, const int32_t *ids,
+			    uint64_t limit)
+{
+	int i = anchor_find(c, o->start);
+	MOOR_ASSERT(i >= 0);
+	return secs_in(c, dev_at(c, c->anc[i].off));
+}
+
+static uint64_t resident_bytes(cache *c)
+{
+	return (uint64_t)c->n_anc * anchor_bytes(c);
+}
+
+static uint64_t resident_give_back(cache *c)
+{
+	if (c->protect_anchors)
+		return 0;
+	int i = anchor_victim(c, 1);
+	if (i < 0)
+		return 0;
+	anchor_drop(c, (uint32_t)i);
+	c->k.evictions++;
+	return anchor_bytes(c);
+}
+
+/* The anchors, the end anchor and a guest's stash go; a turn in flight
+ * keeps its slots (they become the anchors of the prompt it commits) and
+ * its rows. */
+static int resident_clear(cache *c)
+{
+	anchors_clear(c);
+	end_release(c);
+	if (c->stash.have)
+		stash_drop(c);
+	if (!c->t.active || c->t.guest || c->t.scratch) {
+		c->valid = 0;
+		c->n_mk = 0;
+		c->taint = NO_TAINT;
+	}
+	return 0;
+}
+
+static json_t *resident_stats(cache *c)
+{
+	const cache_counters *k = &c->k;
+	json_t *o = json_object();
+	CACHE_SETI(o, "hits", k->res_hits);
+	CACHE_SETI(o, "misses", k->res_misses);
+	CACHE_SETI(o, "anchors", c->n_anc);
+	CACHE_SETI(o, "anchors_made", k->anchors_made);
+	CACHE_SETI(o, "evictions", k->evictions);
+	CACHE_SETI(o, "bytes", resident_bytes(c));
+	CACHE_SETI(o, "budget", c->cfg.resident_bytes);
+	CACHE_SETI(o, "tokens", c->valid);
+	CACHE_SETI(o, "tokens_saved", k->tokens_saved);
+	json_object_set_new(o, "taint",
+			    c->taint != NO_TAINT
+				? json_integer((json_int_t)c->taint)
+				: json_null());
+	json_t *lines = json_array();
+	for (uint32_t i = 0; i < c->n_anc; i++)
+		json_array_append_new(lines,
+				      json_integer((json_int_t)c->anc[i].line));
+	json_object_set_new(o, "lines", lines);
+	json_object_set_new(o, "session",
+			    c->res_session ? json_string(c->res_session)
+					   : json_null());
+	return o;
+}
+
+const tier_ops tier_resident = {
+    .tier = CACHE_TIER_RESIDENT,
+    .level = LV_ANCHORS,
+    .lv_name = "anchors",
+    .flags = TIER_IN_PLACE,
+    .offer = resident_offer,
+    .busy = resident_busy,
+    .restore = resident_restore,
+    .restore_bytes = tier_secs_bytes,
+    .bytes = resident_bytes,
+    .give_back = resident_give_back,
+    .clear = resident_clear,
+    .stats = resident_stats,
+};
+
+/* ---- the end anchor as a tier ---- */
+
+static int end_offer(cache *c, tier_ask *q, tier_offer *o)
+{
+	if (!c->end.have || c->end.len > q->lim || c->end.len <= q->best)
+		return 0;
+	uint64_t s = c->end.len, t = min64(c->end.taint, q->t_res);
+	memset(o, 0, sizeof *o);
+	o->start = o->cut = s;
+	o->taint = t < s ? t : NO_TAINT;
+	return 1;
+}
+
+static void end_busy(cache *c, const tier_offer *o, int on)
+{
+	c->end.busy = on;
+}
+
+static int end_restore(cache *c, const tier_offer *o, const int32_t *ids,
+		       uint64_t limit)
+{
+	MOOR_ASSERT(c->end.have && c->end.len == o->start);
+	c->k.end_hits++;
+	return secs_in(c, dev_at(c, c->end.off));
+}
+
+static uint64_t end_bytes(cache *c)
+{
+	return c->end.buf ? anchor_bytes(c) : 0;
+}
+
+static uint64_t end_give_back(cache *c)
+{
+	if (!c->end.buf || c->end.busy)
+		return 0;
+	end_release(c);
+	return anchor_bytes(c);
+}
+
+static int end_clear(cache *c)
+{
+	end_release(c);
+	return 0;
+}
+
+static json_t *end_stats(cache *c)
+{
+	const cache_counters *k = &c->k;
+	json_t *o = json_object();
+	CACHE_SETI(o, "kept", k->end_kept);
+	CACHE_SETI(o, "hits", k->end_hits);
+	CACHE_SETI(o, "dropped", k->end_dropped);
+	CACHE_SETI(o, "skipped", k->end_skipped);
+	CACHE_SETI(o, "bytes", end_bytes(c));
+	CACHE_SETI(o, "len", c->end.have ? c->end.len : 0);
+	json_object_set_new(o, "have", json_boolean(c->end.have));
+	json_object_set_new(o, "taint",
+			    c->end.have && c->end.taint != NO_TAINT
+				? json_integer((json_int_t)c->end.taint)
+				: json_null());
+	return o;
+}
+
+const tier_ops tier_end = {
+    .tier = CACHE_TIER_END,
+    .level = LV_END,
+    .lv_name = "end",
+    .flags = TIER_IN_PLACE,
+    .offer = end_offer,
+    .busy = end_busy,
+    .restore = end_restore,
+    .restore_bytes = tier_secs_bytes,
+    .bytes = end_bytes,
+    .give_back = end_give_back,
+    .clear = end_clear,
+    .stats = end_stats,
+};

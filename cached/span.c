@@ -5,6 +5,7 @@
  * grid) of rows [base + j*grid, base + (j+1)*grid). Blocks of two spans
  * with the same base hold the same rows at the same places, which is what
  * lets the park swap two conversations a block at a time. */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,4 +94,32 @@ int span_anchor_le(const span *s, uint64_t lim, int with_end)
 		    (r < 0 || s->anc[i].line > s->anc[r].line))
 			r = (int)i;
 	return r;
+}
+
+json_t *span_json(const span *s, uint64_t budget)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "bytes", json_integer((json_int_t)s->bytes));
+	json_object_set_new(o, "budget", json_integer((json_int_t)budget));
+	json_object_set_new(o, "tokens",
+			    json_integer((json_int_t)(s->have ? s->top : 0)));
+	json_object_set_new(o, "base",
+			    json_integer((json_int_t)(s->have ? s->base : 0)));
+	json_object_set_new(o, "blocks", json_integer(s->have ? s->n_blk : 0));
+	json_t *lines = json_array();
+	for (uint32_t i = 0; s->have && i < s->n_anc; i++)
+		json_array_append_new(lines,
+				      json_integer((json_int_t)s->anc[i].line));
+	json_object_set_new(o, "lines", lines);
+	json_object_set_new(
+	    o, "end",
+	    json_boolean(s->have && s->n_anc && s->anc[s->n_anc - 1].end));
+	json_object_set_new(o, "taint",
+			    s->have && s->taint != NO_TAINT
+				? json_integer((json_int_t)s->taint)
+				: json_null());
+	json_object_set_new(o, "session",
+			    s->have && s->session ? json_string(s->session)
+						  : json_null());
+	return o;
 }

@@ -58,6 +58,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1532,3 +1533,89 @@ int spill_evict(cache *c, uint64_t base)
 	c->spill.k.evict_saves++;
 	return 1;
 }
+
+/* ---- the session spill as a tier ---- */
+
+static int spill_tier_offer(cache *c, tier_ask *q, tier_offer *o)
+{
+	uint64_t s, t;
+	int e =
+	    q->guest ? -1 : spill_offer(c, q->r->ids, q->r->n, q->best, &s, &t);
+	if (e < 0)
+		return 0;
+	memset(o, 0, sizeof *o);
+	o->start = s;
+	/* rows in place below k are clean and the entry's: its blocks from
+	 * k on are read */
+	o->k = o->cut = min64(min64(q->c_res, q->t_res), s);
+	o->taint = t < s ? t : NO_TAINT;
+	snprintf(o->name, sizeof o->name, "%s", spill_ent_name(c, e));
+	return 1;
+}
+
+static int spill_tier_restore(cache *c, const tier_offer *o, const int32_t *ids,
+			      uint64_t limit)
+{
+	return spill_restore(c, o->name, ids, o->k, o->start, limit);
+}
+
+static uint64_t spill_bytes(cache *c)
+{
+	uint64_t n, b;
+	spill_stats(c, &n, &b);
+	return b;
+}
+
+static json_t *spill_json(cache *c)
+{
+	json_t *o = json_object();
+	uint64_t ne, nb;
+	spill_stats(c, &ne, &nb);
+	json_object_set_new(o, "on", json_boolean(c->spill.on));
+	CACHE_SETI(o, "entries", ne);
+	CACHE_SETI(o, "bytes", nb);
+	CACHE_SETI(o, "budget", c->cfg.spill_bytes);
+	CACHE_SETI(o, "saves", c->spill.k.saves);
+	CACHE_SETI(o, "save_failed", c->spill.k.save_failed);
+	CACHE_SETI(o, "restores", c->spill.k.restores);
+	CACHE_SETI(o, "restore_failed", c->spill.k.restore_failed);
+	CACHE_SETI(o, "blocks_written", c->spill.k.blocks_written);
+	CACHE_SETI(o, "blocks_kept", c->spill.k.blocks_kept);
+	CACHE_SETI(o, "anchors_written", c->spill.k.anchors_written);
+	CACHE_SETI(o, "anchors_kept", c->spill.k.anchors_kept);
+	CACHE_SETI(o, "bytes_written", c->spill.k.bytes_written);
+	CACHE_SETI(o, "bytes_read", c->spill.k.bytes_read);
+	json_object_set_new(o, "codec", json_boolean(c->cfg.spill_codec));
+	CACHE_SETI(o, "codec_raw", c->spill.k.codec_raw);
+	CACHE_SETI(o, "codec_out", c->spill.k.codec_out);
+	CACHE_SETI(o, "swept", c->spill.k.swept);
+	CACHE_SETI(o, "expired", c->spill.k.expired);
+	CACHE_SETI(o, "evicted", c->spill.k.evicted);
+	CACHE_SETI(o, "evict_saves", c->spill.k.evict_saves);
+	CACHE_SETI(o, "hits", c->spill.k.hits);
+	CACHE_SETI(o, "hit_failed", c->spill.k.hit_failed);
+	CACHE_SETI(o, "refused", c->spill.k.refused);
+	CACHE_SETI(o, "guard_skips", c->spill.k.guard_skips);
+	/* saves not tried: too little room to rewrite the entry */
+	CACHE_SETI(o, "save_skipped_room", c->spill.k.save_skipped_room);
+	json_object_set_new(o, "last_save_ms",
+			    json_real(c->spill.last_save_ms));
+	json_object_set_new(o, "last_restore_ms",
+			    json_real(c->spill.last_restore_ms));
+	return o;
+}
+
+/* Its own budget on the drive (spill_bytes, LRU; spill_hours): nothing
+ * for the memory policy to take. */
+const tier_ops tier_spill = {
+    .tier = CACHE_TIER_SPILL,
+    .level = -1,
+    .flags = TIER_NVME | TIER_MARKS,
+    .offer = spill_tier_offer,
+    .restore = spill_tier_restore,
+    .restore_bytes = tier_rows_bytes,
+    .refused = spill_refused,
+    .bytes = spill_bytes,
+    .clear = spill_clear,
+    .stats = spill_json,
+};

@@ -5,6 +5,8 @@
  * the resident rows) are copied aside into the device arena, and they are
  * copied back at the next plan, before anything else. The guest changes
  * neither the resident prompt nor its anchors and keeps no end anchor. */
+#include <jansson.h>
+
 #include "cache_int.h"
 #include "moor.h"
 
@@ -62,3 +64,49 @@ void stash_drop(cache *c)
 	/* the guest's rows stay where the resident prompt's were */
 	resident_cut(c, c->stash.lo);
 }
+
+/* ---- the stash as a tier: it offers nothing (it is put back before a
+ * plan asks), it holds bytes the memory policy may take ---- */
+
+static uint64_t stash_bytes(cache *c)
+{
+	return c->stash.have ? arena_block_size(c->dev, c->stash.off) : 0;
+}
+
+static uint64_t stash_give_back(cache *c)
+{
+	uint64_t b = stash_bytes(c);
+	if (b)
+		stash_drop(c);
+	return b;
+}
+
+static int stash_clear(cache *c)
+{
+	if (c->stash.have)
+		stash_drop(c);
+	return 0;
+}
+
+static json_t *stash_stats(cache *c)
+{
+	json_t *o = json_object();
+	CACHE_SETI(o, "stashes", c->k.stashes);
+	CACHE_SETI(o, "restores", c->k.stash_restores);
+	CACHE_SETI(o, "declined", c->k.stash_declined);
+	CACHE_SETI(o, "dropped", c->k.stash_dropped);
+	CACHE_SETI(o, "bytes", stash_bytes(c));
+	CACHE_SETI(o, "budget", c->cfg.stash_bytes);
+	CACHE_SETI(o, "rows", c->stash.have ? c->stash.hi - c->stash.lo : 0);
+	return o;
+}
+
+const tier_ops tier_stash = {
+    .tier = CACHE_TIER_STASH,
+    .level = LV_STASH,
+    .lv_name = "stash",
+    .bytes = stash_bytes,
+    .give_back = stash_give_back,
+    .clear = stash_clear,
+    .stats = stash_stats,
+};

@@ -17,6 +17,7 @@
  * a prefix of the prompt; the hash is a hint, the ids are compared element
  * by element before a byte is restored.
  */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -204,3 +205,115 @@ int store_put(cache *c, int kind, const int32_t *ids, uint64_t len,
 		c->k.st_puts_prefix++;
 	return 0;
 }
+
+/* ---- the state store as a tier ---- */
+
+/* c->ph holds the prompt's prefix hashes (the planner fills them). */
+static int store_offer(cache *c, tier_ask *q, tier_offer *o)
+{
+	int i = store_find(c, q->r->ids, q->r->n);
+	if (i < 0)
+		return 0;
+	q->seen |= 1u << CACHE_TIER_STORE;
+	if (c->st[i].len <= q->best)
+		return 0;
+	uint64_t s = c->st[i].len;
+	memset(o, 0, sizeof *o);
+	o->start = s;
+	o->src = i;
+	o->k = o->cut = min64(min64(q->c_res, q->t_res), s);
+	o->taint = c->st[i].taint < s ? c->st[i].taint : NO_TAINT;
+	return 1;
+}
+
+/* Busy marks the entry (the memory policy keeps it); an eviction may move
+ * the others in the array, so the restore finds it by the mark. */
+static void store_busy(cache *c, const tier_offer *o, int on)
+{
+	if (!on)
+		for (uint32_t j = 0; j < c->n_st; j++)
+			c->st[j].busy = 0;
+	else
+		c->st[o->src].busy = 1;
+}
+
+static int store_tier_restore(cache *c, const tier_offer *o, const int32_t *ids,
+			      uint64_t limit)
+{
+	for (uint32_t j = 0; j < c->n_st; j++)
+		if (c->st[j].busy) {
+			c->k.st_hits++;
+			return store_restore(c, (int)j, o->k);
+		}
+	MOOR_ASSERT(0);
+	return MOOR_ERANGE;
+}
+
+static uint64_t store_bytes(cache *c)
+{
+	return c->st_bytes;
+}
+
+static uint64_t store_give_back(cache *c)
+{
+	int i = store_lru(c);
+	if (i < 0)
+		return 0;
+	uint64_t b = c->st[i].bytes;
+	store_evict(c, (uint32_t)i);
+	return b;
+}
+
+static int store_tier_clear(cache *c)
+{
+	store_clear(c);
+	return 0;
+}
+
+static json_t *store_stats(cache *c)
+{
+	const cache_counters *k = &c->k;
+	json_t *o = json_object();
+	CACHE_SETI(o, "hits", k->st_hits);
+	CACHE_SETI(o, "misses", k->st_misses);
+	CACHE_SETI(o, "puts_prefix", k->st_puts_prefix);
+	CACHE_SETI(o, "puts_session", k->st_puts_session);
+	CACHE_SETI(o, "declined_big", k->st_declined_big);
+	CACHE_SETI(o, "declined_short", k->st_declined_short);
+	CACHE_SETI(o, "declined_room", k->st_declined_room);
+	CACHE_SETI(o, "duplicates", k->st_dup);
+	CACHE_SETI(o, "evictions", k->st_evictions);
+	CACHE_SETI(o, "entries", c->n_st);
+	CACHE_SETI(o, "bytes", c->st_bytes);
+	CACHE_SETI(o, "budget", c->cfg.store_bytes);
+	CACHE_SETI(o, "entry_budget", c->cfg.store_entry_bytes);
+	json_t *ent = json_array();
+	for (uint32_t i = 0; i < c->n_st; i++) {
+		json_t *e = json_object();
+		json_object_set_new(e, "kind",
+				    json_string(c->st[i].kind == ENTRY_SESSION
+						    ? "session"
+						    : "prefix"));
+		CACHE_SETI(e, "tokens", c->st[i].len);
+		CACHE_SETI(e, "bytes", c->st[i].bytes);
+		CACHE_SETI(e, "hits", c->st[i].hits);
+		json_array_append_new(ent, e);
+	}
+	json_object_set_new(o, "list", ent);
+	return o;
+}
+
+const tier_ops tier_store = {
+    .tier = CACHE_TIER_STORE,
+    .level = LV_STORE,
+    .lv_name = "store",
+    .flags = TIER_HOST,
+    .offer = store_offer,
+    .busy = store_busy,
+    .restore = store_tier_restore,
+    .restore_bytes = tier_rows_bytes,
+    .bytes = store_bytes,
+    .give_back = store_give_back,
+    .clear = store_tier_clear,
+    .stats = store_stats,
+};
