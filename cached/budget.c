@@ -20,27 +20,29 @@
 #include "cache_int.h"
 #include "moor.h"
 
-uint64_t held_bytes(cache *c)
+uint64_t cache_held_bytes(cache *c)
 {
 	return arena_used(c->dev) + (c->cfg.unified ? arena_used(c->host) : 0);
 }
 
-int lv_on_host(int lv)
+static int lv_on_host(int lv)
 {
-	return (cache_levels[lv]->flags & TIER_HOST) != 0;
+	return (cache_levels[lv]->flags & CACHE_TF_HOST) != 0;
 }
 
-int lv_counts(cache *c, int lv)
+int cache_lv_counts(cache *c, int lv)
 {
 	return c->cfg.unified || !lv_on_host(lv);
 }
 
-uint64_t lv_bytes(cache *c, int lv)
+uint64_t cache_lv_bytes(cache *c, int lv)
 {
 	return cache_levels[lv]->bytes(c);
 }
 
-uint64_t give_back_one(cache *c, int lv)
+/* Gives back one unit of level lv (an entry, an anchor, a whole span);
+ * returns the bytes freed, 0 when nothing of it can go. */
+static uint64_t give_back_one(cache *c, int lv)
 {
 	uint64_t b = cache_levels[lv]->give_back(c);
 	if (b) {
@@ -55,7 +57,7 @@ uint64_t give_back_one(cache *c, int lv)
 static int shed_cheaper(cache *c, int lv, int host)
 {
 	for (int l = 0; l < lv; l++) {
-		if (host < 0 ? !lv_counts(c, l) : lv_on_host(l) != host)
+		if (host < 0 ? !cache_lv_counts(c, l) : lv_on_host(l) != host)
 			continue;
 		if (give_back_one(c, l))
 			return 1;
@@ -63,14 +65,14 @@ static int shed_cheaper(cache *c, int lv, int host)
 	return 0;
 }
 
-int budget_grow(cache *c, int lv, int host, uint64_t bytes, uint64_t limit,
-		uint64_t *off)
+int cache_budget_grow(cache *c, int lv, int host, uint64_t bytes,
+		      uint64_t limit, uint64_t *off)
 {
 	arena *a = host ? c->host : c->dev;
-	uint64_t need = round_up(bytes, ARENA_ALIGN);
+	uint64_t need = cache_round_up(bytes, ARENA_ALIGN);
 	int counted = c->cfg.unified || !host;
 	for (;;) {
-		if (!counted || held_bytes(c) + need <= limit) {
+		if (!counted || cache_held_bytes(c) + need <= limit) {
 			int rc = arena_alloc(a, bytes, off);
 			if (rc != MOOR_ENOSPACE)
 				return rc;
@@ -83,15 +85,10 @@ int budget_grow(cache *c, int lv, int host, uint64_t bytes, uint64_t limit,
 	}
 }
 
-void budget_release(cache *c, int host, uint64_t off)
-{
-	arena_release(host ? c->host : c->dev, off);
-}
-
-uint64_t plan_limit(cache *c, uint64_t ws)
+uint64_t cache_plan_limit(cache *c, uint64_t ws)
 {
 	uint64_t peak = c->cfg.mem_peak > ws ? c->cfg.mem_peak - ws : 0;
-	return min64(c->cfg.mem_ceiling, peak);
+	return cache_min64(c->cfg.mem_ceiling, peak);
 }
 
 static double gib(uint64_t b)
@@ -99,22 +96,22 @@ static double gib(uint64_t b)
 	return (double)b / (1024.0 * 1024.0 * 1024.0);
 }
 
-uint64_t policy_floor(cache *c, uint64_t *givable)
+uint64_t cache_policy_floor(cache *c, uint64_t *givable)
 {
-	uint64_t held = held_bytes(c), giv = 0;
-	for (int l = 0; l < LV_N; l++)
-		if (lv_counts(c, l))
-			giv += lv_bytes(c, l);
+	uint64_t held = cache_held_bytes(c), giv = 0;
+	for (int l = 0; l < CACHE_LV_N; l++)
+		if (cache_lv_counts(c, l))
+			giv += cache_lv_bytes(c, l);
 	if (givable)
 		*givable = giv;
 	return held > giv ? held - giv : 0;
 }
 
-int policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
-	       char *err)
+int cache_policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
+		     char *err)
 {
 	uint64_t peak = c->cfg.mem_peak, giv;
-	uint64_t floor = policy_floor(c, &giv);
+	uint64_t floor = cache_policy_floor(c, &giv);
 	*gave = 0;
 	if (floor + ws > peak || ws > peak) {
 		moor_errf(err,
@@ -129,14 +126,15 @@ int policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
 	/* the levels cheapest first; at the guest stash's, a guest that
 	 * asks for one runs without it first (the rows it writes are cut
 	 * from the resident prompt) */
-	while (held_bytes(c) + ws + *stash_need > peak) {
+	while (cache_held_bytes(c) + ws + *stash_need > peak) {
 		int done = 0;
-		for (int l = 0; l < LV_N && !done; l++) {
-			if (l == LV_STASH && *stash_need) {
+		for (int l = 0; l < CACHE_LV_N && !done; l++) {
+			if (l == CACHE_LV_STASH && *stash_need) {
 				*stash_need = 0;
-				c->k.shed[LV_STASH]++;
+				c->k.shed[CACHE_LV_STASH]++;
 				done = 1;
-			} else if (lv_counts(c, l) && give_back_one(c, l)) {
+			} else if (cache_lv_counts(c, l) &&
+				   give_back_one(c, l)) {
 				done = 1;
 			}
 		}
@@ -145,7 +143,7 @@ int policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
 				  "cache: a prefill needing %.3f GiB of "
 				  "workspace does not fit under mem_peak "
 				  "%.3f GiB (%.3f GiB held)",
-				  gib(ws), gib(peak), gib(held_bytes(c)));
+				  gib(ws), gib(peak), gib(cache_held_bytes(c)));
 			return MOOR_ENOSPACE;
 		}
 		(*gave)++;

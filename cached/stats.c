@@ -27,10 +27,10 @@ char *cache_stats_json(cache *c)
 	for (int i = 0; i < CACHE_N_TIERS; i++)
 		json_object_set_new(r, cache_tier_name(cache_tiers[i]->tier),
 				    cache_tiers[i]->stats(c));
-	json_object_set_new(r, "disk_writes", ledger_json(c));
+	json_object_set_new(r, "disk_writes", cache_ledger_json(c));
 
 	json_t *o = json_object();
-	CACHE_SETI(o, "held", held_bytes(c));
+	CACHE_SETI(o, "held", cache_held_bytes(c));
 	CACHE_SETI(o, "ceiling", c->cfg.mem_ceiling);
 	CACHE_SETI(o, "peak", c->cfg.mem_peak);
 	CACHE_SETI(o, "refused", k->refused);
@@ -39,7 +39,7 @@ char *cache_stats_json(cache *c)
 			    json_string(c->cfg.dev_cuda >= 0 ? "cuda" : "shm"));
 	json_t *shed = json_object(), *shedb = json_object();
 	uint64_t total = 0;
-	for (int l = 0; l < LV_N; l++) {
+	for (int l = 0; l < CACHE_LV_N; l++) {
 		CACHE_SETI(shed, cache_levels[l]->lv_name, k->shed[l]);
 		CACHE_SETI(shedb, cache_levels[l]->lv_name, k->shed_bytes[l]);
 		total += k->shed[l];
