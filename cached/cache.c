@@ -50,7 +50,7 @@ void cache_cfg_defaults(cache_cfg *c)
 	c->disk_admit_after = 2;
 	c->disk_head_anchors = 4;
 	c->disk_min_tokens = 4096;
-	c->write_budget = 200 * GiB;
+	c->write_budget = 200000000000ull; /* 200 GB (10^9): drive writes */
 	c->guard_evict_tokens = 32768;
 	c->prefill_tps = 740;
 }

@@ -11,7 +11,7 @@
  *
  * The write guard (the seed's WriteGuard). The tier and the spill add
  * every byte they write to the day's count. Against the day budget B
- * (--disk-write-budget-gb, 200; 0: no budget):
+ * (--disk-write-budget-gb, 200 GB of 10^9 bytes; 0: no budget):
  *   ok    under B: everything is written;
  *   over  B to 1.5 B: the disk tier plans nothing; the spill writes a
  *         planned stop's drain and evictions of conversations of at least
