@@ -22,6 +22,7 @@
 
 #include "arena.h"
 #include "cache.h"
+#include "codec.h"
 
 /* An integer member of a JSON object (jansson; the stats' parts). */
 #define CACHE_SETI(o, k, v)                                                    \
@@ -315,6 +316,7 @@ struct cache {
 		uint32_t n_ent;
 		double read_bps; /* measured by the last restore */
 		struct moor_pool *pool; /* the codec's threads (NULL: one) */
+		codec_ws cws;		/* the codec's buffers, kept */
 		uint64_t digest; /* the attached layout's */
 		double last_save_ms, last_restore_ms;
 		struct {

@@ -333,6 +333,7 @@ void cache_spill_close(cache *c)
 	c->spill.on = 0;
 	moor_pool_free(c->spill.pool);
 	c->spill.pool = NULL;
+	codec_ws_fini(&c->spill.cws);
 	index_clear(c);
 }
 
@@ -531,26 +532,23 @@ static void hdr_fill(cache *c, spill_hdr *h, uint32_t kind, uint64_t index,
 	memcpy(h->fp, c->lay->fingerprint, 32);
 }
 
-/* The data part of a file: raw, or encoded into *enc (freed by the
- * caller) when the codec is on and it shrinks. */
+/* The data part of a file: raw, or encoded when the codec is on and it
+ * shrinks (into the codec workspace's buffer: valid until the next data
+ * part or read). */
 static int data_part(cache *c, spill_hdr *h, const void *src, uint64_t n,
-		     dfile_part *p, void **enc)
+		     dfile_part *p)
 {
-	*enc = NULL;
 	p->p = src;
 	p->n = n;
 	if (!c->cfg.spill_codec || !n)
 		return 0;
-	void *e = malloc(codec_bound(n));
+	void *e = codec_ws_buf(&c->spill.cws, codec_bound(n));
 	if (!e)
 		return -ENOMEM;
 	uint64_t en;
-	int rc = codec_encode(src, n, e, &en, c->spill.pool);
-	if (rc || en >= n) {
-		free(e);
+	int rc = codec_encode(src, n, e, &en, c->spill.pool, &c->spill.cws);
+	if (rc || en >= n)
 		return rc;
-	}
-	*enc = e;
 	p->p = e;
 	p->n = en;
 	h->codec = 1;
@@ -653,15 +651,13 @@ static int save_secs(cache *c, int efd, uint32_t kind, uint64_t line,
 	spill_hdr h;
 	hdr_fill(c, &h, kind, line, 0, 2ull * ns, c->sec_bytes);
 	dfile_part p[3] = {{&h, sizeof h}, {sums, 2ull * ns * 8}, {0, 0}};
-	void *enc;
-	int rc = data_part(c, &h, src, c->sec_bytes, &p[2], &enc);
+	int rc = data_part(c, &h, src, c->sec_bytes, &p[2]);
 	if (!rc)
 		rc = dfile_write(efd, name, p, 3, 1, err);
 	if (!rc) {
 		c->spill.k.anchors_written++;
 		c->spill.k.bytes_written += sizeof h + 2ull * ns * 8 + p[2].n;
 	}
-	free(enc);
 	return rc;
 }
 
@@ -865,8 +861,7 @@ static int save_conv(cache *c, char name[17], char *err)
 			 rows * c->row_bytes);
 		dfile_part p[3] = {
 		    {&h, sizeof h}, {e + 2, 2ull * nv * 8}, {0, 0}};
-		void *enc;
-		rc = data_part(c, &h, stage, rows * c->row_bytes, &p[2], &enc);
+		rc = data_part(c, &h, stage, rows * c->row_bytes, &p[2]);
 		if (!rc)
 			rc = dfile_write(efd, bn, p, 3, 1, err);
 		if (!rc) {
@@ -874,7 +869,6 @@ static int save_conv(cache *c, char name[17], char *err)
 			c->spill.k.bytes_written +=
 			    sizeof h + 2ull * nv * 8 + p[2].n;
 		}
-		free(enc);
 	}
 	for (uint32_t i = 0; i < n_anc && !rc; i++) {
 		uint64_t *e = anc + i * (1 + 2ull * ns);
@@ -1056,17 +1050,17 @@ static int load_file(cache *c, int efd, const char *name, uint32_t kind,
 		rc = dfile_read_at(efd, name, sizeof h + n_sums * 8, dst, data,
 				   why);
 	if (!rc && h.codec) {
-		void *e = malloc(h.data ? h.data : 1);
+		void *e = codec_ws_buf(&c->spill.cws, h.data);
 		rc = e ? dfile_read_at(efd, name, sizeof h + n_sums * 8, e,
 				       h.data, why)
 		       : -ENOMEM;
 		if (!rc) {
-			rc = codec_decode(e, h.data, dst, data, c->spill.pool);
+			rc = codec_decode(e, h.data, dst, data, c->spill.pool,
+					  &c->spill.cws);
 			if (rc)
 				moor_errf(why, "%s: its frames do not decode",
 					  name);
 		}
-		free(e);
 	}
 	if (rc)
 		return rc;
