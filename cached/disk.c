@@ -110,6 +110,7 @@
 #define DK_LINE 4096u	/* O_DIRECT's alignment and a header line */
 #define DK_JOB_MAX 16u	/* anchors a commit stages */
 #define DK_QUEUE_MAX 2u /* jobs waiting (more: dropped as busy) */
+#define DK_SPARE_MAX 8u /* staging slots kept */
 #define DK_BRANCH_MAX 4u
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -175,6 +176,12 @@ struct cache_disk_tier {
 	uint8_t *wbuf;	  /* the writer's chunk file (aligned) */
 	uint8_t *rbuf;	  /* the restore's file (aligned) */
 	uint64_t rbuf_bytes;
+	/* staging slots the writer gave back (anchor_file bytes each, the
+	 * attached layout's), at most cfg.disk_head_anchors (1 to 8) kept:
+	 * a commit copies an anchor into pages already touched, where fresh
+	 * ones fault and zero on the commit's path (guarded by mu) */
+	uint8_t *spare[DK_SPARE_MAX];
+	uint32_t n_spare, keep_spare;
 
 	/* the attached layout, as the writer reads it */
 	int attached;
@@ -758,6 +765,23 @@ void cache_disk_spill_active(cache *c, int on)
 
 /* One anchor of a job: its missing chunks, then the anchor file. 0, or a
  * negative code when the job should stop (a write failed: the disk). */
+/* The staged anchor file's sums (every section's, then the chain's hash
+ * at each line it reads) and its header's seal, on the writer's thread. */
+static void anchor_seal(struct cache_disk_tier *d, const dk_job *job,
+			dk_ajob *a)
+{
+	uint64_t nk = a->line / d->grid;
+	dk_hdr *h = (dk_hdr *)a->file;
+	const uint8_t *secs = a->file + hdr_bytes(d->n_sec, nk);
+	uint64_t *sums = (uint64_t *)(h + 1), o = 0;
+	for (uint32_t k = 0; k < d->n_sec; k++) {
+		sums[k] = XXH3_64bits(secs + o, d->secb[k]);
+		o += d->secb[k];
+	}
+	memcpy(sums + d->n_sec, job->lph + 1, nk * 8);
+	hdr_seal(h);
+}
+
 static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 {
 	struct cache_disk_tier *d = c->disk;
@@ -839,6 +863,7 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 	if (rc)
 		return rc;
 	yield_to_spill(d);
+	anchor_seal(d, job, a);
 	name_of(name, sizeof name, DK_ANCHOR, job->lph[nk], a->line);
 	int dir_ = 0;
 	rc = file_write(d->dfd, name, a->file, a->bytes, &dir_);
@@ -875,12 +900,47 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 	return 0;
 }
 
-static void job_free(dk_job *j)
+static void *alloc4k(uint64_t n);
+
+/* A staging slot for an anchor file (anchor_file bytes, aligned): a kept
+ * one, else a new one; NULL when out of memory. */
+static uint8_t *stage_take(struct cache_disk_tier *d)
+{
+	uint8_t *p = NULL;
+	pthread_mutex_lock(&d->mu);
+	if (d->n_spare)
+		p = d->spare[--d->n_spare];
+	pthread_mutex_unlock(&d->mu);
+	return p ? p : alloc4k(d->anchor_file);
+}
+
+static void stage_give(struct cache_disk_tier *d, uint8_t *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&d->mu);
+	if (d->n_spare < d->keep_spare) {
+		d->spare[d->n_spare++] = p;
+		p = NULL;
+	}
+	pthread_mutex_unlock(&d->mu);
+	free(p);
+}
+
+static void stage_clear(struct cache_disk_tier *d)
+{
+	pthread_mutex_lock(&d->mu);
+	while (d->n_spare)
+		free(d->spare[--d->n_spare]);
+	pthread_mutex_unlock(&d->mu);
+}
+
+static void job_free(struct cache_disk_tier *d, dk_job *j)
 {
 	if (!j)
 		return;
 	for (uint32_t i = 0; i < j->n_anc; i++)
-		free(j->anc[i].file);
+		stage_give(d, j->anc[i].file);
 	free(j->ids);
 	free(j->lph);
 	free(j);
@@ -915,7 +975,7 @@ static void *writer(void *arg)
 		d->running = 0;
 		pthread_cond_broadcast(&d->done);
 		pthread_mutex_unlock(&d->mu);
-		job_free(job);
+		job_free(d, job);
 		pthread_mutex_lock(&d->mu);
 	}
 	pthread_mutex_unlock(&d->mu);
@@ -930,8 +990,6 @@ static int mkdir_at(const char *path)
 		return -errno;
 	return 0;
 }
-
-static void *alloc4k(uint64_t n);
 
 /* Indexes file nm from its header when the header reads back whole
  * (magic, version, its xxh3) and names what the file name and size say:
@@ -1284,6 +1342,7 @@ void cache_disk_detach(cache *c)
 		return;
 	drain_queue(d, 0);
 	d->attached = 0;
+	stage_clear(d); /* sized for this layout */
 	free(d->vg);
 	free(d->view);
 	free(d->lv);
@@ -1315,7 +1374,7 @@ void cache_disk_close(cache *c)
 	while (d->q) {
 		dk_job *j = d->q;
 		d->q = j->next;
-		job_free(j);
+		job_free(d, j);
 	}
 	pthread_mutex_destroy(&d->mu);
 	pthread_cond_destroy(&d->work);
@@ -1365,6 +1424,10 @@ void cache_disk_attach(cache *c)
 	d->chunk_file = d->chunk_hdr + up4k(d->grid * (4 + d->row_bytes));
 	d->anchor_hdr = hdr_bytes(d->n_sec, l->window / l->grid);
 	d->anchor_file = d->anchor_hdr + up4k(d->sec_bytes);
+	d->keep_spare = c->cfg.disk_head_anchors < 1 ? 1
+			: c->cfg.disk_head_anchors > DK_SPARE_MAX
+			    ? DK_SPARE_MAX
+			    : c->cfg.disk_head_anchors;
 	d->rbuf_bytes = cache_max64(d->chunk_file, d->anchor_file);
 	d->wbuf = alloc4k(d->chunk_file);
 	d->rbuf = alloc4k(d->rbuf_bytes);
@@ -1579,7 +1642,7 @@ void cache_disk_commit(cache *c, const cache_turn *t, uint32_t n_filled)
 		dk_ajob *a = &job->anc[job->n_anc];
 		a->line = s->line;
 		a->bytes = hdr_bytes(d->n_sec, nk) + up4k(d->sec_bytes);
-		a->file = alloc4k(a->bytes);
+		a->file = stage_take(d);
 		if (!a->file)
 			break;
 		dk_hdr *h = (dk_hdr *)a->file;
@@ -1588,26 +1651,21 @@ void cache_disk_commit(cache *c, const cache_turn *t, uint32_t n_filled)
 		uint8_t *secs = a->file + hb;
 		memcpy(secs, cache_dev_at(c, s->off), d->sec_bytes);
 		memset(secs + d->sec_bytes, 0, a->bytes - hb - d->sec_bytes);
+		/* the sums and the seal are the writer's (anchor_seal): only
+		 * the copy is on the commit's path */
 		hdr_init(d, h, DK_ANCHOR, s->line, d->lph[nk], d->sec_bytes,
 			 d->n_sec, nk);
-		uint64_t *sums = (uint64_t *)(h + 1), o = 0;
-		for (uint32_t k = 0; k < d->n_sec; k++) {
-			sums[k] = XXH3_64bits(secs + o, d->secb[k]);
-			o += d->secb[k];
-		}
-		memcpy(sums + d->n_sec, d->lph + 1, nk * 8);
-		hdr_seal(h);
 		job->top = cache_max64(job->top, s->line);
 		job->n_anc++;
 	}
 	if (!job->n_anc) {
-		job_free(job);
+		job_free(d, job);
 		return;
 	}
 	job->ids = malloc(job->top * sizeof *job->ids);
 	job->lph = malloc((job->top / g + 1) * sizeof *job->lph);
 	if (!job->ids || !job->lph) {
-		job_free(job);
+		job_free(d, job);
 		return;
 	}
 	memcpy(job->ids, t->ids, job->top * sizeof *job->ids);
@@ -1622,7 +1680,7 @@ void cache_disk_commit(cache *c, const cache_turn *t, uint32_t n_filled)
 	if (nq > DK_QUEUE_MAX) {
 		d->k.busy += job->n_anc;
 		pthread_mutex_unlock(&d->mu);
-		job_free(job);
+		job_free(d, job);
 		return;
 	}
 	*tail = job;
