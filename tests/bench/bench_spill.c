@@ -5,10 +5,10 @@
  *      and decoded apart: the bytes saved (the issue's goal: 35% or more)
  *      and MB/s of each way on THREADS threads.
  *   2. The drive: a file of S MiB written with O_DIRECT (+ fdatasync) and
- *      read back with O_DIRECT, against the tiers' own path (dfile_write:
- *      .tmp + fdatasync + rename + directory fsync, dfile_read_at through
- *      the page cache with DONTNEED), in GB/s and as ratios (the goal: 90%
- *      of the O_DIRECT read rate).
+ *      read back with O_DIRECT, in pieces of 64 MiB, the best of 3, against the
+ * tiers' own path (dfile_write: .tmp + fdatasync + rename + directory fsync,
+ * dfile_read_at through the page cache with DONTNEED), in GB/s and as ratios
+ * (the goal: 90% of the O_DIRECT read rate).
  *   3. The tiers themselves, in the same run, on a conversation of the
  *      27B's shape (16 attention layers of 4 KV heads of 256, bf16: 64 KiB
  *      of rows a token; 48 delta-rule states of 48 x 128 x 128 fp32 and
@@ -148,35 +148,58 @@ static void drive(const char *dir, uint64_t mib)
 	}
 	char p[600];
 	snprintf(p, sizeof p, "%s/bench-odirect", dir);
-	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0600);
-	int direct = fd >= 0;
-	if (!direct) /* a file system that refuses O_DIRECT (tmpfs) */
-		fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	if (fd < 0)
-		die("open", -errno, p);
-	double t0 = moor_now();
-	if (write(fd, b, n) != (ssize_t)n || fdatasync(fd))
-		die("write", -errno, p);
-	double w_raw = moor_now() - t0;
-	close(fd);
-	fd = open(p, O_RDONLY | (direct ? O_DIRECT : 0));
-	if (!direct)
-		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-	t0 = moor_now();
-	if (read(fd, b, n) != (ssize_t)n)
-		die("read", -errno, p);
-	double r_raw = moor_now() - t0;
-	close(fd);
-	unlink(p);
+	/* the best of 3, in pieces of 64 MiB (a chunk file of the 27B's
+	 * rows): the drive's rate, not one run's luck */
+	double w_raw = 1e30, r_raw = 1e30;
+	int direct = 1;
+	const uint64_t piece = 64ull << 20;
+	for (int rep = 0; rep < 3; rep++) {
+		int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+		direct = fd >= 0;
+		if (!direct) /* a file system that refuses O_DIRECT (tmpfs) */
+			fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (fd < 0)
+			die("open", -errno, p);
+		double t0 = moor_now();
+		for (uint64_t o = 0; o < n; o += piece)
+			if (pwrite(fd, (char *)b + o,
+				   n - o < piece ? n - o : piece, (off_t)o) !=
+			    (ssize_t)(n - o < piece ? n - o : piece))
+				die("write", -errno, p);
+		if (fdatasync(fd))
+			die("fdatasync", -errno, p);
+		double w = moor_now() - t0;
+		w_raw = w < w_raw ? w : w_raw;
+		close(fd);
+		fd = open(p, O_RDONLY | (direct ? O_DIRECT : 0));
+		if (!direct)
+			posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		t0 = moor_now();
+		for (uint64_t o = 0; o < n; o += piece)
+			if (pread(fd, (char *)b + o,
+				  n - o < piece ? n - o : piece, (off_t)o) !=
+			    (ssize_t)(n - o < piece ? n - o : piece))
+				die("read", -errno, p);
+		double r = moor_now() - t0;
+		r_raw = r < r_raw ? r : r_raw;
+		close(fd);
+		unlink(p);
+	}
 
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
 	char err[MOOR_ERRLEN] = "";
 	dfile_part part = {b, n};
-	t0 = moor_now();
+	double t0 = moor_now();
 	int rc = dfile_write(dfd, "bench-tier", &part, 1, 0, err);
 	double w_t = moor_now() - t0;
 	if (rc)
 		die("dfile_write", rc, err);
+	/* the written pages out of the page cache: the read is the drive's */
+	int tfd = openat(dfd, "bench-tier", O_RDONLY);
+	if (tfd >= 0) {
+		posix_fadvise(tfd, 0, 0, POSIX_FADV_DONTNEED);
+		close(tfd);
+	}
 	t0 = moor_now();
 	rc = dfile_read_at(dfd, "bench-tier", 0, b, n, err);
 	double r_t = moor_now() - t0;
@@ -277,6 +300,8 @@ typedef struct t27 {
 	cache *c;
 	cache_layout *lay;
 	cache_hello_out ho;
+	double t_commit; /* moor_now() as the last turn's commit began */
+	double commit_s; /* and how long it took */
 } t27;
 
 static void t27_open(t27 *t, const cache_cfg *cfg, uint64_t window)
@@ -315,8 +340,10 @@ static void t27_turn(t27 *t, const int32_t *ids, uint64_t n,
 	for (uint32_t i = 0; i < l->n_sections; i++)
 		fill_like(base + t->ho.sec_off[i], l->sec[i].bytes, 4, x);
 	int32_t gen[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+	t->t_commit = moor_now();
 	if ((rc = cache_commit(t->c, p->n_slots, gen, 7)))
 		die("commit", rc, NULL);
+	t->commit_s = moor_now() - t->t_commit;
 }
 
 static void t27_row(const char *what, uint64_t file_b, uint64_t raw_b, double s,
@@ -366,10 +393,23 @@ static void tiers(const char *dir, int threads)
 	/* the disk tier: session A's first long request writes its head */
 	t27_open(&t, &cfg, window);
 	t27_turn(&t, ids, n1, "A", &x, p);
-	double t0 = moor_now();
 	cache_disk_wait(t.c);
-	double w_s = moor_now() - t0;
+	/* from the commit (which stages the anchors and queues the job; the
+	 * writer runs meanwhile) to the last file: the first of a process
+	 * (every page fresh), then another session's head in the same cache
+	 * (B: another prompt of the same length), the steady state */
+	double w_s = moor_now() - t.t_commit, commit_s = t.commit_s, t0;
 	uint64_t w_b = stat_of(t.c, "disk", "bytes_written");
+	int32_t *idb = malloc(n1 * sizeof *idb);
+	if (!idb)
+		die("oom", -ENOMEM, NULL);
+	for (uint64_t i = 0; i < n1; i++)
+		idb[i] = (int32_t)(i * 104729 % 150000 + 1);
+	t27_turn(&t, idb, n1, "B", &x, p);
+	cache_disk_wait(t.c);
+	double w2_s = moor_now() - t.t_commit, commit2_s = t.commit_s;
+	uint64_t w2_b = stat_of(t.c, "disk", "bytes_written") - w_b;
+	free(idb);
 	cache_free(t.c);
 
 	/* a kill -9 of cached: a new cache, no drain; session C shares the
@@ -419,7 +459,11 @@ static void tiers(const char *dir, int threads)
 	       (double)secb / 1048576.0, (unsigned long long)H);
 	printf("  %-30s %9s %8s %8s %8s %7s\n", "", "MiB file", "s", "GB/s",
 	       "raw GB/s", "/drive");
-	t27_row("disk tier: write (writer)", w_b, w_b, w_s, drive_w);
+	t27_row("disk tier: write (first)", w_b, w_b, w_s, drive_w);
+	t27_row("disk tier: write (next)", w2_b, w2_b, w2_s, drive_w);
+	printf("    (from the commit to the last file; the commits themselves, "
+	       "the anchors staged: %.3f s and %.3f s)\n",
+	       commit_s, commit2_s);
 	t27_row("disk tier: restore (new cached)", r_b, r_b, r_s, drive_r);
 	t27_row("disk tier: restore (warm arena)", r2_b, r2_b, r2_s, drive_r);
 	printf("    (resumed at %llu of %llu)\n", (unsigned long long)start,
