@@ -91,6 +91,8 @@
 #include <lmdb.h>
 #include <math.h>
 #include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +177,7 @@ struct cache_disk_tier {
 	int spilling;	  /* a spill save runs: the writer waits */
 	uint8_t *wbuf;	  /* the writer's chunk file (aligned) */
 	uint8_t *rbuf;	  /* the restore's file (aligned) */
+	uint8_t *rbuf2;	  /* and the next chunk's (restore_files) */
 	uint64_t rbuf_bytes;
 	/* staging slots the writer gave back (anchor_file bytes each, the
 	 * attached layout's), at most cfg.disk_head_anchors (1 to 8) kept:
@@ -1350,6 +1353,8 @@ void cache_disk_detach(cache *c)
 	free(d->lph);
 	free(d->wbuf);
 	free(d->rbuf);
+	free(d->rbuf2);
+	d->rbuf2 = NULL;
 	d->vg = NULL;
 	d->view = NULL;
 	d->lv = NULL;
@@ -1757,45 +1762,40 @@ static void touch(struct cache_disk_tier *d, const char *name)
 	(void)mdb_txn_commit(tx);
 }
 
-static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
-			 uint64_t limit, uint64_t *bytes, char *bad)
+/* Chunk file b (rows [b - g, b)) in buf into the live rows: its header,
+ * its sums and every stored id against the prompt's first. */
+static int chunk_apply(cache *c, const int32_t *ids, uint64_t b,
+		       const uint8_t *buf)
 {
 	struct cache_disk_tier *d = c->disk;
 	uint64_t g = d->grid;
-	char name[48];
-	int rc = 0;
-	for (uint64_t j = cache_min64(k, s) / g + 1; j <= s / g; j++) {
-		uint64_t b = j * g;
-		name_of(name, sizeof name, DK_CHUNK, c->ph[b], b);
-		rc = file_read(d->dfd, name, d->rbuf, d->chunk_file);
-		dk_hdr *h = (dk_hdr *)d->rbuf;
-		if (!rc)
-			rc = hdr_check(c, h, DK_CHUNK, b, c->ph[b], 2, 0);
-		const uint8_t *pi = d->rbuf + d->chunk_hdr;
-		const uint8_t *pr = pi + g * 4;
-		const uint64_t *sums = (const uint64_t *)(h + 1);
-		if (!rc && (h->data_bytes != g * (4 + d->row_bytes) ||
-			    XXH3_64bits(pi, g * 4) != sums[0] ||
-			    XXH3_64bits(pr, g * d->row_bytes) != sums[1]))
-			rc = MOOR_EFORMAT;
-		/* the stored ids against the prompt's, every one */
-		if (!rc && memcmp(pi, ids + (b - g), g * 4))
-			rc = MOOR_EFORMAT;
-		if (!rc)
-			rc = cache_rows_in(c, pr, g, 0, b - g, g);
-		if (rc) {
-			snprintf(bad, 48, "%s", name);
-			return rc;
-		}
-		*bytes += d->chunk_file;
-	}
-	uint64_t nk = s / g, hb = hdr_bytes(d->n_sec, nk);
-	name_of(name, sizeof name, DK_ANCHOR, c->ph[s], s);
-	rc = file_read(d->dfd, name, d->rbuf, hb + up4k(d->sec_bytes));
-	dk_hdr *h = (dk_hdr *)d->rbuf;
+	dk_hdr *h = (dk_hdr *)buf;
+	int rc = hdr_check(c, h, DK_CHUNK, b, c->ph[b], 2, 0);
+	const uint8_t *pi = buf + d->chunk_hdr;
+	const uint8_t *pr = pi + g * 4;
+	const uint64_t *sums = (const uint64_t *)(h + 1);
+	if (!rc && (h->data_bytes != g * (4 + d->row_bytes) ||
+		    XXH3_64bits(pi, g * 4) != sums[0] ||
+		    XXH3_64bits(pr, g * d->row_bytes) != sums[1]))
+		rc = MOOR_EFORMAT;
+	/* the stored ids against the prompt's, every one */
+	if (!rc && memcmp(pi, ids + (b - g), g * 4))
+		rc = MOOR_EFORMAT;
 	if (!rc)
-		rc = hdr_check(c, h, DK_ANCHOR, s, c->ph[s], d->n_sec, nk);
-	const uint8_t *secs = d->rbuf + hb;
+		rc = cache_rows_in(c, pr, g, 0, b - g, g);
+	return rc;
+}
+
+/* The anchor file at s in buf into the live sections (checked first), and
+ * a resident anchor of it. */
+static int anchor_apply(cache *c, uint64_t s, const uint8_t *buf,
+			uint64_t limit)
+{
+	struct cache_disk_tier *d = c->disk;
+	uint64_t nk = s / d->grid, hb = hdr_bytes(d->n_sec, nk);
+	dk_hdr *h = (dk_hdr *)buf;
+	int rc = hdr_check(c, h, DK_ANCHOR, s, c->ph[s], d->n_sec, nk);
+	const uint8_t *secs = buf + hb;
 	const uint64_t *sums = (const uint64_t *)(h + 1);
 	if (!rc && h->data_bytes != d->sec_bytes)
 		rc = MOOR_EFORMAT;
@@ -1805,19 +1805,129 @@ static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 		o += d->secb[i];
 	}
 	for (uint64_t j = 1; !rc && j <= nk; j++)
-		if (sums[d->n_sec + j - 1] != c->ph[j * g])
+		if (sums[d->n_sec + j - 1] != c->ph[j * d->grid])
 			rc = MOOR_EFORMAT;
 	if (!rc)
 		rc = cache_secs_in(c, secs);
-	if (rc) {
-		snprintf(bad, 48, "%s", name);
-		return rc;
-	}
-	*bytes += hb + up4k(d->sec_bytes);
 	/* the restored prompt resumes at the disk anchor from now on */
-	(void)cache_anchor_adopt(c, s, secs, limit);
-	touch(d, name);
-	return 0;
+	if (!rc)
+		(void)cache_anchor_adopt(c, s, secs, limit);
+	return rc;
+}
+
+/* The restore's reads run a file ahead of its checks and copies: a reader
+ * thread reads file i + 1 while file i is checked and copied, each into
+ * its own buffer (the anchor, last, into rbuf; the chunks alternate
+ * between rbuf2 and rbuf so that neighbours never share one). A buffer
+ * goes back to the reader (free) once its file is applied; the reader
+ * fills it (full). When a file fails, `stop` makes the reader skip the
+ * rest, and the files it still hands over are taken and given back. */
+typedef struct rd_pipe {
+	struct cache_disk_tier *d;
+	uint32_t n;
+	char (*name)[48];
+	uint64_t *bytes;
+	uint8_t *buf[2];
+	uint8_t *which; /* [n]: the buffer of file i */
+	int *rc;	/* [n]: its read's */
+	sem_t free_[2], full[2];
+	atomic_int stop;
+} rd_pipe;
+
+static void *reader(void *arg)
+{
+	rd_pipe *p = arg;
+	for (uint32_t i = 0; i < p->n; i++) {
+		int b = p->which[i];
+		sem_wait(&p->free_[b]);
+		p->rc[i] = atomic_load(&p->stop)
+			       ? MOOR_ERANGE
+			       : file_read(p->d->dfd, p->name[i], p->buf[b],
+					   p->bytes[i]);
+		sem_post(&p->full[b]);
+	}
+	return NULL;
+}
+
+static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
+			 uint64_t limit, uint64_t *bytes, char *bad)
+{
+	struct cache_disk_tier *d = c->disk;
+	uint64_t g = d->grid, j0 = cache_min64(k, s) / g + 1, nk = s / g;
+	uint32_t n = (uint32_t)(nk + 1 - j0) + 1; /* chunks j0..nk, anchor */
+	rd_pipe p = {.d = d, .n = n};
+	p.name = malloc(n * sizeof *p.name);
+	p.bytes = malloc(n * sizeof *p.bytes);
+	p.which = malloc(n);
+	p.rc = calloc(n, sizeof *p.rc);
+	if (!d->rbuf2)
+		d->rbuf2 = alloc4k(d->chunk_file);
+	if (!p.name || !p.bytes || !p.which || !p.rc || !d->rbuf2) {
+		free(p.name);
+		free(p.bytes);
+		free(p.which);
+		free(p.rc);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i + 1 < n; i++) {
+		uint64_t b = (j0 + i) * g;
+		name_of(p.name[i], sizeof p.name[i], DK_CHUNK, c->ph[b], b);
+		p.bytes[i] = d->chunk_file;
+		p.which[i] = (uint8_t)((n - 1 - i) % 2); /* 1: rbuf2 */
+	}
+	name_of(p.name[n - 1], sizeof p.name[n - 1], DK_ANCHOR, c->ph[s], s);
+	p.bytes[n - 1] = hdr_bytes(d->n_sec, nk) + up4k(d->sec_bytes);
+	p.which[n - 1] = 0;
+	p.buf[0] = d->rbuf;
+	p.buf[1] = d->rbuf2;
+	for (int b = 0; b < 2; b++) {
+		sem_init(&p.free_[b], 0, 1);
+		sem_init(&p.full[b], 0, 0);
+	}
+	atomic_init(&p.stop, 0);
+	pthread_t th;
+	int threaded = pthread_create(&th, NULL, reader, &p) == 0;
+	int rc = 0;
+	uint32_t i = 0;
+	for (; i < n && !rc; i++) {
+		int b = p.which[i];
+		if (threaded)
+			sem_wait(&p.full[b]);
+		else
+			p.rc[i] =
+			    file_read(d->dfd, p.name[i], p.buf[b], p.bytes[i]);
+		rc = p.rc[i];
+		if (!rc)
+			rc = i + 1 < n
+				 ? chunk_apply(c, ids, (j0 + i) * g, p.buf[b])
+				 : anchor_apply(c, s, p.buf[b], limit);
+		if (rc) {
+			snprintf(bad, 48, "%s", p.name[i]);
+			atomic_store(&p.stop, 1);
+		} else {
+			*bytes += p.bytes[i];
+		}
+		if (threaded)
+			sem_post(&p.free_[b]);
+	}
+	/* the files the reader still hands over after a failure */
+	for (; threaded && i < n; i++) {
+		sem_wait(&p.full[p.which[i]]);
+		sem_post(&p.free_[p.which[i]]);
+	}
+	if (threaded)
+		pthread_join(th, NULL);
+	for (int b = 0; b < 2; b++) {
+		sem_destroy(&p.free_[b]);
+		sem_destroy(&p.full[b]);
+	}
+	if (!rc)
+		touch(d, p.name[n - 1]);
+	free(p.name);
+	free(p.bytes);
+	free(p.which);
+	free(p.rc);
+	return rc;
 }
 
 /* Reads the chunks above k and the anchor at s into the live buffers,
