@@ -191,9 +191,9 @@ enum {
 /* A tier. Members marked optional may be NULL. */
 typedef struct cache_tier_ops {
 	int tier;	     /* CACHE_TIER_*: its name is proto_tier_name's */
-	int level;	     /* LV_*, -1: not a level of the memory policy */
+	int level;	     /* CACHE_LV_*, -1: not a memory policy level */
 	const char *lv_name; /* the level's name in the stats (memory.shed) */
-	unsigned flags;	     /* TIER_* */
+	unsigned flags;	     /* CACHE_TF_* */
 	/* Optional (the stash offers nothing: it is put back first). 1 when
 	 * the tier offers a line above q->best, described in *o. Changes
 	 * nothing, counts nothing (peek calls it). */
@@ -227,7 +227,7 @@ extern const cache_tier_ops cache_tier_resident, cache_tier_end,
 #define CACHE_N_TIERS 8
 /* Lookup order (tiers.c); the stats' order too. */
 extern const cache_tier_ops *const cache_tiers[CACHE_N_TIERS];
-/* The memory policy's levels, cheapest first: cache_levels[LV_*]. */
+/* The memory policy's levels, cheapest first: cache_levels[CACHE_LV_*]. */
 extern const cache_tier_ops *const cache_levels[CACHE_LV_N];
 /* The tier of cached's name (cache_tier_name); NULL: none. */
 const cache_tier_ops *cache_tier_named(const char *name);
