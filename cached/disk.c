@@ -917,17 +917,18 @@ static uint8_t *stage_take(struct cache_disk_tier *d)
 	return p ? p : alloc4k(d->anchor_file);
 }
 
-static void stage_give(struct cache_disk_tier *d, uint8_t *p)
+/* The job's staging slots back (kept or freed), mu held: the writer gives
+ * them back before it says the job is done, so a detach that waited for
+ * the queue finds every kept slot. */
+static void stage_give_locked(struct cache_disk_tier *d, dk_job *j)
 {
-	if (!p)
-		return;
-	pthread_mutex_lock(&d->mu);
-	if (d->n_spare < d->keep_spare) {
-		d->spare[d->n_spare++] = p;
-		p = NULL;
+	for (uint32_t i = 0; i < j->n_anc; i++) {
+		if (j->anc[i].file && d->n_spare < d->keep_spare)
+			d->spare[d->n_spare++] = j->anc[i].file;
+		else
+			free(j->anc[i].file);
+		j->anc[i].file = NULL;
 	}
-	pthread_mutex_unlock(&d->mu);
-	free(p);
 }
 
 static void stage_clear(struct cache_disk_tier *d)
@@ -942,8 +943,9 @@ static void job_free(struct cache_disk_tier *d, dk_job *j)
 {
 	if (!j)
 		return;
-	for (uint32_t i = 0; i < j->n_anc; i++)
-		stage_give(d, j->anc[i].file);
+	pthread_mutex_lock(&d->mu);
+	stage_give_locked(d, j);
+	pthread_mutex_unlock(&d->mu);
 	free(j->ids);
 	free(j->lph);
 	free(j);
@@ -976,6 +978,7 @@ static void *writer(void *arg)
 		pthread_mutex_lock(&d->mu);
 		d->q = job->next;
 		d->running = 0;
+		stage_give_locked(d, job);
 		pthread_cond_broadcast(&d->done);
 		pthread_mutex_unlock(&d->mu);
 		job_free(d, job);
@@ -1381,6 +1384,7 @@ void cache_disk_close(cache *c)
 		d->q = j->next;
 		job_free(d, j);
 	}
+	stage_clear(d);
 	pthread_mutex_destroy(&d->mu);
 	pthread_cond_destroy(&d->work);
 	pthread_cond_destroy(&d->done);
