@@ -39,7 +39,7 @@ enum { ACT_NONE = 0, ACT_PIN, ACT_PARK };
 typedef struct plan_a {
 	uint64_t n, c_res;
 	int guest, guest_declined;
-	int tier;	     /* src's, CACHE_TIER_NONE when cold */
+	int tier;		   /* src's, CACHE_TIER_NONE when cold */
 	const cache_tier_ops *src; /* NULL: cold */
 	cache_tier_offer o;	   /* src's offer (cold: start 0, the cut) */
 	uint64_t start, cut, taint, k;
