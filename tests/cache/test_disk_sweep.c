@@ -9,6 +9,8 @@
  *     write is cut short, for every N until no fault fires;
  *   - the process is killed (SIGKILL, in a child) at the writer's Nth file
  *     operation, for every N;
+ *   - after a good write, the Nth read of the restore fails with EIO (on
+ *     its reader thread), for every N until none fires;
  *   - after a good write, a bit is flipped in a chunk or an anchor file at
  *     several places (header, sums, ids, rows or sections, the padding),
  *     or the file is torn (cut to half its length);
@@ -27,6 +29,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -41,7 +44,7 @@
 
 static char dir[256];
 static int full;
-static long trials, served_disk, served_cold, wrong;
+static long trials, served_disk, served_cold, wrong, r_trials;
 static int32_t *A, *Q;
 
 static volatile int f_op, f_err, f_nth, f_seen, f_fired, f_kill;
@@ -120,10 +123,24 @@ static void write_head(void)
 	toy_close(&e);
 }
 
+/* The fault hook of the judging cache's reads (sweep_reads): the Nth read
+ * of a file fails with EIO. Reads run on the restore's reader thread. */
+static int (*judge_hook)(int op, const char *name);
+static atomic_int r_seen, r_fired;
+
+static int rhook(int op, const char *name)
+{
+	(void)name;
+	if (op != DFILE_OP_READ || atomic_fetch_add(&r_seen, 1) + 1 != f_nth)
+		return 0;
+	atomic_store(&r_fired, 1);
+	return -EIO;
+}
+
 /* A new cache serves Q; what it serves is judged against a cold run. */
 static void judge(const char *what, int want_disk)
 {
-	dfile_fault = NULL;
+	dfile_fault = judge_hook;
 	cache_cfg cfg;
 	cfg_of(&cfg, "b");
 	toy_env e;
@@ -152,8 +169,30 @@ static void judge(const char *what, int want_disk)
 			CHECK(stat_of(e.c, "hit_failed") <= 1,
 			      "%s: one failed restore at most", what);
 	}
+	dfile_fault = NULL;
 	cache_disk_wait(e.c);
 	toy_close(&e);
+}
+
+/* A read of the restore fails (the Nth, for every N until none fires):
+ * the entry is lost, never the answer, and nothing wrong is served. */
+static void sweep_reads(void)
+{
+	for (int n = 1;; n += full ? 1 : 5) {
+		wipe();
+		write_head();
+		f_nth = n;
+		atomic_store(&r_seen, 0);
+		atomic_store(&r_fired, 0);
+		judge_hook = rhook;
+		char what[64];
+		snprintf(what, sizeof what, "read %d fails (EIO)", n);
+		judge(what, 0);
+		judge_hook = NULL;
+		if (!atomic_load(&r_fired))
+			break;
+		r_trials++;
+	}
 }
 
 static void sweep_errors(void)
@@ -321,6 +360,8 @@ int main(void)
 	CHECK(served_disk == 1, "without a fault Q resumes from the disk");
 
 	sweep_errors();
+	sweep_reads();
+	CHECK(r_trials >= 2, "the read sweep failed %ld reads", r_trials);
 	sweep_kill();
 	sweep_damage();
 	/* the tier works after all of it */
