@@ -40,9 +40,11 @@
  * prefill passes them.
  *
  * The writes never hold a request. At the commit the slots' sections are
- * copied to staging buffers (the job) and the slots go back; a writer
- * thread then copies each missing chunk's rows out of the live buffers and
- * writes the chunks and the anchor, while cached serves. The next plan
+ * copied to staging buffers (the job; buffers the writer gave back are
+ * kept, up to head_anchors, so the copy lands in touched pages) and the
+ * slots go back; a writer thread then sums and seals each anchor's copy,
+ * copies each missing chunk's rows out of the live buffers and writes the
+ * chunks and the anchor, while cached serves. The next plan
  * fences the job (cache_disk_fence): rows at or above the lowest row that plan
  * may write are no longer copied (a chunk being copied is waited for),
  * and an anchor whose chunks cannot all be written is dropped (`window`).
@@ -71,9 +73,10 @@
  * than the prefill it saves (at the engine's prefill rate, cache_prefill_rate:
  * the fastest measured from a plan to its commit, else --prefill-tps). The
  * restore (disk_restore) reads only the chunks above the clean rows in
- * place; every chunk's header, xxh3s and stored ids are compared with the
- * prompt before its rows are copied, the anchor's sections and chunk keys
- * before the state is; a file that fails is deleted with its record, and
+ * place, a reader thread a file ahead of the checks and copies (two
+ * buffers); every chunk's header, xxh3s and stored ids are compared with
+ * the prompt before its rows are copied, the anchor's sections and chunk
+ * keys before the state is; a file that fails is deleted with its record, and
  * the plan prefills cold (the rows it copied are rewritten by that prefill
  * before anything reads them).
  *
