@@ -349,7 +349,7 @@ static void t27_turn(t27 *t, const int32_t *ids, uint64_t n,
 static void t27_row(const char *what, uint64_t file_b, uint64_t raw_b, double s,
 		    double ref)
 {
-	printf("  %-30s %9.1f %8.3f %8.2f %8.2f %6.0f%%\n", what,
+	printf("  %-36s %9.1f %8.3f %8.2f %8.2f %6.0f%%\n", what,
 	       (double)file_b / 1048576.0, s, gbps(file_b, s), gbps(raw_b, s),
 	       100 * gbps(file_b, s) / ref);
 }
@@ -430,15 +430,25 @@ static void tiers(const char *dir, int threads)
 	uint64_t start = p->start;
 	/* again into pages the first restore touched (a cached that has
 	 * served: the live buffers and an anchor's block are mapped), after
-	 * the RAM caches are emptied */
-	(void)cache_clear(t.c, "ram");
-	ids[n1] = 4343;
-	t27_turn(&t, ids, n2, "D", &x, p);
-	uint64_t r2_b = stat_of(t.c, "disk", "bytes_read") - r_b;
-	double r2_s = stat_real(t.c, "disk", "last_restore_ms") / 1e3;
-	if (p->tier != CACHE_TIER_DISK || !r2_b)
-		die("the disk tier did not serve the head again", MOOR_ERANGE,
-		    cache_tier_name(p->tier));
+	 * the RAM caches are emptied; the best of 3 (sessions D, E, F) */
+	uint64_t r2_b = 0;
+	double r2_s = 1e30;
+	for (int i = 0; i < 3; i++) {
+		uint64_t b0 = stat_of(t.c, "disk", "bytes_read");
+		(void)cache_clear(t.c, "ram");
+		ids[n1] = 4343 + i;
+		const char *sn[] = {"D", "E", "F"};
+		t27_turn(&t, ids, n2, sn[i], &x, p);
+		uint64_t b = stat_of(t.c, "disk", "bytes_read") - b0;
+		double sec = stat_real(t.c, "disk", "last_restore_ms") / 1e3;
+		if (p->tier != CACHE_TIER_DISK || !b)
+			die("the disk tier did not serve the head again",
+			    MOOR_ERANGE, cache_tier_name(p->tier));
+		if (sec < r2_s) {
+			r2_s = sec;
+			r2_b = b;
+		}
+	}
 
 	/* the drain (a planned stop) and the read-back at the next attach */
 	char err[MOOR_ERRLEN] = "";
@@ -461,7 +471,7 @@ static void tiers(const char *dir, int threads)
 	       "a 1,024-token chunk, %.1f MiB of sections; head %llu\n",
 	       cfg.spill_dir, (double)(1024 * rowb) / 1048576.0,
 	       (double)secb / 1048576.0, (unsigned long long)H);
-	printf("  %-30s %9s %8s %8s %8s %7s\n", "", "MiB file", "s", "GB/s",
+	printf("  %-36s %9s %8s %8s %8s %7s\n", "", "MiB file", "s", "GB/s",
 	       "raw GB/s", "/drive");
 	t27_row("disk tier: write (first)", w_b, w_b, w_s, drive_w);
 	t27_row("disk tier: write (next)", w2_b, w2_b, w2_s, drive_w);
@@ -469,7 +479,8 @@ static void tiers(const char *dir, int threads)
 	       "the anchors staged: %.3f s and %.3f s)\n",
 	       commit_s, commit2_s);
 	t27_row("disk tier: restore (new cached)", r_b, r_b, r_s, drive_r);
-	t27_row("disk tier: restore (warm arena)", r2_b, r2_b, r2_s, drive_r);
+	t27_row("disk tier: restore (warm, best of 3)", r2_b, r2_b, r2_s,
+		drive_r);
 	printf("    (resumed at %llu of %llu)\n", (unsigned long long)start,
 	       (unsigned long long)n2);
 	t27_row("spill: drain (codec)", sw_b, sw_raw, sw_s, drive_w);
