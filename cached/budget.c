@@ -14,93 +14,37 @@
  *                pin_bytes, park_bytes, store_bytes), kept by the cache.
  *
  * The levels, cheapest first: state store, body anchors, end anchor, guest
- * stash, parked session, pinned head.
+ * stash, parked session, pinned head (cache_levels: each level is a tier,
+ * whose bytes and give_back the policy calls).
  */
 #include "cache_int.h"
 #include "moor.h"
 
-uint64_t held_bytes(cache *c)
+uint64_t cache_held_bytes(cache *c)
 {
 	return arena_used(c->dev) + (c->cfg.unified ? arena_used(c->host) : 0);
 }
 
-int lv_on_host(int lv)
+static int lv_on_host(int lv)
 {
-	return lv == LV_STORE || lv == LV_PARK || lv == LV_PIN;
+	return (cache_levels[lv]->flags & CACHE_TF_HOST) != 0;
 }
 
-int lv_counts(cache *c, int lv)
+int cache_lv_counts(cache *c, int lv)
 {
 	return c->cfg.unified || !lv_on_host(lv);
 }
 
-uint64_t lv_bytes(cache *c, int lv)
+uint64_t cache_lv_bytes(cache *c, int lv)
 {
-	switch (lv) {
-	case LV_STORE:
-		return c->st_bytes;
-	case LV_ANCHORS:
-		return (uint64_t)c->n_anc * anchor_bytes(c);
-	case LV_END:
-		return c->end.buf ? anchor_bytes(c) : 0;
-	case LV_STASH:
-		return c->stash.have ? arena_block_size(c->dev, c->stash.off)
-				     : 0;
-	case LV_PARK:
-		return c->park.have ? c->park.bytes : 0;
-	case LV_PIN:
-		return c->pin.have ? c->pin.bytes : 0;
-	}
-	return 0;
+	return cache_levels[lv]->bytes(c);
 }
 
-uint64_t give_back_one(cache *c, int lv)
+/* Gives back one unit of level lv (an entry, an anchor, a whole span);
+ * returns the bytes freed, 0 when nothing of it can go. */
+static uint64_t give_back_one(cache *c, int lv)
 {
-	uint64_t b = 0;
-	int i;
-	switch (lv) {
-	case LV_STORE:
-		i = store_lru(c);
-		if (i < 0)
-			return 0;
-		b = c->st[i].bytes;
-		store_evict(c, (uint32_t)i);
-		break;
-	case LV_ANCHORS:
-		if (c->protect_anchors)
-			return 0;
-		i = anchor_victim(c, 1);
-		if (i < 0)
-			return 0;
-		b = anchor_bytes(c);
-		anchor_drop(c, (uint32_t)i);
-		c->k.evictions++;
-		break;
-	case LV_END:
-		if (!c->end.buf || c->end.busy)
-			return 0;
-		b = anchor_bytes(c);
-		end_release(c);
-		break;
-	case LV_STASH:
-		if (!c->stash.have)
-			return 0;
-		b = lv_bytes(c, LV_STASH);
-		stash_drop(c);
-		break;
-	case LV_PARK:
-		if (!c->park.have || c->park.busy)
-			return 0;
-		b = c->park.bytes;
-		park_drop(c);
-		break;
-	case LV_PIN:
-		if (!c->pin.have || c->pin.busy)
-			return 0;
-		b = c->pin.bytes;
-		pin_drop(c);
-		break;
-	}
+	uint64_t b = cache_levels[lv]->give_back(c);
 	if (b) {
 		c->k.shed[lv]++;
 		c->k.shed_bytes[lv] += b;
@@ -113,7 +57,7 @@ uint64_t give_back_one(cache *c, int lv)
 static int shed_cheaper(cache *c, int lv, int host)
 {
 	for (int l = 0; l < lv; l++) {
-		if (host < 0 ? !lv_counts(c, l) : lv_on_host(l) != host)
+		if (host < 0 ? !cache_lv_counts(c, l) : lv_on_host(l) != host)
 			continue;
 		if (give_back_one(c, l))
 			return 1;
@@ -121,14 +65,14 @@ static int shed_cheaper(cache *c, int lv, int host)
 	return 0;
 }
 
-int budget_grow(cache *c, int lv, int host, uint64_t bytes, uint64_t limit,
-		uint64_t *off)
+int cache_budget_grow(cache *c, int lv, int host, uint64_t bytes,
+		      uint64_t limit, uint64_t *off)
 {
 	arena *a = host ? c->host : c->dev;
-	uint64_t need = round_up(bytes, ARENA_ALIGN);
+	uint64_t need = cache_round_up(bytes, ARENA_ALIGN);
 	int counted = c->cfg.unified || !host;
 	for (;;) {
-		if (!counted || held_bytes(c) + need <= limit) {
+		if (!counted || cache_held_bytes(c) + need <= limit) {
 			int rc = arena_alloc(a, bytes, off);
 			if (rc != MOOR_ENOSPACE)
 				return rc;
@@ -141,15 +85,10 @@ int budget_grow(cache *c, int lv, int host, uint64_t bytes, uint64_t limit,
 	}
 }
 
-void budget_release(cache *c, int host, uint64_t off)
-{
-	arena_release(host ? c->host : c->dev, off);
-}
-
-uint64_t plan_limit(cache *c, uint64_t ws)
+uint64_t cache_plan_limit(cache *c, uint64_t ws)
 {
 	uint64_t peak = c->cfg.mem_peak > ws ? c->cfg.mem_peak - ws : 0;
-	return min64(c->cfg.mem_ceiling, peak);
+	return cache_min64(c->cfg.mem_ceiling, peak);
 }
 
 static double gib(uint64_t b)
@@ -157,22 +96,22 @@ static double gib(uint64_t b)
 	return (double)b / (1024.0 * 1024.0 * 1024.0);
 }
 
-uint64_t policy_floor(cache *c, uint64_t *givable)
+uint64_t cache_policy_floor(cache *c, uint64_t *givable)
 {
-	uint64_t held = held_bytes(c), giv = 0;
-	for (int l = 0; l < LV_N; l++)
-		if (lv_counts(c, l))
-			giv += lv_bytes(c, l);
+	uint64_t held = cache_held_bytes(c), giv = 0;
+	for (int l = 0; l < CACHE_LV_N; l++)
+		if (cache_lv_counts(c, l))
+			giv += cache_lv_bytes(c, l);
 	if (givable)
 		*givable = giv;
 	return held > giv ? held - giv : 0;
 }
 
-int policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
-	       char *err)
+int cache_policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
+		     char *err)
 {
 	uint64_t peak = c->cfg.mem_peak, giv;
-	uint64_t floor = policy_floor(c, &giv);
+	uint64_t floor = cache_policy_floor(c, &giv);
 	*gave = 0;
 	if (floor + ws > peak || ws > peak) {
 		moor_errf(err,
@@ -184,31 +123,27 @@ int policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
 		moor_warn("%s", err ? err : "cache: prefill refused");
 		return MOOR_ENOSPACE;
 	}
-	static const int first[] = {LV_STORE, LV_ANCHORS, LV_END};
-	static const int last[] = {LV_STASH, LV_PARK, LV_PIN};
-	while (held_bytes(c) + ws + *stash_need > peak) {
+	/* the levels cheapest first; at the guest stash's, a guest that
+	 * asks for one runs without it first (the rows it writes are cut
+	 * from the resident prompt) */
+	while (cache_held_bytes(c) + ws + *stash_need > peak) {
 		int done = 0;
-		for (int i = 0; i < 3 && !done; i++)
-			if (lv_counts(c, first[i]) &&
-			    give_back_one(c, first[i]))
+		for (int l = 0; l < CACHE_LV_N && !done; l++) {
+			if (l == CACHE_LV_STASH && *stash_need) {
+				*stash_need = 0;
+				c->k.shed[CACHE_LV_STASH]++;
 				done = 1;
-		if (!done && *stash_need) {
-			/* the guest's stash is the level that gives: the
-			 * guest runs without one (the rows it writes are cut
-			 * from the resident prompt) */
-			*stash_need = 0;
-			c->k.shed[LV_STASH]++;
-			done = 1;
+			} else if (cache_lv_counts(c, l) &&
+				   give_back_one(c, l)) {
+				done = 1;
+			}
 		}
-		for (int i = 0; i < 3 && !done; i++)
-			if (lv_counts(c, last[i]) && give_back_one(c, last[i]))
-				done = 1;
 		if (!done) {
 			moor_errf(err,
 				  "cache: a prefill needing %.3f GiB of "
 				  "workspace does not fit under mem_peak "
 				  "%.3f GiB (%.3f GiB held)",
-				  gib(ws), gib(peak), gib(held_bytes(c)));
+				  gib(ws), gib(peak), gib(cache_held_bytes(c)));
 			return MOOR_ENOSPACE;
 		}
 		(*gave)++;

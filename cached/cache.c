@@ -7,6 +7,7 @@
 
 #include "cache_int.h"
 #include "moor.h"
+#include "proto.h"
 
 #define GiB (1024ull * 1024 * 1024)
 #define MiB (1024ull * 1024)
@@ -49,14 +50,14 @@ void cache_cfg_defaults(cache_cfg *c)
 	c->disk_admit_after = 2;
 	c->disk_head_anchors = 4;
 	c->disk_min_tokens = 4096;
-	c->write_budget = 200 * GiB;
+	c->write_budget = 200000000000ull; /* 200 GB (10^9): drive writes */
 	c->guard_evict_tokens = 32768;
 	c->prefill_tps = 740;
 }
 
 /* ---- layout ---- */
 
-static void view_geom(const cache_view *v, vgeom *g)
+static void view_geom(const cache_view *v, cache_vgeom *g)
 {
 	uint64_t outer = 1, inner = v->elt;
 	for (uint32_t d = 0; d < v->ndim; d++) {
@@ -74,7 +75,7 @@ uint64_t cache_layout_row_bytes(const cache_layout *l)
 {
 	uint64_t n = 0;
 	for (uint32_t i = 0; i < l->n_views; i++) {
-		vgeom g;
+		cache_vgeom g;
 		view_geom(&l->view[i], &g);
 		n += g.rowb;
 	}
@@ -166,23 +167,23 @@ static int layout_same(const cache_layout *a, const cache_layout *b)
 
 /* ---- small helpers ---- */
 
-void *dev_at(cache *c, uint64_t off)
+void *cache_dev_at(cache *c, uint64_t off)
 {
 	return (char *)arena_base(c->dev) + off;
 }
 
-void *host_at(cache *c, uint64_t off)
+void *cache_host_at(cache *c, uint64_t off)
 {
 	return (char *)arena_base(c->host) + off;
 }
 
-int secs_out(cache *c, void *dst)
+int cache_secs_out(cache *c, void *dst)
 {
 	uint64_t o = 0;
 	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
-		int rc =
-		    c->mv->copy(c->mv->ctx, (char *)dst + o,
-				dev_at(c, c->sec_off[i]), c->lay->sec[i].bytes);
+		int rc = c->mv->copy(c->mv->ctx, (char *)dst + o,
+				     cache_dev_at(c, c->sec_off[i]),
+				     c->lay->sec[i].bytes);
 		if (rc)
 			return rc;
 		o += c->lay->sec[i].bytes;
@@ -190,12 +191,12 @@ int secs_out(cache *c, void *dst)
 	return 0;
 }
 
-int secs_in(cache *c, const void *src)
+int cache_secs_in(cache *c, const void *src)
 {
 	uint64_t o = 0;
 	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
 		int rc =
-		    c->mv->copy(c->mv->ctx, dev_at(c, c->sec_off[i]),
+		    c->mv->copy(c->mv->ctx, cache_dev_at(c, c->sec_off[i]),
 				(const char *)src + o, c->lay->sec[i].bytes);
 		if (rc)
 			return rc;
@@ -204,10 +205,10 @@ int secs_in(cache *c, const void *src)
 	return 0;
 }
 
-int secs_zero(cache *c)
+int cache_secs_zero(cache *c)
 {
 	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
-		int rc = c->mv->zero(c->mv->ctx, dev_at(c, c->sec_off[i]),
+		int rc = c->mv->zero(c->mv->ctx, cache_dev_at(c, c->sec_off[i]),
 				     c->lay->sec[i].bytes);
 		if (rc)
 			return rc;
@@ -216,7 +217,7 @@ int secs_zero(cache *c)
 }
 
 /* One view's rows: `outer` runs of n * inner bytes. */
-static int view_rows(const arena_mover *mv, const vgeom *g, void *dst,
+static int view_rows(const arena_mover *mv, const cache_vgeom *g, void *dst,
 		     uint64_t dwin, uint64_t drow, const void *src,
 		     uint64_t swin, uint64_t srow, uint64_t n)
 {
@@ -233,8 +234,8 @@ static int rows_xfer(cache *c, int out, void *buf, uint64_t bwin, uint64_t brow,
 	uint64_t o = 0, W = c->lay->window;
 	MOOR_ASSERT(live_row + n <= W && brow + n <= bwin);
 	for (uint32_t i = 0; i < c->lay->n_views; i++) {
-		const vgeom *g = &c->vg[i];
-		void *live = dev_at(c, c->view_off[i]);
+		const cache_vgeom *g = &c->vg[i];
+		void *live = cache_dev_at(c, c->view_off[i]);
 		char *b = (char *)buf + o;
 		int rc = out ? view_rows(c->mv, g, b, bwin, brow, live, W,
 					 live_row, n)
@@ -247,14 +248,14 @@ static int rows_xfer(cache *c, int out, void *buf, uint64_t bwin, uint64_t brow,
 	return 0;
 }
 
-int rows_out(cache *c, void *buf, uint64_t bwin, uint64_t brow,
-	     uint64_t live_row, uint64_t n)
+int cache_rows_out(cache *c, void *buf, uint64_t bwin, uint64_t brow,
+		   uint64_t live_row, uint64_t n)
 {
 	return rows_xfer(c, 1, buf, bwin, brow, live_row, n);
 }
 
-int rows_in(cache *c, const void *buf, uint64_t bwin, uint64_t brow,
-	    uint64_t live_row, uint64_t n)
+int cache_rows_in(cache *c, const void *buf, uint64_t bwin, uint64_t brow,
+		  uint64_t live_row, uint64_t n)
 {
 	return rows_xfer(c, 0, (void *)buf, bwin, brow, live_row, n);
 }
@@ -263,23 +264,23 @@ void cache_view_copy(const cache_view *v, void *dst, uint64_t dst_window,
 		     uint64_t dst_row, const void *src, uint64_t src_window,
 		     uint64_t src_row, uint64_t n)
 {
-	vgeom g;
+	cache_vgeom g;
 	view_geom(v, &g);
 	MOOR_ASSERT(dst_row + n <= dst_window && src_row + n <= src_window);
 	view_rows(&arena_mover_memcpy, &g, dst, dst_window, dst_row, src,
 		  src_window, src_row, n);
 }
 
-uint64_t common_prefix(const int32_t *a, uint64_t na, const int32_t *b,
-		       uint64_t nb)
+uint64_t cache_common_prefix(const int32_t *a, uint64_t na, const int32_t *b,
+			     uint64_t nb)
 {
-	uint64_t n = min64(na, nb), i = 0;
+	uint64_t n = cache_min64(na, nb), i = 0;
 	while (i < n && a[i] == b[i])
 		i++;
 	return i;
 }
 
-uint64_t ids_hash(const int32_t *ids, uint64_t n)
+uint64_t cache_ids_hash(const int32_t *ids, uint64_t n)
 {
 	uint64_t h = 0xcbf29ce484222325ull;
 	for (uint64_t i = 0; i < n; i++) {
@@ -289,19 +290,20 @@ uint64_t ids_hash(const int32_t *ids, uint64_t n)
 	return h;
 }
 
-int session_none(const char *s)
+int cache_session_none(const char *s)
 {
 	return !s || !s[0];
 }
 
-int session_same(const char *a, const char *b)
+int cache_session_same(const char *a, const char *b)
 {
-	return !session_none(a) && !session_none(b) && strcmp(a, b) == 0;
+	return !cache_session_none(a) && !cache_session_none(b) &&
+	       strcmp(a, b) == 0;
 }
 
-char *str_dup(const char *s)
+char *cache_str_dup(const char *s)
 {
-	if (session_none(s))
+	if (cache_session_none(s))
 		return NULL;
 	size_t n = strlen(s) + 1;
 	char *d = malloc(n);
@@ -312,18 +314,14 @@ char *str_dup(const char *s)
 
 const char *cache_tier_name(int tier)
 {
-#define TIER_NAME(id, v, name, source, word) [v] = name,
-	static const char *const names[PROTO_TIER_COUNT] = {
-	    PROTO_TIERS(TIER_NAME)};
-#undef TIER_NAME
-	if (tier < 0 || tier >= PROTO_TIER_COUNT)
-		return "unknown";
-	return names[tier];
+	return proto_tier_name(tier < 0 ? UINT32_MAX : (uint32_t)tier);
 }
+
 /* ---- lifecycle ---- */
 
 int cache_new(const cache_cfg *cfg, cache **out, char *err)
 {
+	MOOR_ASSERT(cache_tiers_check());
 	*out = NULL;
 	if (cfg->device_bytes < ARENA_ALIGN || cfg->host_bytes < ARENA_ALIGN) {
 		moor_errf(err, "cache: arena sizes %llu and %llu are too small",
@@ -337,7 +335,7 @@ int cache_new(const cache_cfg *cfg, cache **out, char *err)
 	c->cfg = *cfg;
 	c->cfg.arena_prefix[sizeof c->cfg.arena_prefix - 1] = 0;
 	c->mv = &arena_mover_memcpy;
-	c->taint = NO_TAINT;
+	c->taint = CACHE_NO_TAINT;
 	c->lay = calloc(1, sizeof *c->lay);
 	if (!c->lay) {
 		free(c);
@@ -345,13 +343,14 @@ int cache_new(const cache_cfg *cfg, cache **out, char *err)
 	}
 	char name[ARENA_NAME_MAX];
 	snprintf(name, sizeof name, "/%s.dev", c->cfg.arena_prefix);
-	uint64_t dsz = round_up(cfg->device_bytes, ARENA_ALIGN);
+	uint64_t dsz = cache_round_up(cfg->device_bytes, ARENA_ALIGN);
 	int rc = cfg->dev_cuda >= 0
 		     ? arena_cuda_create(name, dsz, cfg->dev_cuda, &c->dev, err)
 		     : arena_create(name, dsz, &c->dev, err);
 	if (!rc) {
 		snprintf(name, sizeof name, "/%s.host", c->cfg.arena_prefix);
-		rc = arena_create(name, round_up(cfg->host_bytes, ARENA_ALIGN),
+		rc = arena_create(name,
+				  cache_round_up(cfg->host_bytes, ARENA_ALIGN),
 				  &c->host, err);
 	}
 	/* the CUDA mover registers the host arena for DMA: its pages stay */
@@ -363,11 +362,11 @@ int cache_new(const cache_cfg *cfg, cache **out, char *err)
 		c->mv = c->mv_own;
 	c->spill.dfd = -1;
 	if (!rc)
-		rc = ledger_open(c, err);
+		rc = cache_ledger_open(c, err);
 	if (!rc)
-		rc = spill_open(c, err);
+		rc = cache_spill_open(c, err);
 	if (!rc)
-		rc = disk_open(c, err);
+		rc = cache_disk_open(c, err);
 	if (rc) {
 		cache_free(c);
 		return rc;
@@ -380,17 +379,17 @@ int cache_new(const cache_cfg *cfg, cache **out, char *err)
 static void drop_all(cache *c)
 {
 	if (c->t.active)
-		turn_abort(c, 0, 0);
+		cache_turn_abort(c, 0, 0);
 	if (c->stash.have)
-		stash_drop(c);
-	anchors_clear(c);
-	end_release(c);
-	pin_drop(c);
-	park_drop(c);
-	store_clear(c);
+		cache_stash_drop(c);
+	cache_anchors_clear(c);
+	cache_end_release(c);
+	cache_pin_drop(c);
+	cache_park_drop(c);
+	cache_store_clear(c);
 	c->valid = 0;
 	c->n_mk = 0;
-	c->taint = NO_TAINT;
+	c->taint = CACHE_NO_TAINT;
 	free(c->res_session);
 	c->res_session = NULL;
 }
@@ -399,7 +398,7 @@ static void layout_release(cache *c)
 {
 	if (!c->have_layout)
 		return;
-	disk_detach(c); /* its writer reads the live rows */
+	cache_disk_detach(c); /* its writer reads the live rows */
 	drop_all(c);
 	for (uint32_t i = 0; i < c->lay->n_sections; i++)
 		if (c->sec_off[i] != UINT64_MAX)
@@ -427,9 +426,9 @@ void cache_free(cache *c)
 	if (!c)
 		return;
 	layout_release(c);
-	disk_close(c);
-	spill_close(c);
-	ledger_close(c);
+	cache_disk_close(c);
+	cache_spill_close(c);
+	cache_ledger_close(c);
 	free(c->anc);
 	free(c->mk);
 	free(c->st);
@@ -474,7 +473,8 @@ void *cache_host_base(cache *c)
  * will be refused: said once, at the attach, with the numbers. */
 static void hello_check_peak(cache *c)
 {
-	uint64_t ws = c->lay->workspace_floor, floor = policy_floor(c, NULL);
+	uint64_t ws = c->lay->workspace_floor,
+		 floor = cache_policy_floor(c, NULL);
 	if (floor + ws > c->cfg.mem_peak)
 		moor_warn("cache: every prefill will be refused: the engine's "
 			  "workspace (%.3f GiB) and the live buffers (%.3f "
@@ -505,7 +505,7 @@ int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 		/* the engine died mid-turn: its slots and the rows past the
 		 * start are not trusted */
 		if (c->t.active)
-			turn_abort(c, 0, c->t.start);
+			cache_turn_abort(c, 0, c->t.start);
 		c->lay->workspace_floor = lay->workspace_floor;
 		c->lay->workspace_per_token = lay->workspace_per_token;
 		moor_info("cache: engine attached with the same fingerprint "
@@ -533,11 +533,11 @@ int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 	 * allocated */
 	uint64_t need = 0;
 	for (uint32_t i = 0; i < ns; i++)
-		need += round_up(lay->sec[i].bytes, ARENA_ALIGN);
+		need += cache_round_up(lay->sec[i].bytes, ARENA_ALIGN);
 	for (uint32_t i = 0; i < nv; i++) {
-		vgeom g;
+		cache_vgeom g;
 		view_geom(&lay->view[i], &g);
-		need += round_up(g.rowb * W, ARENA_ALIGN);
+		need += cache_round_up(g.rowb * W, ARENA_ALIGN);
 	}
 	if (need > arena_size(c->dev) - arena_used(c->dev)) {
 		moor_errf(err,
@@ -602,8 +602,8 @@ int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 	}
 	c->valid = 0;
 	c->n_mk = 0;
-	c->taint = NO_TAINT;
-	rc = secs_zero(c);
+	c->taint = CACHE_NO_TAINT;
+	rc = cache_secs_zero(c);
 	if (rc) {
 		layout_release(c);
 		return rc;
@@ -615,9 +615,9 @@ int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 		  lay->grid);
 	/* a drained conversation of this fingerprint and layout comes back
 	 * into the live buffers (a failure costs the entry, not the hello) */
-	ledger_attach(c, lay->fingerprint);
-	(void)spill_read_back(c);
-	disk_attach(c);
+	cache_ledger_attach(c, lay->fingerprint);
+	(void)cache_spill_read_back(c);
+	cache_disk_attach(c);
 	hello_fill(c, out, 0);
 	return 0;
 }
@@ -627,42 +627,17 @@ int cache_clear(cache *c, const char *tier)
 	if (!tier)
 		return MOOR_ERANGE;
 	/* "ram": every RAM cache; "all": those and the NVMe tiers */
-	int all = strcmp(tier, "all") == 0 || strcmp(tier, "ram") == 0;
-	if (!all && strcmp(tier, "resident") && strcmp(tier, "end") &&
-	    strcmp(tier, "stash") && strcmp(tier, "pin") &&
-	    strcmp(tier, "park") && strcmp(tier, "store") &&
-	    strcmp(tier, "spill") && strcmp(tier, "disk"))
+	int all = !strcmp(tier, "all"), ram = !strcmp(tier, "ram");
+	const cache_tier_ops *one = all || ram ? NULL : cache_tier_named(tier);
+	if (!all && !ram && !one)
 		return MOOR_ERANGE;
-	if (!strcmp(tier, "all") || !strcmp(tier, "spill"))
-		(void)spill_clear(c);
-	if (!strcmp(tier, "all") || !strcmp(tier, "disk"))
-		(void)disk_clear(c);
-	if (!strcmp(tier, "spill") || !strcmp(tier, "disk"))
-		return 0;
-	if (!c->have_layout)
-		return 0;
-	if (all || !strcmp(tier, "store"))
-		store_clear(c);
-	if (all || !strcmp(tier, "pin"))
-		pin_drop(c);
-	if (all || !strcmp(tier, "park"))
-		park_drop(c);
-	if ((all || !strcmp(tier, "stash")) && c->stash.have)
-		stash_drop(c);
-	if (all || !strcmp(tier, "end"))
-		end_release(c);
-	if (all || !strcmp(tier, "resident")) {
-		/* a turn in flight keeps its slots: they become the anchors
-		 * of the prompt it commits */
-		anchors_clear(c);
-		end_release(c);
-		if (c->stash.have)
-			stash_drop(c);
-		if (!c->t.active || c->t.guest || c->t.scratch) {
-			c->valid = 0;
-			c->n_mk = 0;
-			c->taint = NO_TAINT;
-		}
+	for (int i = 0; i < CACHE_N_TIERS; i++) {
+		const cache_tier_ops *t = cache_tiers[i];
+		int nvme = (t->flags & CACHE_TF_NVME) != 0;
+		if (one ? t != one : ram && nvme)
+			continue;
+		if (nvme || c->have_layout)
+			(void)t->clear(c);
 	}
 	return 0;
 }

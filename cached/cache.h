@@ -168,9 +168,9 @@ typedef struct cache_cfg {
 	uint32_t disk_head_anchors; /* a session's first long request: 4 */
 	uint32_t disk_min_tokens;   /* shorter prompts write nothing: 4096 */
 	/* the write guard and the fingerprint adoption (ledger.c) */
-	uint64_t write_budget;   /* --disk-write-budget-gb 200: the drive
-				  * writes of a day (tier and spill); 0: no
-				  * budget */
+	uint64_t write_budget;	     /* bytes; --disk-write-budget-gb 200 (GB of
+				      * 10^9 bytes): the drive writes of a day
+				      * (tier and spill); 0: no budget */
 	uint32_t guard_evict_tokens; /* over the budget the spill still
 				      * writes evictions this long: 32768 */
 	char adopt_from[80];     /* --adopt-from FP: files of this older

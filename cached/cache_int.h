@@ -8,7 +8,11 @@
  * span.c, the row blocks both hold), store.c, budget.c (levels and the
  * memory policy), and the NVMe tiers: spill.c, codec.c, disk.c, dfile.c,
  * ledger.c (the day's writes, the write guard, adoption records), kvdb.c
- * (an LMDB environment checked before it is mapped).
+ * (an LMDB environment checked before it is mapped); tiers.c holds the
+ * tiers' table.
+ *
+ * Every name here carries the module's prefix (cache_, CACHE_; the public
+ * API is cache.h's); what one file uses alone is static there.
  */
 #ifndef CACHE_INT_H
 #define CACHE_INT_H
@@ -18,20 +22,23 @@
 
 #include "arena.h"
 #include "cache.h"
+#include "codec.h"
 
-#define NO_TAINT CACHE_NO_TAINT
+/* An integer member of a JSON object (jansson; the stats' parts). */
+#define CACHE_SETI(o, k, v)                                                    \
+	json_object_set_new(o, k, json_integer((json_int_t)(v)))
 
-static inline uint64_t min64(uint64_t a, uint64_t b)
+static inline uint64_t cache_min64(uint64_t a, uint64_t b)
 {
 	return a < b ? a : b;
 }
 
-static inline uint64_t max64(uint64_t a, uint64_t b)
+static inline uint64_t cache_max64(uint64_t a, uint64_t b)
 {
 	return a > b ? a : b;
 }
 
-static inline uint64_t round_up(uint64_t x, uint64_t a)
+static inline uint64_t cache_round_up(uint64_t x, uint64_t a)
 {
 	return (x + a - 1) / a * a;
 }
@@ -39,52 +46,52 @@ static inline uint64_t round_up(uint64_t x, uint64_t a)
 /* A view's geometry: `outer` runs (the axes before the token axis), each
  * `inner` bytes a token (the axes after it times elt); rowb = outer*inner
  * bytes a token. */
-typedef struct vgeom {
+typedef struct cache_vgeom {
 	uint64_t outer, inner, rowb;
-} vgeom;
+} cache_vgeom;
 
 /* A resident anchor: the sections at `line` in the device arena. */
-typedef struct anchor {
+typedef struct cache_anchor {
 	uint64_t line;
 	uint64_t off;
 	int busy; /* the current plan's source: not given back */
-} anchor;
+} cache_anchor;
 
 /* An anchor a span holds (host arena); end: the end anchor's state. */
-typedef struct held_anchor {
+typedef struct cache_held_anchor {
 	uint64_t line;
 	uint64_t off;
 	int end;
-} held_anchor;
+} cache_held_anchor;
 
-#define SPAN_MAX_ANCHORS 16
+#define CACHE_SPAN_MAX_ANCHORS 16
 
 /* Rows [base, top) of a prompt, kept aside in blocks of `blk` rows (block
  * j holds rows [base + j*blk, base + (j+1)*blk) as a compact rows buffer of
  * window blk, in the host arena), and the anchors above base that resume
  * it. ids[0, top) are the prompt's key ids (the head [0, base) included: a
  * hit compares them all). The pin (base 0) and the park are spans. */
-typedef struct span {
+typedef struct cache_span {
 	int have;
 	int busy;
 	int32_t *ids;
 	uint64_t base, top;
 	uint32_t n_blk;
 	uint64_t *blk;
-	held_anchor anc[SPAN_MAX_ANCHORS];
+	cache_held_anchor anc[CACHE_SPAN_MAX_ANCHORS];
 	uint32_t n_anc;
 	uint64_t taint;
 	char *session;
 	uint64_t bytes; /* blocks and anchors */
 	cache_mark *mk; /* the rows' marks (with the end anchor) */
 	uint32_t n_mk;
-} span;
+} cache_span;
 
-enum { ENTRY_PREFIX = 0, ENTRY_SESSION = 1 };
+enum { CACHE_ENTRY_PREFIX = 0, CACHE_ENTRY_SESSION = 1 };
 
 /* A state store snapshot: sections, then rows [0, len) as a compact rows
  * buffer of window len, in the host arena. */
-typedef struct store_entry {
+typedef struct cache_store_entry {
 	int kind;
 	int32_t *ids;
 	uint64_t len, hash;
@@ -93,17 +100,17 @@ typedef struct store_entry {
 	uint64_t tick;
 	uint64_t hits;
 	int busy;
-} store_entry;
+} cache_store_entry;
 
 /* A slot of the turn in flight. */
-typedef struct tslot {
+typedef struct cache_tslot {
 	uint64_t line, off;
 	int anchor; /* becomes a resident anchor at commit */
 	int store;  /* the prefix snapshot's sections */
 	int disk;   /* the disk tier's: staged at commit (disk.c) */
-} tslot;
+} cache_tslot;
 
-typedef struct turn {
+typedef struct cache_turn {
 	int active, guest, no_cache;
 	int scratch; /* cache_scratch_plan's: its end changes nothing */
 	int32_t *ids; /* [window] */
@@ -118,11 +125,119 @@ typedef struct turn {
 	int tier;
 	double t_plan; /* moor_now() at the plan */
 	uint32_t n_slots;
-	tslot slot[CACHE_MAX_SLOTS];
-} turn;
+	cache_tslot slot[CACHE_MAX_SLOTS];
+} cache_turn;
 
-/* Levels of the memory policy, cheapest first (Budget.LEVELS). */
-enum { LV_STORE = 0, LV_ANCHORS, LV_END, LV_STASH, LV_PARK, LV_PIN, LV_N };
+/* Levels of the memory policy, cheapest first (Budget.LEVELS): indices
+ * into cache_levels. */
+enum {
+	CACHE_LV_STORE = 0,
+	CACHE_LV_ANCHORS,
+	CACHE_LV_END,
+	CACHE_LV_STASH,
+	CACHE_LV_PARK,
+	CACHE_LV_PIN,
+	CACHE_LV_N
+};
+
+/* ---- the tiers: one interface every cache implements ----
+ *
+ * The planner asks each tier of cache_tiers, in the seed's lookup order
+ * (resident prefix, end anchor, pinned head, parked session, state store,
+ * then the session spill and the disk tier), what it offers the prompt,
+ * and takes the latest start (a tie stays with the tier asked first, the
+ * cheaper restore). The memory policy gives back through the same
+ * records, walking cache_levels in the seed's order of levels (Budget.
+ * LEVELS: state store, body anchors, end anchor, guest stash, parked
+ * session, pinned head). Each tier's record is in its own file. */
+
+/* What a tier is asked with: the prompt, what the rows in place share with
+ * it (c_res ids; their taint t_res), lim = min(c_res, n - 1), whether it
+ * runs as a guest, and `best`, the latest start offered so far (0: none).
+ * An offer sets the tier's bit in `seen` when the tier holds an entry for
+ * the prompt at all (offered or not: the store's miss count). */
+typedef struct cache_tier_ask {
+	const cache_req *r;
+	uint64_t c_res, t_res, lim;
+	int guest;
+	uint64_t best;
+	uint32_t seen;
+} cache_tier_ask;
+
+/* An offer: the state is restored to `start` (< n; its ids compared with
+ * the prompt's element by element); rows in place below k stay and [k,
+ * start) are the tier's copy; the resident prompt is cut to `cut`; taint
+ * is the plan's taint line before the planner's off-grid rule. src and
+ * name say which of the tier's entries (a span's anchor, a store entry, a
+ * spill entry). */
+typedef struct cache_tier_offer {
+	uint64_t start, k, cut, taint;
+	int src;
+	char name[17];
+} cache_tier_offer;
+
+enum {
+	CACHE_TF_HOST = 1,     /* its bytes are in the host arena: counted by
+				* the memory policy only when cfg.unified */
+	CACHE_TF_NVME = 2,     /* on the drive: not a "ram" tier; cleared
+				* without a layout; a restore that fails costs
+				* the entry, and the prompt prefills cold */
+	CACHE_TF_IN_PLACE = 4, /* resumes on the rows in place (a guest stash
+				* put back above its line reports STASH) */
+	CACHE_TF_MARKS = 8,    /* its restore brings its rows' marks back */
+	CACHE_TF_CUTS = 16,    /* its restore cuts the rows in place itself */
+};
+
+/* A tier. Members marked optional may be NULL. */
+typedef struct cache_tier_ops {
+	int tier;	     /* CACHE_TIER_*: its name is proto_tier_name's */
+	int level;	     /* CACHE_LV_*, -1: not a memory policy level */
+	const char *lv_name; /* the level's name in the stats (memory.shed) */
+	unsigned flags;	     /* CACHE_TF_* */
+	/* Optional (the stash offers nothing: it is put back first). 1 when
+	 * the tier offers a line above q->best, described in *o. Changes
+	 * nothing, counts nothing (peek calls it). */
+	int (*offer)(cache *c, cache_tier_ask *q, cache_tier_offer *o);
+	/* Optional. Marks the offer's source as the plan's (on = 1) so the
+	 * memory policy and the other caches leave it, or unmarks it. */
+	void (*busy)(cache *c, const cache_tier_offer *o, int on);
+	/* The offer's state into the live buffers (rows [k, start), the
+	 * sections at start), every id of ids[0, start) it copies compared
+	 * first. Required where offer is. */
+	int (*restore)(cache *c, const cache_tier_offer *o, const int32_t *ids,
+		       uint64_t limit);
+	/* Bytes that restore would copy into the live sequence (peek). */
+	uint64_t (*restore_bytes)(cache *c, const cache_tier_offer *o);
+	/* Optional. A prompt it could have served that another source won
+	 * (its start): the tier's log line and count. */
+	void (*refused)(cache *c, const int32_t *ids, uint64_t n,
+			uint64_t start);
+	uint64_t (*bytes)(cache *c); /* bytes it holds now */
+	/* Optional (the NVMe tiers keep their own budgets on the drive).
+	 * Gives back one unit (an entry, an anchor, a whole span); the bytes
+	 * freed, 0 when nothing of it may go. */
+	uint64_t (*give_back)(cache *c);
+	int (*clear)(cache *c);
+	struct json_t *(*stats)(cache *c); /* its part of the stats */
+} cache_tier_ops;
+
+extern const cache_tier_ops cache_tier_resident, cache_tier_end,
+    cache_tier_stash, cache_tier_pin, cache_tier_park, cache_tier_store,
+    cache_tier_spill, cache_tier_disk;
+#define CACHE_N_TIERS 8
+/* Lookup order (tiers.c); the stats' order too. */
+extern const cache_tier_ops *const cache_tiers[CACHE_N_TIERS];
+/* The memory policy's levels, cheapest first: cache_levels[CACHE_LV_*]. */
+extern const cache_tier_ops *const cache_levels[CACHE_LV_N];
+/* The tier of cached's name (cache_tier_name); NULL: none. */
+const cache_tier_ops *cache_tier_named(const char *name);
+/* 1 when the tables agree (each level's record is that level's, the
+ * required members are there). */
+int cache_tiers_check(void);
+/* restore_bytes of a tier that resumes on the rows in place (the
+ * sections), and of one that copies the rows [k, start) too. */
+uint64_t cache_tier_secs_bytes(cache *c, const cache_tier_offer *o);
+uint64_t cache_tier_rows_bytes(cache *c, const cache_tier_offer *o);
 
 typedef struct cache_counters {
 	uint64_t plans, commits, aborts, refused, cold;
@@ -142,7 +257,7 @@ typedef struct cache_counters {
 	    st_declined_big, st_declined_short, st_declined_room, st_evictions,
 	    st_dup;
 	/* memory */
-	uint64_t shed[LV_N], shed_bytes[LV_N];
+	uint64_t shed[CACHE_LV_N], shed_bytes[CACHE_LV_N];
 } cache_counters;
 
 struct cache {
@@ -154,7 +269,7 @@ struct cache {
 	int have_layout;
 	cache_layout *lay;
 	uint64_t sec_bytes, row_bytes;
-	vgeom *vg;
+	cache_vgeom *vg;
 	uint64_t *sec_off, *view_off; /* live buffers, device arena */
 
 	/* the resident prompt: rows [0, valid) hold res_ids[0, valid) */
@@ -164,7 +279,7 @@ struct cache {
 	char *res_session;
 	cache_mark *mk; /* marks on rows [0, valid), ascending starts */
 	uint32_t n_mk, cap_mk;
-	anchor *anc; /* ascending lines */
+	cache_anchor *anc; /* ascending lines */
 	uint32_t n_anc, cap_anc;
 	int protect_anchors; /* a pin or park is copying them */
 
@@ -180,16 +295,16 @@ struct cache {
 		uint64_t lo, hi, off;
 	} stash;
 
-	span pin, park;
+	cache_span pin, park;
 
-	store_entry *st;
+	cache_store_entry *st;
 	uint32_t n_st, cap_st;
 	uint64_t st_bytes, tick;
 	uint64_t *ph; /* [window + 1] prefix hashes of the prompt planned */
 	uint64_t declined_hash; /* the last conversation whose decline was
 				 * logged (said once per conversation) */
 
-	turn t;
+	cache_turn t;
 	cache_counters k;
 
 	struct {
@@ -197,10 +312,11 @@ struct cache {
 		int dfd;	 /* DIR/sessions */
 		/* the entries this layout reads (spill_index_*): their ids,
 		 * lines and the end, for the planner's offer */
-		struct spill_ent *ent;
+		struct cache_spill_ent *ent;
 		uint32_t n_ent;
 		double read_bps; /* measured by the last restore */
 		struct moor_pool *pool; /* the codec's threads (NULL: one) */
+		codec_ws cws;		/* the codec's buffers, kept */
 		uint64_t digest; /* the attached layout's */
 		double last_save_ms, last_restore_ms;
 		struct {
@@ -213,8 +329,8 @@ struct cache {
 		} k;
 	} spill;
 
-	struct disk_tier *disk; /* disk.c; NULL: off */
-	struct ledger *ledger;	/* ledger.c; NULL: no NVMe directory */
+	struct cache_disk_tier *disk; /* disk.c; NULL: off */
+	struct cache_ledger *ledger;  /* ledger.c; NULL: no NVMe directory */
 
 	/* the engine's prefill rate (tokens/s), from a plan to its commit
 	 * over the last 8 turns that forwarded at least 1,024 tokens (the
@@ -224,264 +340,214 @@ struct cache {
 };
 
 /* ---- cache.c: byte movement between live buffers and arena memory ---- */
-void *dev_at(cache *c, uint64_t off);
-void *host_at(cache *c, uint64_t off);
+void *cache_dev_at(cache *c, uint64_t off);
+void *cache_host_at(cache *c, uint64_t off);
 /* Live sections to dst (back to back, layout order), or from src. */
-int secs_out(cache *c, void *dst);
-int secs_in(cache *c, const void *src);
-int secs_zero(cache *c);
+int cache_secs_out(cache *c, void *dst);
+int cache_secs_in(cache *c, const void *src);
+int cache_secs_zero(cache *c);
 /* Rows [live_row, live_row + n) of every view to (out) or from (in) a
  * compact rows buffer of window bwin, at its row brow. */
-int rows_out(cache *c, void *buf, uint64_t bwin, uint64_t brow,
-	     uint64_t live_row, uint64_t n);
-int rows_in(cache *c, const void *buf, uint64_t bwin, uint64_t brow,
-	    uint64_t live_row, uint64_t n);
-uint64_t common_prefix(const int32_t *a, uint64_t na, const int32_t *b,
-		       uint64_t nb);
-uint64_t ids_hash(const int32_t *ids, uint64_t n);
-int session_same(const char *a, const char *b);
-int session_none(const char *s);
-char *str_dup(const char *s);
+int cache_rows_out(cache *c, void *buf, uint64_t bwin, uint64_t brow,
+		   uint64_t live_row, uint64_t n);
+int cache_rows_in(cache *c, const void *buf, uint64_t bwin, uint64_t brow,
+		  uint64_t live_row, uint64_t n);
+uint64_t cache_common_prefix(const int32_t *a, uint64_t na, const int32_t *b,
+			     uint64_t nb);
+uint64_t cache_ids_hash(const int32_t *ids, uint64_t n);
+int cache_session_same(const char *a, const char *b);
+int cache_session_none(const char *s);
+char *cache_str_dup(const char *s);
 
 /* ---- budget.c ---- */
-uint64_t held_bytes(cache *c);
-int lv_counts(cache *c, int lv);
-int lv_on_host(int lv);
-uint64_t lv_bytes(cache *c, int lv);
-/* Gives back one unit of level lv (an entry, an anchor, a whole span);
- * returns the bytes freed, 0 when nothing of it can go. */
-uint64_t give_back_one(cache *c, int lv);
+uint64_t cache_held_bytes(cache *c);
+int cache_lv_counts(cache *c, int lv);
+uint64_t cache_lv_bytes(cache *c, int lv);
 /* Allocates `bytes` for a cache of level lv in the device (host = 0) or
  * host arena while the counted bytes stay under `limit`, giving back
  * cheaper levels first (a more valuable cache takes the room of cheaper
  * ones). MOOR_ENOSPACE when it cannot. */
-int budget_grow(cache *c, int lv, int host, uint64_t bytes, uint64_t limit,
-		uint64_t *off);
-void budget_release(cache *c, int host, uint64_t off);
+int cache_budget_grow(cache *c, int lv, int host, uint64_t bytes,
+		      uint64_t limit, uint64_t *off);
 /* The memory policy before a prefill needing ws bytes of workspace (and,
  * for a guest, *stash_need bytes of stash): gives back cheapest first;
  * sets *stash_need to 0 when the stash is the level that gives. Nothing is
  * given back when the prefill cannot fit at all: MOOR_ENOSPACE. *gave
  * counts the units given back. */
-int policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
-	       char *err);
-uint64_t plan_limit(cache *c, uint64_t ws);
+int cache_policy_fit(cache *c, uint64_t ws, uint64_t *stash_need, int *gave,
+		     char *err);
+uint64_t cache_plan_limit(cache *c, uint64_t ws);
 /* The counted bytes no cache can give back (the live buffers, a turn's
  * slots); *givable (may be NULL) gets what the caches could. */
-uint64_t policy_floor(cache *c, uint64_t *givable);
+uint64_t cache_policy_floor(cache *c, uint64_t *givable);
 
 /* ---- resident.c ---- */
-uint64_t anchor_bytes(cache *c);
-uint32_t anchor_budget(cache *c); /* anchors resident_bytes holds */
-int anchor_pin_kept(cache *c, uint64_t line);
-/* The index of the largest anchor line <= lim, or -1. */
-int anchor_le(cache *c, uint64_t lim);
-int anchor_find(cache *c, uint64_t line);
-void anchor_drop(cache *c, uint32_t i);
-void anchors_drop_above(cache *c, uint64_t line);
-void anchors_clear(cache *c);
+uint64_t cache_anchor_bytes(cache *c);
+int cache_anchor_pin_kept(cache *c, uint64_t line);
+int cache_anchor_find(cache *c, uint64_t line);
+void cache_anchors_clear(cache *c);
 /* Inserts an anchor at line whose sections are at off (device). */
-int anchor_insert(cache *c, uint64_t line, uint64_t off);
-/* Next anchor to evict: the budget's order (others lowest first, then the
- * pin's lines highest first); with all = 1 also the newest `keep` (the
- * memory policy). -1 when none may go. */
-int anchor_victim(cache *c, int all);
+int cache_anchor_insert(cache *c, uint64_t line, uint64_t off);
 /* Which of the candidate new lines (ascending, all above every anchor)
  * get a slot: the budget keeps the newest `keep`, then the pin's lines,
  * then the highest others; evicts the anchors that lose. keep[i] = 1 for
  * the lines that get one. */
-void anchors_plan_slots(cache *c, const uint64_t *lines, uint32_t n, int *keep);
+void cache_anchors_plan_slots(cache *c, const uint64_t *lines, uint32_t n,
+			      int *keep);
 /* A copy of src (host or device memory the mover reaches) as an anchor. */
-int anchor_adopt(cache *c, uint64_t line, const void *src, uint64_t limit);
-uint64_t anchor_top(cache *c); /* the largest line, 0 if none */
+int cache_anchor_adopt(cache *c, uint64_t line, const void *src,
+		       uint64_t limit);
+uint64_t cache_anchor_top(cache *c); /* the largest line, 0 if none */
 /* The resident prompt keeps rows [0, line): anchors above, and the end
  * anchor past it, go. */
-void resident_cut(cache *c, uint64_t line);
-void end_drop(cache *c);
-void end_release(cache *c);
+void cache_resident_cut(cache *c, uint64_t line);
+void cache_end_release(cache *c);
 /* Marks: those ending above line go; one appended (ascending). */
-void marks_cut(cache *c, uint64_t line);
-int marks_add(cache *c, uint64_t start, uint64_t len, uint32_t kind);
+void cache_marks_cut(cache *c, uint64_t line);
+int cache_marks_add(cache *c, uint64_t start, uint64_t len, uint32_t kind);
 /* A copy of the resident marks below line (malloc'd; NULL when none). */
-cache_mark *marks_copy(const cache *c, uint64_t line, uint32_t *n);
-int end_keep(cache *c, uint64_t len, uint64_t taint);
+cache_mark *cache_marks_copy(const cache *c, uint64_t line, uint32_t *n);
+int cache_end_keep(cache *c, uint64_t len, uint64_t taint);
 
 /* ---- stash.c ---- */
-int stash_make(cache *c, uint64_t lo, uint64_t hi, uint64_t limit);
-int stash_restore(cache *c);
-void stash_drop(cache *c); /* rows not put back: the resident is cut */
+int cache_stash_make(cache *c, uint64_t lo, uint64_t hi, uint64_t limit);
+int cache_stash_restore(cache *c);
+void cache_stash_drop(cache *c); /* rows not put back: the resident is cut */
 
 /* ---- span.c ---- */
-uint64_t span_blk_rows(cache *c);
-uint64_t span_blk_bytes(cache *c);
-uint32_t span_blocks(cache *c, uint64_t rows);
-void span_free(cache *c, span *s);
-int span_alloc_blocks(cache *c, span *s, uint32_t n, int lv, uint64_t limit);
+uint64_t cache_span_blk_rows(cache *c);
+uint64_t cache_span_blk_bytes(cache *c);
+uint32_t cache_span_blocks(cache *c, uint64_t rows);
+void cache_span_free(cache *c, cache_span *s);
+int cache_span_alloc_blocks(cache *c, cache_span *s, uint32_t n, int lv,
+			    uint64_t limit);
 /* Copies the span's rows [a, b) (base <= a <= b <= top) into the live
  * buffers, or the live rows into the span's blocks. */
-int span_rows_in(cache *c, const span *s, uint64_t a, uint64_t b);
-int span_rows_out(cache *c, const span *s, uint64_t a, uint64_t b);
+int cache_span_rows_in(cache *c, const cache_span *s, uint64_t a, uint64_t b);
+int cache_span_rows_out(cache *c, const cache_span *s, uint64_t a, uint64_t b);
 /* The largest held anchor line <= lim (index), -1 if none. */
-int span_anchor_le(const span *s, uint64_t lim, int with_end);
+int cache_span_anchor_le(const cache_span *s, uint64_t lim, int with_end);
+/* The span's part of the stats (the pin's, the park's). */
+struct json_t *cache_span_json(const cache_span *s, uint64_t budget);
 
 /* ---- pin.c ---- */
 /* The head a pin of the rows in place would hold: its length and the
  * anchors (indices into c->anc, ascending) it takes. */
-uint64_t pin_head(cache *c, uint32_t *idx, uint32_t *n_idx);
-int pin_make(cache *c, uint64_t limit);
-void pin_drop(cache *c);
+uint64_t cache_pin_head(cache *c, uint32_t *idx, uint32_t *n_idx);
+int cache_pin_make(cache *c, uint64_t limit);
+void cache_pin_drop(cache *c);
 
 /* ---- park.c ---- */
 /* What a park of the rows in place from `base` would hold: its top (0:
  * nothing worth parking), the anchors (indices into c->anc) and whether
  * the end anchor goes along. */
-uint64_t park_choose(cache *c, uint64_t base, uint32_t *idx, uint32_t *n_idx,
-		     int *with_end);
-int park_make(cache *c, uint64_t base, uint64_t limit);
+uint64_t cache_park_choose(cache *c, uint64_t base, uint32_t *idx,
+			   uint32_t *n_idx, int *with_end);
+int cache_park_make(cache *c, uint64_t base, uint64_t limit);
 /* The park comes back: parks the rows in place from its base (block by
  * block), and restores the state at the park anchor hi. */
-int park_swap(cache *c, int hi, uint64_t limit);
-void park_drop(cache *c);
+int cache_park_swap(cache *c, int hi, uint64_t limit);
+void cache_park_drop(cache *c);
 
 /* ---- store.c ---- */
-void store_prefix_hashes(cache *c, const int32_t *ids, uint64_t n);
-/* The longest entry whose ids are a prefix of ids[0, n) and shorter than
- * n (ph filled first), or -1. */
-int store_find(cache *c, const int32_t *ids, uint64_t n);
-int store_has(cache *c, const int32_t *ids, uint64_t len);
-int store_restore(cache *c, int i, uint64_t k);
+void cache_store_prefix_hashes(cache *c, const int32_t *ids, uint64_t n);
+int cache_store_has(cache *c, const int32_t *ids, uint64_t len);
 /* Puts a snapshot of sections `secs` (device or host memory; NULL: the
  * live sections) and the live rows [0, len). */
-int store_put(cache *c, int kind, const int32_t *ids, uint64_t len,
-	      uint64_t taint, const void *secs, const char *session);
-uint64_t store_entry_size(cache *c, uint64_t len);
-void store_evict(cache *c, uint32_t i);
-int store_lru(cache *c);
-void store_clear(cache *c);
-void store_declined(cache *c, const char *why, uint64_t len, uint64_t bytes,
-		    const char *session);
+int cache_store_put(cache *c, int kind, const int32_t *ids, uint64_t len,
+		    uint64_t taint, const void *secs, const char *session);
+uint64_t cache_store_entry_size(cache *c, uint64_t len);
+void cache_store_clear(cache *c);
+void cache_store_declined(cache *c, const char *why, uint64_t len,
+			  uint64_t bytes, const char *session);
 
 /* ---- spill.c ---- */
 /* Opens DIR/sessions (cfg.spill_dir; nothing when empty): deletes .tmp
  * files, entries without a manifest and entries past the TTL. */
-int spill_open(cache *c, char *err);
-void spill_close(cache *c);
+int cache_spill_open(cache *c, char *err);
+void cache_spill_close(cache *c);
 /* After the live buffers are carved for a new layout: deletes the entries
  * this layout and fingerprint cannot read and reads the drained resident
  * conversation back into the live buffers (a failure costs the entry and
  * leaves them empty; it is logged, never returned). */
-int spill_read_back(cache *c);
-int spill_clear(cache *c);
-/* The planner's offer: the entry whose end anchor (or, below it, a saved
- * grid anchor) continues ids[0, n) furthest, when that line is more than a
- * grid chunk above `ram` (what RAM offers) and reading it costs less than
- * the prefill it saves. Its index (-1: none), the line in *start and the
- * entry's taint in *taint. Nothing is read. */
-int spill_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
-		uint64_t *start, uint64_t *taint);
-/* Restores entry `name` (an offer's) up to line s into the live buffers: the rows [k, s),
- * the state at s, the saved anchors in (k, s] as resident anchors. Every
- * id is compared with ids[0, s) and every block and anchor checked first
- * (a failure costs the entry: deleted, MOOR_EFORMAT). */
-int spill_restore(cache *c, const char *name, const int32_t *ids,
-		  uint64_t k, uint64_t s, uint64_t limit);
-/* A prompt of at least spill_min_tokens that no entry serves while one
- * shares at least 4 grid chunks with it, more than RAM serves (ram): one
- * line, "[spill] no entry served: eid= owner= tokens= shares= offer= ram=
- * why=" (end_no_align: its end not reached; anchors_below: its anchors at
- * or below ram; short: under a chunk above ram; slow: the read costs more
- * than the prefill), counted as refused. */
-void spill_refused(cache *c, const int32_t *ids, uint64_t n, uint64_t ram);
+int cache_spill_read_back(cache *c);
 /* The entry name of offer i (valid until the next spill call). */
-const char *spill_ent_name(cache *c, int i);
+const char *cache_spill_ent_name(cache *c, int i);
 /* An eviction: the resident conversation, about to be replaced by another
  * session's rows from `base`, is written to the spill when it holds at
  * least spill_min_tokens and the park cannot hold it whole. 1 when
  * written (it is then not parked). */
-int spill_evict(cache *c, uint64_t base);
-void spill_stats(cache *c, uint64_t *entries, uint64_t *bytes);
+int cache_spill_evict(cache *c, uint64_t base);
 
 /* The layout's digest: what a stored byte's meaning depends on (the
  * sections' and views' names, shapes and dtypes, the grid), for a file
  * format of version v (spill.c). */
-uint64_t tier_layout_digest(const cache_layout *l, uint32_t v);
+uint64_t cache_tier_layout_digest(const cache_layout *l, uint32_t v);
 
 /* ---- disk.c: the disk tier (its essay at the top of disk.c) ---- */
 /* Opens DIR/disk and its index (cfg.spill_dir; nothing when empty or
  * cfg.disk_on is 0), sweeps .tmp files and files the index does not name,
  * starts the writer thread. */
-int disk_open(cache *c, char *err);
+int cache_disk_open(cache *c, char *err);
 /* Waits for the writer's queue (fenced at 0: nothing more is copied),
  * stops the thread, closes the index. Safe when off. */
-void disk_close(cache *c);
+void cache_disk_close(cache *c);
 /* After the live buffers are carved for a new layout: sweeps the files of
- * another fingerprint or layout (the counts stay). disk_detach before the
+ * another fingerprint or layout (the counts stay). cache_disk_detach before the
  * layout goes (the queue is fenced at 0 and waited for). */
-void disk_attach(cache *c);
-void disk_detach(cache *c);
+void cache_disk_attach(cache *c);
+void cache_disk_detach(cache *c);
 /* A plan may write rows from `line` on: the writer copies no chunk at or
  * above it from now on (one being copied is waited for). */
-void disk_fence(cache *c, uint64_t line);
+void cache_disk_fence(cache *c, uint64_t line);
 /* Which of the plan's new lines (ascending, in (start, n]) get a slot for
  * the disk (want[j] = 1); counts the lines. c->ph holds the prompt's
  * chain hashes. */
-void disk_plan(cache *c, const turn *t, const uint64_t *lines, uint32_t n,
-	       int *want);
+void cache_disk_plan(cache *c, const cache_turn *t, const uint64_t *lines,
+		     uint32_t n, int *want);
 /* At the commit, before the slots go: the filled disk slots' sections to
  * staging, the job queued for the writer. */
-void disk_commit(cache *c, const turn *t, uint32_t n_filled);
-/* The planner's offer: 1 and *start when an anchor line above `ram`
- * (what RAM and the spill offer) is on the disk with every chunk above the
- * clean rows in place (k) and its read costs less than the prefill it
- * saves. c->ph holds the prompt's chain hashes. */
-int disk_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
-	       uint64_t k, uint64_t *start);
-/* Reads the chunks above k and the anchor at s into the live buffers,
- * every id and checksum checked first; the anchor becomes a resident
- * anchor. A failure deletes the file (MOOR_EFORMAT, ETRUNC, -errno). */
-int disk_restore(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
-		 uint64_t limit);
-uint64_t disk_restore_bytes(cache *c, uint64_t k, uint64_t s);
-int disk_clear(cache *c);
-struct json_t *disk_stats_json(cache *c);
+void cache_disk_commit(cache *c, const cache_turn *t, uint32_t n_filled);
 /* A spill save begins (1) or ends (0): the writer waits between its files
  * meanwhile (the spill's own I/O path). */
-void disk_spill_active(cache *c, int on);
+void cache_disk_spill_active(cache *c, int on);
 
 /* ---- ledger.c: the day's drive writes, the write guard, the adoption
  * records (its essay at the top of ledger.c) ---- */
 /* Opens DIR/ledger (nothing without cfg.spill_dir). A ledger that cannot
  * be opened counts in memory (logged); MOOR_ERANGE for a bad
  * cfg.adopt_from. */
-int ledger_open(cache *c, char *err);
-void ledger_close(cache *c); /* safe when off */
-enum { LEDGER_OK = 0, LEDGER_OVER = 1, LEDGER_HARD = 2 };
-enum { LEDGER_TIER = 0, LEDGER_SPILL = 1 };
-enum { LEDGER_TIER_PLAN = 0, LEDGER_SPILL_EVICT, LEDGER_SPILL_DRAIN };
+int cache_ledger_open(cache *c, char *err);
+void cache_ledger_close(cache *c); /* safe when off */
+enum { CACHE_LEDGER_OK = 0, CACHE_LEDGER_OVER = 1, CACHE_LEDGER_HARD = 2 };
+enum { CACHE_LEDGER_TIER = 0, CACHE_LEDGER_SPILL = 1 };
+enum {
+	CACHE_LEDGER_TIER_PLAN = 0,
+	CACHE_LEDGER_SPILL_EVICT,
+	CACHE_LEDGER_SPILL_DRAIN
+};
 /* Whether a write of kind `what` (a tier plan, a spill eviction of a
  * conversation of `tokens`, the drain) may run at today's level; a skip is
  * counted and, the first of its level today, logged. Any thread but the
  * writer's. */
-int ledger_allow(cache *c, int what, uint64_t tokens);
+int cache_ledger_allow(cache *c, int what, uint64_t tokens);
 /* `bytes` written by the tier or the spill (who) today. Any thread. */
-void ledger_wrote(cache *c, int who, uint64_t bytes);
-int ledger_level(cache *c);
+void cache_ledger_wrote(cache *c, int who, uint64_t bytes);
 /* The attach of an engine of fingerprint fp: records cfg.adopt_from as
  * equal to it (once, logged) and computes the set of fingerprints whose
  * files it reads. */
-void ledger_attach(cache *c, const uint8_t fp[32]);
+void cache_ledger_attach(cache *c, const uint8_t fp[32]);
 /* Whether a file of fingerprint fp is the attached engine's to read: its
  * own, or one an adoption record declared equal. */
-int ledger_fp_ok(const cache *c, const uint8_t fp[32]);
-struct json_t *ledger_json(cache *c);
+int cache_ledger_fp_ok(const cache *c, const uint8_t fp[32]);
+struct json_t *cache_ledger_json(cache *c);
 /* The clock of the day's key (tests; NULL: time()). */
-extern time_t (*ledger_clock)(void);
+extern time_t (*cache_ledger_clock)(void);
 
 /* ---- planner.c ---- */
 /* The prefill rate the NVMe tiers' read-cost rule weighs a read against:
  * the fastest of the measured ones, else cfg.prefill_tps. */
-double prefill_rate(const cache *c);
-void turn_abort(cache *c, uint32_t n_filled, uint64_t valid);
-void turn_release_slots(cache *c, uint32_t from);
+double cache_prefill_rate(const cache *c);
+void cache_turn_abort(cache *c, uint32_t n_filled, uint64_t valid);
 
 #endif

@@ -1,4 +1,5 @@
 /* codec.c: byte planes + zstd frames (codec.h). */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
@@ -72,20 +73,72 @@ static void enc_frame(void *ctx, int f)
 	}
 }
 
-int codec_encode(const void *src, uint64_t n, void *dst, uint64_t *out_n,
-		 moor_pool *pool)
+void codec_ws_fini(codec_ws *w)
 {
+	if (!w)
+		return;
+	free(w->pl);
+	free(w->scr);
+	free(w->buf);
+	free(w->len);
+	free(w->off);
+	free(w->rc);
+	memset(w, 0, sizeof *w);
+}
+
+/* *p to at least n bytes (its contents not kept). */
+static int grow(void **p, uint64_t *cap, uint64_t n)
+{
+	if (*cap >= n && *p)
+		return 0;
+	void *q = malloc(n ? n : 1);
+	if (!q)
+		return -ENOMEM;
+	free(*p);
+	*p = q;
+	*cap = n;
+	return 0;
+}
+
+/* The buffers of a call of raw bytes in nf frames (scratch: encoding). */
+static int ws_fit(codec_ws *w, uint64_t raw, uint64_t nf, uint64_t scratch)
+{
+	int rc = grow((void **)&w->pl, &w->pl_cap, raw);
+	if (!rc)
+		rc = grow((void **)&w->scr, &w->scr_cap, scratch);
+	if (!rc && w->nf_cap < nf + 1) {
+		uint64_t cap = 0;
+		rc = grow((void **)&w->len, &cap, (nf + 1) * 8);
+		cap = 0;
+		if (!rc)
+			rc = grow((void **)&w->off, &cap, (nf + 1) * 8);
+		cap = 0;
+		if (!rc)
+			rc = grow((void **)&w->rc, &cap,
+				  (nf + 1) * sizeof *w->rc);
+		w->nf_cap = rc ? 0 : nf + 1;
+	}
+	return rc;
+}
+
+void *codec_ws_buf(codec_ws *w, uint64_t n)
+{
+	return grow((void **)&w->buf, &w->buf_cap, n) ? NULL : w->buf;
+}
+
+int codec_encode(const void *src, uint64_t n, void *dst, uint64_t *out_n,
+		 moor_pool *pool, codec_ws *ws)
+{
+	codec_ws own = {0}, *w = ws ? ws : &own;
 	uint64_t nf = (n + CODEC_FRAME - 1) / CODEC_FRAME;
 	uint64_t cap = ZSTD_compressBound(CODEC_FRAME);
-	uint8_t *pl = malloc(n ? n : 1);
-	uint8_t *scr = malloc(nf ? nf * cap : 1);
-	uint64_t *len = malloc((nf + 1) * 8);
-	if (!pl || !scr || !len) {
-		free(pl);
-		free(scr);
-		free(len);
-		return -ENOMEM;
+	int rc = ws_fit(w, n, nf, nf * cap);
+	if (rc) {
+		codec_ws_fini(&own);
+		return rc;
 	}
+	uint8_t *pl = w->pl, *scr = w->scr;
+	uint64_t *len = w->len;
 	planes_split(src, n, pl);
 	job j = {.in = pl, .out = scr, .n = n, .nf = nf, .len = len,
 		 .cap = cap};
@@ -101,9 +154,7 @@ int codec_encode(const void *src, uint64_t n, void *dst, uint64_t *out_n,
 		o += m;
 	}
 	*out_n = o;
-	free(pl);
-	free(scr);
-	free(len);
+	codec_ws_fini(&own);
 	return 0;
 }
 
@@ -126,7 +177,7 @@ static void dec_frame(void *ctx, int f)
 }
 
 int codec_decode(const void *enc, uint64_t enc_n, void *dst, uint64_t raw,
-		 moor_pool *pool)
+		 moor_pool *pool, codec_ws *ws)
 {
 	const uint8_t *e = enc;
 	codec_hdr h;
@@ -137,11 +188,13 @@ int codec_decode(const void *enc, uint64_t enc_n, void *dst, uint64_t raw,
 	if (h.magic != CODEC_MAGIC || h.raw != raw || h.n_frames != nf ||
 	    h.frame != CODEC_FRAME || (enc_n - sizeof h) / 8 < nf)
 		return MOOR_EFORMAT;
-	uint64_t *len = malloc((nf + 1) * 8), *off = malloc((nf + 1) * 8);
-	int *rc = calloc(nf + 1, sizeof *rc);
-	uint8_t *pl = malloc(raw ? raw : 1);
-	int ret = len && off && rc && pl ? 0 : -ENOMEM;
+	codec_ws own = {0}, *w = ws ? ws : &own;
+	int ret = ws_fit(w, raw, nf, 0);
+	uint64_t *len = w->len, *off = w->off;
+	int *rc = w->rc;
+	uint8_t *pl = w->pl;
 	if (!ret) {
+		memset(rc, 0, (nf + 1) * sizeof *rc);
 		memcpy(len, e + sizeof h, nf * 8);
 		uint64_t o = sizeof h + nf * 8;
 		for (uint64_t f = 0; f < nf && !ret; f++) {
@@ -163,9 +216,6 @@ int codec_decode(const void *enc, uint64_t enc_n, void *dst, uint64_t raw,
 	}
 	if (!ret)
 		planes_join(pl, raw, dst);
-	free(len);
-	free(off);
-	free(rc);
-	free(pl);
+	codec_ws_fini(&own);
 	return ret;
 }

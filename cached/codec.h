@@ -37,13 +37,33 @@ _Static_assert(sizeof(codec_hdr) == 32, "codec_hdr is 32 bytes");
 
 /* The most bytes codec_encode can write for n input bytes. */
 uint64_t codec_bound(uint64_t n);
+
+/* The codec's working buffers, kept between the calls of one caller (one
+ * call at a time): zeroed is empty, each grows to the largest call, and
+ * codec_ws_fini frees them (safe on a zeroed one). A block of the spill is
+ * tens of MiB: buffers taken and given back every call cost their pages'
+ * faults and zeroing each time, the larger part of a save or a read-back
+ * where faults are dear (a paravirtual machine: 2x measured). */
+typedef struct codec_ws {
+	uint8_t *pl, *scr, *buf; /* planes; frames' scratch; the caller's */
+	uint64_t *len, *off;
+	int *rc;
+	uint64_t pl_cap, scr_cap, buf_cap, nf_cap;
+} codec_ws;
+void codec_ws_fini(codec_ws *w);
+/* A buffer of at least n bytes for the caller (an encoded block to write
+ * or one read): the codec's calls on w leave it alone; valid until the
+ * next codec_ws_buf or codec_ws_fini. NULL when out of memory. */
+void *codec_ws_buf(codec_ws *w, uint64_t n);
+
 /* Encodes src[0, n) into dst (codec_bound(n) bytes); *out_n gets the
- * encoded length. pool may be NULL (one thread). */
+ * encoded length. pool may be NULL (one thread), ws too (buffers of the
+ * call's own). */
 int codec_encode(const void *src, uint64_t n, void *dst, uint64_t *out_n,
-		 moor_pool *pool);
+		 moor_pool *pool, codec_ws *ws);
 /* Decodes enc[0, enc_n) into dst, which holds exactly `raw` bytes.
  * MOOR_EFORMAT when it is not such a buffer or does not decode to raw. */
 int codec_decode(const void *enc, uint64_t enc_n, void *dst, uint64_t raw,
-		 moor_pool *pool);
+		 moor_pool *pool, codec_ws *ws);
 
 #endif

@@ -22,11 +22,11 @@
  * keys), `cnt` the cold-line counts by (key, line), `sess` the sessions
  * seen. The counts are traffic, not rows: a fingerprint change sweeps the
  * files and keeps them. The bytes written a day are the ledger's
- * (ledger.c), and so is the write guard: past the day's budget disk_plan
+ * (ledger.c), and so is the write guard: past the day's budget cache_disk_plan
  * plans nothing. A file is the attached engine's when its fingerprint is,
- * or one an adoption record declared equal (ledger_fp_ok).
+ * or one an adoption record declared equal (cache_ledger_fp_ok).
  *
- * What is written is decided before the prefill runs (disk_plan): every
+ * What is written is decided before the prefill runs (cache_disk_plan): every
  * grid line the prefill forwards is counted; the longest clean line counted
  * admit_after times (2) gets an anchor, and so do the branch lines (counted
  * admit_after times, where the count falls at the next line: an earlier
@@ -40,10 +40,12 @@
  * prefill passes them.
  *
  * The writes never hold a request. At the commit the slots' sections are
- * copied to staging buffers (the job) and the slots go back; a writer
- * thread then copies each missing chunk's rows out of the live buffers and
- * writes the chunks and the anchor, while cached serves. The next plan
- * fences the job (disk_fence): rows at or above the lowest row that plan
+ * copied to staging buffers (the job; buffers the writer gave back are
+ * kept, up to head_anchors, so the copy lands in touched pages) and the
+ * slots go back; a writer thread then sums and seals each anchor's copy,
+ * copies each missing chunk's rows out of the live buffers and writes the
+ * chunks and the anchor, while cached serves. The next plan
+ * fences the job (cache_disk_fence): rows at or above the lowest row that plan
  * may write are no longer copied (a chunk being copied is waited for),
  * and an anchor whose chunks cannot all be written is dropped (`window`).
  * A plan that resumes above the job's rows leaves it running.
@@ -68,12 +70,13 @@
  * The lookup (disk_offer) comes after the RAM tiers and the spill: the
  * longest anchor line below n whose anchor and chunks are indexed, above
  * what they offer, whose read (at the tier's measured read rate) costs less
- * than the prefill it saves (at the engine's prefill rate, prefill_rate:
+ * than the prefill it saves (at the engine's prefill rate, cache_prefill_rate:
  * the fastest measured from a plan to its commit, else --prefill-tps). The
  * restore (disk_restore) reads only the chunks above the clean rows in
- * place; every chunk's header, xxh3s and stored ids are compared with the
- * prompt before its rows are copied, the anchor's sections and chunk keys
- * before the state is; a file that fails is deleted with its record, and
+ * place, a reader thread a file ahead of the checks and copies (two
+ * buffers); every chunk's header, xxh3s and stored ids are compared with
+ * the prompt before its rows are copied, the anchor's sections and chunk
+ * keys before the state is; a file that fails is deleted with its record, and
  * the plan prefills cold (the rows it copied are rewritten by that prefill
  * before anything reads them).
  *
@@ -91,6 +94,8 @@
 #include <lmdb.h>
 #include <math.h>
 #include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +115,7 @@
 #define DK_LINE 4096u	/* O_DIRECT's alignment and a header line */
 #define DK_JOB_MAX 16u	/* anchors a commit stages */
 #define DK_QUEUE_MAX 2u /* jobs waiting (more: dropped as busy) */
+#define DK_SPARE_MAX 8u /* staging slots kept */
 #define DK_BRANCH_MAX 4u
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -122,7 +128,7 @@ typedef struct dk_hdr {
 	uint32_t version, kind;
 	uint64_t line;	 /* chunk: its top b; anchor: its line */
 	uint64_t key;	 /* the prefix chain's hash at line */
-	uint64_t digest; /* the layout's (tier_layout_digest) */
+	uint64_t digest; /* the layout's (cache_tier_layout_digest) */
 	uint64_t grid;
 	uint64_t hdr_bytes;  /* the header's 4 KiB lines */
 	uint64_t data_bytes; /* the payload (before its padding) */
@@ -159,7 +165,7 @@ typedef struct dk_job {
 	dk_ajob anc[DK_JOB_MAX];
 } dk_job;
 
-struct disk_tier {
+struct cache_disk_tier {
 	int dfd;
 	MDB_env *env;
 	MDB_dbi idx, cnt, sess;
@@ -174,13 +180,20 @@ struct disk_tier {
 	int spilling;	  /* a spill save runs: the writer waits */
 	uint8_t *wbuf;	  /* the writer's chunk file (aligned) */
 	uint8_t *rbuf;	  /* the restore's file (aligned) */
+	uint8_t *rbuf2;	  /* and the next chunk's (restore_files) */
 	uint64_t rbuf_bytes;
+	/* staging slots the writer gave back (anchor_file bytes each, the
+	 * attached layout's), at most cfg.disk_head_anchors (1 to 8) kept:
+	 * a commit copies an anchor into pages already touched, where fresh
+	 * ones fault and zero on the commit's path (guarded by mu) */
+	uint8_t *spare[DK_SPARE_MAX];
+	uint32_t n_spare, keep_spare;
 
 	/* the attached layout, as the writer reads it */
 	int attached;
 	uint64_t grid, window, row_bytes, sec_bytes;
 	uint32_t n_views, n_sec;
-	vgeom *vg;
+	cache_vgeom *vg;
 	const char **view;
 	cache_view *lv;
 	uint64_t *secb;
@@ -347,7 +360,7 @@ static void hdr_seal(dk_hdr *h)
 	h->hdr_sum = XXH3_64bits(h, h->hdr_bytes);
 }
 
-static void hdr_init(struct disk_tier *d, dk_hdr *h, uint32_t kind,
+static void hdr_init(struct cache_disk_tier *d, dk_hdr *h, uint32_t kind,
 		     uint64_t line, uint64_t key, uint64_t data,
 		     uint64_t n_sums, uint64_t n_keys)
 {
@@ -371,13 +384,13 @@ static void hdr_init(struct disk_tier *d, dk_hdr *h, uint32_t kind,
 static int hdr_check(cache *c, dk_hdr *h, uint32_t kind, uint64_t line,
 		     uint64_t key, uint64_t n_sums, uint64_t n_keys)
 {
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	if (h->magic != DK_MAGIC || h->version != DK_VERSION ||
 	    h->kind != kind || h->line != line || h->key != key ||
 	    h->digest != d->digest || h->grid != d->grid ||
 	    h->n_sums != n_sums || h->n_keys != n_keys ||
 	    h->hdr_bytes != hdr_bytes(n_sums, n_keys) ||
-	    !ledger_fp_ok(c, h->fp))
+	    !cache_ledger_fp_ok(c, h->fp))
 		return MOOR_EFORMAT;
 	uint64_t want = h->hdr_sum;
 	h->hdr_sum = 0;
@@ -388,7 +401,7 @@ static int hdr_check(cache *c, dk_hdr *h, uint32_t kind, uint64_t line,
 
 /* ---- the index ---- */
 
-static int idx_get(struct disk_tier *d, MDB_txn *tx, const char *name,
+static int idx_get(struct cache_disk_tier *d, MDB_txn *tx, const char *name,
 		   dk_rec *r, const uint64_t **keys)
 {
 	MDB_val k = {strlen(name), (void *)name}, v;
@@ -405,7 +418,7 @@ static int idx_get(struct disk_tier *d, MDB_txn *tx, const char *name,
 	return 0;
 }
 
-static int idx_put(struct disk_tier *d, const char *name, const dk_rec *r,
+static int idx_put(struct cache_disk_tier *d, const char *name, const dk_rec *r,
 		   const uint64_t *keys)
 {
 	MDB_txn *tx;
@@ -428,14 +441,14 @@ static int idx_put(struct disk_tier *d, const char *name, const dk_rec *r,
 }
 
 /* Deletes the file and its record. */
-static void file_drop(struct disk_tier *d, MDB_txn *tx, const char *name)
+static void file_drop(struct cache_disk_tier *d, MDB_txn *tx, const char *name)
 {
 	unlinkat(d->dfd, name, 0);
 	MDB_val k = {strlen(name), (void *)name};
 	(void)mdb_del(tx, d->idx, &k, NULL);
 }
 
-static void file_drop1(struct disk_tier *d, const char *name)
+static void file_drop1(struct cache_disk_tier *d, const char *name)
 {
 	MDB_txn *tx;
 	unlinkat(d->dfd, name, 0);
@@ -474,7 +487,7 @@ static void items_free(dk_item *it, uint32_t n)
 }
 
 /* Every record (a read transaction; the caller frees). */
-static int items_load(struct disk_tier *d, dk_item **out, uint32_t *n_out,
+static int items_load(struct cache_disk_tier *d, dk_item **out, uint32_t *n_out,
 		      uint64_t *total)
 {
 	*out = NULL;
@@ -544,7 +557,7 @@ static int items_load(struct disk_tier *d, dk_item **out, uint32_t *n_out,
 	return 0;
 }
 
-static double item_value(struct disk_tier *d, dk_item *it, uint32_t n,
+static double item_value(struct cache_disk_tier *d, dk_item *it, uint32_t n,
 			 uint32_t i, uint64_t now)
 {
 	double alone = (double)it[i].r.bytes;
@@ -560,7 +573,7 @@ static double item_value(struct disk_tier *d, dk_item *it, uint32_t n,
 	       pow(0.5, floor(idle));
 }
 
-static uint64_t free_bytes(struct disk_tier *d)
+static uint64_t free_bytes(struct cache_disk_tier *d)
 {
 	struct statvfs sv;
 	if (fstatvfs(d->dfd, &sv) < 0)
@@ -570,7 +583,7 @@ static uint64_t free_bytes(struct disk_tier *d)
 
 /* Deletes anchor i and the chunks only it read (not the protected ones),
  * or, with i < 0, every chunk no anchor reads. Returns the bytes freed. */
-static uint64_t evict(struct disk_tier *d, dk_item *it, uint32_t n, int i)
+static uint64_t evict(struct cache_disk_tier *d, dk_item *it, uint32_t n, int i)
 {
 	MDB_txn *tx;
 	if (mdb_txn_begin(d->env, NULL, 0, &tx))
@@ -603,7 +616,7 @@ static uint64_t evict(struct disk_tier *d, dk_item *it, uint32_t n, int i)
 static int make_room(cache *c, uint64_t need, const uint64_t *prot,
 		     uint32_t n_prot)
 {
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	pthread_mutex_lock(&d->mu);
 	while (d->reading)
 		pthread_cond_wait(&d->done, &d->mu);
@@ -623,7 +636,7 @@ static int make_room(cache *c, uint64_t need, const uint64_t *prot,
 	for (uint32_t i = 0; i < n; i++)
 		if (it[i].r.kind == DK_ANCHOR && ttl &&
 		    now > it[i].r.used + ttl) {
-			total -= min64(total, evict(d, it, n, (int)i));
+			total -= cache_min64(total, evict(d, it, n, (int)i));
 			pthread_mutex_lock(&d->mu);
 			d->k.expired++;
 			pthread_mutex_unlock(&d->mu);
@@ -652,7 +665,7 @@ static int make_room(cache *c, uint64_t need, const uint64_t *prot,
 			d->k.evicted++;
 			pthread_mutex_unlock(&d->mu);
 		}
-		total -= min64(total, freed);
+		total -= cache_min64(total, freed);
 		if (v < 0 && !freed) {
 			if (low) {
 				pthread_mutex_lock(&d->mu);
@@ -684,7 +697,7 @@ static int make_room(cache *c, uint64_t need, const uint64_t *prot,
  * fence took it. */
 static int chunk_stage(cache *c, dk_job *job, uint64_t j)
 {
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	uint64_t g = d->grid, b = j * g;
 	pthread_mutex_lock(&d->mu);
 	if (b > job->fence) {
@@ -720,7 +733,7 @@ static int chunk_stage(cache *c, dk_job *job, uint64_t j)
 	return 0;
 }
 
-static void count(struct disk_tier *d, uint64_t *k, uint64_t n)
+static void count(struct cache_disk_tier *d, uint64_t *k, uint64_t n)
 {
 	pthread_mutex_lock(&d->mu);
 	*k += n;
@@ -729,7 +742,7 @@ static void count(struct disk_tier *d, uint64_t *k, uint64_t n)
 
 /* The writer yields to a spill save between two of its files (the save
  * has its own I/O path; at most 30 s, then it goes on). */
-static void yield_to_spill(struct disk_tier *d)
+static void yield_to_spill(struct cache_disk_tier *d)
 {
 	pthread_mutex_lock(&d->mu);
 	for (int i = 0; d->spilling && i < 300; i++) {
@@ -745,9 +758,9 @@ static void yield_to_spill(struct disk_tier *d)
 	pthread_mutex_unlock(&d->mu);
 }
 
-void disk_spill_active(cache *c, int on)
+void cache_disk_spill_active(cache *c, int on)
 {
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	if (!d)
 		return;
 	pthread_mutex_lock(&d->mu);
@@ -758,9 +771,26 @@ void disk_spill_active(cache *c, int on)
 
 /* One anchor of a job: its missing chunks, then the anchor file. 0, or a
  * negative code when the job should stop (a write failed: the disk). */
+/* The staged anchor file's sums (every section's, then the chain's hash
+ * at each line it reads) and its header's seal, on the writer's thread. */
+static void anchor_seal(struct cache_disk_tier *d, const dk_job *job,
+			dk_ajob *a)
+{
+	uint64_t nk = a->line / d->grid;
+	dk_hdr *h = (dk_hdr *)a->file;
+	const uint8_t *secs = a->file + hdr_bytes(d->n_sec, nk);
+	uint64_t *sums = (uint64_t *)(h + 1), o = 0;
+	for (uint32_t k = 0; k < d->n_sec; k++) {
+		sums[k] = XXH3_64bits(secs + o, d->secb[k]);
+		o += d->secb[k];
+	}
+	memcpy(sums + d->n_sec, job->lph + 1, nk * 8);
+	hdr_seal(h);
+}
+
 static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 {
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	uint64_t g = d->grid, nk = a->line / g;
 	char name[48];
 	/* what is missing */
@@ -828,7 +858,7 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 			count(d, &d->k.write_failed, 1);
 			break;
 		}
-		ledger_wrote(c, LEDGER_TIER, d->chunk_file);
+		cache_ledger_wrote(c, CACHE_LEDGER_TIER, d->chunk_file);
 		pthread_mutex_lock(&d->mu);
 		d->k.chunks_written++;
 		d->k.bytes_written += d->chunk_file;
@@ -839,6 +869,7 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 	if (rc)
 		return rc;
 	yield_to_spill(d);
+	anchor_seal(d, job, a);
 	name_of(name, sizeof name, DK_ANCHOR, job->lph[nk], a->line);
 	int dir_ = 0;
 	rc = file_write(d->dfd, name, a->file, a->bytes, &dir_);
@@ -862,7 +893,7 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 		count(d, &d->k.write_failed, 1);
 		return rc;
 	}
-	ledger_wrote(c, LEDGER_TIER, a->bytes);
+	cache_ledger_wrote(c, CACHE_LEDGER_TIER, a->bytes);
 	pthread_mutex_lock(&d->mu);
 	d->k.anchors_written++;
 	d->k.bytes_written += a->bytes;
@@ -875,12 +906,49 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 	return 0;
 }
 
-static void job_free(dk_job *j)
+static void *alloc4k(uint64_t n);
+
+/* A staging slot for an anchor file (anchor_file bytes, aligned): a kept
+ * one, else a new one; NULL when out of memory. */
+static uint8_t *stage_take(struct cache_disk_tier *d)
+{
+	uint8_t *p = NULL;
+	pthread_mutex_lock(&d->mu);
+	if (d->n_spare)
+		p = d->spare[--d->n_spare];
+	pthread_mutex_unlock(&d->mu);
+	return p ? p : alloc4k(d->anchor_file);
+}
+
+/* The job's staging slots back (kept or freed), mu held: the writer gives
+ * them back before it says the job is done, so a detach that waited for
+ * the queue finds every kept slot. */
+static void stage_give_locked(struct cache_disk_tier *d, dk_job *j)
+{
+	for (uint32_t i = 0; i < j->n_anc; i++) {
+		if (j->anc[i].file && d->n_spare < d->keep_spare)
+			d->spare[d->n_spare++] = j->anc[i].file;
+		else
+			free(j->anc[i].file);
+		j->anc[i].file = NULL;
+	}
+}
+
+static void stage_clear(struct cache_disk_tier *d)
+{
+	pthread_mutex_lock(&d->mu);
+	while (d->n_spare)
+		free(d->spare[--d->n_spare]);
+	pthread_mutex_unlock(&d->mu);
+}
+
+static void job_free(struct cache_disk_tier *d, dk_job *j)
 {
 	if (!j)
 		return;
-	for (uint32_t i = 0; i < j->n_anc; i++)
-		free(j->anc[i].file);
+	pthread_mutex_lock(&d->mu);
+	stage_give_locked(d, j);
+	pthread_mutex_unlock(&d->mu);
 	free(j->ids);
 	free(j->lph);
 	free(j);
@@ -889,7 +957,7 @@ static void job_free(dk_job *j)
 static void *writer(void *arg)
 {
 	cache *c = arg;
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	pthread_mutex_lock(&d->mu);
 	for (;;) {
 		while (!d->q && !d->stop)
@@ -913,9 +981,10 @@ static void *writer(void *arg)
 		pthread_mutex_lock(&d->mu);
 		d->q = job->next;
 		d->running = 0;
+		stage_give_locked(d, job);
 		pthread_cond_broadcast(&d->done);
 		pthread_mutex_unlock(&d->mu);
-		job_free(job);
+		job_free(d, job);
 		pthread_mutex_lock(&d->mu);
 	}
 	pthread_mutex_unlock(&d->mu);
@@ -931,8 +1000,6 @@ static int mkdir_at(const char *path)
 	return 0;
 }
 
-static void *alloc4k(uint64_t n);
-
 /* Indexes file nm from its header when the header reads back whole
  * (magic, version, its xxh3) and names what the file name and size say:
  * 1, else 0 (the caller deletes it). hb: a 4 KiB aligned buffer. The record
@@ -940,7 +1007,7 @@ static void *alloc4k(uint64_t n);
  * attach sweeps another fingerprint's or layout's, as always. With `have`
  * (the record the index holds for nm) nothing is written when it says what
  * the header says. */
-static int index_file(struct disk_tier *d, const char *nm, uint8_t *hb,
+static int index_file(struct cache_disk_tier *d, const char *nm, uint8_t *hb,
 		      const MDB_val *have)
 {
 	int ok = 0;
@@ -1018,7 +1085,7 @@ static int index_file(struct disk_tier *d, const char *nm, uint8_t *hb,
  * sweeps what another fingerprint or layout wrote, as after any start. */
 static void index_rebuild(cache *c, const char *why)
 {
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	int fd = openat(d->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
 	if (!dir) {
@@ -1057,7 +1124,7 @@ static void index_rebuild(cache *c, const char *why)
  * size, chunk keys) is written again from the header, which the writer
  * sealed; a file whose header does not read back whole goes with its
  * record. Records whose file is gone are reconcile's. */
-static void verify_records(struct disk_tier *d)
+static void verify_records(struct cache_disk_tier *d)
 {
 	MDB_txn *tx;
 	MDB_cursor *cu;
@@ -1118,7 +1185,7 @@ static void verify_records(struct disk_tier *d)
  * the index does not name, every anchor past the TTL. */
 static void reconcile(cache *c)
 {
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	verify_records(d);
 	dk_item *it;
 	uint32_t n;
@@ -1180,7 +1247,7 @@ static void reconcile(cache *c)
 	items_free(it, n);
 }
 
-int disk_open(cache *c, char *err)
+int cache_disk_open(cache *c, char *err)
 {
 	c->disk = NULL;
 	if (!c->cfg.spill_dir[0] || !c->cfg.disk_on)
@@ -1190,7 +1257,7 @@ int disk_open(cache *c, char *err)
 			  "(its writer reads the live rows in place)");
 		return 0;
 	}
-	struct disk_tier *d = calloc(1, sizeof *d);
+	struct cache_disk_tier *d = calloc(1, sizeof *d);
 	if (!d)
 		return -ENOMEM;
 	d->dfd = -1;
@@ -1253,7 +1320,7 @@ int disk_open(cache *c, char *err)
 	reconcile(c);
 	if (pthread_create(&d->th, NULL, writer, c)) {
 		moor_errf(err, "disk tier: the writer thread");
-		disk_close(c);
+		cache_disk_close(c);
 		return -EAGAIN;
 	}
 	d->th_on = 1;
@@ -1267,23 +1334,24 @@ int disk_open(cache *c, char *err)
 }
 
 /* Waits until no job runs or waits (fenced at `fence` first). */
-static void drain_queue(struct disk_tier *d, uint64_t fence)
+static void drain_queue(struct cache_disk_tier *d, uint64_t fence)
 {
 	pthread_mutex_lock(&d->mu);
 	for (dk_job *j = d->q; j; j = j->next)
-		j->fence = min64(j->fence, fence);
+		j->fence = cache_min64(j->fence, fence);
 	while (d->q)
 		pthread_cond_wait(&d->done, &d->mu);
 	pthread_mutex_unlock(&d->mu);
 }
 
-void disk_detach(cache *c)
+void cache_disk_detach(cache *c)
 {
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	if (!d || !d->attached)
 		return;
 	drain_queue(d, 0);
 	d->attached = 0;
+	stage_clear(d); /* sized for this layout */
 	free(d->vg);
 	free(d->view);
 	free(d->lv);
@@ -1291,6 +1359,8 @@ void disk_detach(cache *c)
 	free(d->lph);
 	free(d->wbuf);
 	free(d->rbuf);
+	free(d->rbuf2);
+	d->rbuf2 = NULL;
 	d->vg = NULL;
 	d->view = NULL;
 	d->lv = NULL;
@@ -1299,12 +1369,12 @@ void disk_detach(cache *c)
 	d->wbuf = d->rbuf = NULL;
 }
 
-void disk_close(cache *c)
+void cache_disk_close(cache *c)
 {
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	if (!d)
 		return;
-	disk_detach(c);
+	cache_disk_detach(c);
 	if (d->th_on) {
 		pthread_mutex_lock(&d->mu);
 		d->stop = 1;
@@ -1315,8 +1385,9 @@ void disk_close(cache *c)
 	while (d->q) {
 		dk_job *j = d->q;
 		d->q = j->next;
-		job_free(j);
+		job_free(d, j);
 	}
+	stage_clear(d);
 	pthread_mutex_destroy(&d->mu);
 	pthread_cond_destroy(&d->work);
 	pthread_cond_destroy(&d->done);
@@ -1341,12 +1412,12 @@ static void *alloc4k(uint64_t n)
 	return p;
 }
 
-void disk_attach(cache *c)
+void cache_disk_attach(cache *c)
 {
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	if (!d)
 		return;
-	disk_detach(c);
+	cache_disk_detach(c);
 	const cache_layout *l = c->lay;
 	d->grid = l->grid;
 	d->window = l->window;
@@ -1354,7 +1425,7 @@ void disk_attach(cache *c)
 	d->sec_bytes = c->sec_bytes;
 	d->n_views = l->n_views;
 	d->n_sec = l->n_sections;
-	d->digest = tier_layout_digest(l, DK_VERSION);
+	d->digest = cache_tier_layout_digest(l, DK_VERSION);
 	memcpy(d->fp, l->fingerprint, 32);
 	d->vg = malloc((d->n_views + 1) * sizeof *d->vg);
 	d->view = malloc((d->n_views + 1) * sizeof *d->view);
@@ -1365,7 +1436,11 @@ void disk_attach(cache *c)
 	d->chunk_file = d->chunk_hdr + up4k(d->grid * (4 + d->row_bytes));
 	d->anchor_hdr = hdr_bytes(d->n_sec, l->window / l->grid);
 	d->anchor_file = d->anchor_hdr + up4k(d->sec_bytes);
-	d->rbuf_bytes = max64(d->chunk_file, d->anchor_file);
+	d->keep_spare = c->cfg.disk_head_anchors < 1 ? 1
+			: c->cfg.disk_head_anchors > DK_SPARE_MAX
+			    ? DK_SPARE_MAX
+			    : c->cfg.disk_head_anchors;
+	d->rbuf_bytes = cache_max64(d->chunk_file, d->anchor_file);
 	d->wbuf = alloc4k(d->chunk_file);
 	d->rbuf = alloc4k(d->rbuf_bytes);
 	if (!d->vg || !d->view || !d->lv || !d->secb || !d->lph || !d->wbuf ||
@@ -1373,13 +1448,13 @@ void disk_attach(cache *c)
 		moor_warn("[disk] out of memory for the staging buffers: the "
 			  "tier is off for this engine");
 		d->attached = 1;
-		disk_detach(c);
+		cache_disk_detach(c);
 		return;
 	}
 	for (uint32_t i = 0; i < d->n_views; i++) {
 		d->vg[i] = c->vg[i];
 		d->lv[i] = l->view[i];
-		d->view[i] = dev_at(c, c->view_off[i]);
+		d->view[i] = cache_dev_at(c, c->view_off[i]);
 	}
 	for (uint32_t i = 0; i < d->n_sec; i++)
 		d->secb[i] = l->sec[i].bytes;
@@ -1395,7 +1470,7 @@ void disk_attach(cache *c)
 	if (!mdb_txn_begin(d->env, NULL, 0, &tx)) {
 		for (uint32_t i = 0; i < n; i++)
 			if (it[i].r.digest != d->digest ||
-			    !ledger_fp_ok(c, it[i].r.fp)) {
+			    !cache_ledger_fp_ok(c, it[i].r.fp)) {
 				file_drop(d, tx, it[i].name);
 				swept++;
 			}
@@ -1411,14 +1486,14 @@ void disk_attach(cache *c)
 
 /* ---- the plan: fence, admission, counts ---- */
 
-void disk_fence(cache *c, uint64_t line)
+void cache_disk_fence(cache *c, uint64_t line)
 {
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	if (!d)
 		return;
 	pthread_mutex_lock(&d->mu);
 	for (dk_job *j = d->q; j; j = j->next)
-		j->fence = min64(j->fence, line);
+		j->fence = cache_min64(j->fence, line);
 	while (d->copying > line)
 		pthread_cond_wait(&d->done, &d->mu);
 	pthread_mutex_unlock(&d->mu);
@@ -1429,7 +1504,7 @@ static int on(cache *c)
 	return c->disk && c->disk->attached;
 }
 
-static int anchor_indexed(struct disk_tier *d, MDB_txn *tx, uint64_t key,
+static int anchor_indexed(struct cache_disk_tier *d, MDB_txn *tx, uint64_t key,
 			  uint64_t line)
 {
 	char name[48];
@@ -1438,10 +1513,10 @@ static int anchor_indexed(struct disk_tier *d, MDB_txn *tx, uint64_t key,
 	return idx_get(d, tx, name, &r, NULL) == 0;
 }
 
-void disk_plan(cache *c, const turn *t, const uint64_t *lines, uint32_t n,
-	       int *want)
+void cache_disk_plan(cache *c, const cache_turn *t, const uint64_t *lines,
+		     uint32_t n, int *want)
 {
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	memset(want, 0, n * sizeof *want);
 	if (!on(c))
 		return;
@@ -1474,8 +1549,8 @@ void disk_plan(cache *c, const turn *t, const uint64_t *lines, uint32_t n,
 		(void)mdb_put(tx, d->cnt, &k, &v, 0);
 	}
 	int first = 0;
-	if (!session_none(t->session)) {
-		uint64_t sh = ids_hash(NULL, 0);
+	if (!cache_session_none(t->session)) {
+		uint64_t sh = cache_ids_hash(NULL, 0);
 		for (const char *p = t->session; *p; p++) {
 			sh ^= (uint8_t)*p;
 			sh *= 0x100000001b3ull;
@@ -1504,7 +1579,8 @@ void disk_plan(cache *c, const turn *t, const uint64_t *lines, uint32_t n,
 	}
 	d->k.counted += n;
 	uint32_t clean = 0; /* lines [0, clean) are below the taint */
-	while (clean < n && (t->taint == NO_TAINT || lines[clean] <= t->taint))
+	while (clean < n &&
+	       (t->taint == CACHE_NO_TAINT || lines[clean] <= t->taint))
 		clean++;
 	uint32_t aa = c->cfg.disk_admit_after;
 	/* the longest line counted admit_after times */
@@ -1549,7 +1625,7 @@ void disk_plan(cache *c, const turn *t, const uint64_t *lines, uint32_t n,
 	mdb_txn_abort(tx);
 	/* the write guard: past the day's budget the tier plans nothing
 	 * (the lines above stay counted: they are traffic) */
-	if (m && !ledger_allow(c, LEDGER_TIER_PLAN, t->n)) {
+	if (m && !cache_ledger_allow(c, CACHE_LEDGER_TIER_PLAN, t->n)) {
 		memset(want, 0, n * sizeof *want);
 		d->k.guard_skips++;
 		return;
@@ -1557,9 +1633,9 @@ void disk_plan(cache *c, const turn *t, const uint64_t *lines, uint32_t n,
 	d->k.admitted += m;
 }
 
-void disk_commit(cache *c, const turn *t, uint32_t n_filled)
+void cache_disk_commit(cache *c, const cache_turn *t, uint32_t n_filled)
 {
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	if (!on(c))
 		return;
 	if (!d->plan_n || d->plan_n != t->n || t->guest || t->no_cache)
@@ -1570,42 +1646,38 @@ void disk_commit(cache *c, const turn *t, uint32_t n_filled)
 	job->fence = UINT64_MAX;
 	uint64_t g = d->grid;
 	for (uint32_t i = 0; i < n_filled && job->n_anc < DK_JOB_MAX; i++) {
-		const tslot *s = &t->slot[i];
-		if (!s->disk || (t->taint != NO_TAINT && s->line > t->taint))
+		const cache_tslot *s = &t->slot[i];
+		if (!s->disk ||
+		    (t->taint != CACHE_NO_TAINT && s->line > t->taint))
 			continue;
 		uint64_t nk = s->line / g;
 		dk_ajob *a = &job->anc[job->n_anc];
 		a->line = s->line;
 		a->bytes = hdr_bytes(d->n_sec, nk) + up4k(d->sec_bytes);
-		a->file = alloc4k(a->bytes);
+		a->file = stage_take(d);
 		if (!a->file)
 			break;
 		dk_hdr *h = (dk_hdr *)a->file;
 		uint64_t hb = hdr_bytes(d->n_sec, nk);
 		memset(a->file, 0, hb);
 		uint8_t *secs = a->file + hb;
-		memcpy(secs, dev_at(c, s->off), d->sec_bytes);
+		memcpy(secs, cache_dev_at(c, s->off), d->sec_bytes);
 		memset(secs + d->sec_bytes, 0, a->bytes - hb - d->sec_bytes);
+		/* the sums and the seal are the writer's (anchor_seal): only
+		 * the copy is on the commit's path */
 		hdr_init(d, h, DK_ANCHOR, s->line, d->lph[nk], d->sec_bytes,
 			 d->n_sec, nk);
-		uint64_t *sums = (uint64_t *)(h + 1), o = 0;
-		for (uint32_t k = 0; k < d->n_sec; k++) {
-			sums[k] = XXH3_64bits(secs + o, d->secb[k]);
-			o += d->secb[k];
-		}
-		memcpy(sums + d->n_sec, d->lph + 1, nk * 8);
-		hdr_seal(h);
-		job->top = max64(job->top, s->line);
+		job->top = cache_max64(job->top, s->line);
 		job->n_anc++;
 	}
 	if (!job->n_anc) {
-		job_free(job);
+		job_free(d, job);
 		return;
 	}
 	job->ids = malloc(job->top * sizeof *job->ids);
 	job->lph = malloc((job->top / g + 1) * sizeof *job->lph);
 	if (!job->ids || !job->lph) {
-		job_free(job);
+		job_free(d, job);
 		return;
 	}
 	memcpy(job->ids, t->ids, job->top * sizeof *job->ids);
@@ -1620,7 +1692,7 @@ void disk_commit(cache *c, const turn *t, uint32_t n_filled)
 	if (nq > DK_QUEUE_MAX) {
 		d->k.busy += job->n_anc;
 		pthread_mutex_unlock(&d->mu);
-		job_free(job);
+		job_free(d, job);
 		return;
 	}
 	*tail = job;
@@ -1630,11 +1702,15 @@ void disk_commit(cache *c, const turn *t, uint32_t n_filled)
 
 /* ---- the lookup and the restore ---- */
 
-int disk_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
-	       uint64_t k, uint64_t *start)
+/* The planner's offer: 1 and *start when an anchor line above `ram`
+ * (what RAM and the spill offer) is on the disk with every chunk above the
+ * clean rows in place (k) and its read costs less than the prefill it
+ * saves. c->ph holds the prompt's chain hashes. */
+static int disk_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
+		      uint64_t k, uint64_t *start)
 {
 	(void)ids;
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	if (!on(c) || n < 2)
 		return 0;
 	uint64_t g = d->grid;
@@ -1642,15 +1718,15 @@ int disk_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
 	if (mdb_txn_begin(d->env, NULL, MDB_RDONLY, &tx))
 		return 0;
 	int got = 0;
-	double tps = prefill_rate(c);
+	double tps = cache_prefill_rate(c);
 	for (uint64_t L = (n - 1) / g * g; L > ram && L >= g; L -= g) {
 		char name[48];
 		dk_rec r;
 		name_of(name, sizeof name, DK_ANCHOR, c->ph[L], L);
 		if (idx_get(d, tx, name, &r, NULL) || r.digest != d->digest ||
-		    !ledger_fp_ok(c, r.fp))
+		    !cache_ledger_fp_ok(c, r.fp))
 			continue;
-		uint64_t bytes = r.bytes, j0 = min64(k, L) / g;
+		uint64_t bytes = r.bytes, j0 = cache_min64(k, L) / g;
 		int ok = 1;
 		for (uint64_t j = j0 + 1; j <= L / g && ok; j++) {
 			name_of(name, sizeof name, DK_CHUNK, c->ph[j * g],
@@ -1672,7 +1748,7 @@ int disk_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
 	return got;
 }
 
-static void touch(struct disk_tier *d, const char *name)
+static void touch(struct cache_disk_tier *d, const char *name)
 {
 	MDB_txn *tx;
 	if (mdb_txn_begin(d->env, NULL, 0, &tx))
@@ -1693,45 +1769,40 @@ static void touch(struct disk_tier *d, const char *name)
 	(void)mdb_txn_commit(tx);
 }
 
-static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
-			 uint64_t limit, uint64_t *bytes, char *bad)
+/* Chunk file b (rows [b - g, b)) in buf into the live rows: its header,
+ * its sums and every stored id against the prompt's first. */
+static int chunk_apply(cache *c, const int32_t *ids, uint64_t b,
+		       const uint8_t *buf)
 {
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	uint64_t g = d->grid;
-	char name[48];
-	int rc = 0;
-	for (uint64_t j = min64(k, s) / g + 1; j <= s / g; j++) {
-		uint64_t b = j * g;
-		name_of(name, sizeof name, DK_CHUNK, c->ph[b], b);
-		rc = file_read(d->dfd, name, d->rbuf, d->chunk_file);
-		dk_hdr *h = (dk_hdr *)d->rbuf;
-		if (!rc)
-			rc = hdr_check(c, h, DK_CHUNK, b, c->ph[b], 2, 0);
-		const uint8_t *pi = d->rbuf + d->chunk_hdr;
-		const uint8_t *pr = pi + g * 4;
-		const uint64_t *sums = (const uint64_t *)(h + 1);
-		if (!rc && (h->data_bytes != g * (4 + d->row_bytes) ||
-			    XXH3_64bits(pi, g * 4) != sums[0] ||
-			    XXH3_64bits(pr, g * d->row_bytes) != sums[1]))
-			rc = MOOR_EFORMAT;
-		/* the stored ids against the prompt's, every one */
-		if (!rc && memcmp(pi, ids + (b - g), g * 4))
-			rc = MOOR_EFORMAT;
-		if (!rc)
-			rc = rows_in(c, pr, g, 0, b - g, g);
-		if (rc) {
-			snprintf(bad, 48, "%s", name);
-			return rc;
-		}
-		*bytes += d->chunk_file;
-	}
-	uint64_t nk = s / g, hb = hdr_bytes(d->n_sec, nk);
-	name_of(name, sizeof name, DK_ANCHOR, c->ph[s], s);
-	rc = file_read(d->dfd, name, d->rbuf, hb + up4k(d->sec_bytes));
-	dk_hdr *h = (dk_hdr *)d->rbuf;
+	dk_hdr *h = (dk_hdr *)buf;
+	int rc = hdr_check(c, h, DK_CHUNK, b, c->ph[b], 2, 0);
+	const uint8_t *pi = buf + d->chunk_hdr;
+	const uint8_t *pr = pi + g * 4;
+	const uint64_t *sums = (const uint64_t *)(h + 1);
+	if (!rc && (h->data_bytes != g * (4 + d->row_bytes) ||
+		    XXH3_64bits(pi, g * 4) != sums[0] ||
+		    XXH3_64bits(pr, g * d->row_bytes) != sums[1]))
+		rc = MOOR_EFORMAT;
+	/* the stored ids against the prompt's, every one */
+	if (!rc && memcmp(pi, ids + (b - g), g * 4))
+		rc = MOOR_EFORMAT;
 	if (!rc)
-		rc = hdr_check(c, h, DK_ANCHOR, s, c->ph[s], d->n_sec, nk);
-	const uint8_t *secs = d->rbuf + hb;
+		rc = cache_rows_in(c, pr, g, 0, b - g, g);
+	return rc;
+}
+
+/* The anchor file at s in buf into the live sections (checked first), and
+ * a resident anchor of it. */
+static int anchor_apply(cache *c, uint64_t s, const uint8_t *buf,
+			uint64_t limit)
+{
+	struct cache_disk_tier *d = c->disk;
+	uint64_t nk = s / d->grid, hb = hdr_bytes(d->n_sec, nk);
+	dk_hdr *h = (dk_hdr *)buf;
+	int rc = hdr_check(c, h, DK_ANCHOR, s, c->ph[s], d->n_sec, nk);
+	const uint8_t *secs = buf + hb;
 	const uint64_t *sums = (const uint64_t *)(h + 1);
 	if (!rc && h->data_bytes != d->sec_bytes)
 		rc = MOOR_EFORMAT;
@@ -1741,25 +1812,138 @@ static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 		o += d->secb[i];
 	}
 	for (uint64_t j = 1; !rc && j <= nk; j++)
-		if (sums[d->n_sec + j - 1] != c->ph[j * g])
+		if (sums[d->n_sec + j - 1] != c->ph[j * d->grid])
 			rc = MOOR_EFORMAT;
 	if (!rc)
-		rc = secs_in(c, secs);
-	if (rc) {
-		snprintf(bad, 48, "%s", name);
-		return rc;
-	}
-	*bytes += hb + up4k(d->sec_bytes);
+		rc = cache_secs_in(c, secs);
 	/* the restored prompt resumes at the disk anchor from now on */
-	(void)anchor_adopt(c, s, secs, limit);
-	touch(d, name);
-	return 0;
+	if (!rc)
+		(void)cache_anchor_adopt(c, s, secs, limit);
+	return rc;
 }
 
-int disk_restore(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
-		 uint64_t limit)
+/* The restore's reads run a file ahead of its checks and copies: a reader
+ * thread reads file i + 1 while file i is checked and copied, each into
+ * its own buffer (the anchor, last, into rbuf; the chunks alternate
+ * between rbuf2 and rbuf so that neighbours never share one). A buffer
+ * goes back to the reader (free) once its file is applied; the reader
+ * fills it (full). When a file fails, `stop` makes the reader skip the
+ * rest, and the files it still hands over are taken and given back. */
+typedef struct rd_pipe {
+	struct cache_disk_tier *d;
+	uint32_t n;
+	char (*name)[48];
+	uint64_t *bytes;
+	uint8_t *buf[2];
+	uint8_t *which; /* [n]: the buffer of file i */
+	int *rc;	/* [n]: its read's */
+	sem_t free_[2], full[2];
+	atomic_int stop;
+} rd_pipe;
+
+static void *reader(void *arg)
 {
-	struct disk_tier *d = c->disk;
+	rd_pipe *p = arg;
+	for (uint32_t i = 0; i < p->n; i++) {
+		int b = p->which[i];
+		sem_wait(&p->free_[b]);
+		p->rc[i] = atomic_load(&p->stop)
+			       ? MOOR_ERANGE
+			       : file_read(p->d->dfd, p->name[i], p->buf[b],
+					   p->bytes[i]);
+		sem_post(&p->full[b]);
+	}
+	return NULL;
+}
+
+static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
+			 uint64_t limit, uint64_t *bytes, char *bad)
+{
+	struct cache_disk_tier *d = c->disk;
+	uint64_t g = d->grid, j0 = cache_min64(k, s) / g + 1, nk = s / g;
+	uint32_t n = (uint32_t)(nk + 1 - j0) + 1; /* chunks j0..nk, anchor */
+	rd_pipe p = {.d = d, .n = n};
+	p.name = malloc(n * sizeof *p.name);
+	p.bytes = malloc(n * sizeof *p.bytes);
+	p.which = malloc(n);
+	p.rc = calloc(n, sizeof *p.rc);
+	if (!d->rbuf2)
+		d->rbuf2 = alloc4k(d->chunk_file);
+	if (!p.name || !p.bytes || !p.which || !p.rc || !d->rbuf2) {
+		free(p.name);
+		free(p.bytes);
+		free(p.which);
+		free(p.rc);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i + 1 < n; i++) {
+		uint64_t b = (j0 + i) * g;
+		name_of(p.name[i], sizeof p.name[i], DK_CHUNK, c->ph[b], b);
+		p.bytes[i] = d->chunk_file;
+		p.which[i] = (uint8_t)((n - 1 - i) % 2); /* 1: rbuf2 */
+	}
+	name_of(p.name[n - 1], sizeof p.name[n - 1], DK_ANCHOR, c->ph[s], s);
+	p.bytes[n - 1] = hdr_bytes(d->n_sec, nk) + up4k(d->sec_bytes);
+	p.which[n - 1] = 0;
+	p.buf[0] = d->rbuf;
+	p.buf[1] = d->rbuf2;
+	for (int b = 0; b < 2; b++) {
+		sem_init(&p.free_[b], 0, 1);
+		sem_init(&p.full[b], 0, 0);
+	}
+	atomic_init(&p.stop, 0);
+	pthread_t th;
+	int threaded = pthread_create(&th, NULL, reader, &p) == 0;
+	int rc = 0;
+	uint32_t i = 0;
+	for (; i < n && !rc; i++) {
+		int b = p.which[i];
+		if (threaded)
+			sem_wait(&p.full[b]);
+		else
+			p.rc[i] =
+			    file_read(d->dfd, p.name[i], p.buf[b], p.bytes[i]);
+		rc = p.rc[i];
+		if (!rc)
+			rc = i + 1 < n
+				 ? chunk_apply(c, ids, (j0 + i) * g, p.buf[b])
+				 : anchor_apply(c, s, p.buf[b], limit);
+		if (rc) {
+			snprintf(bad, 48, "%s", p.name[i]);
+			atomic_store(&p.stop, 1);
+		} else {
+			*bytes += p.bytes[i];
+		}
+		if (threaded)
+			sem_post(&p.free_[b]);
+	}
+	/* the files the reader still hands over after a failure */
+	for (; threaded && i < n; i++) {
+		sem_wait(&p.full[p.which[i]]);
+		sem_post(&p.free_[p.which[i]]);
+	}
+	if (threaded)
+		pthread_join(th, NULL);
+	for (int b = 0; b < 2; b++) {
+		sem_destroy(&p.free_[b]);
+		sem_destroy(&p.full[b]);
+	}
+	if (!rc)
+		touch(d, p.name[n - 1]);
+	free(p.name);
+	free(p.bytes);
+	free(p.which);
+	free(p.rc);
+	return rc;
+}
+
+/* Reads the chunks above k and the anchor at s into the live buffers,
+ * every id and checksum checked first; the anchor becomes a resident
+ * anchor. A failure deletes the file (MOOR_EFORMAT, ETRUNC, -errno). */
+static int disk_restore(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
+			uint64_t limit)
+{
+	struct cache_disk_tier *d = c->disk;
 	if (!on(c))
 		return MOOR_ERANGE;
 	pthread_mutex_lock(&d->mu);
@@ -1785,7 +1969,7 @@ int disk_restore(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 		d->k.hit_failed++;
 	} else {
 		d->k.hits++;
-		d->k.tokens_read += s - min64(k, s) / d->grid * d->grid;
+		d->k.tokens_read += s - cache_min64(k, s) / d->grid * d->grid;
 		d->k.bytes_read += bytes;
 		d->last_restore_ms = dt * 1e3;
 		if (dt > 0 && bytes >= (1u << 20))
@@ -1799,20 +1983,21 @@ int disk_restore(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 	return rc;
 }
 
-uint64_t disk_restore_bytes(cache *c, uint64_t k, uint64_t s)
+static uint64_t disk_restore_bytes(cache *c, uint64_t k, uint64_t s)
 {
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	if (!on(c))
 		return 0;
 	uint64_t g = d->grid;
-	return (s / g - min64(k, s) / g) * g * c->row_bytes + c->sec_bytes;
+	return (s / g - cache_min64(k, s) / g) * g * c->row_bytes +
+	       c->sec_bytes;
 }
 
 /* ---- clear, stats ---- */
 
-int disk_clear(cache *c)
+static int disk_clear(cache *c)
 {
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	if (!d)
 		return 0;
 	drain_queue(d, 0);
@@ -1836,10 +2021,10 @@ int disk_clear(cache *c)
 	return rc;
 }
 
-json_t *disk_stats_json(cache *c)
+static json_t *disk_stats_json(cache *c)
 {
 	json_t *o = json_object();
-	struct disk_tier *d = c->disk;
+	struct cache_disk_tier *d = c->disk;
 	json_object_set_new(o, "on", json_boolean(d != NULL));
 	if (!d)
 		return o;
@@ -1868,7 +2053,7 @@ json_t *disk_stats_json(cache *c)
 	json_object_set_new(
 	    o, "floor_binding",
 	    json_boolean(fr != UINT64_MAX && fr < c->cfg.disk_min_free));
-	json_t *dw = ledger_json(c), *dt = json_object_get(dw, "tier");
+	json_t *dw = cache_ledger_json(c), *dt = json_object_get(dw, "tier");
 	SETI("written_today", dt ? json_integer_value(dt) : 0);
 	json_decref(dw);
 	json_object_set_new(o, "lines", lines);
@@ -1904,7 +2089,7 @@ json_t *disk_stats_json(cache *c)
 	SETI("files_direct", d->k.direct);     /* written with O_DIRECT */
 	SETI("files_buffered", d->k.buffered); /* the fadvise fallback */
 	json_object_set_new(o, "read_bps", json_real(d->read_bps));
-	json_object_set_new(o, "prefill_tps", json_real(prefill_rate(c)));
+	json_object_set_new(o, "prefill_tps", json_real(cache_prefill_rate(c)));
 	json_object_set_new(o, "last_restore_ms",
 			    json_real(d->last_restore_ms));
 	json_object_set_new(o, "last_write_ms", json_real(d->last_write_ms));
@@ -1912,3 +2097,55 @@ json_t *disk_stats_json(cache *c)
 #undef SETI
 	return o;
 }
+
+/* ---- the disk tier as a tier ---- */
+
+static int disk_tier_offer(cache *c, cache_tier_ask *q, cache_tier_offer *o)
+{
+	uint64_t s, k = cache_min64(q->c_res, q->t_res);
+	if (q->guest || !disk_offer(c, q->r->ids, q->r->n, q->best, k, &s))
+		return 0;
+	memset(o, 0, sizeof *o);
+	o->start = s;
+	/* a cold grid prefill's rows: the chunks above the clean rows in
+	 * place are read */
+	o->k = o->cut = cache_min64(k, s);
+	o->taint = CACHE_NO_TAINT;
+	return 1;
+}
+
+static int disk_tier_restore(cache *c, const cache_tier_offer *o,
+			     const int32_t *ids, uint64_t limit)
+{
+	return disk_restore(c, ids, o->k, o->start, limit);
+}
+
+static uint64_t disk_tier_restore_bytes(cache *c, const cache_tier_offer *o)
+{
+	return disk_restore_bytes(c, o->k, o->start);
+}
+
+static uint64_t disk_bytes(cache *c)
+{
+	dk_item *it;
+	uint32_t n;
+	uint64_t total;
+	if (!c->disk || items_load(c->disk, &it, &n, &total))
+		return 0;
+	items_free(it, n);
+	return total;
+}
+
+/* Its own budget on the drive (disk_bytes by value, disk_days, the
+ * free-space floor): nothing for the memory policy to take. */
+const cache_tier_ops cache_tier_disk = {
+    .tier = CACHE_TIER_DISK,
+    .level = -1,
+    .flags = CACHE_TF_NVME,
+    .offer = disk_tier_offer,
+    .restore = disk_tier_restore,
+    .restore_bytes = disk_tier_restore_bytes,
+    .bytes = disk_bytes,
+    .clear = disk_clear,
+    .stats = disk_stats_json,
+};

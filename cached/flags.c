@@ -55,7 +55,8 @@ static void usage(FILE *f)
 	    "present)\n"
 	    "  --gpu N                  the GPU of a CUDA device arena "
 	    "(default 0)\n"
-	    "NVMe tiers:\n"
+	    "NVMe tiers (sizes in GiB; the write budget in GB of 10^9 "
+	    "bytes, as drives rate writes):\n"
 	    "  --disk-dir DIR           the tiers' directory (the session "
 	    "spill in DIR/sessions); default none: off\n"
 	    "  --session-spill-gb G (64)  --session-spill-hours N (48)  "
@@ -68,7 +69,7 @@ static void usage(FILE *f)
 	    "--disk-cache-min-free-gb G (50)\n"
 	    "  --disk-cache-admit-after N (2)  --disk-cache-head-anchors N "
 	    "(4)  --disk-cache-min-tokens N (4096)\n"
-	    "  --disk-write-budget-gb G (200)  the drive writes of a day "
+	    "  --disk-write-budget-gb G (200)  the drive writes of a day, GB "
 	    "(tier and spill): past it the\n"
 	    "                           tier writes nothing and the spill "
 	    "the drain and long evictions\n"
@@ -83,15 +84,29 @@ static void usage(FILE *f)
 	    "  --log-level error|warn|info|debug\n");
 }
 
-static int parse_gb(const char *s, uint64_t *out)
+/* A size of `unit` bytes a G (fractions allowed, at most 2^20 of them). */
+static int parse_size(const char *s, double unit, uint64_t *out)
 {
 	char *end;
 	errno = 0;
 	double v = strtod(s, &end);
 	if (end == s || *end || errno || !(v >= 0) || v > 1 << 20)
 		return -1;
-	*out = (uint64_t)llround(v * (double)(1ull << 30));
+	*out = (uint64_t)llround(v * unit);
 	return 0;
+}
+
+/* Memory and the tiers' sizes: GiB. */
+static int parse_gb(const char *s, uint64_t *out)
+{
+	return parse_size(s, (double)(1ull << 30), out);
+}
+
+/* Drive writes: GB of 10^9 bytes, the unit a drive's rated endurance
+ * (TBW) is given in and the stats' disk_writes.gb reports. */
+static int parse_gb_dec(const char *s, uint64_t *out)
+{
+	return parse_size(s, 1e9, out);
 }
 
 static int parse_onoff(const char *s, int *out)
@@ -428,7 +443,7 @@ int cd_parse_args(cd *d, int argc, char **argv, const char **prefix)
 			bad = moor_parse_u32(optarg, &c->disk_min_tokens);
 			break;
 		case O_WRITE_BUDGET:
-			bad = parse_gb(optarg, &c->write_budget);
+			bad = parse_gb_dec(optarg, &c->write_budget);
 			break;
 		case O_ADOPT: {
 			uint8_t fp[32];
@@ -477,6 +492,8 @@ int cd_parse_args(cd *d, int argc, char **argv, const char **prefix)
 				 : o == O_LOG	 ? "a log level"
 				 : o == O_ADOPT
 				     ? "16 to 64 hex digits of a fingerprint"
+				 : o == O_WRITE_BUDGET
+				     ? "a number of GB (10^9 bytes)"
 				 : strstr(lo[o - O_RUN].name, "-gb")
 				     ? "a number of GiB"
 				     : "a non-negative integer");

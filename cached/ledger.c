@@ -11,7 +11,7 @@
  *
  * The write guard (the seed's WriteGuard). The tier and the spill add
  * every byte they write to the day's count. Against the day budget B
- * (--disk-write-budget-gb, 200; 0: no budget):
+ * (--disk-write-budget-gb, 200 GB of 10^9 bytes; 0: no budget):
  *   ok    under B: everything is written;
  *   over  B to 1.5 B: the disk tier plans nothing; the spill writes a
  *         planned stop's drain and evictions of conversations of at least
@@ -28,10 +28,10 @@
  * adoption record says its fingerprint equals the attached one (directly
  * or through a chain of records: A adopted by B, B by C). The set of
  * fingerprints equal to the attached one is computed at the attach
- * (ledger_attach) and read by both tiers (ledger_fp_ok).
+ * (cache_ledger_attach) and read by both tiers (cache_ledger_fp_ok).
  *
- * Threads: the disk tier's writer calls ledger_wrote; everything else runs
- * on cached's thread. `mu` guards the day's record; LMDB serializes the
+ * Threads: the disk tier's writer calls cache_ledger_wrote; everything else
+ * runs on cached's thread. `mu` guards the day's record; LMDB serializes the
  * write transactions.
  */
 #include <errno.h>
@@ -71,7 +71,7 @@ typedef struct fp_pre {
 	uint32_t n; /* the bytes that count: 8 to 32 */
 } fp_pre;
 
-struct ledger {
+struct cache_ledger {
 	MDB_env *env; /* NULL: the counts live in memory only */
 	MDB_dbi days, fpeq;
 	pthread_mutex_t mu;
@@ -85,11 +85,11 @@ struct ledger {
 	int rebuilt; /* the index was damaged and replaced at the open */
 };
 
-time_t (*ledger_clock)(void);
+time_t (*cache_ledger_clock)(void);
 
 static time_t now_t(void)
 {
-	return ledger_clock ? ledger_clock() : time(NULL);
+	return cache_ledger_clock ? cache_ledger_clock() : time(NULL);
 }
 
 static void day_key(char b[16])
@@ -135,7 +135,7 @@ static int pre_match(const fp_pre *a, const uint8_t *b, uint32_t bn)
 
 /* ---- the day's record ---- */
 
-static void day_load(struct ledger *L)
+static void day_load(struct cache_ledger *L)
 {
 	memset(&L->d, 0, sizeof L->d);
 	L->d.version = LDG_VERSION;
@@ -156,7 +156,7 @@ static void day_load(struct ledger *L)
 }
 
 /* Under mu: today's record is the local day's. */
-static void day_roll(struct ledger *L)
+static void day_roll(struct cache_ledger *L)
 {
 	char k[16];
 	day_key(k);
@@ -168,7 +168,7 @@ static void day_roll(struct ledger *L)
 
 /* Under mu: today's record to LMDB (a failure keeps the count in memory;
  * it is written again with the next one). */
-static void day_store(struct ledger *L)
+static void day_store(struct cache_ledger *L)
 {
 	if (!L->env)
 		return;
@@ -182,7 +182,7 @@ static void day_store(struct ledger *L)
 		(void)mdb_txn_commit(tx);
 }
 
-static void days_prune(struct ledger *L)
+static void days_prune(struct cache_ledger *L)
 {
 	MDB_txn *tx;
 	if (mdb_txn_begin(L->env, NULL, 0, &tx))
@@ -205,12 +205,12 @@ static void days_prune(struct ledger *L)
 
 /* ---- lifecycle ---- */
 
-int ledger_open(cache *c, char *err)
+int cache_ledger_open(cache *c, char *err)
 {
 	c->ledger = NULL;
 	if (!c->cfg.spill_dir[0])
 		return 0;
-	struct ledger *L = calloc(1, sizeof *L);
+	struct cache_ledger *L = calloc(1, sizeof *L);
 	if (!L)
 		return -ENOMEM;
 	pthread_mutex_init(&L->mu, NULL);
@@ -272,9 +272,9 @@ int ledger_open(cache *c, char *err)
 	return 0;
 }
 
-void ledger_close(cache *c)
+void cache_ledger_close(cache *c)
 {
-	struct ledger *L = c->ledger;
+	struct cache_ledger *L = c->ledger;
 	if (!L)
 		return;
 	if (L->env)
@@ -295,35 +295,25 @@ static int level_of(const cache *c, uint64_t written)
 {
 	uint64_t b = budget(c);
 	if (!b || written < b)
-		return LEDGER_OK;
-	return written < b + b / 2 ? LEDGER_OVER : LEDGER_HARD;
+		return CACHE_LEDGER_OK;
+	return written < b + b / 2 ? CACHE_LEDGER_OVER : CACHE_LEDGER_HARD;
 }
 
 static const char *level_name(int lv)
 {
-	return lv == LEDGER_HARD ? "hard" : lv == LEDGER_OVER ? "over" : "ok";
+	return lv == CACHE_LEDGER_HARD	 ? "hard"
+	       : lv == CACHE_LEDGER_OVER ? "over"
+					 : "ok";
 }
 
-int ledger_level(cache *c)
+void cache_ledger_wrote(cache *c, int who, uint64_t bytes)
 {
-	struct ledger *L = c->ledger;
-	if (!L)
-		return LEDGER_OK;
-	pthread_mutex_lock(&L->mu);
-	day_roll(L);
-	int lv = level_of(c, L->d.tier + L->d.spill);
-	pthread_mutex_unlock(&L->mu);
-	return lv;
-}
-
-void ledger_wrote(cache *c, int who, uint64_t bytes)
-{
-	struct ledger *L = c->ledger;
+	struct cache_ledger *L = c->ledger;
 	if (!L || !bytes)
 		return;
 	pthread_mutex_lock(&L->mu);
 	day_roll(L);
-	if (who == LEDGER_SPILL)
+	if (who == CACHE_LEDGER_SPILL)
 		L->d.spill += bytes;
 	else
 		L->d.tier += bytes;
@@ -331,20 +321,20 @@ void ledger_wrote(cache *c, int who, uint64_t bytes)
 	pthread_mutex_unlock(&L->mu);
 }
 
-int ledger_allow(cache *c, int what, uint64_t tokens)
+int cache_ledger_allow(cache *c, int what, uint64_t tokens)
 {
-	struct ledger *L = c->ledger;
-	if (!L || what == LEDGER_SPILL_DRAIN)
+	struct cache_ledger *L = c->ledger;
+	if (!L || what == CACHE_LEDGER_SPILL_DRAIN)
 		return 1;
 	pthread_mutex_lock(&L->mu);
 	day_roll(L);
 	uint64_t w = L->d.tier + L->d.spill;
 	int lv = level_of(c, w);
-	int ok = lv == LEDGER_OK ||
-		 (lv == LEDGER_OVER && what == LEDGER_SPILL_EVICT &&
+	int ok = lv == CACHE_LEDGER_OK ||
+		 (lv == CACHE_LEDGER_OVER && what == CACHE_LEDGER_SPILL_EVICT &&
 		  tokens >= c->cfg.guard_evict_tokens);
 	if (!ok) {
-		if (lv == LEDGER_OVER)
+		if (lv == CACHE_LEDGER_OVER)
 			L->d.skips_over++;
 		else
 			L->d.skips_hard++;
@@ -357,12 +347,13 @@ int ledger_allow(cache *c, int what, uint64_t tokens)
 			    "written today (tier %.1f, spill %.1f), budget "
 			    "%.1f MB, level %s (%s); later skips at this level "
 			    "today are counted, not logged",
-			    what == LEDGER_TIER_PLAN ? "the disk tier's anchors"
-						     : "the spill's eviction",
+			    what == CACHE_LEDGER_TIER_PLAN
+				? "the disk tier's anchors"
+				: "the spill's eviction",
 			    (unsigned long long)tokens, (double)w / M,
 			    (double)L->d.tier / M, (double)L->d.spill / M,
 			    (double)budget(c) / M, level_name(lv),
-			    lv == LEDGER_OVER
+			    lv == CACHE_LEDGER_OVER
 				? "past the budget: the disk tier writes "
 				  "nothing, the spill only the drain and "
 				  "evictions of long conversations"
@@ -375,9 +366,9 @@ int ledger_allow(cache *c, int what, uint64_t tokens)
 
 /* ---- fingerprints ---- */
 
-void ledger_attach(cache *c, const uint8_t fp[32])
+void cache_ledger_attach(cache *c, const uint8_t fp[32])
 {
-	struct ledger *L = c->ledger;
+	struct cache_ledger *L = c->ledger;
 	if (!L)
 		return;
 	char fh[65];
@@ -483,11 +474,11 @@ void ledger_attach(cache *c, const uint8_t fp[32])
 	}
 }
 
-int ledger_fp_ok(const cache *c, const uint8_t fp[32])
+int cache_ledger_fp_ok(const cache *c, const uint8_t fp[32])
 {
 	if (!memcmp(fp, c->lay->fingerprint, 32))
 		return 1;
-	const struct ledger *L = c->ledger;
+	const struct cache_ledger *L = c->ledger;
 	if (!L)
 		return 0;
 	for (uint32_t i = 1; i < L->n_eq; i++)
@@ -506,9 +497,9 @@ static json_t *day_json(const char *day, const ldg_day *d)
 			 "skips", (json_int_t)(d->skips_over + d->skips_hard));
 }
 
-json_t *ledger_json(cache *c)
+json_t *cache_ledger_json(cache *c)
 {
-	struct ledger *L = c->ledger;
+	struct cache_ledger *L = c->ledger;
 	json_t *o = json_object();
 	json_object_set_new(o, "on", json_boolean(L != NULL));
 	if (!L)

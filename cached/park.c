@@ -10,6 +10,7 @@
  * place, gets them back: the parked rows and the rows in place are swapped
  * a block at a time, so B is parked while A comes back. One conversation
  * is parked at a time; a third session gives it up. */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,16 +20,17 @@
 static uint64_t park_bytes_for(cache *c, uint64_t base, uint64_t top,
 			       uint32_t n_anc)
 {
-	return (uint64_t)span_blocks(c, top - base) * span_blk_bytes(c) +
-	       (uint64_t)n_anc * anchor_bytes(c);
+	return (uint64_t)cache_span_blocks(c, top - base) *
+		   cache_span_blk_bytes(c) +
+	       (uint64_t)n_anc * cache_anchor_bytes(c);
 }
 
-uint64_t park_choose(cache *c, uint64_t base, uint32_t *idx, uint32_t *n_idx,
-		     int *with_end)
+uint64_t cache_park_choose(cache *c, uint64_t base, uint32_t *idx,
+			   uint32_t *n_idx, int *with_end)
 {
 	uint32_t places = c->cfg.park_anchors;
-	if (places > SPAN_MAX_ANCHORS - 1)
-		places = SPAN_MAX_ANCHORS - 1;
+	if (places > CACHE_SPAN_MAX_ANCHORS - 1)
+		places = CACHE_SPAN_MAX_ANCHORS - 1;
 	*n_idx = 0;
 	*with_end = 0;
 	if (c->valid <= base || places == 0)
@@ -79,22 +81,22 @@ uint64_t park_choose(cache *c, uint64_t base, uint32_t *idx, uint32_t *n_idx,
 	return 0;
 }
 
-void park_drop(cache *c)
+void cache_park_drop(cache *c)
 {
 	if (!c->park.have)
 		return;
-	span_free(c, &c->park);
+	cache_span_free(c, &c->park);
 	c->k.park_dropped++;
 }
 
 /* A span of the rows in place [base, T) with the chosen anchors, its
  * blocks from `reuse` (n_reuse of them, already holding nothing needed)
  * and new ones; allocation only, nothing copied. */
-static int park_alloc(cache *c, span *s, uint64_t base, uint64_t T,
+static int park_alloc(cache *c, cache_span *s, uint64_t base, uint64_t T,
 		      uint32_t n_anc, uint64_t limit)
 {
 	memset(s, 0, sizeof *s);
-	for (uint32_t i = 0; i < SPAN_MAX_ANCHORS; i++)
+	for (uint32_t i = 0; i < CACHE_SPAN_MAX_ANCHORS; i++)
 		s->anc[i].off = UINT64_MAX;
 	s->base = base;
 	s->top = T;
@@ -104,8 +106,8 @@ static int park_alloc(cache *c, span *s, uint64_t base, uint64_t T,
 	memcpy(s->ids, c->res_ids, T * sizeof *s->ids);
 	int rc = 0;
 	for (uint32_t i = 0; i < n_anc && !rc; i++) {
-		rc = budget_grow(c, LV_PARK, 1, c->sec_bytes, limit,
-				 &s->anc[i].off);
+		rc = cache_budget_grow(c, CACHE_LV_PARK, 1, c->sec_bytes, limit,
+				       &s->anc[i].off);
 		if (!rc)
 			s->n_anc = i + 1;
 	}
@@ -113,82 +115,86 @@ static int park_alloc(cache *c, span *s, uint64_t base, uint64_t T,
 }
 
 /* Copies the chosen anchors (and the end anchor) of the rows in place. */
-static int park_copy_anchors(cache *c, span *s, const uint32_t *idx, uint32_t n,
-			     int with_end)
+static int park_copy_anchors(cache *c, cache_span *s, const uint32_t *idx,
+			     uint32_t n, int with_end)
 {
 	int rc = 0;
 	for (uint32_t i = 0; i < n && !rc; i++) {
 		s->anc[i].line = c->anc[idx[i]].line;
 		s->anc[i].end = 0;
-		rc = c->mv->copy(c->mv->ctx, host_at(c, s->anc[i].off),
-				 dev_at(c, c->anc[idx[i]].off), c->sec_bytes);
+		rc = c->mv->copy(c->mv->ctx, cache_host_at(c, s->anc[i].off),
+				 cache_dev_at(c, c->anc[idx[i]].off),
+				 c->sec_bytes);
 	}
 	if (with_end && !rc) {
 		s->anc[n].line = c->end.len;
 		s->anc[n].end = 1;
-		rc = c->mv->copy(c->mv->ctx, host_at(c, s->anc[n].off),
-				 dev_at(c, c->end.off), c->sec_bytes);
+		rc = c->mv->copy(c->mv->ctx, cache_host_at(c, s->anc[n].off),
+				 cache_dev_at(c, c->end.off), c->sec_bytes);
 	}
 	return rc;
 }
 
-static void park_finish(cache *c, span *s, uint64_t taint, char *session)
+static void park_finish(cache *c, cache_span *s, uint64_t taint, char *session)
 {
-	s->taint = taint < s->top ? taint : NO_TAINT;
+	s->taint = taint < s->top ? taint : CACHE_NO_TAINT;
 	s->session = session;
-	s->bytes = (uint64_t)s->n_blk * span_blk_bytes(c) +
-		   (uint64_t)s->n_anc * anchor_bytes(c);
+	s->bytes = (uint64_t)s->n_blk * cache_span_blk_bytes(c) +
+		   (uint64_t)s->n_anc * cache_anchor_bytes(c);
 	s->have = 1;
 }
 
-int park_make(cache *c, uint64_t base, uint64_t limit)
+int cache_park_make(cache *c, uint64_t base, uint64_t limit)
 {
-	uint32_t idx[SPAN_MAX_ANCHORS], n;
+	uint32_t idx[CACHE_SPAN_MAX_ANCHORS], n;
 	int with_end;
-	uint64_t T = park_choose(c, base, idx, &n, &with_end);
+	uint64_t T = cache_park_choose(c, base, idx, &n, &with_end);
 	if (!T)
 		return 0;
-	park_drop(c);
-	span s;
+	cache_park_drop(c);
+	cache_span s;
 	c->protect_anchors = 1;
 	int busy = c->end.busy;
 	c->end.busy = 1;
 	int rc = park_alloc(c, &s, base, T, n + (uint32_t)with_end, limit);
 	if (!rc)
-		rc = span_alloc_blocks(c, &s, span_blocks(c, T - base), LV_PARK,
-				       limit);
+		rc = cache_span_alloc_blocks(c, &s,
+					     cache_span_blocks(c, T - base),
+					     CACHE_LV_PARK, limit);
 	c->protect_anchors = 0;
 	c->end.busy = busy;
 	if (!rc)
 		rc = park_copy_anchors(c, &s, idx, n, with_end);
 	if (!rc)
-		rc = span_rows_out(c, &s, base, T);
+		rc = cache_span_rows_out(c, &s, base, T);
 	if (rc) {
-		span_free(c, &s);
+		cache_span_free(c, &s);
 		moor_info("cache: rows [%llu, %llu) were not parked (%s)",
 			  (unsigned long long)base, (unsigned long long)T,
 			  moor_strerror(rc));
 		return rc;
 	}
-	s.mk = marks_copy(c, T, &s.n_mk);
-	park_finish(c, &s, c->taint, str_dup(c->res_session));
+	s.mk = cache_marks_copy(c, T, &s.n_mk);
+	park_finish(c, &s, c->taint, cache_str_dup(c->res_session));
 	c->park = s;
 	c->k.parks++;
 	return 0;
 }
 
-int park_swap(cache *c, int hi, uint64_t limit)
+int cache_park_swap(cache *c, int hi, uint64_t limit)
 {
-	span *A = &c->park;
+	cache_span *A = &c->park;
 	MOOR_ASSERT(A->have && hi >= 0 && (uint32_t)hi < A->n_anc);
-	uint64_t b = A->base, blk = span_blk_rows(c), bb = span_blk_bytes(c);
-	held_anchor src = A->anc[hi];
-	uint32_t idx[SPAN_MAX_ANCHORS], n = 0;
+	uint64_t b = A->base, blk = cache_span_blk_rows(c),
+		 bb = cache_span_blk_bytes(c);
+	cache_held_anchor src = A->anc[hi];
+	uint32_t idx[CACHE_SPAN_MAX_ANCHORS], n = 0;
 	int with_end = 0;
-	uint64_t TB = c->valid > b ? park_choose(c, b, idx, &n, &with_end) : 0;
-	uint32_t nbA = A->n_blk, nbB = TB ? span_blocks(c, TB - b) : 0;
+	uint64_t TB =
+	    c->valid > b ? cache_park_choose(c, b, idx, &n, &with_end) : 0;
+	uint32_t nbA = A->n_blk, nbB = TB ? cache_span_blocks(c, TB - b) : 0;
 	uint32_t both = nbA < nbB ? nbA : nbB;
-	span B;
+	cache_span B;
 	memset(&B, 0, sizeof B);
 	uint64_t bounce = UINT64_MAX;
 	int rc = 0;
@@ -207,18 +213,19 @@ int park_swap(cache *c, int hi, uint64_t limit)
 			B.blk[j] = UINT64_MAX;
 			B.n_blk = j + 1;
 			if (j >= nbA)
-				rc = budget_grow(c, LV_PARK, 1, bb, limit,
-						 &B.blk[j]);
+				rc = cache_budget_grow(c, CACHE_LV_PARK, 1, bb,
+						       limit, &B.blk[j]);
 		}
 		if (!rc && both)
-			rc = budget_grow(c, LV_PARK, 1, bb, limit, &bounce);
+			rc = cache_budget_grow(c, CACHE_LV_PARK, 1, bb, limit,
+					       &bounce);
 		c->protect_anchors = 0;
 		c->end.busy = busy;
 		if (!rc)
 			rc = park_copy_anchors(c, &B, idx, n, with_end);
 		if (rc) {
 			/* the rows in place are not parked; A comes back */
-			span_free(c, &B);
+			cache_span_free(c, &B);
 			if (bounce != UINT64_MAX)
 				arena_release(c->host, bounce);
 			bounce = UINT64_MAX;
@@ -230,60 +237,151 @@ int park_swap(cache *c, int hi, uint64_t limit)
 	}
 	/* B keeps what it holds; the rows in place above b go */
 	uint64_t taint_B = c->taint;
-	char *session_B = TB ? str_dup(c->res_session) : NULL;
+	char *session_B = TB ? cache_str_dup(c->res_session) : NULL;
 	if (TB)
-		B.mk = marks_copy(c, TB, &B.n_mk);
-	resident_cut(c, b);
+		B.mk = cache_marks_copy(c, TB, &B.n_mk);
+	cache_resident_cut(c, b);
 	/* A's marks are the rows' again (the end alignment's regions) */
 	c->n_mk = 0;
 	for (uint32_t i = 0; i < A->n_mk; i++)
 		if (A->mk[i].start + A->mk[i].len <= src.line)
-			(void)marks_add(c, A->mk[i].start, A->mk[i].len,
-					A->mk[i].kind);
+			(void)cache_marks_add(c, A->mk[i].start, A->mk[i].len,
+					      A->mk[i].kind);
 	uint32_t nb = nbA > nbB ? nbA : nbB;
 	for (uint32_t j = 0; j < nb && !rc; j++) {
 		uint64_t r0 = b + (uint64_t)j * blk;
-		uint64_t ra = j < nbA ? min64(blk, A->top - r0) : 0;
-		uint64_t rb = j < nbB ? min64(blk, TB - r0) : 0;
+		uint64_t ra = j < nbA ? cache_min64(blk, A->top - r0) : 0;
+		uint64_t rb = j < nbB ? cache_min64(blk, TB - r0) : 0;
 		if (ra && rb) {
 			/* B's block out to the bounce, A's in, and the
 			 * bounce into A's storage, which is now B's */
-			rc = rows_out(c, host_at(c, bounce), blk, 0, r0, rb);
+			rc = cache_rows_out(c, cache_host_at(c, bounce), blk, 0,
+					    r0, rb);
 			if (!rc)
-				rc = rows_in(c, host_at(c, A->blk[j]), blk, 0,
-					     r0, ra);
+				rc = cache_rows_in(c,
+						   cache_host_at(c, A->blk[j]),
+						   blk, 0, r0, ra);
 			if (!rc)
 				rc = c->mv->copy(c->mv->ctx,
-						 host_at(c, A->blk[j]),
-						 host_at(c, bounce), bb);
+						 cache_host_at(c, A->blk[j]),
+						 cache_host_at(c, bounce), bb);
 			B.blk[j] = A->blk[j];
 			A->blk[j] = UINT64_MAX;
 		} else if (rb) {
-			rc = rows_out(c, host_at(c, B.blk[j]), blk, 0, r0, rb);
+			rc = cache_rows_out(c, cache_host_at(c, B.blk[j]), blk,
+					    0, r0, rb);
 		} else if (ra) {
-			rc = rows_in(c, host_at(c, A->blk[j]), blk, 0, r0, ra);
+			rc = cache_rows_in(c, cache_host_at(c, A->blk[j]), blk,
+					   0, r0, ra);
 		}
 		c->k.park_blocks_swapped++;
 	}
 	if (bounce != UINT64_MAX)
 		arena_release(c->host, bounce);
 	if (!rc)
-		rc = secs_in(c, host_at(c, src.off));
+		rc = cache_secs_in(c, cache_host_at(c, src.off));
 	/* A's grid anchors up to the resume line are the resident's again */
 	for (uint32_t i = 0; i < A->n_anc && !rc; i++)
 		if (!A->anc[i].end && A->anc[i].line <= src.line &&
 		    A->anc[i].line > b)
-			(void)anchor_adopt(c, A->anc[i].line,
-					   host_at(c, A->anc[i].off), limit);
+			(void)cache_anchor_adopt(
+			    c, A->anc[i].line, cache_host_at(c, A->anc[i].off),
+			    limit);
 	A->busy = 0;
-	span_free(c, A);
+	cache_span_free(c, A);
 	if (TB) {
 		park_finish(c, &B, taint_B, session_B);
 		c->park = B;
 		c->k.parks++;
 	}
 	if (rc)
-		park_drop(c);
+		cache_park_drop(c);
 	c->k.park_hits++;
 	return rc;
 }
+
+/* ---- the parked session as a tier ---- */
+
+static int park_offer(cache *c, cache_tier_ask *q, cache_tier_offer *o)
+{
+	const cache_span *p = &c->park;
+	if (!p->have || q->guest || q->c_res < p->base)
+		return 0;
+	const cache_req *r = q->r;
+	uint64_t ck = cache_common_prefix(r->ids, r->n, p->ids, p->top);
+	int j = cache_span_anchor_le(p, cache_min64(ck, r->n - 1), 1);
+	if (j < 0 || p->anc[j].line <= q->best || ck <= q->c_res)
+		return 0;
+	uint64_t s = p->anc[j].line;
+	memset(o, 0, sizeof *o);
+	o->start = s;
+	o->src = j;
+	o->cut = p->base;
+	o->taint = cache_min64(q->t_res < p->base ? q->t_res : CACHE_NO_TAINT,
+			       p->taint < s ? p->taint : CACHE_NO_TAINT);
+	return 1;
+}
+
+static void park_busy(cache *c, const cache_tier_offer *o, int on)
+{
+	c->park.busy = on;
+}
+
+static int park_restore(cache *c, const cache_tier_offer *o, const int32_t *ids,
+			uint64_t limit)
+{
+	return cache_park_swap(c, o->src, limit);
+}
+
+/* the sections and every parked row: the swap copies them all */
+static uint64_t park_restore_bytes(cache *c, const cache_tier_offer *o)
+{
+	return c->sec_bytes + (c->park.top - c->park.base) * c->row_bytes;
+}
+
+static uint64_t park_bytes(cache *c)
+{
+	return c->park.have ? c->park.bytes : 0;
+}
+
+static uint64_t park_give_back(cache *c)
+{
+	if (!c->park.have || c->park.busy)
+		return 0;
+	uint64_t b = c->park.bytes;
+	cache_park_drop(c);
+	return b;
+}
+
+static int park_clear(cache *c)
+{
+	cache_park_drop(c);
+	return 0;
+}
+
+static json_t *park_stats(cache *c)
+{
+	json_t *o = cache_span_json(&c->park, c->cfg.park_bytes);
+	CACHE_SETI(o, "parks", c->k.parks);
+	CACHE_SETI(o, "park_hits", c->k.park_hits);
+	CACHE_SETI(o, "dropped", c->k.park_dropped);
+	CACHE_SETI(o, "blocks_swapped", c->k.park_blocks_swapped);
+	return o;
+}
+
+/* The swap parks the rows in place from the park's base and brings the
+ * park's rows, marks included, back: it makes its own cut. */
+const cache_tier_ops cache_tier_park = {
+    .tier = CACHE_TIER_PARK,
+    .level = CACHE_LV_PARK,
+    .lv_name = "park",
+    .flags = CACHE_TF_HOST | CACHE_TF_MARKS | CACHE_TF_CUTS,
+    .offer = park_offer,
+    .busy = park_busy,
+    .restore = park_restore,
+    .restore_bytes = park_restore_bytes,
+    .bytes = park_bytes,
+    .give_back = park_give_back,
+    .clear = park_clear,
+    .stats = park_stats,
+};

@@ -1,12 +1,15 @@
 /* planner.c: a turn (cache_plan, cache_commit, cache_abort).
  *
- * The plan asks every tier where the prompt could resume and takes the
- * source that starts latest (a tie goes to the cheaper restore: resident,
- * end, pin, park, store). Every offer is a line s < n (one token at least
- * is forwarded, for the logits) whose tokens were compared with the
- * prompt's element by element: the rows in place by their ids, the pin and
- * the park by theirs, the store by each entry's (its hash only picks which
- * to compare).
+ * The plan asks every tier of cache_tiers (tiers.c) where the prompt could
+ * resume and takes the source that starts latest (a tie goes to the tier
+ * asked first, the cheaper restore: resident, end, pin, park, store, then
+ * the spill and the disk tier, which offer only what starts later than
+ * every RAM source and reads faster than it prefills). Every offer is a
+ * line s < n (one token at least is forwarded, for the logits) whose
+ * tokens were compared with the prompt's element by element: the rows in
+ * place by their ids, the pin and the park by theirs, the store by each
+ * entry's (its hash only picks which to compare), the NVMe tiers by their
+ * index's and again by their files' before a byte is restored.
  *
  * Exactness (the taint line). Rows below taint and anchors at lines at or
  * below it are a cold grid prefill's bits; a resume there forwards exactly
@@ -36,16 +39,13 @@ enum { ACT_NONE = 0, ACT_PIN, ACT_PARK };
 typedef struct plan_a {
 	uint64_t n, c_res;
 	int guest, guest_declined;
-	int tier;
+	int tier;		   /* src's, CACHE_TIER_NONE when cold */
+	const cache_tier_ops *src; /* NULL: cold */
+	cache_tier_offer o;	   /* src's offer (cold: start 0, the cut) */
 	uint64_t start, cut, taint, k;
-	int src; /* span anchor index (pin, park) */
-	uint64_t src_line;
-	int store_seen;
+	uint32_t seen; /* cache_tier_ask.seen */
 	uint64_t stash_lo, stash_hi, stash_bytes;
 	int act;
-	const int32_t *ids; /* the request's */
-	uint64_t src_taint;  /* the spill entry's */
-	char spill_name[17];
 } plan_a;
 
 /* The end of a scratch run: it only closes. */
@@ -59,131 +59,49 @@ static int scratch_end(cache *c)
 static void analyze(cache *c, const cache_req *r, int allow_guest, plan_a *A)
 {
 	memset(A, 0, sizeof *A);
-	A->ids = r->ids;
 	uint64_t n = r->n, t_res = c->taint;
 	A->n = n;
-	A->c_res = common_prefix(r->ids, n, c->res_ids, c->valid);
-	uint64_t lim = min64(A->c_res, n - 1);
+	A->c_res = cache_common_prefix(r->ids, n, c->res_ids, c->valid);
 	A->guest = allow_guest && c->valid > 0 && n <= c->cfg.guest_max &&
 		   4 * n < c->valid;
 	A->tier = CACHE_TIER_NONE;
-	A->start = 0;
-	A->src = -1;
+	/* a cold prefill rewrites rows [0, min(shared, taint)) with the same
+	 * bits: for a request that keeps nothing, they and the anchors there
+	 * stay */
+	A->o.cut = r->no_cache ? cache_min64(A->c_res, t_res) : 0;
+	A->o.taint = CACHE_NO_TAINT;
 	if (!r->no_cache) {
-		int i = anchor_le(c, lim);
-		if (i >= 0) {
-			A->tier = CACHE_TIER_RESIDENT;
-			A->start = c->anc[i].line;
-		}
-		if (c->end.have && c->end.len <= lim && c->end.len > A->start) {
-			A->tier = CACHE_TIER_END;
-			A->start = c->end.len;
-		}
-		if (c->pin.have) {
-			uint64_t cp =
-			    common_prefix(r->ids, n, c->pin.ids, c->pin.top);
-			int j = span_anchor_le(&c->pin, min64(cp, n - 1), 0);
-			if (j >= 0 && c->pin.anc[j].line > A->start) {
-				A->tier = CACHE_TIER_PIN;
-				A->start = c->pin.anc[j].line;
-				A->src = j;
+		/* the prompt's chain hashes: the store's and the disk tier's
+		 * keys */
+		cache_store_prefix_hashes(c, r->ids, n);
+		cache_tier_ask q = {.r = r,
+				    .c_res = A->c_res,
+				    .t_res = t_res,
+				    .lim = cache_min64(A->c_res, n - 1),
+				    .guest = A->guest};
+		for (int i = 0; i < CACHE_N_TIERS; i++) {
+			const cache_tier_ops *t = cache_tiers[i];
+			cache_tier_offer o;
+			if (t->offer && t->offer(c, &q, &o)) {
+				A->src = t;
+				A->tier = t->tier;
+				A->o = o;
+				q.best = o.start;
 			}
 		}
-		if (c->park.have && !A->guest && A->c_res >= c->park.base) {
-			uint64_t ck =
-			    common_prefix(r->ids, n, c->park.ids, c->park.top);
-			int j = span_anchor_le(&c->park, min64(ck, n - 1), 1);
-			if (j >= 0 && c->park.anc[j].line > A->start &&
-			    ck > A->c_res) {
-				A->tier = CACHE_TIER_PARK;
-				A->start = c->park.anc[j].line;
-				A->src = j;
-			}
-		}
-		store_prefix_hashes(c, r->ids, n);
-		int s = store_find(c, r->ids, n);
-		A->store_seen = s >= 0;
-		if (s >= 0 && c->st[s].len > A->start) {
-			A->tier = CACHE_TIER_STORE;
-			A->start = c->st[s].len;
-			A->src = s;
-		}
-		/* the session spill: only further than RAM by a chunk and
-		 * cheaper to read than to prefill (spill_offer) */
-		uint64_t ss, st;
-		int e = A->guest ? -1
-				 : spill_offer(c, r->ids, n, A->start, &ss, &st);
-		if (e >= 0) {
-			A->tier = CACHE_TIER_SPILL;
-			A->start = ss;
-			A->src_taint = st;
-			snprintf(A->spill_name, sizeof A->spill_name, "%s",
-				 spill_ent_name(c, e));
-		}
-		/* the disk tier: only later than every other source and
-		 * cheaper to read than to prefill (disk_offer) */
-		uint64_t ds;
-		if (!A->guest && disk_offer(c, r->ids, n, A->start,
-					    min64(A->c_res, t_res), &ds)) {
-			A->tier = CACHE_TIER_DISK;
-			A->start = ds;
-		}
+		A->seen = q.seen;
 	}
-	A->src_line = A->start;
-	uint64_t s = A->start, t = NO_TAINT;
-	switch (A->tier) {
-	case CACHE_TIER_NONE:
-		/* a cold prefill rewrites rows [0, min(shared, taint)) with
-		 * the same bits: for a request that keeps nothing, they and
-		 * the anchors there stay */
-		A->cut = r->no_cache ? min64(A->c_res, t_res) : 0;
-		break;
-	case CACHE_TIER_RESIDENT:
-		A->cut = s;
-		t = t_res < s ? t_res : NO_TAINT;
-		break;
-	case CACHE_TIER_END:
-		A->cut = s;
-		t = min64(c->end.taint, t_res);
-		t = t < s ? t : NO_TAINT;
-		break;
-	case CACHE_TIER_PIN:
-		A->k = min64(min64(A->c_res, t_res), s);
-		A->cut = A->k;
-		t = c->pin.taint < s ? c->pin.taint : NO_TAINT;
-		break;
-	case CACHE_TIER_STORE:
-		A->k = min64(min64(A->c_res, t_res), s);
-		A->cut = A->k;
-		t = c->st[A->src].taint < s ? c->st[A->src].taint : NO_TAINT;
-		break;
-	case CACHE_TIER_PARK:
-		A->cut = c->park.base;
-		t = min64(t_res < c->park.base ? t_res : NO_TAINT,
-			  c->park.taint < s ? c->park.taint : NO_TAINT);
-		break;
-	case CACHE_TIER_SPILL:
-		/* rows in place below k are clean and the entry's: its
-		 * blocks from k on are read */
-		A->k = min64(min64(A->c_res, t_res), s);
-		A->cut = A->k;
-		t = A->src_taint < s ? A->src_taint : NO_TAINT;
-		break;
-	case CACHE_TIER_DISK:
-		/* a cold grid prefill's rows: the chunks above the clean
-		 * rows in place are read */
-		A->k = min64(min64(A->c_res, t_res), s);
-		A->cut = A->k;
-		break;
-	}
-	if (s % c->lay->grid)
-		t = min64(t, s);
-	A->taint = t;
+	A->start = A->o.start;
+	A->cut = A->o.cut;
+	A->k = A->o.k;
+	A->taint = A->o.taint;
+	if (A->start % c->lay->grid)
+		A->taint = cache_min64(A->taint, A->start);
 
 	if (A->guest) {
 		A->stash_lo = A->cut;
-		A->stash_hi = min64(c->valid, n + r->max_tokens +
-						  2ull * c->cfg.guest_margin);
+		A->stash_hi = cache_min64(
+		    c->valid, n + r->max_tokens + 2ull * c->cfg.guest_margin);
 		if (A->stash_lo < A->stash_hi)
 			A->stash_bytes =
 			    (A->stash_hi - A->stash_lo) * c->row_bytes;
@@ -198,9 +116,9 @@ static void analyze(cache *c, const cache_req *r, int allow_guest, plan_a *A)
 	}
 	/* what happens to the rows in place */
 	A->act = ACT_NONE;
-	if (session_same(r->session, c->res_session)) {
-		uint32_t idx[SPAN_MAX_ANCHORS], m;
-		uint64_t H = pin_head(c, idx, &m);
+	if (cache_session_same(r->session, c->res_session)) {
+		uint32_t idx[CACHE_SPAN_MAX_ANCHORS], m;
+		uint64_t H = cache_pin_head(c, idx, &m);
 		if (A->tier != CACHE_TIER_PIN && H && A->c_res < H &&
 		    A->cut < H)
 			A->act = ACT_PIN;
@@ -212,83 +130,30 @@ static void analyze(cache *c, const cache_req *r, int allow_guest, plan_a *A)
 
 static void set_busy(cache *c, const plan_a *A, int on)
 {
-	int i;
-	switch (A->tier) {
-	case CACHE_TIER_RESIDENT:
-		i = anchor_find(c, A->src_line);
-		if (i >= 0)
-			c->anc[i].busy = on;
-		break;
-	case CACHE_TIER_END:
-		c->end.busy = on;
-		break;
-	case CACHE_TIER_PIN:
-		c->pin.busy = on;
-		break;
-	case CACHE_TIER_PARK:
-		c->park.busy = on;
-		break;
-	case CACHE_TIER_STORE:
-		if (!on)
-			for (uint32_t j = 0; j < c->n_st; j++)
-				c->st[j].busy = 0;
-		else
-			c->st[A->src].busy = 1;
-		break;
-	}
+	if (A->src && A->src->busy)
+		A->src->busy(c, &A->o, on);
 }
 
-/* The source's state into the live buffers. */
-static int restore(cache *c, const plan_a *A, uint64_t limit)
+/* The source's state into the live buffers (a cold start: zeroed). */
+static int restore(cache *c, const plan_a *A, const int32_t *ids,
+		   uint64_t limit)
 {
-	int i;
-	switch (A->tier) {
-	case CACHE_TIER_NONE:
-		return secs_zero(c);
-	case CACHE_TIER_RESIDENT:
-		i = anchor_find(c, A->start);
-		MOOR_ASSERT(i >= 0);
-		return secs_in(c, dev_at(c, c->anc[i].off));
-	case CACHE_TIER_END:
-		MOOR_ASSERT(c->end.have && c->end.len == A->start);
-		c->k.end_hits++;
-		return secs_in(c, dev_at(c, c->end.off));
-	case CACHE_TIER_PIN: {
-		MOOR_ASSERT(c->pin.have);
-		int rc = span_rows_in(c, &c->pin, A->k, A->start);
-		if (!rc)
-			rc = secs_in(c, host_at(c, c->pin.anc[A->src].off));
-		/* the pinned anchors over the restored rows are the
-		 * resident's again (the pin keeps its copies) */
-		for (uint32_t j = 0; j < c->pin.n_anc && !rc; j++)
-			if (c->pin.anc[j].line > A->k &&
-			    c->pin.anc[j].line <= A->start)
-				(void)anchor_adopt(
-				    c, c->pin.anc[j].line,
-				    host_at(c, c->pin.anc[j].off), limit);
-		c->k.pin_hits++;
-		return rc;
-	}
-	case CACHE_TIER_STORE:
-		for (uint32_t j = 0; j < c->n_st; j++)
-			if (c->st[j].busy) {
-				c->k.st_hits++;
-				return store_restore(c, (int)j, A->k);
-			}
-		MOOR_ASSERT(0);
-		return MOOR_ERANGE;
-	case CACHE_TIER_PARK:
-		return park_swap(c, A->src, limit);
-	case CACHE_TIER_SPILL:
-		return spill_restore(c, A->spill_name, A->ids, A->k, A->start,
-				     limit);
-	case CACHE_TIER_DISK:
-		return disk_restore(c, A->ids, A->k, A->start, limit);
-	}
-	return MOOR_ERANGE;
+	if (!A->src)
+		return cache_secs_zero(c);
+	return A->src->restore(c, &A->o, ids, limit);
 }
 
-double prefill_rate(const cache *c)
+/* The tier reported: a resume on the rows in place above the line where a
+ * guest's stash was put back is the stash's. */
+static int reported_tier(const plan_a *A, uint64_t stash_lo)
+{
+	if (stash_lo != UINT64_MAX && A->src &&
+	    (A->src->flags & CACHE_TF_IN_PLACE) && A->start > stash_lo)
+		return CACHE_TIER_STASH;
+	return A->tier;
+}
+
+double cache_prefill_rate(const cache *c)
 {
 	double best = 0;
 	for (uint32_t i = 0; i < c->n_rate && i < 8; i++)
@@ -296,7 +161,7 @@ double prefill_rate(const cache *c)
 	return best > 0 ? best : (double)c->cfg.prefill_tps;
 }
 
-void turn_release_slots(cache *c, uint32_t from)
+static void turn_release_slots(cache *c, uint32_t from)
 {
 	for (uint32_t i = from; i < c->t.n_slots; i++)
 		arena_release(c->dev, c->t.slot[i].off);
@@ -308,7 +173,7 @@ void turn_release_slots(cache *c, uint32_t from)
  * line(s). */
 static void reserve_slots(cache *c, uint64_t limit)
 {
-	turn *t = &c->t;
+	cache_turn *t = &c->t;
 	uint64_t g = c->lay->grid;
 	uint64_t lines[CACHE_MAX_SLOTS];
 	int keep[CACHE_MAX_SLOTS], store[CACHE_MAX_SLOTS], disk[CACHE_MAX_SLOTS];
@@ -322,24 +187,25 @@ static void reserve_slots(cache *c, uint64_t limit)
 	if (t->guest)
 		memset(keep, 0, n * sizeof *keep);
 	else
-		anchors_plan_slots(c, lines, n, keep);
+		cache_anchors_plan_slots(c, lines, n, keep);
 	memset(store, 0, n * sizeof *store);
 	if (c->cfg.store_bytes && c->cfg.store_entry_bytes) {
 		int clean = 0, best = -1;
 		for (uint32_t j = 0; j < n; j++) {
 			uint64_t L = lines[j];
-			if (t->taint != NO_TAINT && L > t->taint)
+			if (t->taint != CACHE_NO_TAINT && L > t->taint)
 				break;
 			clean = 1;
-			if (store_entry_size(c, L) > c->cfg.store_entry_bytes)
+			if (cache_store_entry_size(c, L) >
+			    c->cfg.store_entry_bytes)
 				break;
 			best = (int)j;
 			if (c->cfg.store_boundaries == 0)
-				store[j] = store_has(c, t->ids, L) < 0;
+				store[j] = cache_store_has(c, t->ids, L) < 0;
 		}
 		/* the longest that fits; none when it is held already */
 		if (best >= 0 && c->cfg.store_boundaries != 0) {
-			int d = store_has(c, t->ids, lines[best]);
+			int d = cache_store_has(c, t->ids, lines[best]);
 			if (d < 0)
 				store[best] = 1;
 			else
@@ -347,28 +213,29 @@ static void reserve_slots(cache *c, uint64_t limit)
 		}
 		if (clean && best < 0) {
 			c->k.st_declined_big++;
-			store_declined(c,
-				       "over the entry cap at every line of "
-				       "the prefill",
-				       lines[0], store_entry_size(c, lines[0]),
-				       t->session);
+			cache_store_declined(
+			    c,
+			    "over the entry cap at every line of "
+			    "the prefill",
+			    lines[0], cache_store_entry_size(c, lines[0]),
+			    t->session);
 		}
 	}
-	disk_plan(c, t, lines, n, disk);
+	cache_disk_plan(c, t, lines, n, disk);
 	for (uint32_t j = 0; j < n; j++) {
 		if (!keep[j] && !store[j] && !disk[j])
 			continue;
 		uint64_t off;
 		int rc = MOOR_ENOSPACE;
 		if (keep[j] || disk[j])
-			rc = budget_grow(c, LV_ANCHORS, 0, c->sec_bytes, limit,
-					 &off);
+			rc = cache_budget_grow(c, CACHE_LV_ANCHORS, 0,
+					       c->sec_bytes, limit, &off);
 		if (rc && store[j])
-			rc = budget_grow(c, LV_STORE, 0, c->sec_bytes, limit,
-					 &off);
+			rc = cache_budget_grow(c, CACHE_LV_STORE, 0,
+					       c->sec_bytes, limit, &off);
 		if (rc)
 			continue;
-		tslot *s = &t->slot[t->n_slots++];
+		cache_tslot *s = &t->slot[t->n_slots++];
 		s->line = lines[j];
 		s->off = off;
 		s->anchor = keep[j];
@@ -401,9 +268,9 @@ static int req_check(cache *c, const cache_req *r, char *err)
  *   the guest stash goes back: rows only, which analyze() does not read;
  *     its bytes are not counted below;
  *   analyze(): the same call;
- *   policy_fit(): its refusal is computed as it computes it; where it
+ *   cache_policy_fit(): its refusal is computed as it computes it; where it
  *     would give caches back, gives_back says the answer may be high;
- *   the guest's stash_make under plan_limit(): the same;
+ *   the guest's cache_stash_make under cache_plan_limit(): the same;
  *   the tier reported: STASH where the plan reports it. */
 int cache_peek(cache *c, const cache_req *r, cache_peek_out *out, char *err)
 {
@@ -413,14 +280,15 @@ int cache_peek(cache *c, const cache_req *r, cache_peek_out *out, char *err)
 	memset(out, 0, sizeof *out);
 	uint64_t n = r->n, peak = c->cfg.mem_peak;
 	uint64_t ws = c->lay->workspace_floor + c->lay->workspace_per_token * n;
-	uint64_t stash_b = lv_bytes(c, LV_STASH), held = held_bytes(c), giv = 0;
+	uint64_t stash_b = cache_lv_bytes(c, CACHE_LV_STASH),
+		 held = cache_held_bytes(c), giv = 0;
 	if (c->t.active)
 		for (uint32_t i = 0; i < c->t.n_slots; i++)
 			held -= arena_block_size(c->dev, c->t.slot[i].off);
 	held -= stash_b;
-	for (int l = 0; l < LV_N; l++)
-		if (lv_counts(c, l))
-			giv += lv_bytes(c, l);
+	for (int l = 0; l < CACHE_LV_N; l++)
+		if (cache_lv_counts(c, l))
+			giv += cache_lv_bytes(c, l);
 	giv -= stash_b;
 	uint64_t floor = held > giv ? held - giv : 0;
 	if (floor + ws > peak || ws > peak) {
@@ -439,36 +307,16 @@ int cache_peek(cache *c, const cache_req *r, cache_peek_out *out, char *err)
 	if (held + ws + need > peak)
 		out->gives_back = 1;
 	if (A.guest && A.stash_bytes &&
-	    held + round_up(A.stash_bytes, ARENA_ALIGN) > plan_limit(c, ws))
+	    held + cache_round_up(A.stash_bytes, ARENA_ALIGN) >
+		cache_plan_limit(c, ws))
 		out->gives_back = 1;
 
-	uint64_t rb = 0, rowb = c->row_bytes;
+	uint64_t rb = 0;
 	if (c->stash.have)
-		rb += (c->stash.hi - c->stash.lo) * rowb;
-	switch (A.tier) {
-	case CACHE_TIER_RESIDENT:
-	case CACHE_TIER_END:
-		rb += c->sec_bytes;
-		break;
-	case CACHE_TIER_PIN:
-	case CACHE_TIER_STORE:
-		rb += c->sec_bytes + (A.start - A.k) * rowb;
-		break;
-	case CACHE_TIER_PARK:
-		rb += c->sec_bytes + (c->park.top - c->park.base) * rowb;
-		break;
-	case CACHE_TIER_SPILL:
-		rb += c->sec_bytes + (A.start - A.k) * rowb;
-		break;
-	case CACHE_TIER_DISK:
-		rb += disk_restore_bytes(c, A.k, A.start);
-		break;
-	}
-	int tier = A.tier;
-	if (c->stash.have &&
-	    (tier == CACHE_TIER_RESIDENT || tier == CACHE_TIER_END) &&
-	    A.start > c->stash.lo)
-		tier = CACHE_TIER_STASH;
+		rb += (c->stash.hi - c->stash.lo) * c->row_bytes;
+	if (A.src)
+		rb += A.src->restore_bytes(c, &A.o);
+	int tier = reported_tier(&A, c->stash.have ? c->stash.lo : UINT64_MAX);
 	out->start = A.start;
 	out->taint = A.taint;
 	out->tier = tier;
@@ -487,20 +335,21 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	if (c->t.active) {
 		moor_warn("cache: a plan while a turn is in flight: the "
 			  "earlier turn is aborted");
-		turn_abort(c, 0, c->t.start);
+		cache_turn_abort(c, 0, c->t.start);
 	}
 	c->k.plans++;
 	/* the disk tier's writer copies no row this plan may write: the
 	 * clean rows in place it shares with the prompt stay (a cold prefill
 	 * writes the same bits there), the guest's stash goes back */
-	disk_fence(c, min64(min64(common_prefix(r->ids, r->n, c->res_ids,
-						c->valid),
-				  c->taint),
-			    c->stash.have ? c->stash.lo : UINT64_MAX));
+	cache_disk_fence(
+	    c, cache_min64(cache_min64(cache_common_prefix(
+					   r->ids, r->n, c->res_ids, c->valid),
+				       c->taint),
+			   c->stash.have ? c->stash.lo : UINT64_MAX));
 	uint64_t stash_lo = UINT64_MAX;
 	if (c->stash.have) {
 		stash_lo = c->stash.lo;
-		int rc = stash_restore(c);
+		int rc = cache_stash_restore(c);
 		if (rc) {
 			moor_errf(err,
 				  "cache: the guest stash could not be "
@@ -514,7 +363,7 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	plan_a A;
 	analyze(c, r, 1, &A);
 	uint64_t need = A.guest ? A.stash_bytes : 0;
-	int gave = 0, rc = policy_fit(c, ws, &need, &gave, err);
+	int gave = 0, rc = cache_policy_fit(c, ws, &need, &gave, err);
 	if (rc) {
 		c->k.refused++;
 		return rc;
@@ -524,17 +373,19 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 		analyze(c, r, allow_guest, &A);
 	if (A.guest_declined)
 		c->k.stash_declined++;
-	uint64_t limit = plan_limit(c, ws);
+	uint64_t limit = cache_plan_limit(c, ws);
 	/* and none from the cut on: a pin, park, store or spill restore
 	 * writes rows there that a decode may have written */
-	disk_fence(c, A.cut);
+	cache_disk_fence(c, A.cut);
 
-	if (A.tier != CACHE_TIER_SPILL && !A.guest && !r->no_cache)
-		spill_refused(c, r->ids, n, A.start);
+	/* the tiers that could have served it and were not taken say so */
+	for (int i = 0; i < CACHE_N_TIERS && !A.guest && !r->no_cache; i++)
+		if (cache_tiers[i]->refused && cache_tiers[i] != A.src)
+			cache_tiers[i]->refused(c, r->ids, n, A.start);
 
 	set_busy(c, &A, 1);
 	if (A.guest) {
-		rc = stash_make(c, A.stash_lo, A.stash_hi, limit);
+		rc = cache_stash_make(c, A.stash_lo, A.stash_hi, limit);
 		if (rc) {
 			c->k.stash_declined++;
 			set_busy(c, &A, 0);
@@ -544,56 +395,57 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	}
 	if (!A.guest) {
 		if (A.act == ACT_PIN) {
-			(void)pin_make(c, limit);
+			(void)cache_pin_make(c, limit);
 			/* a compaction drops its session's parked rows */
 			if (c->park.have && !c->park.busy &&
-			    session_same(c->park.session, r->session))
-				park_drop(c);
+			    cache_session_same(c->park.session, r->session))
+				cache_park_drop(c);
 		} else if (A.act == ACT_PARK) {
 			/* a long conversation the park cannot hold whole goes
 			 * to the spill instead */
-			if (!spill_evict(c, A.cut))
-				(void)park_make(c, A.cut, limit);
+			if (!cache_spill_evict(c, A.cut))
+				(void)cache_park_make(c, A.cut, limit);
 		}
-		if (A.tier != CACHE_TIER_PARK)
-			resident_cut(c, A.cut);
+		if (!A.src || !(A.src->flags & CACHE_TF_CUTS))
+			cache_resident_cut(c, A.cut);
 	}
-	rc = restore(c, &A, limit);
+	rc = restore(c, &A, r->ids, limit);
 	set_busy(c, &A, 0);
-	if (rc && (A.tier == CACHE_TIER_SPILL || A.tier == CACHE_TIER_DISK)) {
+	if (rc && A.src && (A.src->flags & CACHE_TF_NVME)) {
 		/* a file that fails costs the entry, never an answer: the
 		 * prompt prefills cold */
 		moor_warn("cache: the %s's files failed their checks: a cold "
 			  "prefill",
 			  cache_tier_name(A.tier));
-		resident_cut(c, 0);
+		cache_resident_cut(c, 0);
 		A.tier = CACHE_TIER_NONE;
+		A.src = NULL;
 		A.start = A.cut = A.k = 0;
-		A.taint = NO_TAINT;
-		rc = secs_zero(c);
+		A.taint = CACHE_NO_TAINT;
+		rc = cache_secs_zero(c);
 	}
 	if (rc) {
 		moor_errf(err, "cache: restoring from the %s failed: %s",
 			  cache_tier_name(A.tier), moor_strerror(rc));
 		if (!A.guest)
-			resident_cut(c, 0);
+			cache_resident_cut(c, 0);
 		return rc;
 	}
 	if (!A.guest) {
 		memcpy(c->res_ids, r->ids, n * sizeof *r->ids);
 		c->valid = r->no_cache ? A.cut : A.start;
-		c->taint = r->no_cache ? NO_TAINT : A.taint;
+		c->taint = r->no_cache ? CACHE_NO_TAINT : A.taint;
 		free(c->res_session);
-		c->res_session = str_dup(r->session);
+		c->res_session = cache_str_dup(r->session);
 	}
-	turn *t = &c->t;
+	cache_turn *t = &c->t;
 	t->active = 1;
 	t->guest = A.guest;
 	t->no_cache = r->no_cache;
 	memcpy(t->ids, r->ids, n * sizeof *r->ids);
 	t->n = n;
 	free(t->session);
-	t->session = str_dup(r->session);
+	t->session = cache_str_dup(r->session);
 	t->max_tokens = r->max_tokens;
 	t->user_at = r->user_at < r->n ? r->user_at : 0;
 	t->start = A.start;
@@ -604,24 +456,20 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	/* the marks below the start describe the ids there: the park's came
 	 * back with its rows; another source shares ids with the rows in
 	 * place only up to c_res */
-	t->mk_keep = A.tier == CACHE_TIER_PARK || A.tier == CACHE_TIER_SPILL
+	t->mk_keep = A.src && (A.src->flags & CACHE_TF_MARKS)
 			 ? A.start
-			 : min64(A.start, A.c_res);
+			 : cache_min64(A.start, A.c_res);
 	t->n_slots = 0;
 	if (!r->no_cache)
 		reserve_slots(c, limit);
 
-	int tier = A.tier;
-	if (stash_lo != UINT64_MAX &&
-	    (tier == CACHE_TIER_RESIDENT || tier == CACHE_TIER_END) &&
-	    A.start > stash_lo)
-		tier = CACHE_TIER_STASH;
+	int tier = reported_tier(&A, stash_lo);
 	memset(out, 0, sizeof *out);
 	out->start = A.start;
 	out->taint = A.taint;
 	out->tier = tier;
 	out->guest = A.guest;
-	out->mem_held = held_bytes(c);
+	out->mem_held = cache_held_bytes(c);
 	out->mem_shed = (uint32_t)gave;
 	out->n_slots = t->n_slots;
 	for (uint32_t i = 0; i < t->n_slots; i++) {
@@ -634,7 +482,7 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 		c->k.res_hits++;
 	else
 		c->k.res_misses++;
-	if (!r->no_cache && !A.store_seen)
+	if (!r->no_cache && !(A.seen & 1u << CACHE_TIER_STORE))
 		c->k.st_misses++;
 	if (A.tier == CACHE_TIER_NONE)
 		c->k.cold++;
@@ -642,7 +490,7 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 		   "%lld), cut %llu, %s%s%u slots",
 		   (unsigned long long)n, (unsigned long long)A.c_res,
 		   cache_tier_name(tier), (unsigned long long)A.start,
-		   A.taint == NO_TAINT ? -1ll : (long long)A.taint,
+		   A.taint == CACHE_NO_TAINT ? -1ll : (long long)A.taint,
 		   (unsigned long long)A.cut, A.guest ? "guest, " : "",
 		   A.act == ACT_PIN    ? "pin, "
 		   : A.act == ACT_PARK ? "park, "
@@ -669,21 +517,21 @@ int cache_scratch_plan(cache *c, const cache_req *r, cache_plan_out *out,
 	uint64_t e = c->end.len;
 	/* the rows it writes are above the end anchor: the disk tier's
 	 * writer copies none of them */
-	disk_fence(c, e);
+	cache_disk_fence(c, e);
 	if (r->n <= e || r->max_tokens > c->lay->window - r->n ||
-	    common_prefix(r->ids, r->n, c->res_ids, c->valid) < e) {
+	    cache_common_prefix(r->ids, r->n, c->res_ids, c->valid) < e) {
 		moor_errf(err, "cache: a scratch run of %llu tokens does not "
 			       "extend the end anchor at %llu inside the window",
 			  (unsigned long long)r->n, (unsigned long long)e);
 		return MOOR_ERANGE;
 	}
-	rc = secs_in(c, dev_at(c, c->end.off));
+	rc = cache_secs_in(c, cache_dev_at(c, c->end.off));
 	if (rc) {
 		moor_errf(err, "cache: the end anchor's sections: %s",
 			  moor_strerror(rc));
 		return rc;
 	}
-	turn *t = &c->t;
+	cache_turn *t = &c->t;
 	t->active = 1;
 	t->scratch = 1;
 	t->guest = 0;
@@ -692,14 +540,14 @@ int cache_scratch_plan(cache *c, const cache_req *r, cache_plan_out *out,
 	t->start = e;
 	t->cut = e;
 	t->tier = CACHE_TIER_END;
-	t->taint = min64(c->end.taint, e);
+	t->taint = cache_min64(c->end.taint, e);
 	t->n_slots = 0;
 	t->n_hid = 0;
 	memset(out, 0, sizeof *out);
 	out->start = e;
 	out->taint = t->taint;
 	out->tier = CACHE_TIER_END;
-	out->mem_held = held_bytes(c);
+	out->mem_held = cache_held_bytes(c);
 	moor_debug("cache: scratch run of %llu tokens from the end anchor at "
 		   "%llu", (unsigned long long)r->n, (unsigned long long)e);
 	return 0;
@@ -708,7 +556,7 @@ int cache_scratch_plan(cache *c, const cache_req *r, cache_plan_out *out,
 int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 		    uint64_t n_gen, uint64_t state_len)
 {
-	turn *t = &c->t;
+	cache_turn *t = &c->t;
 	if (t->active && t->scratch)
 		return scratch_end(c);
 	if (!t->active || n_filled > t->n_slots || (n_gen && !gen) ||
@@ -725,32 +573,33 @@ int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 		t->active = 0;
 		return 0;
 	}
-	uint64_t taint = n_gen ? min64(t->taint, n) : t->taint;
+	uint64_t taint = n_gen ? cache_min64(t->taint, n) : t->taint;
 	/* the disk tier's anchors to staging, its job to the writer */
-	disk_commit(c, t, n_filled);
+	cache_disk_commit(c, t, n_filled);
 	/* prefix snapshots from the slots the prefill filled */
 	for (uint32_t i = 0; i < n_filled; i++)
 		if (t->slot[i].store)
-			(void)store_put(c, ENTRY_PREFIX, t->ids,
-					t->slot[i].line, t->taint,
-					dev_at(c, t->slot[i].off), t->session);
+			(void)cache_store_put(c, CACHE_ENTRY_PREFIX, t->ids,
+					      t->slot[i].line, t->taint,
+					      cache_dev_at(c, t->slot[i].off),
+					      t->session);
 	if (n_gen) /* gen may be NULL when nothing was generated */
 		memcpy(t->ids + n, gen, n_gen * sizeof *gen);
 	if (t->guest) {
 		if (c->cfg.store_sessions && ahead)
 			c->k.st_declined_short++;
 		else if (c->cfg.store_sessions)
-			(void)store_put(c, ENTRY_SESSION, t->ids, e, taint,
-					NULL, t->session);
+			(void)cache_store_put(c, CACHE_ENTRY_SESSION, t->ids, e,
+					      taint, NULL, t->session);
 		turn_release_slots(c, 0);
 		t->active = 0;
 		return 0;
 	}
 	/* the filled slots become anchors; the rest go */
 	for (uint32_t i = 0; i < t->n_slots; i++) {
-		tslot *s = &t->slot[i];
+		cache_tslot *s = &t->slot[i];
 		if (i < n_filled && s->anchor &&
-		    anchor_insert(c, s->line, s->off) == 0) {
+		    cache_anchor_insert(c, s->line, s->off) == 0) {
 			c->k.anchors_made++;
 			continue;
 		}
@@ -760,22 +609,23 @@ int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 	if (n_gen)
 		memcpy(c->res_ids + n, gen, n_gen * sizeof *gen);
 	c->valid = e;
-	c->taint = taint < e ? taint : NO_TAINT;
-	marks_cut(c, t->mk_keep);
-	(void)marks_add(c, n, n_gen, CACHE_MARK_GEN);
+	c->taint = taint < e ? taint : CACHE_NO_TAINT;
+	cache_marks_cut(c, t->mk_keep);
+	(void)cache_marks_add(c, n, n_gen, CACHE_MARK_GEN);
 	for (uint32_t i = 0; i < t->n_hid; i++)
-		(void)marks_add(c, n + t->hid[i].start, t->hid[i].len,
-				CACHE_MARK_HIDDEN);
+		(void)cache_marks_add(c, n + t->hid[i].start, t->hid[i].len,
+				      CACHE_MARK_HIDDEN);
 	t->n_hid = 0;
 	/* the end anchor first: a declined store put costs it nothing */
-	if (c->cfg.end_anchor && !ahead && e > anchor_top(c))
-		(void)end_keep(c, e, c->taint);
+	if (c->cfg.end_anchor && !ahead && e > cache_anchor_top(c))
+		(void)cache_end_keep(c, e, c->taint);
 	if (c->cfg.store_sessions) {
 		if (ahead)
 			c->k.st_declined_short++;
 		else
-			(void)store_put(c, ENTRY_SESSION, c->res_ids, e,
-					c->taint, NULL, t->session);
+			(void)cache_store_put(c, CACHE_ENTRY_SESSION,
+					      c->res_ids, e, c->taint, NULL,
+					      t->session);
 	}
 	t->active = 0;
 	return 0;
@@ -784,7 +634,7 @@ int cache_commit_at(cache *c, uint32_t n_filled, const int32_t *gen,
 int cache_commit_marks(cache *c, uint32_t n_filled, const int32_t *gen,
 		       uint64_t n_gen, const cache_mark *hid, uint32_t n_hid)
 {
-	turn *t = &c->t;
+	cache_turn *t = &c->t;
 	if (t->active && t->scratch)
 		return scratch_end(c);
 	if (!t->active || n_hid > sizeof t->hid / sizeof t->hid[0])
@@ -808,9 +658,9 @@ int cache_commit(cache *c, uint32_t n_filled, const int32_t *gen,
 	return cache_commit_at(c, n_filled, gen, n_gen, c->t.n + n_gen);
 }
 
-void turn_abort(cache *c, uint32_t n_filled, uint64_t valid)
+void cache_turn_abort(cache *c, uint32_t n_filled, uint64_t valid)
 {
-	turn *t = &c->t;
+	cache_turn *t = &c->t;
 	if (!t->active)
 		return;
 	if (t->scratch) {
@@ -823,13 +673,13 @@ void turn_abort(cache *c, uint32_t n_filled, uint64_t valid)
 		t->active = 0;
 		return;
 	}
-	uint64_t v = min64(valid, t->n);
+	uint64_t v = cache_min64(valid, t->n);
 	if (t->no_cache)
-		v = min64(v, t->cut);
+		v = cache_min64(v, t->cut);
 	for (uint32_t i = 0; i < t->n_slots; i++) {
-		tslot *s = &t->slot[i];
+		cache_tslot *s = &t->slot[i];
 		if (i < n_filled && s->anchor && s->line <= v &&
-		    anchor_insert(c, s->line, s->off) == 0) {
+		    cache_anchor_insert(c, s->line, s->off) == 0) {
 			c->k.anchors_made++;
 			continue;
 		}
@@ -837,8 +687,8 @@ void turn_abort(cache *c, uint32_t n_filled, uint64_t valid)
 	}
 	t->n_slots = 0;
 	c->valid = v;
-	c->taint = t->no_cache ? NO_TAINT : t->taint;
-	resident_cut(c, v);
+	c->taint = t->no_cache ? CACHE_NO_TAINT : t->taint;
+	cache_resident_cut(c, v);
 	t->active = 0;
 }
 
@@ -848,6 +698,6 @@ int cache_abort(cache *c, uint32_t n_filled, uint64_t valid)
 		return scratch_end(c);
 	if (!c->t.active || n_filled > c->t.n_slots)
 		return MOOR_ERANGE;
-	turn_abort(c, n_filled, valid);
+	cache_turn_abort(c, n_filled, valid);
 	return 0;
 }

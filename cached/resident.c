@@ -16,31 +16,34 @@
  * position the engine forwarded, at commit. Its taint is the resident's
  * then (the lowest decode-written row).
  */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cache_int.h"
 #include "moor.h"
 
-uint64_t anchor_bytes(cache *c)
+uint64_t cache_anchor_bytes(cache *c)
 {
-	return round_up(c->sec_bytes, ARENA_ALIGN);
+	return cache_round_up(c->sec_bytes, ARENA_ALIGN);
 }
 
-uint32_t anchor_budget(cache *c)
+/* The anchors resident_bytes holds. */
+static uint32_t anchor_budget(cache *c)
 {
-	uint64_t b = anchor_bytes(c);
+	uint64_t b = cache_anchor_bytes(c);
 	uint64_t n = b ? c->cfg.resident_bytes / b : 0;
 	return n > CACHE_MAX_SLOTS * 4 ? CACHE_MAX_SLOTS * 4 : (uint32_t)n;
 }
 
-int anchor_pin_kept(cache *c, uint64_t line)
+int cache_anchor_pin_kept(cache *c, uint64_t line)
 {
 	return c->cfg.pin_every && line % c->cfg.pin_every == 0 &&
 	       line <= c->cfg.pin_upto;
 }
 
-int anchor_le(cache *c, uint64_t lim)
+/* The index of the largest anchor line <= lim, or -1. */
+static int anchor_le(cache *c, uint64_t lim)
 {
 	int r = -1;
 	for (uint32_t i = 0; i < c->n_anc && c->anc[i].line <= lim; i++)
@@ -48,7 +51,7 @@ int anchor_le(cache *c, uint64_t lim)
 	return r;
 }
 
-int anchor_find(cache *c, uint64_t line)
+int cache_anchor_find(cache *c, uint64_t line)
 {
 	for (uint32_t i = 0; i < c->n_anc; i++)
 		if (c->anc[i].line == line)
@@ -56,7 +59,7 @@ int anchor_find(cache *c, uint64_t line)
 	return -1;
 }
 
-void anchor_drop(cache *c, uint32_t i)
+static void anchor_drop(cache *c, uint32_t i)
 {
 	MOOR_ASSERT(i < c->n_anc);
 	arena_release(c->dev, c->anc[i].off);
@@ -65,23 +68,23 @@ void anchor_drop(cache *c, uint32_t i)
 	c->n_anc--;
 }
 
-void anchors_drop_above(cache *c, uint64_t line)
+static void anchors_drop_above(cache *c, uint64_t line)
 {
 	while (c->n_anc && c->anc[c->n_anc - 1].line > line)
 		anchor_drop(c, c->n_anc - 1);
 }
 
-void anchors_clear(cache *c)
+void cache_anchors_clear(cache *c)
 {
 	while (c->n_anc)
 		anchor_drop(c, c->n_anc - 1);
 }
 
-int anchor_insert(cache *c, uint64_t line, uint64_t off)
+int cache_anchor_insert(cache *c, uint64_t line, uint64_t off)
 {
 	if (c->n_anc == c->cap_anc) {
 		uint32_t cap = c->cap_anc ? c->cap_anc * 2 : 32;
-		anchor *a = realloc(c->anc, cap * sizeof *a);
+		cache_anchor *a = realloc(c->anc, cap * sizeof *a);
 		if (!a)
 			return -ENOMEM;
 		c->anc = a;
@@ -92,12 +95,12 @@ int anchor_insert(cache *c, uint64_t line, uint64_t off)
 		i--;
 	MOOR_ASSERT(i == 0 || c->anc[i - 1].line != line);
 	memmove(c->anc + i + 1, c->anc + i, (c->n_anc - i) * sizeof *c->anc);
-	c->anc[i] = (anchor){.line = line, .off = off, .busy = 0};
+	c->anc[i] = (cache_anchor){.line = line, .off = off, .busy = 0};
 	c->n_anc++;
 	return 0;
 }
 
-uint64_t anchor_top(cache *c)
+uint64_t cache_anchor_top(cache *c)
 {
 	return c->n_anc ? c->anc[c->n_anc - 1].line : 0;
 }
@@ -119,7 +122,7 @@ static int pick_victim(cache *c, const uint64_t *line, const uint8_t *alive,
 	if (seen < keep)
 		top = 0;
 	for (uint32_t i = 0; i < top; i++)
-		if (alive[i] && !busy[i] && !anchor_pin_kept(c, line[i]))
+		if (alive[i] && !busy[i] && !cache_anchor_pin_kept(c, line[i]))
 			return (int)i;
 	for (uint32_t i = top; i-- > 0;)
 		if (alive[i] && !busy[i])
@@ -131,7 +134,10 @@ static int pick_victim(cache *c, const uint64_t *line, const uint8_t *alive,
 	return -1;
 }
 
-int anchor_victim(cache *c, int all)
+/* Next anchor to evict: the budget's order (others lowest first, then the
+ * pin's lines highest first); with all = 1 also the newest `keep` (the
+ * memory policy). -1 when none may go. */
+static int anchor_victim(cache *c, int all)
 {
 	uint32_t n = c->n_anc;
 	if (!n)
@@ -146,7 +152,8 @@ int anchor_victim(cache *c, int all)
 	return pick_victim(c, line, alive, busy, n, all);
 }
 
-void anchors_plan_slots(cache *c, const uint64_t *lines, uint32_t n, int *keep)
+void cache_anchors_plan_slots(cache *c, const uint64_t *lines, uint32_t n,
+			      int *keep)
 {
 	uint32_t m = c->n_anc, t = m + n, K = anchor_budget(c), alive_n = t;
 	if (c->cfg.resident_bytes == 0) { /* no anchors at all */
@@ -192,17 +199,18 @@ void anchors_plan_slots(cache *c, const uint64_t *lines, uint32_t n, int *keep)
 	free(busy);
 }
 
-int anchor_adopt(cache *c, uint64_t line, const void *src, uint64_t limit)
+int cache_anchor_adopt(cache *c, uint64_t line, const void *src, uint64_t limit)
 {
-	if (anchor_find(c, line) >= 0 || c->cfg.resident_bytes == 0)
+	if (cache_anchor_find(c, line) >= 0 || c->cfg.resident_bytes == 0)
 		return 0;
 	uint64_t off;
-	int rc = budget_grow(c, LV_ANCHORS, 0, c->sec_bytes, limit, &off);
+	int rc = cache_budget_grow(c, CACHE_LV_ANCHORS, 0, c->sec_bytes, limit,
+				   &off);
 	if (rc)
 		return rc;
-	rc = c->mv->copy(c->mv->ctx, dev_at(c, off), src, c->sec_bytes);
+	rc = c->mv->copy(c->mv->ctx, cache_dev_at(c, off), src, c->sec_bytes);
 	if (!rc)
-		rc = anchor_insert(c, line, off);
+		rc = cache_anchor_insert(c, line, off);
 	if (rc) {
 		arena_release(c->dev, off);
 		return rc;
@@ -217,26 +225,26 @@ int anchor_adopt(cache *c, uint64_t line, const void *src, uint64_t limit)
 	return 0;
 }
 
-void resident_cut(cache *c, uint64_t line)
-{
-	if (c->valid > line)
-		c->valid = line;
-	anchors_drop_above(c, line);
-	if (c->end.have && c->end.len > line)
-		end_drop(c);
-	marks_cut(c, line);
-	if (c->taint >= c->valid)
-		c->taint = NO_TAINT;
-}
-
-void end_drop(cache *c)
+static void end_drop(cache *c)
 {
 	if (c->end.have)
 		c->k.end_dropped++;
 	c->end.have = 0;
 }
 
-void end_release(cache *c)
+void cache_resident_cut(cache *c, uint64_t line)
+{
+	if (c->valid > line)
+		c->valid = line;
+	anchors_drop_above(c, line);
+	if (c->end.have && c->end.len > line)
+		end_drop(c);
+	cache_marks_cut(c, line);
+	if (c->taint >= c->valid)
+		c->taint = CACHE_NO_TAINT;
+}
+
+void cache_end_release(cache *c)
 {
 	end_drop(c);
 	if (c->end.buf)
@@ -244,19 +252,19 @@ void end_release(cache *c)
 	c->end.buf = 0;
 }
 
-int end_keep(cache *c, uint64_t len, uint64_t taint)
+int cache_end_keep(cache *c, uint64_t len, uint64_t taint)
 {
 	c->end.have = 0;
 	if (!c->end.buf) {
-		int rc = budget_grow(c, LV_END, 0, c->sec_bytes,
-				     c->cfg.mem_ceiling, &c->end.off);
+		int rc = cache_budget_grow(c, CACHE_LV_END, 0, c->sec_bytes,
+					   c->cfg.mem_ceiling, &c->end.off);
 		if (rc) {
 			c->k.end_skipped++;
 			return rc;
 		}
 		c->end.buf = 1;
 	}
-	int rc = secs_out(c, dev_at(c, c->end.off));
+	int rc = cache_secs_out(c, cache_dev_at(c, c->end.off));
 	if (rc)
 		return rc;
 	c->end.have = 1;
@@ -268,7 +276,7 @@ int end_keep(cache *c, uint64_t len, uint64_t taint)
 
 /* ---- marks and the end anchor's record ---- */
 
-void marks_cut(cache *c, uint64_t line)
+void cache_marks_cut(cache *c, uint64_t line)
 {
 	uint32_t k = 0;
 	for (uint32_t i = 0; i < c->n_mk; i++)
@@ -277,7 +285,7 @@ void marks_cut(cache *c, uint64_t line)
 	c->n_mk = k;
 }
 
-int marks_add(cache *c, uint64_t start, uint64_t len, uint32_t kind)
+int cache_marks_add(cache *c, uint64_t start, uint64_t len, uint32_t kind)
 {
 	if (!len)
 		return 0;
@@ -293,7 +301,7 @@ int marks_add(cache *c, uint64_t start, uint64_t len, uint32_t kind)
 	return 0;
 }
 
-cache_mark *marks_copy(const cache *c, uint64_t line, uint32_t *n)
+cache_mark *cache_marks_copy(const cache *c, uint64_t line, uint32_t *n)
 {
 	*n = 0;
 	cache_mark *m = c->n_mk ? malloc(c->n_mk * sizeof *m) : NULL;
@@ -318,11 +326,12 @@ void cache_end_get(cache *c, const int32_t *ids, uint64_t n,
 		return;
 	uint64_t cr = 0, cp = 0, ep = 0;
 	if (c->end.have)
-		cr = common_prefix(ids, n, c->res_ids, c->end.len);
-	int j = c->park.have ? span_anchor_le(&c->park, c->park.top, 1) : -1;
+		cr = cache_common_prefix(ids, n, c->res_ids, c->end.len);
+	int j =
+	    c->park.have ? cache_span_anchor_le(&c->park, c->park.top, 1) : -1;
 	if (j >= 0 && c->park.anc[j].end) {
 		ep = c->park.anc[j].line;
-		cp = common_prefix(ids, n, c->park.ids, ep);
+		cp = cache_common_prefix(ids, n, c->park.ids, ep);
 	}
 	if (c->end.have && (cr >= cp || !ep)) {
 		if (cr >= c->end.len)
@@ -348,3 +357,187 @@ void cache_end_get(cache *c, const int32_t *ids, uint64_t n,
 		out->n_marks = c->park.n_mk;
 	}
 }
+
+/* ---- the resident prefix as a tier ---- */
+
+static int resident_offer(cache *c, cache_tier_ask *q, cache_tier_offer *o)
+{
+	int i = anchor_le(c, q->lim);
+	if (i < 0 || c->anc[i].line <= q->best)
+		return 0;
+	uint64_t s = c->anc[i].line;
+	memset(o, 0, sizeof *o);
+	o->start = o->cut = s;
+	o->taint = q->t_res < s ? q->t_res : CACHE_NO_TAINT;
+	return 1;
+}
+
+static void resident_busy(cache *c, const cache_tier_offer *o, int on)
+{
+	int i = cache_anchor_find(c, o->start);
+	if (i >= 0)
+		c->anc[i].busy = on;
+}
+
+static int resident_restore(cache *c, const cache_tier_offer *o,
+			    const int32_t *ids, uint64_t limit)
+{
+	int i = cache_anchor_find(c, o->start);
+	MOOR_ASSERT(i >= 0);
+	return cache_secs_in(c, cache_dev_at(c, c->anc[i].off));
+}
+
+static uint64_t resident_bytes(cache *c)
+{
+	return (uint64_t)c->n_anc * cache_anchor_bytes(c);
+}
+
+static uint64_t resident_give_back(cache *c)
+{
+	if (c->protect_anchors)
+		return 0;
+	int i = anchor_victim(c, 1);
+	if (i < 0)
+		return 0;
+	anchor_drop(c, (uint32_t)i);
+	c->k.evictions++;
+	return cache_anchor_bytes(c);
+}
+
+/* The anchors, the end anchor and a guest's stash go; a turn in flight
+ * keeps its slots (they become the anchors of the prompt it commits) and
+ * its rows. */
+static int resident_clear(cache *c)
+{
+	cache_anchors_clear(c);
+	cache_end_release(c);
+	if (c->stash.have)
+		cache_stash_drop(c);
+	if (!c->t.active || c->t.guest || c->t.scratch) {
+		c->valid = 0;
+		c->n_mk = 0;
+		c->taint = CACHE_NO_TAINT;
+	}
+	return 0;
+}
+
+static json_t *resident_stats(cache *c)
+{
+	const cache_counters *k = &c->k;
+	json_t *o = json_object();
+	CACHE_SETI(o, "hits", k->res_hits);
+	CACHE_SETI(o, "misses", k->res_misses);
+	CACHE_SETI(o, "anchors", c->n_anc);
+	CACHE_SETI(o, "anchors_made", k->anchors_made);
+	CACHE_SETI(o, "evictions", k->evictions);
+	CACHE_SETI(o, "bytes", resident_bytes(c));
+	CACHE_SETI(o, "budget", c->cfg.resident_bytes);
+	CACHE_SETI(o, "tokens", c->valid);
+	CACHE_SETI(o, "tokens_saved", k->tokens_saved);
+	json_object_set_new(o, "taint",
+			    c->taint != CACHE_NO_TAINT
+				? json_integer((json_int_t)c->taint)
+				: json_null());
+	json_t *lines = json_array();
+	for (uint32_t i = 0; i < c->n_anc; i++)
+		json_array_append_new(lines,
+				      json_integer((json_int_t)c->anc[i].line));
+	json_object_set_new(o, "lines", lines);
+	json_object_set_new(o, "session",
+			    c->res_session ? json_string(c->res_session)
+					   : json_null());
+	return o;
+}
+
+const cache_tier_ops cache_tier_resident = {
+    .tier = CACHE_TIER_RESIDENT,
+    .level = CACHE_LV_ANCHORS,
+    .lv_name = "anchors",
+    .flags = CACHE_TF_IN_PLACE,
+    .offer = resident_offer,
+    .busy = resident_busy,
+    .restore = resident_restore,
+    .restore_bytes = cache_tier_secs_bytes,
+    .bytes = resident_bytes,
+    .give_back = resident_give_back,
+    .clear = resident_clear,
+    .stats = resident_stats,
+};
+
+/* ---- the end anchor as a tier ---- */
+
+static int end_offer(cache *c, cache_tier_ask *q, cache_tier_offer *o)
+{
+	if (!c->end.have || c->end.len > q->lim || c->end.len <= q->best)
+		return 0;
+	uint64_t s = c->end.len, t = cache_min64(c->end.taint, q->t_res);
+	memset(o, 0, sizeof *o);
+	o->start = o->cut = s;
+	o->taint = t < s ? t : CACHE_NO_TAINT;
+	return 1;
+}
+
+static void end_busy(cache *c, const cache_tier_offer *o, int on)
+{
+	c->end.busy = on;
+}
+
+static int end_restore(cache *c, const cache_tier_offer *o, const int32_t *ids,
+		       uint64_t limit)
+{
+	MOOR_ASSERT(c->end.have && c->end.len == o->start);
+	c->k.end_hits++;
+	return cache_secs_in(c, cache_dev_at(c, c->end.off));
+}
+
+static uint64_t end_bytes(cache *c)
+{
+	return c->end.buf ? cache_anchor_bytes(c) : 0;
+}
+
+static uint64_t end_give_back(cache *c)
+{
+	if (!c->end.buf || c->end.busy)
+		return 0;
+	cache_end_release(c);
+	return cache_anchor_bytes(c);
+}
+
+static int end_clear(cache *c)
+{
+	cache_end_release(c);
+	return 0;
+}
+
+static json_t *end_stats(cache *c)
+{
+	const cache_counters *k = &c->k;
+	json_t *o = json_object();
+	CACHE_SETI(o, "kept", k->end_kept);
+	CACHE_SETI(o, "hits", k->end_hits);
+	CACHE_SETI(o, "dropped", k->end_dropped);
+	CACHE_SETI(o, "skipped", k->end_skipped);
+	CACHE_SETI(o, "bytes", end_bytes(c));
+	CACHE_SETI(o, "len", c->end.have ? c->end.len : 0);
+	json_object_set_new(o, "have", json_boolean(c->end.have));
+	json_object_set_new(o, "taint",
+			    c->end.have && c->end.taint != CACHE_NO_TAINT
+				? json_integer((json_int_t)c->end.taint)
+				: json_null());
+	return o;
+}
+
+const cache_tier_ops cache_tier_end = {
+    .tier = CACHE_TIER_END,
+    .level = CACHE_LV_END,
+    .lv_name = "end",
+    .flags = CACHE_TF_IN_PLACE,
+    .offer = end_offer,
+    .busy = end_busy,
+    .restore = end_restore,
+    .restore_bytes = cache_tier_secs_bytes,
+    .bytes = end_bytes,
+    .give_back = end_give_back,
+    .clear = end_clear,
+    .stats = end_stats,
+};

@@ -5,29 +5,31 @@
  * grid) of rows [base + j*grid, base + (j+1)*grid). Blocks of two spans
  * with the same base hold the same rows at the same places, which is what
  * lets the park swap two conversations a block at a time. */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cache_int.h"
 #include "moor.h"
 
-uint64_t span_blk_rows(cache *c)
+uint64_t cache_span_blk_rows(cache *c)
 {
 	return c->lay->grid;
 }
 
-uint64_t span_blk_bytes(cache *c)
+uint64_t cache_span_blk_bytes(cache *c)
 {
-	return round_up(span_blk_rows(c) * c->row_bytes, ARENA_ALIGN);
+	return cache_round_up(cache_span_blk_rows(c) * c->row_bytes,
+			      ARENA_ALIGN);
 }
 
-uint32_t span_blocks(cache *c, uint64_t rows)
+uint32_t cache_span_blocks(cache *c, uint64_t rows)
 {
-	uint64_t b = span_blk_rows(c);
+	uint64_t b = cache_span_blk_rows(c);
 	return (uint32_t)((rows + b - 1) / b);
 }
 
-void span_free(cache *c, span *s)
+void cache_span_free(cache *c, cache_span *s)
 {
 	for (uint32_t j = 0; j < s->n_blk; j++)
 		if (s->blk[j] != UINT64_MAX)
@@ -42,32 +44,34 @@ void span_free(cache *c, span *s)
 	memset(s, 0, sizeof *s);
 }
 
-int span_alloc_blocks(cache *c, span *s, uint32_t n, int lv, uint64_t limit)
+int cache_span_alloc_blocks(cache *c, cache_span *s, uint32_t n, int lv,
+			    uint64_t limit)
 {
 	uint64_t *b = realloc(s->blk, (size_t)(n ? n : 1) * sizeof *b);
 	if (!b)
 		return -ENOMEM;
 	s->blk = b;
 	for (uint32_t j = s->n_blk; j < n; j++) {
-		int rc =
-		    budget_grow(c, lv, 1, span_blk_bytes(c), limit, &s->blk[j]);
+		int rc = cache_budget_grow(c, lv, 1, cache_span_blk_bytes(c),
+					   limit, &s->blk[j]);
 		if (rc)
-			return rc; /* span_free releases what was taken */
+			return rc; /* cache_span_free releases what was taken */
 		s->n_blk = j + 1;
 	}
 	return 0;
 }
 
-static int span_rows(cache *c, const span *s, uint64_t a, uint64_t b, int in)
+static int span_rows(cache *c, const cache_span *s, uint64_t a, uint64_t b,
+		     int in)
 {
-	uint64_t blk = span_blk_rows(c);
+	uint64_t blk = cache_span_blk_rows(c);
 	MOOR_ASSERT(s->base <= a && a <= b && b <= s->top);
 	for (uint64_t r = a; r < b;) {
 		uint64_t j = (r - s->base) / blk, r0 = s->base + j * blk;
-		uint64_t m = min64(b, r0 + blk) - r;
-		void *p = host_at(c, s->blk[j]);
-		int rc = in ? rows_in(c, p, blk, r - r0, r, m)
-			    : rows_out(c, p, blk, r - r0, r, m);
+		uint64_t m = cache_min64(b, r0 + blk) - r;
+		void *p = cache_host_at(c, s->blk[j]);
+		int rc = in ? cache_rows_in(c, p, blk, r - r0, r, m)
+			    : cache_rows_out(c, p, blk, r - r0, r, m);
 		if (rc)
 			return rc;
 		r += m;
@@ -75,17 +79,17 @@ static int span_rows(cache *c, const span *s, uint64_t a, uint64_t b, int in)
 	return 0;
 }
 
-int span_rows_in(cache *c, const span *s, uint64_t a, uint64_t b)
+int cache_span_rows_in(cache *c, const cache_span *s, uint64_t a, uint64_t b)
 {
 	return span_rows(c, s, a, b, 1);
 }
 
-int span_rows_out(cache *c, const span *s, uint64_t a, uint64_t b)
+int cache_span_rows_out(cache *c, const cache_span *s, uint64_t a, uint64_t b)
 {
 	return span_rows(c, s, a, b, 0);
 }
 
-int span_anchor_le(const span *s, uint64_t lim, int with_end)
+int cache_span_anchor_le(const cache_span *s, uint64_t lim, int with_end)
 {
 	int r = -1;
 	for (uint32_t i = 0; s->have && i < s->n_anc; i++)
@@ -93,4 +97,32 @@ int span_anchor_le(const span *s, uint64_t lim, int with_end)
 		    (r < 0 || s->anc[i].line > s->anc[r].line))
 			r = (int)i;
 	return r;
+}
+
+json_t *cache_span_json(const cache_span *s, uint64_t budget)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "bytes", json_integer((json_int_t)s->bytes));
+	json_object_set_new(o, "budget", json_integer((json_int_t)budget));
+	json_object_set_new(o, "tokens",
+			    json_integer((json_int_t)(s->have ? s->top : 0)));
+	json_object_set_new(o, "base",
+			    json_integer((json_int_t)(s->have ? s->base : 0)));
+	json_object_set_new(o, "blocks", json_integer(s->have ? s->n_blk : 0));
+	json_t *lines = json_array();
+	for (uint32_t i = 0; s->have && i < s->n_anc; i++)
+		json_array_append_new(lines,
+				      json_integer((json_int_t)s->anc[i].line));
+	json_object_set_new(o, "lines", lines);
+	json_object_set_new(
+	    o, "end",
+	    json_boolean(s->have && s->n_anc && s->anc[s->n_anc - 1].end));
+	json_object_set_new(o, "taint",
+			    s->have && s->taint != CACHE_NO_TAINT
+				? json_integer((json_int_t)s->taint)
+				: json_null());
+	json_object_set_new(o, "session",
+			    s->have && s->session ? json_string(s->session)
+						  : json_null());
+	return o;
 }

@@ -58,6 +58,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,7 +108,7 @@ _Static_assert(sizeof(cache_mark) == 24, "a mark is 24 bytes on disk");
 
 /* ---- the layout's digest: what a stored byte's meaning depends on ---- */
 
-uint64_t tier_layout_digest(const cache_layout *l, uint32_t v)
+uint64_t cache_tier_layout_digest(const cache_layout *l, uint32_t v)
 {
 	XXH3_state_t *s = XXH3_createState();
 	MOOR_ASSERT(s);
@@ -142,14 +143,14 @@ uint64_t tier_layout_digest(const cache_layout *l, uint32_t v)
 
 /* ---- the index of entries (the planner's offer) ---- */
 
-typedef struct spill_ent {
+typedef struct cache_spill_ent {
 	char name[17];
 	int32_t *ids; /* [valid] */
 	uint64_t valid, taint, end_len;
 	uint32_t n_anc;
 	uint64_t anc[SPILL_ANCHORS];
 	char owner[48]; /* the session key (cut), for the refusal's line */
-} spill_ent;
+} cache_spill_ent;
 
 static void index_drop(cache *c, const char *name)
 {
@@ -181,11 +182,11 @@ static void entry_name(const cache *c, const int32_t *ids, uint64_t n,
 		       const char *session, char out[17])
 {
 	uint64_t h;
-	if (!session_none(session))
+	if (!cache_session_none(session))
 		h = XXH3_64bits_withSeed(session, strlen(session), 1);
 	else
 		h = XXH3_64bits_withSeed(
-		    ids, min64(n, c->lay->grid) * sizeof *ids, 2);
+		    ids, cache_min64(n, c->lay->grid) * sizeof *ids, 2);
 	snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
 
@@ -270,7 +271,7 @@ static void entry_delete(cache *c, const char *name, const char *why)
 	(void)dfile_sync_dir(c->spill.dfd, NULL);
 }
 
-int spill_open(cache *c, char *err)
+int cache_spill_open(cache *c, char *err)
 {
 	c->spill.dfd = -1;
 	if (!c->cfg.spill_dir[0])
@@ -324,7 +325,7 @@ int spill_open(cache *c, char *err)
 	return 0;
 }
 
-void spill_close(cache *c)
+void cache_spill_close(cache *c)
 {
 	if (c->spill.dfd >= 0)
 		close(c->spill.dfd);
@@ -332,6 +333,7 @@ void spill_close(cache *c)
 	c->spill.on = 0;
 	moor_pool_free(c->spill.pool);
 	c->spill.pool = NULL;
+	codec_ws_fini(&c->spill.cws);
 	index_clear(c);
 }
 
@@ -382,11 +384,11 @@ static int man_parse(cache *c, void *buf, uint64_t len, man_view *mv, char *why)
 			 (unsigned long long)h->magic, h->version, h->kind);
 		return MOOR_EVERSION;
 	}
-	if (!ledger_fp_ok(c, h->fp) ||
-	    h->digest != tier_layout_digest(c->lay, SPILL_VERSION)) {
+	if (!cache_ledger_fp_ok(c, h->fp) ||
+	    h->digest != cache_tier_layout_digest(c->lay, SPILL_VERSION)) {
 		snprintf(why, MOOR_ERRLEN, "written under another %s",
-			 !ledger_fp_ok(c, h->fp) ? "fingerprint"
-						 : "state layout");
+			 !cache_ledger_fp_ok(c, h->fp) ? "fingerprint"
+						       : "state layout");
 		return MOOR_EVERSION;
 	}
 	spill_man *m = (spill_man *)(h + 1);
@@ -477,12 +479,12 @@ static int man_load(cache *c, int efd, man_view *mv, char *why)
 static void index_put(cache *c, const char *name, const man_view *mv)
 {
 	index_drop(c, name);
-	spill_ent *v =
+	cache_spill_ent *v =
 	    realloc(c->spill.ent, (c->spill.n_ent + 1) * sizeof *c->spill.ent);
 	if (!v)
 		return;
 	c->spill.ent = v;
-	spill_ent *e = &v[c->spill.n_ent];
+	cache_spill_ent *e = &v[c->spill.n_ent];
 	memset(e, 0, sizeof *e);
 	e->ids = malloc(mv->m->valid * 4);
 	if (!e->ids)
@@ -530,26 +532,23 @@ static void hdr_fill(cache *c, spill_hdr *h, uint32_t kind, uint64_t index,
 	memcpy(h->fp, c->lay->fingerprint, 32);
 }
 
-/* The data part of a file: raw, or encoded into *enc (freed by the
- * caller) when the codec is on and it shrinks. */
+/* The data part of a file: raw, or encoded when the codec is on and it
+ * shrinks (into the codec workspace's buffer: valid until the next data
+ * part or read). */
 static int data_part(cache *c, spill_hdr *h, const void *src, uint64_t n,
-		     dfile_part *p, void **enc)
+		     dfile_part *p)
 {
-	*enc = NULL;
 	p->p = src;
 	p->n = n;
 	if (!c->cfg.spill_codec || !n)
 		return 0;
-	void *e = malloc(codec_bound(n));
+	void *e = codec_ws_buf(&c->spill.cws, codec_bound(n));
 	if (!e)
 		return -ENOMEM;
 	uint64_t en;
-	int rc = codec_encode(src, n, e, &en, c->spill.pool);
-	if (rc || en >= n) {
-		free(e);
+	int rc = codec_encode(src, n, e, &en, c->spill.pool, &c->spill.cws);
+	if (rc || en >= n)
 		return rc;
-	}
-	*enc = e;
 	p->p = e;
 	p->n = en;
 	h->codec = 1;
@@ -598,7 +597,7 @@ static void *stage_new(cache *c, uint64_t bytes, uint64_t *off)
 	*off = UINT64_MAX;
 	if (c->cfg.dev_cuda >= 0 &&
 	    arena_alloc(c->host, bytes ? bytes : 1, off) == 0)
-		return host_at(c, *off);
+		return cache_host_at(c, *off);
 	*off = UINT64_MAX;
 	return malloc(bytes ? bytes : 1);
 }
@@ -619,10 +618,11 @@ static int secs_host(cache *c, uint64_t off, void *stage, const void **out)
 {
 	*out = NULL;
 	if (c->cfg.dev_cuda < 0) {
-		*out = dev_at(c, off);
+		*out = cache_dev_at(c, off);
 		return 0;
 	}
-	int rc = c->mv->copy(c->mv->ctx, stage, dev_at(c, off), c->sec_bytes);
+	int rc =
+	    c->mv->copy(c->mv->ctx, stage, cache_dev_at(c, off), c->sec_bytes);
 	if (!rc)
 		rc = cache_sync(c);
 	if (!rc)
@@ -651,15 +651,13 @@ static int save_secs(cache *c, int efd, uint32_t kind, uint64_t line,
 	spill_hdr h;
 	hdr_fill(c, &h, kind, line, 0, 2ull * ns, c->sec_bytes);
 	dfile_part p[3] = {{&h, sizeof h}, {sums, 2ull * ns * 8}, {0, 0}};
-	void *enc;
-	int rc = data_part(c, &h, src, c->sec_bytes, &p[2], &enc);
+	int rc = data_part(c, &h, src, c->sec_bytes, &p[2]);
 	if (!rc)
 		rc = dfile_write(efd, name, p, 3, 1, err);
 	if (!rc) {
 		c->spill.k.anchors_written++;
 		c->spill.k.bytes_written += sizeof h + 2ull * ns * 8 + p[2].n;
 	}
-	free(enc);
 	return rc;
 }
 
@@ -790,7 +788,7 @@ static int save_conv(cache *c, char name[17], char *err)
 	uint64_t n_blk = (valid + SPILL_BLK - 1) / SPILL_BLK;
 	size_t slen = c->res_session ? strlen(c->res_session) + 1 : 0;
 	uint32_t n_mk = 0;
-	cache_mark *mk = marks_copy(c, valid, &n_mk);
+	cache_mark *mk = cache_marks_copy(c, valid, &n_mk);
 	uint64_t mlen = sizeof(spill_hdr) + sizeof(spill_man) + pad8(slen) +
 			pad8(valid * 4) + n_blk * (2 + 2ull * nv) * 8 +
 			n_anc * (1 + 2ull * ns) * 8 +
@@ -811,7 +809,7 @@ static int save_conv(cache *c, char name[17], char *err)
 		m->valid = valid;
 		m->taint = c->taint;
 		m->end_len = end ? c->end.len : 0;
-		m->end_taint = end ? c->end.taint : NO_TAINT;
+		m->end_taint = end ? c->end.taint : CACHE_NO_TAINT;
 		m->n_blk = n_blk;
 		m->n_anc = n_anc;
 		m->session_len = slen;
@@ -838,11 +836,12 @@ static int save_conv(cache *c, char name[17], char *err)
 	free(mk);
 	uint64_t written0 = c->spill.k.bytes_written;
 	for (uint64_t j = 0; j < n_blk && !rc; j++) {
-		uint64_t a = j * SPILL_BLK, rows = min64(SPILL_BLK, valid - a);
+		uint64_t a = j * SPILL_BLK,
+			 rows = cache_min64(SPILL_BLK, valid - a);
 		uint64_t *e = blk + j * (2 + 2ull * nv);
 		e[0] = rows;
 		e[1] = XXH3_64bits(c->res_ids + a, rows * 4);
-		rc = rows_out(c, stage, rows, 0, a, rows);
+		rc = cache_rows_out(c, stage, rows, 0, a, rows);
 		if (!rc) /* the mover's copies are done before the host reads */
 			rc = cache_sync(c);
 		if (rc)
@@ -862,8 +861,7 @@ static int save_conv(cache *c, char name[17], char *err)
 			 rows * c->row_bytes);
 		dfile_part p[3] = {
 		    {&h, sizeof h}, {e + 2, 2ull * nv * 8}, {0, 0}};
-		void *enc;
-		rc = data_part(c, &h, stage, rows * c->row_bytes, &p[2], &enc);
+		rc = data_part(c, &h, stage, rows * c->row_bytes, &p[2]);
 		if (!rc)
 			rc = dfile_write(efd, bn, p, 3, 1, err);
 		if (!rc) {
@@ -871,7 +869,6 @@ static int save_conv(cache *c, char name[17], char *err)
 			c->spill.k.bytes_written +=
 			    sizeof h + 2ull * nv * 8 + p[2].n;
 		}
-		free(enc);
 	}
 	for (uint32_t i = 0; i < n_anc && !rc; i++) {
 		uint64_t *e = anc + i * (1 + 2ull * ns);
@@ -909,7 +906,8 @@ static int save_conv(cache *c, char name[17], char *err)
 	}
 	free(mb);
 	/* the write guard's count: what reached the drive, failed or not */
-	ledger_wrote(c, LEDGER_SPILL, c->spill.k.bytes_written - written0);
+	cache_ledger_wrote(c, CACHE_LEDGER_SPILL,
+			   c->spill.k.bytes_written - written0);
 	(void)cache_sync(c); /* a copy into stage a failure left in flight */
 	stage_free(c, stage, soff);
 	close(efd);
@@ -926,7 +924,7 @@ static int save_conv(cache *c, char name[17], char *err)
 	moor_info("[spill] saved %s: %llu tokens (end %s, %u anchors, taint "
 		  "%lld), %llu bytes written in %.1f ms",
 		  name, (unsigned long long)valid, end ? "kept" : "none", n_anc,
-		  c->taint == NO_TAINT ? -1ll : (long long)c->taint,
+		  c->taint == CACHE_NO_TAINT ? -1ll : (long long)c->taint,
 		  (unsigned long long)(c->spill.k.bytes_written - written0),
 		  c->spill.last_save_ms);
 	spill_budget(c, name);
@@ -937,9 +935,9 @@ static int save_conv(cache *c, char name[17], char *err)
  * its files). */
 static int save_resident(cache *c, char name[17], char *err)
 {
-	disk_spill_active(c, 1);
+	cache_disk_spill_active(c, 1);
 	int rc = save_conv(c, name, err);
-	disk_spill_active(c, 0);
+	cache_disk_spill_active(c, 0);
 	return rc;
 }
 
@@ -952,13 +950,14 @@ static int save_resident(cache *c, char name[17], char *err)
  * first chunk). A failure costs the parked conversation only. */
 static void drain_park(cache *c, const char *res_name)
 {
-	span *P = &c->park;
+	cache_span *P = &c->park;
 	if (!P->have || !P->n_anc)
 		return;
 	char name[17], err[MOOR_ERRLEN] = "";
 	entry_name(c, P->ids, P->top, P->session, name);
 	if (!strcmp(name, res_name) ||
-	    common_prefix(c->res_ids, c->valid, P->ids, P->top) < P->base) {
+	    cache_common_prefix(c->res_ids, c->valid, P->ids, P->top) <
+		P->base) {
 		moor_info("[spill] drain: the parked conversation (%llu "
 			  "tokens) is not written: %s",
 			  (unsigned long long)P->top,
@@ -974,12 +973,12 @@ static void drain_park(cache *c, const char *res_name)
 			hi = (int)i;
 	uint64_t top = P->top, line = P->anc[hi].line, taint = P->taint;
 	int end = P->anc[hi].end;
-	char *session = str_dup(P->session);
+	char *session = cache_str_dup(P->session);
 	memcpy(c->res_ids, P->ids, top * sizeof *P->ids);
 	/* the rows in place above the head go (they are written): nothing
 	 * is parked in the swap */
 	c->valid = P->base;
-	int rc = park_swap(c, hi, c->cfg.mem_ceiling);
+	int rc = cache_park_swap(c, hi, c->cfg.mem_ceiling);
 	if (!rc) {
 		c->valid = top;
 		c->taint = taint;
@@ -988,7 +987,7 @@ static void drain_park(cache *c, const char *res_name)
 		session = NULL;
 		c->end.have = 0;
 		if (end)
-			rc = end_keep(c, line, taint);
+			rc = cache_end_keep(c, line, taint);
 	}
 	free(session);
 	if (!rc)
@@ -1003,8 +1002,8 @@ int cache_drain(cache *c, char *err)
 	if (!c->spill.on || !c->have_layout)
 		return 0;
 	if (c->t.active)
-		turn_abort(c, 0, c->t.start);
-	if (c->stash.have && stash_restore(c))
+		cache_turn_abort(c, 0, c->t.start);
+	if (c->stash.have && cache_stash_restore(c))
 		return 0; /* the resident rows are not whole: nothing to keep */
 	if (c->valid == 0) {
 		moor_info("[spill] drain: no resident conversation");
@@ -1042,7 +1041,7 @@ static int load_file(cache *c, int efd, const char *name, uint32_t kind,
 	    h.digest != c->spill.digest || h.n_sums != n_sums ||
 	    h.raw != data || h.codec > 1 || (h.codec == 0 && h.data != data) ||
 	    (h.codec == 1 && h.data > codec_bound(data)) ||
-	    !ledger_fp_ok(c, h.fp)) {
+	    !cache_ledger_fp_ok(c, h.fp)) {
 		moor_errf(why, "%s: its header is not the manifest's", name);
 		return MOOR_EFORMAT;
 	}
@@ -1051,17 +1050,17 @@ static int load_file(cache *c, int efd, const char *name, uint32_t kind,
 		rc = dfile_read_at(efd, name, sizeof h + n_sums * 8, dst, data,
 				   why);
 	if (!rc && h.codec) {
-		void *e = malloc(h.data ? h.data : 1);
+		void *e = codec_ws_buf(&c->spill.cws, h.data);
 		rc = e ? dfile_read_at(efd, name, sizeof h + n_sums * 8, e,
 				       h.data, why)
 		       : -ENOMEM;
 		if (!rc) {
-			rc = codec_decode(e, h.data, dst, data, c->spill.pool);
+			rc = codec_decode(e, h.data, dst, data, c->spill.pool,
+					  &c->spill.cws);
 			if (rc)
 				moor_errf(why, "%s: its frames do not decode",
 					  name);
 		}
-		free(e);
 	}
 	if (rc)
 		return rc;
@@ -1117,7 +1116,7 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 	for (uint64_t j = 0; j < m->n_blk && !rc; j++) {
 		const uint64_t *e = mv->blk + j * (2 + 2ull * nv);
 		uint64_t a = j * SPILL_BLK,
-			 rows = min64(SPILL_BLK, m->valid - a);
+			 rows = cache_min64(SPILL_BLK, m->valid - a);
 		char bn[32];
 		snprintf(bn, sizeof bn, "r%llu", (unsigned long long)j);
 		if (e[0] != rows ||
@@ -1129,7 +1128,7 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 		}
 		rc = load_block(c, efd, bn, j, rows, e, stage, got, why);
 		if (!rc)
-			rc = rows_in(c, stage, rows, 0, a, rows);
+			rc = cache_rows_in(c, stage, rows, 0, a, rows);
 		if (!rc) /* the copies out of stage are done before its reuse */
 			rc = cache_sync(c);
 	}
@@ -1144,7 +1143,8 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 			rc = sums_check(e + 1, got, 2ull * ns, an, why);
 		}
 		if (!rc)
-			rc = anchor_adopt(c, e[0], stage, c->cfg.mem_ceiling);
+			rc = cache_anchor_adopt(c, e[0], stage,
+						c->cfg.mem_ceiling);
 		if (!rc)
 			rc = cache_sync(c);
 	}
@@ -1156,9 +1156,9 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 			rc = sums_check(mv->end, got, 2ull * ns, "end", why);
 		}
 		if (!rc)
-			rc = secs_in(c, stage);
+			rc = cache_secs_in(c, stage);
 		if (!rc)
-			rc = end_keep(c, m->end_len, m->end_taint);
+			rc = cache_end_keep(c, m->end_len, m->end_taint);
 	}
 	/* every copy done (out of stage, and the end's on the device) before
 	 * stage goes and before the caller hands the rows to the engine */
@@ -1170,12 +1170,12 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 	return rc;
 }
 
-int spill_read_back(cache *c)
+int cache_spill_read_back(cache *c)
 {
 	if (!c->spill.on)
 		return 0;
 	index_clear(c);
-	c->spill.digest = tier_layout_digest(c->lay, SPILL_VERSION);
+	c->spill.digest = cache_tier_layout_digest(c->lay, SPILL_VERSION);
 	char why[MOOR_ERRLEN] = "";
 	/* entries another engine's rows filled cannot be read by this one */
 	ent_info *v;
@@ -1226,24 +1226,25 @@ int spill_read_back(cache *c)
 		if (!rc) {
 			memcpy(c->res_ids, mv.ids, mv.m->valid * 4);
 			c->valid = mv.m->valid;
-			c->taint =
-			    mv.m->taint < c->valid ? mv.m->taint : NO_TAINT;
+			c->taint = mv.m->taint < c->valid ? mv.m->taint
+							  : CACHE_NO_TAINT;
 			free(c->res_session);
-			c->res_session = str_dup(mv.session);
-			marks_cut(c, 0);
+			c->res_session = cache_str_dup(mv.session);
+			cache_marks_cut(c, 0);
 			for (uint64_t i = 0; i < mv.m->n_mk; i++)
-				(void)marks_add(c, mv.mk[i].start, mv.mk[i].len,
-						mv.mk[i].kind);
+				(void)cache_marks_add(c, mv.mk[i].start,
+						      mv.mk[i].len,
+						      mv.mk[i].kind);
 		}
 	}
 	close(efd);
 	if (rc) {
 		/* nothing of it is trusted: the live buffers start empty */
-		anchors_clear(c);
-		end_release(c);
+		cache_anchors_clear(c);
+		cache_end_release(c);
 		c->valid = 0;
-		c->taint = NO_TAINT;
-		(void)secs_zero(c);
+		c->taint = CACHE_NO_TAINT;
+		(void)cache_secs_zero(c);
 		(void)cache_sync(c);
 		if (mv.buf)
 			free(mv.buf);
@@ -1271,7 +1272,7 @@ int spill_read_back(cache *c)
 	return 0;
 }
 
-int spill_clear(cache *c)
+static int spill_clear(cache *c)
 {
 	if (!c->spill.on)
 		return 0;
@@ -1285,7 +1286,7 @@ int spill_clear(cache *c)
 	return 0;
 }
 
-void spill_stats(cache *c, uint64_t *entries, uint64_t *bytes)
+static void spill_stats(cache *c, uint64_t *entries, uint64_t *bytes)
 {
 	*entries = *bytes = 0;
 	if (!c->spill.on)
@@ -1301,15 +1302,20 @@ void spill_stats(cache *c, uint64_t *entries, uint64_t *bytes)
 
 /* ---- the planner's side: offer, restore, eviction ---- */
 
-int spill_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
-		uint64_t *start, uint64_t *taint)
+/* The planner's offer: the entry whose end anchor (or, below it, a saved
+ * grid anchor) continues ids[0, n) furthest, when that line is more than a
+ * grid chunk above `ram` (what RAM offers) and reading it costs less than
+ * the prefill it saves. Its index (-1: none), the line in *start and the
+ * entry's taint in *taint. Nothing is read. */
+static int spill_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
+		       uint64_t *start, uint64_t *taint)
 {
 	int best = -1;
 	uint64_t bs = 0;
 	for (uint32_t i = 0; i < c->spill.n_ent; i++) {
-		const spill_ent *e = &c->spill.ent[i];
-		uint64_t cp = common_prefix(ids, n, e->ids, e->valid);
-		uint64_t lim = min64(cp, n - 1), s = 0;
+		const cache_spill_ent *e = &c->spill.ent[i];
+		uint64_t cp = cache_common_prefix(ids, n, e->ids, e->valid);
+		uint64_t lim = cache_min64(cp, n - 1), s = 0;
 		if (e->end_len && e->end_len <= lim)
 			s = e->end_len;
 		else
@@ -1331,22 +1337,29 @@ int spill_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
 	    (double)bs * (double)c->row_bytes + 2.0 * (double)c->sec_bytes;
 	double read_s =
 	    bytes / (c->spill.read_bps > 0 ? c->spill.read_bps : 2e9);
-	if (read_s >= (double)(bs - ram) / prefill_rate(c))
+	if (read_s >= (double)(bs - ram) / cache_prefill_rate(c))
 		return -1;
 	*start = bs;
 	*taint = c->spill.ent[best].taint;
 	return best;
 }
 
-void spill_refused(cache *c, const int32_t *ids, uint64_t n, uint64_t ram)
+/* A prompt of at least spill_min_tokens that no entry serves while one
+ * shares at least 4 grid chunks with it, more than RAM serves (ram): one
+ * line, "[spill] no entry served: eid= owner= tokens= shares= offer= ram=
+ * why=" (end_no_align: its end not reached; anchors_below: its anchors at
+ * or below ram; short: under a chunk above ram; slow: the read costs more
+ * than the prefill), counted as refused. */
+static void spill_refused(cache *c, const int32_t *ids, uint64_t n,
+			  uint64_t ram)
 {
 	if (!c->spill.on || n < c->cfg.spill_min_tokens)
 		return;
 	uint64_t g = c->lay->grid, bc = 0;
 	int best = -1;
 	for (uint32_t i = 0; i < c->spill.n_ent; i++) {
-		uint64_t cp = common_prefix(ids, n, c->spill.ent[i].ids,
-					    c->spill.ent[i].valid);
+		uint64_t cp = cache_common_prefix(ids, n, c->spill.ent[i].ids,
+						  c->spill.ent[i].valid);
 		if (cp > bc) {
 			bc = cp;
 			best = (int)i;
@@ -1354,8 +1367,8 @@ void spill_refused(cache *c, const int32_t *ids, uint64_t n, uint64_t ram)
 	}
 	if (best < 0 || bc < 4 * g || bc <= ram)
 		return;
-	const spill_ent *e = &c->spill.ent[best];
-	uint64_t lim = min64(bc, n - 1), s = 0;
+	const cache_spill_ent *e = &c->spill.ent[best];
+	uint64_t lim = cache_min64(bc, n - 1), s = 0;
 	if (e->end_len && e->end_len <= lim)
 		s = e->end_len;
 	else
@@ -1377,13 +1390,17 @@ void spill_refused(cache *c, const int32_t *ids, uint64_t n, uint64_t ram)
 		  (unsigned long long)ram, why);
 }
 
-const char *spill_ent_name(cache *c, int i)
+const char *cache_spill_ent_name(cache *c, int i)
 {
 	return c->spill.ent[i].name;
 }
 
-int spill_restore(cache *c, const char *name_in, const int32_t *ids, uint64_t k,
-		  uint64_t s, uint64_t limit)
+/* Restores entry `name` (an offer's) up to line s into the live buffers: the
+ * rows [k, s), the state at s, the saved anchors in (k, s] as resident anchors.
+ * Every id is compared with ids[0, s) and every block and anchor checked first
+ * (a failure costs the entry: deleted, MOOR_EFORMAT). */
+static int spill_restore(cache *c, const char *name_in, const int32_t *ids,
+			 uint64_t k, uint64_t s, uint64_t limit)
 {
 	uint32_t ns = c->lay->n_sections, nv = c->lay->n_views;
 	char name[17], why[MOOR_ERRLEN] = "";
@@ -1413,15 +1430,15 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids, uint64_t k,
 	for (uint64_t j = 0; !rc && j < mv.m->n_blk; j++) {
 		const uint64_t *e = mv.blk + j * (2 + 2ull * nv);
 		uint64_t a = j * SPILL_BLK,
-			 rows = min64(SPILL_BLK, mv.m->valid - a);
+			 rows = cache_min64(SPILL_BLK, mv.m->valid - a);
 		if (a >= s || a + rows <= k)
 			continue; /* past the line, or in place */
 		char bn[32];
 		snprintf(bn, sizeof bn, "r%llu", (unsigned long long)j);
 		rc = load_block(c, efd, bn, j, rows, e, stage, got, why);
-		uint64_t lo = max64(k, a), hi = min64(s, a + rows);
+		uint64_t lo = cache_max64(k, a), hi = cache_min64(s, a + rows);
 		if (!rc)
-			rc = rows_in(c, stage, rows, lo - a, lo, hi - lo);
+			rc = cache_rows_in(c, stage, rows, lo - a, lo, hi - lo);
 		if (!rc) /* the copies out of stage are done before its reuse */
 			rc = cache_sync(c);
 		double t = now_ms();
@@ -1450,9 +1467,9 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids, uint64_t k,
 			rc = sums_check(e + 1, got, 2ull * ns, an, why);
 		}
 		if (!rc)
-			(void)anchor_adopt(c, e[0], stage, limit);
+			(void)cache_anchor_adopt(c, e[0], stage, limit);
 		if (!rc && e[0] == s)
-			rc = secs_in(c, stage);
+			rc = cache_secs_in(c, stage);
 		if (!rc)
 			rc = cache_sync(c);
 	}
@@ -1464,8 +1481,8 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids, uint64_t k,
 			rc = sums_check(mv.end, got, 2ull * ns, "end", why);
 		}
 		if (!rc)
-			rc = secs_in(c, stage);
-	} else if (!rc && anchor_find(c, s) < 0) {
+			rc = cache_secs_in(c, stage);
+	} else if (!rc && cache_anchor_find(c, s) < 0) {
 		moor_errf(why, "no state at %llu", (unsigned long long)s);
 		rc = MOOR_EFORMAT;
 	}
@@ -1473,8 +1490,8 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids, uint64_t k,
 	 * clean: no mark) */
 	for (uint64_t i = 0; !rc && i < mv.m->n_mk; i++)
 		if (mv.mk[i].start >= k && mv.mk[i].start + mv.mk[i].len <= s)
-			(void)marks_add(c, mv.mk[i].start, mv.mk[i].len,
-					mv.mk[i].kind);
+			(void)cache_marks_add(c, mv.mk[i].start, mv.mk[i].len,
+					      mv.mk[i].kind);
 	/* every copy out of stage done before it goes (the failure paths'
 	 * too) */
 	int sr = cache_sync(c);
@@ -1508,19 +1525,19 @@ int spill_restore(cache *c, const char *name_in, const int32_t *ids, uint64_t k,
 	return 0;
 }
 
-int spill_evict(cache *c, uint64_t base)
+int cache_spill_evict(cache *c, uint64_t base)
 {
 	if (!c->spill.on || c->valid < c->cfg.spill_min_tokens)
 		return 0;
-	uint32_t idx[SPAN_MAX_ANCHORS], m;
+	uint32_t idx[CACHE_SPAN_MAX_ANCHORS], m;
 	int whole;
-	(void)park_choose(c, base, idx, &m, &whole);
+	(void)cache_park_choose(c, base, idx, &m, &whole);
 	if (whole && c->cfg.park_bytes)
 		return 0; /* the park holds it to its end */
 	/* the write guard: over the day's budget only long conversations,
 	 * past 1.5 times it none (the park takes what it can, as without
 	 * the spill) */
-	if (!ledger_allow(c, LEDGER_SPILL_EVICT, c->valid)) {
+	if (!cache_ledger_allow(c, CACHE_LEDGER_SPILL_EVICT, c->valid)) {
 		c->spill.k.guard_skips++;
 		return 0;
 	}
@@ -1532,3 +1549,89 @@ int spill_evict(cache *c, uint64_t base)
 	c->spill.k.evict_saves++;
 	return 1;
 }
+
+/* ---- the session spill as a tier ---- */
+
+static int spill_tier_offer(cache *c, cache_tier_ask *q, cache_tier_offer *o)
+{
+	uint64_t s, t;
+	int e =
+	    q->guest ? -1 : spill_offer(c, q->r->ids, q->r->n, q->best, &s, &t);
+	if (e < 0)
+		return 0;
+	memset(o, 0, sizeof *o);
+	o->start = s;
+	/* rows in place below k are clean and the entry's: its blocks from
+	 * k on are read */
+	o->k = o->cut = cache_min64(cache_min64(q->c_res, q->t_res), s);
+	o->taint = t < s ? t : CACHE_NO_TAINT;
+	snprintf(o->name, sizeof o->name, "%s", cache_spill_ent_name(c, e));
+	return 1;
+}
+
+static int spill_tier_restore(cache *c, const cache_tier_offer *o,
+			      const int32_t *ids, uint64_t limit)
+{
+	return spill_restore(c, o->name, ids, o->k, o->start, limit);
+}
+
+static uint64_t spill_bytes(cache *c)
+{
+	uint64_t n, b;
+	spill_stats(c, &n, &b);
+	return b;
+}
+
+static json_t *spill_json(cache *c)
+{
+	json_t *o = json_object();
+	uint64_t ne, nb;
+	spill_stats(c, &ne, &nb);
+	json_object_set_new(o, "on", json_boolean(c->spill.on));
+	CACHE_SETI(o, "entries", ne);
+	CACHE_SETI(o, "bytes", nb);
+	CACHE_SETI(o, "budget", c->cfg.spill_bytes);
+	CACHE_SETI(o, "saves", c->spill.k.saves);
+	CACHE_SETI(o, "save_failed", c->spill.k.save_failed);
+	CACHE_SETI(o, "restores", c->spill.k.restores);
+	CACHE_SETI(o, "restore_failed", c->spill.k.restore_failed);
+	CACHE_SETI(o, "blocks_written", c->spill.k.blocks_written);
+	CACHE_SETI(o, "blocks_kept", c->spill.k.blocks_kept);
+	CACHE_SETI(o, "anchors_written", c->spill.k.anchors_written);
+	CACHE_SETI(o, "anchors_kept", c->spill.k.anchors_kept);
+	CACHE_SETI(o, "bytes_written", c->spill.k.bytes_written);
+	CACHE_SETI(o, "bytes_read", c->spill.k.bytes_read);
+	json_object_set_new(o, "codec", json_boolean(c->cfg.spill_codec));
+	CACHE_SETI(o, "codec_raw", c->spill.k.codec_raw);
+	CACHE_SETI(o, "codec_out", c->spill.k.codec_out);
+	CACHE_SETI(o, "swept", c->spill.k.swept);
+	CACHE_SETI(o, "expired", c->spill.k.expired);
+	CACHE_SETI(o, "evicted", c->spill.k.evicted);
+	CACHE_SETI(o, "evict_saves", c->spill.k.evict_saves);
+	CACHE_SETI(o, "hits", c->spill.k.hits);
+	CACHE_SETI(o, "hit_failed", c->spill.k.hit_failed);
+	CACHE_SETI(o, "refused", c->spill.k.refused);
+	CACHE_SETI(o, "guard_skips", c->spill.k.guard_skips);
+	/* saves not tried: too little room to rewrite the entry */
+	CACHE_SETI(o, "save_skipped_room", c->spill.k.save_skipped_room);
+	json_object_set_new(o, "last_save_ms",
+			    json_real(c->spill.last_save_ms));
+	json_object_set_new(o, "last_restore_ms",
+			    json_real(c->spill.last_restore_ms));
+	return o;
+}
+
+/* Its own budget on the drive (spill_bytes, LRU; spill_hours): nothing
+ * for the memory policy to take. */
+const cache_tier_ops cache_tier_spill = {
+    .tier = CACHE_TIER_SPILL,
+    .level = -1,
+    .flags = CACHE_TF_NVME | CACHE_TF_MARKS,
+    .offer = spill_tier_offer,
+    .restore = spill_tier_restore,
+    .restore_bytes = cache_tier_rows_bytes,
+    .refused = spill_refused,
+    .bytes = spill_bytes,
+    .clear = spill_clear,
+    .stats = spill_json,
+};

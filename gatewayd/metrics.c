@@ -164,6 +164,32 @@ char *gw_metrics_text(gw_srv *s, const json_t *stats, size_t *len)
 					dk[i],
 					(unsigned long long)stat_u(
 					    stats, "disk", dk[i]));
+		/* the write guard's day (cached's "disk_writes"): gauges,
+		 * the count starts again each day */
+		moor_buf_printf(
+		    &b,
+		    "# HELP moor_disk_writes_bytes The day's drive writes of "
+		    "the disk tier and the session spill (cached's "
+		    "disk_writes).\n"
+		    "# TYPE moor_disk_writes_bytes gauge\n"
+		    "moor_disk_writes_bytes{who=\"tier\"} %llu\n"
+		    "moor_disk_writes_bytes{who=\"spill\"} %llu\n"
+		    "# HELP moor_disk_write_budget_bytes The day's write "
+		    "budget (--disk-write-budget-gb; 0: none).\n"
+		    "# TYPE moor_disk_write_budget_bytes gauge\n"
+		    "moor_disk_write_budget_bytes %llu\n"
+		    "# HELP moor_disk_guard_skips Writes the guard skipped "
+		    "today, by its level.\n"
+		    "# TYPE moor_disk_guard_skips gauge\n"
+		    "moor_disk_guard_skips{level=\"over\"} %llu\n"
+		    "moor_disk_guard_skips{level=\"hard\"} %llu\n",
+		    (unsigned long long)stat_u(stats, "disk_writes", "tier"),
+		    (unsigned long long)stat_u(stats, "disk_writes", "spill"),
+		    (unsigned long long)stat_u(stats, "disk_writes", "budget"),
+		    (unsigned long long)stat_u(stats, "disk_writes",
+					       "skips_over"),
+		    (unsigned long long)stat_u(stats, "disk_writes",
+					       "skips_hard"));
 	}
 	moor_buf_printf(
 	    &b,

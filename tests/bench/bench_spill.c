@@ -5,18 +5,31 @@
  *      and decoded apart: the bytes saved (the issue's goal: 35% or more)
  *      and MB/s of each way on THREADS threads.
  *   2. The drive: a file of S MiB written with O_DIRECT (+ fdatasync) and
- *      read back with O_DIRECT, against the tiers' own path (dfile_write:
- *      .tmp + fdatasync + rename + directory fsync, dfile_read_at through
- *      the page cache with DONTNEED), in GB/s and as ratios (the goal: 90%
- *      of the O_DIRECT read rate).
+ *      read back with O_DIRECT, in pieces of 64 MiB, the best of 3, against the
+ * tiers' own path (dfile_write: .tmp + fdatasync + rename + directory fsync,
+ * dfile_read_at through the page cache with DONTNEED), in GB/s and as ratios
+ * (the goal: 90% of the O_DIRECT read rate).
+ *   3. The tiers themselves, in the same run, on a conversation of the
+ *      27B's shape (16 attention layers of 4 KV heads of 256, bf16: 64 KiB
+ *      of rows a token; 48 delta-rule states of 48 x 128 x 128 fp32 and
+ *      their conv tails: about 150 MiB of sections), bf16- and fp32-like
+ *      bytes (narrow exponents, random mantissas), a head of HEAD tokens
+ *      (MOOR_BENCH_HEAD, default 4096): the disk tier's writer (the head's
+ *      chunks and anchors) and its restore in a new cache (a kill -9 of
+ *      cached: no drain), then the spill's drain and its read-back at the
+ *      next attach; GB/s of the bytes the drive moved and of the bytes the
+ *      engine gets (the codec shrinks the spill's), and the drive-side
+ *      rates as a share of the O_DIRECT ones of part 2.
  * Usage: bench_spill DIR THREADS T MODEL_DIR... (DIR: where the files go,
  * on the drive to measure). */
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "codec.h"
 #include "dfile.h"
 #include "eng.h"
@@ -38,10 +51,10 @@ static void codec_row(const char *model, const char *what, const void *p,
 		die("oom", -ENOMEM, NULL);
 	uint64_t en;
 	double t0 = moor_now();
-	int rc = codec_encode(p, n, e, &en, pool);
+	int rc = codec_encode(p, n, e, &en, pool, NULL);
 	double t1 = moor_now();
 	if (!rc)
-		rc = codec_decode(e, en, d, n, pool);
+		rc = codec_decode(e, en, d, n, pool, NULL);
 	double t2 = moor_now();
 	if (rc || memcmp(p, d, n))
 		die("codec round trip", rc ? rc : MOOR_EFORMAT, what);
@@ -117,6 +130,9 @@ static double gbps(uint64_t n, double s)
 	return (double)n / s / 1e9;
 }
 
+/* The drive's O_DIRECT rates (part 2), for part 3's ratios. */
+static double drive_w, drive_r;
+
 static void drive(const char *dir, uint64_t mib)
 {
 	uint64_t n = mib << 20;
@@ -132,35 +148,58 @@ static void drive(const char *dir, uint64_t mib)
 	}
 	char p[600];
 	snprintf(p, sizeof p, "%s/bench-odirect", dir);
-	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0600);
-	int direct = fd >= 0;
-	if (!direct) /* a file system that refuses O_DIRECT (tmpfs) */
-		fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	if (fd < 0)
-		die("open", -errno, p);
-	double t0 = moor_now();
-	if (write(fd, b, n) != (ssize_t)n || fdatasync(fd))
-		die("write", -errno, p);
-	double w_raw = moor_now() - t0;
-	close(fd);
-	fd = open(p, O_RDONLY | (direct ? O_DIRECT : 0));
-	if (!direct)
-		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-	t0 = moor_now();
-	if (read(fd, b, n) != (ssize_t)n)
-		die("read", -errno, p);
-	double r_raw = moor_now() - t0;
-	close(fd);
-	unlink(p);
+	/* the best of 3, in pieces of 64 MiB (a chunk file of the 27B's
+	 * rows): the drive's rate, not one run's luck */
+	double w_raw = 1e30, r_raw = 1e30;
+	int direct = 1;
+	const uint64_t piece = 64ull << 20;
+	for (int rep = 0; rep < 3; rep++) {
+		int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+		direct = fd >= 0;
+		if (!direct) /* a file system that refuses O_DIRECT (tmpfs) */
+			fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (fd < 0)
+			die("open", -errno, p);
+		double t0 = moor_now();
+		for (uint64_t o = 0; o < n; o += piece)
+			if (pwrite(fd, (char *)b + o,
+				   n - o < piece ? n - o : piece, (off_t)o) !=
+			    (ssize_t)(n - o < piece ? n - o : piece))
+				die("write", -errno, p);
+		if (fdatasync(fd))
+			die("fdatasync", -errno, p);
+		double w = moor_now() - t0;
+		w_raw = w < w_raw ? w : w_raw;
+		close(fd);
+		fd = open(p, O_RDONLY | (direct ? O_DIRECT : 0));
+		if (!direct)
+			posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		t0 = moor_now();
+		for (uint64_t o = 0; o < n; o += piece)
+			if (pread(fd, (char *)b + o,
+				  n - o < piece ? n - o : piece, (off_t)o) !=
+			    (ssize_t)(n - o < piece ? n - o : piece))
+				die("read", -errno, p);
+		double r = moor_now() - t0;
+		r_raw = r < r_raw ? r : r_raw;
+		close(fd);
+		unlink(p);
+	}
 
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
 	char err[MOOR_ERRLEN] = "";
 	dfile_part part = {b, n};
-	t0 = moor_now();
+	double t0 = moor_now();
 	int rc = dfile_write(dfd, "bench-tier", &part, 1, 0, err);
 	double w_t = moor_now() - t0;
 	if (rc)
 		die("dfile_write", rc, err);
+	/* the written pages out of the page cache: the read is the drive's */
+	int tfd = openat(dfd, "bench-tier", O_RDONLY);
+	if (tfd >= 0) {
+		posix_fadvise(tfd, 0, 0, POSIX_FADV_DONTNEED);
+		close(tfd);
+	}
 	t0 = moor_now();
 	rc = dfile_read_at(dfd, "bench-tier", 0, b, n, err);
 	double r_t = moor_now() - t0;
@@ -177,7 +216,285 @@ static void drive(const char *dir, uint64_t mib)
 	       gbps(n, w_t), gbps(n, r_t));
 	printf("  %-28s %7.0f%% %7.0f%%\n", "tier / drive", 100 * w_raw / w_t,
 	       100 * r_raw / r_t);
+	drive_w = gbps(n, w_raw);
+	drive_r = gbps(n, r_raw);
 	free(b);
+}
+
+/* ---- 3. the tiers on a 27B-shaped conversation ---- */
+
+#define T27_ATT 16			   /* attention layers */
+#define T27_KV 4			   /* KV heads */
+#define T27_HD 256			   /* head dim */
+#define T27_GDN 48			   /* delta-rule layers */
+#define T27_CONV (2 * 16 * 128 + 48 * 128) /* conv channels */
+
+static void t27_layout(cache_layout *l, uint64_t window)
+{
+	memset(l, 0, sizeof *l);
+	l->n_sections = 2;
+	snprintf(l->sec[0].name, CACHE_NAME_MAX, "gdn.S");
+	l->sec[0].bytes = (uint64_t)T27_GDN * 48 * 128 * 128 * 4;
+	snprintf(l->sec[1].name, CACHE_NAME_MAX, "gdn.conv");
+	l->sec[1].layer = 1;
+	l->sec[1].bytes = (uint64_t)T27_GDN * T27_CONV * 3 * 4;
+	l->n_views = 2;
+	for (int i = 0; i < 2; i++) {
+		cache_view *v = &l->view[i];
+		snprintf(v->name, CACHE_NAME_MAX, i ? "V" : "K");
+		v->layer = i;
+		v->elt = 2;
+		v->ndim = 3;
+		v->dims[0] = T27_ATT * T27_KV; /* [layers x heads, T, hd] */
+		v->dims[2] = T27_HD;
+		v->token_axis = 1;
+	}
+	l->window = window;
+	l->grid = 1024;
+	memset(l->fingerprint, 0x27, sizeof l->fingerprint);
+}
+
+/* bf16-like (elt 2: a narrow exponent byte, a random one) or fp32-like
+ * (elt 4) values: what the codec's byte planes see in real rows. */
+static void fill_like(uint8_t *p, uint64_t n, int elt, uint64_t *x)
+{
+	for (uint64_t i = 0; i + (uint64_t)elt <= n; i += (uint64_t)elt) {
+		*x ^= *x << 13;
+		*x ^= *x >> 7;
+		*x ^= *x << 17;
+		uint8_t hi = (uint8_t)(0x3b + (*x >> 40) % 6) |
+			     (uint8_t)((*x >> 60) & 1 ? 0x80 : 0);
+		if (elt == 2) {
+			p[i] = (uint8_t)*x;
+			p[i + 1] = hi;
+		} else {
+			memcpy(p + i, x, 3);
+			p[i + 3] = hi;
+		}
+	}
+}
+
+static uint64_t stat_of(cache *c, const char *obj, const char *k)
+{
+	char *s = cache_stats_json(c);
+	json_t *o = json_loads(s, 0, NULL);
+	free(s);
+	json_t *v = json_object_get(json_object_get(o, obj), k);
+	uint64_t r = json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0;
+	json_decref(o);
+	return r;
+}
+
+static double stat_real(cache *c, const char *obj, const char *k)
+{
+	char *s = cache_stats_json(c);
+	json_t *o = json_loads(s, 0, NULL);
+	free(s);
+	double r =
+	    json_number_value(json_object_get(json_object_get(o, obj), k));
+	json_decref(o);
+	return r;
+}
+
+typedef struct t27 {
+	cache *c;
+	cache_layout *lay;
+	cache_hello_out ho;
+	double t_commit; /* moor_now() as the last turn's commit began */
+	double commit_s; /* and how long it took */
+} t27;
+
+static void t27_open(t27 *t, const cache_cfg *cfg, uint64_t window)
+{
+	char err[MOOR_ERRLEN] = "";
+	int rc = cache_new(cfg, &t->c, err);
+	if (rc)
+		die("cache_new", rc, err);
+	t27_layout(t->lay, window);
+	if ((rc = cache_hello(t->c, t->lay, &t->ho, err)))
+		die("hello", rc, err);
+}
+
+/* A turn as an engine runs it, with made-up bytes: the rows [start, n)
+ * and every slot's sections written, then 8 generated ids committed. */
+static void t27_turn(t27 *t, const int32_t *ids, uint64_t n,
+		     const char *session, uint64_t *x, cache_plan_out *p)
+{
+	char err[MOOR_ERRLEN] = "";
+	cache_req r = {.ids = ids, .n = n, .session = session, .max_tokens = 8};
+	int rc = cache_plan(t->c, &r, p, err);
+	if (rc)
+		die("plan", rc, err);
+	uint8_t *base = cache_dev_base(t->c);
+	const cache_layout *l = t->lay;
+	for (uint32_t i = 0; i < l->n_views; i++) {
+		uint64_t inner = T27_HD * 2, w = l->window;
+		for (uint64_t o = 0; o < (uint64_t)l->view[i].dims[0]; o++)
+			fill_like(base + t->ho.view_off[i] +
+				      (o * w + p->start) * inner,
+				  (n - p->start) * inner, 2, x);
+	}
+	for (uint32_t j = 0; j < p->n_slots; j++)
+		fill_like(base + p->slots[j].offset,
+			  cache_layout_section_bytes(l), 4, x);
+	for (uint32_t i = 0; i < l->n_sections; i++)
+		fill_like(base + t->ho.sec_off[i], l->sec[i].bytes, 4, x);
+	int32_t gen[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+	t->t_commit = moor_now();
+	if ((rc = cache_commit(t->c, p->n_slots, gen, 7)))
+		die("commit", rc, NULL);
+	t->commit_s = moor_now() - t->t_commit;
+}
+
+static void t27_row(const char *what, uint64_t file_b, uint64_t raw_b, double s,
+		    double ref)
+{
+	printf("  %-36s %9.1f %8.3f %8.2f %8.2f %6.0f%%\n", what,
+	       (double)file_b / 1048576.0, s, gbps(file_b, s), gbps(raw_b, s),
+	       100 * gbps(file_b, s) / ref);
+}
+
+static void tiers(const char *dir, int threads)
+{
+	uint64_t H = getenv("MOOR_BENCH_HEAD")
+			 ? strtoull(getenv("MOOR_BENCH_HEAD"), NULL, 10)
+			 : 4096;
+	H = H < 1024 ? 1024 : H / 1024 * 1024;
+	uint64_t n1 = H + 64, n2 = H + 128, window = H + 512;
+	cache_cfg cfg;
+	cache_cfg_defaults(&cfg);
+	snprintf(cfg.arena_prefix, sizeof cfg.arena_prefix, "moor-bsp-%d",
+		 (int)getpid());
+	cache_layout lay;
+	t27_layout(&lay, window);
+	uint64_t secb = cache_layout_section_bytes(&lay),
+		 rowb = cache_layout_row_bytes(&lay);
+	/* live rows and sections, an anchor per grid line, the end anchor */
+	cfg.device_bytes = window * rowb + (H / 1024 + 4) * (secb + (1 << 20));
+	cfg.host_bytes = 64ull << 20;
+	cfg.mem_ceiling = cfg.mem_peak = 1ull << 40;
+	cfg.resident_bytes = (H / 1024 + 1) * (secb + (1 << 20));
+	cfg.store_bytes = 0;
+	cfg.store_sessions = 0;
+	cfg.disk_min_free = 0;
+	cfg.disk_min_tokens = 1024;
+	/* no engine measures a prefill rate here: a slow one, so that the
+	 * disk tier's read always beats it (a loaded machine's first restore
+	 * can measure a read rate that loses to 740 tokens a second) */
+	cfg.prefill_tps = 50;
+	cfg.codec_threads = (uint32_t)(threads > 0 ? threads : 1);
+	snprintf(cfg.spill_dir, sizeof cfg.spill_dir, "%s/bench-tiers-%d", dir,
+		 (int)getpid());
+	int32_t *ids = malloc(n2 * sizeof *ids);
+	for (uint64_t i = 0; i < n2; i++)
+		ids[i] = (int32_t)(i * 7919 % 150000);
+	uint64_t x = 99;
+	t27 t = {.lay = &lay};
+	cache_plan_out *p = malloc(sizeof *p);
+	if (!p)
+		die("oom", -ENOMEM, NULL);
+
+	/* the disk tier: session A's first long request writes its head */
+	t27_open(&t, &cfg, window);
+	t27_turn(&t, ids, n1, "A", &x, p);
+	cache_disk_wait(t.c);
+	/* from the commit (which stages the anchors and queues the job; the
+	 * writer runs meanwhile) to the last file: the first of a process
+	 * (every page fresh), then another session's head in the same cache
+	 * (B: another prompt of the same length), the steady state */
+	double w_s = moor_now() - t.t_commit, commit_s = t.commit_s, t0;
+	uint64_t w_b = stat_of(t.c, "disk", "bytes_written");
+	int32_t *idb = malloc(n1 * sizeof *idb);
+	if (!idb)
+		die("oom", -ENOMEM, NULL);
+	for (uint64_t i = 0; i < n1; i++)
+		idb[i] = (int32_t)(i * 104729 % 150000 + 1);
+	t27_turn(&t, idb, n1, "B", &x, p);
+	cache_disk_wait(t.c);
+	double w2_s = moor_now() - t.t_commit, commit2_s = t.commit_s;
+	uint64_t w2_b = stat_of(t.c, "disk", "bytes_written") - w_b;
+	free(idb);
+	cache_free(t.c);
+
+	/* a kill -9 of cached: a new cache, no drain; session C shares the
+	 * head and resumes from the disk */
+	t27_open(&t, &cfg, window);
+	ids[n1] = 4242; /* C parts from A after the head */
+	t0 = moor_now();
+	t27_turn(&t, ids, n2, "C", &x, p);
+	uint64_t r_b = stat_of(t.c, "disk", "bytes_read");
+	double r_s = stat_real(t.c, "disk", "last_restore_ms") / 1e3;
+	if (p->tier != CACHE_TIER_DISK || !r_b || r_s <= 0)
+		die("the disk tier did not serve the head", MOOR_ERANGE,
+		    cache_tier_name(p->tier));
+	uint64_t start = p->start;
+	/* again into pages the first restore touched (a cached that has
+	 * served: the live buffers and an anchor's block are mapped), after
+	 * the RAM caches are emptied; the best of 3 (sessions D, E, F) */
+	uint64_t r2_b = 0;
+	double r2_s = 1e30;
+	for (int i = 0; i < 3; i++) {
+		uint64_t b0 = stat_of(t.c, "disk", "bytes_read");
+		(void)cache_clear(t.c, "ram");
+		ids[n1] = 4343 + i;
+		const char *sn[] = {"D", "E", "F"};
+		t27_turn(&t, ids, n2, sn[i], &x, p);
+		uint64_t b = stat_of(t.c, "disk", "bytes_read") - b0;
+		double sec = stat_real(t.c, "disk", "last_restore_ms") / 1e3;
+		if (p->tier != CACHE_TIER_DISK || !b)
+			die("the disk tier did not serve the head again",
+			    MOOR_ERANGE, cache_tier_name(p->tier));
+		if (sec < r2_s) {
+			r2_s = sec;
+			r2_b = b;
+		}
+	}
+
+	/* the drain (a planned stop) and the read-back at the next attach */
+	char err[MOOR_ERRLEN] = "";
+	int rc = cache_drain(t.c, err);
+	if (rc)
+		die("drain", rc, err);
+	uint64_t sw_b = stat_of(t.c, "spill", "bytes_written"),
+		 sw_raw = stat_of(t.c, "spill", "codec_raw");
+	double sw_s = stat_real(t.c, "spill", "last_save_ms") / 1e3;
+	cache_free(t.c);
+	t0 = moor_now();
+	t27_open(&t, &cfg, window);
+	double back_s = moor_now() - t0;
+	uint64_t sr_b = stat_of(t.c, "spill", "bytes_read");
+	double sr_s = stat_real(t.c, "spill", "last_restore_ms") / 1e3;
+	uint64_t sr_raw = sw_raw; /* the entry the drain wrote, read whole */
+	if (!t.ho.resident_len || !sr_b)
+		die("the spill read nothing back", MOOR_ERANGE, NULL);
+	printf("the tiers (%s), a 27B-shaped conversation: %.1f MiB of rows "
+	       "a 1,024-token chunk, %.1f MiB of sections; head %llu\n",
+	       cfg.spill_dir, (double)(1024 * rowb) / 1048576.0,
+	       (double)secb / 1048576.0, (unsigned long long)H);
+	printf("  %-36s %9s %8s %8s %8s %7s\n", "", "MiB file", "s", "GB/s",
+	       "raw GB/s", "/drive");
+	t27_row("disk tier: write (first)", w_b, w_b, w_s, drive_w);
+	t27_row("disk tier: write (next)", w2_b, w2_b, w2_s, drive_w);
+	printf("    (from the commit to the last file; the commits themselves, "
+	       "the anchors staged: %.3f s and %.3f s)\n",
+	       commit_s, commit2_s);
+	t27_row("disk tier: restore (new cached)", r_b, r_b, r_s, drive_r);
+	t27_row("disk tier: restore (warm, best of 3)", r2_b, r2_b, r2_s,
+		drive_r);
+	printf("    (resumed at %llu of %llu)\n", (unsigned long long)start,
+	       (unsigned long long)n2);
+	t27_row("spill: drain (codec)", sw_b, sw_raw, sw_s, drive_w);
+	t27_row("spill: read-back (codec)", sr_b, sr_raw, sr_s, drive_r);
+	printf("    (%llu tokens back; the codec saved %.1f%% of the spill's "
+	       "bytes; the attach took %.3f s)\n",
+	       (unsigned long long)t.ho.resident_len,
+	       sw_raw ? 100.0 * (1.0 - (double)sw_b / (double)sw_raw) : 0.0,
+	       back_s);
+	(void)cache_clear(t.c, "all");
+	cache_free(t.c);
+	dfile_rm_rf(AT_FDCWD, cfg.spill_dir);
+	free(p);
+	free(ids);
 }
 
 int main(int argc, char **argv)
@@ -199,6 +516,8 @@ int main(int argc, char **argv)
 		model_rows(argv[i], threads, T, pool);
 	fflush(stdout);
 	drive(argv[1], 512);
+	fflush(stdout);
+	tiers(argv[1], threads);
 	moor_pool_free(pool);
 	return 0;
 }

@@ -31,6 +31,7 @@ if ! "$CLANG" -std=gnu11 -D_GNU_SOURCE -g -O1 \
 	"$src/cached/store.c" "$src/cached/budget.c" "$src/cached/dfile.c" \
 	"$src/cached/spill.c" "$src/cached/codec.c" "$src/cached/disk.c" \
 	"$src/cached/kvdb.c" "$src/cached/ledger.c" "$src/cached/stats.c" \
+	"$src/cached/tiers.c" \
 	"$src/proto/proto.c" "$src/proto/net.c" \
 	"$src/common/moor.c" "$src/common/buf.c" "$src/common/util.c" \
 	"$src/common/pool.c" \

@@ -4,7 +4,8 @@
  *     buffer, random bytes (stored raw: they do not shrink), and a buffer
  *     of two frames and an odd tail (8 MiB + 5 bytes);
  *   - the encoded bytes are the same on 1 thread and on 3 (each frame
- *     alone);
+ *     alone), and with a workspace kept across calls of other sizes (the
+ *     spill's) as with buffers of the call's own;
  *   - bf16 rows of few exponents shrink (the planes' point);
  *   - a flipped byte in a frame, a cut buffer, a wrong decoded size and a
  *     bad magic are MOOR_EFORMAT, never a crash. */
@@ -36,14 +37,19 @@ static void bf16ish(uint8_t *p, uint64_t n, uint64_t seed)
 		p[n - 1] = 0x5a;
 }
 
+/* the workspace every round trip shares (grown and reused across sizes,
+ * as the spill keeps it) */
+static codec_ws ws;
+
 static int roundtrip(const uint8_t *src, uint64_t n, moor_pool *pool,
 		     uint64_t *enc_n, const char *what)
 {
 	uint8_t *e = malloc(codec_bound(n)), *d = malloc(n + 1);
 	REQUIRE(e && d, "oom");
-	REQUIRE(codec_encode(src, n, e, enc_n, pool) == 0, "%s: encode", what);
+	REQUIRE(codec_encode(src, n, e, enc_n, pool, &ws) == 0, "%s: encode",
+		what);
 	CHECK(*enc_n <= codec_bound(n), "%s: within the bound", what);
-	int rc = codec_decode(e, *enc_n, d, n, pool);
+	int rc = codec_decode(e, *enc_n, d, n, pool, &ws);
 	CHECK(rc == 0, "%s: decode: %s", what, moor_strerror(rc));
 	int ok = rc == 0 && memcmp(src, d, n) == 0;
 	CHECK(ok, "%s: round trip bit for bit", what);
@@ -83,35 +89,51 @@ int main(void)
 	uint8_t *e1 = malloc(codec_bound(n)), *e3 = malloc(codec_bound(n));
 	uint64_t n1, n3;
 	REQUIRE(e1 && e3, "oom");
-	REQUIRE(codec_encode(b, n, e1, &n1, NULL) == 0 &&
-		    codec_encode(b, n, e3, &n3, pool) == 0,
+	REQUIRE(codec_encode(b, n, e1, &n1, NULL, NULL) == 0 &&
+		    codec_encode(b, n, e3, &n3, pool, NULL) == 0,
 		"encode");
 	CHECK(n1 == n3 && !memcmp(e1, e3, n1),
 	      "1 thread and 3 threads write the same bytes");
+	/* and a workspace that held other calls' bytes changes none */
+	roundtrip(small, 3, pool, &en, "3 bytes after 8 MiB");
+	REQUIRE(codec_encode(b, n, e3, &n3, pool, &ws) == 0, "encode ws");
+	CHECK(n1 == n3 && !memcmp(e1, e3, n1),
+	      "a kept workspace writes the same bytes");
+	void *wb = codec_ws_buf(&ws, n1);
+	REQUIRE(wb, "codec_ws_buf");
+	memcpy(wb, e1, n1);
+	uint8_t *d2 = malloc(n);
+	REQUIRE(d2, "oom");
+	CHECK(codec_decode(wb, n1, d2, n, pool, &ws) == 0 && !memcmp(d2, b, n),
+	      "decoding from the workspace's own buffer");
+	free(d2);
 
 	/* bad buffers */
 	uint8_t *d = malloc(n);
 	REQUIRE(d, "oom");
 	e1[n1 / 2] ^= 0x10;
-	CHECK(codec_decode(e1, n1, d, n, pool) == MOOR_EFORMAT,
+	CHECK(codec_decode(e1, n1, d, n, pool, &ws) == MOOR_EFORMAT,
 	      "a flipped byte in a frame");
 	e1[n1 / 2] ^= 0x10;
-	CHECK(codec_decode(e1, n1 - 7, d, n, pool) == MOOR_EFORMAT,
+	CHECK(codec_decode(e1, n1 - 7, d, n, pool, &ws) == MOOR_EFORMAT,
 	      "a cut buffer");
-	CHECK(codec_decode(e1, n1, d, n - 1, pool) == MOOR_EFORMAT,
+	CHECK(codec_decode(e1, n1, d, n - 1, pool, NULL) == MOOR_EFORMAT,
 	      "a wrong decoded size");
-	CHECK(codec_decode(e1, 10, d, n, pool) == MOOR_EFORMAT,
+	CHECK(codec_decode(e1, 10, d, n, pool, &ws) == MOOR_EFORMAT,
 	      "shorter than a header");
 	e1[0] ^= 1;
-	CHECK(codec_decode(e1, n1, d, n, pool) == MOOR_EFORMAT, "bad magic");
+	CHECK(codec_decode(e1, n1, d, n, pool, &ws) == MOOR_EFORMAT,
+	      "bad magic");
 	e1[0] ^= 1;
-	CHECK(codec_decode(e1, n1, d, n, pool) == 0 && !memcmp(d, b, n),
+	CHECK(codec_decode(e1, n1, d, n, pool, &ws) == 0 && !memcmp(d, b, n),
 	      "the repaired buffer decodes again");
 	free(b);
 	free(r);
 	free(e1);
 	free(e3);
 	free(d);
+	codec_ws_fini(&ws);
+	codec_ws_fini(&ws); /* safe on a zeroed one */
 	moor_pool_free(pool);
 	return t_done("test_codec");
 }

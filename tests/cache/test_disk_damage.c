@@ -32,14 +32,13 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <sched.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "dfile.h"
 #include "moor.h"
+#include "mountns.h"
 #include "toy.h"
 
 #define G 32
@@ -232,33 +231,12 @@ static void index_sweep(void)
 	CHECK(trials >= 6, "the sweep ran: %ld", trials);
 }
 
-static int file_at(char k, uint64_t line, char *out, size_t n)
-{
-	char d[300], suf[32];
-	snprintf(d, sizeof d, "%s/disk", dir);
-	snprintf(suf, sizeof suf, "-%llu", (unsigned long long)line);
-	DIR *dp = opendir(d);
-	REQUIRE(dp, "opendir");
-	struct dirent *e;
-	int got = 0;
-	while ((e = readdir(dp))) {
-		size_t l = strlen(e->d_name), ls = strlen(suf);
-		if (e->d_name[0] == k && e->d_name[1] == '-' && l > ls &&
-		    !strcmp(e->d_name + l - ls, suf)) {
-			snprintf(out, n, "%s/%s", d, e->d_name);
-			got = 1;
-		}
-	}
-	closedir(dp);
-	return got;
-}
-
 static void chunk_trial(void)
 {
 	wipe();
 	write_head(A, "s");
 	char p[600];
-	REQUIRE(file_at('c', 640, p, sizeof p), "chunk 640");
+	REQUIRE(toy_file_at(dir, 'c', 640, p, sizeof p), "chunk 640");
 	struct stat st;
 	REQUIRE(stat(p, &st) == 0, "stat");
 	smash(p, 4096 + 32 * 4 + 100, 1, 0); /* in the rows, past the ids */
@@ -296,39 +274,6 @@ static void ledger_trial(void)
 
 /* ---- a full disk: a small tmpfs of a mount namespace of our own ---- */
 
-static int write_map(const char *file, const char *text)
-{
-	int fd = open(file, O_WRONLY);
-	if (fd < 0)
-		return -1;
-	ssize_t n = write(fd, text, strlen(text));
-	close(fd);
-	return n == (ssize_t)strlen(text) ? 0 : -1;
-}
-
-static int private_tmpfs(const char *at, const char *size)
-{
-	uid_t uid = getuid();
-	gid_t gid = getgid();
-	if (unshare(CLONE_NEWNS)) {
-		if (unshare(CLONE_NEWUSER | CLONE_NEWNS))
-			return -1;
-		char m[64];
-		snprintf(m, sizeof m, "0 %u 1", (unsigned)uid);
-		write_map("/proc/self/setgroups", "deny");
-		if (write_map("/proc/self/uid_map", m))
-			return -1;
-		snprintf(m, sizeof m, "0 %u 1", (unsigned)gid);
-		if (write_map("/proc/self/gid_map", m))
-			return -1;
-	}
-	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
-		return -1;
-	char o[64];
-	snprintf(o, sizeof o, "size=%s,mode=0700", size);
-	return mount("tmpfs", at, "tmpfs", MS_NOSUID | MS_NODEV, o);
-}
-
 static int count_tmp(const char *d)
 {
 	DIR *dp = opendir(d);
@@ -361,7 +306,7 @@ static void full_disk_child(void)
 	REQUIRE(snprintf(fs, sizeof fs, "%s/small", dir) < (int)sizeof fs,
 		"path");
 	REQUIRE(mkdir(fs, 0700) == 0, "mkdir");
-	if (private_tmpfs(fs, "4m")) {
+	if (mountns_enter() || mountns_tmpfs(fs, "4m", "0700")) {
 		printf("SKIP: the full-disk trial: no mount namespace here\n");
 		_exit(77);
 	}

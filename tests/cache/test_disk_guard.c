@@ -197,7 +197,7 @@ int main(void)
 	h_close(&h);
 
 	/* the next local day: a new count, the old day in the history */
-	ledger_clock = tomorrow;
+	cache_ledger_clock = tomorrow;
 	open_h(&h, "dg-6", (uint64_t)wrote / 4);
 	dw_str(h.c, "level", lv, sizeof lv);
 	char day[32];
@@ -224,7 +224,7 @@ int main(void)
 	      json_array_size(days));
 	json_decref(r);
 	h_close(&h);
-	ledger_clock = NULL;
+	cache_ledger_clock = NULL;
 
 	/* no budget */
 	open_h(&h, "dg-5", 0);

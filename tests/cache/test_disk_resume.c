@@ -105,7 +105,7 @@ int main(void)
 	CHECK(h_stat(h.c, "disk.hits") == 1 &&
 		  h_stat(h.c, "disk.bytes_read") > 0,
 	      "one disk hit");
-	CHECK(anchor_find(h.c, 1024) >= 0,
+	CHECK(cache_anchor_find(h.c, 1024) >= 0,
 	      "the disk anchor is a resident anchor now");
 	cache_disk_wait(h.c);
 	h_close(&h);

@@ -9,6 +9,8 @@
  *     write is cut short, for every N until no fault fires;
  *   - the process is killed (SIGKILL, in a child) at the writer's Nth file
  *     operation, for every N;
+ *   - after a good write, the Nth read of the restore fails with EIO (on
+ *     its reader thread), for every N until none fires;
  *   - after a good write, a bit is flipped in a chunk or an anchor file at
  *     several places (header, sums, ids, rows or sections, the padding),
  *     or the file is torn (cut to half its length);
@@ -21,10 +23,14 @@
  *
  * The suite runs every 5th N of the write faults and every 4th of the
  * kills; MOOR_FAULT_FULL=1 runs every N and 64 flips a file (the bench
- * target bench_disk_sweep). The count of trials is printed. */
+ * target bench_disk_sweep). The count of trials is printed. A killed child
+ * never unlinks its arenas: the parent does, and checks at the end that
+ * none of its children's is left in /dev/shm. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,7 +44,7 @@
 
 static char dir[256];
 static int full;
-static long trials, served_disk, served_cold, wrong;
+static long trials, served_disk, served_cold, wrong, r_trials;
 static int32_t *A, *Q;
 
 static volatile int f_op, f_err, f_nth, f_seen, f_fired, f_kill;
@@ -61,11 +67,16 @@ static int hook(int op, const char *name)
 	return f_err;
 }
 
+/* The arenas' prefix of the cache `name` of process pid. */
+static void prefix_of(char *out, size_t n, const char *name, pid_t pid)
+{
+	snprintf(out, n, "moor-ds-%s-%d", name, (int)pid);
+}
+
 static void cfg_of(cache_cfg *cfg, const char *name)
 {
 	cache_cfg_defaults(cfg);
-	snprintf(cfg->arena_prefix, sizeof cfg->arena_prefix, "moor-ds-%s-%d",
-		 name, (int)getpid());
+	prefix_of(cfg->arena_prefix, sizeof cfg->arena_prefix, name, getpid());
 	cfg->device_bytes = 16ull << 20;
 	cfg->host_bytes = 16ull << 20;
 	cfg->mem_ceiling = cfg->mem_peak = 1ull << 40;
@@ -112,10 +123,24 @@ static void write_head(void)
 	toy_close(&e);
 }
 
+/* The fault hook of the judging cache's reads (sweep_reads): the Nth read
+ * of a file fails with EIO. Reads run on the restore's reader thread. */
+static int (*judge_hook)(int op, const char *name);
+static atomic_int r_seen, r_fired;
+
+static int rhook(int op, const char *name)
+{
+	(void)name;
+	if (op != DFILE_OP_READ || atomic_fetch_add(&r_seen, 1) + 1 != f_nth)
+		return 0;
+	atomic_store(&r_fired, 1);
+	return -EIO;
+}
+
 /* A new cache serves Q; what it serves is judged against a cold run. */
 static void judge(const char *what, int want_disk)
 {
-	dfile_fault = NULL;
+	dfile_fault = judge_hook;
 	cache_cfg cfg;
 	cfg_of(&cfg, "b");
 	toy_env e;
@@ -144,8 +169,30 @@ static void judge(const char *what, int want_disk)
 			CHECK(stat_of(e.c, "hit_failed") <= 1,
 			      "%s: one failed restore at most", what);
 	}
+	dfile_fault = NULL;
 	cache_disk_wait(e.c);
 	toy_close(&e);
+}
+
+/* A read of the restore fails (the Nth, for every N until none fires):
+ * the entry is lost, never the answer, and nothing wrong is served. */
+static void sweep_reads(void)
+{
+	for (int n = 1;; n += full ? 1 : 5) {
+		wipe();
+		write_head();
+		f_nth = n;
+		atomic_store(&r_seen, 0);
+		atomic_store(&r_fired, 0);
+		judge_hook = rhook;
+		char what[64];
+		snprintf(what, sizeof what, "read %d fails (EIO)", n);
+		judge(what, 0);
+		judge_hook = NULL;
+		if (!atomic_load(&r_fired))
+			break;
+		r_trials++;
+	}
 }
 
 static void sweep_errors(void)
@@ -178,6 +225,26 @@ static void sweep_errors(void)
 		}
 }
 
+/* The children sweep_kill forked: none may leave an arena behind. */
+static pid_t kids[4096];
+static int n_kids;
+
+static int arena_left(pid_t pid)
+{
+	char pre[64], nm[80];
+	int left = 0;
+	prefix_of(pre, sizeof pre, "a", pid);
+	for (int h = 0; h < 2; h++) {
+		snprintf(nm, sizeof nm, "/%s.%s", pre, h ? "host" : "dev");
+		int fd = shm_open(nm, O_RDONLY, 0);
+		if (fd >= 0) {
+			close(fd);
+			left++;
+		}
+	}
+	return left;
+}
+
 static void sweep_kill(void)
 {
 	for (int n = 1;; n += full ? 1 : 4) {
@@ -195,34 +262,21 @@ static void sweep_kill(void)
 		}
 		int st;
 		REQUIRE(waitpid(p, &st, 0) == p, "waitpid");
+		if (n_kids < (int)(sizeof kids / sizeof *kids))
+			kids[n_kids++] = p;
+		/* a child killed mid-write never unlinked its arenas */
+		char pre[64], nm[80];
+		prefix_of(pre, sizeof pre, "a", p);
+		snprintf(nm, sizeof nm, "/%s.dev", pre);
+		shm_unlink(nm);
+		snprintf(nm, sizeof nm, "/%s.host", pre);
+		shm_unlink(nm);
 		char what[64];
 		snprintf(what, sizeof what, "kill -9 at file op %d", n);
 		judge(what, 0);
 		if (WIFEXITED(st))
 			break;
 	}
-}
-
-/* The path of the file of kind k ('a' or 'c') at line. */
-static int file_at(char k, uint64_t line, char *out, size_t n)
-{
-	char d[300], suf[32];
-	snprintf(d, sizeof d, "%s/disk", dir);
-	snprintf(suf, sizeof suf, "-%llu", (unsigned long long)line);
-	DIR *dp = opendir(d);
-	REQUIRE(dp, "opendir");
-	struct dirent *e;
-	int got = 0;
-	while ((e = readdir(dp))) {
-		size_t l = strlen(e->d_name), ls = strlen(suf);
-		if (e->d_name[0] == k && e->d_name[1] == '-' && l > ls &&
-		    !strcmp(e->d_name + l - ls, suf)) {
-			snprintf(out, n, "%s/%s", d, e->d_name);
-			got = 1;
-		}
-	}
-	closedir(dp);
-	return got;
 }
 
 static void sweep_damage(void)
@@ -237,10 +291,10 @@ static void sweep_damage(void)
 			wipe();
 			write_head();
 			char p[600];
-			REQUIRE(
-			    file_at(files[fi].k, files[fi].line, p, sizeof p),
-			    "file %c %llu", files[fi].k,
-			    (unsigned long long)files[fi].line);
+			REQUIRE(toy_file_at(dir, files[fi].k, files[fi].line, p,
+					    sizeof p),
+				"file %c %llu", files[fi].k,
+				(unsigned long long)files[fi].line);
 			int fd = open(p, O_RDWR);
 			REQUIRE(fd >= 0, "open %s", p);
 			struct stat st;
@@ -306,6 +360,8 @@ int main(void)
 	CHECK(served_disk == 1, "without a fault Q resumes from the disk");
 
 	sweep_errors();
+	sweep_reads();
+	CHECK(r_trials >= 2, "the read sweep failed %ld reads", r_trials);
 	sweep_kill();
 	sweep_damage();
 	/* the tier works after all of it */
@@ -315,6 +371,11 @@ int main(void)
 	judge("after the sweeps", 1);
 	CHECK(served_disk == d0 + 1, "the tier works after the sweeps");
 
+	int left = 0;
+	for (int i = 0; i < n_kids; i++)
+		left += arena_left(kids[i]);
+	CHECK(left == 0, "%d arenas of %d killed children left in /dev/shm",
+	      left, n_kids);
 	printf("test_disk_sweep: %ld trials: %ld from the disk, %ld cold, "
 	       "%ld wrong\n",
 	       trials, served_disk, served_cold, wrong);

@@ -16,7 +16,6 @@
  *   test_shm_room CACHED */
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,45 +30,19 @@
 #include "arena.h"
 #include "harness.h"
 #include "moor.h"
+#include "mountns.h"
 
 #define MiB (1ull << 20)
 
-static int write_id_map(const char *file, const char *text)
-{
-	int fd = open(file, O_WRONLY);
-	if (fd < 0)
-		return -1;
-	ssize_t n = write(fd, text, strlen(text));
-	close(fd);
-	return n == (ssize_t)strlen(text) ? 0 : -1;
-}
-
 static int shm_mount(const char *size)
 {
-	char o[64];
-	snprintf(o, sizeof o, "size=%s,mode=1777", size);
-	return mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, o);
+	return mountns_tmpfs("/dev/shm", size, "1777");
 }
 
 /* A mount namespace with a 32 MiB tmpfs on /dev/shm; 0 or -1 (skip). */
 static int private_shm(void)
 {
-	uid_t uid = getuid();
-	gid_t gid = getgid();
-	if (unshare(CLONE_NEWNS)) {
-		if (unshare(CLONE_NEWUSER | CLONE_NEWNS))
-			return -1;
-		char m[64];
-		snprintf(m, sizeof m, "0 %u 1", (unsigned)uid);
-		write_id_map("/proc/self/setgroups", "deny");
-		if (write_id_map("/proc/self/uid_map", m))
-			return -1;
-		snprintf(m, sizeof m, "0 %u 1", (unsigned)gid);
-		if (write_id_map("/proc/self/gid_map", m))
-			return -1;
-	}
-	/* nothing of ours propagates back to the machine's mounts */
-	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
+	if (mountns_enter())
 		return -1;
 	return shm_mount("32m");
 }

@@ -77,12 +77,13 @@ static void snap_take(harness *h, snap *s)
 	for (uint32_t i = 0; i < c->n_anc; i++) {
 		s->line[i] = c->anc[i].line;
 		REQUIRE(c->mv->copy(c->mv->ctx, s->anc + i * c->sec_bytes,
-				    dev_at(c, c->anc[i].off),
+				    cache_dev_at(c, c->anc[i].off),
 				    c->sec_bytes) == 0,
 			"anchor %u out", i);
 	}
 	if (c->end.have)
-		REQUIRE(c->mv->copy(c->mv->ctx, s->end, dev_at(c, c->end.off),
+		REQUIRE(c->mv->copy(c->mv->ctx, s->end,
+				    cache_dev_at(c, c->end.off),
 				    c->sec_bytes) == 0,
 			"the end anchor out");
 	REQUIRE(cache_sync(c) == 0, "the anchors' copies");
@@ -105,8 +106,8 @@ static unsigned char *live_take(cache *c)
 	size_t n = c->valid * c->row_bytes + c->sec_bytes;
 	unsigned char *b = malloc(n + 1);
 	REQUIRE(b, "oom");
-	REQUIRE(rows_out(c, b, c->valid, 0, 0, c->valid) == 0 &&
-		    secs_out(c, b + c->valid * c->row_bytes) == 0 &&
+	REQUIRE(cache_rows_out(c, b, c->valid, 0, 0, c->valid) == 0 &&
+		    cache_secs_out(c, b + c->valid * c->row_bytes) == 0 &&
 		    cache_sync(c) == 0,
 		"the live rows out");
 	return b;
@@ -228,14 +229,15 @@ int main(void)
 		      "bit");
 		free(lx);
 		free(l2);
-		CHECK(!memcmp(dev_at(x, x->end.off), dev_at(h2.c, h2.c->end.off),
+		CHECK(!memcmp(cache_dev_at(x, x->end.off),
+			      cache_dev_at(h2.c, h2.c->end.off),
 			      h2.c->sec_bytes),
 		      "the deferred read-back's end anchor");
 		CHECK(x->n_anc == h2.c->n_anc, "anchors %u", x->n_anc);
 		for (uint32_t i = 0; i < x->n_anc && i < h2.c->n_anc; i++)
 			CHECK(x->anc[i].line == h2.c->anc[i].line &&
-				  !memcmp(dev_at(x, x->anc[i].off),
-					  dev_at(h2.c, h2.c->anc[i].off),
+				  !memcmp(cache_dev_at(x, x->anc[i].off),
+					  cache_dev_at(h2.c, h2.c->anc[i].off),
 					  h2.c->sec_bytes),
 			      "the deferred read-back's anchor %u", i);
 		cache_free(x);

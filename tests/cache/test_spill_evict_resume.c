@@ -131,7 +131,7 @@ int main(void)
 	for (uint32_t i = 0; i < h.c->spill.n_ent; i++) {
 		char p[600];
 		snprintf(p, sizeof p, "%s/sessions/%s/r0", dir,
-			 spill_ent_name(h.c, (int)i));
+			 cache_spill_ent_name(h.c, (int)i));
 		int fd = open(p, O_RDWR);
 		if (fd < 0)
 			continue;

@@ -14,7 +14,9 @@
 #ifndef MOOR_TEST_TOY_H
 #define MOOR_TEST_TOY_H
 
+#include <dirent.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -348,6 +350,30 @@ static inline void toy_part(int32_t *p, const int32_t *a, uint64_t k)
 {
 	if (p[k] == a[k])
 		p[k] = (a[k] + 1) % TOY_V;
+}
+
+/* The path of the disk tier's file of kind k ('a' an anchor, 'c' a chunk)
+ * at line in DIR/disk (its names end in -LINE); 0 when there is none. */
+static inline int toy_file_at(const char *dir, char k, uint64_t line, char *out,
+			      size_t n)
+{
+	char d[300], suf[32];
+	snprintf(d, sizeof d, "%s/disk", dir);
+	snprintf(suf, sizeof suf, "-%llu", (unsigned long long)line);
+	DIR *dp = opendir(d);
+	REQUIRE(dp, "opendir %s", d);
+	struct dirent *e;
+	int got = 0;
+	while ((e = readdir(dp))) {
+		size_t l = strlen(e->d_name), ls = strlen(suf);
+		if (e->d_name[0] == k && e->d_name[1] == '-' && l > ls &&
+		    !strcmp(e->d_name + l - ls, suf)) {
+			snprintf(out, n, "%s/%s", d, e->d_name);
+			got = 1;
+		}
+	}
+	closedir(dp);
+	return got;
 }
 
 #endif

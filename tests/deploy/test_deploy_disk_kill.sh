@@ -118,6 +118,10 @@ check "the disk tier counts no hit: $s" \
 mt=$(curl -s -m 10 "$base/metrics")
 check "/metrics does not count the disk hit" \
 	'echo "$mt" | grep -q "^moor_disk_total{what=\"hits\"} 1$"'
+# the day's writes are the ledger's (LMDB): kept across the kill -9
+dw=$(echo "$s" | json 'd["disk_writes"]["tier"]' 2>/dev/null)
+check "/metrics' day's disk writes are not the stats' ${dw:-?} (or none): $(echo "$mt" | grep '^moor_disk_write')" \
+	'[ "${dw:-0}" -gt 0 ] && echo "$mt" | grep -q "^moor_disk_writes_bytes{who=\"tier\"} $dw$" && echo "$mt" | grep -q "^moor_disk_write_budget_bytes 200000000000$"'
 
 # ---- the same turn 2 cold ----
 cl=$(curl -s -m 30 -X POST -H "$A" "$base/v1/cache/clear?tier=all")
