@@ -509,9 +509,22 @@ int cache_scratch_plan(cache *c, const cache_req *r, cache_plan_out *out,
 		moor_errf(err, "cache: a scratch run while a turn is in flight");
 		return MOOR_ERANGE;
 	}
-	if (!c->end.have || c->end.len != c->valid || c->stash.have) {
+	/* a guest's saved rows (opencode's title request after a turn) go
+	 * back first, as at a plan: the conversation's rows and its end
+	 * anchor are then in place again */
+	if (c->stash.have) {
+		cache_disk_fence(c, c->stash.lo);
+		rc = cache_stash_restore(c);
+		if (rc) {
+			moor_errf(err,
+				  "cache: the guest stash could not be put back: %s",
+				  moor_strerror(rc));
+			return rc;
+		}
+	}
+	if (!c->end.have || c->end.len != c->valid) {
 		moor_errf(err, "cache: a scratch run needs the end anchor at the "
-			       "end of the rows in place (and no guest stash)");
+			       "end of the rows in place");
 		return MOOR_ERANGE;
 	}
 	uint64_t e = c->end.len;

@@ -300,6 +300,31 @@ int main(int argc, char **argv)
 	      "computed at request time (%lld) \"%s\"",
 	      comp_z, cz, comp_y, cy);
 
+	/* G: three turns and at once a short request of the same session
+	 * (opencode's title request is one): cached runs it as a guest of
+	 * the conversation (its rows saved aside, the end anchor kept); then
+	 * idle: the preparer writes the conversation's summary (cached puts
+	 * the guest's rows back first; before, the scratch plan refused) */
+	json_t *mg = json_array();
+	turns("ses_g", mg, 0, 3, &ans, &src, &cached);
+	json_t *gb =
+	    json_pack("{s:[{s:s,s:s}],s:i,s:i}", "messages", "role", "user",
+		      "content", "Title?", "max_tokens", 4, "temperature", 0);
+	json_t *gu;
+	json_decref(post(gb, "ses_g", &gu));
+	json_decref(gb);
+	gt_resp sr = gt_get(gt_.port, "/v1/cache/stats");
+	json_t *so = gt_json(&sr);
+	gt_resp_fini(&sr);
+	long long stash_rows = gt_int(so, "stash.rows");
+	json_decref(so);
+	CHECK(stash_rows > 0, "the short request was not a guest");
+	CHECK(gt_wait_log("gatewayd1", "writing the summary of session ses_g", 30),
+	      "G's summary was not started after the guest");
+	CHECK(gt_wait_log("gatewayd1", "prepared the summary of session ses_g", 60),
+	      "G's summary was not prepared after the guest");
+	json_decref(mg);
+
 	/* V: four turns at once (no preparer runs between them) */
 	char *av = NULL, *aw = NULL;
 	json_t *mv = json_array();
