@@ -19,6 +19,7 @@
  * the abandoned call is lost with the old pipe; cached sees that engine's
  * connection end, as on any restart of engined. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,12 +34,19 @@
 #include "net.h"
 #include "serve_int.h"
 
+/* A new pipe also wakes the worker: idle, it HELLOs the new cached at
+ * once (serve.c), so a peek or a prewarm finds this engine attached
+ * before any generation comes. */
 static void cached_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
 	srv *s = arg;
 	(void)p;
-	if (ev == NNG_PIPE_EV_ADD_POST)
-		atomic_fetch_add(&s->pipes_added, 1);
+	if (ev != NNG_PIPE_EV_ADD_POST)
+		return;
+	atomic_fetch_add(&s->pipes_added, 1);
+	pthread_mutex_lock(&s->mu);
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
 }
 
 int srv_cached_open(srv *s)

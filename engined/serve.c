@@ -68,15 +68,48 @@ static void *signal_main(void *arg)
 	return NULL;
 }
 
+/* A pipe to cached newer than the last good HELLO: cached restarted and
+ * knows this engine no longer (after the first attach only). */
+static int reattach_due(srv *s)
+{
+	return s->hello_gen != 0 &&
+	       atomic_load(&s->pipes_added) != s->hello_gen;
+}
+
 static void worker_loop(srv *s)
 {
+	double retry_at = 0; /* an idle HELLO that failed is tried again then */
 	for (;;) {
 		pthread_mutex_lock(&s->mu);
-		while (!s->stop && s->qn == 0)
-			pthread_cond_wait(&s->cv, &s->mu);
+		while (!s->stop && s->qn == 0) {
+			if (reattach_due(s) && moor_now() >= retry_at)
+				break;
+			if (reattach_due(s)) {
+				struct timespec ts;
+				clock_gettime(CLOCK_REALTIME, &ts);
+				ts.tv_sec += 1;
+				pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+			} else {
+				pthread_cond_wait(&s->cv, &s->mu);
+			}
+		}
 		if (s->stop) {
 			pthread_mutex_unlock(&s->mu);
 			return;
+		}
+		if (s->qn == 0) {
+			/* idle and cached is new: attach now, so that its peek
+			 * and prewarm (which need an engine) work before the
+			 * next generation; a request still HELLOs first if
+			 * this fails */
+			pthread_mutex_unlock(&s->mu);
+			char err[MOOR_ERRLEN] = "";
+			moor_info("cached reconnected: HELLO again (idle)");
+			if (srv_cached_hello(s, err)) {
+				moor_warn("HELLO: %s; again in 1 s", err);
+				retry_at = moor_now() + 1.0;
+			}
+			continue;
 		}
 		job *j = s->queue[0];
 		memmove(&s->queue[0], &s->queue[1],

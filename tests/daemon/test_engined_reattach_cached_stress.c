@@ -8,7 +8,8 @@
  *   - the new cached spawned at once (< 50 ms after the kill) or after
  *     1.2 s;
  *   - the next request sent at once (cached may not listen yet) or once
- *     the new cached says it serves.
+ *     the new cached says it serves; an idle engine then HELLOs the new
+ *     cached by itself within IDLE_HELLO_S, before any request.
  * A lost link that engined never re-dials or never HELLOs again shows as a
  * round past its bound (the bug seen once in bench_load_faults: after the
  * third restart of cached no HELLO came in 180 s).
@@ -36,6 +37,7 @@
 #define BOUND_S 8.0	  /* a round's restart to its answered request */
 #define CALL_S "5"	  /* engined's --call-timeout: a lost call ends there */
 #define HUNG_BOUND_S 20.0 /* silent peer to an answer: 5 s timeout + slack */
+#define IDLE_HELLO_S 5.0  /* cached serving to an idle engine's HELLO */
 
 static atomic_int fake_pipes;
 
@@ -125,6 +127,19 @@ int main(int argc, char **argv)
 			REQUIRE(h_wait_ready(logname, "serving", run,
 					     "admin.sock", cd, 20) == 0,
 				"round %d: cached did not come up", k);
+		if (!eager && !inflight) {
+			/* idle: engined HELLOs the new cached by itself, before
+			 * any request (a peek or a prewarm needs an engine) */
+			double w0 = moor_now();
+			while (!h_log_has(logname, "attached") &&
+			       moor_now() - w0 < IDLE_HELLO_S)
+				sleep_ms(50);
+			CHECK(h_log_has(logname, "attached"),
+			      "round %d: idle engined did not HELLO the new "
+			      "cached "
+			      "within %.0f s",
+			      k, IDLE_HELLO_S);
+		}
 		if (fly) {
 			/* the request the kill met: a DONE, whatever it says */
 			mc_wait(&c, fly, &r, (int)(BOUND_S * 1000) + 20000, 0);
