@@ -21,9 +21,17 @@ fail=0
 rp=
 cleanup() {
 	[ -n "$rp" ] && kill -TERM "$rp" 2>/dev/null && sleep 2
-	# anything of ours still up (the run dirs are in every daemon's argv)
-	pkill -TERM -f "$tmp/" 2>/dev/null && sleep 1
-	pkill -KILL -f "$tmp/" 2>/dev/null
+	# any daemon of ours still up: the pids deploy/run said it started
+	# (both runs' logs), each still running with our run dir in its argv
+	# (not a later process that took a dead daemon's pid)
+	local pids='' p
+	for p in $(sed -n 's/.*started [a-z]* (pid \([0-9]*\)).*/\1/p' "$tmp"/run*.log 2>/dev/null); do
+		tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF "$tmp/" && pids="$pids $p"
+	done
+	if [ -n "$pids" ]; then
+		kill -TERM $pids 2>/dev/null && sleep 1
+		kill -KILL $pids 2>/dev/null
+	fi
 	if [ $fail -ne 0 ]; then
 		for f in "$tmp"/*.log; do echo "---- $f"; cat "$f"; done
 	fi
