@@ -100,29 +100,14 @@ static void day_key(char b[16])
 	strftime(b, 16, "%Y-%m-%d", &tm);
 }
 
-static int hexval(int ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
-
 int cache_fp_parse(const char *s, uint8_t out[32], uint32_t *n)
 {
 	size_t l = strlen(s);
 	if (l < 16 || l > 64 || l % 2)
 		return MOOR_ERANGE;
 	memset(out, 0, 32);
-	for (size_t i = 0; i < l; i += 2) {
-		int a = hexval(s[i]), b = hexval(s[i + 1]);
-		if (a < 0 || b < 0)
-			return MOOR_ERANGE;
-		out[i / 2] = (uint8_t)(a << 4 | b);
-	}
+	if (moor_unhex(s, l / 2, out))
+		return MOOR_ERANGE;
 	*n = (uint32_t)(l / 2);
 	return 0;
 }

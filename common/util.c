@@ -81,6 +81,30 @@ int moor_parse_u32(const char *s, uint32_t *out)
 	return 0;
 }
 
+static int hexval(int ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+int moor_unhex(const char *s, size_t n, void *out)
+{
+	unsigned char *b = out;
+	for (size_t i = 0; i < n; i++) {
+		int hi = hexval(s[2 * i]);
+		int lo = hi < 0 ? -1 : hexval(s[2 * i + 1]);
+		if (lo < 0)
+			return -EINVAL;
+		b[i] = (unsigned char)(hi << 4 | lo);
+	}
+	return 0;
+}
+
 void moor_hex(const void *p, size_t n, char *out)
 {
 	static const char d[] = "0123456789abcdef";

@@ -29,4 +29,9 @@ int moor_parse_u32(const char *s, uint32_t *out);
  * (NUL-terminated). */
 void moor_hex(const void *p, size_t n, char *out);
 
+/* The first 2 * n characters of s, hex digits of either case, as n bytes
+ * into out: 0, or -EINVAL at the first character that is not a hex digit
+ * (s shorter than 2 * n ends at its NUL, which is not one). */
+int moor_unhex(const char *s, size_t n, void *out);
+
 #endif

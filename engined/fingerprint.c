@@ -415,13 +415,7 @@ static int unhex(const char *s, uint8_t out[32])
 {
 	if (!s || strlen(s) != 64)
 		return -1;
-	for (int i = 0; i < 32; i++) {
-		unsigned v;
-		if (sscanf(s + 2 * i, "%2x", &v) != 1)
-			return -1;
-		out[i] = (uint8_t)v;
-	}
-	return 0;
+	return moor_unhex(s, 32, out) ? -1 : 0;
 }
 
 /* The memo's digests of file fl when its entry matches: 1, else 0. */

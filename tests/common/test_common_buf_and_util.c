@@ -199,6 +199,21 @@ static void test_hex(void)
 	CHECK(!strcmp(out, "00017f80abcdefff"), "hex: %s", out);
 	moor_hex(fp, 0, out);
 	CHECK(out[0] == 0, "0 bytes: the empty string");
+
+	/* and back, either case; a non-digit or a short string refused */
+	uint8_t back[8];
+	memset(back, 0x55, sizeof back);
+	CHECK(moor_unhex("00017f80abcdefff", 8, back) == 0 &&
+		  !memcmp(back, fp, 8),
+	      "unhex of moor_hex's text");
+	CHECK(moor_unhex("00017F80ABCDEFFF", 8, back) == 0 &&
+		  !memcmp(back, fp, 8),
+	      "unhex of upper case");
+	CHECK(moor_unhex("00017f80abcdefgf", 8, back) == -EINVAL, "a g");
+	CHECK(moor_unhex("0001 f80abcdefff", 8, back) == -EINVAL, "a space");
+	CHECK(moor_unhex("+1", 1, back) == -EINVAL, "a sign");
+	CHECK(moor_unhex("00017f", 8, back) == -EINVAL, "too short");
+	CHECK(moor_unhex("", 0, back) == 0, "0 bytes");
 }
 
 int main(void)
