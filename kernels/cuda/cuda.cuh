@@ -91,21 +91,23 @@ int kcu_fail(kern_ctx *c, cudaError_t e, const char *what, const char *file,
 
 /* ---- launch helpers ---- */
 
-/* Programmatic dependent launch (Hopper). Every kernel of this backend
- * begins with kcu_pdl_enter(): it lets the next grid in the stream launch
+/* Programmatic dependent launch (Hopper), opt-in (MOOR_PDL=1, backend.cu:
+ * measured slower in this form). Every kernel a graph can capture begins
+ * with kcu_pdl_enter(): it lets the next grid in the stream launch
  * (griddepcontrol.launch_dependents), then waits until the grid before it
  * has completed and its writes are visible (griddepcontrol.wait; both are
  * no-ops for a grid launched without the attribute). kcu_go launches with
- * the attribute when q->pdl is set (a captured decode step: some 900
- * small launches), so the kernels up to the next GEMV are resident and
- * waiting while one runs, and the GEMV (k_gemv, which lets the next grid
- * launch only after its wait) is already fetching its weights, which
+ * the attribute when q->pdl is set (while a decode step is captured: some
+ * 900 small launches), so the kernels up to the next GEMV are resident
+ * and waiting while one runs, and the GEMV (k_gemv, which lets the next
+ * grid launch only after its wait) is already fetching its weights, which
  * depend on no earlier kernel. The wait comes before any early return and
  * before any access but a weight's: a grid whose blocks all returned
  * unwaited would complete before its predecessor, and the grid after it
  * would read unfinished results. The order of results is the stream's,
  * whatever the trigger: a wait covers the whole grid before it, which
- * itself waited for its own. */
+ * itself waited for its own. (attn_wg.cu's kernels, never captured, are
+ * launched plainly and need none of it.) */
 static __device__ inline void kcu_pdl_wait(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
