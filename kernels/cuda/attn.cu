@@ -1119,11 +1119,16 @@ static int run_flash(kern_queue *q, float *out, const float *qv, int ldq,
 	       nseg, seg, qv, ldq, (const bf16 *)K, (const bf16 *)V, T,
 	       kcu_dpos(q), kcu_padd(q, pos0), Hq, Hkv, scale);
 	KCU_LAUNCHED(c);
-	if (nseg > 1) {
-		kcu_go(q, k_fcombine, dim3(Hq, T), D / 2, 0, out, c->att_part,
-		       nseg, seg, kcu_dpos(q), kcu_padd(q, pos0), Hq, D);
-		KCU_LAUNCHED(c);
-	}
+	return nseg > 1 ? kcu_flash_combine(q, out, nseg, seg, T, pos0, Hq, D)
+			: 0;
+}
+
+int kcu_flash_combine(kern_queue *q, float *out, int nseg, int64_t seg, int T,
+		      int64_t pos0, int Hq, int D)
+{
+	kcu_go(q, k_fcombine, dim3(Hq, T), D / 2, 0, out, q->ctx->att_part,
+	       nseg, seg, kcu_dpos(q), kcu_padd(q, pos0), Hq, D);
+	KCU_LAUNCHED(q->ctx);
 	return 0;
 }
 

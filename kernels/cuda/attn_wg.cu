@@ -42,7 +42,7 @@
  * runs while the P V product is in flight, and O is rescaled after it
  * lands. The arithmetic is the unpipelined order's: o_j = o_{j-1} c_j +
  * P_j V_j. Keys are cut into segments by k_flash's rule (a rule of T, pos0
- * and Hq), combined by k_wg_combine in order as k_fcombine does.
+ * and Hq), combined in order by k_flash's k_fcombine (kcu_flash_combine).
  *
  * wgmma and the kernel body are built for the sm_90a target only; the
  * compute_90 PTX that later chips JIT holds an empty kernel, and the host
@@ -801,32 +801,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 
 #endif /* WG_ARCH */
 
-/* grid (Hq, T), D / 2 threads (two dims each): a row's segments, the
- * weights e^(m_s - M) and their sums in order s = 0, 1, ... (k_fcombine's
- * arithmetic). */
-__global__ void k_wg_combine(float *out, const float *part, int nseg,
-			     int64_t seg, int64_t pos0, int Hq, int D)
-{
-	const int h = blockIdx.x, t = blockIdx.y, d = 2 * threadIdx.x;
-	const int64_t len = pos0 + t + 1;
-	const int ns = (int)((len + seg - 1) / seg);
-	const float *p = part + ((size_t)t * Hq + h) * nseg * (D + 2);
-	float M = -INFINITY;
-	for (int s = 0; s < ns; s++)
-		M = fmaxf(M, p[(size_t)s * (D + 2)]);
-	float L = 0.0f, o0 = 0.0f, o1 = 0.0f;
-	for (int s = 0; s < ns; s++) {
-		const float *q = p + (size_t)s * (D + 2);
-		float wgt = expf(q[0] - M);
-		L = fmaf(wgt, q[1], L);
-		o0 = fmaf(wgt, q[2 + d], o0);
-		o1 = fmaf(wgt, q[3 + d], o1);
-	}
-	float *y = out + ((size_t)t * Hq + h) * D + d;
-	y[0] = kcu_bf16r(o0 / L);
-	y[1] = kcu_bf16r(o1 / L);
-}
-
 /* ---- the host side ---- */
 
 /* k_flash's segment rule (attn.cu: FL_TARGET, FL_SEG_MIN, FL_NSEG, counted
@@ -953,10 +927,8 @@ int kcu_attention_wg(kern_queue *q, float *out, const float *qv, int ldq,
 	     q->s>>>(mk, mv, out, c->att_part, nseg, seg, qv, ldq, T, pos0, Hq,
 		     Hkv, scale);
 	KCU_LAUNCHED(c);
-	if (nseg > 1) {
-		k_wg_combine<<<dim3(Hq, T), WG_D / 2, 0, q->s>>>(
-		    out, c->att_part, nseg, seg, pos0, Hq, WG_D);
-		KCU_LAUNCHED(c);
-	}
-	return 0;
+	/* the segments in order: k_flash's combine (attn.cu) */
+	return nseg > 1
+		   ? kcu_flash_combine(q, out, nseg, seg, T, pos0, Hq, WG_D)
+		   : 0;
 }

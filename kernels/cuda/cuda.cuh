@@ -333,6 +333,10 @@ int kcu_delta_recurrent(kern_queue *q, float *o, float *S, const float *qq,
 #define KCU_SPLIT_BATCH 4  /* rows of one split launch (the scratch's rows) */
 #define KCU_GROUP_MAX 16
 size_t kcu_att_part_bytes(const kern_limits *lim);
+/* k_flash's segments of a call (part = the context's att_part [T][Hq]
+ * [nseg][D + 2]) added in order into out [T, Hq, D]: k_flash_wg's too. */
+int kcu_flash_combine(kern_queue *q, float *out, int nseg, int64_t seg, int T,
+		      int64_t pos0, int Hq, int D);
 int kcu_attention(kern_queue *q, float *out, const float *qv, int ldq,
 		  const void *K, const void *V, int kvdt, int T, int64_t pos0,
 		  int Hq, int Hkv, int D, float scale, int act);
