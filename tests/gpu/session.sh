@@ -5,6 +5,7 @@
 # a call brings back) and prints a short tail; a phase that fails does not
 # stop the next. Phases:
 #   setup     deploy/setup --from .bundle (build/ with every core, models/tiny)
+#   env       a later call on the warm machine: setup's environment, no build
 #   suite     meson test --suite gpu --suite kern (the defaults)
 #   tc        the kern and golden GPU tests again with MOOR_GDN_TC=1
 #   wg        the kern and golden GPU tests again with MOOR_ATTN_WG=1
@@ -15,6 +16,7 @@
 #   golden27  tests/golden/run_golden27.sh (transformers at 27B width)
 #   load      bench_load: an 8-layer checkpoint of the 27B's width from /dev/shm
 #   ttft      bench_ttft on CUDA with dummy 27B weights at 32k and 128k
+#   stack     stack_ttft: the whole stack (deploy/run, HTTP) on CUDA, dummy 27B
 # Knobs: SESSION_ENV (exported before every phase, e.g. MOOR_GDN_TC=1),
 # BENCH_LENS (gpu), BENCH_DECODE (decode steps, default 32).
 set -u
@@ -57,6 +59,11 @@ for p in "$@"; do
 			. .deps/env.sh
 			export LD_LIBRARY_PATH=$LIBRARY_PATH
 		fi ;;
+	env)
+		if [ -f .deps/env.sh ]; then
+			. .deps/env.sh
+			export LD_LIBRARY_PATH=$LIBRARY_PATH
+		fi ;;
 	suite)
 		phase suite ${SUITE_LIMIT:-210} "meson test -C $B --suite gpu --suite kern --num-processes 4 --print-errorlogs; \
 			cp $B/meson-logs/testlog.txt $OUT/suite-testlog.txt" ;;
@@ -84,6 +91,10 @@ for p in "$@"; do
 	ttft)
 		phase ttft ${TTFT_LIMIT:-580} "$B/tests/bench/bench_ttft tests/bench/qwen35-27b --backend cuda \
 			--load-format dummy --lens ${TTFT_LENS:-32768,131072}" ;;
+	stack)
+		phase stack ${STACK_LIMIT:-580} "tests/bench/stack_ttft --model tests/bench/qwen35-27b \
+			--tokenizer-dir models/tiny --backend cuda --load-format dummy \
+			--lens ${STACK_LENS:-32768,131072} --build $B" ;;
 	*) echo "session.sh: unknown phase $p" >&2 ;;
 	esac
 done
