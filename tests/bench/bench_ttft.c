@@ -52,7 +52,9 @@
  * equal the cold prefill's bit for bit (memcmp) and so do their greedy
  * tokens; the end anchor's state was written by decode steps, so its
  * tokens are held to the greedy gate (the same tokens as cold, the
- * design's rule above the taint line). The restart and spill rows resume
+ * design's rule above the taint line; on dummy weights, whose random
+ * logits are near ties, to a distance a layer instead: check_row). The
+ * restart and spill rows resume
  * from an end anchor recomputed to the same bits (the history's turn run
  * again from its anchor at H - 1024), so their logits equal the end
  * anchor row's (memcmp). A check that fails makes the exit status 1 after
@@ -332,7 +334,7 @@ typedef struct rowr {
 	int64_t n;
 	double goal; /* s; 0: none */
 	char check[64];
-	char note[160]; /* the check's numbers */
+	char note[224]; /* the check's numbers */
 	int bad;
 } rowr;
 
@@ -426,11 +428,13 @@ static void check_row(env *e, rowr *w, const turn *cold, const turn *end,
 	/* how far the first token's logits are from cold's, against the
 	 * margin of cold's pick (its top two), and the greedy tokens
 	 * that agree: what a reader needs to tell a near tie from a fault */
-	double dmax = 0, top1 = -1e30, top2 = -1e30;
+	double dmax = 0, top1 = -1e30, top2 = -1e30, dd = 0, cc = 0;
 	for (int i = 0; i < V; i++) {
 		double d = fabs((double)t->lg[i] - cold->lg[i]);
 		dmax = d > dmax ? d : dmax;
 		double v = cold->lg[i];
+		dd += d * d;
+		cc += v * v;
 		if (v > top1) {
 			top2 = top1;
 			top1 = v;
@@ -442,9 +446,10 @@ static void check_row(env *e, rowr *w, const turn *cold, const turn *end,
 	while (agree < GEN && t->gen[agree] == cold->gen[agree])
 		agree++;
 	snprintf(w->note, sizeof w->note,
-		 "max |logit - cold's| %.3g (cold's top two %.3g apart), "
-		 "greedy tokens %d of %d as cold's",
-		 dmax, top1 - top2, agree, GEN);
+		 "max |logit - cold's| %.3g, rms %.3g of cold's rms %.3g "
+		 "(cold's top two %.3g apart), greedy tokens %d of %d as "
+		 "cold's",
+		 dmax, sqrt(dd / V), sqrt(cc / V), top1 - top2, agree, GEN);
 	if (t->tier != want_tier && t->tier != want_tier2) {
 		snprintf(c, cn, "TIER (want %s)", cache_tier_name(want_tier));
 		w->bad = 1;
@@ -454,8 +459,11 @@ static void check_row(env *e, rowr *w, const turn *cold, const turn *end,
 		int eq = memcmp(t->lg, end->lg, (size_t)V * 4) == 0 &&
 			 memcmp(t->gen, end->gen, sizeof t->gen) == 0;
 		snprintf(c, cn, "%s, %s", eq ? "=end" : "DIFFERS from end",
-			 same_gen ? "greedy=cold" : "GREEDY DIFFERS");
-		w->bad = !eq || !same_gen;
+			 same_gen    ? "greedy=cold"
+			 : e->dummy ? "near ties (dummy: as the end row)"
+				     : "GREEDY DIFFERS");
+		/* on dummy weights the end anchor row holds the distance */
+		w->bad = !eq || (!same_gen && !e->dummy);
 	} else if (t->taint == CACHE_NO_TAINT) {
 		int eq = memcmp(t->lg, cold->lg, (size_t)V * 4) == 0;
 		snprintf(c, cn, "%s",
@@ -463,6 +471,24 @@ static void check_row(env *e, rowr *w, const turn *cold, const turn *end,
 			 : eq		? "GREEDY DIFFERS"
 					: "LOGITS DIFFER");
 		w->bad = !eq || !same_gen;
+	} else if (e->dummy && !same_gen) {
+		/* Dummy weights: seeded random values, whose logits are near
+		 * ties (cold's top two 0.002 to 0.13 apart against an rms of
+		 * 0.58 at the 27B's shapes), so the greedy gate cannot hold.
+		 * What is held instead is the distance the decode steps
+		 * leave: measured on the lent H100 (8k, bf16), the rms of the
+		 * first token's logit difference over cold's rms grew with
+		 * the depth as 0.33% to 0.41% a layer (4, 8, 16, 32 and 64
+		 * layers: 1.3, 2.8, 5.7, 12.1 and 26%), and at 4 layers the
+		 * decode is at transformers' own floor (run_golden27.sh).
+		 * The bound, 0.6% a layer, fails a decode 1.5 times off. */
+		const eng_layout *L = eng_model_layout(e->m);
+		int layers = L->n_sections / 2 + L->n_views / 2; /* GDN: conv
+			tail + state; attention: K + V */
+		double rel = cc > 0 ? sqrt(dd / cc) : 0, bound = 0.006 * layers;
+		snprintf(c, cn, "%s (dummy: rms %.3g <= %.3g)",
+			 rel <= bound ? "near ties" : "TOO FAR", rel, bound);
+		w->bad = rel > bound;
 	} else {
 		snprintf(c, cn, "%s",
 			 same_gen ? "greedy=cold" : "GREEDY DIFFERS");
@@ -799,7 +825,10 @@ static int bench_len(env *e, lenr *R, int k, int64_t H, int NEW,
 	}
 
 	const turn *cold = &w[R_COLD].t, *end = &w[R_END].t;
-	check_row(e, &w[R_RES], cold, NULL, CACHE_TIER_RESIDENT, -1);
+	/* with the restart and spill rows skipped nothing moves A's end
+	 * anchor back to the history's, and the resident row resumes there */
+	check_row(e, &w[R_RES], cold, NULL, CACHE_TIER_RESIDENT,
+		  skip_row[R_RST] && skip_row[R_SPILL] ? CACHE_TIER_END : -1);
 	check_row(e, &w[R_END], cold, NULL, CACHE_TIER_END, -1);
 	if (w[R_PARK].done)
 		check_row(e, &w[R_PARK], cold, NULL, CACHE_TIER_PARK, -1);
