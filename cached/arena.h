@@ -138,6 +138,14 @@ int arena_cuda_handle(const arena *a, uint8_t handle[64], int *device);
  * err: MOOR_ERRLEN. */
 int arena_cuda_mover_new(int device, arena *host, arena_mover **out,
 			 char *err);
+/* A second mover beside m (an arena_cuda_mover_new one): a stream of its
+ * own on the same device, the same registered host arena (it registers
+ * nothing, and its free unregisters nothing; m must outlive it). For a
+ * thread of cached other than the one that uses m: each syncs only its own
+ * copies. Any thread may call a mover (each call sets its device first),
+ * one thread at a time. err: MOOR_ERRLEN. */
+int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out,
+			  char *err);
 void arena_cuda_mover_free(arena_mover *m); /* safe on NULL */
 
 #endif

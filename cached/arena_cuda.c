@@ -172,7 +172,8 @@ typedef struct cmv {
 	int device;
 	char *hbase;	 /* the host arena */
 	uint64_t hsize;
-	uint32_t nparts; /* registered parts of REG_PART from hbase */
+	uint32_t nparts; /* registered parts of REG_PART from hbase (0 in a
+			    twin: its first mover's) */
 } cmv;
 
 static int mv_fail(cudaError_t e, const char *what)
@@ -205,9 +206,20 @@ static size_t part_room(const cmv *c, const void *h, size_t n)
 	return end - off < n ? (size_t)(end - off) : n;
 }
 
+/* The mover's device current on the calling thread (a runtime's current
+ * device is per thread; the disk tier's writer calls its twin). */
+static int on_device(const cmv *c)
+{
+	cudaError_t e = cudaSetDevice(c->device);
+	return e == cudaSuccess ? 0 : mv_fail(e, "cudaSetDevice");
+}
+
 static int mv_sync(void *ctx)
 {
 	cmv *c = ctx;
+	int rc = on_device(c);
+	if (rc)
+		return rc;
 	cudaError_t e = cudaStreamSynchronize(c->s);
 	return e == cudaSuccess ? 0 : mv_fail(e, "cudaStreamSynchronize");
 }
@@ -217,9 +229,12 @@ static int mv_copy(void *ctx, void *dst, const void *src, size_t n)
 	cmv *c = ctx;
 	if (!n)
 		return 0;
+	int rc = on_device(c);
+	if (rc)
+		return rc;
 	int dd = is_device(dst), sd = is_device(src);
 	if (!dd && !sd) {
-		int rc = mv_sync(c);
+		rc = mv_sync(c);
 		if (rc)
 			return rc;
 		memcpy(dst, src, n);
@@ -248,6 +263,9 @@ static int mv_copy2d(void *ctx, void *dst, size_t dpitch, const void *src,
 	cmv *c = ctx;
 	if (!width || !height)
 		return 0;
+	int rc = on_device(c);
+	if (rc)
+		return rc;
 	int dd = is_device(dst), sd = is_device(src);
 	int whole = dd && sd;
 	if (!whole && (dd || sd)) {
@@ -264,7 +282,7 @@ static int mv_copy2d(void *ctx, void *dst, size_t dpitch, const void *src,
 	}
 	/* host to host, or a host side that crosses a part: row by row */
 	for (size_t i = 0; i < height; i++) {
-		int rc = mv_copy(c, (char *)dst + i * dpitch,
+		rc = mv_copy(c, (char *)dst + i * dpitch,
 				 (const char *)src + i * spitch, width);
 		if (rc)
 			return rc;
@@ -277,11 +295,14 @@ static int mv_zero(void *ctx, void *dst, size_t n)
 	cmv *c = ctx;
 	if (!n)
 		return 0;
+	int rc = on_device(c);
+	if (rc)
+		return rc;
 	if (is_device(dst)) {
 		cudaError_t e = cudaMemsetAsync(dst, 0, n, c->s);
 		return e == cudaSuccess ? 0 : mv_fail(e, "cudaMemsetAsync");
 	}
-	int rc = mv_sync(c);
+	rc = mv_sync(c);
 	if (rc == 0)
 		memset(dst, 0, n);
 	return rc;
@@ -306,6 +327,34 @@ void arena_cuda_mover_free(arena_mover *m)
 	}
 	unregister_parts(c);
 	free(c);
+}
+
+int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out,
+			  char *err)
+{
+	*out = NULL;
+	const cmv *f = m->ctx;
+	if (m->copy != mv_copy) {
+		moor_errf(err, "a twin of the %s mover", m->name);
+		return MOOR_EUNSUP;
+	}
+	cmv *c = calloc(1, sizeof *c);
+	if (!c)
+		return -ENOMEM;
+	*c = *f;
+	c->m.ctx = c;
+	c->s = NULL;
+	c->nparts = 0; /* the registration stays f's */
+	cudaError_t e = cudaSetDevice(c->device);
+	if (e == cudaSuccess)
+		e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
+	if (e != cudaSuccess) {
+		int rc = cu_err(e, "a twin mover's stream", err);
+		free(c);
+		return rc;
+	}
+	*out = &c->m;
+	return 0;
 }
 
 int arena_cuda_mover_new(int device, arena *host, arena_mover **out,

@@ -216,10 +216,9 @@ int cache_secs_zero(cache *c)
 	return 0;
 }
 
-/* One view's rows: `outer` runs of n * inner bytes. */
-static int view_rows(const arena_mover *mv, const cache_vgeom *g, void *dst,
-		     uint64_t dwin, uint64_t drow, const void *src,
-		     uint64_t swin, uint64_t srow, uint64_t n)
+int cache_view_rows(const arena_mover *mv, const cache_vgeom *g, void *dst,
+		    uint64_t dwin, uint64_t drow, const void *src,
+		    uint64_t swin, uint64_t srow, uint64_t n)
 {
 	if (!n)
 		return 0;
@@ -237,9 +236,9 @@ static int rows_xfer(cache *c, int out, void *buf, uint64_t bwin, uint64_t brow,
 		const cache_vgeom *g = &c->vg[i];
 		void *live = cache_dev_at(c, c->view_off[i]);
 		char *b = (char *)buf + o;
-		int rc = out ? view_rows(c->mv, g, b, bwin, brow, live, W,
+		int rc = out ? cache_view_rows(c->mv, g, b, bwin, brow, live, W,
 					 live_row, n)
-			     : view_rows(c->mv, g, live, W, live_row, b, bwin,
+			     : cache_view_rows(c->mv, g, live, W, live_row, b, bwin,
 					 brow, n);
 		if (rc)
 			return rc;
@@ -267,7 +266,7 @@ void cache_view_copy(const cache_view *v, void *dst, uint64_t dst_window,
 	cache_vgeom g;
 	view_geom(v, &g);
 	MOOR_ASSERT(dst_row + n <= dst_window && src_row + n <= src_window);
-	view_rows(&arena_mover_memcpy, &g, dst, dst_window, dst_row, src,
+	cache_view_rows(&arena_mover_memcpy, &g, dst, dst_window, dst_row, src,
 		  src_window, src_row, n);
 }
 

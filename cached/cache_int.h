@@ -50,6 +50,13 @@ typedef struct cache_vgeom {
 	uint64_t outer, inner, rowb;
 } cache_vgeom;
 
+/* Rows [srow, srow + n) of one view in a buffer of swin rows to rows
+ * [drow, ...) of one of dwin rows, by mv (`outer` runs of n * inner bytes:
+ * one copy2d). Complete after mv's sync. */
+int cache_view_rows(const arena_mover *mv, const cache_vgeom *g, void *dst,
+		    uint64_t dwin, uint64_t drow, const void *src,
+		    uint64_t swin, uint64_t srow, uint64_t n);
+
 /* A resident anchor: the sections at `line` in the device arena. */
 typedef struct cache_anchor {
 	uint64_t line;

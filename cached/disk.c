@@ -84,8 +84,14 @@
  * plans, restores and reads the index. `mu` guards the queue, the fence,
  * the counters and `reading` (a restore in progress: the writer evicts
  * nothing meanwhile). LMDB serializes the two threads' write
- * transactions. On a CUDA device arena the tier is off (the writer reads
- * the live rows in place, host memory only).
+ * transactions. The writer copies rows out of the live buffers by a mover
+ * of its own (on a CUDA device arena a twin of the cache's: its own
+ * stream, synced before the fence may let a plan write those rows); the
+ * commit copies the anchors' sections by the cache's mover and syncs
+ * before the slots go back; a restore copies by the cache's mover, synced
+ * before the plan's answer (cache_sync), as every restore is. The staging
+ * buffers are pageable: on CUDA those copies run at the driver's pageable
+ * rate (about 6 GB/s measured on the lent H200), above the drive's.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -188,6 +194,12 @@ struct cache_disk_tier {
 	 * ones fault and zero on the commit's path (guarded by mu) */
 	uint8_t *spare[DK_SPARE_MAX];
 	uint32_t n_spare, keep_spare;
+	/* the writer's copies out of the live rows: the cache's own mover on
+	 * host memory (memcpy), on a CUDA device arena a twin of the cache's
+	 * (a stream of its own, so the writer and the daemon's thread each
+	 * sync only their own copies) */
+	const arena_mover *mv;
+	arena_mover *mv_own;
 
 	/* the attached layout, as the writer reads it */
 	int attached;
@@ -195,7 +207,6 @@ struct cache_disk_tier {
 	uint32_t n_views, n_sec;
 	cache_vgeom *vg;
 	const char **view;
-	cache_view *lv;
 	uint64_t *secb;
 	uint64_t digest;
 	uint8_t fp[32];
@@ -693,8 +704,8 @@ static int make_room(cache *c, uint64_t need, const uint64_t *prot,
 
 /* ---- the writer ---- */
 
-/* Chunk j of the job (rows [(j - 1) g, j g)) into wbuf; 0, or 1 when the
- * fence took it. */
+/* Chunk j of the job (rows [(j - 1) g, j g)) into wbuf; 0, 1 when the
+ * fence took it, or the mover's negative code. */
 static int chunk_stage(cache *c, dk_job *job, uint64_t j)
 {
 	struct cache_disk_tier *d = c->disk;
@@ -711,15 +722,21 @@ static int chunk_stage(cache *c, dk_job *job, uint64_t j)
 	uint8_t *rows = ids + g * 4;
 	memcpy(ids, job->ids + (b - g), g * 4);
 	uint64_t o = 0;
-	for (uint32_t i = 0; i < d->n_views; i++) {
-		cache_view_copy(&d->lv[i], rows + o, g, 0, d->view[i],
-				d->window, b - g, g);
+	int rc = 0;
+	for (uint32_t i = 0; i < d->n_views && !rc; i++) {
+		rc = cache_view_rows(d->mv, &d->vg[i], rows + o, g, 0,
+				     d->view[i], d->window, b - g, g);
 		o += g * d->vg[i].rowb;
 	}
+	/* complete before the fence may let a plan write these rows */
+	if (!rc && d->mv->sync)
+		rc = d->mv->sync(d->mv->ctx);
 	pthread_mutex_lock(&d->mu);
 	d->copying = 0;
 	pthread_cond_broadcast(&d->done);
 	pthread_mutex_unlock(&d->mu);
+	if (rc)
+		return rc;
 	uint64_t data = g * 4 + g * d->row_bytes;
 	memset(rows + g * d->row_bytes, 0, d->chunk_file - d->chunk_hdr - data);
 	/* the header's line whole: its sum covers the bytes past the sums,
@@ -826,7 +843,17 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 			kept++;
 			continue;
 		}
-		if (chunk_stage(c, job, j)) {
+		int st = chunk_stage(c, job, j);
+		if (st < 0) {
+			moor_warn("[disk] copying rows %llu to %llu out of the "
+				  "live buffers: %s: the job stops",
+				  (unsigned long long)((j - 1) * g),
+				  (unsigned long long)(j * g), moor_strerror(st));
+			count(d, &d->k.write_failed, 1);
+			free(miss);
+			return st;
+		}
+		if (st) {
 			count(d, &d->k.window, 1);
 			free(miss);
 			return 0;
@@ -1252,14 +1279,18 @@ int cache_disk_open(cache *c, char *err)
 	c->disk = NULL;
 	if (!c->cfg.spill_dir[0] || !c->cfg.disk_on)
 		return 0;
-	if (c->cfg.dev_cuda >= 0) {
-		moor_warn("[disk] the disk tier is off on a CUDA device arena "
-			  "(its writer reads the live rows in place)");
-		return 0;
-	}
 	struct cache_disk_tier *d = calloc(1, sizeof *d);
 	if (!d)
 		return -ENOMEM;
+	d->mv = c->mv;
+	if (c->cfg.dev_cuda >= 0) {
+		int rc = arena_cuda_mover_twin(c->mv, &d->mv_own, err);
+		if (rc) {
+			free(d);
+			return rc;
+		}
+		d->mv = d->mv_own;
+	}
 	d->dfd = -1;
 	d->read_bps = 1e9; /* until a restore measures it */
 	char path[400];
@@ -1274,6 +1305,7 @@ int cache_disk_open(cache *c, char *err)
 	}
 	if (rc) {
 		moor_errf(err, "disk tier %s: %s", path, moor_strerror(rc));
+		arena_cuda_mover_free(d->mv_own);
 		free(d);
 		return rc;
 	}
@@ -1307,6 +1339,7 @@ int cache_disk_open(cache *c, char *err)
 		if (d->env)
 			mdb_env_close(d->env);
 		close(d->dfd);
+		arena_cuda_mover_free(d->mv_own);
 		free(d);
 		(void)err;
 		return 0;
@@ -1354,7 +1387,6 @@ void cache_disk_detach(cache *c)
 	stage_clear(d); /* sized for this layout */
 	free(d->vg);
 	free(d->view);
-	free(d->lv);
 	free(d->secb);
 	free(d->lph);
 	free(d->wbuf);
@@ -1363,7 +1395,6 @@ void cache_disk_detach(cache *c)
 	d->rbuf2 = NULL;
 	d->vg = NULL;
 	d->view = NULL;
-	d->lv = NULL;
 	d->secb = NULL;
 	d->lph = NULL;
 	d->wbuf = d->rbuf = NULL;
@@ -1393,6 +1424,7 @@ void cache_disk_close(cache *c)
 	pthread_cond_destroy(&d->done);
 	mdb_env_close(d->env);
 	close(d->dfd);
+	arena_cuda_mover_free(d->mv_own);
 	free(d);
 	c->disk = NULL;
 }
@@ -1429,7 +1461,6 @@ void cache_disk_attach(cache *c)
 	memcpy(d->fp, l->fingerprint, 32);
 	d->vg = malloc((d->n_views + 1) * sizeof *d->vg);
 	d->view = malloc((d->n_views + 1) * sizeof *d->view);
-	d->lv = malloc((d->n_views + 1) * sizeof *d->lv);
 	d->secb = malloc((d->n_sec + 1) * sizeof *d->secb);
 	d->lph = malloc((l->window / l->grid + 2) * sizeof *d->lph);
 	d->chunk_hdr = hdr_bytes(2, 0);
@@ -1443,7 +1474,7 @@ void cache_disk_attach(cache *c)
 	d->rbuf_bytes = cache_max64(d->chunk_file, d->anchor_file);
 	d->wbuf = alloc4k(d->chunk_file);
 	d->rbuf = alloc4k(d->rbuf_bytes);
-	if (!d->vg || !d->view || !d->lv || !d->secb || !d->lph || !d->wbuf ||
+	if (!d->vg || !d->view || !d->secb || !d->lph || !d->wbuf ||
 	    !d->rbuf) {
 		moor_warn("[disk] out of memory for the staging buffers: the "
 			  "tier is off for this engine");
@@ -1453,7 +1484,6 @@ void cache_disk_attach(cache *c)
 	}
 	for (uint32_t i = 0; i < d->n_views; i++) {
 		d->vg[i] = c->vg[i];
-		d->lv[i] = l->view[i];
 		d->view[i] = cache_dev_at(c, c->view_off[i]);
 	}
 	for (uint32_t i = 0; i < d->n_sec; i++)
@@ -1661,7 +1691,11 @@ void cache_disk_commit(cache *c, const cache_turn *t, uint32_t n_filled)
 		uint64_t hb = hdr_bytes(d->n_sec, nk);
 		memset(a->file, 0, hb);
 		uint8_t *secs = a->file + hb;
-		memcpy(secs, cache_dev_at(c, s->off), d->sec_bytes);
+		if (c->mv->copy(c->mv->ctx, secs, cache_dev_at(c, s->off),
+				d->sec_bytes)) {
+			job_free(d, job); /* its staged slots back */
+			return;
+		}
 		memset(secs + d->sec_bytes, 0, a->bytes - hb - d->sec_bytes);
 		/* the sums and the seal are the writer's (anchor_seal): only
 		 * the copy is on the commit's path */
@@ -1670,7 +1704,9 @@ void cache_disk_commit(cache *c, const cache_turn *t, uint32_t n_filled)
 		job->top = cache_max64(job->top, s->line);
 		job->n_anc++;
 	}
-	if (!job->n_anc) {
+	/* the copies complete before the slots go back (on a CUDA arena the
+	 * mover's are asynchronous) */
+	if (!job->n_anc || cache_sync(c)) {
 		job_free(d, job);
 		return;
 	}

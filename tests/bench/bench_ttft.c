@@ -24,8 +24,7 @@
  *                     reported beside the row; the TTFT is the request's)
  *   disk              a kill -9 of cached (no drain, no spill) and a new
  *                     session that shares the history: from the chunks and
- *                     the anchor the first request wrote (the disk tier is
- *                     off on a CUDA device arena: CPU only)
+ *                     the anchor the first request wrote
  *
  * On CUDA the device arena is cudaMalloc'ed (cached/arena_cuda.c, as cached
  * makes it) and the host arena is shm registered by the CUDA mover, which
@@ -604,7 +603,7 @@ static int bench_len(env *e, lenr *R, int k, int64_t H, int NEW,
 		cfg.store_entry_bytes = store;
 	cfg.dev_cuda = e->cuda ? 0 : -1;
 	cfg.unified = !e->cuda;
-	cfg.disk_on = !e->cuda; /* off on a CUDA arena (disk.c) */
+	cfg.disk_on = 1;
 	cfg.disk_min_free = 0;	/* the bench's file system */
 	snprintf(cfg.spill_dir, sizeof cfg.spill_dir, "%s/bench-spill-%d",
 		 getenv("MOOR_BENCH_DIR") ? getenv("MOOR_BENCH_DIR") : ".",
@@ -802,10 +801,7 @@ static int bench_len(env *e, lenr *R, int k, int64_t H, int NEW,
 	/* a kill -9 of cached (no drain: a new cache, the spill
 	 * emptied) and a new session with the same prompt: from the
 	 * disk tier */
-	if (e->cuda) {
-		snprintf(w[R_DISK].why, sizeof w[R_DISK].why,
-			 "the disk tier is off on a CUDA device arena");
-	} else if (skip_row[R_DISK]) {
+	if (skip_row[R_DISK]) {
 		snprintf(w[R_DISK].why, sizeof w[R_DISK].why, "--skip");
 	} else {
 		cache_disk_wait(e->c);

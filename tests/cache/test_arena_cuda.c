@@ -9,7 +9,13 @@
  *     the parts 64 KiB), give back the bytes a host memcpy gives, after
  *     sync(); a fresh device arena reads as zeros; zero() zeroes;
  *   - a host-to-host copy after device copies sees their bytes (the mover
- *     waits for its stream first). */
+ *     waits for its stream first);
+ *   - a twin of the mover (the disk tier's writer's), called from another
+ *     thread, copies device rows out into pageable and registered memory
+ *     and syncs its own stream; freeing it leaves the first mover's
+ *     registration working (a copy after it still round-trips); a twin of
+ *     the memcpy mover is refused. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +34,44 @@ static void fill(uint8_t *p, size_t n, uint32_t seed)
 		seed = seed * 1664525u + 1013904223u;
 		p[i] = (uint8_t)(seed >> 24);
 	}
+}
+
+typedef struct twin_job {
+	arena_mover *mv;
+	uint8_t *D, *H; /* D + [0, n) holds the bytes to copy out */
+	size_t n;
+	int rc, pageable_ok;
+	char err[MOOR_ERRLEN];
+} twin_job;
+
+/* A twin of mv made, used and freed on this thread: D's bytes into a
+ * pageable buffer (checked against D's by a registered copy) and into H. */
+static void *twin_thread(void *arg)
+{
+	twin_job *j = arg;
+	arena_mover *tw = NULL;
+	j->rc = arena_cuda_mover_twin(j->mv, &tw, j->err);
+	if (j->rc)
+		return NULL;
+	char *pg = malloc(j->n);
+	if (!pg) {
+		j->rc = -1;
+		arena_cuda_mover_free(tw);
+		return NULL;
+	}
+	memset(j->H, 0, j->n);
+	j->rc = tw->copy(tw->ctx, pg, j->D, j->n);
+	if (!j->rc)
+		j->rc = tw->copy2d(tw->ctx, j->H, 512, j->D, 512, 512,
+				   j->n / 512);
+	if (!j->rc)
+		j->rc = tw->sync(tw->ctx);
+	j->pageable_ok = !j->rc && memcmp(pg, j->H, j->n / 512 * 512) == 0;
+	if (j->rc)
+		snprintf(j->err, sizeof j->err, "a copy failed (%d)", j->rc);
+	free(pg);
+	arena_cuda_mover_free(tw);
+	return NULL;
 }
 
 int main(void)
@@ -114,6 +158,30 @@ int main(void)
 		okz &= H[3 * MB + i] == 0;
 	CHECK(okz && memcmp(H + 3 * MB + 1000, want + 1000, 1000) == 0,
 	      "zero() and the host copy behind the device copies");
+
+	/* the twin, on a thread of its own, as the disk writer uses it
+	 * (D + MB holds want again; n is 600 rows of 512 bytes) */
+	CHECK(mv->copy(mv->ctx, D + MB, want, n) == 0 &&
+		  mv->sync(mv->ctx) == 0,
+	      "h2d from pageable memory");
+	twin_job tj = {.mv = mv, .D = D + MB, .H = H + 2 * MB, .n = n};
+	pthread_t th;
+	REQUIRE(pthread_create(&th, NULL, twin_thread, &tj) == 0, "thread");
+	pthread_join(th, NULL);
+	CHECK(tj.rc == 0, "twin: %s", tj.err);
+	CHECK(tj.pageable_ok && memcmp(H + 2 * MB, want, n) == 0,
+	      "the twin's copies from another thread, into pageable and "
+	      "registered memory");
+	/* the first mover still copies into its registered parts */
+	memset(H + 3 * MB, 0, n);
+	CHECK(mv->copy(mv->ctx, H + 3 * MB, D + MB, n) == 0 &&
+		  mv->sync(mv->ctx) == 0 && memcmp(H + 3 * MB, want, n) == 0,
+	      "the first mover after the twin is freed");
+	arena_mover *bad = NULL;
+	CHECK(arena_cuda_mover_twin(&arena_mover_memcpy, &bad, err) ==
+		      MOOR_EUNSUP &&
+		  !bad,
+	      "a twin of the memcpy mover is refused: %s", err);
 
 	free(want);
 	arena_cuda_mover_free(mv);
