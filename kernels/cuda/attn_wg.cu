@@ -2,11 +2,13 @@
  *
  * The same arithmetic as attn.cu's k_flash (its header comment and ops.h's
  * attention()), on wgmma.mma_async instead of mma.sync, for bf16 K and V of
- * head dim 256 on an sm_90 device. Taken by kcu_attention when
- * MOOR_ATTN_WG=1 (opt-in until it has run on the H200's kernel tests);
- * k_flash stays the fallback and the reference the tests compare it to.
- * MOOR_ATTN_WG=plain takes its first form (the softmax's roundings one
- * value at a time), the same bits, kept until both have been timed.
+ * head dim 256 on an sm_90 device. Taken by kcu_attention by default
+ * there (MOOR_ATTN_WG=0 takes k_flash); k_flash stays the fallback (a
+ * tensor map the driver refuses, another head dim or chip) and the
+ * reference the tests compare it to, bit for bit. MOOR_ATTN_WG=plain takes
+ * its first form (the softmax's roundings one value at a time), the same
+ * bits and slower everywhere on the H100 (537 to 556 against 573 to 650
+ * TFLOP/s): it is left to go, with the template parameter OPT.
  *
  * A block takes 128 query rows of one query head: a producer warpgroup
  * (warps 0-3, 24 registers a thread after setmaxnreg) whose one lane copies
@@ -851,12 +853,10 @@ static int wg_map(CUtensorMap *m, const void *X, int64_t keys, int Hkv)
 	return 0;
 }
 
-/* MOOR_ATTN_WG: "1" takes the kernel; "plain" takes it in its first form
- * (O rescaled after the P V product lands, roundings one value at a time),
- * kept beside it until both have been measured on the device. */
 /* MOOR_ATTN_WG: unset or 1 this kernel, 0 k_flash, plain this kernel's
- * first softmax (read at every call: bench_kern and the kernel test set it
- * between calls). */
+ * first form (O rescaled after the P V product lands, roundings one value
+ * at a time); read at every call: bench_kern and the kernel test set it
+ * between calls. */
 static int wg_mode(void)
 {
 	const char *e = getenv("MOOR_ATTN_WG");
