@@ -1284,10 +1284,15 @@ int cache_disk_open(cache *c, char *err)
 		return -ENOMEM;
 	d->mv = c->mv;
 	if (c->cfg.dev_cuda >= 0) {
-		int rc = arena_cuda_mover_twin(c->mv, &d->mv_own, err);
-		if (rc) {
+		char why[MOOR_ERRLEN];
+		if (arena_cuda_mover_twin(c->mv, &d->mv_own, why)) {
+			/* a cache not kept is the cold path, never a refusal
+			 * to start */
+			moor_warn("[disk] the tier is off: its writer's "
+				  "mover: %s",
+				  why);
 			free(d);
-			return rc;
+			return 0;
 		}
 		d->mv = d->mv_own;
 	}
@@ -1693,7 +1698,9 @@ void cache_disk_commit(cache *c, const cache_turn *t, uint32_t n_filled)
 		uint8_t *secs = a->file + hb;
 		if (c->mv->copy(c->mv->ctx, secs, cache_dev_at(c, s->off),
 				d->sec_bytes)) {
-			job_free(d, job); /* its staged slots back */
+			job->n_anc++; /* this slot back with the others */
+			(void)cache_sync(c);
+			job_free(d, job);
 			return;
 		}
 		memset(secs + d->sec_bytes, 0, a->bytes - hb - d->sec_bytes);
