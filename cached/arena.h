@@ -144,8 +144,7 @@ int arena_cuda_mover_new(int device, arena *host, arena_mover **out,
  * thread of cached other than the one that uses m: each syncs only its own
  * copies. Any thread may call a mover (each call sets its device first),
  * one thread at a time. err: MOOR_ERRLEN. */
-int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out,
-			  char *err);
+int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out, char *err);
 void arena_cuda_mover_free(arena_mover *m); /* safe on NULL */
 
 #endif

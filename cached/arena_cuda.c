@@ -283,7 +283,7 @@ static int mv_copy2d(void *ctx, void *dst, size_t dpitch, const void *src,
 	/* host to host, or a host side that crosses a part: row by row */
 	for (size_t i = 0; i < height; i++) {
 		rc = mv_copy(c, (char *)dst + i * dpitch,
-				 (const char *)src + i * spitch, width);
+			     (const char *)src + i * spitch, width);
 		if (rc)
 			return rc;
 	}
@@ -329,8 +329,7 @@ void arena_cuda_mover_free(arena_mover *m)
 	free(c);
 }
 
-int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out,
-			  char *err)
+int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out, char *err)
 {
 	*out = NULL;
 	const cmv *f = m->ctx;

@@ -50,8 +50,7 @@ int arena_cuda_mover_new(int device, arena *host, arena_mover **out,
 	return no_cuda(err);
 }
 
-int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out,
-			  char *err)
+int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out, char *err)
 {
 	(void)m;
 	*out = NULL;

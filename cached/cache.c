@@ -237,9 +237,9 @@ static int rows_xfer(cache *c, int out, void *buf, uint64_t bwin, uint64_t brow,
 		void *live = cache_dev_at(c, c->view_off[i]);
 		char *b = (char *)buf + o;
 		int rc = out ? cache_view_rows(c->mv, g, b, bwin, brow, live, W,
-					 live_row, n)
-			     : cache_view_rows(c->mv, g, live, W, live_row, b, bwin,
-					 brow, n);
+					       live_row, n)
+			     : cache_view_rows(c->mv, g, live, W, live_row, b,
+					       bwin, brow, n);
 		if (rc)
 			return rc;
 		o += bwin * g->rowb;
@@ -267,7 +267,7 @@ void cache_view_copy(const cache_view *v, void *dst, uint64_t dst_window,
 	view_geom(v, &g);
 	MOOR_ASSERT(dst_row + n <= dst_window && src_row + n <= src_window);
 	cache_view_rows(&arena_mover_memcpy, &g, dst, dst_window, dst_row, src,
-		  src_window, src_row, n);
+			src_window, src_row, n);
 }
 
 uint64_t cache_common_prefix(const int32_t *a, uint64_t na, const int32_t *b,

@@ -848,7 +848,8 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 			moor_warn("[disk] copying rows %llu to %llu out of the "
 				  "live buffers: %s: the job stops",
 				  (unsigned long long)((j - 1) * g),
-				  (unsigned long long)(j * g), moor_strerror(st));
+				  (unsigned long long)(j * g),
+				  moor_strerror(st));
 			count(d, &d->k.write_failed, 1);
 			free(miss);
 			return st;
@@ -1479,8 +1480,7 @@ void cache_disk_attach(cache *c)
 	d->rbuf_bytes = cache_max64(d->chunk_file, d->anchor_file);
 	d->wbuf = alloc4k(d->chunk_file);
 	d->rbuf = alloc4k(d->rbuf_bytes);
-	if (!d->vg || !d->view || !d->secb || !d->lph || !d->wbuf ||
-	    !d->rbuf) {
+	if (!d->vg || !d->view || !d->secb || !d->lph || !d->wbuf || !d->rbuf) {
 		moor_warn("[disk] out of memory for the staging buffers: the "
 			  "tier is off for this engine");
 		d->attached = 1;

@@ -458,9 +458,9 @@ static void check_row(env *e, rowr *w, const turn *cold, const turn *end,
 		int eq = memcmp(t->lg, end->lg, (size_t)V * 4) == 0 &&
 			 memcmp(t->gen, end->gen, sizeof t->gen) == 0;
 		snprintf(c, cn, "%s, %s", eq ? "=end" : "DIFFERS from end",
-			 same_gen    ? "greedy=cold"
+			 same_gen   ? "greedy=cold"
 			 : e->dummy ? "near ties (dummy: as the end row)"
-				     : "GREEDY DIFFERS");
+				    : "GREEDY DIFFERS");
 		/* on dummy weights the end anchor row holds the distance */
 		w->bad = !eq || (!same_gen && !e->dummy);
 	} else if (t->taint == CACHE_NO_TAINT) {

@@ -62,8 +62,8 @@ static void *twin_thread(void *arg)
 	memset(j->H, 0, j->n);
 	j->rc = tw->copy(tw->ctx, pg, j->D, j->n);
 	if (!j->rc)
-		j->rc = tw->copy2d(tw->ctx, j->H, 512, j->D, 512, 512,
-				   j->n / 512);
+		j->rc =
+		    tw->copy2d(tw->ctx, j->H, 512, j->D, 512, 512, j->n / 512);
 	if (!j->rc)
 		j->rc = tw->sync(tw->ctx);
 	j->pageable_ok = !j->rc && memcmp(pg, j->H, j->n / 512 * 512) == 0;
@@ -161,8 +161,7 @@ int main(void)
 
 	/* the twin, on a thread of its own, as the disk writer uses it
 	 * (D + MB holds want again; n is 600 rows of 512 bytes) */
-	CHECK(mv->copy(mv->ctx, D + MB, want, n) == 0 &&
-		  mv->sync(mv->ctx) == 0,
+	CHECK(mv->copy(mv->ctx, D + MB, want, n) == 0 && mv->sync(mv->ctx) == 0,
 	      "h2d from pageable memory");
 	twin_job tj = {.mv = mv, .D = D + MB, .H = H + 2 * MB, .n = n};
 	pthread_t th;
