@@ -1861,7 +1861,7 @@ static int anchor_apply(cache *c, uint64_t s, const uint8_t *buf,
 		rc = cache_secs_in(c, secs);
 	/* the restored prompt resumes at the disk anchor from now on */
 	if (!rc)
-		(void)cache_anchor_adopt(c, s, secs, limit);
+		(void)cache_anchor_adopt_live(c, s, limit);
 	return rc;
 }
 

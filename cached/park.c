@@ -288,12 +288,17 @@ int cache_park_swap(cache *c, int hi, uint64_t limit)
 	if (!rc)
 		rc = cache_secs_in(c, cache_host_at(c, src.off));
 	/* A's grid anchors up to the resume line are the resident's again */
-	for (uint32_t i = 0; i < A->n_anc && !rc; i++)
-		if (!A->anc[i].end && A->anc[i].line <= src.line &&
-		    A->anc[i].line > b)
+	for (uint32_t i = 0; i < A->n_anc && !rc; i++) {
+		if (A->anc[i].end || A->anc[i].line > src.line ||
+		    A->anc[i].line <= b)
+			continue;
+		if (i == (uint32_t)hi) /* the one just restored */
+			(void)cache_anchor_adopt_live(c, A->anc[i].line, limit);
+		else
 			(void)cache_anchor_adopt(
 			    c, A->anc[i].line, cache_host_at(c, A->anc[i].off),
 			    limit);
+	}
 	A->busy = 0;
 	cache_span_free(c, A);
 	if (TB) {

@@ -138,11 +138,15 @@ static int pin_restore(cache *c, const cache_tier_offer *o, const int32_t *ids,
 		rc = cache_secs_in(c, cache_host_at(c, c->pin.anc[o->src].off));
 	/* the pinned anchors over the restored rows are the resident's again
 	 * (the pin keeps its copies) */
-	for (uint32_t j = 0; j < c->pin.n_anc && !rc; j++)
-		if (c->pin.anc[j].line > o->k && c->pin.anc[j].line <= o->start)
+	for (uint32_t j = 0; j < c->pin.n_anc && !rc; j++) {
+		uint64_t line = c->pin.anc[j].line;
+		if (line == o->start) /* the one just restored */
+			(void)cache_anchor_adopt_live(c, line, limit);
+		else if (line > o->k && line < o->start)
 			(void)cache_anchor_adopt(
-			    c, c->pin.anc[j].line,
-			    cache_host_at(c, c->pin.anc[j].off), limit);
+			    c, line, cache_host_at(c, c->pin.anc[j].off),
+			    limit);
+	}
 	c->k.pin_hits++;
 	return rc;
 }

@@ -199,7 +199,8 @@ void cache_anchors_plan_slots(cache *c, const uint64_t *lines, uint32_t n,
 	free(busy);
 }
 
-int cache_anchor_adopt(cache *c, uint64_t line, const void *src, uint64_t limit)
+/* src: sec_bytes back to back, or NULL for the live sections */
+static int adopt(cache *c, uint64_t line, const void *src, uint64_t limit)
 {
 	if (cache_anchor_find(c, line) >= 0 || c->cfg.resident_bytes == 0)
 		return 0;
@@ -208,7 +209,9 @@ int cache_anchor_adopt(cache *c, uint64_t line, const void *src, uint64_t limit)
 				   &off);
 	if (rc)
 		return rc;
-	rc = c->mv->copy(c->mv->ctx, cache_dev_at(c, off), src, c->sec_bytes);
+	rc = src ? c->mv->copy(c->mv->ctx, cache_dev_at(c, off), src,
+			       c->sec_bytes)
+		 : cache_secs_out(c, cache_dev_at(c, off));
 	if (!rc)
 		rc = cache_anchor_insert(c, line, off);
 	if (rc) {
@@ -223,6 +226,16 @@ int cache_anchor_adopt(cache *c, uint64_t line, const void *src, uint64_t limit)
 		c->k.evictions++;
 	}
 	return 0;
+}
+
+int cache_anchor_adopt(cache *c, uint64_t line, const void *src, uint64_t limit)
+{
+	return adopt(c, line, src, limit);
+}
+
+int cache_anchor_adopt_live(cache *c, uint64_t line, uint64_t limit)
+{
+	return adopt(c, line, NULL, limit);
 }
 
 static void end_drop(cache *c)
