@@ -74,11 +74,16 @@
  * the fastest measured from a plan to its commit, else --prefill-tps). The
  * restore (disk_restore) reads only the chunks above the clean rows in
  * place, a reader thread a file ahead of the checks and copies (two
- * buffers); every chunk's header, xxh3s and stored ids are compared with
- * the prompt before its rows are copied, the anchor's sections and chunk
- * keys before the state is; a file that fails is deleted with its record, and
- * the plan prefills cold (the rows it copied are rewritten by that prefill
- * before anything reads them).
+ * buffers), the anchor first so that its checks and copies (the live
+ * sections, the resident anchor) run while the chunks are read; on a
+ * host-mapped arena a toucher thread faults the rows' pages in ahead of
+ * the copies (a fresh page's first write is dearer than its read on a VM).
+ * Every chunk's header, xxh3s and stored ids are compared with the prompt
+ * before its rows are copied, the anchor's sections and chunk keys before
+ * the state is; a file that fails is deleted with its record, and the plan
+ * prefills cold (the planner cuts the resident prompt to 0, its anchors
+ * with it, and zeroes the sections: the rows and state it copied are
+ * rewritten by that prefill before anything reads them).
  *
  * Concurrency: the writer thread owns the write path; the daemon's thread
  * plans, restores and reads the index. `mu` guards the queue, the fence,
@@ -1867,11 +1872,13 @@ static int anchor_apply(cache *c, uint64_t s, const uint8_t *buf,
 
 /* The restore's reads run a file ahead of its checks and copies: a reader
  * thread reads file i + 1 while file i is checked and copied, each into
- * its own buffer (the anchor, last, into rbuf; the chunks alternate
- * between rbuf2 and rbuf so that neighbours never share one). A buffer
- * goes back to the reader (free) once its file is applied; the reader
- * fills it (full). When a file fails, `stop` makes the reader skip the
- * rest, and the files it still hands over are taken and given back. */
+ * its own buffer. The anchor comes first (the largest file, into rbuf):
+ * its checks and its copies (the live sections, a resident anchor's block)
+ * run while the chunks are read; the chunks then alternate between rbuf2
+ * and rbuf so that neighbours never share one. A buffer goes back to the
+ * reader (free) once its file is applied; the reader fills it (full). When
+ * a file fails, `stop` makes the reader skip the rest, and the files it
+ * still hands over are taken and given back. */
 typedef struct rd_pipe {
 	struct cache_disk_tier *d;
 	uint32_t n;
@@ -1899,12 +1906,78 @@ static void *reader(void *arg)
 	return NULL;
 }
 
+/* On a host-mapped device arena (the memcpy mover) the live rows' pages
+ * may be fresh (a new cached, rows no prefill wrote yet): the first write
+ * of each faults, and on a VM each fault can cost 10-20 us, more than the
+ * read of its 4 KiB. A toucher thread faults the restore's rows in, chunk
+ * by chunk ahead of the copies, by an atomic add of 0 to one byte of each
+ * page (the bytes stay what they are). A chunk is either the toucher's or
+ * the copy's (`next`, under mu): the copy of chunk j waits for a touch of
+ * j in flight and takes every chunk the toucher has not reached. */
+typedef struct rd_touch {
+	cache *c;
+	uint64_t nk; /* chunks next..nk: rows [(j - 1) g, j g) */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t next; /* the first chunk nobody has taken */
+	int busy;      /* the toucher is on chunk next - 1 */
+	int stop;
+} rd_touch;
+
+static void touch_rows(cache *c, uint64_t r0, uint64_t n)
+{
+	uint64_t W = c->lay->window, pg = 4096;
+	for (uint32_t i = 0; i < c->lay->n_views; i++) {
+		const cache_vgeom *g = &c->vg[i];
+		uint8_t *live = cache_dev_at(c, c->view_off[i]);
+		for (uint64_t o = 0; o < g->outer; o++) {
+			uint8_t *a = live + (o * W + r0) * g->inner,
+				*e = a + n * g->inner;
+			/* the range's own bytes only: a page it shares with
+			 * a neighbour's rows is touched at its first byte */
+			for (uint8_t *q = a; q < e;
+			     q = (uint8_t *)(((uintptr_t)q + pg) & ~(pg - 1)))
+				__atomic_fetch_add(q, 0, __ATOMIC_RELAXED);
+		}
+	}
+}
+
+static void *toucher(void *arg)
+{
+	rd_touch *t = arg;
+	uint64_t g = t->c->disk->grid;
+	pthread_mutex_lock(&t->mu);
+	while (!t->stop && t->next <= t->nk) {
+		uint64_t j = t->next++;
+		t->busy = 1;
+		pthread_mutex_unlock(&t->mu);
+		touch_rows(t->c, (j - 1) * g, g);
+		pthread_mutex_lock(&t->mu);
+		t->busy = 0;
+		pthread_cond_broadcast(&t->cv);
+	}
+	pthread_mutex_unlock(&t->mu);
+	return NULL;
+}
+
+/* Chunk j is the copy's from now on. */
+static void touch_take(rd_touch *t, uint64_t j)
+{
+	pthread_mutex_lock(&t->mu);
+	if (t->next <= j)
+		t->next = j + 1;
+	else
+		while (t->busy && t->next == j + 1)
+			pthread_cond_wait(&t->cv, &t->mu);
+	pthread_mutex_unlock(&t->mu);
+}
+
 static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 			 uint64_t limit, uint64_t *bytes, char *bad)
 {
 	struct cache_disk_tier *d = c->disk;
 	uint64_t g = d->grid, j0 = cache_min64(k, s) / g + 1, nk = s / g;
-	uint32_t n = (uint32_t)(nk + 1 - j0) + 1; /* chunks j0..nk, anchor */
+	uint32_t n = (uint32_t)(nk + 1 - j0) + 1; /* anchor, chunks j0..nk */
 	rd_pipe p = {.d = d, .n = n};
 	p.name = malloc(n * sizeof *p.name);
 	p.bytes = malloc(n * sizeof *p.bytes);
@@ -1919,15 +1992,15 @@ static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 		free(p.rc);
 		return -ENOMEM;
 	}
-	for (uint32_t i = 0; i + 1 < n; i++) {
-		uint64_t b = (j0 + i) * g;
+	name_of(p.name[0], sizeof p.name[0], DK_ANCHOR, c->ph[s], s);
+	p.bytes[0] = hdr_bytes(d->n_sec, nk) + up4k(d->sec_bytes);
+	p.which[0] = 0;
+	for (uint32_t i = 1; i < n; i++) {
+		uint64_t b = (j0 + i - 1) * g;
 		name_of(p.name[i], sizeof p.name[i], DK_CHUNK, c->ph[b], b);
 		p.bytes[i] = d->chunk_file;
-		p.which[i] = (uint8_t)((n - 1 - i) % 2); /* 1: rbuf2 */
+		p.which[i] = (uint8_t)(i % 2); /* 1: rbuf2 */
 	}
-	name_of(p.name[n - 1], sizeof p.name[n - 1], DK_ANCHOR, c->ph[s], s);
-	p.bytes[n - 1] = hdr_bytes(d->n_sec, nk) + up4k(d->sec_bytes);
-	p.which[n - 1] = 0;
 	p.buf[0] = d->rbuf;
 	p.buf[1] = d->rbuf2;
 	for (int b = 0; b < 2; b++) {
@@ -1935,8 +2008,13 @@ static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 		sem_init(&p.full[b], 0, 0);
 	}
 	atomic_init(&p.stop, 0);
-	pthread_t th;
+	pthread_t th, tth;
 	int threaded = pthread_create(&th, NULL, reader, &p) == 0;
+	rd_touch t = {.c = c, .nk = nk, .next = j0};
+	pthread_mutex_init(&t.mu, NULL);
+	pthread_cond_init(&t.cv, NULL);
+	int touching = c->mv == &arena_mover_memcpy && n > 1 &&
+		       pthread_create(&tth, NULL, toucher, &t) == 0;
 	int rc = 0;
 	uint32_t i = 0;
 	for (; i < n && !rc; i++) {
@@ -1947,10 +2025,13 @@ static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 			p.rc[i] =
 			    file_read(d->dfd, p.name[i], p.buf[b], p.bytes[i]);
 		rc = p.rc[i];
-		if (!rc)
-			rc = i + 1 < n
-				 ? chunk_apply(c, ids, (j0 + i) * g, p.buf[b])
-				 : anchor_apply(c, s, p.buf[b], limit);
+		if (!rc && i == 0) {
+			rc = anchor_apply(c, s, p.buf[b], limit);
+		} else if (!rc) {
+			if (touching)
+				touch_take(&t, j0 + i - 1);
+			rc = chunk_apply(c, ids, (j0 + i - 1) * g, p.buf[b]);
+		}
 		if (rc) {
 			snprintf(bad, 48, "%s", p.name[i]);
 			atomic_store(&p.stop, 1);
@@ -1960,6 +2041,14 @@ static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 		if (threaded)
 			sem_post(&p.free_[b]);
 	}
+	if (touching) {
+		pthread_mutex_lock(&t.mu);
+		t.stop = 1;
+		pthread_mutex_unlock(&t.mu);
+		pthread_join(tth, NULL);
+	}
+	pthread_mutex_destroy(&t.mu);
+	pthread_cond_destroy(&t.cv);
 	/* the files the reader still hands over after a failure */
 	for (; threaded && i < n; i++) {
 		sem_wait(&p.full[p.which[i]]);
@@ -1972,7 +2061,7 @@ static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 		sem_destroy(&p.full[b]);
 	}
 	if (!rc)
-		touch(d, p.name[n - 1]);
+		touch(d, p.name[0]);
 	free(p.name);
 	free(p.bytes);
 	free(p.which);
