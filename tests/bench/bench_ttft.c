@@ -475,11 +475,12 @@ static void check_row(env *e, rowr *w, const turn *cold, const turn *end,
 		 * ties (cold's top two 0.002 to 0.13 apart against an rms of
 		 * 0.58 at the 27B's shapes), so the greedy gate cannot hold.
 		 * What is held instead is the distance the decode steps
-		 * leave: measured on the lent H200 and H100 (8k, bf16), the rms of the
-		 * first token's logit difference over cold's rms grew with
-		 * the depth as 0.33% to 0.41% a layer (4, 8, 16, 32 and 64
-		 * layers: 1.3, 2.8, 5.7, 12.1 and 26%), and at 4 layers the
-		 * decode is at transformers' own floor (run_golden27.sh).
+		 * leave: measured on the lent H200 and H100 (8k, bf16), the
+		 * rms of the first token's logit difference over cold's rms
+		 * grew with the depth as 0.33% to 0.41% a layer (4, 8, 16, 32
+		 * and 64 layers: 1.3, 2.8, 5.7, 12.1 and 26%), and at 4
+		 * layers the decode is at transformers' own floor
+		 * (run_golden27.sh).
 		 * The bound, 0.6% a layer, fails a decode 1.5 times off. */
 		const eng_layout *L = eng_model_layout(e->m);
 		int layers = L->n_sections / 2 + L->n_views / 2; /* GDN: conv
