@@ -140,9 +140,11 @@ static int pin_restore(cache *c, const cache_tier_offer *o, const int32_t *ids,
 	 * (the pin keeps its copies) */
 	for (uint32_t j = 0; j < c->pin.n_anc && !rc; j++) {
 		uint64_t line = c->pin.anc[j].line;
+		if (line <= o->k || line > o->start)
+			continue;
 		if (line == o->start) /* the one just restored */
 			(void)cache_anchor_adopt_live(c, line, limit);
-		else if (line > o->k && line < o->start)
+		else
 			(void)cache_anchor_adopt(
 			    c, line, cache_host_at(c, c->pin.anc[j].off),
 			    limit);
