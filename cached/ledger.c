@@ -497,20 +497,16 @@ json_t *cache_ledger_json(cache *c)
 	pthread_mutex_unlock(&L->mu);
 	uint64_t w = d.tier + d.spill;
 	json_object_set_new(o, "day", json_string(today));
-	json_object_set_new(o, "bytes", json_integer((json_int_t)w));
-	json_object_set_new(o, "tier", json_integer((json_int_t)d.tier));
-	json_object_set_new(o, "spill", json_integer((json_int_t)d.spill));
+	CACHE_SETI(o, "bytes", w);
+	CACHE_SETI(o, "tier", d.tier);
+	CACHE_SETI(o, "spill", d.spill);
 	json_object_set_new(o, "gb", json_real((double)w / 1e9));
-	json_object_set_new(o, "budget", json_integer((json_int_t)budget(c)));
+	CACHE_SETI(o, "budget", budget(c));
 	json_object_set_new(o, "level",
 			    json_string(level_name(level_of(c, w))));
-	json_object_set_new(
-	    o, "skips",
-	    json_integer((json_int_t)(d.skips_over + d.skips_hard)));
-	json_object_set_new(o, "skips_over",
-			    json_integer((json_int_t)d.skips_over));
-	json_object_set_new(o, "skips_hard",
-			    json_integer((json_int_t)d.skips_hard));
+	CACHE_SETI(o, "skips", d.skips_over + d.skips_hard);
+	CACHE_SETI(o, "skips_over", d.skips_over);
+	CACHE_SETI(o, "skips_hard", d.skips_hard);
 	json_object_set_new(o, "kept", json_boolean(L->env != NULL));
 	json_t *days = json_array();
 	MDB_txn *tx;

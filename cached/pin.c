@@ -176,10 +176,9 @@ static int pin_clear(cache *c)
 static json_t *pin_stats(cache *c)
 {
 	json_t *o = cache_span_json(&c->pin, c->cfg.pin_bytes);
-	json_object_set_new(o, "pins", json_integer((json_int_t)c->k.pins));
-	json_object_set_new(o, "hits", json_integer((json_int_t)c->k.pin_hits));
-	json_object_set_new(o, "dropped",
-			    json_integer((json_int_t)c->k.pin_dropped));
+	CACHE_SETI(o, "pins", c->k.pins);
+	CACHE_SETI(o, "hits", c->k.pin_hits);
+	CACHE_SETI(o, "dropped", c->k.pin_dropped);
 	return o;
 }
 

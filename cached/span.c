@@ -102,12 +102,10 @@ int cache_span_anchor_le(const cache_span *s, uint64_t lim, int with_end)
 json_t *cache_span_json(const cache_span *s, uint64_t budget)
 {
 	json_t *o = json_object();
-	json_object_set_new(o, "bytes", json_integer((json_int_t)s->bytes));
-	json_object_set_new(o, "budget", json_integer((json_int_t)budget));
-	json_object_set_new(o, "tokens",
-			    json_integer((json_int_t)(s->have ? s->top : 0)));
-	json_object_set_new(o, "base",
-			    json_integer((json_int_t)(s->have ? s->base : 0)));
+	CACHE_SETI(o, "bytes", s->bytes);
+	CACHE_SETI(o, "budget", budget);
+	CACHE_SETI(o, "tokens", s->have ? s->top : 0);
+	CACHE_SETI(o, "base", s->have ? s->base : 0);
 	json_object_set_new(o, "blocks", json_integer(s->have ? s->n_blk : 0));
 	json_t *lines = json_array();
 	for (uint32_t i = 0; s->have && i < s->n_anc; i++)
