@@ -5,10 +5,7 @@
  * head dim 256 on an sm_90 device. Taken by kcu_attention by default
  * there (MOOR_ATTN_WG=0 takes k_flash); k_flash stays the fallback (a
  * tensor map the driver refuses, another head dim or chip) and the
- * reference the tests compare it to, bit for bit. MOOR_ATTN_WG=plain takes
- * its first form (the softmax's roundings one value at a time), the same
- * bits and slower everywhere on the H100 (537 to 556 against 573 to 650
- * TFLOP/s): it is left to go, with the template parameter OPT.
+ * reference the tests compare it to, bit for bit.
  *
  * A block takes 128 query rows of one query head: a producer warpgroup
  * (warps 0-3, 24 registers a thread after setmaxnreg) whose one lane copies
@@ -282,90 +279,6 @@ static __device__ inline float wg_exp(float x)
 	return y;
 }
 
-/* A tile's softmax step for the thread's two rows (a: g, b: g + 8 of its
- * warp's 16), k_flash's operations in k_flash's order: the scores rounded
- * and scaled, masked past lim_a / lim_b (key index within the tile) when
- * MASK, the maxima, c = e^(m_old - m_new), p rounded to bf16 in place of
- * s, l = l c + the tile's sum. s[4 nt + e] is k_flash's s[nt][e]. */
-template <bool MASK, bool P2>
-static __device__ inline void
-wg_softmax(float *s, float scale, int lim_a, int lim_b, int tq, float &ma,
-	   float &mb, float &la, float &lb, float &ca, float &cb)
-{
-	float xa[8], xb[8];
-#pragma unroll
-	for (int nt = 0; nt < 8; nt++) {
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			float x = s[4 * nt + e];
-			float v =
-			    P2 ? __fmul_rn(kcu_bf16r(x), scale)
-			       : kcu_bf16r(__fmul_rn(kcu_bf16r(x), scale));
-			if (MASK &&
-			    nt * 8 + 2 * tq + (e & 1) > (e < 2 ? lim_a : lim_b))
-				v = -INFINITY;
-			s[4 * nt + e] = v;
-		}
-		xa[nt] = fmaxf(s[4 * nt], s[4 * nt + 1]);
-		xb[nt] = fmaxf(s[4 * nt + 2], s[4 * nt + 3]);
-	}
-#pragma unroll
-	for (int w = 4; w > 0; w >>= 1)
-#pragma unroll
-		for (int nt = 0; nt < w; nt++) {
-			xa[nt] = fmaxf(xa[nt], xa[nt + w]);
-			xb[nt] = fmaxf(xb[nt], xb[nt + w]);
-		}
-	float mxa = xa[0], mxb = xb[0];
-	for (int m = 1; m <= 2; m <<= 1) {
-		mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, m));
-		mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, m));
-	}
-	const float na = fmaxf(ma, mxa), nb = fmaxf(mb, mxb);
-	/* a row with no key yet (a padding row) keeps -inf */
-	ca = na == -INFINITY ? 0.0f : wg_exp(ma - na);
-	cb = nb == -INFINITY ? 0.0f : wg_exp(mb - nb);
-	float sa = 0.0f, sb = 0.0f;
-#pragma unroll
-	for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			float m = e < 2 ? na : nb;
-			float p = m == -INFINITY
-				      ? 0.0f
-				      : kcu_bf16r(wg_exp(s[4 * nt + e] - m));
-			s[4 * nt + e] = p;
-			if (e < 2)
-				sa += p;
-			else
-				sb += p;
-		}
-	for (int m = 1; m <= 2; m <<= 1) {
-		sa += __shfl_xor_sync(0xffffffffu, sa, m);
-		sb += __shfl_xor_sync(0xffffffffu, sb, m);
-	}
-	la = la * ca + sa;
-	lb = lb * cb + sb;
-	ma = na;
-	mb = nb;
-}
-
-/* The softmax of a tile whose first key is the warp's first row's
- * position - rel: masked only where a key can pass a row's position. */
-template <bool P2>
-static __device__ inline void
-wg_tile_softmax(float *s, float scale, int64_t rel, int g, int tq, float &ma,
-		float &mb, float &la, float &lb, float &ca, float &cb)
-{
-	if (rel >= WG_BC - 1)
-		wg_softmax<false, P2>(s, scale, 0, 0, tq, ma, mb, la, lb, ca,
-				      cb);
-	else
-		wg_softmax<true, P2>(s, scale, (int)(rel + g),
-				     (int)(rel + g + 8), tq, ma, mb, la, lb, ca,
-				     cb);
-}
-
 /* Two scores rounded to bf16 at once (one conversion for the pair; the
  * same values as two kcu_bf16r). */
 static __device__ inline float2 wg_bf16r2(float a, float b)
@@ -373,10 +286,15 @@ static __device__ inline float2 wg_bf16r2(float a, float b)
 	return __bfloat1622float2(__floats2bfloat162_rn(a, b));
 }
 
-/* wg_softmax's arithmetic with the roundings done in pairs, p written as
- * the bf16 pairs of the P V product's A operand (pn[2 nt + h] holds
- * s[4 nt + 2 h], s[4 nt + 2 h + 1]), s left as it was. The values and
- * the order of every sum are wg_softmax's. */
+/* A tile's softmax step for the thread's two rows (a: g, b: g + 8 of its
+ * warp's 16), k_flash's operations in k_flash's order: the scores rounded
+ * and scaled, masked past lim_a / lim_b (key index within the tile) when
+ * MASK, the maxima, c = e^(m_old - m_new), p rounded to bf16, l = l c +
+ * the tile's sum; s[4 nt + e] is k_flash's s[nt][e]. The roundings are
+ * done in pairs (one conversion for two values: the same values as two
+ * kcu_bf16r), p written as the bf16 pairs of the P V product's A operand
+ * (pn[2 nt + h] holds p of s[4 nt + 2 h] and s[4 nt + 2 h + 1]), s left
+ * as it was. */
 template <bool MASK, bool P2>
 static __device__ inline void
 wg_softmax2(const float *s, uint32_t *pn, float scale, int lim_a, int lim_b,
@@ -488,7 +406,7 @@ static __device__ inline void wg_rescale(float *o, float ca, float cb)
  * the call's read as zeros). Writes what k_flash writes: the normalised
  * rows when nseg == 1, else each segment's max, sum and unnormalised
  * output into part[(t Hq + h) nseg + s][D + 2]. */
-template <bool P2, bool OPT>
+template <bool P2>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     k_flash_wg(const __grid_constant__ CUtensorMap tmK,
 	       const __grid_constant__ CUtensorMap tmV, float *out, float *part,
@@ -617,123 +535,62 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 	float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
 	float ca = 1.0f, cb = 1.0f;
 
-	if (OPT) {
-		/* The roundings in pairs (wg_softmax2): p goes straight
-		 * into the next P (pn), which becomes P once the P V
-		 * product in flight has read P (an asm copy: a plain one
-		 * let ptxas serialise the wgmmas, its info C7513, as did
-		 * rescaling O under the next S = Q K^T, FlashAttention-3's
-		 * order for large heads). The arithmetic of the plain loop
-		 * below. */
-		uint32_t pn[16];
-		mbar_wait(FULLK(0), 0);
+	/* The roundings in pairs (wg_softmax2): p goes straight into the
+	 * next P (pn), which becomes P once the P V product in flight has
+	 * read P (an asm copy: a C assignment let ptxas serialise the
+	 * wgmmas, its info C7513, as did rescaling O under the next
+	 * S = Q K^T, FlashAttention-3's order for large heads). A first
+	 * form of this loop rounded one value at a time and packed P from
+	 * s after the P V product landed: the same bits, 537 to 556 against
+	 * 573 to 650 TFLOP/s on the H100 (bench_kern); it is gone. */
+	uint32_t pn[16];
+	mbar_wait(FULLK(0), 0);
+	wg_fence();
+	wg_qk(s, qa, sK);
+	wg_wait<0>();
+#pragma unroll
+	for (int i = 0; i < 32; i++)
+		reg_fence(s[i]);
+	__syncwarp();
+	if (lane == 0)
+		mbar_arrive(EMPTYK(0));
+	wg_tile_softmax2<P2>(s, p, scale, wpos - k0, g, tq, ma, mb, la, lb, ca,
+			     cb);
+	for (int j = 1; j < ntile; j++) {
+		const uint32_t st = j & 1, ph = (j >> 1) & 1;
+		const uint32_t pst = st ^ 1, pph = ((j - 1) >> 1) & 1;
+		mbar_wait(FULLK(st), ph);
 		wg_fence();
-		wg_qk(s, qa, sK);
-		wg_wait<0>();
+		wg_qk(s, qa, sK + st * WG_TBYTES);
+		mbar_wait(FULLV(pst), pph);
+		wg_fence();
+		wg_pv(o, p, sV + pst * WG_TBYTES);
+		wg_wait<1>(); /* S landed; P V in flight */
 #pragma unroll
 		for (int i = 0; i < 32; i++)
 			reg_fence(s[i]);
 		__syncwarp();
 		if (lane == 0)
-			mbar_arrive(EMPTYK(0));
-		wg_tile_softmax2<P2>(s, p, scale, wpos - k0, g, tq, ma, mb, la,
-				     lb, ca, cb);
-		for (int j = 1; j < ntile; j++) {
-			const uint32_t st = j & 1, ph = (j >> 1) & 1;
-			const uint32_t pst = st ^ 1, pph = ((j - 1) >> 1) & 1;
-			mbar_wait(FULLK(st), ph);
-			wg_fence();
-			wg_qk(s, qa, sK + st * WG_TBYTES);
-			mbar_wait(FULLV(pst), pph);
-			wg_fence();
-			wg_pv(o, p, sV + pst * WG_TBYTES);
-			wg_wait<1>(); /* S landed; P V in flight */
+			mbar_arrive(EMPTYK(st));
+		wg_tile_softmax2<P2>(s, pn, scale,
+				     wpos - (k0 + (int64_t)j * WG_BC), g, tq,
+				     ma, mb, la, lb, ca, cb);
+		wg_wait<0>(); /* P_{j-1} V_{j-1} landed */
 #pragma unroll
-			for (int i = 0; i < 32; i++)
-				reg_fence(s[i]);
-			__syncwarp();
-			if (lane == 0)
-				mbar_arrive(EMPTYK(st));
-			wg_tile_softmax2<P2>(s, pn, scale,
-					     wpos - (k0 + (int64_t)j * WG_BC),
-					     g, tq, ma, mb, la, lb, ca, cb);
-			wg_wait<0>(); /* P_{j-1} V_{j-1} landed */
-#pragma unroll
-			for (int i = 0; i < 128; i++)
-				reg_fence(o[i]);
-#pragma unroll
-			for (int i = 0; i < 16; i++)
-				reg_fence_u(p[i]); /* read until here */
-			__syncwarp();
-			if (lane == 0)
-				mbar_arrive(EMPTYV(pst));
-			wg_rescale(o, ca, cb);
-#pragma unroll
-			for (int i = 0; i < 16; i++) /* a plain copy: C7513 */
-				asm volatile("mov.b32 %0, %1;"
-					     : "=r"(p[i])
-					     : "r"(pn[i]));
-		}
-	} else {
-		/* tile 0: S, its softmax (o is zero: nothing to rescale), P */
-		mbar_wait(FULLK(0), 0);
-		wg_fence();
-		wg_qk(s, qa, sK);
-		wg_wait<0>();
-#pragma unroll
-		for (int i = 0; i < 32; i++)
-			reg_fence(s[i]);
-		__syncwarp();
-		if (lane == 0)
-			mbar_arrive(EMPTYK(0));
-		wg_tile_softmax<P2>(s, scale, wpos - k0, g, tq, ma, mb, la, lb,
-				    ca, cb);
+		for (int i = 0; i < 128; i++)
+			reg_fence(o[i]);
 #pragma unroll
 		for (int i = 0; i < 16; i++)
-			p[i] = wg_pack2(s[2 * i], s[2 * i + 1]);
-
-		for (int j = 1; j < ntile; j++) {
-			const uint32_t st = j & 1, ph = (j >> 1) & 1;
-			const uint32_t pst = st ^ 1, pph = ((j - 1) >> 1) & 1;
-			mbar_wait(FULLK(st), ph);
-			wg_fence();
-			wg_qk(s, qa, sK + st * WG_TBYTES);
-			mbar_wait(FULLV(pst), pph);
-			wg_fence(); /* P and O were written since the fence
-				       above */
-			wg_pv(o, p, sV + pst * WG_TBYTES);
-			wg_wait<1>(); /* S landed; P V in flight */
+			reg_fence_u(p[i]); /* read until here */
+		__syncwarp();
+		if (lane == 0)
+			mbar_arrive(EMPTYV(pst));
+		wg_rescale(o, ca, cb);
 #pragma unroll
-			for (int i = 0; i < 32; i++)
-				reg_fence(s[i]);
-			__syncwarp();
-			if (lane == 0)
-				mbar_arrive(EMPTYK(st));
-			wg_tile_softmax<P2>(s, scale,
-					    wpos - (k0 + (int64_t)j * WG_BC), g,
-					    tq, ma, mb, la, lb, ca, cb);
-			wg_wait<0>(); /* P_{j-1} V_{j-1} landed */
-#pragma unroll
-			for (int i = 0; i < 128; i++)
-				reg_fence(o[i]);
-			__syncwarp();
-			if (lane == 0)
-				mbar_arrive(EMPTYV(pst));
-			/* o * 1 is o: skipped when no row's max moved */
-			if (__any_sync(0xffffffffu, ca != 1.0f || cb != 1.0f))
-#pragma unroll
-				for (int i = 0; i < 32; i++) {
-					o[4 * i] *= ca;
-					o[4 * i + 1] *= ca;
-					o[4 * i + 2] *= cb;
-					o[4 * i + 3] *= cb;
-				}
-				/* P: the rounded p as bf16 pairs, the A
-				 * operand's layout */
-#pragma unroll
-			for (int i = 0; i < 16; i++)
-				p[i] = wg_pack2(s[2 * i], s[2 * i + 1]);
-		}
+		for (int i = 0; i < 16; i++) /* not a C copy: C7513 */
+			asm volatile("mov.b32 %0, %1;"
+				     : "=r"(p[i])
+				     : "r"(pn[i]));
 	}
 	{
 		const uint32_t pst = (ntile - 1) & 1,
@@ -792,7 +649,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 
 #else /* the host's pass and compute_90's: the same kernel, empty */
 
-template <bool P2, bool OPT>
+template <bool P2>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     k_flash_wg(const __grid_constant__ CUtensorMap tmK,
 	       const __grid_constant__ CUtensorMap tmV, float *out, float *part,
@@ -853,16 +710,12 @@ static int wg_map(CUtensorMap *m, const void *X, int64_t keys, int Hkv)
 	return 0;
 }
 
-/* MOOR_ATTN_WG: unset or 1 this kernel, 0 k_flash, plain this kernel's
- * first form (O rescaled after the P V product lands, roundings one value
- * at a time); read at every call: bench_kern and the kernel test set it
- * between calls. */
+/* MOOR_ATTN_WG: unset or 1 this kernel, 0 k_flash; read at every call:
+ * bench_kern and the kernel test set it between calls. */
 static int wg_mode(void)
 {
 	const char *e = getenv("MOOR_ATTN_WG");
-	if (e && !strcmp(e, "0"))
-		return 0;
-	return e && !strcmp(e, "plain") ? 2 : 1;
+	return !(e && !strcmp(e, "0"));
 }
 
 /* Measured on an H100 (bench_kern, 1,024 rows of 24 heads of 256): 571
@@ -895,12 +748,10 @@ int kcu_attention_wg(kern_queue *q, float *out, const float *qv, int ldq,
 	typedef void (*wg_kernel)(CUtensorMap, CUtensorMap, float *, float *,
 				  int, int64_t, const float *, int, int,
 				  int64_t, int, int, float);
-	static const wg_kernel ks[4] = {
-	    k_flash_wg<false, false>, k_flash_wg<false, true>,
-	    k_flash_wg<true, false>, k_flash_wg<true, true>};
+	static const wg_kernel ks[2] = {k_flash_wg<false>, k_flash_wg<true>};
 	static int set;
 	if (!set) {
-		for (int i = 0; i < 4; i++)
+		for (int i = 0; i < 2; i++)
 			KCU(c, cudaFuncSetAttribute(
 				   ks[i],
 				   cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -922,7 +773,7 @@ int kcu_attention_wg(kern_queue *q, float *out, const float *qv, int ldq,
 		seg = (keys + WG_BC - 1) / WG_BC * WG_BC;
 	int e2;
 	const bool p2 = frexpf(scale, &e2) == 0.5f;
-	const wg_kernel kf = ks[2 * p2 + (wg_mode() != 2)];
+	const wg_kernel kf = ks[p2];
 	kf<<<dim3((T + WG_BM - 1) / WG_BM, Hq, nseg), WG_THREADS, WG_SMEM,
 	     q->s>>>(mk, mv, out, c->att_part, nseg, seg, qv, ldq, T, pos0, Hq,
 		     Hkv, scale);

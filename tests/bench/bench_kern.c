@@ -117,15 +117,13 @@ int main(int argc, char **argv)
 	/* qv as bf16 values (the model's rows are) */
 	int64_t pos[] = {0, 7168, 31744, 64512, 130048};
 	/* a row per kernel: k_flash (mma.sync) and, on a cc 9.0 device,
-	 * k_flash_wg (wgmma; MOOR_ATTN_WG picks it) and its first form
-	 * (MOOR_ATTN_WG=plain), same inputs */
+	 * k_flash_wg (wgmma; MOOR_ATTN_WG picks it), same inputs */
 	const int wg = strstr(desc, "cc 9.0,") != NULL;
 	for (size_t i = 0;
 	     i < sizeof pos / sizeof pos[0] && want(only, "attention"); i++)
-		for (int k = 0; k < 1 + 2 * wg; k++) {
-			static const char *mode[] = {"0", "1", "plain"};
-			static const char *name[] = {"k_flash", "k_flash_wg",
-						     "k_flash_wg plain"};
+		for (int k = 0; k < 1 + wg; k++) {
+			static const char *mode[] = {"0", "1"};
+			static const char *name[] = {"k_flash", "k_flash_wg"};
 			double ms;
 			setenv("MOOR_ATTN_WG", mode[k], 1);
 			TIME(ms, o->attention(q, ao, qv, Hq * D, K, V,
