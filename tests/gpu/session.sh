@@ -17,6 +17,9 @@
 #   load      bench_load: an 8-layer checkpoint of the 27B's width from /dev/shm
 #   ttft      bench_ttft on CUDA with dummy 27B weights at 32k and 128k
 #   stack     stack_ttft: the whole stack (deploy/run, HTTP) on CUDA, dummy 27B
+#   prof      ncu times each kernel of one decode step of bench_gpu (27B
+#             shapes, 8k history; MOOR_CUPROF_LAUNCH picks the step) and
+#             tests/gpu/ncu_sum.py sums them by kernel against the step
 # Knobs: SESSION_ENV (exported before every phase, e.g. MOOR_GDN_TC=1),
 # BENCH_LENS (gpu), BENCH_DECODE (decode steps, default 32).
 set -u
@@ -95,6 +98,13 @@ for p in "$@"; do
 		phase stack ${STACK_LIMIT:-580} "tests/bench/stack_ttft --model tests/bench/qwen35-27b \
 			--tokenizer-dir models/tiny --backend cuda --load-format dummy \
 			--lens ${STACK_LENS:-32768,131072} --build $B" ;;
+	prof)
+		phase prof ${PROF_LIMIT:-240} "NCU=\$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | tail -1); \
+			MOOR_CUPROF_LAUNCH=4 \$NCU --clock-control none --profile-from-start off \
+			--metrics gpu__time_duration.sum --csv --print-units base \
+			$B/tests/bench/bench_gpu tests/bench/qwen35-27b \
+			--backend cuda --lens \${PROF_LEN:-8192} --decode 8 >$OUT/prof-ncu.csv 2>&1; \
+			python3 tests/gpu/ncu_sum.py $OUT/prof-ncu.csv" ;;
 	*) echo "session.sh: unknown phase $p" >&2 ;;
 	esac
 done
