@@ -99,7 +99,7 @@ for p in "$@"; do
 			--tokenizer-dir models/tiny --backend cuda --load-format dummy \
 			--lens ${STACK_LENS:-32768,131072} --build $B" ;;
 	prof)
-		phase prof ${PROF_LIMIT:-240} "NCU=\$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | tail -1); \
+		phase prof ${PROF_LIMIT:-240} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); echo ncu: \$NCU; \
 			MOOR_CUPROF_LAUNCH=4 \$NCU --clock-control none --profile-from-start off \
 			--metrics gpu__time_duration.sum --csv --print-units base \
 			$B/tests/bench/bench_gpu tests/bench/qwen35-27b \
