@@ -113,40 +113,47 @@ int kcu_sigmoid_mul(kern_queue *q, float *y, const float *x,
 
 /* A thread's elements are i = tid + blockDim.x j, summed in order of j,
  * then kcu_block_sum: one order per (dim, block size). k_rmsnorm_reg
- * keeps a row's VPT elements a thread in registers (the loads of x, h and
- * w all in flight at once: a decode step's 5,120-wide norm took 17 us as a
- * loop of dependent loads on the H200, most of it latency); k_rmsnorm
+ * keeps a row's VPT elements a thread in registers, every load issued
+ * before any arithmetic (x, h and w all in flight at once; a branch
+ * between them, as a runtime `add` or kcu_wget's dtype test an element
+ * makes, kept them one at a time: 20 us of latency for a decode step's
+ * 5,120-wide add + norm on the H100, ncu). The weights depend on no
+ * earlier kernel: they load before the programmatic wait. k_rmsnorm
  * loops, for rows wider than RMS_REG_MAX. Both sum in the same order. */
-template <int VPT>
+template <int VPT, bool ADD>
 static __global__ void k_rmsnorm_reg(float *y, int ldy, float *h,
 				     const float *x, int ldx, const void *w,
 				     int wdt, int dim, float eps, int plus_one,
-				     int act, int add)
+				     int act)
 {
-	kcu_pdl_enter();
+	kcu_pdl_release();
 	__shared__ float sh[32];
 	size_t r = blockIdx.x;
-	float *hr = h ? h + r * dim : NULL;
+	float *hr = ADD ? h + r * dim : NULL;
 	const float *xr = x + r * (size_t)ldx;
 	float *yr = y + r * (size_t)ldy;
 	const int bd = blockDim.x, tid = threadIdx.x;
-	float v[VPT], wv[VPT];
+	float v[VPT], hv[VPT], wv[VPT];
+	kcu_wgather<VPT>(wv, w, wdt, [&](int j) {
+		int i = tid + bd * j;
+		return i < dim ? (long long)i : -1LL;
+	});
+	kcu_pdl_wait();
 #pragma unroll
 	for (int j = 0; j < VPT; j++) {
 		int i = tid + bd * j;
-		v[j] = 0.0f;
-		wv[j] = 0.0f;
-		if (i < dim) {
-			v[j] = add ? kcu_rnd(hr[i] + xr[i], act) : xr[i];
-			wv[j] = kcu_wget(w, wdt, (size_t)i);
-		}
+		v[j] = kcu_ldz(xr, i, i < dim);
+		if (ADD)
+			hv[j] = kcu_ldz(hr, i, i < dim);
 	}
 	float ss = 0.0f;
 #pragma unroll
 	for (int j = 0; j < VPT; j++) {
 		int i = tid + bd * j;
+		if (ADD)
+			v[j] = kcu_rnd(hv[j] + v[j], act);
 		if (i < dim) {
-			if (add)
+			if (ADD)
 				hr[i] = v[j];
 			ss += v[j] * v[j];
 		}
@@ -203,8 +210,13 @@ static unsigned row_threads(int dim)
 
 #define RMS_CASE(V)                                                            \
 	if (vpt <= V) {                                                        \
-		kcu_go(q, k_rmsnorm_reg<V>, rows, nt, 0, y, ldy, h, x, ldx, w, \
-		       wdt, dim, eps, plus_one, act, add);                     \
+		if (add)                                                       \
+			kcu_go(q, k_rmsnorm_reg<V, true>, rows, nt, 0, y, ldy, \
+			       h, x, ldx, w, wdt, dim, eps, plus_one, act);    \
+		else                                                           \
+			kcu_go(q, k_rmsnorm_reg<V, false>, rows, nt, 0, y,     \
+			       ldy, h, x, ldx, w, wdt, dim, eps, plus_one,     \
+			       act);                                           \
 		KCU_LAUNCHED(q->ctx);                                          \
 		return 0;                                                      \
 	}
@@ -698,21 +710,26 @@ int kcu_attn_prep(kern_queue *q, float *qo, float *go, const float *qg,
 
 /* One token (T = 1): a warp per row of 2 Hk + Hv rows (q heads of dk
  * channels, k heads of dk, v heads of dv: the conv's C channels in
- * order), GP_WARPS a block. A lane takes channels l, l + 32, ...: the
- * conv of k_conv1d (the sum over taps in order, the tail shifted by one),
- * then for q and k rows k_l2norm's sum (the lane's channels in order, then
- * warp_sum) and its scaling; lane 0 of v row h computes head h's gates as
- * k_gates does. */
+ * order), GP_WARPS a block. A lane takes channels l, l + 32, ... (NV of
+ * them at most): the conv of k_conv1d (the sum over its KC taps in order,
+ * the tail shifted by one), then for q and k rows k_l2norm's sum (the
+ * lane's channels in order, then warp_sum) and its scaling; lane 0 of v
+ * row h computes head h's gates as k_gates does. The conv weights load
+ * before the programmatic wait and every other input right after it, all
+ * in flight at once (as k_rmsnorm_reg: loads one at a time behind
+ * kcu_wget's branches made this kernel 20 us on the H100, ncu). */
 #define GP_WARPS 4
 #define GP_MAXV 8 /* channels a lane holds: dk, dv <= 256 */
+#define GP_MAXK 4 /* taps (Qwen3.5: 4); wider convs take the unfused ops */
 
+template <int KC, int NV>
 static __global__ void
 k_gdn_prep(float *u, const float *in, float *tail, const void *w, int wdt,
-	   int C, int Kc, int Hk, int dk, int Hv, int dv, float eps,
-	   float qscale, float *beta, float *g, const float *b, const float *a,
+	   int C, int Hk, int dk, int Hv, int dv, float eps, float qscale,
+	   float *beta, float *g, const float *b, const float *a,
 	   const float *A_log, const float *dt_bias, int act)
 {
-	kcu_pdl_enter();
+	kcu_pdl_release();
 	const int r = blockIdx.x * GP_WARPS + (threadIdx.x >> 5);
 	const int l = threadIdx.x & 31;
 	if (r >= 2 * Hk + Hv)
@@ -720,45 +737,48 @@ k_gdn_prep(float *u, const float *in, float *tail, const void *w, int wdt,
 	const int norm = r < 2 * Hk;
 	const int dim = norm ? dk : dv;
 	const int c0 = norm ? r * dk : 2 * Hk * dk + (r - 2 * Hk) * dv;
-	float y[GP_MAXV];
+	float wt[NV * KC], win[NV * KC], cur[NV], y[NV];
+	kcu_wgather<NV * KC>(wt, w, wdt, [&](int jk) {
+		int i = l + 32 * (jk / KC);
+		return i < dim ? (long long)(c0 + i) * KC + jk % KC : -1LL;
+	});
+	kcu_pdl_wait();
 #pragma unroll
-	for (int j = 0; j < GP_MAXV; j++) {
-		const int i = l + 32 * j;
-		y[j] = 0.0f;
-		if (i >= dim)
-			continue;
-		const int c = c0 + i;
-		float wt[CONV_KMAX], win[CONV_KMAX];
+	for (int j = 0; j < NV; j++) {
+		const int i = l + 32 * j, c = c0 + i;
 #pragma unroll
-		for (int kk = 0; kk < CONV_KMAX; kk++) {
-			wt[kk] = kk < Kc ? kcu_wget(w, wdt, (size_t)c * Kc + kk)
-					 : 0.0f;
-			win[kk] = kk < Kc - 1 ? tail[(size_t)kk * C + c] : 0.0f;
-		}
-		const float cur = in[c];
+		for (int kk = 0; kk < KC - 1; kk++)
+			win[j * KC + kk] =
+			    kcu_ldz(tail, (long long)kk * C + c, i < dim);
+		cur[j] = kcu_ldz(in, c, i < dim);
+	}
+#pragma unroll
+	for (int j = 0; j < NV; j++) {
+		const int i = l + 32 * j, c = c0 + i;
 		float acc = 0.0f;
 #pragma unroll
-		for (int kk = 0; kk < CONV_KMAX; kk++)
-			if (kk < Kc)
-				acc += wt[kk] * (kk < Kc - 1 ? win[kk] : cur);
+		for (int kk = 0; kk < KC; kk++)
+			acc += wt[j * KC + kk] *
+			       (kk < KC - 1 ? win[j * KC + kk] : cur[j]);
 		y[j] = kcu_rnd(kcu_silu(kcu_rnd(acc, act)), act);
+		if (i < dim)
 #pragma unroll
-		for (int kk = 0; kk < CONV_KMAX; kk++)
-			if (kk < Kc - 1)
+			for (int kk = 0; kk < KC - 1; kk++)
 				tail[(size_t)kk * C + c] =
-				    kk + 1 < Kc - 1 ? win[kk + 1] : cur;
+				    kk + 1 < KC - 1 ? win[j * KC + kk + 1]
+						    : cur[j];
 	}
 	if (norm) {
 		float ss = 0.0f;
 #pragma unroll
-		for (int j = 0; j < GP_MAXV; j++)
+		for (int j = 0; j < NV; j++)
 			if (l + 32 * j < dim)
 				ss += y[j] * y[j];
 		ss = warp_sum(ss);
 		float inv = 1.0f / sqrtf(ss + eps);
 		const float scale = r < Hk ? qscale : 1.0f;
 #pragma unroll
-		for (int j = 0; j < GP_MAXV; j++)
+		for (int j = 0; j < NV; j++)
 			if (l + 32 * j < dim)
 				y[j] =
 				    kcu_rnd(y[j] * inv, KERN_ACT_F32) * scale;
@@ -770,10 +790,21 @@ k_gdn_prep(float *u, const float *in, float *tail, const void *w, int wdt,
 		g[h] = -expf(A_log[h]) * sp;
 	}
 #pragma unroll
-	for (int j = 0; j < GP_MAXV; j++)
+	for (int j = 0; j < NV; j++)
 		if (l + 32 * j < dim)
 			u[c0 + l + 32 * j] = y[j];
 }
+
+#define GP_CASE(K, V)                                                          \
+	if (Kc == K && nv <= V) {                                              \
+		kcu_go(q, k_gdn_prep<K, V>, blocks, GP_WARPS * 32, 0, u, mixed, \
+		       tail, cw, cwdt, C, Hk, dk, Hv, dv, eps, qscale, beta, g, \
+		       b, a, A_log, dt_bias, act);                              \
+		KCU_LAUNCHED(q->ctx);                                          \
+		return 0;                                                      \
+	}
+#define GP_CASES(K)                                                            \
+	GP_CASE(K, 1) GP_CASE(K, 2) GP_CASE(K, 4) GP_CASE(K, 8)
 
 int kcu_gdn_prep(kern_queue *q, float *u, const float *mixed, float *tail,
 		 const void *cw, int cwdt, int Kc, int Hk, int dk, int Hv,
@@ -787,14 +818,17 @@ int kcu_gdn_prep(kern_queue *q, float *u, const float *mixed, float *tail,
 		return MOOR_ERANGE;
 	if (!kcu_dtype_ok(cwdt) || !kcu_act_ok(act))
 		return MOOR_EDTYPE;
-	if (T != 1 || dk > 32 * GP_MAXV || dv > 32 * GP_MAXV || !fuse_on())
+	if (T != 1 || dk > 32 * GP_MAXV || dv > 32 * GP_MAXV ||
+	    Kc > GP_MAXK || !fuse_on())
 		return MOOR_EUNSUP; /* the unfused ops take it */
 	int rows = 2 * Hk + Hv, C = 2 * Hk * dk + Hv * dv;
-	kcu_go(q, k_gdn_prep, (rows + GP_WARPS - 1) / GP_WARPS, GP_WARPS * 32,
-	       0, u, mixed, tail, cw, cwdt, C, Kc, Hk, dk, Hv, dv, eps, qscale,
-	       beta, g, b, a, A_log, dt_bias, act);
-	KCU_LAUNCHED(q->ctx);
-	return 0;
+	int nv = ((dk > dv ? dk : dv) + 31) / 32;
+	unsigned blocks = (unsigned)((rows + GP_WARPS - 1) / GP_WARPS);
+	GP_CASES(1)
+	GP_CASES(2)
+	GP_CASES(3)
+	GP_CASES(4)
+	return MOOR_EUNSUP;
 }
 
 /* ---- fill_random ---- */
