@@ -281,12 +281,17 @@ static __device__ inline float warp_sum(float v)
 	return v;
 }
 
+/* A warp a row; lane l takes elements l, l + 32, ... in order. NV > 0:
+ * the row's NV elements a lane in registers, every load in flight at once
+ * (the weights before the programmatic wait: see k_rmsnorm_reg); NV = 0:
+ * loops, for rows wider than 32 * 8. The same sums either way. */
+template <int NV>
 static __global__ void k_gated_rmsnorm(float *y, const float *x,
 				       const float *z, int ldz, int zg,
 				       const void *w, int wdt, int rows, int dim,
 				       float eps, int act)
 {
-	kcu_pdl_enter();
+	kcu_pdl_release();
 	int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	int l = threadIdx.x & 31;
 	if (r >= rows)
@@ -294,17 +299,58 @@ static __global__ void k_gated_rmsnorm(float *y, const float *x,
 	const float *xr = x + (size_t)r * dim;
 	const float *zr = z + (size_t)(r / zg) * ldz + (size_t)(r % zg) * dim;
 	float *yr = y + (size_t)r * dim;
+	if (NV == 0) {
+		kcu_pdl_wait();
+		float ss = 0.0f;
+		for (int i = l; i < dim; i += 32)
+			ss += xr[i] * xr[i];
+		ss = warp_sum(ss);
+		float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+		for (int i = l; i < dim; i += 32) {
+			float n = kcu_rnd(xr[i] * inv, act);
+			float p = kcu_rnd(kcu_wget(w, wdt, (size_t)i) * n, act);
+			yr[i] = kcu_rnd(p * kcu_silu(zr[i]), act);
+		}
+		return;
+	}
+	constexpr int N = NV > 0 ? NV : 1;
+	float wv[N], xv[N], zv[N];
+	kcu_wgather<N>(wv, w, wdt, [&](int j) {
+		int i = l + 32 * j;
+		return i < dim ? (long long)i : -1LL;
+	});
+	kcu_pdl_wait();
+#pragma unroll
+	for (int j = 0; j < N; j++) {
+		int i = l + 32 * j;
+		xv[j] = kcu_ldz(xr, i, i < dim);
+		zv[j] = kcu_ldz(zr, i, i < dim);
+	}
 	float ss = 0.0f;
-	for (int i = l; i < dim; i += 32)
-		ss += xr[i] * xr[i];
+#pragma unroll
+	for (int j = 0; j < N; j++)
+		if (l + 32 * j < dim)
+			ss += xv[j] * xv[j];
 	ss = warp_sum(ss);
 	float inv = 1.0f / sqrtf(ss / (float)dim + eps);
-	for (int i = l; i < dim; i += 32) {
-		float n = kcu_rnd(xr[i] * inv, act);
-		float p = kcu_rnd(kcu_wget(w, wdt, (size_t)i) * n, act);
-		yr[i] = kcu_rnd(p * kcu_silu(zr[i]), act);
+#pragma unroll
+	for (int j = 0; j < N; j++) {
+		int i = l + 32 * j;
+		if (i < dim) {
+			float n = kcu_rnd(xv[j] * inv, act);
+			float p = kcu_rnd(wv[j] * n, act);
+			yr[i] = kcu_rnd(p * kcu_silu(zv[j]), act);
+		}
 	}
 }
+
+#define GRN_CASE(V)                                                            \
+	if (nv <= V) {                                                         \
+		kcu_go(q, k_gated_rmsnorm<V>, blocks, 256, 0, y, x, z, ldz,   \
+		       zg, w, wdt, rows, dim, eps, act);                       \
+		KCU_LAUNCHED(q->ctx);                                          \
+		return 0;                                                      \
+	}
 
 int kcu_gated_rmsnorm(kern_queue *q, float *y, const float *x, const float *z,
 		      int ldz, int zg, const void *w, int wdt, int rows,
@@ -317,7 +363,13 @@ int kcu_gated_rmsnorm(kern_queue *q, float *y, const float *x, const float *z,
 		return MOOR_EDTYPE;
 	if (rows == 0 || dim == 0)
 		return 0;
-	kcu_go(q, k_gated_rmsnorm, (rows + 7) / 8, 256, 0, y, x, z, ldz, zg, w,
+	unsigned blocks = (unsigned)((rows + 7) / 8);
+	int nv = (dim + 31) / 32;
+	GRN_CASE(1)
+	GRN_CASE(2)
+	GRN_CASE(4)
+	GRN_CASE(8)
+	kcu_go(q, k_gated_rmsnorm<0>, blocks, 256, 0, y, x, z, ldz, zg, w,
 	       wdt, rows, dim, eps, act);
 	KCU_LAUNCHED(q->ctx);
 	return 0;

@@ -974,23 +974,27 @@ static __global__ void k_recurrent(float *o, float *S, const float *q,
 	const int col = s0 + lane;
 	const int on = lane < sw;
 	float *Sh = S + (size_t)h * dk * dv;
-	float r[RPT];
+	float r[RPT]; /* the state's loads in flight at once (kcu_ldz) */
 #pragma unroll
 	for (int j = 0; j < RPT; j++) {
 		int i = grp + RG * j;
-		r[j] = on && i < dk ? Sh[(size_t)i * dv + col] : 0.0f;
+		r[j] = kcu_ldz(Sh, (long long)i * dv + col, on && i < dk);
 	}
 	for (int t = 0; t < T; t++) {
 		const float *kt = k + (size_t)t * ldqk + (size_t)kh * dk;
 		const float *qt = q + (size_t)t * ldqk + (size_t)kh * dk;
+		/* this token's loads first, all in flight together */
+		const float gt = g[(size_t)t * Hv + h];
+		const float b = beta[(size_t)t * Hv + h];
+		const float vv =
+		    kcu_ldz(v, (long long)t * ldv + (long long)h * dv + col, on);
 		__syncthreads();
 		for (int i = threadIdx.x; i < dk; i += blockDim.x) {
 			sk[i] = kt[i];
 			sq[i] = qt[i];
 		}
 		__syncthreads();
-		float eg = expf(g[(size_t)t * Hv + h]);
-		float b = beta[(size_t)t * Hv + h];
+		float eg = expf(gt);
 		float m = 0.0f;
 #pragma unroll
 		for (int j = 0; j < RPT; j++) {
@@ -1004,7 +1008,6 @@ static __global__ void k_recurrent(float *o, float *S, const float *q,
 		float mt = 0.0f;
 		for (int gi = 0; gi < RG; gi++)
 			mt += red[gi][lane];
-		float vv = on ? v[(size_t)t * ldv + (size_t)h * dv + col] : 0.0f;
 		float delta = (vv - mt) * b;
 		float ov = 0.0f;
 #pragma unroll
