@@ -357,38 +357,68 @@ static __global__ void round_rows(float *y, int ldy, int T, int N, int vec)
  * MB on the H200, 50 on the H100). */
 #define GEMV_PREFETCH 2
 
-/* the 8 values of x's piece i as bf16 made float: fp32 x rounded on the
- * way in (L1-resident after the first warp), or (X16) x already staged in
- * bf16 */
-template <bool X16>
-static __device__ inline void gemv_x8(float *xf, const void *x, int i)
+/* MOOR_GEMV_PF=N (read once, 0 to 16) sets those passes, for a
+ * benchmark's sweep; the bits do not depend on it. */
+static int gemv_pf(void)
 {
-	if (X16) {
+	static int pf = -1;
+	if (pf < 0) {
+		const char *e = getenv("MOOR_GEMV_PF");
+		pf = e ? atoi(e) : GEMV_PREFETCH;
+		pf = pf < 0 ? 0 : pf > 16 ? 16 : pf;
+	}
+	return pf;
+}
+
+/* The GEMV's input, 8 values from piece i as bf16 values made float
+ * (L1-resident after the first warp): GX_F32 an fp32 x rounded on the
+ * way in (as stage_x), GX_B16 a bf16 x as it is,
+ * GX_SWIGLU the SwiGLU of fp32 gate x and up x2 rounded to bf16 (as
+ * stage_swiglu<bf16>: swiglu1, then the same round to nearest), so that
+ * a decode step's down projection needs no staging launch. */
+enum { GX_F32, GX_B16, GX_SWIGLU };
+
+template <int GX>
+static __device__ inline void gemv_x8(float *xf, const void *x, const float *x2,
+				      int i, int act)
+{
+	if (GX == GX_B16) {
 		uint4 u = __ldg((const uint4 *)x + i);
 		const __nv_bfloat16 *e = (const __nv_bfloat16 *)&u;
 #pragma unroll
 		for (int k = 0; k < 8; k++)
 			xf[k] = __bfloat162float(e[k]);
-	} else {
+	} else if (GX == GX_F32) {
 		float4 a = __ldg((const float4 *)x + 2 * i);
 		float4 b = __ldg((const float4 *)x + 2 * i + 1);
 		float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
 		for (int k = 0; k < 8; k++)
 			xf[k] = __bfloat162float(__float2bfloat16_rn(v[k]));
+	} else {
+		float4 a = __ldg((const float4 *)x + 2 * i);
+		float4 b = __ldg((const float4 *)x + 2 * i + 1);
+		float4 c = __ldg((const float4 *)x2 + 2 * i);
+		float4 d = __ldg((const float4 *)x2 + 2 * i + 1);
+		float g[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+		float u[8] = {c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			xf[k] = __bfloat162float(
+			    __float2bfloat16_rn(swiglu1(g[k], u[k], act)));
 	}
 }
 
-/* y[n] = rnd(sum_k x16[k] W[n, k]) for one row: x16 = bf16(x) (x fp32),
- * or x itself (X16: bf16, a SwiGLU staged by stage_swiglu). W bf16
+/* y[n] = rnd(sum_k x16[k] W[n, k]) for one row, x16 as gemv_x8<GX>
+ * makes it (x2: the SwiGLU's up, GX_SWIGLU only). W bf16
  * [N, K], K % 8 == 0. The block's 8 warps are 8 / KS row groups of RPW
  * rows, KS warps a group splitting K: warp ks of a group, lane l sums the
  * 16-byte pieces i = 32 ks + l + 32 KS j in order of j; the lanes' sums
  * meet in a fixed butterfly, then the KS warps' in order ks = 0, 1, ... */
-template <bool X16, int RPW, int KS>
+template <int GX, int RPW, int KS>
 static __global__ void __launch_bounds__(GEMV_THREADS)
-    k_gemv(float *y, const void *x, const __nv_bfloat16 *W, int N, int K,
-	   int act)
+    k_gemv(float *y, const void *x, const float *x2, const __nv_bfloat16 *W,
+	   int N, int K, int act, int pf)
 {
 	constexpr int RG = GEMV_THREADS / 32 / KS;
 	__shared__ float red[RG][KS][RPW];
@@ -407,10 +437,10 @@ static __global__ void __launch_bounds__(GEMV_THREADS)
 	/* The weights depend on no earlier kernel: under a programmatic
 	 * launch their first pieces are on their way to L2 while the kernel
 	 * before this one drains (cuda.cuh, kcu_go). 128-byte lines: the
-	 * lanes 8 apart of the first GEMV_PREFETCH passes. */
+	 * lanes 8 apart of the first pf passes (GEMV_PREFETCH). */
 	if (n0 < N && (lane & 7) == 0)
 #pragma unroll
-		for (int j = 0; j < GEMV_PREFETCH; j++) {
+		for (int j = 0; j < pf; j++) {
 			int i = 32 * ks + lane + 32 * KS * j;
 			if (i < K8)
 #pragma unroll
@@ -429,7 +459,7 @@ static __global__ void __launch_bounds__(GEMV_THREADS)
 			for (int r = 0; r < RPW; r++)
 				wu[r] = __ldg(wr[r] + i);
 			float xf[8];
-			gemv_x8<X16>(xf, x, i);
+			gemv_x8<GX>(xf, x, x2, i, act);
 #pragma unroll
 			for (int r = 0; r < RPW; r++) {
 				const __nv_bfloat16 *we = (const __nv_bfloat16 *)&wu[r];
@@ -486,22 +516,25 @@ static void gemv_shape(int N, int *rpw, int *ks)
 	*rpw = N >= 8192 ? 4 : N >= 4096 ? 2 : 1;
 }
 
+#define GEMV_GX(G, R, S)                                                       \
+	kcu_go(q, k_gemv<G, R, S>, nb, GEMV_THREADS, 0, y, x, x2,              \
+	       (const __nv_bfloat16 *)W, N, K, act, gemv_pf())
 #define GEMV_CASE(R, S)                                                        \
 	if (rpw == R && ks == S) {                                             \
 		unsigned nb = (unsigned)((N + 8 / S * R - 1) / (8 / S * R));   \
-		if (x16)                                                       \
-			kcu_go(q, k_gemv<true, R, S>, nb, GEMV_THREADS, 0, y,  \
-			       x, (const __nv_bfloat16 *)W, N, K, act);        \
+		if (gx == GX_B16)                                              \
+			GEMV_GX(GX_B16, R, S);                                 \
+		else if (gx == GX_SWIGLU)                                      \
+			GEMV_GX(GX_SWIGLU, R, S);                              \
 		else                                                           \
-			kcu_go(q, k_gemv<false, R, S>, nb, GEMV_THREADS, 0, y, \
-			       x, (const __nv_bfloat16 *)W, N, K, act);        \
+			GEMV_GX(GX_F32, R, S);                                 \
 		KCU_LAUNCHED(q->ctx);                                          \
 		return 0;                                                      \
 	}
 
-/* x: fp32, or bf16 when x16 */
-static int gemv(kern_queue *q, float *y, const void *x, int x16, const void *W,
-		int N, int K, int act)
+/* x: fp32 (GX_F32), bf16 (GX_B16), or the SwiGLU's gate with x2 its up */
+static int gemv(kern_queue *q, float *y, const void *x, const float *x2,
+		int gx, const void *W, int N, int K, int act)
 {
 	int rpw, ks;
 	gemv_shape(N, &rpw, &ks);
@@ -565,7 +598,7 @@ int kcu_matmul(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 	if (wdt == KERN_F32)
 		return product(q, y, ldy, x, ldx, W, wdt, T, N, K, act);
 	if (gemv_ok(x, W, wdt, T, K))
-		return gemv(q, y, x, 0, W, N, K, act);
+		return gemv(q, y, x, NULL, GX_F32, W, N, K, act);
 	void *st = q->ctx->stage;
 	int vec = st_vec(x, x, st, ldx, K, K);
 	if (wdt == KERN_BF16)
@@ -576,6 +609,19 @@ int kcu_matmul(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 		       (__half *)st, x, ldx, T, K, vec);
 	KCU_LAUNCHED(q->ctx);
 	return product(q, y, ldy, q->ctx->stage, K, W, wdt, T, N, K, act);
+}
+
+/* MOOR_DEC_FUSE=0 (read once) stages the SwiGLU for the GEMV as before
+ * (the side by side of bench_gpu's "before" row, and the tests' reference
+ * for the fused form) */
+static int swiglu_fuse_on(void)
+{
+	static int on = -1;
+	if (on < 0) {
+		const char *e = getenv("MOOR_DEC_FUSE");
+		on = !(e && !strcmp(e, "0"));
+	}
+	return on;
 }
 
 int kcu_matmul_swiglu(kern_queue *q, float *y, int ldy, const float *gate,
@@ -589,6 +635,9 @@ int kcu_matmul_swiglu(kern_queue *q, float *y, int ldy, const float *gate,
 		return 0;
 	if (K == 0)
 		return MOOR_ERANGE;
+	if (gemv_ok(gate, W, wdt, T, K) && ((uintptr_t)up & 15) == 0 &&
+	    swiglu_fuse_on())
+		return gemv(q, y, gate, up, GX_SWIGLU, W, N, K, act);
 	size_t n = (size_t)T * K;
 	if (wdt == KERN_F32 && n * 4 > q->ctx->stage_bytes)
 		return MOOR_ERANGE;
@@ -606,6 +655,6 @@ int kcu_matmul_swiglu(kern_queue *q, float *y, int ldy, const float *gate,
 		       gate, up, ldgu, T, K, act, vec);
 	KCU_LAUNCHED(q->ctx);
 	if (gemv_ok(st, W, wdt, T, K))
-		return gemv(q, y, st, 1, W, N, K, act);
+		return gemv(q, y, st, NULL, GX_B16, W, N, K, act);
 	return product(q, y, ldy, st, K, W, wdt, T, N, K, act);
 }
