@@ -133,17 +133,25 @@ int arena_cuda_create(const char *name, uint64_t size, int device,
 int arena_cuda_handle(const arena *a, uint8_t handle[64], int *device);
 /* The CUDA mover on device: its own stream; registers the host arena
  * `host` with cudaHostRegister in parts (a progress line per part while it
- * takes more than a second), so copies to and from it run as DMA. The
- * mover's ctx is freed by arena_cuda_mover_free (which unregisters).
- * err: MOOR_ERRLEN. */
-int arena_cuda_mover_new(int device, arena *host, arena_mover **out,
-			 char *err);
+ * takes more than a second), so copies to and from it run as DMA. `dev`
+ * (NULL: none) is the device arena its copies mostly touch: a pointer
+ * inside dev or host is known device or host memory by its address; any
+ * other (an engine's buffer, a pageable staging buffer) is asked of the
+ * runtime (cudaPointerGetAttributes), as every pointer once was. dev must
+ * outlive the mover. The mover's ctx is freed by arena_cuda_mover_free
+ * (which unregisters). err: MOOR_ERRLEN. */
+int arena_cuda_mover_new(int device, const arena *dev, arena *host,
+			 arena_mover **out, char *err);
 /* A second mover beside m (an arena_cuda_mover_new one): a stream of its
- * own on the same device, the same registered host arena (it registers
- * nothing, and its free unregisters nothing; m must outlive it). For a
- * thread of cached other than the one that uses m: each syncs only its own
- * copies. Any thread may call a mover (each call sets its device first),
- * one thread at a time. err: MOOR_ERRLEN. */
+ * own on the same device, the same registered host arena and known device
+ * arena (it registers nothing, and its free unregisters nothing; m must
+ * outlive it). For a thread of cached other than the one that uses m:
+ * each syncs only its own copies. Any thread may call a mover, one thread
+ * at a time. A mover makes its device current on a thread the first time
+ * it runs there and not again (a per-thread flag, not a cudaSetDevice a
+ * copy): a thread that calls a mover and also switches itself to another
+ * device (cudaSetDevice outside arena_cuda.c) must not, in this process.
+ * err: MOOR_ERRLEN. */
 int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out, char *err);
 void arena_cuda_mover_free(arena_mover *m); /* safe on NULL */
 

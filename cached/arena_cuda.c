@@ -14,6 +14,16 @@
  * reads or writes one registration. Host-to-host copies (the park's bounce
  * buffer) wait for the stream, then memcpy: the stream's earlier copies
  * may be writing their source.
+ *
+ * What a copy costs the CPU. A restore from the host arena is a thousand
+ * copies or more (a copy a view a block of rows), so a copy asks the
+ * runtime nothing it can answer itself: which side of it is device memory
+ * is read from the addresses of the two arenas the mover knows (the
+ * device arena and the registered host arena), the runtime asked only of
+ * a pointer outside both (cudaPointerGetAttributes: a pageable staging
+ * buffer of the spill or the disk tier, an engine's buffer); and the
+ * mover's device is made current once per thread (a thread-local flag
+ * that every cudaSetDevice of this file keeps), not once per copy.
  */
 #include "arena.h"
 
@@ -31,6 +41,22 @@
  * parts' edges with a small arena). */
 static uint64_t reg_part = 1ull << 30;
 #define REG_PART reg_part
+
+/* The device this thread made current through set_device, plus one (0:
+ * none yet). A runtime's current device is per thread: the disk tier's
+ * writer calls its twin mover on a thread of its own. Only this file's
+ * cudaSetDevice calls keep it (arena.h: a thread that calls a mover does
+ * not switch devices behind it). */
+static _Thread_local int tl_dev;
+
+static cudaError_t set_device(int device)
+{
+	if (tl_dev == device + 1)
+		return cudaSuccess;
+	cudaError_t e = cudaSetDevice(device);
+	tl_dev = e == cudaSuccess ? device + 1 : 0;
+	return e;
+}
 
 static double gib(uint64_t b)
 {
@@ -67,7 +93,7 @@ int arena_cuda_mem(int device, uint64_t *free_b, uint64_t *total_b, char *err)
 	int rc = arena_cuda_probe(device, err);
 	if (rc)
 		return rc;
-	cudaError_t e = cudaSetDevice(device);
+	cudaError_t e = set_device(device);
 	if (e != cudaSuccess)
 		return cu_err(e, "cudaSetDevice", err);
 	size_t fr = 0, tot = 0;
@@ -91,7 +117,7 @@ static void dev_release(void *ctx)
 	dev_mem *d = ctx;
 	if (!d)
 		return;
-	cudaSetDevice(d->device);
+	set_device(d->device);
 	cudaFree(d->p);
 	free(d);
 }
@@ -110,7 +136,7 @@ int arena_cuda_create(const char *name, uint64_t size, int device,
 	int rc = arena_cuda_probe(device, err);
 	if (rc)
 		return rc;
-	cudaError_t e = cudaSetDevice(device);
+	cudaError_t e = set_device(device);
 	if (e != cudaSuccess)
 		return cu_err(e, "cudaSetDevice", err);
 	size_t fr = 0, tot = 0;
@@ -172,6 +198,8 @@ typedef struct cmv {
 	int device;
 	char *hbase;	 /* the host arena */
 	uint64_t hsize;
+	const char *dbase; /* the device arena (dsize 0: none known) */
+	uint64_t dsize;
 	uint32_t nparts; /* registered parts of REG_PART from hbase (0 in a
 			    twin: its first mover's) */
 } cmv;
@@ -183,8 +211,15 @@ static int mv_fail(cudaError_t e, const char *what)
 	return MOOR_EBACKEND;
 }
 
-static int is_device(const void *p)
+/* Whether p is device memory: by address inside the arenas the mover
+ * knows, else by asking the runtime. */
+static int is_device(const cmv *c, const void *p)
 {
+	const char *q = p;
+	if (c->dsize && q >= c->dbase && q < c->dbase + c->dsize)
+		return 1;
+	if (q >= c->hbase && q < c->hbase + c->hsize)
+		return 0;
 	struct cudaPointerAttributes a;
 	if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
 		(void)cudaGetLastError();
@@ -206,11 +241,11 @@ static size_t part_room(const cmv *c, const void *h, size_t n)
 	return end - off < n ? (size_t)(end - off) : n;
 }
 
-/* The mover's device current on the calling thread (a runtime's current
- * device is per thread; the disk tier's writer calls its twin). */
+/* The mover's device current on the calling thread (set_device: a
+ * cudaSetDevice the first time on a thread only). */
 static int on_device(const cmv *c)
 {
-	cudaError_t e = cudaSetDevice(c->device);
+	cudaError_t e = set_device(c->device);
 	return e == cudaSuccess ? 0 : mv_fail(e, "cudaSetDevice");
 }
 
@@ -232,7 +267,7 @@ static int mv_copy(void *ctx, void *dst, const void *src, size_t n)
 	int rc = on_device(c);
 	if (rc)
 		return rc;
-	int dd = is_device(dst), sd = is_device(src);
+	int dd = is_device(c, dst), sd = is_device(c, src);
 	if (!dd && !sd) {
 		rc = mv_sync(c);
 		if (rc)
@@ -266,7 +301,7 @@ static int mv_copy2d(void *ctx, void *dst, size_t dpitch, const void *src,
 	int rc = on_device(c);
 	if (rc)
 		return rc;
-	int dd = is_device(dst), sd = is_device(src);
+	int dd = is_device(c, dst), sd = is_device(c, src);
 	int whole = dd && sd;
 	if (!whole && (dd || sd)) {
 		const void *h = dd ? src : dst;
@@ -298,7 +333,7 @@ static int mv_zero(void *ctx, void *dst, size_t n)
 	int rc = on_device(c);
 	if (rc)
 		return rc;
-	if (is_device(dst)) {
+	if (is_device(c, dst)) {
 		cudaError_t e = cudaMemsetAsync(dst, 0, n, c->s);
 		return e == cudaSuccess ? 0 : mv_fail(e, "cudaMemsetAsync");
 	}
@@ -320,7 +355,7 @@ void arena_cuda_mover_free(arena_mover *m)
 	if (!m)
 		return;
 	cmv *c = m->ctx;
-	cudaSetDevice(c->device);
+	set_device(c->device);
 	if (c->s) {
 		cudaStreamSynchronize(c->s);
 		cudaStreamDestroy(c->s);
@@ -344,7 +379,7 @@ int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out, char *err)
 	c->m.ctx = c;
 	c->s = NULL;
 	c->nparts = 0; /* the registration stays f's */
-	cudaError_t e = cudaSetDevice(c->device);
+	cudaError_t e = set_device(c->device);
 	if (e == cudaSuccess)
 		e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
 	if (e != cudaSuccess) {
@@ -356,8 +391,8 @@ int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out, char *err)
 	return 0;
 }
 
-int arena_cuda_mover_new(int device, arena *host, arena_mover **out,
-			 char *err)
+int arena_cuda_mover_new(int device, const arena *dev, arena *host,
+			 arena_mover **out, char *err)
 {
 	*out = NULL;
 	int rc = arena_cuda_probe(device, err);
@@ -373,7 +408,7 @@ int arena_cuda_mover_new(int device, arena *host, arena_mover **out,
 			     .copy2d = mv_copy2d,
 			     .zero = mv_zero,
 			     .sync = mv_sync};
-	cudaError_t e = cudaSetDevice(device);
+	cudaError_t e = set_device(device);
 	if (e == cudaSuccess)
 		e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
 	if (e != cudaSuccess) {
@@ -386,6 +421,10 @@ int arena_cuda_mover_new(int device, arena *host, arena_mover **out,
 		reg_part = (uint64_t)atol(pk) << 10;
 	c->hbase = arena_base(host);
 	c->hsize = arena_size(host);
+	if (dev) {
+		c->dbase = arena_base(dev);
+		c->dsize = arena_size(dev);
+	}
 	/* the mapping covers whole pages: the last part may round up */
 	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
 	uint64_t mapped = (c->hsize + pg - 1) / pg * pg;

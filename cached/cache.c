@@ -356,8 +356,8 @@ int cache_new(const cache_cfg *cfg, cache **out, char *err)
 	if (!rc && cfg->dev_cuda >= 0)
 		arena_set_punch(c->host, 0);
 	if (!rc && cfg->dev_cuda >= 0 &&
-	    (rc = arena_cuda_mover_new(cfg->dev_cuda, c->host, &c->mv_own,
-				       err)) == 0)
+	    (rc = arena_cuda_mover_new(cfg->dev_cuda, c->dev, c->host,
+				       &c->mv_own, err)) == 0)
 		c->mv = c->mv_own;
 	c->spill.dfd = -1;
 	if (!rc)

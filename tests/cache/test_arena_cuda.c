@@ -10,6 +10,11 @@
  *     sync(); a fresh device arena reads as zeros; zero() zeroes;
  *   - a host-to-host copy after device copies sees their bytes (the mover
  *     waits for its stream first);
+ *   - the mover knows the device and host arenas by address; a device
+ *     buffer it does not know (a second device arena) and pageable memory
+ *     are asked of the runtime: copies between them and the arenas, both
+ *     ways, round-trip, and so do they through a mover that knows no
+ *     device arena (over a host arena of its own);
  *   - a twin of the mover (the disk tier's writer's), called from another
  *     thread, copies device rows out into pageable and registered memory
  *     and syncs its own stream; freeing it leaves the first mover's
@@ -108,7 +113,8 @@ int main(void)
 	arena_release(dev, o2);
 
 	arena_mover *mv;
-	REQUIRE(arena_cuda_mover_new(0, host, &mv, err) == 0, "mover: %s", err);
+	REQUIRE(arena_cuda_mover_new(0, dev, host, &mv, err) == 0, "mover: %s",
+		err);
 	uint8_t *H = arena_base(host), *D = arena_base(dev);
 	size_t n = 300 * 1024; /* crosses four 64 KiB parts */
 	uint8_t *want = malloc(n);
@@ -158,6 +164,43 @@ int main(void)
 		okz &= H[3 * MB + i] == 0;
 	CHECK(okz && memcmp(H + 3 * MB + 1000, want + 1000, 1000) == 0,
 	      "zero() and the host copy behind the device copies");
+
+	/* pointers outside the arenas the mover knows: a device buffer (a
+	 * second device arena) and pageable memory, each way, on this mover
+	 * and on one that knows no device arena */
+	arena *dev2;
+	REQUIRE(arena_cuda_create("/moor-test-dev2", MB, 0, &dev2, err) == 0,
+		"a second device arena: %s", err);
+	char hn2[64];
+	snprintf(hn2, sizeof hn2, "/moor-test-acuda2-%d", (int)getpid());
+	arena *host2;
+	REQUIRE(arena_create(hn2, MB, &host2, err) == 0, "host arena: %s", err);
+	arena_mover *mv0;
+	REQUIRE(arena_cuda_mover_new(0, NULL, host2, &mv0, err) == 0,
+		"a mover that knows no device arena: %s", err);
+	uint8_t *D2 = arena_base(dev2), *pg = malloc(MB);
+	REQUIRE(pg, "oom");
+	for (int k = 0; k < 2; k++) {
+		arena_mover *m = k ? mv0 : mv;
+		uint8_t *Hk = k ? (uint8_t *)arena_base(host2) : H + MB;
+		size_t m2 = 200 * 1000;
+		memset(Hk, 0, m2);
+		memset(pg, 0, m2);
+		CHECK(m->copy(m->ctx, D2 + 64, want, m2) == 0 &&  /* pg -> D2 */
+			  m->copy(m->ctx, D + 2 * MB, D2 + 64, m2) == 0 &&
+			  m->copy2d(m->ctx, D2 + MB / 2, 1000, D + 2 * MB, 1000,
+				    1000, m2 / 1000) == 0 &&	/* D -> D2 */
+			  m->copy(m->ctx, Hk, D2 + MB / 2, m2) == 0 &&
+			  m->copy(m->ctx, pg, D2 + 64, m2) == 0 &&  /* -> pg */
+			  m->sync(m->ctx) == 0,
+		      "copies with an unknown device buffer (mover %d)", k);
+		CHECK(memcmp(Hk, want, m2) == 0 && memcmp(pg, want, m2) == 0,
+		      "they round-trip (mover %d)", k);
+	}
+	free(pg);
+	arena_cuda_mover_free(mv0);
+	arena_close(host2);
+	arena_close(dev2);
 
 	/* the twin, on a thread of its own, as the disk writer uses it
 	 * (D + MB holds want again; n is 600 rows of 512 bytes) */
