@@ -96,6 +96,13 @@ int arena_shm_room(uint64_t *fs_free, uint64_t *fs_size, uint64_t *ram);
 
 /* ---- the mover ---- */
 
+/* One copy of a batch (arena_mover.copyv): copy2d's arguments. */
+typedef struct arena_copy {
+	void *dst;
+	const void *src;
+	size_t dpitch, spitch, width, height;
+} arena_copy;
+
 typedef struct arena_mover {
 	const char *name;
 	void *ctx;
@@ -108,6 +115,12 @@ typedef struct arena_mover {
 	int (*zero)(void *ctx, void *dst, size_t n);
 	/* Optional (NULL: copies are complete on return). */
 	int (*sync)(void *ctx);
+	/* Optional (NULL: the caller calls copy2d for each). The n copies of
+	 * v in no order among themselves: none may write what another reads
+	 * or writes. All run after the mover's earlier calls and before its
+	 * later ones; v is read during the call only. The CUDA mover issues
+	 * them as one cudaMemcpy3DBatchAsync where the runtime has it. */
+	int (*copyv)(void *ctx, const arena_copy *v, size_t n);
 } arena_mover;
 
 /* memcpy between host-mapped arenas; every call is complete on return. */

@@ -192,6 +192,9 @@ int arena_cuda_handle(const arena *a, uint8_t handle[64], int *device)
 
 /* ---- the mover ---- */
 
+/* Copies of one cudaMemcpy3DBatchAsync, at most. */
+#define BATCH_MAX 256
+
 typedef struct cmv {
 	arena_mover m; /* handed out; m.ctx is this struct */
 	cudaStream_t s;
@@ -202,6 +205,13 @@ typedef struct cmv {
 	uint64_t dsize;
 	uint32_t nparts; /* registered parts of REG_PART from hbase (0 in a
 			    twin: its first mover's) */
+	size_t max_pitch; /* cudaDevAttrMaxPitch: a 2D copy's pitches */
+	/* copyv through cudaMemcpy3DBatchAsync: on where the runtime has it
+	 * (MOOR_MOVER_BATCH=0 turns it off); off from the first batch the
+	 * runtime refuses on (the copies then go one call each) */
+	int batch;
+	struct cudaMemcpy3DBatchOp *ops; /* [BATCH_MAX], nops gathered */
+	size_t nops;
 } cmv;
 
 static int mv_fail(cudaError_t e, const char *what)
@@ -229,16 +239,15 @@ static int is_device(const cmv *c, const void *p)
 	       a.type == cudaMemoryTypeManaged;
 }
 
-/* Bytes from host pointer h, at most n, before the end of its registered
- * part (n when h is not in the host arena). */
-static size_t part_room(const cmv *c, const void *h, size_t n)
+/* Bytes from host pointer h to the end of its registered part; SIZE_MAX
+ * when h is not in the host arena. */
+static size_t part_left(const cmv *c, const void *h)
 {
 	const char *p = h;
 	if (p < c->hbase || p >= c->hbase + c->hsize)
-		return n;
+		return SIZE_MAX;
 	uint64_t off = (uint64_t)(p - c->hbase);
-	uint64_t end = (off / REG_PART + 1) * REG_PART;
-	return end - off < n ? (size_t)(end - off) : n;
+	return (size_t)((off / REG_PART + 1) * REG_PART - off);
 }
 
 /* The mover's device current on the calling thread (set_device: a
@@ -259,70 +268,211 @@ static int mv_sync(void *ctx)
 	return e == cudaSuccess ? 0 : mv_fail(e, "cudaStreamSynchronize");
 }
 
-static int mv_copy(void *ctx, void *dst, const void *src, size_t n)
+/* The runtime's batch of copies; its signature lost failIdx in CUDA 13. */
+#if CUDART_VERSION >= 13000
+#define HAVE_BATCH 1
+static cudaError_t batch_async(struct cudaMemcpy3DBatchOp *ops, size_t n,
+			       cudaStream_t s)
 {
-	cmv *c = ctx;
+	return cudaMemcpy3DBatchAsync(n, ops, 0, s);
+}
+#elif CUDART_VERSION >= 12080
+#define HAVE_BATCH 1
+static cudaError_t batch_async(struct cudaMemcpy3DBatchOp *ops, size_t n,
+			       cudaStream_t s)
+{
+	size_t fail = 0;
+	return cudaMemcpy3DBatchAsync(n, ops, &fail, 0, s);
+}
+#else
+#define HAVE_BATCH 0
+static cudaError_t batch_async(struct cudaMemcpy3DBatchOp *ops, size_t n,
+			       cudaStream_t s)
+{
+	(void)ops;
+	(void)n;
+	(void)s;
+	return cudaErrorNotSupported;
+}
+#endif
+
+/* One piece now, on the stream: h runs of w bytes (one run: a plain
+ * copy). */
+static int put_now(cmv *c, char *d, size_t dp, const char *s, size_t sp,
+		   size_t w, size_t h)
+{
+	cudaError_t e =
+	    h == 1 ? cudaMemcpyAsync(d, s, w, cudaMemcpyDefault, c->s)
+		   : cudaMemcpy2DAsync(d, dp, s, sp, w, h, cudaMemcpyDefault,
+				       c->s);
+	if (e != cudaSuccess)
+		return mv_fail(e, h == 1 ? "cudaMemcpyAsync"
+					 : "cudaMemcpy2DAsync");
+	return 0;
+}
+
+/* The gathered batch to the stream. A batch the runtime refuses (one
+ * older than its header, a driver without it) turns batching off and
+ * goes one call a copy: no copy of a batch writes what another reads, so
+ * one the runtime did start and does again moves the same bytes. */
+static int batch_flush(cmv *c)
+{
+	size_t n = c->nops;
+	c->nops = 0;
 	if (!n)
+		return 0;
+	cudaError_t e = batch_async(c->ops, n, c->s);
+	if (e == cudaSuccess)
+		return 0;
+	moor_warn("cuda mover: cudaMemcpy3DBatchAsync of %zu copies: %s; "
+		  "one call a copy from now on",
+		  n, cudaGetErrorString(e));
+	(void)cudaGetLastError();
+	c->batch = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct cudaMemcpy3DBatchOp *o = &c->ops[i];
+		int rc = put_now(c, o->dst.op.ptr.ptr, o->dst.op.ptr.rowLength,
+				 o->src.op.ptr.ptr, o->src.op.ptr.rowLength,
+				 o->extent.width, o->extent.height);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* One piece (its host side, if any, inside one registered part) to the
+ * batch (to_batch) or the stream. */
+static int put(cmv *c, int to_batch, char *d, size_t dp, const char *s,
+	       size_t sp, size_t w, size_t h)
+{
+	if (!to_batch)
+		return put_now(c, d, dp, s, sp, w, h);
+	if (c->nops == BATCH_MAX) {
+		int rc = batch_flush(c);
+		if (rc)
+			return rc;
+		if (!c->batch)
+			return put_now(c, d, dp, s, sp, w, h);
+	}
+	struct cudaMemcpy3DBatchOp *o = &c->ops[c->nops++];
+	memset(o, 0, sizeof *o);
+	o->src.type = cudaMemcpyOperandTypePointer;
+	o->src.op.ptr.ptr = (void *)s;
+	o->src.op.ptr.rowLength = h > 1 ? sp : w;
+	o->src.op.ptr.layerHeight = h;
+	o->dst.type = cudaMemcpyOperandTypePointer;
+	o->dst.op.ptr.ptr = d;
+	o->dst.op.ptr.rowLength = h > 1 ? dp : w;
+	o->dst.op.ptr.layerHeight = h;
+	o->extent = (struct cudaExtent){w, h, 1};
+	o->srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+	return 0;
+}
+
+/* A copy2d with a device side (dd, sd: which) in pieces: the host side's
+ * rows in runs that each lie in one registered part, a row that crosses a
+ * part's edge split at it; a pitch past the device's limit one row at a
+ * time. */
+static int pieces(cmv *c, int to_batch, const arena_copy *x, int dd, int sd)
+{
+	char *d = x->dst;
+	const char *s = x->src;
+	size_t w = x->width, h = x->height, dp = x->dpitch, sp = x->spitch;
+	int rows = h > 1 && (dp > c->max_pitch || sp > c->max_pitch);
+	if (dd && sd && !rows)
+		return put(c, to_batch, d, dp, s, sp, w, h);
+	size_t hp = dd ? sp : dp; /* the host side's pitch */
+	for (size_t i = 0; i < h;) {
+		char *dr = d + i * dp;
+		const char *sr = s + i * sp;
+		size_t left = dd && sd ? SIZE_MAX : part_left(c, dd ? sr : dr);
+		size_t k = 0; /* rows from i that lie in this part */
+		if (rows)
+			k = left >= w ? 1 : 0;
+		else if (left >= w)
+			k = (h - i - 1) * hp + w <= left ? h - i
+							 : (left - w) / hp + 1;
+		if (k) {
+			int rc = put(c, to_batch, dr, dp, sr, sp, w, k);
+			if (rc)
+				return rc;
+			i += k;
+			continue;
+		}
+		/* row i crosses a part's edge */
+		for (size_t n = w; n;) {
+			size_t m = part_left(c, dd ? sr : dr);
+			m = m < n ? m : n;
+			int rc = put(c, to_batch, dr, m, sr, m, m, 1);
+			if (rc)
+				return rc;
+			dr += m;
+			sr += m;
+			n -= m;
+		}
+		i++;
+	}
+	return 0;
+}
+
+/* Host to host: after the stream's earlier copies, which may be writing
+ * the source. */
+static int host_copy(cmv *c, const arena_copy *x)
+{
+	int rc = mv_sync(c);
+	for (size_t i = 0; !rc && i < x->height; i++)
+		memcpy((char *)x->dst + i * x->dpitch,
+		       (const char *)x->src + i * x->spitch, x->width);
+	return rc;
+}
+
+static int copy_one(cmv *c, const arena_copy *x)
+{
+	if (!x->width || !x->height)
 		return 0;
 	int rc = on_device(c);
 	if (rc)
 		return rc;
-	int dd = is_device(c, dst), sd = is_device(c, src);
-	if (!dd && !sd) {
-		rc = mv_sync(c);
-		if (rc)
-			return rc;
-		memcpy(dst, src, n);
-		return 0;
-	}
-	const char *h = dd ? src : dst; /* the host side, if one */
-	char *d = dst;
-	const char *s = src;
-	while (n) {
-		size_t k = dd && sd ? n : part_room(c, h, n);
-		cudaError_t e =
-		    cudaMemcpyAsync(d, s, k, cudaMemcpyDefault, c->s);
-		if (e != cudaSuccess)
-			return mv_fail(e, "cudaMemcpyAsync");
-		d += k;
-		s += k;
-		h += k;
-		n -= k;
-	}
-	return 0;
+	int dd = is_device(c, x->dst), sd = is_device(c, x->src);
+	return dd || sd ? pieces(c, 0, x, dd, sd) : host_copy(c, x);
+}
+
+static int mv_copy(void *ctx, void *dst, const void *src, size_t n)
+{
+	arena_copy x = {dst, src, n, n, n, 1};
+	return copy_one(ctx, &x);
 }
 
 static int mv_copy2d(void *ctx, void *dst, size_t dpitch, const void *src,
 		     size_t spitch, size_t width, size_t height)
 {
+	arena_copy x = {dst, src, dpitch, spitch, width, height};
+	return copy_one(ctx, &x);
+}
+
+/* The copies between the arenas (the host side in the registered host
+ * arena, or none) go as one batch; any other (pageable memory: the
+ * runtime stages it before the call returns, as the caller may expect)
+ * one call each, as copy2d. */
+static int mv_copyv(void *ctx, const arena_copy *v, size_t n)
+{
 	cmv *c = ctx;
-	if (!width || !height)
-		return 0;
 	int rc = on_device(c);
-	if (rc)
-		return rc;
-	int dd = is_device(c, dst), sd = is_device(c, src);
-	int whole = dd && sd;
-	if (!whole && (dd || sd)) {
-		const void *h = dd ? src : dst;
-		size_t hp = dd ? spitch : dpitch;
-		size_t ext = (height - 1) * hp + width;
-		whole = part_room(c, h, ext) == ext;
+	for (size_t i = 0; i < n && !rc; i++) {
+		const arena_copy *x = &v[i];
+		if (!x->width || !x->height)
+			continue;
+		int dd = is_device(c, x->dst), sd = is_device(c, x->src);
+		if (!dd && !sd) {
+			rc = host_copy(c, x);
+			continue;
+		}
+		int in_arena = (dd || part_left(c, x->dst) != SIZE_MAX) &&
+			       (sd || part_left(c, x->src) != SIZE_MAX);
+		rc = pieces(c, c->batch && in_arena, x, dd, sd);
 	}
-	if (whole) {
-		cudaError_t e =
-		    cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
-				      cudaMemcpyDefault, c->s);
-		return e == cudaSuccess ? 0 : mv_fail(e, "cudaMemcpy2DAsync");
-	}
-	/* host to host, or a host side that crosses a part: row by row */
-	for (size_t i = 0; i < height; i++) {
-		rc = mv_copy(c, (char *)dst + i * dpitch,
-			     (const char *)src + i * spitch, width);
-		if (rc)
-			return rc;
-	}
-	return 0;
+	int fr = batch_flush(c);
+	return rc ? rc : fr;
 }
 
 static int mv_zero(void *ctx, void *dst, size_t n)
@@ -361,7 +511,34 @@ void arena_cuda_mover_free(arena_mover *m)
 		cudaStreamDestroy(c->s);
 	}
 	unregister_parts(c);
+	free(c->ops);
 	free(c);
+}
+
+/* What a mover and its twin each have of their own: the stream, the
+ * batch, the device's pitch limit. */
+static int mover_own(cmv *c, const char *what, char *err)
+{
+	c->s = NULL;
+	c->ops = calloc(BATCH_MAX, sizeof *c->ops);
+	c->nops = 0;
+	if (!c->ops)
+		return -ENOMEM;
+	const char *b = getenv("MOOR_MOVER_BATCH");
+	c->batch = HAVE_BATCH && !(b && strcmp(b, "0") == 0);
+	int mp = 0;
+	cudaError_t e = set_device(c->device);
+	if (e == cudaSuccess)
+		e = cudaDeviceGetAttribute(&mp, cudaDevAttrMaxPitch, c->device);
+	c->max_pitch = mp > 0 ? (size_t)mp : 0;
+	if (e == cudaSuccess)
+		e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
+	if (e != cudaSuccess) {
+		free(c->ops);
+		c->ops = NULL;
+		return cu_err(e, what, err);
+	}
+	return 0;
 }
 
 int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out, char *err)
@@ -377,13 +554,9 @@ int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out, char *err)
 		return -ENOMEM;
 	*c = *f;
 	c->m.ctx = c;
-	c->s = NULL;
 	c->nparts = 0; /* the registration stays f's */
-	cudaError_t e = set_device(c->device);
-	if (e == cudaSuccess)
-		e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
-	if (e != cudaSuccess) {
-		int rc = cu_err(e, "a twin mover's stream", err);
+	int rc = mover_own(c, "a twin mover's stream", err);
+	if (rc) {
 		free(c);
 		return rc;
 	}
@@ -407,15 +580,14 @@ int arena_cuda_mover_new(int device, const arena *dev, arena *host,
 			     .copy = mv_copy,
 			     .copy2d = mv_copy2d,
 			     .zero = mv_zero,
-			     .sync = mv_sync};
-	cudaError_t e = set_device(device);
-	if (e == cudaSuccess)
-		e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
-	if (e != cudaSuccess) {
-		rc = cu_err(e, "the mover's stream", err);
+			     .sync = mv_sync,
+			     .copyv = mv_copyv};
+	rc = mover_own(c, "the mover's stream", err);
+	if (rc) {
 		free(c);
 		return rc;
 	}
+	cudaError_t e;
 	const char *pk = getenv("MOOR_REG_PART_KB");
 	if (pk && atol(pk) > 0)
 		reg_part = (uint64_t)atol(pk) << 10;

@@ -177,32 +177,100 @@ void *cache_host_at(cache *c, uint64_t off)
 	return (char *)arena_base(c->host) + off;
 }
 
-int cache_secs_out(cache *c, void *dst)
+/* ---- batches of copies ----
+ *
+ * The cache's copies of rows and sections go to the mover in batches
+ * (arena_mover.copyv): a restore from the host arena, a copy a view a
+ * block of rows, is a few calls, not a thousand. A copy of one run that
+ * continues the batch's last copy (the same width, each side at one
+ * stride on from it, at most XQ_PITCH_MAX) becomes one more run of it:
+ * a block's rows of every view, the views being buffers of one size side
+ * by side in the device arena and back to back in the block, are one 2D
+ * copy. The bytes each copies are the same; the memcpy mover copies them
+ * run by run, as before. */
+#define XQ_PITCH_MAX (1ull << 30)
+
+int cache_xq_flush(cache *c)
 {
-	uint64_t o = 0;
-	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
-		int rc = c->mv->copy(c->mv->ctx, (char *)dst + o,
-				     cache_dev_at(c, c->sec_off[i]),
-				     c->lay->sec[i].bytes);
+	uint32_t n = c->n_xq;
+	c->n_xq = 0;
+	if (!n)
+		return 0;
+	const arena_mover *mv = c->mv;
+	if (mv->copyv)
+		return mv->copyv(mv->ctx, c->xq, n);
+	for (uint32_t i = 0; i < n; i++) {
+		const arena_copy *x = &c->xq[i];
+		int rc = mv->copy2d(mv->ctx, x->dst, x->dpitch, x->src,
+				    x->spitch, x->width, x->height);
 		if (rc)
 			return rc;
-		o += c->lay->sec[i].bytes;
 	}
 	return 0;
 }
 
-int cache_secs_in(cache *c, const void *src)
+static int xq_add(cache *c, void *dst, size_t dpitch, const void *src,
+		  size_t spitch, size_t width, size_t height)
 {
-	uint64_t o = 0;
-	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
-		int rc =
-		    c->mv->copy(c->mv->ctx, cache_dev_at(c, c->sec_off[i]),
-				(const char *)src + o, c->lay->sec[i].bytes);
+	if (!width || !height)
+		return 0;
+	if (c->n_xq && height == 1) {
+		arena_copy *e = &c->xq[c->n_xq - 1];
+		uintptr_t ed = (uintptr_t)e->dst, es = (uintptr_t)e->src;
+		uintptr_t xd = (uintptr_t)dst, xs = (uintptr_t)src;
+		if (e->width == width && e->height == 1 && xd >= ed + width &&
+		    xs >= es + width && xd - ed <= XQ_PITCH_MAX &&
+		    xs - es <= XQ_PITCH_MAX) {
+			e->dpitch = xd - ed;
+			e->spitch = xs - es;
+			e->height = 2;
+			return 0;
+		}
+		if (e->width == width && e->height > 1 &&
+		    xd == ed + e->height * e->dpitch &&
+		    xs == es + e->height * e->spitch) {
+			e->height++;
+			return 0;
+		}
+	}
+	if (c->n_xq == CACHE_XQ_MAX) {
+		int rc = cache_xq_flush(c);
 		if (rc)
 			return rc;
-		o += c->lay->sec[i].bytes;
 	}
+	c->xq[c->n_xq++] = (arena_copy){.dst = dst,
+					.src = src,
+					.dpitch = dpitch,
+					.spitch = spitch,
+					.width = width,
+					.height = height};
 	return 0;
+}
+
+/* The sections in (to the live buffers) or out, from or to buf. */
+static int secs_xfer(cache *c, int out, char *buf)
+{
+	uint64_t o = 0;
+	int rc = 0;
+	for (uint32_t i = 0; i < c->lay->n_sections && !rc; i++) {
+		char *live = cache_dev_at(c, c->sec_off[i]);
+		uint64_t n = c->lay->sec[i].bytes;
+		rc = out ? xq_add(c, buf + o, n, live, n, n, 1)
+			 : xq_add(c, live, n, buf + o, n, n, 1);
+		o += n;
+	}
+	int fr = cache_xq_flush(c);
+	return rc ? rc : fr;
+}
+
+int cache_secs_out(cache *c, void *dst)
+{
+	return secs_xfer(c, 1, dst);
+}
+
+int cache_secs_in(cache *c, const void *src)
+{
+	return secs_xfer(c, 0, (char *)src);
 }
 
 int cache_secs_zero(cache *c)
@@ -227,19 +295,22 @@ int cache_view_rows(const arena_mover *mv, const cache_vgeom *g, void *dst,
 			  swin * g->inner, n * g->inner, g->outer);
 }
 
-static int rows_xfer(cache *c, int out, void *buf, uint64_t bwin, uint64_t brow,
-		     uint64_t live_row, uint64_t n)
+int cache_rows_add(cache *c, int out, void *buf, uint64_t bwin, uint64_t brow,
+		   uint64_t live_row, uint64_t n)
 {
 	uint64_t o = 0, W = c->lay->window;
 	MOOR_ASSERT(live_row + n <= W && brow + n <= bwin);
+	if (!n)
+		return 0;
 	for (uint32_t i = 0; i < c->lay->n_views; i++) {
 		const cache_vgeom *g = &c->vg[i];
-		void *live = cache_dev_at(c, c->view_off[i]);
-		char *b = (char *)buf + o;
-		int rc = out ? cache_view_rows(c->mv, g, b, bwin, brow, live, W,
-					       live_row, n)
-			     : cache_view_rows(c->mv, g, live, W, live_row, b,
-					       bwin, brow, n);
+		char *live = (char *)cache_dev_at(c, c->view_off[i]) +
+			     live_row * g->inner;
+		char *b = (char *)buf + o + brow * g->inner;
+		size_t lp = W * g->inner, bp = bwin * g->inner;
+		int rc = out ? xq_add(c, b, bp, live, lp, n * g->inner, g->outer)
+			     : xq_add(c, live, lp, b, bp, n * g->inner,
+				      g->outer);
 		if (rc)
 			return rc;
 		o += bwin * g->rowb;
@@ -250,13 +321,17 @@ static int rows_xfer(cache *c, int out, void *buf, uint64_t bwin, uint64_t brow,
 int cache_rows_out(cache *c, void *buf, uint64_t bwin, uint64_t brow,
 		   uint64_t live_row, uint64_t n)
 {
-	return rows_xfer(c, 1, buf, bwin, brow, live_row, n);
+	int rc = cache_rows_add(c, 1, buf, bwin, brow, live_row, n);
+	int fr = cache_xq_flush(c);
+	return rc ? rc : fr;
 }
 
 int cache_rows_in(cache *c, const void *buf, uint64_t bwin, uint64_t brow,
 		  uint64_t live_row, uint64_t n)
 {
-	return rows_xfer(c, 0, (void *)buf, bwin, brow, live_row, n);
+	int rc = cache_rows_add(c, 0, (void *)buf, bwin, brow, live_row, n);
+	int fr = cache_xq_flush(c);
+	return rc ? rc : fr;
 }
 
 void cache_view_copy(const cache_view *v, void *dst, uint64_t dst_window,
@@ -336,7 +411,10 @@ int cache_new(const cache_cfg *cfg, cache **out, char *err)
 	c->mv = &arena_mover_memcpy;
 	c->taint = CACHE_NO_TAINT;
 	c->lay = calloc(1, sizeof *c->lay);
-	if (!c->lay) {
+	c->xq = calloc(CACHE_XQ_MAX, sizeof *c->xq);
+	if (!c->lay || !c->xq) {
+		free(c->lay);
+		free(c->xq);
 		free(c);
 		return -ENOMEM;
 	}
@@ -432,6 +510,7 @@ void cache_free(cache *c)
 	free(c->mk);
 	free(c->st);
 	free(c->lay);
+	free(c->xq);
 	arena_cuda_mover_free(c->mv_own); /* before the host arena goes */
 	arena_close(c->dev);
 	arena_close(c->host);

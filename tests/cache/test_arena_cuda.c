@@ -10,6 +10,10 @@
  *     sync(); a fresh device arena reads as zeros; zero() zeroes;
  *   - a host-to-host copy after device copies sees their bytes (the mover
  *     waits for its stream first);
+ *   - a batch (copyv: cudaMemcpy3DBatchAsync where the runtime has it,
+ *     MOOR_MOVER_BATCH=0 one call a copy) of 2D copies whose host side
+ *     crosses parts, a plain run, a pageable source, device to device and
+ *     host to host, in and back out, gives back the same bytes;
  *   - the mover knows the device and host arenas by address; a device
  *     buffer it does not know (a second device arena) and pageable memory
  *     are asked of the runtime: copies between them and the arenas, both
@@ -164,6 +168,46 @@ int main(void)
 		okz &= H[3 * MB + i] == 0;
 	CHECK(okz && memcmp(H + 3 * MB + 1000, want + 1000, 1000) == 0,
 	      "zero() and the host copy behind the device copies");
+
+	/* a batch in, a batch out, and one that reads what the last wrote */
+	{
+		size_t w3 = 5000, r3 = 40, hp3 = 7000, k3 = 100000;
+		uint8_t *pg3 = malloc(MB);
+		REQUIRE(pg3, "oom");
+		memset(H, 0, 4 * MB);
+		for (size_t r = 0; r < r3; r++)
+			memcpy(H + 100 + r * hp3, want + r * w3, w3);
+		memcpy(H + 300000, want, k3);
+		memcpy(pg3, want + 1000, k3 / 2);
+		arena_copy in[3] = {
+		    {D, H + 100, 5120, hp3, w3, r3},
+		    {D + 256 * 1024, H + 300000, k3, k3, k3, 1},
+		    {D + 400 * 1024, pg3, k3 / 2, k3 / 2, k3 / 2, 1},
+		};
+		arena_copy out[4] = {
+		    {H + MB, D, 6000, 5120, w3, r3},
+		    {H + MB + 300000, D + 256 * 1024, k3, k3, k3, 1},
+		    {D + 3 * MB, D + 400 * 1024, k3 / 2, k3 / 2, k3 / 2, 1},
+		    {H + 2 * MB, H + 300000, k3, k3, k3, 1},
+		};
+		arena_copy back = {H + MB + 500000, D + 3 * MB, k3 / 2, k3 / 2,
+				   k3 / 2, 1};
+		CHECK(mv->copyv(mv->ctx, in, 3) == 0 &&
+			  mv->copyv(mv->ctx, out, 4) == 0 &&
+			  mv->copyv(mv->ctx, &back, 1) == 0 &&
+			  mv->sync(mv->ctx) == 0,
+		      "batches");
+		int okb = 1;
+		for (size_t r = 0; r < r3; r++)
+			okb &= memcmp(H + MB + r * 6000, want + r * w3, w3) == 0;
+		CHECK(okb, "a batch's 2D copies across parts round-trip");
+		CHECK(memcmp(H + MB + 300000, want, k3) == 0 &&
+			  memcmp(H + 2 * MB, want, k3) == 0,
+		      "a batch's plain runs and its host copy");
+		CHECK(memcmp(H + MB + 500000, want + 1000, k3 / 2) == 0,
+		      "a pageable source and a device copy, batch after batch");
+		free(pg3);
+	}
 
 	/* pointers outside the arenas the mover knows: a device buffer (a
 	 * second device arena) and pageable memory, each way, on this mover
