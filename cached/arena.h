@@ -96,6 +96,13 @@ int arena_shm_room(uint64_t *fs_free, uint64_t *fs_size, uint64_t *ram);
 
 /* ---- the mover ---- */
 
+/* Lanes of a mover (copyv, mark, after): lane 0 is the order of copy,
+ * copy2d and zero; copies given to one lane run in the order given, and
+ * between lanes only as mark and after say. A point (mark) stays usable
+ * for after until its lane has made ARENA_MARKS more. */
+#define ARENA_LANES 3
+#define ARENA_MARKS 4
+
 /* One copy of a batch (arena_mover.copyv): copy2d's arguments. */
 typedef struct arena_copy {
 	void *dst;
@@ -116,11 +123,19 @@ typedef struct arena_mover {
 	/* Optional (NULL: copies are complete on return). */
 	int (*sync)(void *ctx);
 	/* Optional (NULL: the caller calls copy2d for each). The n copies of
-	 * v in no order among themselves: none may write what another reads
-	 * or writes. All run after the mover's earlier calls and before its
-	 * later ones; v is read during the call only. The CUDA mover issues
-	 * them as one cudaMemcpy3DBatchAsync where the runtime has it. */
-	int (*copyv)(void *ctx, const arena_copy *v, size_t n);
+	 * v, on lane (0 .. ARENA_LANES - 1), in no order among themselves:
+	 * none may write what another reads or writes. All run after the
+	 * lane's earlier copies and before its later ones; v is read during
+	 * the call only. The CUDA mover issues them as one
+	 * cudaMemcpy3DBatchAsync where the runtime has it. */
+	int (*copyv)(void *ctx, int lane, const arena_copy *v, size_t n);
+	/* Optional, both or neither (NULL: one lane, every copy in call
+	 * order, whatever lane copyv names). mark: *pt, a point after
+	 * everything given to lane so far. after: lane's later copies start
+	 * once point pt (of any lane) is passed. sync() waits for every
+	 * lane. The CUDA mover: a stream a lane, an event a point. */
+	int (*mark)(void *ctx, int lane, uint64_t *pt);
+	int (*after)(void *ctx, int lane, uint64_t pt);
 } arena_mover;
 
 /* memcpy between host-mapped arenas; every call is complete on return. */
@@ -144,7 +159,8 @@ int arena_cuda_create(const char *name, uint64_t size, int device,
 /* The cudaIpcMemHandle_t of an arena_cuda_create arena (64 bytes) and its
  * device. */
 int arena_cuda_handle(const arena *a, uint8_t handle[64], int *device);
-/* The CUDA mover on device: its own stream; registers the host arena
+/* The CUDA mover on device: its own stream (and one for each other lane:
+ * MOOR_MOVER_LANES=0 makes them all the one); registers the host arena
  * `host` with cudaHostRegister in parts (a progress line per part while it
  * takes more than a second), so copies to and from it run as DMA. `dev`
  * (NULL: none) is the device arena its copies mostly touch: a pointer

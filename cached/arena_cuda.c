@@ -24,6 +24,14 @@
  * buffer of the spill or the disk tier, an engine's buffer); and the
  * mover's device is made current once per thread (a thread-local flag
  * that every cudaSetDevice of this file keeps), not once per copy.
+ *
+ * Lanes (arena.h): lane 0 is the mover's stream, lanes 1 and 2 streams
+ * of their own, so that copies to the device and copies from it (the
+ * park's swap) run side by side over a full-duplex PCIe link; a point is
+ * an event recorded on a lane's stream (a ring of ARENA_MARKS a lane),
+ * after() a cudaStreamWaitEvent on it, which waits for the event as it
+ * was recorded when after() was called. MOOR_MOVER_LANES=0 makes every
+ * lane the one stream (after() then does nothing): the swap as before.
  */
 #include "arena.h"
 
@@ -197,7 +205,10 @@ int arena_cuda_handle(const arena *a, uint8_t handle[64], int *device)
 
 typedef struct cmv {
 	arena_mover m; /* handed out; m.ctx is this struct */
-	cudaStream_t s;
+	cudaStream_t ls[ARENA_LANES]; /* a lane's stream (ls[0]: the mover's;
+					 the others may be it) */
+	cudaEvent_t ev[ARENA_LANES][ARENA_MARKS]; /* a lane's points, a ring */
+	uint64_t seq[ARENA_LANES];		  /* points made on a lane */
 	int device;
 	char *hbase;	 /* the host arena */
 	uint64_t hsize;
@@ -258,14 +269,21 @@ static int on_device(const cmv *c)
 	return e == cudaSuccess ? 0 : mv_fail(e, "cudaSetDevice");
 }
 
+static int stream_sync(cudaStream_t st)
+{
+	cudaError_t e = cudaStreamSynchronize(st);
+	return e == cudaSuccess ? 0 : mv_fail(e, "cudaStreamSynchronize");
+}
+
+/* Every lane's copies done. */
 static int mv_sync(void *ctx)
 {
 	cmv *c = ctx;
 	int rc = on_device(c);
-	if (rc)
-		return rc;
-	cudaError_t e = cudaStreamSynchronize(c->s);
-	return e == cudaSuccess ? 0 : mv_fail(e, "cudaStreamSynchronize");
+	for (int l = 0; l < ARENA_LANES && !rc; l++)
+		if (l == 0 || c->ls[l] != c->ls[0])
+			rc = stream_sync(c->ls[l]);
+	return rc;
 }
 
 /* The runtime's batch of copies; its signature lost failIdx in CUDA 13. */
@@ -298,13 +316,13 @@ static cudaError_t batch_async(struct cudaMemcpy3DBatchOp *ops, size_t n,
 
 /* One piece now, on the stream: h runs of w bytes (one run: a plain
  * copy). */
-static int put_now(cmv *c, char *d, size_t dp, const char *s, size_t sp,
-		   size_t w, size_t h)
+static int put_now(cudaStream_t st, char *d, size_t dp, const char *s,
+		   size_t sp, size_t w, size_t h)
 {
 	cudaError_t e =
-	    h == 1 ? cudaMemcpyAsync(d, s, w, cudaMemcpyDefault, c->s)
+	    h == 1 ? cudaMemcpyAsync(d, s, w, cudaMemcpyDefault, st)
 		   : cudaMemcpy2DAsync(d, dp, s, sp, w, h, cudaMemcpyDefault,
-				       c->s);
+				       st);
 	if (e != cudaSuccess)
 		return mv_fail(e, h == 1 ? "cudaMemcpyAsync"
 					 : "cudaMemcpy2DAsync");
@@ -315,13 +333,13 @@ static int put_now(cmv *c, char *d, size_t dp, const char *s, size_t sp,
  * older than its header, a driver without it) turns batching off and
  * goes one call a copy: no copy of a batch writes what another reads, so
  * one the runtime did start and does again moves the same bytes. */
-static int batch_flush(cmv *c)
+static int batch_flush(cmv *c, cudaStream_t st)
 {
 	size_t n = c->nops;
 	c->nops = 0;
 	if (!n)
 		return 0;
-	cudaError_t e = batch_async(c->ops, n, c->s);
+	cudaError_t e = batch_async(c->ops, n, st);
 	if (e == cudaSuccess)
 		return 0;
 	moor_warn("cuda mover: cudaMemcpy3DBatchAsync of %zu copies: %s; "
@@ -331,7 +349,7 @@ static int batch_flush(cmv *c)
 	c->batch = 0;
 	for (size_t i = 0; i < n; i++) {
 		const struct cudaMemcpy3DBatchOp *o = &c->ops[i];
-		int rc = put_now(c, o->dst.op.ptr.ptr, o->dst.op.ptr.rowLength,
+		int rc = put_now(st, o->dst.op.ptr.ptr, o->dst.op.ptr.rowLength,
 				 o->src.op.ptr.ptr, o->src.op.ptr.rowLength,
 				 o->extent.width, o->extent.height);
 		if (rc)
@@ -341,18 +359,18 @@ static int batch_flush(cmv *c)
 }
 
 /* One piece (its host side, if any, inside one registered part) to the
- * batch (to_batch) or the stream. */
-static int put(cmv *c, int to_batch, char *d, size_t dp, const char *s,
-	       size_t sp, size_t w, size_t h)
+ * batch (to_batch) or the stream st. */
+static int put(cmv *c, cudaStream_t st, int to_batch, char *d, size_t dp,
+	       const char *s, size_t sp, size_t w, size_t h)
 {
 	if (!to_batch)
-		return put_now(c, d, dp, s, sp, w, h);
+		return put_now(st, d, dp, s, sp, w, h);
 	if (c->nops == BATCH_MAX) {
-		int rc = batch_flush(c);
+		int rc = batch_flush(c, st);
 		if (rc)
 			return rc;
 		if (!c->batch)
-			return put_now(c, d, dp, s, sp, w, h);
+			return put_now(st, d, dp, s, sp, w, h);
 	}
 	struct cudaMemcpy3DBatchOp *o = &c->ops[c->nops++];
 	memset(o, 0, sizeof *o);
@@ -373,14 +391,15 @@ static int put(cmv *c, int to_batch, char *d, size_t dp, const char *s,
  * rows in runs that each lie in one registered part, a row that crosses a
  * part's edge split at it; a pitch past the device's limit one row at a
  * time. */
-static int pieces(cmv *c, int to_batch, const arena_copy *x, int dd, int sd)
+static int pieces(cmv *c, cudaStream_t st, int to_batch, const arena_copy *x,
+		  int dd, int sd)
 {
 	char *d = x->dst;
 	const char *s = x->src;
 	size_t w = x->width, h = x->height, dp = x->dpitch, sp = x->spitch;
 	int rows = h > 1 && (dp > c->max_pitch || sp > c->max_pitch);
 	if (dd && sd && !rows)
-		return put(c, to_batch, d, dp, s, sp, w, h);
+		return put(c, st, to_batch, d, dp, s, sp, w, h);
 	size_t hp = dd ? sp : dp; /* the host side's pitch */
 	for (size_t i = 0; i < h;) {
 		char *dr = d + i * dp;
@@ -393,7 +412,7 @@ static int pieces(cmv *c, int to_batch, const arena_copy *x, int dd, int sd)
 			k = (h - i - 1) * hp + w <= left ? h - i
 							 : (left - w) / hp + 1;
 		if (k) {
-			int rc = put(c, to_batch, dr, dp, sr, sp, w, k);
+			int rc = put(c, st, to_batch, dr, dp, sr, sp, w, k);
 			if (rc)
 				return rc;
 			i += k;
@@ -403,7 +422,7 @@ static int pieces(cmv *c, int to_batch, const arena_copy *x, int dd, int sd)
 		for (size_t n = w; n;) {
 			size_t m = part_left(c, dd ? sr : dr);
 			m = m < n ? m : n;
-			int rc = put(c, to_batch, dr, m, sr, m, m, 1);
+			int rc = put(c, st, to_batch, dr, m, sr, m, m, 1);
 			if (rc)
 				return rc;
 			dr += m;
@@ -415,11 +434,11 @@ static int pieces(cmv *c, int to_batch, const arena_copy *x, int dd, int sd)
 	return 0;
 }
 
-/* Host to host: after the stream's earlier copies, which may be writing
- * the source. */
-static int host_copy(cmv *c, const arena_copy *x)
+/* Host to host: after the lane's earlier copies (its stream st), which
+ * may be writing the source. */
+static int host_copy(cudaStream_t st, const arena_copy *x)
 {
-	int rc = mv_sync(c);
+	int rc = stream_sync(st);
 	for (size_t i = 0; !rc && i < x->height; i++)
 		memcpy((char *)x->dst + i * x->dpitch,
 		       (const char *)x->src + i * x->spitch, x->width);
@@ -434,7 +453,8 @@ static int copy_one(cmv *c, const arena_copy *x)
 	if (rc)
 		return rc;
 	int dd = is_device(c, x->dst), sd = is_device(c, x->src);
-	return dd || sd ? pieces(c, 0, x, dd, sd) : host_copy(c, x);
+	return dd || sd ? pieces(c, c->ls[0], 0, x, dd, sd)
+			: host_copy(c->ls[0], x);
 }
 
 static int mv_copy(void *ctx, void *dst, const void *src, size_t n)
@@ -454,9 +474,11 @@ static int mv_copy2d(void *ctx, void *dst, size_t dpitch, const void *src,
  * arena, or none) go as one batch; any other (pageable memory: the
  * runtime stages it before the call returns, as the caller may expect)
  * one call each, as copy2d. */
-static int mv_copyv(void *ctx, const arena_copy *v, size_t n)
+static int mv_copyv(void *ctx, int lane, const arena_copy *v, size_t n)
 {
 	cmv *c = ctx;
+	MOOR_ASSERT(lane >= 0 && lane < ARENA_LANES);
+	cudaStream_t st = c->ls[lane];
 	int rc = on_device(c);
 	for (size_t i = 0; i < n && !rc; i++) {
 		const arena_copy *x = &v[i];
@@ -464,15 +486,47 @@ static int mv_copyv(void *ctx, const arena_copy *v, size_t n)
 			continue;
 		int dd = is_device(c, x->dst), sd = is_device(c, x->src);
 		if (!dd && !sd) {
-			rc = host_copy(c, x);
+			rc = host_copy(st, x);
 			continue;
 		}
 		int in_arena = (dd || part_left(c, x->dst) != SIZE_MAX) &&
 			       (sd || part_left(c, x->src) != SIZE_MAX);
-		rc = pieces(c, c->batch && in_arena, x, dd, sd);
+		rc = pieces(c, st, c->batch && in_arena, x, dd, sd);
 	}
-	int fr = batch_flush(c);
+	int fr = batch_flush(c, st);
 	return rc ? rc : fr;
+}
+
+static int mv_mark(void *ctx, int lane, uint64_t *pt)
+{
+	cmv *c = ctx;
+	MOOR_ASSERT(lane >= 0 && lane < ARENA_LANES);
+	int rc = on_device(c);
+	if (rc)
+		return rc;
+	uint64_t q = c->seq[lane]++;
+	cudaError_t e =
+	    cudaEventRecord(c->ev[lane][q % ARENA_MARKS], c->ls[lane]);
+	*pt = q << 2 | (uint64_t)lane;
+	return e == cudaSuccess ? 0 : mv_fail(e, "cudaEventRecord");
+}
+
+static int mv_after(void *ctx, int lane, uint64_t pt)
+{
+	cmv *c = ctx;
+	int from = (int)(pt & 3);
+	uint64_t q = pt >> 2;
+	MOOR_ASSERT(lane >= 0 && lane < ARENA_LANES && from < ARENA_LANES);
+	/* the point's event not recorded again since */
+	MOOR_ASSERT(q < c->seq[from] && c->seq[from] - q <= ARENA_MARKS);
+	if (c->ls[from] == c->ls[lane])
+		return 0;
+	int rc = on_device(c);
+	if (rc)
+		return rc;
+	cudaError_t e = cudaStreamWaitEvent(
+	    c->ls[lane], c->ev[from][q % ARENA_MARKS], 0);
+	return e == cudaSuccess ? 0 : mv_fail(e, "cudaStreamWaitEvent");
 }
 
 static int mv_zero(void *ctx, void *dst, size_t n)
@@ -484,10 +538,10 @@ static int mv_zero(void *ctx, void *dst, size_t n)
 	if (rc)
 		return rc;
 	if (is_device(c, dst)) {
-		cudaError_t e = cudaMemsetAsync(dst, 0, n, c->s);
+		cudaError_t e = cudaMemsetAsync(dst, 0, n, c->ls[0]);
 		return e == cudaSuccess ? 0 : mv_fail(e, "cudaMemsetAsync");
 	}
-	rc = mv_sync(c);
+	rc = stream_sync(c->ls[0]);
 	if (rc == 0)
 		memset(dst, 0, n);
 	return rc;
@@ -506,20 +560,28 @@ void arena_cuda_mover_free(arena_mover *m)
 		return;
 	cmv *c = m->ctx;
 	set_device(c->device);
-	if (c->s) {
-		cudaStreamSynchronize(c->s);
-		cudaStreamDestroy(c->s);
+	for (int l = ARENA_LANES; l-- > 0;) {
+		for (int k = 0; k < ARENA_MARKS; k++)
+			if (c->ev[l][k])
+				cudaEventDestroy(c->ev[l][k]);
+		if (c->ls[l] && (l == 0 || c->ls[l] != c->ls[0])) {
+			cudaStreamSynchronize(c->ls[l]);
+			cudaStreamDestroy(c->ls[l]);
+		}
 	}
 	unregister_parts(c);
 	free(c->ops);
 	free(c);
 }
 
-/* What a mover and its twin each have of their own: the stream, the
- * batch, the device's pitch limit. */
+/* What a mover and its twin each have of their own: the lanes' streams
+ * and points, the batch, the device's pitch limit. On failure what was
+ * made stays for arena_cuda_mover_free. */
 static int mover_own(cmv *c, const char *what, char *err)
 {
-	c->s = NULL;
+	memset(c->ls, 0, sizeof c->ls);
+	memset(c->ev, 0, sizeof c->ev);
+	memset(c->seq, 0, sizeof c->seq);
 	c->ops = calloc(BATCH_MAX, sizeof *c->ops);
 	c->nops = 0;
 	if (!c->ops)
@@ -531,14 +593,19 @@ static int mover_own(cmv *c, const char *what, char *err)
 	if (e == cudaSuccess)
 		e = cudaDeviceGetAttribute(&mp, cudaDevAttrMaxPitch, c->device);
 	c->max_pitch = mp > 0 ? (size_t)mp : 0;
-	if (e == cudaSuccess)
-		e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
-	if (e != cudaSuccess) {
-		free(c->ops);
-		c->ops = NULL;
-		return cu_err(e, what, err);
+	const char *ln = getenv("MOOR_MOVER_LANES");
+	int lanes = !(ln && strcmp(ln, "0") == 0);
+	for (int l = 0; l < ARENA_LANES && e == cudaSuccess; l++) {
+		if (l == 0 || lanes)
+			e = cudaStreamCreateWithFlags(&c->ls[l],
+						      cudaStreamNonBlocking);
+		else
+			c->ls[l] = c->ls[0];
+		for (int k = 0; k < ARENA_MARKS && e == cudaSuccess; k++)
+			e = cudaEventCreateWithFlags(&c->ev[l][k],
+						     cudaEventDisableTiming);
 	}
-	return 0;
+	return e == cudaSuccess ? 0 : cu_err(e, what, err);
 }
 
 int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out, char *err)
@@ -555,9 +622,9 @@ int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out, char *err)
 	*c = *f;
 	c->m.ctx = c;
 	c->nparts = 0; /* the registration stays f's */
-	int rc = mover_own(c, "a twin mover's stream", err);
+	int rc = mover_own(c, "a twin mover's streams", err);
 	if (rc) {
-		free(c);
+		arena_cuda_mover_free(&c->m);
 		return rc;
 	}
 	*out = &c->m;
@@ -581,10 +648,12 @@ int arena_cuda_mover_new(int device, const arena *dev, arena *host,
 			     .copy2d = mv_copy2d,
 			     .zero = mv_zero,
 			     .sync = mv_sync,
-			     .copyv = mv_copyv};
-	rc = mover_own(c, "the mover's stream", err);
+			     .copyv = mv_copyv,
+			     .mark = mv_mark,
+			     .after = mv_after};
+	rc = mover_own(c, "the mover's streams", err);
 	if (rc) {
-		free(c);
+		arena_cuda_mover_free(&c->m);
 		return rc;
 	}
 	cudaError_t e;

@@ -198,7 +198,7 @@ int cache_xq_flush(cache *c)
 		return 0;
 	const arena_mover *mv = c->mv;
 	if (mv->copyv)
-		return mv->copyv(mv->ctx, c->xq, n);
+		return mv->copyv(mv->ctx, c->xq_lane, c->xq, n);
 	for (uint32_t i = 0; i < n; i++) {
 		const arena_copy *x = &c->xq[i];
 		int rc = mv->copy2d(mv->ctx, x->dst, x->dpitch, x->src,
@@ -318,20 +318,43 @@ int cache_rows_add(cache *c, int out, void *buf, uint64_t bwin, uint64_t brow,
 	return 0;
 }
 
+int cache_rows_lane(cache *c, int lane, int out, void *buf, uint64_t bwin,
+		    uint64_t brow, uint64_t live_row, uint64_t n)
+{
+	MOOR_ASSERT(c->n_xq == 0 && lane >= 0 && lane < ARENA_LANES);
+	c->xq_lane = lane;
+	int rc = cache_rows_add(c, out, buf, bwin, brow, live_row, n);
+	int fr = cache_xq_flush(c);
+	c->xq_lane = 0;
+	return rc ? rc : fr;
+}
+
 int cache_rows_out(cache *c, void *buf, uint64_t bwin, uint64_t brow,
 		   uint64_t live_row, uint64_t n)
 {
-	int rc = cache_rows_add(c, 1, buf, bwin, brow, live_row, n);
-	int fr = cache_xq_flush(c);
-	return rc ? rc : fr;
+	return cache_rows_lane(c, 0, 1, buf, bwin, brow, live_row, n);
 }
 
 int cache_rows_in(cache *c, const void *buf, uint64_t bwin, uint64_t brow,
 		  uint64_t live_row, uint64_t n)
 {
-	int rc = cache_rows_add(c, 0, (void *)buf, bwin, brow, live_row, n);
-	int fr = cache_xq_flush(c);
-	return rc ? rc : fr;
+	return cache_rows_lane(c, 0, 0, (void *)buf, bwin, brow, live_row, n);
+}
+
+int cache_lanes(const cache *c)
+{
+	return c->mv->mark && c->mv->after;
+}
+
+int cache_lane_mark(cache *c, int lane, uint64_t *pt)
+{
+	*pt = 0;
+	return cache_lanes(c) ? c->mv->mark(c->mv->ctx, lane, pt) : 0;
+}
+
+int cache_lane_after(cache *c, int lane, uint64_t pt)
+{
+	return cache_lanes(c) ? c->mv->after(c->mv->ctx, lane, pt) : 0;
 }
 
 void cache_view_copy(const cache_view *v, void *dst, uint64_t dst_window,

@@ -278,6 +278,7 @@ struct cache {
 	arena_mover *mv_own; /* the CUDA mover, freed at cache_free */
 	arena_copy *xq;	     /* [CACHE_XQ_MAX] a batch being gathered, n_xq */
 	uint32_t n_xq;
+	int xq_lane; /* the mover's lane it goes to (0 but in the park swap) */
 
 	int have_layout;
 	cache_layout *lay;
@@ -375,6 +376,15 @@ int cache_rows_in(cache *c, const void *buf, uint64_t bwin, uint64_t brow,
 int cache_rows_add(cache *c, int out, void *buf, uint64_t bwin, uint64_t brow,
 		   uint64_t live_row, uint64_t n);
 int cache_xq_flush(cache *c);
+/* The mover's lanes (arena.h; the park's swap runs on two). cache_lanes:
+ * whether the mover has them (without, everything runs in call order and
+ * mark and after do nothing). cache_rows_lane: cache_rows_out (out) or
+ * _in as one batch on lane. */
+int cache_lanes(const cache *c);
+int cache_lane_mark(cache *c, int lane, uint64_t *pt);
+int cache_lane_after(cache *c, int lane, uint64_t pt);
+int cache_rows_lane(cache *c, int lane, int out, void *buf, uint64_t bwin,
+		    uint64_t brow, uint64_t live_row, uint64_t n);
 uint64_t cache_common_prefix(const int32_t *a, uint64_t na, const int32_t *b,
 			     uint64_t nb);
 uint64_t cache_ids_hash(const int32_t *ids, uint64_t n);
@@ -392,6 +402,10 @@ uint64_t cache_lv_bytes(cache *c, int lv);
  * ones). MOOR_ENOSPACE when it cannot. */
 int cache_budget_grow(cache *c, int lv, int host, uint64_t bytes,
 		      uint64_t limit, uint64_t *off);
+/* The same, giving nothing back: room that is free now or MOOR_ENOSPACE
+ * (what only speeds something up, the park swap's second bounce). */
+int cache_budget_try(cache *c, int host, uint64_t bytes, uint64_t limit,
+		     uint64_t *off);
 /* The memory policy before a prefill needing ws bytes of workspace (and,
  * for a guest, *stash_need bytes of stash): gives back cheapest first;
  * sets *stash_need to 0 when the stash is the level that gives. Nothing is

@@ -14,6 +14,11 @@
  *     MOOR_MOVER_BATCH=0 one call a copy) of 2D copies whose host side
  *     crosses parts, a plain run, a pageable source, device to device and
  *     host to host, in and back out, gives back the same bytes;
+ *   - lanes: rounds that copy in on lane 1 and back out on lane 2 through
+ *     one device buffer, ordered only by marks (lane 2 after lane 1's
+ *     copy in, lane 1's next copy in after lane 2's copy out), give every
+ *     round's bytes back (with MOOR_MOVER_LANES=0 the lanes are one
+ *     stream);
  *   - the mover knows the device and host arenas by address; a device
  *     buffer it does not know (a second device arena) and pageable memory
  *     are asked of the runtime: copies between them and the arenas, both
@@ -192,9 +197,9 @@ int main(void)
 		};
 		arena_copy back = {H + MB + 500000, D + 3 * MB, k3 / 2, k3 / 2,
 				   k3 / 2, 1};
-		CHECK(mv->copyv(mv->ctx, in, 3) == 0 &&
-			  mv->copyv(mv->ctx, out, 4) == 0 &&
-			  mv->copyv(mv->ctx, &back, 1) == 0 &&
+		CHECK(mv->copyv(mv->ctx, 0, in, 3) == 0 &&
+			  mv->copyv(mv->ctx, 0, out, 4) == 0 &&
+			  mv->copyv(mv->ctx, 0, &back, 1) == 0 &&
 			  mv->sync(mv->ctx) == 0,
 		      "batches");
 		int okb = 1;
@@ -207,6 +212,32 @@ int main(void)
 		CHECK(memcmp(H + MB + 500000, want + 1000, k3 / 2) == 0,
 		      "a pageable source and a device copy, batch after batch");
 		free(pg3);
+	}
+
+	/* lanes: 8 rounds through the device buffer at D + 3 MB */
+	{
+		size_t k4 = 64 * 1024;
+		memset(H, 0, 4 * MB);
+		for (int r = 0; r < 8; r++)
+			fill(H + r * k4, k4, 100 + (uint32_t)r);
+		uint64_t p1 = 0, p2 = 0;
+		int okl = 1;
+		for (int r = 0; r < 8 && okl; r++) {
+			arena_copy cin = {D + 3 * MB, H + r * k4, k4, k4, k4, 1};
+			arena_copy cout = {H + 2 * MB + r * k4, D + 3 * MB,
+					   k4, k4, k4, 1};
+			okl = (r == 0 || mv->after(mv->ctx, 1, p2) == 0) &&
+			      mv->copyv(mv->ctx, 1, &cin, 1) == 0 &&
+			      mv->mark(mv->ctx, 1, &p1) == 0 &&
+			      mv->after(mv->ctx, 2, p1) == 0 &&
+			      mv->copyv(mv->ctx, 2, &cout, 1) == 0 &&
+			      mv->mark(mv->ctx, 2, &p2) == 0;
+		}
+		CHECK(okl && mv->after(mv->ctx, 0, p2) == 0 &&
+			  mv->sync(mv->ctx) == 0,
+		      "copies on lanes");
+		CHECK(memcmp(H + 2 * MB, H, 8 * k4) == 0,
+		      "every round through one buffer on two lanes, in order");
 	}
 
 	/* pointers outside the arenas the mover knows: a device buffer (a
