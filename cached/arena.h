@@ -110,6 +110,18 @@ typedef struct arena_copy {
 	size_t dpitch, spitch, width, height;
 } arena_copy;
 
+/* What a mover did since it was made (arena_mover.stats). */
+typedef struct arena_mover_stats {
+	uint64_t copies; /* asked for: copy, copy2d, zero, each of a copyv */
+	uint64_t calls;	 /* calls to the runtime that copy (a batch: one) */
+	uint64_t bytes;	 /* what the copies move */
+	uint64_t syncs;	 /* sync() */
+	/* seconds in the calls that copy (issuing: copy, copy2d, copyv,
+	 * zero, mark, after) and waiting (sync(), and a host copy waiting
+	 * for its lane); issue_s leaves the waits out */
+	double issue_s, wait_s;
+} arena_mover_stats;
+
 typedef struct arena_mover {
 	const char *name;
 	void *ctx;
@@ -136,6 +148,8 @@ typedef struct arena_mover {
 	 * lane. The CUDA mover: a stream a lane, an event a point. */
 	int (*mark)(void *ctx, int lane, uint64_t *pt);
 	int (*after)(void *ctx, int lane, uint64_t pt);
+	/* Optional (NULL: none kept): the counters so far. */
+	void (*stats)(void *ctx, arena_mover_stats *out);
 } arena_mover;
 
 /* memcpy between host-mapped arenas; every call is complete on return. */

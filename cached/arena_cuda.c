@@ -221,8 +221,10 @@ typedef struct cmv {
 	 * (MOOR_MOVER_BATCH=0 turns it off); off from the first batch the
 	 * runtime refuses on (the copies then go one call each) */
 	int batch;
-	struct cudaMemcpy3DBatchOp *ops; /* [BATCH_MAX], nops gathered */
-	size_t nops;
+	arena_copy *pend; /* [BATCH_MAX] pieces gathered for it, npend */
+	size_t npend;
+	void *rt;	  /* its records in the runtime's form (batch_new) */
+	arena_mover_stats st; /* this mover's alone (a twin keeps its own) */
 } cmv;
 
 static int mv_fail(cudaError_t e, const char *what)
@@ -269,9 +271,11 @@ static int on_device(const cmv *c)
 	return e == cudaSuccess ? 0 : mv_fail(e, "cudaSetDevice");
 }
 
-static int stream_sync(cudaStream_t st)
+static int stream_sync(cmv *c, cudaStream_t st)
 {
+	double t0 = moor_now();
 	cudaError_t e = cudaStreamSynchronize(st);
+	c->st.wait_s += moor_now() - t0;
 	return e == cudaSuccess ? 0 : mv_fail(e, "cudaStreamSynchronize");
 }
 
@@ -282,32 +286,80 @@ static int mv_sync(void *ctx)
 	int rc = on_device(c);
 	for (int l = 0; l < ARENA_LANES && !rc; l++)
 		if (l == 0 || c->ls[l] != c->ls[0])
-			rc = stream_sync(c->ls[l]);
+			rc = stream_sync(c, c->ls[l]);
+	c->st.syncs++;
 	return rc;
 }
 
-/* The runtime's batch of copies; its signature lost failIdx in CUDA 13. */
+/* The time of an issuing call (from t0), its waits (wait_s since w0)
+ * left out. */
+static void issued(cmv *c, double t0, double w0)
+{
+	c->st.issue_s += moor_now() - t0 - (c->st.wait_s - w0);
+}
+
+static void mv_stats(void *ctx, arena_mover_stats *out)
+{
+	*out = ((const cmv *)ctx)->st;
+}
+
+/* The runtime's batch of copies (CUDA 12.8 on; the call lost its failIdx
+ * in 13.0): batch_new makes the records of BATCH_MAX copies (NULL: this
+ * runtime has none), batch_async fills them from v and calls it. */
 #if CUDART_VERSION >= 13000
-#define HAVE_BATCH 1
-static cudaError_t batch_async(struct cudaMemcpy3DBatchOp *ops, size_t n,
-			       cudaStream_t s)
+static cudaError_t batch_call(struct cudaMemcpy3DBatchOp *ops, size_t n,
+			      cudaStream_t s)
 {
 	return cudaMemcpy3DBatchAsync(n, ops, 0, s);
 }
 #elif CUDART_VERSION >= 12080
-#define HAVE_BATCH 1
-static cudaError_t batch_async(struct cudaMemcpy3DBatchOp *ops, size_t n,
-			       cudaStream_t s)
+static cudaError_t batch_call(struct cudaMemcpy3DBatchOp *ops, size_t n,
+			      cudaStream_t s)
 {
 	size_t fail = 0;
 	return cudaMemcpy3DBatchAsync(n, ops, &fail, 0, s);
 }
-#else
-#define HAVE_BATCH 0
-static cudaError_t batch_async(struct cudaMemcpy3DBatchOp *ops, size_t n,
+#endif
+
+#if CUDART_VERSION >= 12080
+static void *batch_new(void)
+{
+	return calloc(BATCH_MAX, sizeof(struct cudaMemcpy3DBatchOp));
+}
+
+static cudaError_t batch_async(void *rt, const arena_copy *v, size_t n,
 			       cudaStream_t s)
 {
-	(void)ops;
+	struct cudaMemcpy3DBatchOp *ops = rt;
+	for (size_t i = 0; i < n; i++) {
+		const arena_copy *x = &v[i];
+		struct cudaMemcpy3DBatchOp *o = &ops[i];
+		size_t h = x->height;
+		memset(o, 0, sizeof *o);
+		o->src.type = cudaMemcpyOperandTypePointer;
+		o->src.op.ptr.ptr = (void *)x->src;
+		o->src.op.ptr.rowLength = h > 1 ? x->spitch : x->width;
+		o->src.op.ptr.layerHeight = h;
+		o->dst.type = cudaMemcpyOperandTypePointer;
+		o->dst.op.ptr.ptr = x->dst;
+		o->dst.op.ptr.rowLength = h > 1 ? x->dpitch : x->width;
+		o->dst.op.ptr.layerHeight = h;
+		o->extent = (struct cudaExtent){x->width, h, 1};
+		o->srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+	}
+	return batch_call(ops, n, s);
+}
+#else
+static void *batch_new(void)
+{
+	return NULL;
+}
+
+static cudaError_t batch_async(void *rt, const arena_copy *v, size_t n,
+			       cudaStream_t s)
+{
+	(void)rt;
+	(void)v;
 	(void)n;
 	(void)s;
 	return cudaErrorNotSupported;
@@ -316,9 +368,10 @@ static cudaError_t batch_async(struct cudaMemcpy3DBatchOp *ops, size_t n,
 
 /* One piece now, on the stream: h runs of w bytes (one run: a plain
  * copy). */
-static int put_now(cudaStream_t st, char *d, size_t dp, const char *s,
-		   size_t sp, size_t w, size_t h)
+static int put_now(cmv *c, cudaStream_t st, char *d, size_t dp,
+		   const char *s, size_t sp, size_t w, size_t h)
 {
+	c->st.calls++;
 	cudaError_t e =
 	    h == 1 ? cudaMemcpyAsync(d, s, w, cudaMemcpyDefault, st)
 		   : cudaMemcpy2DAsync(d, dp, s, sp, w, h, cudaMemcpyDefault,
@@ -329,17 +382,18 @@ static int put_now(cudaStream_t st, char *d, size_t dp, const char *s,
 	return 0;
 }
 
-/* The gathered batch to the stream. A batch the runtime refuses (one
- * older than its header, a driver without it) turns batching off and
- * goes one call a copy: no copy of a batch writes what another reads, so
- * one the runtime did start and does again moves the same bytes. */
+/* The gathered batch to the stream. A batch the runtime refuses (a
+ * driver older than the runtime) turns batching off and goes one call a
+ * copy: no copy of a batch writes what another reads, so one the runtime
+ * did start and does again moves the same bytes. */
 static int batch_flush(cmv *c, cudaStream_t st)
 {
-	size_t n = c->nops;
-	c->nops = 0;
+	size_t n = c->npend;
+	c->npend = 0;
 	if (!n)
 		return 0;
-	cudaError_t e = batch_async(c->ops, n, st);
+	c->st.calls++;
+	cudaError_t e = batch_async(c->rt, c->pend, n, st);
 	if (e == cudaSuccess)
 		return 0;
 	moor_warn("cuda mover: cudaMemcpy3DBatchAsync of %zu copies: %s; "
@@ -348,10 +402,9 @@ static int batch_flush(cmv *c, cudaStream_t st)
 	(void)cudaGetLastError();
 	c->batch = 0;
 	for (size_t i = 0; i < n; i++) {
-		const struct cudaMemcpy3DBatchOp *o = &c->ops[i];
-		int rc = put_now(st, o->dst.op.ptr.ptr, o->dst.op.ptr.rowLength,
-				 o->src.op.ptr.ptr, o->src.op.ptr.rowLength,
-				 o->extent.width, o->extent.height);
+		const arena_copy *x = &c->pend[i];
+		int rc = put_now(c, st, x->dst, x->dpitch, x->src, x->spitch,
+				 x->width, x->height);
 		if (rc)
 			return rc;
 	}
@@ -364,26 +417,20 @@ static int put(cmv *c, cudaStream_t st, int to_batch, char *d, size_t dp,
 	       const char *s, size_t sp, size_t w, size_t h)
 {
 	if (!to_batch)
-		return put_now(st, d, dp, s, sp, w, h);
-	if (c->nops == BATCH_MAX) {
+		return put_now(c, st, d, dp, s, sp, w, h);
+	if (c->npend == BATCH_MAX) {
 		int rc = batch_flush(c, st);
 		if (rc)
 			return rc;
 		if (!c->batch)
-			return put_now(st, d, dp, s, sp, w, h);
+			return put_now(c, st, d, dp, s, sp, w, h);
 	}
-	struct cudaMemcpy3DBatchOp *o = &c->ops[c->nops++];
-	memset(o, 0, sizeof *o);
-	o->src.type = cudaMemcpyOperandTypePointer;
-	o->src.op.ptr.ptr = (void *)s;
-	o->src.op.ptr.rowLength = h > 1 ? sp : w;
-	o->src.op.ptr.layerHeight = h;
-	o->dst.type = cudaMemcpyOperandTypePointer;
-	o->dst.op.ptr.ptr = d;
-	o->dst.op.ptr.rowLength = h > 1 ? dp : w;
-	o->dst.op.ptr.layerHeight = h;
-	o->extent = (struct cudaExtent){w, h, 1};
-	o->srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+	c->pend[c->npend++] = (arena_copy){.dst = d,
+					   .src = s,
+					   .dpitch = dp,
+					   .spitch = sp,
+					   .width = w,
+					   .height = h};
 	return 0;
 }
 
@@ -436,9 +483,9 @@ static int pieces(cmv *c, cudaStream_t st, int to_batch, const arena_copy *x,
 
 /* Host to host: after the lane's earlier copies (its stream st), which
  * may be writing the source. */
-static int host_copy(cudaStream_t st, const arena_copy *x)
+static int host_copy(cmv *c, cudaStream_t st, const arena_copy *x)
 {
-	int rc = stream_sync(st);
+	int rc = stream_sync(c, st);
 	for (size_t i = 0; !rc && i < x->height; i++)
 		memcpy((char *)x->dst + i * x->dpitch,
 		       (const char *)x->src + i * x->spitch, x->width);
@@ -449,12 +496,17 @@ static int copy_one(cmv *c, const arena_copy *x)
 {
 	if (!x->width || !x->height)
 		return 0;
+	double t0 = moor_now(), w0 = c->st.wait_s;
+	c->st.copies++;
+	c->st.bytes += (uint64_t)x->width * x->height;
 	int rc = on_device(c);
-	if (rc)
-		return rc;
-	int dd = is_device(c, x->dst), sd = is_device(c, x->src);
-	return dd || sd ? pieces(c, c->ls[0], 0, x, dd, sd)
-			: host_copy(c->ls[0], x);
+	if (!rc) {
+		int dd = is_device(c, x->dst), sd = is_device(c, x->src);
+		rc = dd || sd ? pieces(c, c->ls[0], 0, x, dd, sd)
+			      : host_copy(c, c->ls[0], x);
+	}
+	issued(c, t0, w0);
+	return rc;
 }
 
 static int mv_copy(void *ctx, void *dst, const void *src, size_t n)
@@ -479,14 +531,17 @@ static int mv_copyv(void *ctx, int lane, const arena_copy *v, size_t n)
 	cmv *c = ctx;
 	MOOR_ASSERT(lane >= 0 && lane < ARENA_LANES);
 	cudaStream_t st = c->ls[lane];
+	double t0 = moor_now(), w0 = c->st.wait_s;
 	int rc = on_device(c);
 	for (size_t i = 0; i < n && !rc; i++) {
 		const arena_copy *x = &v[i];
 		if (!x->width || !x->height)
 			continue;
+		c->st.copies++;
+		c->st.bytes += (uint64_t)x->width * x->height;
 		int dd = is_device(c, x->dst), sd = is_device(c, x->src);
 		if (!dd && !sd) {
-			rc = host_copy(st, x);
+			rc = host_copy(c, st, x);
 			continue;
 		}
 		int in_arena = (dd || part_left(c, x->dst) != SIZE_MAX) &&
@@ -494,6 +549,7 @@ static int mv_copyv(void *ctx, int lane, const arena_copy *v, size_t n)
 		rc = pieces(c, st, c->batch && in_arena, x, dd, sd);
 	}
 	int fr = batch_flush(c, st);
+	issued(c, t0, w0);
 	return rc ? rc : fr;
 }
 
@@ -501,6 +557,7 @@ static int mv_mark(void *ctx, int lane, uint64_t *pt)
 {
 	cmv *c = ctx;
 	MOOR_ASSERT(lane >= 0 && lane < ARENA_LANES);
+	double t0 = moor_now();
 	int rc = on_device(c);
 	if (rc)
 		return rc;
@@ -508,6 +565,7 @@ static int mv_mark(void *ctx, int lane, uint64_t *pt)
 	cudaError_t e =
 	    cudaEventRecord(c->ev[lane][q % ARENA_MARKS], c->ls[lane]);
 	*pt = q << 2 | (uint64_t)lane;
+	c->st.issue_s += moor_now() - t0;
 	return e == cudaSuccess ? 0 : mv_fail(e, "cudaEventRecord");
 }
 
@@ -521,11 +579,13 @@ static int mv_after(void *ctx, int lane, uint64_t pt)
 	MOOR_ASSERT(q < c->seq[from] && c->seq[from] - q <= ARENA_MARKS);
 	if (c->ls[from] == c->ls[lane])
 		return 0;
+	double t0 = moor_now();
 	int rc = on_device(c);
 	if (rc)
 		return rc;
 	cudaError_t e = cudaStreamWaitEvent(
 	    c->ls[lane], c->ev[from][q % ARENA_MARKS], 0);
+	c->st.issue_s += moor_now() - t0;
 	return e == cudaSuccess ? 0 : mv_fail(e, "cudaStreamWaitEvent");
 }
 
@@ -534,16 +594,20 @@ static int mv_zero(void *ctx, void *dst, size_t n)
 	cmv *c = ctx;
 	if (!n)
 		return 0;
+	double t0 = moor_now(), w0 = c->st.wait_s;
+	c->st.copies++;
+	c->st.bytes += n;
 	int rc = on_device(c);
-	if (rc)
-		return rc;
-	if (is_device(c, dst)) {
+	if (!rc && is_device(c, dst)) {
+		c->st.calls++;
 		cudaError_t e = cudaMemsetAsync(dst, 0, n, c->ls[0]);
-		return e == cudaSuccess ? 0 : mv_fail(e, "cudaMemsetAsync");
+		rc = e == cudaSuccess ? 0 : mv_fail(e, "cudaMemsetAsync");
+	} else if (!rc) {
+		rc = stream_sync(c, c->ls[0]);
+		if (rc == 0)
+			memset(dst, 0, n);
 	}
-	rc = stream_sync(c->ls[0]);
-	if (rc == 0)
-		memset(dst, 0, n);
+	issued(c, t0, w0);
 	return rc;
 }
 
@@ -570,7 +634,8 @@ void arena_cuda_mover_free(arena_mover *m)
 		}
 	}
 	unregister_parts(c);
-	free(c->ops);
+	free(c->pend);
+	free(c->rt);
 	free(c);
 }
 
@@ -582,12 +647,13 @@ static int mover_own(cmv *c, const char *what, char *err)
 	memset(c->ls, 0, sizeof c->ls);
 	memset(c->ev, 0, sizeof c->ev);
 	memset(c->seq, 0, sizeof c->seq);
-	c->ops = calloc(BATCH_MAX, sizeof *c->ops);
-	c->nops = 0;
-	if (!c->ops)
+	c->pend = calloc(BATCH_MAX, sizeof *c->pend);
+	c->npend = 0;
+	c->rt = batch_new();
+	if (!c->pend)
 		return -ENOMEM;
 	const char *b = getenv("MOOR_MOVER_BATCH");
-	c->batch = HAVE_BATCH && !(b && strcmp(b, "0") == 0);
+	c->batch = c->rt && !(b && strcmp(b, "0") == 0);
 	int mp = 0;
 	cudaError_t e = set_device(c->device);
 	if (e == cudaSuccess)
@@ -622,6 +688,7 @@ int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out, char *err)
 	*c = *f;
 	c->m.ctx = c;
 	c->nparts = 0; /* the registration stays f's */
+	memset(&c->st, 0, sizeof c->st);
 	int rc = mover_own(c, "a twin mover's streams", err);
 	if (rc) {
 		arena_cuda_mover_free(&c->m);
@@ -650,7 +717,8 @@ int arena_cuda_mover_new(int device, const arena *dev, arena *host,
 			     .sync = mv_sync,
 			     .copyv = mv_copyv,
 			     .mark = mv_mark,
-			     .after = mv_after};
+			     .after = mv_after,
+			     .stats = mv_stats};
 	rc = mover_own(c, "the mover's streams", err);
 	if (rc) {
 		arena_cuda_mover_free(&c->m);

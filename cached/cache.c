@@ -460,6 +460,8 @@ int cache_new(const cache_cfg *cfg, cache **out, char *err)
 	    (rc = arena_cuda_mover_new(cfg->dev_cuda, c->dev, c->host,
 				       &c->mv_own, err)) == 0)
 		c->mv = c->mv_own;
+	const char *tr = getenv("MOOR_MOVER_TRACE");
+	c->trace.on = tr && strcmp(tr, "0") != 0 && c->mv->stats;
 	c->spill.dfd = -1;
 	if (!rc)
 		rc = cache_ledger_open(c, err);
@@ -540,9 +542,62 @@ void cache_free(cache *c)
 	free(c);
 }
 
+void cache_trace_plan(cache *c, int begin, uint64_t n, uint64_t start,
+		      int tier, uint64_t bytes)
+{
+	if (!c->trace.on)
+		return;
+	if (begin) {
+		c->trace.armed = 0;
+		c->trace.t0 = moor_now();
+		c->mv->stats(c->mv->ctx, &c->trace.s0);
+		return;
+	}
+	c->trace.armed = 1;
+	c->trace.t_plan = moor_now();
+	c->trace.n = n;
+	c->trace.start = start;
+	c->trace.tier = tier;
+	c->trace.bytes = bytes;
+}
+
+static void trace_log(cache *c)
+{
+	c->trace.armed = 0;
+	arena_mover_stats s;
+	c->mv->stats(c->mv->ctx, &s);
+	const arena_mover_stats *a = &c->trace.s0;
+	double total = moor_now() - c->trace.t0;
+	double iss = s.issue_s - a->issue_s, wt = s.wait_s - a->wait_s;
+	moor_info("mover: plan of %llu tokens from the %s at %llu: %.3f GB "
+		  "restored in %.2f ms (%.1f GB/s; %.2f ms to the plan's "
+		  "answer) = %llu copies (%.3f GB) in %llu calls issued in "
+		  "%.2f ms + %.2f ms waiting + %.2f ms of the plan's own work",
+		  (unsigned long long)c->trace.n, cache_tier_name(c->trace.tier),
+		  (unsigned long long)c->trace.start, c->trace.bytes / 1e9,
+		  total * 1e3, total > 0 ? c->trace.bytes / 1e9 / total : 0.0,
+		  (c->trace.t_plan - c->trace.t0) * 1e3,
+		  (unsigned long long)(s.copies - a->copies),
+		  (double)(s.bytes - a->bytes) / 1e9,
+		  (unsigned long long)(s.calls - a->calls), iss * 1e3, wt * 1e3,
+		  (total - iss - wt) * 1e3);
+}
+
 int cache_sync(cache *c)
 {
-	return c->mv->sync ? c->mv->sync(c->mv->ctx) : 0;
+	int rc = c->mv->sync ? c->mv->sync(c->mv->ctx) : 0;
+	if (c->trace.armed)
+		trace_log(c);
+	return rc;
+}
+
+int cache_mover_stats(const cache *c, arena_mover_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	if (!c->mv->stats)
+		return MOOR_EUNSUP;
+	c->mv->stats(c->mv->ctx, out);
+	return 0;
 }
 
 void cache_arena_info_get(const cache *c, cache_arena_info *out)

@@ -279,6 +279,15 @@ struct cache {
 	arena_copy *xq;	     /* [CACHE_XQ_MAX] a batch being gathered, n_xq */
 	uint32_t n_xq;
 	int xq_lane; /* the mover's lane it goes to (0 but in the park swap) */
+	/* MOOR_MOVER_TRACE=1 (cache_mover_stats): a plan's copies, logged at
+	 * the sync after it */
+	struct {
+		int on, armed;
+		double t0, t_plan; /* the plan's start and end */
+		arena_mover_stats s0; /* the counters at its start */
+		uint64_t n, start, bytes;
+		int tier;
+	} trace;
 
 	int have_layout;
 	cache_layout *lay;
@@ -376,6 +385,10 @@ int cache_rows_in(cache *c, const void *buf, uint64_t bwin, uint64_t brow,
 int cache_rows_add(cache *c, int out, void *buf, uint64_t bwin, uint64_t brow,
 		   uint64_t live_row, uint64_t n);
 int cache_xq_flush(cache *c);
+/* MOOR_MOVER_TRACE: a plan begins (begin 1: the counters noted), or has
+ * answered (begin 0: what it restored, logged at the next cache_sync). */
+void cache_trace_plan(cache *c, int begin, uint64_t n, uint64_t start,
+		      int tier, uint64_t bytes);
 /* The mover's lanes (arena.h; the park's swap runs on two). cache_lanes:
  * whether the mover has them (without, everything runs in call order and
  * mark and after do nothing). cache_rows_lane: cache_rows_out (out) or

@@ -13,7 +13,10 @@
  *   - a batch (copyv: cudaMemcpy3DBatchAsync where the runtime has it,
  *     MOOR_MOVER_BATCH=0 one call a copy) of 2D copies whose host side
  *     crosses parts, a plain run, a pageable source, device to device and
- *     host to host, in and back out, gives back the same bytes;
+ *     host to host, in and back out, gives back the same bytes; the
+ *     mover's counters count its 8 copies and their bytes, the calls they
+ *     took (printed: fewer than the pieces where the runtime batches) and
+ *     the sync;
  *   - lanes: rounds that copy in on lane 1 and back out on lane 2 through
  *     one device buffer, ordered only by marks (lane 2 after lane 1's
  *     copy in, lane 1's next copy in after lane 2's copy out), give every
@@ -197,11 +200,26 @@ int main(void)
 		};
 		arena_copy back = {H + MB + 500000, D + 3 * MB, k3 / 2, k3 / 2,
 				   k3 / 2, 1};
+		arena_mover_stats s0, s1;
+		mv->stats(mv->ctx, &s0);
 		CHECK(mv->copyv(mv->ctx, 0, in, 3) == 0 &&
 			  mv->copyv(mv->ctx, 0, out, 4) == 0 &&
 			  mv->copyv(mv->ctx, 0, &back, 1) == 0 &&
 			  mv->sync(mv->ctx) == 0,
 		      "batches");
+		mv->stats(mv->ctx, &s1);
+		uint64_t bytes = 2 * w3 * r3 + 3 * k3 + 3 * (k3 / 2);
+		CHECK(s1.copies - s0.copies == 8 &&
+			  s1.bytes - s0.bytes == bytes &&
+			  s1.syncs - s0.syncs == 1 && s1.calls > s0.calls &&
+			  s1.issue_s > s0.issue_s && s1.wait_s >= s0.wait_s,
+		      "the counters: %llu copies, %llu bytes (want 8, %llu)",
+		      (unsigned long long)(s1.copies - s0.copies),
+		      (unsigned long long)(s1.bytes - s0.bytes),
+		      (unsigned long long)bytes);
+		printf("test_arena_cuda: 8 copies in 3 batches (rows across "
+		       "64 KiB parts) took %llu calls to the runtime\n",
+		       (unsigned long long)(s1.calls - s0.calls));
 		int okb = 1;
 		for (size_t r = 0; r < r3; r++)
 			okb &= memcmp(H + MB + r * 6000, want + r * w3, w3) == 0;
