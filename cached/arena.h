@@ -96,6 +96,32 @@ int arena_shm_room(uint64_t *fs_free, uint64_t *fs_size, uint64_t *ram);
 
 /* ---- the mover ---- */
 
+/* Lanes of a mover (copyv, mark, after): lane 0 is the order of copy,
+ * copy2d and zero; copies given to one lane run in the order given, and
+ * between lanes only as mark and after say. A point (mark) stays usable
+ * for after until its lane has made ARENA_MARKS more. */
+#define ARENA_LANES 3
+#define ARENA_MARKS 4
+
+/* One copy of a batch (arena_mover.copyv): copy2d's arguments. */
+typedef struct arena_copy {
+	void *dst;
+	const void *src;
+	size_t dpitch, spitch, width, height;
+} arena_copy;
+
+/* What a mover did since it was made (arena_mover.stats). */
+typedef struct arena_mover_stats {
+	uint64_t copies; /* asked for: copy, copy2d, zero, each of a copyv */
+	uint64_t calls;	 /* calls to the runtime that copy (a batch: one) */
+	uint64_t bytes;	 /* what the copies move */
+	uint64_t syncs;	 /* sync() */
+	/* seconds in the calls that copy (issuing: copy, copy2d, copyv,
+	 * zero, mark, after) and waiting (sync(), and a host copy waiting
+	 * for its lane); issue_s leaves the waits out */
+	double issue_s, wait_s;
+} arena_mover_stats;
+
 typedef struct arena_mover {
 	const char *name;
 	void *ctx;
@@ -108,6 +134,22 @@ typedef struct arena_mover {
 	int (*zero)(void *ctx, void *dst, size_t n);
 	/* Optional (NULL: copies are complete on return). */
 	int (*sync)(void *ctx);
+	/* Optional (NULL: the caller calls copy2d for each). The n copies of
+	 * v, on lane (0 .. ARENA_LANES - 1), in no order among themselves:
+	 * none may write what another reads or writes. All run after the
+	 * lane's earlier copies and before its later ones; v is read during
+	 * the call only. The CUDA mover issues them as one
+	 * cudaMemcpy3DBatchAsync where the runtime has it. */
+	int (*copyv)(void *ctx, int lane, const arena_copy *v, size_t n);
+	/* Optional, both or neither (NULL: one lane, every copy in call
+	 * order, whatever lane copyv names). mark: *pt, a point after
+	 * everything given to lane so far. after: lane's later copies start
+	 * once point pt (of any lane) is passed. sync() waits for every
+	 * lane. The CUDA mover: a stream a lane, an event a point. */
+	int (*mark)(void *ctx, int lane, uint64_t *pt);
+	int (*after)(void *ctx, int lane, uint64_t pt);
+	/* Optional (NULL: none kept): the counters so far. */
+	void (*stats)(void *ctx, arena_mover_stats *out);
 } arena_mover;
 
 /* memcpy between host-mapped arenas; every call is complete on return. */
@@ -131,19 +173,28 @@ int arena_cuda_create(const char *name, uint64_t size, int device,
 /* The cudaIpcMemHandle_t of an arena_cuda_create arena (64 bytes) and its
  * device. */
 int arena_cuda_handle(const arena *a, uint8_t handle[64], int *device);
-/* The CUDA mover on device: its own stream; registers the host arena
+/* The CUDA mover on device: its own stream (and one for each other lane:
+ * MOOR_MOVER_LANES=0 makes them all the one); registers the host arena
  * `host` with cudaHostRegister in parts (a progress line per part while it
- * takes more than a second), so copies to and from it run as DMA. The
- * mover's ctx is freed by arena_cuda_mover_free (which unregisters).
- * err: MOOR_ERRLEN. */
-int arena_cuda_mover_new(int device, arena *host, arena_mover **out,
-			 char *err);
+ * takes more than a second), so copies to and from it run as DMA. `dev`
+ * (NULL: none) is the device arena its copies mostly touch: a pointer
+ * inside dev or host is known device or host memory by its address; any
+ * other (an engine's buffer, a pageable staging buffer) is asked of the
+ * runtime (cudaPointerGetAttributes), as every pointer once was. dev must
+ * outlive the mover. The mover's ctx is freed by arena_cuda_mover_free
+ * (which unregisters). err: MOOR_ERRLEN. */
+int arena_cuda_mover_new(int device, const arena *dev, arena *host,
+			 arena_mover **out, char *err);
 /* A second mover beside m (an arena_cuda_mover_new one): a stream of its
- * own on the same device, the same registered host arena (it registers
- * nothing, and its free unregisters nothing; m must outlive it). For a
- * thread of cached other than the one that uses m: each syncs only its own
- * copies. Any thread may call a mover (each call sets its device first),
- * one thread at a time. err: MOOR_ERRLEN. */
+ * own on the same device, the same registered host arena and known device
+ * arena (it registers nothing, and its free unregisters nothing; m must
+ * outlive it). For a thread of cached other than the one that uses m:
+ * each syncs only its own copies. Any thread may call a mover, one thread
+ * at a time. A mover makes its device current on a thread the first time
+ * it runs there and not again (a per-thread flag, not a cudaSetDevice a
+ * copy): a thread that calls a mover and also switches itself to another
+ * device (cudaSetDevice outside arena_cuda.c) must not, in this process.
+ * err: MOOR_ERRLEN. */
 int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out, char *err);
 void arena_cuda_mover_free(arena_mover *m); /* safe on NULL */
 

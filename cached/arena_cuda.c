@@ -14,6 +14,24 @@
  * reads or writes one registration. Host-to-host copies (the park's bounce
  * buffer) wait for the stream, then memcpy: the stream's earlier copies
  * may be writing their source.
+ *
+ * What a copy costs the CPU. A restore from the host arena is a thousand
+ * copies or more (a copy a view a block of rows), so a copy asks the
+ * runtime nothing it can answer itself: which side of it is device memory
+ * is read from the addresses of the two arenas the mover knows (the
+ * device arena and the registered host arena), the runtime asked only of
+ * a pointer outside both (cudaPointerGetAttributes: a pageable staging
+ * buffer of the spill or the disk tier, an engine's buffer); and the
+ * mover's device is made current once per thread (a thread-local flag
+ * that every cudaSetDevice of this file keeps), not once per copy.
+ *
+ * Lanes (arena.h): lane 0 is the mover's stream, lanes 1 and 2 streams
+ * of their own, so that copies to the device and copies from it (the
+ * park's swap) run side by side over a full-duplex PCIe link; a point is
+ * an event recorded on a lane's stream (a ring of ARENA_MARKS a lane),
+ * after() a cudaStreamWaitEvent on it, which waits for the event as it
+ * was recorded when after() was called. MOOR_MOVER_LANES=0 makes every
+ * lane the one stream (after() then does nothing): the swap as before.
  */
 #include "arena.h"
 
@@ -31,6 +49,22 @@
  * parts' edges with a small arena). */
 static uint64_t reg_part = 1ull << 30;
 #define REG_PART reg_part
+
+/* The device this thread made current through set_device, plus one (0:
+ * none yet). A runtime's current device is per thread: the disk tier's
+ * writer calls its twin mover on a thread of its own. Only this file's
+ * cudaSetDevice calls keep it (arena.h: a thread that calls a mover does
+ * not switch devices behind it). */
+static _Thread_local int tl_dev;
+
+static cudaError_t set_device(int device)
+{
+	if (tl_dev == device + 1)
+		return cudaSuccess;
+	cudaError_t e = cudaSetDevice(device);
+	tl_dev = e == cudaSuccess ? device + 1 : 0;
+	return e;
+}
 
 static double gib(uint64_t b)
 {
@@ -67,7 +101,7 @@ int arena_cuda_mem(int device, uint64_t *free_b, uint64_t *total_b, char *err)
 	int rc = arena_cuda_probe(device, err);
 	if (rc)
 		return rc;
-	cudaError_t e = cudaSetDevice(device);
+	cudaError_t e = set_device(device);
 	if (e != cudaSuccess)
 		return cu_err(e, "cudaSetDevice", err);
 	size_t fr = 0, tot = 0;
@@ -91,7 +125,7 @@ static void dev_release(void *ctx)
 	dev_mem *d = ctx;
 	if (!d)
 		return;
-	cudaSetDevice(d->device);
+	set_device(d->device);
 	cudaFree(d->p);
 	free(d);
 }
@@ -110,7 +144,7 @@ int arena_cuda_create(const char *name, uint64_t size, int device,
 	int rc = arena_cuda_probe(device, err);
 	if (rc)
 		return rc;
-	cudaError_t e = cudaSetDevice(device);
+	cudaError_t e = set_device(device);
 	if (e != cudaSuccess)
 		return cu_err(e, "cudaSetDevice", err);
 	size_t fr = 0, tot = 0;
@@ -166,14 +200,31 @@ int arena_cuda_handle(const arena *a, uint8_t handle[64], int *device)
 
 /* ---- the mover ---- */
 
+/* Copies of one cudaMemcpy3DBatchAsync, at most. */
+#define BATCH_MAX 256
+
 typedef struct cmv {
 	arena_mover m; /* handed out; m.ctx is this struct */
-	cudaStream_t s;
+	cudaStream_t ls[ARENA_LANES]; /* a lane's stream (ls[0]: the mover's;
+					 the others may be it) */
+	cudaEvent_t ev[ARENA_LANES][ARENA_MARKS]; /* a lane's points, a ring */
+	uint64_t seq[ARENA_LANES];		  /* points made on a lane */
 	int device;
 	char *hbase;	 /* the host arena */
 	uint64_t hsize;
+	const char *dbase; /* the device arena (dsize 0: none known) */
+	uint64_t dsize;
 	uint32_t nparts; /* registered parts of REG_PART from hbase (0 in a
 			    twin: its first mover's) */
+	size_t max_pitch; /* cudaDevAttrMaxPitch: a 2D copy's pitches */
+	/* copyv through cudaMemcpy3DBatchAsync: on where the runtime has it
+	 * (MOOR_MOVER_BATCH=0 turns it off); off from the first batch the
+	 * runtime refuses on (the copies then go one call each) */
+	int batch;
+	arena_copy *pend; /* [BATCH_MAX] pieces gathered for it, npend */
+	size_t npend;
+	void *rt;	  /* its records in the runtime's form (batch_new) */
+	arena_mover_stats st; /* this mover's alone (a twin keeps its own) */
 } cmv;
 
 static int mv_fail(cudaError_t e, const char *what)
@@ -183,8 +234,15 @@ static int mv_fail(cudaError_t e, const char *what)
 	return MOOR_EBACKEND;
 }
 
-static int is_device(const void *p)
+/* Whether p is device memory: by address inside the arenas the mover
+ * knows, else by asking the runtime. */
+static int is_device(const cmv *c, const void *p)
 {
+	const char *q = p;
+	if (c->dsize && q >= c->dbase && q < c->dbase + c->dsize)
+		return 1;
+	if (q >= c->hbase && q < c->hbase + c->hsize)
+		return 0;
 	struct cudaPointerAttributes a;
 	if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
 		(void)cudaGetLastError();
@@ -194,100 +252,341 @@ static int is_device(const void *p)
 	       a.type == cudaMemoryTypeManaged;
 }
 
-/* Bytes from host pointer h, at most n, before the end of its registered
- * part (n when h is not in the host arena). */
-static size_t part_room(const cmv *c, const void *h, size_t n)
+/* Bytes from host pointer h to the end of its registered part; SIZE_MAX
+ * when h is not in the host arena. */
+static size_t part_left(const cmv *c, const void *h)
 {
 	const char *p = h;
 	if (p < c->hbase || p >= c->hbase + c->hsize)
-		return n;
+		return SIZE_MAX;
 	uint64_t off = (uint64_t)(p - c->hbase);
-	uint64_t end = (off / REG_PART + 1) * REG_PART;
-	return end - off < n ? (size_t)(end - off) : n;
+	return (size_t)((off / REG_PART + 1) * REG_PART - off);
 }
 
-/* The mover's device current on the calling thread (a runtime's current
- * device is per thread; the disk tier's writer calls its twin). */
+/* The mover's device current on the calling thread (set_device: a
+ * cudaSetDevice the first time on a thread only). */
 static int on_device(const cmv *c)
 {
-	cudaError_t e = cudaSetDevice(c->device);
+	cudaError_t e = set_device(c->device);
 	return e == cudaSuccess ? 0 : mv_fail(e, "cudaSetDevice");
 }
 
+static int stream_sync(cmv *c, cudaStream_t st)
+{
+	double t0 = moor_now();
+	cudaError_t e = cudaStreamSynchronize(st);
+	c->st.wait_s += moor_now() - t0;
+	return e == cudaSuccess ? 0 : mv_fail(e, "cudaStreamSynchronize");
+}
+
+/* Every lane's copies done. */
 static int mv_sync(void *ctx)
 {
 	cmv *c = ctx;
 	int rc = on_device(c);
-	if (rc)
-		return rc;
-	cudaError_t e = cudaStreamSynchronize(c->s);
-	return e == cudaSuccess ? 0 : mv_fail(e, "cudaStreamSynchronize");
+	for (int l = 0; l < ARENA_LANES && !rc; l++)
+		if (l == 0 || c->ls[l] != c->ls[0])
+			rc = stream_sync(c, c->ls[l]);
+	c->st.syncs++;
+	return rc;
+}
+
+/* The time of an issuing call (from t0), its waits (wait_s since w0)
+ * left out. */
+static void issued(cmv *c, double t0, double w0)
+{
+	c->st.issue_s += moor_now() - t0 - (c->st.wait_s - w0);
+}
+
+static void mv_stats(void *ctx, arena_mover_stats *out)
+{
+	*out = ((const cmv *)ctx)->st;
+}
+
+/* The runtime's batch of copies (CUDA 12.8 on; the call lost its failIdx
+ * in 13.0): batch_new makes the records of BATCH_MAX copies (NULL: this
+ * runtime has none), batch_async fills them from v and calls it. */
+#if CUDART_VERSION >= 13000
+static cudaError_t batch_call(struct cudaMemcpy3DBatchOp *ops, size_t n,
+			      cudaStream_t s)
+{
+	return cudaMemcpy3DBatchAsync(n, ops, 0, s);
+}
+#elif CUDART_VERSION >= 12080
+static cudaError_t batch_call(struct cudaMemcpy3DBatchOp *ops, size_t n,
+			      cudaStream_t s)
+{
+	size_t fail = 0;
+	return cudaMemcpy3DBatchAsync(n, ops, &fail, 0, s);
+}
+#endif
+
+#if CUDART_VERSION >= 12080
+static void *batch_new(void)
+{
+	return calloc(BATCH_MAX, sizeof(struct cudaMemcpy3DBatchOp));
+}
+
+static cudaError_t batch_async(void *rt, const arena_copy *v, size_t n,
+			       cudaStream_t s)
+{
+	struct cudaMemcpy3DBatchOp *ops = rt;
+	for (size_t i = 0; i < n; i++) {
+		const arena_copy *x = &v[i];
+		struct cudaMemcpy3DBatchOp *o = &ops[i];
+		size_t h = x->height;
+		memset(o, 0, sizeof *o);
+		o->src.type = cudaMemcpyOperandTypePointer;
+		o->src.op.ptr.ptr = (void *)x->src;
+		o->src.op.ptr.rowLength = h > 1 ? x->spitch : x->width;
+		o->src.op.ptr.layerHeight = h;
+		o->dst.type = cudaMemcpyOperandTypePointer;
+		o->dst.op.ptr.ptr = x->dst;
+		o->dst.op.ptr.rowLength = h > 1 ? x->dpitch : x->width;
+		o->dst.op.ptr.layerHeight = h;
+		o->extent = (struct cudaExtent){x->width, h, 1};
+		o->srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+	}
+	return batch_call(ops, n, s);
+}
+#else
+static void *batch_new(void)
+{
+	return NULL;
+}
+
+static cudaError_t batch_async(void *rt, const arena_copy *v, size_t n,
+			       cudaStream_t s)
+{
+	(void)rt;
+	(void)v;
+	(void)n;
+	(void)s;
+	return cudaErrorNotSupported;
+}
+#endif
+
+/* One piece now, on the stream: h runs of w bytes (one run: a plain
+ * copy). */
+static int put_now(cmv *c, cudaStream_t st, char *d, size_t dp,
+		   const char *s, size_t sp, size_t w, size_t h)
+{
+	c->st.calls++;
+	cudaError_t e =
+	    h == 1 ? cudaMemcpyAsync(d, s, w, cudaMemcpyDefault, st)
+		   : cudaMemcpy2DAsync(d, dp, s, sp, w, h, cudaMemcpyDefault,
+				       st);
+	if (e != cudaSuccess)
+		return mv_fail(e, h == 1 ? "cudaMemcpyAsync"
+					 : "cudaMemcpy2DAsync");
+	return 0;
+}
+
+/* The gathered batch to the stream. A batch the runtime refuses (a
+ * driver older than the runtime) turns batching off and goes one call a
+ * copy: no copy of a batch writes what another reads, so one the runtime
+ * did start and does again moves the same bytes. */
+static int batch_flush(cmv *c, cudaStream_t st)
+{
+	size_t n = c->npend;
+	c->npend = 0;
+	if (!n)
+		return 0;
+	c->st.calls++;
+	cudaError_t e = batch_async(c->rt, c->pend, n, st);
+	if (e == cudaSuccess)
+		return 0;
+	moor_warn("cuda mover: cudaMemcpy3DBatchAsync of %zu copies: %s; "
+		  "one call a copy from now on",
+		  n, cudaGetErrorString(e));
+	(void)cudaGetLastError();
+	c->batch = 0;
+	for (size_t i = 0; i < n; i++) {
+		const arena_copy *x = &c->pend[i];
+		int rc = put_now(c, st, x->dst, x->dpitch, x->src, x->spitch,
+				 x->width, x->height);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* One piece (its host side, if any, inside one registered part) to the
+ * batch (to_batch) or the stream st. */
+static int put(cmv *c, cudaStream_t st, int to_batch, char *d, size_t dp,
+	       const char *s, size_t sp, size_t w, size_t h)
+{
+	if (!to_batch)
+		return put_now(c, st, d, dp, s, sp, w, h);
+	if (c->npend == BATCH_MAX) {
+		int rc = batch_flush(c, st);
+		if (rc)
+			return rc;
+		if (!c->batch)
+			return put_now(c, st, d, dp, s, sp, w, h);
+	}
+	c->pend[c->npend++] = (arena_copy){.dst = d,
+					   .src = s,
+					   .dpitch = dp,
+					   .spitch = sp,
+					   .width = w,
+					   .height = h};
+	return 0;
+}
+
+/* A copy2d with a device side (dd, sd: which) in pieces: the host side's
+ * rows in runs that each lie in one registered part, a row that crosses a
+ * part's edge split at it; a pitch past the device's limit one row at a
+ * time. */
+static int pieces(cmv *c, cudaStream_t st, int to_batch, const arena_copy *x,
+		  int dd, int sd)
+{
+	char *d = x->dst;
+	const char *s = x->src;
+	size_t w = x->width, h = x->height, dp = x->dpitch, sp = x->spitch;
+	int rows = h > 1 && (dp > c->max_pitch || sp > c->max_pitch);
+	if (dd && sd && !rows)
+		return put(c, st, to_batch, d, dp, s, sp, w, h);
+	size_t hp = dd ? sp : dp; /* the host side's pitch */
+	for (size_t i = 0; i < h;) {
+		char *dr = d + i * dp;
+		const char *sr = s + i * sp;
+		size_t left = dd && sd ? SIZE_MAX : part_left(c, dd ? sr : dr);
+		size_t k = 0; /* rows from i that lie in this part */
+		if (rows)
+			k = left >= w ? 1 : 0;
+		else if (left >= w)
+			k = (h - i - 1) * hp + w <= left ? h - i
+							 : (left - w) / hp + 1;
+		if (k) {
+			int rc = put(c, st, to_batch, dr, dp, sr, sp, w, k);
+			if (rc)
+				return rc;
+			i += k;
+			continue;
+		}
+		/* row i crosses a part's edge */
+		for (size_t n = w; n;) {
+			size_t m = part_left(c, dd ? sr : dr);
+			m = m < n ? m : n;
+			int rc = put(c, st, to_batch, dr, m, sr, m, m, 1);
+			if (rc)
+				return rc;
+			dr += m;
+			sr += m;
+			n -= m;
+		}
+		i++;
+	}
+	return 0;
+}
+
+/* Host to host: after the lane's earlier copies (its stream st), which
+ * may be writing the source. */
+static int host_copy(cmv *c, cudaStream_t st, const arena_copy *x)
+{
+	int rc = stream_sync(c, st);
+	for (size_t i = 0; !rc && i < x->height; i++)
+		memcpy((char *)x->dst + i * x->dpitch,
+		       (const char *)x->src + i * x->spitch, x->width);
+	return rc;
+}
+
+static int copy_one(cmv *c, const arena_copy *x)
+{
+	if (!x->width || !x->height)
+		return 0;
+	double t0 = moor_now(), w0 = c->st.wait_s;
+	c->st.copies++;
+	c->st.bytes += (uint64_t)x->width * x->height;
+	int rc = on_device(c);
+	if (!rc) {
+		int dd = is_device(c, x->dst), sd = is_device(c, x->src);
+		rc = dd || sd ? pieces(c, c->ls[0], 0, x, dd, sd)
+			      : host_copy(c, c->ls[0], x);
+	}
+	issued(c, t0, w0);
+	return rc;
 }
 
 static int mv_copy(void *ctx, void *dst, const void *src, size_t n)
 {
-	cmv *c = ctx;
-	if (!n)
-		return 0;
-	int rc = on_device(c);
-	if (rc)
-		return rc;
-	int dd = is_device(dst), sd = is_device(src);
-	if (!dd && !sd) {
-		rc = mv_sync(c);
-		if (rc)
-			return rc;
-		memcpy(dst, src, n);
-		return 0;
-	}
-	const char *h = dd ? src : dst; /* the host side, if one */
-	char *d = dst;
-	const char *s = src;
-	while (n) {
-		size_t k = dd && sd ? n : part_room(c, h, n);
-		cudaError_t e =
-		    cudaMemcpyAsync(d, s, k, cudaMemcpyDefault, c->s);
-		if (e != cudaSuccess)
-			return mv_fail(e, "cudaMemcpyAsync");
-		d += k;
-		s += k;
-		h += k;
-		n -= k;
-	}
-	return 0;
+	arena_copy x = {dst, src, n, n, n, 1};
+	return copy_one(ctx, &x);
 }
 
 static int mv_copy2d(void *ctx, void *dst, size_t dpitch, const void *src,
 		     size_t spitch, size_t width, size_t height)
 {
+	arena_copy x = {dst, src, dpitch, spitch, width, height};
+	return copy_one(ctx, &x);
+}
+
+/* The copies between the arenas (the host side in the registered host
+ * arena, or none) go as one batch; any other (pageable memory: the
+ * runtime stages it before the call returns, as the caller may expect)
+ * one call each, as copy2d. */
+static int mv_copyv(void *ctx, int lane, const arena_copy *v, size_t n)
+{
 	cmv *c = ctx;
-	if (!width || !height)
-		return 0;
+	MOOR_ASSERT(lane >= 0 && lane < ARENA_LANES);
+	cudaStream_t st = c->ls[lane];
+	double t0 = moor_now(), w0 = c->st.wait_s;
+	int rc = on_device(c);
+	for (size_t i = 0; i < n && !rc; i++) {
+		const arena_copy *x = &v[i];
+		if (!x->width || !x->height)
+			continue;
+		c->st.copies++;
+		c->st.bytes += (uint64_t)x->width * x->height;
+		int dd = is_device(c, x->dst), sd = is_device(c, x->src);
+		if (!dd && !sd) {
+			rc = host_copy(c, st, x);
+			continue;
+		}
+		int in_arena = (dd || part_left(c, x->dst) != SIZE_MAX) &&
+			       (sd || part_left(c, x->src) != SIZE_MAX);
+		rc = pieces(c, st, c->batch && in_arena, x, dd, sd);
+	}
+	int fr = batch_flush(c, st);
+	issued(c, t0, w0);
+	return rc ? rc : fr;
+}
+
+static int mv_mark(void *ctx, int lane, uint64_t *pt)
+{
+	cmv *c = ctx;
+	MOOR_ASSERT(lane >= 0 && lane < ARENA_LANES);
+	double t0 = moor_now();
 	int rc = on_device(c);
 	if (rc)
 		return rc;
-	int dd = is_device(dst), sd = is_device(src);
-	int whole = dd && sd;
-	if (!whole && (dd || sd)) {
-		const void *h = dd ? src : dst;
-		size_t hp = dd ? spitch : dpitch;
-		size_t ext = (height - 1) * hp + width;
-		whole = part_room(c, h, ext) == ext;
-	}
-	if (whole) {
-		cudaError_t e =
-		    cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
-				      cudaMemcpyDefault, c->s);
-		return e == cudaSuccess ? 0 : mv_fail(e, "cudaMemcpy2DAsync");
-	}
-	/* host to host, or a host side that crosses a part: row by row */
-	for (size_t i = 0; i < height; i++) {
-		rc = mv_copy(c, (char *)dst + i * dpitch,
-			     (const char *)src + i * spitch, width);
-		if (rc)
-			return rc;
-	}
-	return 0;
+	uint64_t q = c->seq[lane]++;
+	cudaError_t e =
+	    cudaEventRecord(c->ev[lane][q % ARENA_MARKS], c->ls[lane]);
+	*pt = q << 2 | (uint64_t)lane;
+	c->st.issue_s += moor_now() - t0;
+	return e == cudaSuccess ? 0 : mv_fail(e, "cudaEventRecord");
+}
+
+static int mv_after(void *ctx, int lane, uint64_t pt)
+{
+	cmv *c = ctx;
+	int from = (int)(pt & 3);
+	uint64_t q = pt >> 2;
+	MOOR_ASSERT(lane >= 0 && lane < ARENA_LANES && from < ARENA_LANES);
+	/* the point's event not recorded again since */
+	MOOR_ASSERT(q < c->seq[from] && c->seq[from] - q <= ARENA_MARKS);
+	if (c->ls[from] == c->ls[lane])
+		return 0;
+	double t0 = moor_now();
+	int rc = on_device(c);
+	if (rc)
+		return rc;
+	cudaError_t e = cudaStreamWaitEvent(
+	    c->ls[lane], c->ev[from][q % ARENA_MARKS], 0);
+	c->st.issue_s += moor_now() - t0;
+	return e == cudaSuccess ? 0 : mv_fail(e, "cudaStreamWaitEvent");
 }
 
 static int mv_zero(void *ctx, void *dst, size_t n)
@@ -295,16 +594,20 @@ static int mv_zero(void *ctx, void *dst, size_t n)
 	cmv *c = ctx;
 	if (!n)
 		return 0;
+	double t0 = moor_now(), w0 = c->st.wait_s;
+	c->st.copies++;
+	c->st.bytes += n;
 	int rc = on_device(c);
-	if (rc)
-		return rc;
-	if (is_device(dst)) {
-		cudaError_t e = cudaMemsetAsync(dst, 0, n, c->s);
-		return e == cudaSuccess ? 0 : mv_fail(e, "cudaMemsetAsync");
+	if (!rc && is_device(c, dst)) {
+		c->st.calls++;
+		cudaError_t e = cudaMemsetAsync(dst, 0, n, c->ls[0]);
+		rc = e == cudaSuccess ? 0 : mv_fail(e, "cudaMemsetAsync");
+	} else if (!rc) {
+		rc = stream_sync(c, c->ls[0]);
+		if (rc == 0)
+			memset(dst, 0, n);
 	}
-	rc = mv_sync(c);
-	if (rc == 0)
-		memset(dst, 0, n);
+	issued(c, t0, w0);
 	return rc;
 }
 
@@ -320,13 +623,55 @@ void arena_cuda_mover_free(arena_mover *m)
 	if (!m)
 		return;
 	cmv *c = m->ctx;
-	cudaSetDevice(c->device);
-	if (c->s) {
-		cudaStreamSynchronize(c->s);
-		cudaStreamDestroy(c->s);
+	set_device(c->device);
+	for (int l = ARENA_LANES; l-- > 0;) {
+		for (int k = 0; k < ARENA_MARKS; k++)
+			if (c->ev[l][k])
+				cudaEventDestroy(c->ev[l][k]);
+		if (c->ls[l] && (l == 0 || c->ls[l] != c->ls[0])) {
+			cudaStreamSynchronize(c->ls[l]);
+			cudaStreamDestroy(c->ls[l]);
+		}
 	}
 	unregister_parts(c);
+	free(c->pend);
+	free(c->rt);
 	free(c);
+}
+
+/* What a mover and its twin each have of their own: the lanes' streams
+ * and points, the batch, the device's pitch limit. On failure what was
+ * made stays for arena_cuda_mover_free. */
+static int mover_own(cmv *c, const char *what, char *err)
+{
+	memset(c->ls, 0, sizeof c->ls);
+	memset(c->ev, 0, sizeof c->ev);
+	memset(c->seq, 0, sizeof c->seq);
+	c->pend = calloc(BATCH_MAX, sizeof *c->pend);
+	c->npend = 0;
+	c->rt = batch_new();
+	if (!c->pend)
+		return -ENOMEM;
+	const char *b = getenv("MOOR_MOVER_BATCH");
+	c->batch = c->rt && !(b && strcmp(b, "0") == 0);
+	int mp = 0;
+	cudaError_t e = set_device(c->device);
+	if (e == cudaSuccess)
+		e = cudaDeviceGetAttribute(&mp, cudaDevAttrMaxPitch, c->device);
+	c->max_pitch = mp > 0 ? (size_t)mp : 0;
+	const char *ln = getenv("MOOR_MOVER_LANES");
+	int lanes = !(ln && strcmp(ln, "0") == 0);
+	for (int l = 0; l < ARENA_LANES && e == cudaSuccess; l++) {
+		if (l == 0 || lanes)
+			e = cudaStreamCreateWithFlags(&c->ls[l],
+						      cudaStreamNonBlocking);
+		else
+			c->ls[l] = c->ls[0];
+		for (int k = 0; k < ARENA_MARKS && e == cudaSuccess; k++)
+			e = cudaEventCreateWithFlags(&c->ev[l][k],
+						     cudaEventDisableTiming);
+	}
+	return e == cudaSuccess ? 0 : cu_err(e, what, err);
 }
 
 int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out, char *err)
@@ -342,22 +687,19 @@ int arena_cuda_mover_twin(const arena_mover *m, arena_mover **out, char *err)
 		return -ENOMEM;
 	*c = *f;
 	c->m.ctx = c;
-	c->s = NULL;
 	c->nparts = 0; /* the registration stays f's */
-	cudaError_t e = cudaSetDevice(c->device);
-	if (e == cudaSuccess)
-		e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
-	if (e != cudaSuccess) {
-		int rc = cu_err(e, "a twin mover's stream", err);
-		free(c);
+	memset(&c->st, 0, sizeof c->st);
+	int rc = mover_own(c, "a twin mover's streams", err);
+	if (rc) {
+		arena_cuda_mover_free(&c->m);
 		return rc;
 	}
 	*out = &c->m;
 	return 0;
 }
 
-int arena_cuda_mover_new(int device, arena *host, arena_mover **out,
-			 char *err)
+int arena_cuda_mover_new(int device, const arena *dev, arena *host,
+			 arena_mover **out, char *err)
 {
 	*out = NULL;
 	int rc = arena_cuda_probe(device, err);
@@ -372,20 +714,26 @@ int arena_cuda_mover_new(int device, arena *host, arena_mover **out,
 			     .copy = mv_copy,
 			     .copy2d = mv_copy2d,
 			     .zero = mv_zero,
-			     .sync = mv_sync};
-	cudaError_t e = cudaSetDevice(device);
-	if (e == cudaSuccess)
-		e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
-	if (e != cudaSuccess) {
-		rc = cu_err(e, "the mover's stream", err);
-		free(c);
+			     .sync = mv_sync,
+			     .copyv = mv_copyv,
+			     .mark = mv_mark,
+			     .after = mv_after,
+			     .stats = mv_stats};
+	rc = mover_own(c, "the mover's streams", err);
+	if (rc) {
+		arena_cuda_mover_free(&c->m);
 		return rc;
 	}
+	cudaError_t e;
 	const char *pk = getenv("MOOR_REG_PART_KB");
 	if (pk && atol(pk) > 0)
 		reg_part = (uint64_t)atol(pk) << 10;
 	c->hbase = arena_base(host);
 	c->hsize = arena_size(host);
+	if (dev) {
+		c->dbase = arena_base(dev);
+		c->dsize = arena_size(dev);
+	}
 	/* the mapping covers whole pages: the last part may round up */
 	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
 	uint64_t mapped = (c->hsize + pg - 1) / pg * pg;

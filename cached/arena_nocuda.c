@@ -41,10 +41,11 @@ int arena_cuda_handle(const arena *a, uint8_t handle[64], int *device)
 	return MOOR_EUNSUP;
 }
 
-int arena_cuda_mover_new(int device, arena *host, arena_mover **out,
-			 char *err)
+int arena_cuda_mover_new(int device, const arena *dev, arena *host,
+			 arena_mover **out, char *err)
 {
 	(void)device;
+	(void)dev;
 	(void)host;
 	*out = NULL;
 	return no_cuda(err);

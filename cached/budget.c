@@ -85,6 +85,16 @@ int cache_budget_grow(cache *c, int lv, int host, uint64_t bytes,
 	}
 }
 
+int cache_budget_try(cache *c, int host, uint64_t bytes, uint64_t limit,
+		     uint64_t *off)
+{
+	uint64_t need = cache_round_up(bytes, ARENA_ALIGN);
+	int counted = c->cfg.unified || !host;
+	if (counted && cache_held_bytes(c) + need > limit)
+		return MOOR_ENOSPACE;
+	return arena_alloc(host ? c->host : c->dev, bytes, off);
+}
+
 uint64_t cache_plan_limit(cache *c, uint64_t ws)
 {
 	uint64_t peak = c->cfg.mem_peak > ws ? c->cfg.mem_peak - ws : 0;

@@ -177,32 +177,100 @@ void *cache_host_at(cache *c, uint64_t off)
 	return (char *)arena_base(c->host) + off;
 }
 
-int cache_secs_out(cache *c, void *dst)
+/* ---- batches of copies ----
+ *
+ * The cache's copies of rows and sections go to the mover in batches
+ * (arena_mover.copyv): a restore from the host arena, a copy a view a
+ * block of rows, is a few calls, not a thousand. A copy of one run that
+ * continues the batch's last copy (the same width, each side at one
+ * stride on from it, at most XQ_PITCH_MAX) becomes one more run of it:
+ * a block's rows of every view, the views being buffers of one size side
+ * by side in the device arena and back to back in the block, are one 2D
+ * copy. The bytes each copies are the same; the memcpy mover copies them
+ * run by run, as before. */
+#define XQ_PITCH_MAX (1ull << 30)
+
+int cache_xq_flush(cache *c)
 {
-	uint64_t o = 0;
-	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
-		int rc = c->mv->copy(c->mv->ctx, (char *)dst + o,
-				     cache_dev_at(c, c->sec_off[i]),
-				     c->lay->sec[i].bytes);
+	uint32_t n = c->n_xq;
+	c->n_xq = 0;
+	if (!n)
+		return 0;
+	const arena_mover *mv = c->mv;
+	if (mv->copyv)
+		return mv->copyv(mv->ctx, c->xq_lane, c->xq, n);
+	for (uint32_t i = 0; i < n; i++) {
+		const arena_copy *x = &c->xq[i];
+		int rc = mv->copy2d(mv->ctx, x->dst, x->dpitch, x->src,
+				    x->spitch, x->width, x->height);
 		if (rc)
 			return rc;
-		o += c->lay->sec[i].bytes;
 	}
 	return 0;
 }
 
-int cache_secs_in(cache *c, const void *src)
+static int xq_add(cache *c, void *dst, size_t dpitch, const void *src,
+		  size_t spitch, size_t width, size_t height)
 {
-	uint64_t o = 0;
-	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
-		int rc =
-		    c->mv->copy(c->mv->ctx, cache_dev_at(c, c->sec_off[i]),
-				(const char *)src + o, c->lay->sec[i].bytes);
+	if (!width || !height)
+		return 0;
+	if (c->n_xq && height == 1) {
+		arena_copy *e = &c->xq[c->n_xq - 1];
+		uintptr_t ed = (uintptr_t)e->dst, es = (uintptr_t)e->src;
+		uintptr_t xd = (uintptr_t)dst, xs = (uintptr_t)src;
+		if (e->width == width && e->height == 1 && xd >= ed + width &&
+		    xs >= es + width && xd - ed <= XQ_PITCH_MAX &&
+		    xs - es <= XQ_PITCH_MAX) {
+			e->dpitch = xd - ed;
+			e->spitch = xs - es;
+			e->height = 2;
+			return 0;
+		}
+		if (e->width == width && e->height > 1 &&
+		    xd == ed + e->height * e->dpitch &&
+		    xs == es + e->height * e->spitch) {
+			e->height++;
+			return 0;
+		}
+	}
+	if (c->n_xq == CACHE_XQ_MAX) {
+		int rc = cache_xq_flush(c);
 		if (rc)
 			return rc;
-		o += c->lay->sec[i].bytes;
 	}
+	c->xq[c->n_xq++] = (arena_copy){.dst = dst,
+					.src = src,
+					.dpitch = dpitch,
+					.spitch = spitch,
+					.width = width,
+					.height = height};
 	return 0;
+}
+
+/* The sections in (to the live buffers) or out, from or to buf. */
+static int secs_xfer(cache *c, int out, char *buf)
+{
+	uint64_t o = 0;
+	int rc = 0;
+	for (uint32_t i = 0; i < c->lay->n_sections && !rc; i++) {
+		char *live = cache_dev_at(c, c->sec_off[i]);
+		uint64_t n = c->lay->sec[i].bytes;
+		rc = out ? xq_add(c, buf + o, n, live, n, n, 1)
+			 : xq_add(c, live, n, buf + o, n, n, 1);
+		o += n;
+	}
+	int fr = cache_xq_flush(c);
+	return rc ? rc : fr;
+}
+
+int cache_secs_out(cache *c, void *dst)
+{
+	return secs_xfer(c, 1, dst);
+}
+
+int cache_secs_in(cache *c, const void *src)
+{
+	return secs_xfer(c, 0, (char *)src);
 }
 
 int cache_secs_zero(cache *c)
@@ -227,19 +295,22 @@ int cache_view_rows(const arena_mover *mv, const cache_vgeom *g, void *dst,
 			  swin * g->inner, n * g->inner, g->outer);
 }
 
-static int rows_xfer(cache *c, int out, void *buf, uint64_t bwin, uint64_t brow,
-		     uint64_t live_row, uint64_t n)
+int cache_rows_add(cache *c, int out, void *buf, uint64_t bwin, uint64_t brow,
+		   uint64_t live_row, uint64_t n)
 {
 	uint64_t o = 0, W = c->lay->window;
 	MOOR_ASSERT(live_row + n <= W && brow + n <= bwin);
+	if (!n)
+		return 0;
 	for (uint32_t i = 0; i < c->lay->n_views; i++) {
 		const cache_vgeom *g = &c->vg[i];
-		void *live = cache_dev_at(c, c->view_off[i]);
-		char *b = (char *)buf + o;
-		int rc = out ? cache_view_rows(c->mv, g, b, bwin, brow, live, W,
-					       live_row, n)
-			     : cache_view_rows(c->mv, g, live, W, live_row, b,
-					       bwin, brow, n);
+		char *live = (char *)cache_dev_at(c, c->view_off[i]) +
+			     live_row * g->inner;
+		char *b = (char *)buf + o + brow * g->inner;
+		size_t lp = W * g->inner, bp = bwin * g->inner;
+		int rc = out ? xq_add(c, b, bp, live, lp, n * g->inner, g->outer)
+			     : xq_add(c, live, lp, b, bp, n * g->inner,
+				      g->outer);
 		if (rc)
 			return rc;
 		o += bwin * g->rowb;
@@ -247,16 +318,43 @@ static int rows_xfer(cache *c, int out, void *buf, uint64_t bwin, uint64_t brow,
 	return 0;
 }
 
+int cache_rows_lane(cache *c, int lane, int out, void *buf, uint64_t bwin,
+		    uint64_t brow, uint64_t live_row, uint64_t n)
+{
+	MOOR_ASSERT(c->n_xq == 0 && lane >= 0 && lane < ARENA_LANES);
+	c->xq_lane = lane;
+	int rc = cache_rows_add(c, out, buf, bwin, brow, live_row, n);
+	int fr = cache_xq_flush(c);
+	c->xq_lane = 0;
+	return rc ? rc : fr;
+}
+
 int cache_rows_out(cache *c, void *buf, uint64_t bwin, uint64_t brow,
 		   uint64_t live_row, uint64_t n)
 {
-	return rows_xfer(c, 1, buf, bwin, brow, live_row, n);
+	return cache_rows_lane(c, 0, 1, buf, bwin, brow, live_row, n);
 }
 
 int cache_rows_in(cache *c, const void *buf, uint64_t bwin, uint64_t brow,
 		  uint64_t live_row, uint64_t n)
 {
-	return rows_xfer(c, 0, (void *)buf, bwin, brow, live_row, n);
+	return cache_rows_lane(c, 0, 0, (void *)buf, bwin, brow, live_row, n);
+}
+
+int cache_lanes(const cache *c)
+{
+	return c->mv->mark && c->mv->after;
+}
+
+int cache_lane_mark(cache *c, int lane, uint64_t *pt)
+{
+	*pt = 0;
+	return cache_lanes(c) ? c->mv->mark(c->mv->ctx, lane, pt) : 0;
+}
+
+int cache_lane_after(cache *c, int lane, uint64_t pt)
+{
+	return cache_lanes(c) ? c->mv->after(c->mv->ctx, lane, pt) : 0;
 }
 
 void cache_view_copy(const cache_view *v, void *dst, uint64_t dst_window,
@@ -336,7 +434,10 @@ int cache_new(const cache_cfg *cfg, cache **out, char *err)
 	c->mv = &arena_mover_memcpy;
 	c->taint = CACHE_NO_TAINT;
 	c->lay = calloc(1, sizeof *c->lay);
-	if (!c->lay) {
+	c->xq = calloc(CACHE_XQ_MAX, sizeof *c->xq);
+	if (!c->lay || !c->xq) {
+		free(c->lay);
+		free(c->xq);
 		free(c);
 		return -ENOMEM;
 	}
@@ -356,9 +457,11 @@ int cache_new(const cache_cfg *cfg, cache **out, char *err)
 	if (!rc && cfg->dev_cuda >= 0)
 		arena_set_punch(c->host, 0);
 	if (!rc && cfg->dev_cuda >= 0 &&
-	    (rc = arena_cuda_mover_new(cfg->dev_cuda, c->host, &c->mv_own,
-				       err)) == 0)
+	    (rc = arena_cuda_mover_new(cfg->dev_cuda, c->dev, c->host,
+				       &c->mv_own, err)) == 0)
 		c->mv = c->mv_own;
+	const char *tr = getenv("MOOR_MOVER_TRACE");
+	c->trace.on = tr && strcmp(tr, "0") != 0 && c->mv->stats;
 	c->spill.dfd = -1;
 	if (!rc)
 		rc = cache_ledger_open(c, err);
@@ -432,15 +535,69 @@ void cache_free(cache *c)
 	free(c->mk);
 	free(c->st);
 	free(c->lay);
+	free(c->xq);
 	arena_cuda_mover_free(c->mv_own); /* before the host arena goes */
 	arena_close(c->dev);
 	arena_close(c->host);
 	free(c);
 }
 
+void cache_trace_plan(cache *c, int begin, uint64_t n, uint64_t start,
+		      int tier, uint64_t bytes)
+{
+	if (!c->trace.on)
+		return;
+	if (begin) {
+		c->trace.armed = 0;
+		c->trace.t0 = moor_now();
+		c->mv->stats(c->mv->ctx, &c->trace.s0);
+		return;
+	}
+	c->trace.armed = 1;
+	c->trace.t_plan = moor_now();
+	c->trace.n = n;
+	c->trace.start = start;
+	c->trace.tier = tier;
+	c->trace.bytes = bytes;
+}
+
+static void trace_log(cache *c)
+{
+	c->trace.armed = 0;
+	arena_mover_stats s;
+	c->mv->stats(c->mv->ctx, &s);
+	const arena_mover_stats *a = &c->trace.s0;
+	double total = moor_now() - c->trace.t0;
+	double iss = s.issue_s - a->issue_s, wt = s.wait_s - a->wait_s;
+	moor_info("mover: plan of %llu tokens from the %s at %llu: %.3f GB "
+		  "restored in %.2f ms (%.1f GB/s; %.2f ms to the plan's "
+		  "answer) = %llu copies (%.3f GB) in %llu calls issued in "
+		  "%.2f ms + %.2f ms waiting + %.2f ms of the plan's own work",
+		  (unsigned long long)c->trace.n, cache_tier_name(c->trace.tier),
+		  (unsigned long long)c->trace.start, c->trace.bytes / 1e9,
+		  total * 1e3, total > 0 ? c->trace.bytes / 1e9 / total : 0.0,
+		  (c->trace.t_plan - c->trace.t0) * 1e3,
+		  (unsigned long long)(s.copies - a->copies),
+		  (double)(s.bytes - a->bytes) / 1e9,
+		  (unsigned long long)(s.calls - a->calls), iss * 1e3, wt * 1e3,
+		  (total - iss - wt) * 1e3);
+}
+
 int cache_sync(cache *c)
 {
-	return c->mv->sync ? c->mv->sync(c->mv->ctx) : 0;
+	int rc = c->mv->sync ? c->mv->sync(c->mv->ctx) : 0;
+	if (c->trace.armed)
+		trace_log(c);
+	return rc;
+}
+
+int cache_mover_stats(const cache *c, arena_mover_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	if (!c->mv->stats)
+		return MOOR_EUNSUP;
+	c->mv->stats(c->mv->ctx, out);
+	return 0;
 }
 
 void cache_arena_info_get(const cache *c, cache_arena_info *out)

@@ -210,6 +210,14 @@ void cache_arena_info_get(const cache *c, cache_arena_info *out);
  * nothing on the memcpy mover). The daemon calls it before any reply that
  * hands arena bytes to the engine (arena.h). Errors: MOOR_EBACKEND. */
 int cache_sync(cache *c);
+/* The mover's counters so far (arena.h's arena_mover_stats: copies, calls
+ * to the runtime, bytes, seconds issuing and waiting); MOOR_EUNSUP where
+ * it keeps none (the memcpy mover). With MOOR_MOVER_TRACE=1 in the
+ * environment, the first cache_sync after a plan logs (info) the plan's
+ * share of them: its restore's bytes, its time to the end of that sync
+ * split into issuing copies, waiting for them and the plan's own work. */
+struct arena_mover_stats;
+int cache_mover_stats(const cache *c, struct arena_mover_stats *out);
 /* In-process access (tests, the mover): the mapped bases. */
 void *cache_dev_base(cache *c);
 void *cache_host_base(cache *c);

@@ -52,7 +52,8 @@ typedef struct cache_vgeom {
 
 /* Rows [srow, srow + n) of one view in a buffer of swin rows to rows
  * [drow, ...) of one of dwin rows, by mv (`outer` runs of n * inner bytes:
- * one copy2d). Complete after mv's sync. */
+ * one copy2d). Complete after mv's sync. (The cache's own row and section
+ * copies go through its batch instead: cache_rows_in/out, the spans.) */
 int cache_view_rows(const arena_mover *mv, const cache_vgeom *g, void *dst,
 		    uint64_t dwin, uint64_t drow, const void *src,
 		    uint64_t swin, uint64_t srow, uint64_t n);
@@ -267,11 +268,26 @@ typedef struct cache_counters {
 	uint64_t shed[CACHE_LV_N], shed_bytes[CACHE_LV_N];
 } cache_counters;
 
+/* Copies gathered into one batch of the mover's (cache.c), at most. */
+#define CACHE_XQ_MAX 256
+
 struct cache {
 	cache_cfg cfg;
 	arena *dev, *host;
 	const arena_mover *mv;
 	arena_mover *mv_own; /* the CUDA mover, freed at cache_free */
+	arena_copy *xq;	     /* [CACHE_XQ_MAX] a batch being gathered, n_xq */
+	uint32_t n_xq;
+	int xq_lane; /* the mover's lane it goes to (0 but in the park swap) */
+	/* MOOR_MOVER_TRACE=1 (cache_mover_stats): a plan's copies, logged at
+	 * the sync after it */
+	struct {
+		int on, armed;
+		double t0, t_plan; /* the plan's start and end */
+		arena_mover_stats s0; /* the counters at its start */
+		uint64_t n, start, bytes;
+		int tier;
+	} trace;
 
 	int have_layout;
 	cache_layout *lay;
@@ -349,16 +365,39 @@ struct cache {
 /* ---- cache.c: byte movement between live buffers and arena memory ---- */
 void *cache_dev_at(cache *c, uint64_t off);
 void *cache_host_at(cache *c, uint64_t off);
-/* Live sections to dst (back to back, layout order), or from src. */
+/* Live sections to dst (back to back, layout order), or from src: one
+ * batch of the mover's. */
 int cache_secs_out(cache *c, void *dst);
 int cache_secs_in(cache *c, const void *src);
 int cache_secs_zero(cache *c);
 /* Rows [live_row, live_row + n) of every view to (out) or from (in) a
- * compact rows buffer of window bwin, at its row brow. */
+ * compact rows buffer of window bwin, at its row brow: one batch of the
+ * mover's. */
 int cache_rows_out(cache *c, void *buf, uint64_t bwin, uint64_t brow,
 		   uint64_t live_row, uint64_t n);
 int cache_rows_in(cache *c, const void *buf, uint64_t bwin, uint64_t brow,
 		  uint64_t live_row, uint64_t n);
+/* The same copies added to the batch being gathered (c->xq), which
+ * cache_xq_flush hands to the mover (arena_mover.copyv; copy2d each
+ * where it has none). Copies of one batch run in no order: none may
+ * write what another reads or writes (a span's blocks, in or out). A
+ * full batch is handed over as it fills. */
+int cache_rows_add(cache *c, int out, void *buf, uint64_t bwin, uint64_t brow,
+		   uint64_t live_row, uint64_t n);
+int cache_xq_flush(cache *c);
+/* MOOR_MOVER_TRACE: a plan begins (begin 1: the counters noted), or has
+ * answered (begin 0: what it restored, logged at the next cache_sync). */
+void cache_trace_plan(cache *c, int begin, uint64_t n, uint64_t start,
+		      int tier, uint64_t bytes);
+/* The mover's lanes (arena.h; the park's swap runs on two). cache_lanes:
+ * whether the mover has them (without, everything runs in call order and
+ * mark and after do nothing). cache_rows_lane: cache_rows_out (out) or
+ * _in as one batch on lane. */
+int cache_lanes(const cache *c);
+int cache_lane_mark(cache *c, int lane, uint64_t *pt);
+int cache_lane_after(cache *c, int lane, uint64_t pt);
+int cache_rows_lane(cache *c, int lane, int out, void *buf, uint64_t bwin,
+		    uint64_t brow, uint64_t live_row, uint64_t n);
 uint64_t cache_common_prefix(const int32_t *a, uint64_t na, const int32_t *b,
 			     uint64_t nb);
 uint64_t cache_ids_hash(const int32_t *ids, uint64_t n);
@@ -376,6 +415,10 @@ uint64_t cache_lv_bytes(cache *c, int lv);
  * ones). MOOR_ENOSPACE when it cannot. */
 int cache_budget_grow(cache *c, int lv, int host, uint64_t bytes,
 		      uint64_t limit, uint64_t *off);
+/* The same, giving nothing back: room that is free now or MOOR_ENOSPACE
+ * (what only speeds something up, the park swap's second bounce). */
+int cache_budget_try(cache *c, int host, uint64_t bytes, uint64_t limit,
+		     uint64_t *off);
 /* The memory policy before a prefill needing ws bytes of workspace (and,
  * for a guest, *stash_need bytes of stash): gives back cheapest first;
  * sets *stash_need to 0 when the stash is the level that gives. Nothing is

@@ -9,7 +9,30 @@
  * more with the park than with the rows in place, with the shared head in
  * place, gets them back: the parked rows and the rows in place are swapped
  * a block at a time, so B is parked while A comes back. One conversation
- * is parked at a time; a third session gives it up. */
+ * is parked at a time; a third session gives it up.
+ *
+ * The swap on two lanes of the mover (the CUDA mover: two streams, so the
+ * device-to-host and host-to-device halves share a full-duplex PCIe link
+ * instead of taking turns). OUT copies the rows in place out to host
+ * blocks, IN copies A's blocks in over them. Block j of the rows both
+ * hold goes out into a bounce and A's block j comes in; A's storage is
+ * then a bounce. What keeps every byte read before it is written:
+ *   - both lanes start after the mover's earlier copies (the anchors just
+ *     copied, the stash put back) and its later copies (the sections,
+ *     the anchors adopted) after both lanes: marks on lane 0 and on each
+ *     lane at the ends;
+ *   - IN writes block j's rows in place after OUT has read them: IN waits
+ *     for the mark after OUT's copy of block j;
+ *   - OUT writes a bounce after IN has read what it held: with K bounces
+ *     block j goes out into bounce j % K, which holds A's block j - K
+ *     (its storage since), so OUT waits for the mark after IN's copy of
+ *     block j - K. With K = 2, OUT's block j + 1 runs beside IN's block j;
+ *     with K = 1 (no room for a second) they take turns, as on one stream;
+ *   - a block only one side holds (past the other's end) is rows in place
+ *     and host memory that nothing else of the swap touches.
+ * A mover without lanes (memcpy) runs it all in call order, which keeps
+ * each of these. The points a lane waits for are at most K marks old
+ * (ARENA_MARKS). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,7 +219,8 @@ int cache_park_swap(cache *c, int hi, uint64_t limit)
 	uint32_t both = nbA < nbB ? nbA : nbB;
 	cache_span B;
 	memset(&B, 0, sizeof B);
-	uint64_t bounce = UINT64_MAX;
+	enum { OUT = 1, IN = 2 }; /* the mover's lanes */
+	uint64_t bounce[2] = {UINT64_MAX, UINT64_MAX};
 	int rc = 0;
 
 	A->busy = 1;
@@ -218,7 +242,11 @@ int cache_park_swap(cache *c, int hi, uint64_t limit)
 		}
 		if (!rc && both)
 			rc = cache_budget_grow(c, CACHE_LV_PARK, 1, bb, limit,
-					       &bounce);
+					       &bounce[0]);
+		/* a second bounce only where the halves can overlap */
+		if (!rc && both > 1 && cache_lanes(c) &&
+		    cache_budget_try(c, 1, bb, limit, &bounce[1]))
+			bounce[1] = UINT64_MAX;
 		c->protect_anchors = 0;
 		c->end.busy = busy;
 		if (!rc)
@@ -226,9 +254,10 @@ int cache_park_swap(cache *c, int hi, uint64_t limit)
 		if (rc) {
 			/* the rows in place are not parked; A comes back */
 			cache_span_free(c, &B);
-			if (bounce != UINT64_MAX)
-				arena_release(c->host, bounce);
-			bounce = UINT64_MAX;
+			for (int k = 0; k < 2; k++)
+				if (bounce[k] != UINT64_MAX)
+					arena_release(c->host, bounce[k]);
+			bounce[0] = bounce[1] = UINT64_MAX;
 			TB = 0;
 			nbB = 0;
 			both = 0;
@@ -248,43 +277,76 @@ int cache_park_swap(cache *c, int hi, uint64_t limit)
 			(void)cache_marks_add(c, A->mk[i].start, A->mk[i].len,
 					      A->mk[i].kind);
 	uint32_t nb = nbA > nbB ? nbA : nbB;
+	uint32_t K = bounce[1] != UINT64_MAX ? 2 : 1;
+	uint64_t pt, freed[2]; /* IN's mark after it read a bounce's block */
+	int have_freed[2] = {0, 0};
+	/* the lanes after the mover's earlier copies */
+	rc = cache_lane_mark(c, 0, &pt);
+	if (!rc)
+		rc = cache_lane_after(c, OUT, pt);
+	if (!rc)
+		rc = cache_lane_after(c, IN, pt);
 	for (uint32_t j = 0; j < nb && !rc; j++) {
 		uint64_t r0 = b + (uint64_t)j * blk;
 		uint64_t ra = j < nbA ? cache_min64(blk, A->top - r0) : 0;
 		uint64_t rb = j < nbB ? cache_min64(blk, TB - r0) : 0;
 		if (ra && rb) {
-			/* B's block out to the bounce, A's in; the bounce is
-			 * B's block from now on and A's storage the next
-			 * bounce. The mover's copies run in order, so A's
-			 * block is read before the next block's rows land
-			 * in it; no copy between two host blocks (on CUDA
-			 * that was a sync and a CPU memcpy a block: the
-			 * park ran at 4.6 GB/s where the pin ran at 44) */
-			rc = cache_rows_out(c, cache_host_at(c, bounce), blk, 0,
-					    r0, rb);
+			/* B's block out to a bounce, A's in; the bounce is
+			 * B's block from now on and A's storage a bounce
+			 * (no copy between two host blocks: on CUDA that was
+			 * a sync and a CPU memcpy a block, the park ran at
+			 * 4.6 GB/s where the pin ran at 44) */
+			uint32_t k = j % K;
+			if (have_freed[k])
+				rc = cache_lane_after(c, OUT, freed[k]);
 			if (!rc)
-				rc = cache_rows_in(c,
-						   cache_host_at(c, A->blk[j]),
-						   blk, 0, r0, ra);
-			B.blk[j] = bounce;
-			bounce = A->blk[j];
+				rc = cache_rows_lane(c, OUT, 1,
+						     cache_host_at(c, bounce[k]),
+						     blk, 0, r0, rb);
+			if (!rc)
+				rc = cache_lane_mark(c, OUT, &pt);
+			if (!rc)
+				rc = cache_lane_after(c, IN, pt);
+			if (!rc)
+				rc = cache_rows_lane(c, IN, 0,
+						     cache_host_at(c, A->blk[j]),
+						     blk, 0, r0, ra);
+			if (!rc)
+				rc = cache_lane_mark(c, IN, &freed[k]);
+			have_freed[k] = 1;
+			B.blk[j] = bounce[k];
+			bounce[k] = A->blk[j];
 			A->blk[j] = UINT64_MAX;
 		} else if (rb) {
-			rc = cache_rows_out(c, cache_host_at(c, B.blk[j]), blk,
-					    0, r0, rb);
+			rc = cache_rows_lane(c, OUT, 1,
+					     cache_host_at(c, B.blk[j]), blk, 0,
+					     r0, rb);
 		} else if (ra) {
-			rc = cache_rows_in(c, cache_host_at(c, A->blk[j]), blk,
-					   0, r0, ra);
+			rc = cache_rows_lane(c, IN, 0,
+					     cache_host_at(c, A->blk[j]), blk,
+					     0, r0, ra);
 		}
 		c->k.park_blocks_swapped++;
 	}
-	/* the last bounce (A's storage) is read by a copy that may still
-	 * run: done before its storage goes back */
+	/* the mover's later copies after both lanes (the sync below waits
+	 * for them as well; the order holds without it) */
+	int jr = cache_lane_mark(c, OUT, &pt);
+	if (!jr)
+		jr = cache_lane_after(c, 0, pt);
+	if (!jr)
+		jr = cache_lane_mark(c, IN, &pt);
+	if (!jr)
+		jr = cache_lane_after(c, 0, pt);
+	if (!rc)
+		rc = jr;
+	/* the last bounces (A's storage) are read by copies that may still
+	 * run: done before their storage goes back */
 	int sync_rc = cache_sync(c);
 	if (!rc)
 		rc = sync_rc;
-	if (bounce != UINT64_MAX)
-		arena_release(c->host, bounce);
+	for (int k = 0; k < 2; k++)
+		if (bounce[k] != UINT64_MAX)
+			arena_release(c->host, bounce[k]);
 	if (!rc)
 		rc = cache_secs_in(c, cache_host_at(c, src.off));
 	/* A's grid anchors up to the resume line are the resident's again */

@@ -330,6 +330,8 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	int rc0 = req_check(c, r, err);
 	if (rc0)
 		return rc0;
+	cache_trace_plan(c, 1, 0, 0, 0, 0);
+	uint64_t tr_bytes = 0; /* the restore's, for the trace */
 	if (c->t.active && c->t.scratch)
 		(void)scratch_end(c);
 	if (c->t.active) {
@@ -349,6 +351,7 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 	uint64_t stash_lo = UINT64_MAX;
 	if (c->stash.have) {
 		stash_lo = c->stash.lo;
+		tr_bytes += (c->stash.hi - c->stash.lo) * c->row_bytes;
 		int rc = cache_stash_restore(c);
 		if (rc) {
 			moor_errf(err,
@@ -409,6 +412,8 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 		if (!A.src || !(A.src->flags & CACHE_TF_CUTS))
 			cache_resident_cut(c, A.cut);
 	}
+	if (c->trace.on && A.src)
+		tr_bytes += A.src->restore_bytes(c, &A.o);
 	rc = restore(c, &A, r->ids, limit);
 	set_busy(c, &A, 0);
 	if (rc && A.src && (A.src->flags & CACHE_TF_NVME)) {
@@ -476,6 +481,7 @@ int cache_plan(cache *c, const cache_req *r, cache_plan_out *out, char *err)
 		out->slots[i].line = t->slot[i].line;
 		out->slots[i].offset = t->slot[i].off;
 	}
+	cache_trace_plan(c, 0, n, A.start, tier, tr_bytes);
 	c->k.tier_hits[tier]++;
 	c->k.tokens_saved += A.start;
 	if (A.tier == CACHE_TIER_RESIDENT)

@@ -61,22 +61,23 @@ int cache_span_alloc_blocks(cache *c, cache_span *s, uint32_t n, int lv,
 	return 0;
 }
 
+/* Every block's rows in [a, b), in or out, as one batch of the mover's
+ * (the blocks are distinct host memory and distinct live rows). */
 static int span_rows(cache *c, const cache_span *s, uint64_t a, uint64_t b,
 		     int in)
 {
 	uint64_t blk = cache_span_blk_rows(c);
 	MOOR_ASSERT(s->base <= a && a <= b && b <= s->top);
-	for (uint64_t r = a; r < b;) {
+	int rc = 0;
+	for (uint64_t r = a; r < b && !rc;) {
 		uint64_t j = (r - s->base) / blk, r0 = s->base + j * blk;
 		uint64_t m = cache_min64(b, r0 + blk) - r;
 		void *p = cache_host_at(c, s->blk[j]);
-		int rc = in ? cache_rows_in(c, p, blk, r - r0, r, m)
-			    : cache_rows_out(c, p, blk, r - r0, r, m);
-		if (rc)
-			return rc;
+		rc = cache_rows_add(c, !in, p, blk, r - r0, r, m);
 		r += m;
 	}
-	return 0;
+	int fr = cache_xq_flush(c);
+	return rc ? rc : fr;
 }
 
 int cache_span_rows_in(cache *c, const cache_span *s, uint64_t a, uint64_t b)

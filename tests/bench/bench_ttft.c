@@ -30,7 +30,10 @@
  * makes it) and the host arena is shm registered by the CUDA mover, which
  * copies on its own stream: the park and pin rows time the real restore
  * path, and each prints its GB/s (the bytes the restore copies into the
- * live sequence over the plan's time, its sync included). The arenas are
+ * live sequence over the plan's time, its sync included) and, below the
+ * table, where that time went (the mover's counters, cache_mover_stats:
+ * copies and calls to the runtime, the time issuing them, the time
+ * waiting for them, and the rest: the plan's own work). The arenas are
  * sized from what a length needs (the live sequence of the window, the
  * resident anchors' budget, the park and the pin of the whole history)
  * against the device's free memory after the weights load and /dev/shm's
@@ -206,6 +209,8 @@ typedef struct turn {
 	double ttft;   /* plan to first token, s */
 	double plan_s; /* the plan and its restore copies (synced), s */
 	uint64_t start, taint, restore_bytes;
+	int have_mv;		/* mv: the mover's counters over the plan */
+	arena_mover_stats mv;	/* and its sync (the differences) */
 	int tier;
 	int32_t gen[GEN];
 	float *lg; /* [V] the first token's logits (owned) */
@@ -235,12 +240,22 @@ static turn run(env *e, const int32_t *ids, int64_t n, const char *session,
 			die("peek", rc, err);
 		t.restore_bytes = pk.restore_bytes;
 	}
+	arena_mover_stats m0, m1;
+	t.have_mv = cache_mover_stats(e->c, &m0) == 0;
 	double t0 = moor_now();
 	if ((rc = cache_plan(e->c, &r, &p, err)))
 		die("plan", rc, err);
 	if ((rc = cache_sync(e->c)))
 		die("the cache's restore copies", rc, NULL);
 	t.plan_s = moor_now() - t0;
+	if (t.have_mv && cache_mover_stats(e->c, &m1) == 0) {
+		t.mv.copies = m1.copies - m0.copies;
+		t.mv.calls = m1.calls - m0.calls;
+		t.mv.bytes = m1.bytes - m0.bytes;
+		t.mv.syncs = m1.syncs - m0.syncs;
+		t.mv.issue_s = m1.issue_s - m0.issue_s;
+		t.mv.wait_s = m1.wait_s - m0.wait_s;
+	}
 	char *base = cache_dev_base(e->c);
 	for (uint32_t i = 0; i < p.n_slots; i++) {
 		es[i].line = (int64_t)p.slots[i].line;
@@ -376,6 +391,29 @@ static void print_row(int64_t H, int k, const rowr *w, double cold)
 	       t->plan_s * 1e3, goal, cache_tier_name(t->tier), w->check);
 }
 
+/* Where a host restore's plan time went, from the mover's counters. */
+static void plan_split(const turn *t, char *s, size_t n)
+{
+	const arena_mover_stats *m = &t->mv;
+	snprintf(s, n,
+		 "plan %.2f ms = %llu copies (%.3f GB) in %llu calls issued "
+		 "in %.2f ms + %.2f ms waiting for them + %.2f ms of the "
+		 "plan's own work",
+		 t->plan_s * 1e3, (unsigned long long)m->copies,
+		 m->bytes / 1e9, (unsigned long long)m->calls,
+		 m->issue_s * 1e3, m->wait_s * 1e3,
+		 (t->plan_s - m->issue_s - m->wait_s) * 1e3);
+}
+
+static void say_split(const char *what, const turn *t)
+{
+	char sp[256];
+	if (!t->have_mv)
+		return;
+	plan_split(t, sp, sizeof sp);
+	say("%s: %s", what, sp);
+}
+
 static void print_head(const env *e)
 {
 	printf("\nTTFT of a follow-up turn (%s, %s): plan to first token; "
@@ -410,6 +448,15 @@ static void print_len(const lenr *R)
 		       "of about %.2f GB %.2f s",
 		       R->drain_s, R->back_gb, R->back_s);
 	printf("; a model load %.2f s)\n", R->load_s);
+	for (int j = 0; j < R_N; j++) {
+		const turn *t = &R->r[j].t;
+		char sp[256];
+		if (!R->r[j].done || !t->have_mv || !t->restore_bytes ||
+		    (t->tier != CACHE_TIER_PARK && t->tier != CACHE_TIER_PIN))
+			continue;
+		plan_split(t, sp, sizeof sp);
+		printf("%8s  (%s: %s)\n", "", row_name[j], sp);
+	}
 	fflush(stdout);
 }
 
@@ -773,6 +820,7 @@ static int bench_len(env *e, lenr *R, int k, int64_t H, int NEW,
 		    (unsigned long long)w[R_PARK].t.start,
 		    cache_tier_name(w[R_PARK].t.tier),
 		    w[R_PARK].t.restore_bytes / 1e9, w[R_PARK].t.plan_s * 1e3);
+		say_split("park", &w[R_PARK].t);
 	} else {
 		snprintf(w[R_PARK].why, sizeof w[R_PARK].why, "--skip");
 	}
@@ -795,6 +843,7 @@ static int bench_len(env *e, lenr *R, int k, int64_t H, int NEW,
 		    w[R_PIN].t.ttft * 1e3, (unsigned long long)w[R_PIN].t.start,
 		    cache_tier_name(w[R_PIN].t.tier),
 		    w[R_PIN].t.restore_bytes / 1e9, w[R_PIN].t.plan_s * 1e3);
+		say_split("pin", &w[R_PIN].t);
 	} else {
 		snprintf(w[R_PIN].why, sizeof w[R_PIN].why, "--skip");
 	}

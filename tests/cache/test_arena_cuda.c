@@ -10,6 +10,23 @@
  *     sync(); a fresh device arena reads as zeros; zero() zeroes;
  *   - a host-to-host copy after device copies sees their bytes (the mover
  *     waits for its stream first);
+ *   - a batch (copyv: cudaMemcpy3DBatchAsync where the runtime has it,
+ *     MOOR_MOVER_BATCH=0 one call a copy) of 2D copies whose host side
+ *     crosses parts, a plain run, a pageable source, device to device and
+ *     host to host, in and back out, gives back the same bytes; the
+ *     mover's counters count its 8 copies and their bytes, the calls they
+ *     took (printed: fewer than the pieces where the runtime batches) and
+ *     the sync;
+ *   - lanes: rounds that copy in on lane 1 and back out on lane 2 through
+ *     one device buffer, ordered only by marks (lane 2 after lane 1's
+ *     copy in, lane 1's next copy in after lane 2's copy out), give every
+ *     round's bytes back (with MOOR_MOVER_LANES=0 the lanes are one
+ *     stream);
+ *   - the mover knows the device and host arenas by address; a device
+ *     buffer it does not know (a second device arena) and pageable memory
+ *     are asked of the runtime: copies between them and the arenas, both
+ *     ways, round-trip, and so do they through a mover that knows no
+ *     device arena (over a host arena of its own);
  *   - a twin of the mover (the disk tier's writer's), called from another
  *     thread, copies device rows out into pageable and registered memory
  *     and syncs its own stream; freeing it leaves the first mover's
@@ -108,7 +125,8 @@ int main(void)
 	arena_release(dev, o2);
 
 	arena_mover *mv;
-	REQUIRE(arena_cuda_mover_new(0, host, &mv, err) == 0, "mover: %s", err);
+	REQUIRE(arena_cuda_mover_new(0, dev, host, &mv, err) == 0, "mover: %s",
+		err);
 	uint8_t *H = arena_base(host), *D = arena_base(dev);
 	size_t n = 300 * 1024; /* crosses four 64 KiB parts */
 	uint8_t *want = malloc(n);
@@ -158,6 +176,124 @@ int main(void)
 		okz &= H[3 * MB + i] == 0;
 	CHECK(okz && memcmp(H + 3 * MB + 1000, want + 1000, 1000) == 0,
 	      "zero() and the host copy behind the device copies");
+
+	/* a batch in, a batch out, and one that reads what the last wrote */
+	{
+		size_t w3 = 5000, r3 = 40, hp3 = 7000, k3 = 100000;
+		uint8_t *pg3 = malloc(MB);
+		REQUIRE(pg3, "oom");
+		memset(H, 0, 4 * MB);
+		for (size_t r = 0; r < r3; r++)
+			memcpy(H + 100 + r * hp3, want + r * w3, w3);
+		memcpy(H + 300000, want, k3);
+		memcpy(pg3, want + 1000, k3 / 2);
+		arena_copy in[3] = {
+		    {D, H + 100, 5120, hp3, w3, r3},
+		    {D + 256 * 1024, H + 300000, k3, k3, k3, 1},
+		    {D + 400 * 1024, pg3, k3 / 2, k3 / 2, k3 / 2, 1},
+		};
+		arena_copy out[4] = {
+		    {H + MB, D, 6000, 5120, w3, r3},
+		    {H + MB + 300000, D + 256 * 1024, k3, k3, k3, 1},
+		    {D + 3 * MB, D + 400 * 1024, k3 / 2, k3 / 2, k3 / 2, 1},
+		    {H + 2 * MB, H + 300000, k3, k3, k3, 1},
+		};
+		arena_copy back = {H + MB + 500000, D + 3 * MB, k3 / 2, k3 / 2,
+				   k3 / 2, 1};
+		arena_mover_stats s0, s1;
+		mv->stats(mv->ctx, &s0);
+		CHECK(mv->copyv(mv->ctx, 0, in, 3) == 0 &&
+			  mv->copyv(mv->ctx, 0, out, 4) == 0 &&
+			  mv->copyv(mv->ctx, 0, &back, 1) == 0 &&
+			  mv->sync(mv->ctx) == 0,
+		      "batches");
+		mv->stats(mv->ctx, &s1);
+		uint64_t bytes = 2 * w3 * r3 + 3 * k3 + 3 * (k3 / 2);
+		CHECK(s1.copies - s0.copies == 8 &&
+			  s1.bytes - s0.bytes == bytes &&
+			  s1.syncs - s0.syncs == 1 && s1.calls > s0.calls &&
+			  s1.issue_s > s0.issue_s && s1.wait_s >= s0.wait_s,
+		      "the counters: %llu copies, %llu bytes (want 8, %llu)",
+		      (unsigned long long)(s1.copies - s0.copies),
+		      (unsigned long long)(s1.bytes - s0.bytes),
+		      (unsigned long long)bytes);
+		printf("test_arena_cuda: 8 copies in 3 batches (rows across "
+		       "64 KiB parts) took %llu calls to the runtime\n",
+		       (unsigned long long)(s1.calls - s0.calls));
+		int okb = 1;
+		for (size_t r = 0; r < r3; r++)
+			okb &= memcmp(H + MB + r * 6000, want + r * w3, w3) == 0;
+		CHECK(okb, "a batch's 2D copies across parts round-trip");
+		CHECK(memcmp(H + MB + 300000, want, k3) == 0 &&
+			  memcmp(H + 2 * MB, want, k3) == 0,
+		      "a batch's plain runs and its host copy");
+		CHECK(memcmp(H + MB + 500000, want + 1000, k3 / 2) == 0,
+		      "a pageable source and a device copy, batch after batch");
+		free(pg3);
+	}
+
+	/* lanes: 8 rounds through the device buffer at D + 3 MB */
+	{
+		size_t k4 = 64 * 1024;
+		memset(H, 0, 4 * MB);
+		for (int r = 0; r < 8; r++)
+			fill(H + r * k4, k4, 100 + (uint32_t)r);
+		uint64_t p1 = 0, p2 = 0;
+		int okl = 1;
+		for (int r = 0; r < 8 && okl; r++) {
+			arena_copy cin = {D + 3 * MB, H + r * k4, k4, k4, k4, 1};
+			arena_copy cout = {H + 2 * MB + r * k4, D + 3 * MB,
+					   k4, k4, k4, 1};
+			okl = (r == 0 || mv->after(mv->ctx, 1, p2) == 0) &&
+			      mv->copyv(mv->ctx, 1, &cin, 1) == 0 &&
+			      mv->mark(mv->ctx, 1, &p1) == 0 &&
+			      mv->after(mv->ctx, 2, p1) == 0 &&
+			      mv->copyv(mv->ctx, 2, &cout, 1) == 0 &&
+			      mv->mark(mv->ctx, 2, &p2) == 0;
+		}
+		CHECK(okl && mv->after(mv->ctx, 0, p2) == 0 &&
+			  mv->sync(mv->ctx) == 0,
+		      "copies on lanes");
+		CHECK(memcmp(H + 2 * MB, H, 8 * k4) == 0,
+		      "every round through one buffer on two lanes, in order");
+	}
+
+	/* pointers outside the arenas the mover knows: a device buffer (a
+	 * second device arena) and pageable memory, each way, on this mover
+	 * and on one that knows no device arena */
+	arena *dev2;
+	REQUIRE(arena_cuda_create("/moor-test-dev2", MB, 0, &dev2, err) == 0,
+		"a second device arena: %s", err);
+	char hn2[64];
+	snprintf(hn2, sizeof hn2, "/moor-test-acuda2-%d", (int)getpid());
+	arena *host2;
+	REQUIRE(arena_create(hn2, MB, &host2, err) == 0, "host arena: %s", err);
+	arena_mover *mv0;
+	REQUIRE(arena_cuda_mover_new(0, NULL, host2, &mv0, err) == 0,
+		"a mover that knows no device arena: %s", err);
+	uint8_t *D2 = arena_base(dev2), *pg = malloc(MB);
+	REQUIRE(pg, "oom");
+	for (int k = 0; k < 2; k++) {
+		arena_mover *m = k ? mv0 : mv;
+		uint8_t *Hk = k ? (uint8_t *)arena_base(host2) : H + MB;
+		size_t m2 = 200 * 1000;
+		memset(Hk, 0, m2);
+		memset(pg, 0, m2);
+		CHECK(m->copy(m->ctx, D2 + 64, want, m2) == 0 &&  /* pg -> D2 */
+			  m->copy(m->ctx, D + 2 * MB, D2 + 64, m2) == 0 &&
+			  m->copy2d(m->ctx, D2 + MB / 2, 1000, D + 2 * MB, 1000,
+				    1000, m2 / 1000) == 0 &&	/* D -> D2 */
+			  m->copy(m->ctx, Hk, D2 + MB / 2, m2) == 0 &&
+			  m->copy(m->ctx, pg, D2 + 64, m2) == 0 &&  /* -> pg */
+			  m->sync(m->ctx) == 0,
+		      "copies with an unknown device buffer (mover %d)", k);
+		CHECK(memcmp(Hk, want, m2) == 0 && memcmp(pg, want, m2) == 0,
+		      "they round-trip (mover %d)", k);
+	}
+	free(pg);
+	arena_cuda_mover_free(mv0);
+	arena_close(host2);
+	arena_close(dev2);
 
 	/* the twin, on a thread of its own, as the disk writer uses it
 	 * (D + MB holds want again; n is 600 rows of 512 bytes) */
