@@ -101,7 +101,8 @@
  * restore stages in blocks of the host arena (registered by the mover:
  * DMA at the link's rate, where a pageable buffer copies at the driver's
  * pageable rate, about 6 GB/s on the lent H200), private memory when the
- * host arena has no room.
+ * host arena has no room (test_disk_resume takes the host arena's path on
+ * the CPU through its deferring mover).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -251,10 +252,10 @@ struct cache_disk_tier {
 	 * first piece's start to the last one's end), the daemon's thread
 	 * waiting for a file, checking, copying (the mover's sync included),
 	 * waiting for the resident anchor's copy at the end; its staging in
-	 * pinned memory (the host arena on CUDA) or private */
+	 * the host arena (registered on CUDA) or private */
 	struct {
 		double read_ms, wait_ms, check_ms, copy_ms, adopt_ms;
-		int pinned;
+		int host;
 	} last;
 };
 
@@ -1902,14 +1903,15 @@ static int anchor_check(cache *c, uint64_t s, const uint8_t *buf,
  * none waits for a buffer), and the daemon's thread joins them before the
  * buffers are touched again.
  *
- * Staging: on a CUDA device arena, blocks of the host arena (registered by
- * the mover: the copies to the device are DMA at the link's rate, and each
- * buffer goes back to the readers only after the mover's sync); where the
- * host arena has no room, and on a host-mapped arena, private memory
- * mapped at the attach (populated there on a host-mapped arena: a fresh
+ * Staging: where the mover copies asynchronously (the CUDA mover), blocks
+ * of the host arena, which it registered: the copies to the device are
+ * DMA at the link's rate, and each buffer goes back to the readers only
+ * after the mover's sync (every file is synced, whatever the mover). Where
+ * the host arena has no room, and with the memcpy mover, private memory,
+ * mapped at the attach and populated there with the memcpy mover (a fresh
  * page's first write, the reads' DMA included, is dearer than the read of
  * its 4 KiB on a VM). Either way DK_RBUF buffers, about 150 + 2 x 104 MiB
- * on the 27B.
+ * on the 27B, for the restore's time when in the host arena.
  *
  * The resident anchor of the restored line (the live sections copied to a
  * block of the anchors' budget) is reserved after the anchor's copy and
@@ -2113,23 +2115,29 @@ static void *adopter(void *arg)
 	return NULL;
 }
 
-/* The staging buffers of a restore: host arena blocks on a CUDA device
- * arena (hoff[b] != UINT64_MAX), else the private map. */
+/* The staging buffers of a restore: blocks of the host arena where the
+ * mover copies asynchronously (the CUDA mover, which registered it: its
+ * copies from there are DMA), hoff[b] != UINT64_MAX, 4 KiB aligned
+ * inside them (O_DIRECT; the arena aligns to 64 bytes); else the private
+ * map. 1: the host arena's, 0: private, or a negative code. */
 static int stage_pick(cache *c, uint8_t *buf[DK_RBUF], uint64_t hoff[DK_RBUF])
 {
 	struct cache_disk_tier *d = c->disk;
-	int host = c->cfg.dev_cuda >= 0;
+	int host = c->mv != &arena_mover_memcpy;
 	for (uint32_t b = 0; b < DK_RBUF; b++) {
 		uint64_t n = b ? d->chunk_file : d->rbuf0_bytes;
 		hoff[b] = UINT64_MAX;
-		if (host && arena_alloc(c->host, n, &hoff[b])) {
+		if (host && arena_alloc(c->host, n + DK_LINE, &hoff[b])) {
 			hoff[b] = UINT64_MAX;
 			host = 0;
 		}
 	}
 	if (host) {
-		for (uint32_t b = 0; b < DK_RBUF; b++)
-			buf[b] = cache_host_at(c, hoff[b]);
+		for (uint32_t b = 0; b < DK_RBUF; b++) {
+			uintptr_t p = (uintptr_t)cache_host_at(c, hoff[b]);
+			buf[b] = (uint8_t *)((p + DK_LINE - 1) &
+					     ~(uintptr_t)(DK_LINE - 1));
+		}
 		return 1;
 	}
 	for (uint32_t b = 0; b < DK_RBUF; b++)
@@ -2161,11 +2169,11 @@ static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 	p.left = malloc(n * sizeof *p.left);
 	p.rc = calloc(n, sizeof *p.rc);
 	t.st = calloc(nk + 1, 1);
-	int pinned = 0, rc = 0;
+	int host = 0, rc = 0;
 	if (!p.name || !p.bytes || !p.p0 || !p.left || !p.rc || !t.st)
 		rc = -ENOMEM;
-	if (!rc && (pinned = stage_pick(c, p.buf, hoff)) < 0)
-		rc = pinned;
+	if (!rc && (host = stage_pick(c, p.buf, hoff)) < 0)
+		rc = host;
 	if (rc) {
 		free(p.name);
 		free(p.bytes);
@@ -2284,6 +2292,10 @@ static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 	pthread_mutex_unlock(&t.mu);
 	for (uint32_t r = 0; r < nt; r++)
 		pthread_join(tth[r], NULL);
+	/* after a failure, the mover done with the staging and the anchor
+	 * block before they go */
+	if (rc)
+		(void)cache_sync(c);
 	double t3 = moor_now();
 	if (a.th_on)
 		pthread_join(a.th, NULL);
@@ -2296,9 +2308,7 @@ static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 			arena_release(c->dev, a.off);
 	}
 	double t4 = moor_now();
-	if (rc)
-		(void)cache_sync(c); /* the mover done with the staging */
-	if (pinned)
+	if (host)
 		for (uint32_t b = 0; b < DK_RBUF; b++)
 			arena_release(c->host, hoff[b]);
 	pthread_mutex_destroy(&p.mu);
@@ -2311,7 +2321,7 @@ static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 	d->last.check_ms = t_check * 1e3;
 	d->last.copy_ms = t_copy * 1e3;
 	d->last.adopt_ms = (t4 - t3) * 1e3;
-	d->last.pinned = pinned;
+	d->last.host = host;
 	pthread_mutex_unlock(&d->mu);
 	if (!rc)
 		touch(d, p.name[0]);
@@ -2372,7 +2382,7 @@ static int disk_restore(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 			  dt > 0 ? (double)bytes / dt / 1e9 : 0.0,
 			  d->last.read_ms, d->last.wait_ms, d->last.check_ms,
 			  d->last.copy_ms, d->last.adopt_ms,
-			  d->last.pinned ? "pinned" : "private");
+			  d->last.host ? "host arena" : "private");
 	return rc;
 }
 
@@ -2492,7 +2502,7 @@ static json_t *disk_stats_json(cache *c)
 	json_object_set_new(o, "last_check_ms", json_real(d->last.check_ms));
 	json_object_set_new(o, "last_copy_ms", json_real(d->last.copy_ms));
 	json_object_set_new(o, "last_adopt_ms", json_real(d->last.adopt_ms));
-	json_object_set_new(o, "last_pinned", json_boolean(d->last.pinned));
+	json_object_set_new(o, "last_staged_host", json_boolean(d->last.host));
 	pthread_mutex_unlock(&d->mu);
 #undef SETI
 	return o;

@@ -16,14 +16,19 @@
  *     session in a third folder resumes there after a restart, bit for
  *     bit; a line counted once is not written;
  *   - the same restore through the deferring mover (the CUDA mover's
- *     semantics on host memory: a copy is done only at sync): a staging
- *     buffer the readers refill before the copies out of it are done
- *     would restore other bytes; its rows, sections and resident anchor
- *     equal the first restore's (memcmp);
+ *     semantics on host memory: a copy is done only at sync), staged in
+ *     the host arena as on CUDA (O_DIRECT into 4 KiB aligned places of
+ *     64-byte aligned blocks): a staging buffer the readers refill before
+ *     the copies out of it are done would restore other bytes; its rows,
+ *     sections and resident anchor equal the first restore's (memcmp);
+ *     and when the 3rd file's read fails there, the plan is cold and the
+ *     staging blocks go back to the host arena;
  *   - the counts outlive a fingerprint change: an engine of another
  *     fingerprint sweeps every file, and a prompt counted once before it
  *     is admitted at its second cold read after it. */
+#include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 
 #include "cache_int.h"
 #include "defer_mover.h"
@@ -31,6 +36,15 @@
 #include "eng_harness.h"
 
 static char dir[256];
+static atomic_int n_read;
+
+static int read3_fails(int op, const char *name)
+{
+	(void)name;
+	return op == DFILE_OP_READ && atomic_fetch_add(&n_read, 1) + 1 == 3
+		   ? -EIO
+		   : 0;
+}
 
 /* Rows [0, n) of every view, then the live sections, then the resident
  * anchor at line's sections (zeros when there is none). */
@@ -187,6 +201,8 @@ int main(void)
 		      cache_tier_name(xp->tier), (unsigned long long)xp->start);
 		/* the daemon's sync before PLAN_OK */
 		REQUIRE(cache_sync(x) == 0, "sync x");
+		CHECK(h_stat(x, "disk.last_staged_host") == 1,
+		      "staged in the host arena (the CUDA mover's path)");
 		x->mv = &arena_mover_memcpy;
 		uint64_t got_n;
 		unsigned char *got = live_of(x, 1280, 1280, &got_n);
@@ -194,6 +210,29 @@ int main(void)
 		      "the deferred restore's rows, sections and resident "
 		      "anchor, bit for bit");
 		free(got);
+		cache_free(x);
+
+		/* the 3rd file's read fails (EIO, on a reader thread) in the
+		 * same setting: the plan starts cold, and every staging block
+		 * goes back to the host arena */
+		REQUIRE(cache_new(&xc, &x, xerr) == 0, "cache x2: %s", xerr);
+		x->mv = &dmv;
+		REQUIRE(cache_hello(x, lay, &xo, xerr) == 0, "hello x2: %s",
+			xerr);
+		uint64_t used0 = arena_used(x->host);
+		atomic_store(&n_read, 0);
+		dfile_fault = read3_fails;
+		REQUIRE(cache_plan(x, &r, xp, xerr) == 0, "plan x2: %s", xerr);
+		dfile_fault = NULL;
+		REQUIRE(cache_sync(x) == 0, "sync x2");
+		CHECK(xp->start == 0 && h_stat(x, "disk.hit_failed") == 1,
+		      "a failed read: cold (%s at %llu), one failed restore",
+		      cache_tier_name(xp->tier), (unsigned long long)xp->start);
+		CHECK(arena_used(x->host) == used0,
+		      "the staging went back to the host arena: %llu bytes "
+		      "held, %llu before",
+		      (unsigned long long)arena_used(x->host),
+		      (unsigned long long)used0);
 		free(xp);
 		cache_free(x);
 		free(dq.q);
