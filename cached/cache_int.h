@@ -452,6 +452,17 @@ int cache_anchor_adopt(cache *c, uint64_t line, const void *src,
  * the host copy crosses PCIe again (on CUDA 157 MB of the 27B: 3 ms from
  * the registered host arena, about 26 from a pageable buffer). */
 int cache_anchor_adopt_live(cache *c, uint64_t line, uint64_t limit);
+/* cache_anchor_adopt in two halves, so that the copy can run elsewhere
+ * (the disk tier's restore: a thread of its own on a host-mapped arena).
+ * reserve: 1 when no anchor is to be made (line has one, or anchors are
+ * off), else the budget's block of sec_bytes under limit at *off (0) or
+ * a negative code. place: the block at off, its sections written, becomes
+ * the anchor at line (the budget's evictions follow); on failure the block
+ * is released. A reserved block that is not placed is the caller's to
+ * release (arena_release on c->dev). */
+int cache_anchor_reserve(cache *c, uint64_t line, uint64_t limit,
+			 uint64_t *off);
+int cache_anchor_place(cache *c, uint64_t line, uint64_t off);
 uint64_t cache_anchor_top(cache *c); /* the largest line, 0 if none */
 /* The resident prompt keeps rows [0, line): anchors above, and the end
  * anchor past it, go. */

@@ -73,11 +73,13 @@
  * than the prefill it saves (at the engine's prefill rate, cache_prefill_rate:
  * the fastest measured from a plan to its commit, else --prefill-tps). The
  * restore (disk_restore) reads only the chunks above the clean rows in
- * place, a reader thread a file ahead of the checks and copies (two
- * buffers), the anchor first so that its checks and copies (the live
- * sections, the resident anchor) run while the chunks are read; on a
- * host-mapped arena a toucher thread faults the rows' pages in ahead of
- * the copies (a fresh page's first write is dearer than its read on a VM).
+ * place, in pieces of 8 MiB by four reader threads (the drive kept busy
+ * across files), up to two files ahead of the checks and copies (three
+ * staging buffers), the anchor first so that its checks and copies (the
+ * live sections, the resident anchor) run while the chunks are read; on a
+ * host-mapped arena toucher threads fault the sections' and rows' pages
+ * in ahead of the copies and an adopter thread copies the resident
+ * anchor (a fresh page's first write is dearer than its read on a VM).
  * Every chunk's header, xxh3s and stored ids are compared with the prompt
  * before its rows are copied, the anchor's sections and chunk keys before
  * the state is; a file that fails is deleted with its record, and the plan
@@ -94,9 +96,13 @@
  * stream, synced before the fence may let a plan write those rows); the
  * commit copies the anchors' sections by the cache's mover and syncs
  * before the slots go back; a restore copies by the cache's mover, synced
- * before the plan's answer (cache_sync), as every restore is. The staging
- * buffers are pageable: on CUDA those copies run at the driver's pageable
- * rate (about 6 GB/s measured on the lent H200), above the drive's.
+ * before the plan's answer (cache_sync), as every restore is, and after
+ * each file before its staging buffer is read into again. On CUDA the
+ * restore stages in blocks of the host arena (registered by the mover:
+ * DMA at the link's rate, where a pageable buffer copies at the driver's
+ * pageable rate, about 6 GB/s on the lent H200), private memory when the
+ * host arena has no room (test_disk_resume takes the host arena's path on
+ * the CPU through its deferring mover).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -110,6 +116,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -128,6 +135,11 @@
 #define DK_QUEUE_MAX 2u /* jobs waiting (more: dropped as busy) */
 #define DK_SPARE_MAX 8u /* staging slots kept */
 #define DK_BRANCH_MAX 4u
+#define DK_RBUF 3u	      /* the restore's staging buffers */
+#define DK_READERS 4u	      /* its reader threads: reads in flight */
+#define DK_PIECE (8ull << 20) /* bytes a read of the restore */
+_Static_assert(DK_RBUF >= 2, "a file is read while the last is applied");
+_Static_assert(DK_PIECE % DK_LINE == 0, "pieces are O_DIRECT aligned");
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 	       "the tier's files are little-endian, written as the host's");
@@ -190,9 +202,13 @@ struct cache_disk_tier {
 	int reading;	  /* a restore reads files */
 	int spilling;	  /* a spill save runs: the writer waits */
 	uint8_t *wbuf;	  /* the writer's chunk file (aligned) */
-	uint8_t *rbuf;	  /* the restore's file (aligned) */
-	uint8_t *rbuf2;	  /* and the next chunk's (restore_files) */
-	uint64_t rbuf_bytes;
+	/* the restore's private staging (restore_files): DK_RBUF buffers
+	 * back to back, the first of rbuf0_bytes (an anchor file or a chunk
+	 * file), the others of chunk_file; mapped and populated at the
+	 * attach on a host-mapped arena, on the first restore that finds no
+	 * room in the host arena on a CUDA one */
+	uint8_t *rmap;
+	uint64_t rmap_bytes, rbuf0_bytes;
 	/* staging slots the writer gave back (anchor_file bytes each, the
 	 * attached layout's), at most cfg.disk_head_anchors (1 to 8) kept:
 	 * a commit copies an anchor into pages already touched, where fresh
@@ -232,6 +248,15 @@ struct cache_disk_tier {
 		    buffered, guard_skips;
 	} k;
 	double last_restore_ms, last_write_ms;
+	/* the last restore's time, by where it went: the reads' span (the
+	 * first piece's start to the last one's end), the daemon's thread
+	 * waiting for a file, checking, copying (the mover's sync included),
+	 * waiting for the resident anchor's copy at the end; its staging in
+	 * the host arena (registered on CUDA) or private */
+	struct {
+		double read_ms, wait_ms, check_ms, copy_ms, adopt_ms;
+		int host;
+	} last;
 };
 
 static uint64_t now_s(void)
@@ -326,40 +351,6 @@ static int file_write(int dfd, const char *name, const void *buf, uint64_t n,
 	rc = fault(DFILE_OP_FSYNC, ".");
 	if (!rc && fsync(dfd) < 0)
 		rc = -errno;
-	return rc;
-}
-
-/* Reads dfd/name whole into buf when it is exactly n bytes. */
-static int file_read(int dfd, const char *name, void *buf, uint64_t n)
-{
-	int rc = fault(DFILE_OP_READ, name);
-	if (rc < 0)
-		return rc;
-	int direct, fd = open_direct(dfd, name, O_RDONLY, &direct);
-	if (fd < 0)
-		return fd;
-	struct stat st;
-	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != n) {
-		close(fd);
-		return MOOR_ETRUNC;
-	}
-	char *b = buf;
-	uint64_t got = 0;
-	while (got < n) {
-		ssize_t r = pread(fd, b + got,
-				  n - got > (1u << 30) ? (1u << 30) : n - got,
-				  (off_t)got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			rc = r < 0 ? -errno : MOOR_ETRUNC;
-			break;
-		}
-		got += (uint64_t)r;
-	}
-	if (!direct)
-		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-	close(fd);
 	return rc;
 }
 
@@ -940,6 +931,8 @@ static int write_anchor(cache *c, dk_job *job, dk_ajob *a)
 }
 
 static void *alloc4k(uint64_t n);
+static int rmap_make(struct cache_disk_tier *d, int populate);
+static void rmap_drop(struct cache_disk_tier *d);
 
 /* A staging slot for an anchor file (anchor_file bytes, aligned): a kept
  * one, else a new one; NULL when out of memory. */
@@ -1401,14 +1394,12 @@ void cache_disk_detach(cache *c)
 	free(d->secb);
 	free(d->lph);
 	free(d->wbuf);
-	free(d->rbuf);
-	free(d->rbuf2);
-	d->rbuf2 = NULL;
+	rmap_drop(d);
 	d->vg = NULL;
 	d->view = NULL;
 	d->secb = NULL;
 	d->lph = NULL;
-	d->wbuf = d->rbuf = NULL;
+	d->wbuf = NULL;
 }
 
 void cache_disk_close(cache *c)
@@ -1455,6 +1446,28 @@ static void *alloc4k(uint64_t n)
 	return p;
 }
 
+/* The restore's private staging (rmap), populated or not. */
+static int rmap_make(struct cache_disk_tier *d, int populate)
+{
+	uint64_t n = d->rbuf0_bytes + (DK_RBUF - 1) * d->chunk_file;
+	void *p = mmap(
+	    NULL, n, PROT_READ | PROT_WRITE,
+	    MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
+	if (p == MAP_FAILED)
+		return -ENOMEM;
+	d->rmap = p;
+	d->rmap_bytes = n;
+	return 0;
+}
+
+static void rmap_drop(struct cache_disk_tier *d)
+{
+	if (d->rmap)
+		munmap(d->rmap, d->rmap_bytes);
+	d->rmap = NULL;
+	d->rmap_bytes = 0;
+}
+
 void cache_disk_attach(cache *c)
 {
 	struct cache_disk_tier *d = c->disk;
@@ -1482,10 +1495,10 @@ void cache_disk_attach(cache *c)
 			: c->cfg.disk_head_anchors > DK_SPARE_MAX
 			    ? DK_SPARE_MAX
 			    : c->cfg.disk_head_anchors;
-	d->rbuf_bytes = cache_max64(d->chunk_file, d->anchor_file);
+	d->rbuf0_bytes = cache_max64(d->chunk_file, d->anchor_file);
 	d->wbuf = alloc4k(d->chunk_file);
-	d->rbuf = alloc4k(d->rbuf_bytes);
-	if (!d->vg || !d->view || !d->secb || !d->lph || !d->wbuf || !d->rbuf) {
+	int rm = c->mv == &arena_mover_memcpy ? rmap_make(d, 1) : 0;
+	if (!d->vg || !d->view || !d->secb || !d->lph || !d->wbuf || rm) {
 		moor_warn("[disk] out of memory for the staging buffers: the "
 			  "tier is off for this engine");
 		d->attached = 1;
@@ -1817,9 +1830,9 @@ static void touch(struct cache_disk_tier *d, const char *name)
 	(void)mdb_txn_commit(tx);
 }
 
-/* Chunk file b (rows [b - g, b)) in buf into the live rows: its header,
- * its sums and every stored id against the prompt's first. */
-static int chunk_apply(cache *c, const int32_t *ids, uint64_t b,
+/* Chunk file b (rows [b - g, b)) in buf: its header, its sums and every
+ * stored id against the prompt's. */
+static int chunk_check(cache *c, const int32_t *ids, uint64_t b,
 		       const uint8_t *buf)
 {
 	struct cache_disk_tier *d = c->disk;
@@ -1836,140 +1849,308 @@ static int chunk_apply(cache *c, const int32_t *ids, uint64_t b,
 	/* the stored ids against the prompt's, every one */
 	if (!rc && memcmp(pi, ids + (b - g), g * 4))
 		rc = MOOR_EFORMAT;
-	if (!rc)
-		rc = cache_rows_in(c, pr, g, 0, b - g, g);
 	return rc;
 }
 
-/* The anchor file at s in buf into the live sections (checked first), and
- * a resident anchor of it. */
-static int anchor_apply(cache *c, uint64_t s, const uint8_t *buf,
-			uint64_t limit)
+/* The rows of chunk file b in buf (chunk_check passed) into the live
+ * rows. */
+static int chunk_copy(cache *c, uint64_t b, const uint8_t *buf)
+{
+	struct cache_disk_tier *d = c->disk;
+	uint64_t g = d->grid;
+	return cache_rows_in(c, buf + d->chunk_hdr + g * 4, g, 0, b - g, g);
+}
+
+/* The anchor file at s in buf: its header, its sections' sums and the
+ * chunk keys below it. Its sections start at buf + *secs. */
+static int anchor_check(cache *c, uint64_t s, const uint8_t *buf,
+			uint64_t *secs)
 {
 	struct cache_disk_tier *d = c->disk;
 	uint64_t nk = s / d->grid, hb = hdr_bytes(d->n_sec, nk);
 	dk_hdr *h = (dk_hdr *)buf;
 	int rc = hdr_check(c, h, DK_ANCHOR, s, c->ph[s], d->n_sec, nk);
-	const uint8_t *secs = buf + hb;
 	const uint64_t *sums = (const uint64_t *)(h + 1);
+	*secs = hb;
 	if (!rc && h->data_bytes != d->sec_bytes)
 		rc = MOOR_EFORMAT;
 	for (uint64_t i = 0, o = 0; !rc && i < d->n_sec; i++) {
-		if (XXH3_64bits(secs + o, d->secb[i]) != sums[i])
+		if (XXH3_64bits(buf + hb + o, d->secb[i]) != sums[i])
 			rc = MOOR_EFORMAT;
 		o += d->secb[i];
 	}
 	for (uint64_t j = 1; !rc && j <= nk; j++)
 		if (sums[d->n_sec + j - 1] != c->ph[j * d->grid])
 			rc = MOOR_EFORMAT;
-	if (!rc)
-		rc = cache_secs_in(c, secs);
-	/* the restored prompt resumes at the disk anchor from now on */
-	if (!rc)
-		(void)cache_anchor_adopt_live(c, s, limit);
 	return rc;
 }
 
-/* The restore's reads run a file ahead of its checks and copies: a reader
- * thread reads file i + 1 while file i is checked and copied, each into
- * its own buffer. The anchor comes first (the largest file, into rbuf):
- * its checks and its copies (the live sections, a resident anchor's block)
- * run while the chunks are read; the chunks then alternate between rbuf2
- * and rbuf so that neighbours never share one. A buffer goes back to the
- * reader (free) once its file is applied; the reader fills it (full). When
- * a file fails, `stop` makes the reader skip the rest, and the files it
- * still hands over are taken and given back. */
+/* ---- the restore's pipeline ----
+ *
+ * The files (the anchor first, then the chunks above the clean rows in
+ * place) are read in pieces of DK_PIECE bytes, in order, by DK_READERS
+ * reader threads: that many reads in flight, so the drive is never idle
+ * between two files or while one is checked. File i goes to staging
+ * buffer i % DK_RBUF (the first holds an anchor file or a chunk file, the
+ * others a chunk file); a reader starts a piece of file i only once file
+ * i - DK_RBUF, the buffer's last, is applied (`applied`). The daemon's
+ * thread takes the files in order: it waits for file i's last piece, checks
+ * it (header, sums, ids), copies it into the live buffers and gives its
+ * buffer back. The anchor comes first so that its checks and copies run
+ * while the chunks are read. A reader never waits for a file below the one
+ * the daemon's thread waits for, so the readers always progress. When a
+ * file fails, `stop` sends every reader home (no read is started after it,
+ * none waits for a buffer), and the daemon's thread joins them before the
+ * buffers are touched again.
+ *
+ * Staging: where the mover copies asynchronously (the CUDA mover), blocks
+ * of the host arena, which it registered: the copies to the device are
+ * DMA at the link's rate, and each buffer goes back to the readers only
+ * after the mover's sync (every file is synced, whatever the mover). Where
+ * the host arena has no room, and with the memcpy mover, private memory,
+ * mapped at the attach and populated there with the memcpy mover (a fresh
+ * page's first write, the reads' DMA included, is dearer than the read of
+ * its 4 KiB on a VM). Either way DK_RBUF buffers, about 150 + 2 x 104 MiB
+ * on the 27B, for the restore's time when in the host arena.
+ *
+ * The resident anchor of the restored line (the live sections copied to a
+ * block of the anchors' budget) is reserved after the anchor's copy and
+ * placed after the last chunk; on a host-mapped arena a thread of its own
+ * (the adopter) copies it meanwhile: the block's pages are often fresh
+ * (the arena punches what it frees), 150 MiB of faults. */
+
 typedef struct rd_pipe {
 	struct cache_disk_tier *d;
-	uint32_t n;
-	char (*name)[48];
-	uint64_t *bytes;
-	uint8_t *buf[2];
-	uint8_t *which; /* [n]: the buffer of file i */
-	int *rc;	/* [n]: its read's */
-	sem_t free_[2], full[2];
-	atomic_int stop;
+	uint32_t n;	  /* files: the anchor, then the chunks */
+	char (*name)[48]; /* [n] */
+	uint64_t *bytes;  /* [n] */
+	uint64_t *p0;	  /* [n + 1]: file i's first piece */
+	uint32_t *left;	  /* [n]: its pieces not read yet */
+	int *rc;	  /* [n]: its first failed piece's */
+	uint8_t *buf[DK_RBUF];
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* a file read whole, a buffer free, stop */
+	uint64_t next;	   /* the next piece nobody took */
+	uint32_t cur;	   /* its file */
+	uint32_t applied;  /* files the daemon's thread is done with */
+	int stop;
+	double t0, t1; /* the reads' span (moor_now) */
 } rd_pipe;
+
+/* Bytes [off, off + len) of file name (exactly `total` bytes long) into
+ * buf + off. The first piece asks the fault seam, once a file. */
+static int piece_read(int dfd, const char *name, uint8_t *buf, uint64_t off,
+		      uint64_t len, uint64_t total)
+{
+	int rc = off ? 0 : fault(DFILE_OP_READ, name);
+	if (rc < 0)
+		return rc;
+	int direct, fd = open_direct(dfd, name, O_RDONLY, &direct);
+	if (fd < 0)
+		return fd;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != total) {
+		close(fd);
+		return MOOR_ETRUNC;
+	}
+	uint64_t got = 0;
+	while (got < len) {
+		ssize_t r =
+		    pread(fd, buf + off + got, len - got, (off_t)(off + got));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			rc = r < 0 ? -errno : MOOR_ETRUNC;
+			break;
+		}
+		got += (uint64_t)r;
+	}
+	if (!direct)
+		(void)posix_fadvise(fd, (off_t)off, (off_t)len,
+				    POSIX_FADV_DONTNEED);
+	close(fd);
+	return rc;
+}
+
+static uint64_t piece_len(const rd_pipe *p, uint32_t i, uint64_t k)
+{
+	uint64_t off = (k - p->p0[i]) * DK_PIECE;
+	return cache_min64(DK_PIECE, p->bytes[i] - off);
+}
 
 static void *reader(void *arg)
 {
 	rd_pipe *p = arg;
-	for (uint32_t i = 0; i < p->n; i++) {
-		int b = p->which[i];
-		sem_wait(&p->free_[b]);
-		p->rc[i] = atomic_load(&p->stop)
-			       ? MOOR_ERANGE
-			       : file_read(p->d->dfd, p->name[i], p->buf[b],
-					   p->bytes[i]);
-		sem_post(&p->full[b]);
+	pthread_mutex_lock(&p->mu);
+	while (!p->stop && p->next < p->p0[p->n]) {
+		uint64_t k = p->next++;
+		while (k >= p->p0[p->cur + 1])
+			p->cur++;
+		uint32_t i = p->cur;
+		/* the buffer's last file, i - DK_RBUF, applied */
+		while (!p->stop && p->applied + DK_RBUF <= i)
+			pthread_cond_wait(&p->cv, &p->mu);
+		if (p->stop)
+			break;
+		pthread_mutex_unlock(&p->mu);
+		uint64_t off = (k - p->p0[i]) * DK_PIECE;
+		double t0 = moor_now();
+		int rc = piece_read(p->d->dfd, p->name[i], p->buf[i % DK_RBUF],
+				    off, piece_len(p, i, k), p->bytes[i]);
+		double t1 = moor_now();
+		pthread_mutex_lock(&p->mu);
+		if (!p->t0 || t0 < p->t0)
+			p->t0 = t0;
+		if (t1 > p->t1)
+			p->t1 = t1;
+		if (rc && !p->rc[i])
+			p->rc[i] = rc;
+		if (--p->left[i] == 0)
+			pthread_cond_broadcast(&p->cv);
 	}
+	pthread_mutex_unlock(&p->mu);
 	return NULL;
 }
 
-/* On a host-mapped device arena (the memcpy mover) the live rows' pages
- * may be fresh (a new cached, rows no prefill wrote yet): the first write
- * of each faults, and on a VM each fault can cost 10-20 us, more than the
- * read of its 4 KiB. A toucher thread faults the restore's rows in, chunk
- * by chunk ahead of the copies, by an atomic add of 0 to one byte of each
- * page (the bytes stay what they are). A chunk is either the toucher's or
- * the copy's (`next`, under mu): the copy of chunk j waits for a touch of
- * j in flight and takes every chunk the toucher has not reached. */
+/* On a host-mapped device arena (the memcpy mover) the live sections' and
+ * rows' pages may be fresh (a new cached, rows no prefill wrote yet): the
+ * first write of each faults, and on a VM each fault can cost 2-20 us,
+ * about the read of its 4 KiB. Toucher threads fault them in ahead of the
+ * copies (the sections first, while the anchor is read, then the chunks in
+ * order) by an atomic add of 0 to one byte of each page (the bytes stay
+ * what they are). A unit (the sections: 0; chunk j: rows [(j - 1) g, j g))
+ * is either a toucher's or the copy's (st[], under mu): the copy of a unit
+ * waits for a touch of it in flight and takes every unit no toucher has
+ * reached. */
+enum { TU_FREE, TU_BUSY, TU_DONE };
+
 typedef struct rd_touch {
 	cache *c;
-	uint64_t nk; /* chunks next..nk: rows [(j - 1) g, j g) */
+	uint64_t nk; /* chunks next..nk */
+	uint8_t *st; /* [nk + 1] */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	uint64_t next; /* the first chunk nobody has taken */
-	int busy;      /* the toucher is on chunk next - 1 */
+	uint64_t next; /* the lowest chunk that may be free */
 	int stop;
 } rd_touch;
 
-static void touch_rows(cache *c, uint64_t r0, uint64_t n)
+static void touch_range(uint8_t *a, uint64_t n)
 {
-	uint64_t W = c->lay->window, pg = 4096;
-	for (uint32_t i = 0; i < c->lay->n_views; i++) {
-		const cache_vgeom *g = &c->vg[i];
+	const uint64_t pg = 4096;
+	/* the range's own bytes only: a page it shares with a neighbour's
+	 * bytes is touched at its first byte */
+	for (uint8_t *q = a, *e = a + n; q < e;
+	     q = (uint8_t *)(((uintptr_t)q + pg) & ~(pg - 1)))
+		__atomic_fetch_add(q, 0, __ATOMIC_RELAXED);
+}
+
+static void touch_unit(cache *c, uint64_t j)
+{
+	const cache_layout *l = c->lay;
+	if (j == 0) {
+		for (uint32_t i = 0; i < l->n_sections; i++)
+			touch_range(cache_dev_at(c, c->sec_off[i]),
+				    l->sec[i].bytes);
+		return;
+	}
+	uint64_t W = l->window, g = c->disk->grid, r0 = (j - 1) * g;
+	for (uint32_t i = 0; i < l->n_views; i++) {
+		const cache_vgeom *v = &c->vg[i];
 		uint8_t *live = cache_dev_at(c, c->view_off[i]);
-		for (uint64_t o = 0; o < g->outer; o++) {
-			uint8_t *a = live + (o * W + r0) * g->inner,
-				*e = a + n * g->inner;
-			/* the range's own bytes only: a page it shares with
-			 * a neighbour's rows is touched at its first byte */
-			for (uint8_t *q = a; q < e;
-			     q = (uint8_t *)(((uintptr_t)q + pg) & ~(pg - 1)))
-				__atomic_fetch_add(q, 0, __ATOMIC_RELAXED);
-		}
+		for (uint64_t o = 0; o < v->outer; o++)
+			touch_range(live + (o * W + r0) * v->inner,
+				    g * v->inner);
 	}
 }
 
 static void *toucher(void *arg)
 {
 	rd_touch *t = arg;
-	uint64_t g = t->c->disk->grid;
 	pthread_mutex_lock(&t->mu);
-	while (!t->stop && t->next <= t->nk) {
-		uint64_t j = t->next++;
-		t->busy = 1;
+	while (!t->stop) {
+		uint64_t j = 0;
+		if (t->st[0] != TU_FREE) {
+			while (t->next <= t->nk && t->st[t->next] != TU_FREE)
+				t->next++;
+			if (t->next > t->nk)
+				break;
+			j = t->next++;
+		}
+		t->st[j] = TU_BUSY;
 		pthread_mutex_unlock(&t->mu);
-		touch_rows(t->c, (j - 1) * g, g);
+		touch_unit(t->c, j);
 		pthread_mutex_lock(&t->mu);
-		t->busy = 0;
+		t->st[j] = TU_DONE;
 		pthread_cond_broadcast(&t->cv);
 	}
 	pthread_mutex_unlock(&t->mu);
 	return NULL;
 }
 
-/* Chunk j is the copy's from now on. */
+/* Unit j is the copy's from now on. */
 static void touch_take(rd_touch *t, uint64_t j)
 {
 	pthread_mutex_lock(&t->mu);
-	if (t->next <= j)
-		t->next = j + 1;
-	else
-		while (t->busy && t->next == j + 1)
-			pthread_cond_wait(&t->cv, &t->mu);
+	while (t->st[j] == TU_BUSY)
+		pthread_cond_wait(&t->cv, &t->mu);
+	t->st[j] = TU_DONE;
 	pthread_mutex_unlock(&t->mu);
+}
+
+/* The adopter: the live sections (the restore's state, just copied in)
+ * into the reserved anchor block, on a host-mapped arena. */
+typedef struct rd_adopt {
+	cache *c;
+	uint64_t off;
+	int have; /* a block reserved */
+	int rc;
+	int th_on;
+	pthread_t th;
+} rd_adopt;
+
+static void *adopter(void *arg)
+{
+	rd_adopt *a = arg;
+	a->rc = cache_secs_out(a->c, cache_dev_at(a->c, a->off));
+	return NULL;
+}
+
+/* The staging buffers of a restore: blocks of the host arena where the
+ * mover copies asynchronously (the CUDA mover, which registered it: its
+ * copies from there are DMA), hoff[b] != UINT64_MAX, 4 KiB aligned
+ * inside them (O_DIRECT; the arena aligns to 64 bytes); else the private
+ * map. 1: the host arena's, 0: private, or a negative code. */
+static int stage_pick(cache *c, uint8_t *buf[DK_RBUF], uint64_t hoff[DK_RBUF])
+{
+	struct cache_disk_tier *d = c->disk;
+	int host = c->mv != &arena_mover_memcpy;
+	for (uint32_t b = 0; b < DK_RBUF; b++) {
+		uint64_t n = b ? d->chunk_file : d->rbuf0_bytes;
+		hoff[b] = UINT64_MAX;
+		if (host && arena_alloc(c->host, n + DK_LINE, &hoff[b])) {
+			hoff[b] = UINT64_MAX;
+			host = 0;
+		}
+	}
+	if (host) {
+		for (uint32_t b = 0; b < DK_RBUF; b++) {
+			uintptr_t p = (uintptr_t)cache_host_at(c, hoff[b]);
+			buf[b] = (uint8_t *)((p + DK_LINE - 1) &
+					     ~(uintptr_t)(DK_LINE - 1));
+		}
+		return 1;
+	}
+	for (uint32_t b = 0; b < DK_RBUF; b++)
+		if (hoff[b] != UINT64_MAX) {
+			arena_release(c->host, hoff[b]);
+			hoff[b] = UINT64_MAX;
+		}
+	if (!d->rmap && rmap_make(d, 0))
+		return MOOR_ENOSPACE;
+	buf[0] = d->rmap;
+	for (uint32_t b = 1; b < DK_RBUF; b++)
+		buf[b] = d->rmap + d->rbuf0_bytes + (b - 1) * d->chunk_file;
+	return 0;
 }
 
 static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
@@ -1979,93 +2160,177 @@ static int restore_files(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 	uint64_t g = d->grid, j0 = cache_min64(k, s) / g + 1, nk = s / g;
 	uint32_t n = (uint32_t)(nk + 1 - j0) + 1; /* anchor, chunks j0..nk */
 	rd_pipe p = {.d = d, .n = n};
+	rd_touch t = {.c = c, .nk = nk, .next = j0};
+	rd_adopt a = {.c = c};
+	uint64_t hoff[DK_RBUF];
 	p.name = malloc(n * sizeof *p.name);
 	p.bytes = malloc(n * sizeof *p.bytes);
-	p.which = malloc(n);
+	p.p0 = malloc((n + 1) * sizeof *p.p0);
+	p.left = malloc(n * sizeof *p.left);
 	p.rc = calloc(n, sizeof *p.rc);
-	if (!d->rbuf2)
-		d->rbuf2 = alloc4k(d->chunk_file);
-	if (!p.name || !p.bytes || !p.which || !p.rc || !d->rbuf2) {
+	t.st = calloc(nk + 1, 1);
+	int host = 0, rc = 0;
+	if (!p.name || !p.bytes || !p.p0 || !p.left || !p.rc || !t.st)
+		rc = -ENOMEM;
+	if (!rc && (host = stage_pick(c, p.buf, hoff)) < 0)
+		rc = host;
+	if (rc) {
 		free(p.name);
 		free(p.bytes);
-		free(p.which);
+		free(p.p0);
+		free(p.left);
 		free(p.rc);
-		return -ENOMEM;
+		free(t.st);
+		return rc;
 	}
 	name_of(p.name[0], sizeof p.name[0], DK_ANCHOR, c->ph[s], s);
 	p.bytes[0] = hdr_bytes(d->n_sec, nk) + up4k(d->sec_bytes);
-	p.which[0] = 0;
 	for (uint32_t i = 1; i < n; i++) {
 		uint64_t b = (j0 + i - 1) * g;
 		name_of(p.name[i], sizeof p.name[i], DK_CHUNK, c->ph[b], b);
 		p.bytes[i] = d->chunk_file;
-		p.which[i] = (uint8_t)(i % 2); /* 1: rbuf2 */
 	}
-	p.buf[0] = d->rbuf;
-	p.buf[1] = d->rbuf2;
-	for (int b = 0; b < 2; b++) {
-		sem_init(&p.free_[b], 0, 1);
-		sem_init(&p.full[b], 0, 0);
+	p.p0[0] = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t np = (p.bytes[i] + DK_PIECE - 1) / DK_PIECE;
+		p.p0[i + 1] = p.p0[i] + np;
+		p.left[i] = (uint32_t)np;
 	}
-	atomic_init(&p.stop, 0);
-	pthread_t th, tth;
-	int threaded = pthread_create(&th, NULL, reader, &p) == 0;
-	rd_touch t = {.c = c, .nk = nk, .next = j0};
+	for (uint64_t j = 1; j < j0; j++)
+		t.st[j] = TU_DONE; /* rows in place: nobody's */
+	pthread_mutex_init(&p.mu, NULL);
+	pthread_cond_init(&p.cv, NULL);
 	pthread_mutex_init(&t.mu, NULL);
 	pthread_cond_init(&t.cv, NULL);
-	int touching = c->mv == &arena_mover_memcpy && n > 1 &&
-		       pthread_create(&tth, NULL, toucher, &t) == 0;
-	int rc = 0;
+
+	pthread_t rth[DK_READERS], tth[2];
+	uint32_t nr = 0, nt = 0;
+	while (nr < DK_READERS &&
+	       pthread_create(&rth[nr], NULL, reader, &p) == 0)
+		nr++;
+	/* the touchers: one, two where the cores allow it (the daemon's
+	 * thread and the adopter copy meanwhile) */
+	uint32_t want_t = c->mv != &arena_mover_memcpy	       ? 0
+			  : sysconf(_SC_NPROCESSORS_ONLN) >= 6 ? 2
+							       : 1;
+	while (nt < want_t && pthread_create(&tth[nt], NULL, toucher, &t) == 0)
+		nt++;
+
+	double t_wait = 0, t_check = 0, t_copy = 0;
 	uint32_t i = 0;
 	for (; i < n && !rc; i++) {
-		int b = p.which[i];
-		if (threaded)
-			sem_wait(&p.full[b]);
-		else
-			p.rc[i] =
-			    file_read(d->dfd, p.name[i], p.buf[b], p.bytes[i]);
-		rc = p.rc[i];
-		if (!rc && i == 0) {
-			rc = anchor_apply(c, s, p.buf[b], limit);
-		} else if (!rc) {
-			if (touching)
-				touch_take(&t, j0 + i - 1);
-			rc = chunk_apply(c, ids, (j0 + i - 1) * g, p.buf[b]);
+		uint8_t *buf = p.buf[i % DK_RBUF];
+		uint64_t b = (j0 + i - 1) * g, secs = 0;
+		double t0 = moor_now();
+		if (nr) {
+			pthread_mutex_lock(&p.mu);
+			while (p.left[i])
+				pthread_cond_wait(&p.cv, &p.mu);
+			rc = p.rc[i];
+			pthread_mutex_unlock(&p.mu);
+		} else { /* no reader thread: the reads here, in turn */
+			for (uint64_t q = p.p0[i]; !rc && q < p.p0[i + 1]; q++)
+				rc =
+				    piece_read(d->dfd, p.name[i], buf,
+					       (q - p.p0[i]) * DK_PIECE,
+					       piece_len(&p, i, q), p.bytes[i]);
 		}
+		double t1 = moor_now();
+		if (!rc)
+			rc = i == 0 ? anchor_check(c, s, buf, &secs)
+				    : chunk_check(c, ids, b, buf);
+		double t2 = moor_now();
+		if (!rc && i == 0) {
+			if (nt)
+				touch_take(&t, 0);
+			rc = cache_secs_in(c, buf + secs);
+			/* its resident anchor: reserved now, placed after
+			 * the chunks */
+			if (!rc &&
+			    cache_anchor_reserve(c, s, limit, &a.off) == 0) {
+				a.have = 1;
+				if (c->mv == &arena_mover_memcpy)
+					a.th_on =
+					    pthread_create(&a.th, NULL, adopter,
+							   &a) == 0;
+				if (!a.th_on)
+					a.rc = cache_secs_out(
+					    c, cache_dev_at(c, a.off));
+			}
+		} else if (!rc) {
+			if (nt)
+				touch_take(&t, j0 + i - 1);
+			rc = chunk_copy(c, b, buf);
+		}
+		/* the buffer goes back to the readers once the mover has
+		 * read it (a DMA from pinned staging is asynchronous) */
+		if (!rc)
+			rc = cache_sync(c);
+		t_wait += t1 - t0;
+		t_check += t2 - t1;
+		t_copy += moor_now() - t2;
 		if (rc) {
 			snprintf(bad, 48, "%s", p.name[i]);
-			atomic_store(&p.stop, 1);
-		} else {
-			*bytes += p.bytes[i];
+			break;
 		}
-		if (threaded)
-			sem_post(&p.free_[b]);
+		*bytes += p.bytes[i];
+		pthread_mutex_lock(&p.mu);
+		p.applied = i + 1;
+		pthread_cond_broadcast(&p.cv);
+		pthread_mutex_unlock(&p.mu);
 	}
-	if (touching) {
-		pthread_mutex_lock(&t.mu);
-		t.stop = 1;
-		pthread_mutex_unlock(&t.mu);
-		pthread_join(tth, NULL);
+	/* every helper home: the readers (no read starts after stop) before
+	 * the buffers go, the touchers, the adopter */
+	pthread_mutex_lock(&p.mu);
+	p.stop = 1;
+	pthread_cond_broadcast(&p.cv);
+	pthread_mutex_unlock(&p.mu);
+	for (uint32_t r = 0; r < nr; r++)
+		pthread_join(rth[r], NULL);
+	pthread_mutex_lock(&t.mu);
+	t.stop = 1;
+	pthread_mutex_unlock(&t.mu);
+	for (uint32_t r = 0; r < nt; r++)
+		pthread_join(tth[r], NULL);
+	/* after a failure, the mover done with the staging and the anchor
+	 * block before they go */
+	if (rc)
+		(void)cache_sync(c);
+	double t3 = moor_now();
+	if (a.th_on)
+		pthread_join(a.th, NULL);
+	if (a.have) {
+		/* the anchor goes as before: a failed copy of it costs the
+		 * anchor, never the restore */
+		if (!rc && !a.rc)
+			(void)cache_anchor_place(c, s, a.off);
+		else
+			arena_release(c->dev, a.off);
 	}
+	double t4 = moor_now();
+	if (host)
+		for (uint32_t b = 0; b < DK_RBUF; b++)
+			arena_release(c->host, hoff[b]);
+	pthread_mutex_destroy(&p.mu);
+	pthread_cond_destroy(&p.cv);
 	pthread_mutex_destroy(&t.mu);
 	pthread_cond_destroy(&t.cv);
-	/* the files the reader still hands over after a failure */
-	for (; threaded && i < n; i++) {
-		sem_wait(&p.full[p.which[i]]);
-		sem_post(&p.free_[p.which[i]]);
-	}
-	if (threaded)
-		pthread_join(th, NULL);
-	for (int b = 0; b < 2; b++) {
-		sem_destroy(&p.free_[b]);
-		sem_destroy(&p.full[b]);
-	}
+	pthread_mutex_lock(&d->mu);
+	d->last.read_ms = p.t1 > p.t0 ? (p.t1 - p.t0) * 1e3 : 0;
+	d->last.wait_ms = t_wait * 1e3;
+	d->last.check_ms = t_check * 1e3;
+	d->last.copy_ms = t_copy * 1e3;
+	d->last.adopt_ms = (t4 - t3) * 1e3;
+	d->last.host = host;
+	pthread_mutex_unlock(&d->mu);
 	if (!rc)
 		touch(d, p.name[0]);
 	free(p.name);
 	free(p.bytes);
-	free(p.which);
+	free(p.p0);
+	free(p.left);
 	free(p.rc);
+	free(t.st);
 	return rc;
 }
 
@@ -2110,8 +2375,14 @@ static int disk_restore(cache *c, const int32_t *ids, uint64_t k, uint64_t s,
 	pthread_cond_broadcast(&d->done);
 	pthread_mutex_unlock(&d->mu);
 	if (!rc)
-		moor_info("[disk] restored %llu tokens (%.1f MB) in %.1f ms",
-			  (unsigned long long)s, (double)bytes / 1e6, dt * 1e3);
+		moor_info("[disk] restored %llu tokens (%.1f MB) in %.1f ms "
+			  "(%.2f GB/s; reads %.1f ms, waited %.1f, checks "
+			  "%.1f, copies %.1f, anchor %.1f; %s staging)",
+			  (unsigned long long)s, (double)bytes / 1e6, dt * 1e3,
+			  dt > 0 ? (double)bytes / dt / 1e9 : 0.0,
+			  d->last.read_ms, d->last.wait_ms, d->last.check_ms,
+			  d->last.copy_ms, d->last.adopt_ms,
+			  d->last.host ? "host arena" : "private");
 	return rc;
 }
 
@@ -2225,6 +2496,13 @@ static json_t *disk_stats_json(cache *c)
 	json_object_set_new(o, "last_restore_ms",
 			    json_real(d->last_restore_ms));
 	json_object_set_new(o, "last_write_ms", json_real(d->last_write_ms));
+	/* where the last restore's time went (restore_files) */
+	json_object_set_new(o, "last_read_ms", json_real(d->last.read_ms));
+	json_object_set_new(o, "last_wait_ms", json_real(d->last.wait_ms));
+	json_object_set_new(o, "last_check_ms", json_real(d->last.check_ms));
+	json_object_set_new(o, "last_copy_ms", json_real(d->last.copy_ms));
+	json_object_set_new(o, "last_adopt_ms", json_real(d->last.adopt_ms));
+	json_object_set_new(o, "last_staged_host", json_boolean(d->last.host));
 	pthread_mutex_unlock(&d->mu);
 #undef SETI
 	return o;

@@ -199,21 +199,17 @@ void cache_anchors_plan_slots(cache *c, const uint64_t *lines, uint32_t n,
 	free(busy);
 }
 
-/* src: sec_bytes back to back, or NULL for the live sections */
-static int adopt(cache *c, uint64_t line, const void *src, uint64_t limit)
+int cache_anchor_reserve(cache *c, uint64_t line, uint64_t limit, uint64_t *off)
 {
 	if (cache_anchor_find(c, line) >= 0 || c->cfg.resident_bytes == 0)
-		return 0;
-	uint64_t off;
-	int rc = cache_budget_grow(c, CACHE_LV_ANCHORS, 0, c->sec_bytes, limit,
-				   &off);
-	if (rc)
-		return rc;
-	rc = src ? c->mv->copy(c->mv->ctx, cache_dev_at(c, off), src,
-			       c->sec_bytes)
-		 : cache_secs_out(c, cache_dev_at(c, off));
-	if (!rc)
-		rc = cache_anchor_insert(c, line, off);
+		return 1;
+	return cache_budget_grow(c, CACHE_LV_ANCHORS, 0, c->sec_bytes, limit,
+				 off);
+}
+
+int cache_anchor_place(cache *c, uint64_t line, uint64_t off)
+{
+	int rc = cache_anchor_insert(c, line, off);
 	if (rc) {
 		arena_release(c->dev, off);
 		return rc;
@@ -226,6 +222,23 @@ static int adopt(cache *c, uint64_t line, const void *src, uint64_t limit)
 		c->k.evictions++;
 	}
 	return 0;
+}
+
+/* src: sec_bytes back to back, or NULL for the live sections */
+static int adopt(cache *c, uint64_t line, const void *src, uint64_t limit)
+{
+	uint64_t off;
+	int rc = cache_anchor_reserve(c, line, limit, &off);
+	if (rc)
+		return rc > 0 ? 0 : rc;
+	rc = src ? c->mv->copy(c->mv->ctx, cache_dev_at(c, off), src,
+			       c->sec_bytes)
+		 : cache_secs_out(c, cache_dev_at(c, off));
+	if (rc) {
+		arena_release(c->dev, off);
+		return rc;
+	}
+	return cache_anchor_place(c, line, off);
 }
 
 int cache_anchor_adopt(cache *c, uint64_t line, const void *src, uint64_t limit)

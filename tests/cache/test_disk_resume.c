@@ -15,16 +15,63 @@
  *     (640, also the branch line: the count falls at 768), and a third
  *     session in a third folder resumes there after a restart, bit for
  *     bit; a line counted once is not written;
+ *   - the same restore through the deferring mover (the CUDA mover's
+ *     semantics on host memory: a copy is done only at sync), staged in
+ *     the host arena as on CUDA (O_DIRECT into 4 KiB aligned places of
+ *     64-byte aligned blocks): a staging buffer the readers refill before
+ *     the copies out of it are done would restore other bytes; its rows,
+ *     sections and resident anchor equal the first restore's (memcmp);
+ *     and when the 3rd file's read fails there, the plan is cold and the
+ *     staging blocks go back to the host arena;
  *   - the counts outlive a fingerprint change: an engine of another
  *     fingerprint sweeps every file, and a prompt counted once before it
  *     is admitted at its second cold read after it. */
+#include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 
 #include "cache_int.h"
+#include "defer_mover.h"
 #include "dfile.h"
 #include "eng_harness.h"
 
 static char dir[256];
+static atomic_int n_read;
+
+static int read3_fails(int op, const char *name)
+{
+	(void)name;
+	return op == DFILE_OP_READ && atomic_fetch_add(&n_read, 1) + 1 == 3
+		   ? -EIO
+		   : 0;
+}
+
+/* Rows [0, n) of every view, then the live sections, then the resident
+ * anchor at line's sections (zeros when there is none). */
+static unsigned char *live_of(cache *c, uint64_t n, uint64_t line,
+			      uint64_t *bytes)
+{
+	const cache_layout *l = c->lay;
+	*bytes = n * c->row_bytes + 2 * c->sec_bytes;
+	unsigned char *b = calloc(1, *bytes), *o = b;
+	REQUIRE(b, "oom");
+	for (uint32_t i = 0; i < l->n_views; i++) {
+		const cache_vgeom *g = &c->vg[i];
+		const unsigned char *v = cache_dev_at(c, c->view_off[i]);
+		for (uint64_t r = 0; r < g->outer; r++) {
+			memcpy(o, v + r * l->window * g->inner, n * g->inner);
+			o += n * g->inner;
+		}
+	}
+	for (uint32_t i = 0; i < l->n_sections; i++) {
+		memcpy(o, cache_dev_at(c, c->sec_off[i]), l->sec[i].bytes);
+		o += l->sec[i].bytes;
+	}
+	int a = cache_anchor_find(c, line);
+	if (a >= 0)
+		memcpy(o, cache_dev_at(c, c->anc[a].off), c->sec_bytes);
+	return b;
+}
 
 static void open_h(harness *h, const char *name, uint32_t head)
 {
@@ -108,7 +155,90 @@ int main(void)
 	CHECK(cache_anchor_find(h.c, 1024) >= 0,
 	      "the disk anchor is a resident anchor now");
 	cache_disk_wait(h.c);
+	cache_layout *lay = malloc(sizeof *lay);
+	REQUIRE(lay, "oom");
+	*lay = *h.lay;
+	/* Q, a session's first long request, wrote its own head (up to
+	 * 1280): the reference is its rows below 1280 and its anchor there,
+	 * as the live sections too (the prefill past it rewrote the live
+	 * ones) */
+	CHECK(cache_anchor_find(h.c, 1280) >= 0 && lines_has(h.c, 1280),
+	      "Q's anchor at 1280, resident and on the disk");
+	uint64_t ref_n;
+	unsigned char *ref = live_of(h.c, 1280, 1280, &ref_n);
+	memcpy(ref + 1280 * h.c->row_bytes, ref + ref_n - h.c->sec_bytes,
+	       h.c->sec_bytes);
 	h_close(&h);
+
+	/* the same restore through the deferring mover (CPU only: a cache of
+	 * its own, no engine) */
+	if (!tb_cuda()) {
+		cache_cfg xc;
+		h_cfg(&xc, "dr-x");
+		xc.store_sessions = 0;
+		xc.store_bytes = 0;
+		xc.park_bytes = 0;
+		xc.pin_bytes = 0;
+		snprintf(xc.spill_dir, sizeof xc.spill_dir, "%s", dir);
+		xc.disk_min_tokens = 256;
+		xc.disk_min_free = 0;
+		char xerr[MOOR_ERRLEN] = "";
+		cache *x;
+		cache_hello_out xo;
+		REQUIRE(cache_new(&xc, &x, xerr) == 0, "cache x: %s", xerr);
+		defer dq = {0};
+		arena_mover dmv = dm_mover(&dq);
+		x->mv = &dmv;
+		REQUIRE(cache_hello(x, lay, &xo, xerr) == 0, "hello x: %s",
+			xerr);
+		cache_req r = {
+		    .ids = Q, .n = 1300, .session = "qx", .max_tokens = 4};
+		cache_plan_out *xp = malloc(sizeof *xp);
+		REQUIRE(xp, "oom");
+		REQUIRE(cache_plan(x, &r, xp, xerr) == 0, "plan x: %s", xerr);
+		CHECK(xp->tier == CACHE_TIER_DISK && xp->start == 1280,
+		      "the deferred restore: %s at %llu",
+		      cache_tier_name(xp->tier), (unsigned long long)xp->start);
+		/* the daemon's sync before PLAN_OK */
+		REQUIRE(cache_sync(x) == 0, "sync x");
+		CHECK(h_stat(x, "disk.last_staged_host") == 1,
+		      "staged in the host arena (the CUDA mover's path)");
+		x->mv = &arena_mover_memcpy;
+		uint64_t got_n;
+		unsigned char *got = live_of(x, 1280, 1280, &got_n);
+		CHECK(got_n == ref_n && !memcmp(got, ref, ref_n),
+		      "the deferred restore's rows, sections and resident "
+		      "anchor, bit for bit");
+		free(got);
+		cache_free(x);
+
+		/* the 3rd file's read fails (EIO, on a reader thread) in the
+		 * same setting: the plan starts cold, and every staging block
+		 * goes back to the host arena */
+		REQUIRE(cache_new(&xc, &x, xerr) == 0, "cache x2: %s", xerr);
+		x->mv = &dmv;
+		REQUIRE(cache_hello(x, lay, &xo, xerr) == 0, "hello x2: %s",
+			xerr);
+		uint64_t used0 = arena_used(x->host);
+		atomic_store(&n_read, 0);
+		dfile_fault = read3_fails;
+		REQUIRE(cache_plan(x, &r, xp, xerr) == 0, "plan x2: %s", xerr);
+		dfile_fault = NULL;
+		REQUIRE(cache_sync(x) == 0, "sync x2");
+		CHECK(xp->start == 0 && h_stat(x, "disk.hit_failed") == 1,
+		      "a failed read: cold (%s at %llu), one failed restore",
+		      cache_tier_name(xp->tier), (unsigned long long)xp->start);
+		CHECK(arena_used(x->host) == used0,
+		      "the staging went back to the host arena: %llu bytes "
+		      "held, %llu before",
+		      (unsigned long long)arena_used(x->host),
+		      (unsigned long long)used0);
+		free(xp);
+		cache_free(x);
+		free(dq.q);
+	}
+	free(ref);
+	free(lay);
 
 	/* admission by counts: head anchors off, an empty tier */
 	open_h(&h, "dr-3", 0);
