@@ -17,6 +17,11 @@
 #   load      bench_load: an 8-layer checkpoint of the 27B's width from /dev/shm
 #   ttft      bench_ttft on CUDA with dummy 27B weights at 32k and 128k
 #   stack     stack_ttft: the whole stack (deploy/run, HTTP) on CUDA, dummy 27B
+#   disk      bench_spill on the host's disk (the drive's O_DIRECT rate
+#             beside the disk tier's and the spill's; a 32k head)
+#   pf        bench_gpu's decode at 8k with MOOR_GEMV_PF=0, 2, 4, 8 (the
+#             GEMV's prefetch passes) and the decode step before this
+#             week's kernels (MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0)
 #   prof      ncu times each kernel of one decode step of bench_gpu (27B
 #             shapes, 8k history; MOOR_CUPROF_LAUNCH picks the step) and
 #             tests/gpu/ncu_sum.py sums them by kernel against the step
@@ -98,6 +103,13 @@ for p in "$@"; do
 		phase stack ${STACK_LIMIT:-580} "tests/bench/stack_ttft --model tests/bench/qwen35-27b \
 			--tokenizer-dir models/tiny --backend cuda --load-format dummy \
 			--lens ${STACK_LENS:-32768,131072} --build $B" ;;
+	disk)
+		phase disk ${DISK_LIMIT:-120} "mkdir -p .bench-disk; MOOR_BENCH_HEAD=\${DISK_HEAD:-32768} \
+			$B/tests/bench/bench_spill .bench-disk 16 64 models/tiny; rm -rf .bench-disk" ;;
+	pf)
+		phase pf ${PF_LIMIT:-120} "$(declare -f gpu27); B=$B; for pf in 0 2 4 8; do \
+			BENCH_LENS=8192 gpu27 PF=\$pf MOOR_GEMV_PF=\$pf | grep -E '^---|^ +[0-9]+ [|]'; done; \
+			BENCH_LENS=8192 gpu27 before MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0 | grep -E '^---|^ +[0-9]+ [|]'" ;;
 	prof)
 		phase prof ${PROF_LIMIT:-240} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); echo ncu: \$NCU; \
 			MOOR_CUPROF_LAUNCH=4 \$NCU --clock-control none --profile-from-start off \
