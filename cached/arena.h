@@ -174,7 +174,7 @@ int arena_cuda_create(const char *name, uint64_t size, int device,
  * device. */
 int arena_cuda_handle(const arena *a, uint8_t handle[64], int *device);
 /* The CUDA mover on device: its own stream (and one for each other lane:
- * MOOR_MOVER_LANES=0 makes them all the one); registers the host arena
+ * with MOOR_MOVER_LANES=1, else they are all the one); registers the host arena
  * `host` with cudaHostRegister in parts (a progress line per part while it
  * takes more than a second), so copies to and from it run as DMA. `dev`
  * (NULL: none) is the device arena its copies mostly touch: a pointer

@@ -30,8 +30,12 @@
  * park's swap) run side by side over a full-duplex PCIe link; a point is
  * an event recorded on a lane's stream (a ring of ARENA_MARKS a lane),
  * after() a cudaStreamWaitEvent on it, which waits for the event as it
- * was recorded when after() was called. MOOR_MOVER_LANES=0 makes every
- * lane the one stream (after() then does nothing): the swap as before.
+ * was recorded when after() was called. Lanes are streams of their own
+ * only with MOOR_MOVER_LANES=1; by default every lane is the one stream
+ * (after() then does nothing): the swap as before. The lanes and the
+ * batches (MOOR_MOVER_BATCH=1) stay off by default until a GPU has run
+ * the suite and bench_ttft with them (they were written in a session
+ * that had no device left).
  */
 #include "arena.h"
 
@@ -217,8 +221,9 @@ typedef struct cmv {
 	uint32_t nparts; /* registered parts of REG_PART from hbase (0 in a
 			    twin: its first mover's) */
 	size_t max_pitch; /* cudaDevAttrMaxPitch: a 2D copy's pitches */
-	/* copyv through cudaMemcpy3DBatchAsync: on where the runtime has it
-	 * (MOOR_MOVER_BATCH=0 turns it off); off from the first batch the
+	/* copyv through cudaMemcpy3DBatchAsync: with MOOR_MOVER_BATCH=1
+	 * where the runtime has it (default: one call a copy); off from the
+	 * first batch the
 	 * runtime refuses on (the copies then go one call each) */
 	int batch;
 	arena_copy *pend; /* [BATCH_MAX] pieces gathered for it, npend */
@@ -653,14 +658,14 @@ static int mover_own(cmv *c, const char *what, char *err)
 	if (!c->pend)
 		return -ENOMEM;
 	const char *b = getenv("MOOR_MOVER_BATCH");
-	c->batch = c->rt && !(b && strcmp(b, "0") == 0);
+	c->batch = c->rt && b && strcmp(b, "1") == 0;
 	int mp = 0;
 	cudaError_t e = set_device(c->device);
 	if (e == cudaSuccess)
 		e = cudaDeviceGetAttribute(&mp, cudaDevAttrMaxPitch, c->device);
 	c->max_pitch = mp > 0 ? (size_t)mp : 0;
 	const char *ln = getenv("MOOR_MOVER_LANES");
-	int lanes = !(ln && strcmp(ln, "0") == 0);
+	int lanes = ln && strcmp(ln, "1") == 0;
 	for (int l = 0; l < ARENA_LANES && e == cudaSuccess; l++) {
 		if (l == 0 || lanes)
 			e = cudaStreamCreateWithFlags(&c->ls[l],
