@@ -107,8 +107,17 @@ static int align(const char *name, const ids *rows, const ids *copy,
 int main(void)
 {
 	char err[MOOR_ERRLEN];
-	REQUIRE(gw_tok_load(tt_src(TT_QWEN "tokenizer.json"), &tok, err) == 0,
-		"%s", err);
+	/* the oracles' copy of the tokenizer, or the tiny model's (the same
+	 * file, which deploy/setup --from writes from its bundle) */
+	const char *tj = tt_src(TT_QWEN "tokenizer.json");
+	struct stat st;
+	if (stat(tj, &st) != 0)
+		tj = tt_src("models/tiny/tokenizer.json");
+	if (stat(tj, &st) != 0)
+		T_ORACLE_MISSING("the Qwen3 tokenizer is missing (%s, %s): run "
+				 "deploy/setup",
+				 tt_src(TT_QWEN "tokenizer.json"), tj);
+	REQUIRE(gw_tok_load(tj, &tok, err) == 0, "%s", err);
 	const char *P = "<|im_start|>user\nTell me about lighthouses."
 			"<|im_end|>\n<|im_start|>assistant\n";
 	const char *A = "Lighthouses guide ships home, standing tall.";
