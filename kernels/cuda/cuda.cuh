@@ -15,6 +15,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "moor.h"
@@ -212,6 +214,21 @@ static __device__ inline float kcu_wget(const void *w, int dt, size_t i)
 	if (dt == KERN_BF16)
 		return __bfloat162float(((const __nv_bfloat16 *)w)[i]);
 	return __half2float(((const __half *)w)[i]);
+}
+
+/* MOOR_DEC_FUSE=0 (read once a file) turns decode's fusions off: the
+ * prologues of elem.cu (attn_prep, gdn_prep refuse, the unfused ops run)
+ * and the SwiGLU in the down projection's GEMV (gemm.cu: staged by
+ * stage_swiglu as for cuBLASLt); bench_gpu's "before" row and the tests'
+ * references. */
+static inline int kcu_dec_fuse_on(void)
+{
+	static int on = -1;
+	if (on < 0) {
+		const char *e = getenv("MOOR_DEC_FUSE");
+		on = !(e && !strcmp(e, "0"));
+	}
+	return on;
 }
 
 /* a[i] where ok, else 0: a load that is never branched around (see

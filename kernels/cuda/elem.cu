@@ -656,17 +656,8 @@ int kcu_split_qgate(kern_queue *q, float *qo, float *go, const float *qg,
  * full-attention layer and 4 a GDN layer. The tests hold them to the
  * unfused ops by memcmp. */
 
-/* MOOR_DEC_FUSE=0 refuses both (read once): the unfused ops then run, for
- * a benchmark's side by side. */
-static int fuse_on(void)
-{
-	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("MOOR_DEC_FUSE");
-		on = !(e && !strcmp(e, "0"));
-	}
-	return on;
-}
+/* MOOR_DEC_FUSE=0 refuses both (kcu_dec_fuse_on): the unfused ops then
+ * run, for a benchmark's side by side. */
 
 static __device__ inline void kv_put(void *dst, int kvdt, size_t o, float v)
 {
@@ -749,7 +740,7 @@ int kcu_attn_prep(kern_queue *q, float *qo, float *go, const float *qg,
 		return MOOR_ERANGE;
 	if (!kcu_dtype_ok(wdt) || !kcu_dtype_ok(kvdt) || !kcu_act_ok(act))
 		return MOOR_EDTYPE;
-	if (D > 256 || T > 65535 || !fuse_on())
+	if (D > 256 || T > 65535 || !kcu_dec_fuse_on())
 		return MOOR_EUNSUP; /* the unfused ops take it */
 	if (T == 0)
 		return 0;
@@ -871,7 +862,7 @@ int kcu_gdn_prep(kern_queue *q, float *u, const float *mixed, float *tail,
 	if (!kcu_dtype_ok(cwdt) || !kcu_act_ok(act))
 		return MOOR_EDTYPE;
 	if (T != 1 || dk > 32 * GP_MAXV || dv > 32 * GP_MAXV ||
-	    Kc > GP_MAXK || !fuse_on())
+	    Kc > GP_MAXK || !kcu_dec_fuse_on())
 		return MOOR_EUNSUP; /* the unfused ops take it */
 	int rows = 2 * Hk + Hv, C = 2 * Hk * dk + Hv * dv;
 	int nv = ((dk > dv ? dk : dv) + 31) / 32;

@@ -21,7 +21,7 @@
  * GEMV instead (k_gemv): cuBLASLt reached 1.9 to 3.5 TB/s on the 27B's
  * one-row products on the H200, and the stage, product and rounding were
  * three launches. x is rounded to bf16 as the stage kernel does, on the
- * way in (a SwiGLU's input is staged by stage_swiglu first), two warps
+ * way in (a SwiGLU's input computed on the way in too: gemv_x8), two warps
  * split a row's 16-byte pieces, a lane sums its pieces in order, the
  * lanes' sums meet in a fixed butterfly and the two warps' in order: one
  * order per K (k_gemv says which pieces are whose). */
@@ -611,19 +611,6 @@ int kcu_matmul(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 	return product(q, y, ldy, q->ctx->stage, K, W, wdt, T, N, K, act);
 }
 
-/* MOOR_DEC_FUSE=0 (read once) stages the SwiGLU for the GEMV as before
- * (the side by side of bench_gpu's "before" row, and the tests' reference
- * for the fused form) */
-static int swiglu_fuse_on(void)
-{
-	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("MOOR_DEC_FUSE");
-		on = !(e && !strcmp(e, "0"));
-	}
-	return on;
-}
-
 int kcu_matmul_swiglu(kern_queue *q, float *y, int ldy, const float *gate,
 		      const float *up, int ldgu, const void *W, int wdt, int T,
 		      int N, int K, int act)
@@ -636,7 +623,7 @@ int kcu_matmul_swiglu(kern_queue *q, float *y, int ldy, const float *gate,
 	if (K == 0)
 		return MOOR_ERANGE;
 	if (gemv_ok(gate, W, wdt, T, K) && ((uintptr_t)up & 15) == 0 &&
-	    swiglu_fuse_on())
+	    kcu_dec_fuse_on())
 		return gemv(q, y, gate, up, GX_SWIGLU, W, N, K, act);
 	size_t n = (size_t)T * K;
 	if (wdt == KERN_F32 && n * 4 > q->ctx->stage_bytes)
