@@ -276,7 +276,10 @@ struct cache {
 	arena *dev, *host;
 	const arena_mover *mv;
 	arena_mover *mv_own; /* the CUDA mover, freed at cache_free */
-	arena_copy *xq;	     /* [CACHE_XQ_MAX] a batch being gathered, n_xq */
+	arena_copy *xq;	     /* [CACHE_XQ_MAX] a batch being gathered, n_xq:
+				the thread's that holds the cache (cache_rows_*,
+				cache_secs_* gather here; no other thread may
+				call them meanwhile) */
 	uint32_t n_xq;
 	int xq_lane; /* the mover's lane it goes to (0 but in the park swap) */
 	/* MOOR_MOVER_TRACE=1 (cache_mover_stats): a plan's copies, logged at

@@ -2108,10 +2108,23 @@ typedef struct rd_adopt {
 	pthread_t th;
 } rd_adopt;
 
+/* Its own copies, a section at a time in cache_secs_out's layout, and
+ * not cache_secs_out: that gathers into the cache's batch (c->xq, one
+ * thread's), which the daemon's thread fills with the chunks' rows
+ * meanwhile. Only on the memcpy mover, whose copy any thread may call. */
 static void *adopter(void *arg)
 {
 	rd_adopt *a = arg;
-	a->rc = cache_secs_out(a->c, cache_dev_at(a->c, a->off));
+	cache *c = a->c;
+	char *dst = cache_dev_at(c, a->off);
+	uint64_t o = 0;
+	a->rc = 0;
+	for (uint32_t i = 0; i < c->lay->n_sections && !a->rc; i++) {
+		uint64_t n = c->lay->sec[i].bytes;
+		a->rc = c->mv->copy(c->mv->ctx, dst + o,
+				    cache_dev_at(c, c->sec_off[i]), n);
+		o += n;
+	}
 	return NULL;
 }
 
