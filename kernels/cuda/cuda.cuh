@@ -246,35 +246,40 @@ static __device__ inline float kcu_ldz(const float *a, long long i, bool ok)
  * unrolled loop is a branch an element, and ptxas keeps its loads one at
  * a time: a 5,120-wide decode norm took 20 us of load latency on the
  * H100 that way (ncu), 5 us with its loads batched. */
+static __device__ inline float kcu_tof(float v)
+{
+	return v;
+}
+static __device__ inline float kcu_tof(__nv_bfloat16 v)
+{
+	return __bfloat162float(v);
+}
+static __device__ inline float kcu_tof(__half v)
+{
+	return __half2float(v);
+}
+
+template <int N, typename T, typename Ix>
+static __device__ inline void kcu_wgather_t(float *o, const T *p, Ix ix)
+{
+#pragma unroll
+	for (int j = 0; j < N; j++) {
+		long long i = ix(j);
+		float v = kcu_tof(p[i < 0 ? 0 : i]);
+		o[j] = i >= 0 ? v : 0.0f;
+	}
+}
+
 template <int N, typename Ix>
 static __device__ inline void kcu_wgather(float *o, const void *w, int dt,
 					  Ix ix)
 {
-	if (dt == KERN_BF16) {
-		const __nv_bfloat16 *p = (const __nv_bfloat16 *)w;
-#pragma unroll
-		for (int j = 0; j < N; j++) {
-			long long i = ix(j);
-			float v = __bfloat162float(p[i < 0 ? 0 : i]);
-			o[j] = i >= 0 ? v : 0.0f;
-		}
-	} else if (dt == KERN_F32) {
-		const float *p = (const float *)w;
-#pragma unroll
-		for (int j = 0; j < N; j++) {
-			long long i = ix(j);
-			float v = p[i < 0 ? 0 : i];
-			o[j] = i >= 0 ? v : 0.0f;
-		}
-	} else {
-		const __half *p = (const __half *)w;
-#pragma unroll
-		for (int j = 0; j < N; j++) {
-			long long i = ix(j);
-			float v = __half2float(p[i < 0 ? 0 : i]);
-			o[j] = i >= 0 ? v : 0.0f;
-		}
-	}
+	if (dt == KERN_BF16)
+		kcu_wgather_t<N>(o, (const __nv_bfloat16 *)w, ix);
+	else if (dt == KERN_F32)
+		kcu_wgather_t<N>(o, (const float *)w, ix);
+	else
+		kcu_wgather_t<N>(o, (const __half *)w, ix);
 }
 static __device__ inline float kcu_sigmoid(float x)
 {

@@ -223,19 +223,25 @@ static const char *way_name(int w, char *buf, size_t n)
 	return buf;
 }
 
-static void drive(const char *dir, uint64_t mib)
+/* n bytes (a multiple of 8) of xorshift from seed: random, so that a
+ * drive that compresses reads no constant faster */
+static void fill_random(void *b, uint64_t n, uint64_t x)
 {
-	uint64_t n = mib << 20;
-	void *b;
-	if (posix_memalign(&b, 4096, n))
-		die("oom", -ENOMEM, NULL);
-	uint64_t x = 77;
 	for (uint64_t i = 0; i < n / 8; i++) {
 		x ^= x << 13;
 		x ^= x >> 7;
 		x ^= x << 17;
 		((uint64_t *)b)[i] = x;
 	}
+}
+
+static void drive(const char *dir, uint64_t mib)
+{
+	uint64_t n = mib << 20;
+	void *b;
+	if (posix_memalign(&b, 4096, n))
+		die("oom", -ENOMEM, NULL);
+	fill_random(b, n, 77);
 	char p[600];
 	snprintf(p, sizeof p, "%s/bench-odirect", dir);
 	/* the best of 3 of each way: the drive's rate, not one run's luck */
@@ -450,14 +456,7 @@ static double drive_again(const char *dir, uint64_t mib)
 	void *b;
 	if (posix_memalign(&b, 4096, n))
 		die("oom", -ENOMEM, NULL);
-	uint64_t x = 78; /* random bytes, as part 2's: a drive that
-			    compresses reads a constant faster */
-	for (uint64_t i = 0; i < n / 8; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		((uint64_t *)b)[i] = x;
-	}
+	fill_random(b, n, 78); /* random bytes, as part 2's */
 	char p[600];
 	snprintf(p, sizeof p, "%s/bench-odirect", dir);
 	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0600),

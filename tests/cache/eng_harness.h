@@ -80,6 +80,22 @@ static inline void h_cfg(cache_cfg *cfg, const char *test)
 	cfg->dev_cuda = tb_cuda() ? 0 : -1; /* the engine's memory */
 }
 
+/* h_cfg for the disk tier's tests: the RAM tiers that would serve first
+ * off (no store, park or pin), the tier in dir from 256 tokens, whatever
+ * the drive has free. */
+static inline void h_cfg_disk(cache_cfg *cfg, const char *test,
+			      const char *dir)
+{
+	h_cfg(cfg, test);
+	cfg->store_sessions = 0;
+	cfg->store_bytes = 0;
+	cfg->park_bytes = 0;
+	cfg->pin_bytes = 0;
+	snprintf(cfg->spill_dir, sizeof cfg->spill_dir, "%s", dir);
+	cfg->disk_min_tokens = 256;
+	cfg->disk_min_free = 0;
+}
+
 static inline const char *h_model(const char *name, char *buf, size_t n)
 {
 	snprintf(buf, n, "%s/tests/golden/%s", t_src(), name);

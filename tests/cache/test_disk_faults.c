@@ -33,13 +33,7 @@ static char dir[256];
 static void open_h(harness *h, const char *name, uint64_t min_free)
 {
 	cache_cfg cfg;
-	h_cfg(&cfg, name);
-	cfg.store_sessions = 0;
-	cfg.store_bytes = 0;
-	cfg.park_bytes = 0;
-	cfg.pin_bytes = 0;
-	snprintf(cfg.spill_dir, sizeof cfg.spill_dir, "%s", dir);
-	cfg.disk_min_tokens = 256;
+	h_cfg_disk(&cfg, name, dir);
 	cfg.disk_min_free = min_free;
 	h_open(h, "f32_untied", 128, 2048, &cfg);
 }

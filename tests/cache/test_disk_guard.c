@@ -31,16 +31,10 @@ static time_t tomorrow(void)
 static void open_h(harness *h, const char *name, uint64_t budget)
 {
 	cache_cfg cfg;
-	h_cfg(&cfg, name);
-	cfg.store_sessions = 0;
-	cfg.store_bytes = 0;
-	cfg.park_bytes = 0; /* an eviction goes to the spill */
-	cfg.pin_bytes = 0;
+	h_cfg_disk(&cfg, name, dir); /* no park: an eviction goes to the
+					spill */
 	cfg.spill_min_tokens = 256;
 	cfg.guard_evict_tokens = 1000;
-	snprintf(cfg.spill_dir, sizeof cfg.spill_dir, "%s", dir);
-	cfg.disk_min_tokens = 256;
-	cfg.disk_min_free = 0;
 	cfg.write_budget = budget;
 	h_open(h, "f32_untied", 128, 2048, &cfg);
 }

@@ -76,14 +76,7 @@ static unsigned char *live_of(cache *c, uint64_t n, uint64_t line,
 static void open_h(harness *h, const char *name, uint32_t head)
 {
 	cache_cfg cfg;
-	h_cfg(&cfg, name);
-	cfg.store_sessions = 0;
-	cfg.store_bytes = 0; /* no prefix snapshots: the disk alone */
-	cfg.park_bytes = 0;
-	cfg.pin_bytes = 0;
-	snprintf(cfg.spill_dir, sizeof cfg.spill_dir, "%s", dir);
-	cfg.disk_min_tokens = 256;
-	cfg.disk_min_free = 0;
+	h_cfg_disk(&cfg, name, dir); /* no prefix snapshots: the disk alone */
 	cfg.disk_head_anchors = head;
 	h_open(h, "f32_untied", 128, 2048, &cfg);
 }
@@ -174,14 +167,7 @@ int main(void)
 	 * its own, no engine) */
 	if (!tb_cuda()) {
 		cache_cfg xc;
-		h_cfg(&xc, "dr-x");
-		xc.store_sessions = 0;
-		xc.store_bytes = 0;
-		xc.park_bytes = 0;
-		xc.pin_bytes = 0;
-		snprintf(xc.spill_dir, sizeof xc.spill_dir, "%s", dir);
-		xc.disk_min_tokens = 256;
-		xc.disk_min_free = 0;
+		h_cfg_disk(&xc, "dr-x", dir);
 		char xerr[MOOR_ERRLEN] = "";
 		cache *x;
 		cache_hello_out xo;
