@@ -22,6 +22,8 @@
 #   pf        bench_gpu's decode at 8k with MOOR_GEMV_PF=0, 2, 4, 8 (the
 #             GEMV's prefetch passes) and the decode step before this
 #             week's kernels (MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0)
+#   gprof     bench_gpu --profile 1 at 32k (PROF_LEN): the prefill and
+#             decode op by op through kern_prof's shim (each op synced)
 #   prof      ncu times each kernel of one decode step of bench_gpu (27B
 #             shapes, 8k history; MOOR_CUPROF_LAUNCH picks the step) and
 #             tests/gpu/ncu_sum.py sums them by kernel against the step
@@ -110,6 +112,9 @@ for p in "$@"; do
 		phase pf ${PF_LIMIT:-120} "$(declare -f gpu27); B=$B; for pf in 0 2 4 8; do \
 			BENCH_LENS=8192 gpu27 PF=\$pf MOOR_GEMV_PF=\$pf | grep -E '^---|^ +[0-9]+ [|]'; done; \
 			BENCH_LENS=8192 gpu27 before MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0 | grep -E '^---|^ +[0-9]+ [|]'" ;;
+	gprof)
+		phase gprof ${GPROF_LIMIT:-150} "$B/tests/bench/bench_gpu tests/bench/qwen35-27b --backend cuda \
+			--lens \${PROF_LEN:-32768} --decode 4 --profile 1" ;;
 	prof)
 		phase prof ${PROF_LIMIT:-240} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); echo ncu: \$NCU; \
 			MOOR_CUPROF_LAUNCH=4 \$NCU --clock-control none --profile-from-start off \
