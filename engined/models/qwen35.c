@@ -1110,7 +1110,15 @@ static int mlp(eng_model *m, const layer_w *l, int T)
 	kern_queue *q = m->q;
 	int H = m->c.hidden, I = m->c.inter, act = m->act;
 	int li = (int)(l - m->L);
-	if (m->fused) { /* gate | up in one product, SwiGLU into down's input */
+	int rc = MOOR_EUNSUP;
+	if (m->fused && o->mlp && l->gu.dt == l->down.dt && !PROBING(m))
+		rc = o->mlp(q, m->t4, H, m->xn, H, m->t0, l->gu.p, l->down.p,
+			    l->gu.dt, T, H, I, act);
+	if (rc && rc != MOOR_EUNSUP)
+		return rc;
+	if (!rc) {
+		/* the fused op (prefill on CUDA): the same bits */
+	} else if (m->fused) { /* gate | up in one product, SwiGLU into down's input */
 		float *gate = m->t0, *up = m->t0 + I;
 		CK(o->matmul(q, m->t0, 2 * I, m->xn, H, l->gu.p, l->gu.dt, T,
 			     2 * I, H, act));

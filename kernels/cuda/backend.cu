@@ -504,6 +504,7 @@ extern "C" const kern_ops kern_cuda_ops = {
     /* .host_free = */ cu_host_free,
     /* .attn_prep = */ kcu_attn_prep,
     /* .gdn_prep = */ kcu_gdn_prep,
+    /* .mlp = */ kcu_mlp,
 };
 
 extern "C" const kern_ops *const kern_cuda_entry = &kern_cuda_ops;

@@ -231,6 +231,19 @@ static inline int kcu_dec_fuse_on(void)
 	return on;
 }
 
+/* MOOR_PF_FUSE=0 (read once a file) turns prefill's fusions off
+ * (gemm.cu's kcu_mlp refuses: the model runs matmul and matmul_swiglu),
+ * for bench_gpu's A/B; the bits are the same either way. */
+static inline int kcu_pf_fuse_on(void)
+{
+	static int on = -1;
+	if (on < 0) {
+		const char *e = getenv("MOOR_PF_FUSE");
+		on = !(e && !strcmp(e, "0"));
+	}
+	return on;
+}
+
 /* a[i] where ok, else 0: a load that is never branched around (see
  * kcu_wgather); a[0] must be readable */
 static __device__ inline float kcu_ldz(const float *a, long long i, bool ok)
@@ -335,6 +348,9 @@ int kcu_matmul(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 int kcu_matmul_swiglu(kern_queue *q, float *y, int ldy, const float *gate,
 		      const float *up, int ldgu, const void *W, int wdt, int T,
 		      int N, int K, int act);
+int kcu_mlp(kern_queue *q, float *y, int ldy, const float *x, int ldx,
+	    float *tmp, const void *Wgu, const void *Wd, int wdt, int T, int H,
+	    int I, int act);
 
 /* elem.cu */
 int kcu_embed(kern_queue *q, float *out, const void *table, int wdt,

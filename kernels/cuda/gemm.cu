@@ -298,8 +298,10 @@ static __device__ inline float swiglu1(float g, float u, int act)
 
 /* dst[t, k] = rnd(rnd(silu(g)) * u), the SwiGLU of ops.h, in the 16-bit
  * dtype, or in fp32 (T16 float: fp32 weights read their input as it is,
- * except for SwiGLU, whose result is staged in fp32). */
-template <typename T16>
+ * except for SwiGLU, whose result is staged in fp32). RIN: g and u are a
+ * product's unrounded fp32 output, rounded to bf16 here on the way in
+ * (kcu_mlp: the rounding pass the product would have made). */
+template <typename T16, int RIN = 0>
 static __global__ void stage_swiglu(T16 *dst, const float *g, const float *u,
 				    int ld, int T, int K, int act, int vec)
 {
@@ -313,6 +315,12 @@ static __global__ void stage_swiglu(T16 *dst, const float *g, const float *u,
 		T16 *dr = dst + (size_t)t * K + k;
 		if (vec) {
 			float4 a = *(const float4 *)gr, b = *(const float4 *)ur;
+			if (RIN) {
+				a = make_float4(kcu_bf16r(a.x), kcu_bf16r(a.y),
+						kcu_bf16r(a.z), kcu_bf16r(a.w));
+				b = make_float4(kcu_bf16r(b.x), kcu_bf16r(b.y),
+						kcu_bf16r(b.z), kcu_bf16r(b.w));
+			}
 			float4 r = make_float4(swiglu1(a.x, b.x, act), swiglu1(a.y, b.y, act),
 					       swiglu1(a.z, b.z, act), swiglu1(a.w, b.w, act));
 			if constexpr (sizeof(T16) == 4)
@@ -322,7 +330,8 @@ static __global__ void stage_swiglu(T16 *dst, const float *g, const float *u,
 			continue;
 		}
 		for (int e = 0; e < 4 && k + e < K; e++) {
-			float r = swiglu1(gr[e], ur[e], act);
+			float r = RIN ? swiglu1(kcu_bf16r(gr[e]), kcu_bf16r(ur[e]), act)
+				      : swiglu1(gr[e], ur[e], act);
 			if constexpr (sizeof(T16) == 4)
 				dr[e] = r;
 			else
@@ -644,4 +653,37 @@ int kcu_matmul_swiglu(kern_queue *q, float *y, int ldy, const float *gate,
 	if (gemv_ok(st, W, wdt, T, K))
 		return gemv(q, y, st, NULL, GX_B16, W, N, K, act);
 	return product(q, y, ldy, st, K, W, wdt, T, N, K, act);
+}
+
+/* matmul(tmp; x, Wgu) unrounded (the same algorithm and sums as the
+ * rounded call: the rounding is a separate pass, ops.h), the SwiGLU
+ * staged from it with gate and up rounded on the way in, the down
+ * projection rounded: a [T, 2I] fp32 read and write fewer than matmul
+ * then matmul_swiglu, the same bits. Prefill's case alone: one row runs
+ * the GEMVs (the caller's two ops). */
+int kcu_mlp(kern_queue *q, float *y, int ldy, const float *x, int ldx,
+	    float *tmp, const void *Wgu, const void *Wd, int wdt, int T, int H,
+	    int I, int act)
+{
+	if (act != KERN_ACT_BF16 || wdt != KERN_BF16 || T < 2 ||
+	    !kcu_pf_fuse_on())
+		return MOOR_EUNSUP;
+	int rc = mm_check(q, y, ldy, Wd, wdt, T, H, I, act);
+	if (!rc)
+		rc = mm_check(q, tmp, 2 * I, Wgu, wdt, T, 2 * I, H, act);
+	if (rc || !x || ldx < H || H <= 0 || I <= 0)
+		return rc ? rc : MOOR_ERANGE;
+	void *st = q->ctx->stage;
+	kcu_go(q, stage_x<__nv_bfloat16>, st_grid(T, H), ST_THREADS, 0,
+	       (__nv_bfloat16 *)st, x, ldx, T, H, st_vec(x, x, st, ldx, H, H));
+	KCU_LAUNCHED(q->ctx);
+	if ((rc = product(q, tmp, 2 * I, st, H, Wgu, wdt, T, 2 * I, H,
+			  KERN_ACT_F32)))
+		return rc;
+	const float *g = tmp, *u = tmp + I;
+	kcu_go(q, stage_swiglu<__nv_bfloat16, 1>, st_grid(T, I), ST_THREADS, 0,
+	       (__nv_bfloat16 *)st, g, u, 2 * I, T, I, act,
+	       st_vec(g, u, st, 2 * I, 2 * I, I));
+	KCU_LAUNCHED(q->ctx);
+	return product(q, y, ldy, st, I, Wd, wdt, T, H, I, act);
 }

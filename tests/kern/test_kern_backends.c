@@ -167,6 +167,61 @@ static void case_matmul(void)
 	}
 }
 
+/* mlp against matmul then matmul_swiglu, on the device, bit for bit, at
+ * the shapes prefill gives it (x rounded to bf16 as the norms leave it;
+ * T = 1 is refused: decode runs the two ops) */
+static void case_mlp(void)
+{
+	if (!gpu.o->mlp)
+		return;
+	const int Ts[] = {1, 64, 300};
+	for (int ti = 0; ti < 3; ti++) {
+		int T = Ts[ti], H = 512, I = 768;
+		void *Wg, *Wd;
+		float *wg = kt_weights((size_t)2 * I * H, KERN_BF16, -0.05f, 0.05f, &Wg);
+		float *wd = kt_weights((size_t)H * I, KERN_BF16, -0.05f, 0.05f, &Wd);
+		float *x = rnd((size_t)T * H, -2, 2);
+		for (size_t i = 0; i < (size_t)T * H; i++)
+			x[i] = kt_to_dt(x[i], KERN_BF16);
+		float *dx = up(&gpu, x, (size_t)T * H * 4);
+		void *dg = up(&gpu, Wg, (size_t)2 * I * H * 2);
+		void *dd = up(&gpu, Wd, (size_t)H * I * 2);
+		float *tmp = zz(&gpu, (size_t)T * 2 * I * 4);
+		float *y1 = zz(&gpu, (size_t)T * H * 4), *y2 = zz(&gpu, (size_t)T * H * 4);
+		int rc = gpu.o->mlp(gpu.q, y2, H, dx, H, tmp, dg, dd, KERN_BF16, T,
+				    H, I, KERN_ACT_BF16);
+		if (T == 1) {
+			ASSERT(rc == MOOR_EUNSUP, "mlp T=1: %s", moor_strerror(rc));
+		} else {
+			ASSERT(rc == 0, "mlp T=%d: %s", T, moor_strerror(rc));
+			gpu.o->matmul(gpu.q, tmp, 2 * I, dx, H, dg, KERN_BF16, T,
+				      2 * I, H, KERN_ACT_BF16);
+			gpu.o->matmul_swiglu(gpu.q, y1, H, tmp, tmp + I, 2 * I, dd,
+					     KERN_BF16, T, H, I, KERN_ACT_BF16);
+			float *a = malloc((size_t)T * H * 4), *c = malloc((size_t)T * H * 4);
+			down(&gpu, a, y1, (size_t)T * H * 4);
+			down(&gpu, c, y2, (size_t)T * H * 4);
+			ASSERT(!memcmp(a, c, (size_t)T * H * 4),
+			       "mlp differs from matmul + matmul_swiglu (T=%d)", T);
+			printf("  %-28s bit-exact against the two ops\n",
+			       T == 64 ? "mlp T=64" : "mlp T=300");
+			free(a);
+			free(c);
+		}
+		gpu.o->free(gpu.c, dx);
+		gpu.o->free(gpu.c, dg);
+		gpu.o->free(gpu.c, dd);
+		gpu.o->free(gpu.c, tmp);
+		gpu.o->free(gpu.c, y1);
+		gpu.o->free(gpu.c, y2);
+		free(wg);
+		free(wd);
+		free(Wg);
+		free(Wd);
+		free(x);
+	}
+}
+
 /* ---- norms, elementwise ---- */
 
 static void case_norms(void)
@@ -1007,6 +1062,7 @@ int main(void)
 	printf("cuda: %s\n", d);
 	kt_seed(5);
 	case_matmul();
+	case_mlp();
 	case_norms();
 	case_gdn();
 	case_attention();
