@@ -24,6 +24,9 @@
 #             week's kernels (MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0)
 #   gprof     bench_gpu --profile 1 at 32k (PROF_LEN): the prefill and
 #             decode op by op through kern_prof's shim (each op synced)
+#   dprof     ncu times the chunked delta rule's kernels (bench_kern
+#             --only delta: intra, state pass, output), fp32 then
+#             MOOR_GDN_TC=1
 #   prof      ncu times each kernel of one decode step of bench_gpu (27B
 #             shapes, 8k history; MOOR_CUPROF_LAUNCH picks the step) and
 #             tests/gpu/ncu_sum.py sums them by kernel against the step
@@ -115,6 +118,12 @@ for p in "$@"; do
 	gprof)
 		phase gprof ${GPROF_LIMIT:-150} "$B/tests/bench/bench_gpu tests/bench/qwen35-27b --backend cuda \
 			--lens \${PROF_LEN:-32768} --decode 4 --profile 1" ;;
+	dprof)
+		phase dprof ${DPROF_LIMIT:-150} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); \
+			for tc in 0 1; do echo \"--- MOOR_GDN_TC=\$tc\"; MOOR_GDN_TC=\$tc \$NCU --clock-control none \
+			--metrics gpu__time_duration.sum --csv --print-units base \
+			$B/tests/bench/bench_kern --only delta --reps 2 >$OUT/dprof-\$tc.csv 2>&1; \
+			python3 tests/gpu/ncu_sum.py $OUT/dprof-\$tc.csv | head -12; done" ;;
 	prof)
 		phase prof ${PROF_LIMIT:-240} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); echo ncu: \$NCU; \
 			MOOR_CUPROF_LAUNCH=4 \$NCU --clock-control none --profile-from-start off \
