@@ -124,10 +124,10 @@ for p in "$@"; do
 			--metrics gpu__time_duration.sum --csv --print-units base \
 			$B/tests/bench/bench_kern --only delta --reps 2 >$OUT/dprof-\$tc.csv 2>&1; \
 			python3 tests/gpu/ncu_sum.py $OUT/dprof-\$tc.csv | head -12; done; \
-			for tc in 0 1; do \$NCU --clock-control none -k regex:hstate -c 1 \
+			for tc in 0 1; do MOOR_GDN_TC=\$tc \$NCU --clock-control none -k regex:hstate -c 1 \
 			--section SpeedOfLight --section WarpStateStats --section Occupancy \
 			--section LaunchStats --section SchedulerStats \
-			env MOOR_GDN_TC=\$tc $B/tests/bench/bench_kern --only delta --reps 1 \
+			$B/tests/bench/bench_kern --only delta --reps 1 \
 			>$OUT/dprof-detail-\$tc.txt 2>&1; done" ;;
 	prof)
 		phase prof ${PROF_LIMIT:-240} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); echo ncu: \$NCU; \
