@@ -521,8 +521,16 @@ static int gemv_ok(const void *x, const void *W, int wdt, int T, int K)
  * they were 3.1, 3.4, 2.5 and 1.3 with 2 rows a warp and no split). */
 static void gemv_shape(int N, int *rpw, int *ks)
 {
+	/* MOOR_GEMV_RPW=1, 2 or 4 (read once) forces the rows a warp for
+	 * every N, for a benchmark's sweep (the bits do not depend on it) */
+	static int force = -1;
+	if (force < 0) {
+		const char *e = getenv("MOOR_GEMV_RPW");
+		int v = e ? atoi(e) : 0;
+		force = v == 1 || v == 2 || v == 4 ? v : 0;
+	}
 	*ks = 2;
-	*rpw = N >= 8192 ? 4 : N >= 4096 ? 2 : 1;
+	*rpw = force ? force : N >= 8192 ? 4 : N >= 4096 ? 2 : 1;
 }
 
 #define GEMV_GX(G, R, S)                                                       \

@@ -20,7 +20,8 @@
 #   disk      bench_spill on the host's disk (the drive's O_DIRECT rate
 #             beside the disk tier's and the spill's; a 32k head)
 #   pf        bench_gpu's decode at 8k with MOOR_GEMV_PF=0, 2, 4, 8 (the
-#             GEMV's prefetch passes) and the decode step before this
+#             GEMV's prefetch passes), MOOR_GEMV_RPW=1, 2, 4 (its rows a
+#             warp, every shape) and the decode step before this
 #             week's kernels (MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0)
 #   gprof     bench_gpu --profile 1 at 32k (PROF_LEN): the prefill and
 #             decode op by op through kern_prof's shim (each op synced)
@@ -114,6 +115,7 @@ for p in "$@"; do
 	pf)
 		phase pf ${PF_LIMIT:-120} "$(declare -f gpu27); B=$B; for pf in 0 2 4 8; do \
 			BENCH_LENS=8192 gpu27 PF=\$pf MOOR_GEMV_PF=\$pf | grep -E '^---|^ +[0-9]+ [|]'; done; \
+			for r in 1 2 4; do BENCH_LENS=8192 gpu27 RPW=\$r MOOR_GEMV_RPW=\$r | grep -E '^---|^ +[0-9]+ [|]'; done; \
 			BENCH_LENS=8192 gpu27 before MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0 | grep -E '^---|^ +[0-9]+ [|]'" ;;
 	gprof)
 		phase gprof ${GPROF_LIMIT:-150} "$B/tests/bench/bench_gpu tests/bench/qwen35-27b --backend cuda \
