@@ -25,7 +25,8 @@
 #             warp, every shape) and the decode step before this
 #             week's kernels (MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0)
 #   gprof     bench_gpu --profile 1 at 32k (PROF_LEN): the prefill and
-#             decode op by op through kern_prof's shim (each op synced)
+#             decode op by op through kern_prof's shim (each op synced),
+#             and bench_kern's prefill GEMMs (1,024 rows, TFLOP/s)
 #   dprof     ncu times the chunked delta rule's kernels (bench_kern
 #             --only delta: intra, state pass, output), fp32 then
 #             MOOR_GDN_TC=1
@@ -121,7 +122,7 @@ for p in "$@"; do
 			BENCH_LENS=8192 gpu27 before MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0 | grep -E '^---|^ +[0-9]+ [|]'" ;;
 	gprof)
 		phase gprof ${GPROF_LIMIT:-150} "$B/tests/bench/bench_gpu tests/bench/qwen35-27b --backend cuda \
-			--lens \${PROF_LEN:-32768} --decode 4 --profile 1" ;;
+			--lens \${PROF_LEN:-32768} --decode 4 --profile 1; $B/tests/bench/bench_kern --only mm" ;;
 	dprof)
 		phase dprof ${DPROF_LIMIT:-150} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); \
 			for tc in 0 1; do echo \"--- MOOR_GDN_TC=\$tc\"; MOOR_GDN_TC=\$tc \$NCU --clock-control none \
