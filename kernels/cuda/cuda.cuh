@@ -217,10 +217,9 @@ static __device__ inline float kcu_wget(const void *w, int dt, size_t i)
 }
 
 /* MOOR_DEC_FUSE=0 (read once a file) turns decode's fusions off: the
- * prologues of elem.cu (attn_prep, gdn_prep refuse, the unfused ops run)
- * and the SwiGLU in the down projection's GEMV (gemm.cu: staged by
- * stage_swiglu as for cuBLASLt); bench_gpu's "before" row and the tests'
- * references. */
+ * prologues of elem.cu (attn_prep, gdn_prep refuse, the unfused ops run);
+ * bench_gpu's "before" row and the tests' references. (The SwiGLU in the
+ * down projection's GEMV has its own opt-in: gemm.cu, gemv_swiglu_on.) */
 static inline int kcu_dec_fuse_on(void)
 {
 	static int on = -1;

@@ -21,7 +21,7 @@
  * GEMV instead (k_gemv): cuBLASLt reached 1.9 to 3.5 TB/s on the 27B's
  * one-row products on the H200, and the stage, product and rounding were
  * three launches. x is rounded to bf16 as the stage kernel does, on the
- * way in (a SwiGLU's input computed on the way in too: gemv_x8), two warps
+ * way in (a SwiGLU's input too, opt-in: gemv_swiglu_on), two warps
  * split a row's 16-byte pieces, a lane sums its pieces in order, the
  * lanes' sums meet in a fixed butterfly and the two warps' in order: one
  * order per K (k_gemv says which pieces are whose). */
@@ -379,6 +379,22 @@ static int gemv_pf(void)
 	return pf;
 }
 
+/* The SwiGLU computed on the GEMV's way in (GX_SWIGLU) is opt-in,
+ * MOOR_GEMV_SWIGLU=1 (read once): measured on an H100 (bench_gpu --profile
+ * 1, the 27B's down projection, 17408 wide) at 103 us a call against 72
+ * for the GEMV of the staged bf16 input (bench_kern) plus about 10 for
+ * the stage: every row group of a block reads gate and up in fp32, 4x the
+ * bytes of a bf16 x, and the step took 21.3 ms against 20.4 staged. */
+static int gemv_swiglu_on(void)
+{
+	static int on = -1;
+	if (on < 0) {
+		const char *e = getenv("MOOR_GEMV_SWIGLU");
+		on = e && !strcmp(e, "1");
+	}
+	return on;
+}
+
 /* The GEMV's input, 8 values from piece i as bf16 values made float
  * (L1-resident after the first warp): GX_F32 an fp32 x rounded on the
  * way in (as stage_x), GX_B16 a bf16 x as it is,
@@ -640,7 +656,7 @@ int kcu_matmul_swiglu(kern_queue *q, float *y, int ldy, const float *gate,
 	if (K == 0)
 		return MOOR_ERANGE;
 	if (gemv_ok(gate, W, wdt, T, K) && ((uintptr_t)up & 15) == 0 &&
-	    kcu_dec_fuse_on())
+	    gemv_swiglu_on())
 		return gemv(q, y, gate, up, GX_SWIGLU, W, N, K, act);
 	size_t n = (size_t)T * K;
 	if (wdt == KERN_F32 && n * 4 > q->ctx->stage_bytes)

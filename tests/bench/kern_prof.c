@@ -199,6 +199,53 @@ static int p_add_rmsnorm(kern_queue *q, float *h, const float *x, float *y,
 	      R->add_rmsnorm(q, h, x, y, w, wdt, rows_, dim, eps, act));
 }
 
+/* The optional fused ops: a refusal (MOOR_EUNSUP: the model then runs
+ * the unfused ones, which are timed) adds no row. */
+#define TIMED_OPT(name, q, call)                                               \
+	do {                                                                   \
+		double t0_ = moor_now();                                       \
+		int rc_ = (call);                                              \
+		if (rc_ == MOOR_EUNSUP)                                        \
+			return rc_;                                            \
+		if (!rc_)                                                      \
+			rc_ = R->sync(q);                                      \
+		add_row(name, moor_now() - t0_);                               \
+		return rc_;                                                    \
+	} while (0)
+
+static int p_mlp(kern_queue *q, float *y, int ldy, const float *x, int ldx,
+		 float *tmp, const void *Wgu, const void *Wd, int wdt, int T,
+		 int H, int I, int act)
+{
+	char b[64];
+	snprintf(b, sizeof b, "mlp %s H=%d I=%d", T == 1 ? "T=1" : "T>1", H, I);
+	TIMED_OPT(b, q,
+		  R->mlp(q, y, ldy, x, ldx, tmp, Wgu, Wd, wdt, T, H, I, act));
+}
+
+static int p_attn_prep(kern_queue *q, float *qo, float *go, const float *qg,
+		       const float *k, const float *v, const void *qw,
+		       const void *kw, int wdt, void *K, void *V, int kvdt,
+		       int T, int Hq, int Hkv, int D, int rot, int64_t pos0,
+		       float theta, float eps, int act)
+{
+	TIMED_OPT("attn_prep", q,
+		  R->attn_prep(q, qo, go, qg, k, v, qw, kw, wdt, K, V, kvdt, T,
+			       Hq, Hkv, D, rot, pos0, theta, eps, act));
+}
+
+static int p_gdn_prep(kern_queue *q, float *u, const float *mixed,
+		      float *tail, const void *cw, int cwdt, int Kc, int Hk,
+		      int dk, int Hv, int dv, float eps, float qscale,
+		      float *beta, float *g, const float *b, const float *a,
+		      const float *A_log, const float *dt_bias, int T, int act)
+{
+	TIMED_OPT("gdn_prep", q,
+		  R->gdn_prep(q, u, mixed, tail, cw, cwdt, Kc, Hk, dk, Hv, dv,
+			      eps, qscale, beta, g, b, a, A_log, dt_bias, T,
+			      act));
+}
+
 static int p_copy(kern_queue *q, void *dst, const void *src, size_t n)
 {
 	TIMED("copy", q, R->copy(q, dst, src, n));
@@ -249,6 +296,12 @@ const kern_ops *kern_prof_wrap(const kern_ops *real)
 		W.add_rmsnorm = p_add_rmsnorm;
 	if (real->matmul_swiglu)
 		W.matmul_swiglu = p_matmul_swiglu;
+	if (real->mlp)
+		W.mlp = p_mlp;
+	if (real->attn_prep)
+		W.attn_prep = p_attn_prep;
+	if (real->gdn_prep)
+		W.gdn_prep = p_gdn_prep;
 	W.graph_begin = NULL;
 	W.graph_end = NULL;
 	W.graph_launch = NULL;
