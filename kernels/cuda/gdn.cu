@@ -482,6 +482,160 @@ static __global__ void __launch_bounds__(16 * SW, 2)
 		Sh[(size_t)(e / SW) * dv + s0 + e % SW] = sS[e];
 }
 
+/* k_hstate_rt: k_hstate's arithmetic, the sums in the same order (over d,
+ * then over j, each from 0, as k_hstate<16> and k_inter: the same bits),
+ * for dk = DK (32, 64 or 128) and dv % 32 == 0, with register tiles:
+ * ncu on the H100 found k_hstate<16> bound by its shared-memory loads
+ * (L1 80% busy: a float4 of S and a scalar of W a 4 products) and its 384
+ * blocks in 1.45 waves (288 us a 1,024-token chunk of the 27B's heads).
+ * Grid Hv x dv / 32 (192 blocks for the 27B: one wave at two an SM), 128
+ * threads, tx = tid % 8 (columns 4 tx .. 4 tx + 3), ty = tid / 8:
+ *   V' = U - W S: rows ty + 16 i (i < 4), over d four at a time (four
+ *   float4 of W, four of S: 64 products);
+ *   S <- e^(G_last) S + (k e^(G_last - G))^T V': state rows 4 ty + 64 i
+ *   + k (i < 2, k < 4), over j (a float4 of k e^(G_last - G) an i and
+ *   one of V': 32 products).
+ * Shared: W and k e^(G_last - G) [C][DK + 4] (rows 4 banks apart: a
+ * warp's four row groups hit four bank quads), U then V' [C][36], S
+ * [DK][36]; 93 KB at DK 128. W of the next sub-chunk is copied under
+ * the update, as in k_hstate. */
+#define RT_SW 32
+#define RT_PS (RT_SW + 4)
+
+template <int DK>
+static __global__ void __launch_bounds__(128, 2)
+    k_hstate_rt(float *S, float *ws, int T, int Hv, int dv)
+{
+	kcu_pdl_enter();
+	constexpr int PK = DK + 4, NI = (DK + 63) / 64;
+	extern __shared__ __align__(16) float rsm[];
+	float *sW = rsm;	      /* [C][PK] W */
+	float *sK = sW + C * PK;      /* [C][PK] k e^(G_last - G) */
+	float *sU = sK + C * PK;      /* [C][RT_PS] U, then V' */
+	float *sS = sU + C * RT_PS;   /* [DK][RT_PS] */
+	const int h = blockIdx.x, s0 = blockIdx.y * RT_SW;
+	const int tid = threadIdx.x, tx = tid & 7, ty = tid >> 3, c4 = 4 * tx;
+	float *Sh = S + (size_t)h * DK * dv;
+	const size_t uf = unit_floats(DK, dv);
+	const size_t oU = off_U(DK), oG = off_G(DK, dv), oK = off_K(DK, dv),
+		     oS = off_S(DK, dv);
+
+	for (int e = tid; e < DK * RT_SW; e += blockDim.x)
+		sS[(e / RT_SW) * RT_PS + e % RT_SW] =
+		    Sh[(size_t)(e / RT_SW) * dv + s0 + e % RT_SW];
+	hs_rows(sW, ws + (size_t)h * uf, DK, PK);
+	cp_commit();
+	const int nch = (T + C - 1) / C;
+	for (int c = 0; c < nch; c++) {
+		const int n = T - c * C < C ? T - c * C : C;
+		float *u = ws + ((size_t)c * Hv + h) * uf;
+		const float gl = u[oG + n - 1];
+		hs_rows(sK, u + oK, DK, PK);
+		for (int e = tid; e < C * (RT_SW / 4); e += blockDim.x) {
+			int r = e / (RT_SW / 4), p = (e % (RT_SW / 4)) * 4;
+			cp16(sU + r * RT_PS + p, u + oU + (size_t)r * dv + s0 + p, 1);
+		}
+		cp_commit();
+		/* the state this sub-chunk starts from, for k_out */
+		for (int e = tid; e < DK * (RT_SW / 4); e += blockDim.x) {
+			int d = e / (RT_SW / 4), p = (e % (RT_SW / 4)) * 4;
+			*(float4 *)(u + oS + (size_t)d * dv + s0 + p) =
+			    *(const float4 *)(sS + d * RT_PS + p);
+		}
+		cp_wait<1>();
+		__syncthreads(); /* W in */
+		/* W S for rows ty + 16 i */
+		float acc[4][4] = {};
+#pragma unroll 2
+		for (int d = 0; d < DK; d += 4) {
+			float4 wv[4], sv[4];
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				wv[i] = *(const float4 *)(sW + (ty + 16 * i) * PK + d);
+#pragma unroll
+			for (int k = 0; k < 4; k++)
+				sv[k] = *(const float4 *)(sS + (d + k) * RT_PS + c4);
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const float a[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
+#pragma unroll
+				for (int k = 0; k < 4; k++) {
+					acc[i][0] += a[k] * sv[k].x;
+					acc[i][1] += a[k] * sv[k].y;
+					acc[i][2] += a[k] * sv[k].z;
+					acc[i][3] += a[k] * sv[k].w;
+				}
+			}
+		}
+		cp_wait<0>();
+		__syncthreads(); /* k e^(G_last - G) and U in; W read */
+		if (c + 1 < nch)
+			hs_rows(sW, u + (size_t)Hv * uf, DK, PK);
+		cp_commit();
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const int r = ty + 16 * i;
+			if (r < n) {
+				float4 uv = *(const float4 *)(sU + r * RT_PS + c4);
+				float4 v = make_float4(uv.x - acc[i][0], uv.y - acc[i][1],
+						       uv.z - acc[i][2], uv.w - acc[i][3]);
+				*(float4 *)(sU + r * RT_PS + c4) = v;
+				*(float4 *)(u + oU + (size_t)r * dv + s0 + c4) = v;
+			}
+		}
+		__syncthreads(); /* V' whole */
+		/* S <- e^(G_last) S + (k e^(G_last - G))^T V' */
+		{
+			const float egl = expf(gl);
+			float ac[NI][4][4] = {};
+#pragma unroll 4
+			for (int j = 0; j < n; j++) {
+				float4 uv = *(const float4 *)(sU + j * RT_PS + c4);
+#pragma unroll
+				for (int i = 0; i < NI; i++) {
+					const int d0 = 4 * ty + 64 * i;
+					if (d0 < DK) {
+						float4 kv = *(const float4 *)(sK + j * PK + d0);
+						const float kd[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+						for (int k = 0; k < 4; k++) {
+							ac[i][k][0] += kd[k] * uv.x;
+							ac[i][k][1] += kd[k] * uv.y;
+							ac[i][k][2] += kd[k] * uv.z;
+							ac[i][k][3] += kd[k] * uv.w;
+						}
+					}
+				}
+			}
+#pragma unroll
+			for (int i = 0; i < NI; i++) {
+				const int d0 = 4 * ty + 64 * i;
+				if (d0 < DK)
+#pragma unroll
+					for (int k = 0; k < 4; k++)
+#pragma unroll
+						for (int e = 0; e < 4; e++) {
+							float *sp = sS + (d0 + k) * RT_PS +
+								    c4 + e;
+							*sp = *sp * egl + ac[i][k][e];
+						}
+			}
+		}
+		__syncthreads(); /* the state updated; k and V' read */
+	}
+	cp_wait<0>();
+	for (int e = tid; e < DK * RT_SW; e += blockDim.x)
+		Sh[(size_t)(e / RT_SW) * dv + s0 + e % RT_SW] =
+		    sS[(e / RT_SW) * RT_PS + e % RT_SW];
+}
+
+static size_t hstate_rt_smem(int dk)
+{
+	return ((size_t)2 * C * (dk + 4) + (size_t)C * RT_PS +
+		(size_t)dk * RT_PS) *
+	       sizeof(float);
+}
+
 /* O for a sub-chunk's rows and OC value columns: 256 threads, a thread
  * (tx = tid % (OC / 4), ty = tid / (OC / 4)) holds columns 4 tx .. 4 tx +
  * 3 of rows ty + TY a. */
@@ -874,6 +1028,16 @@ static int gdn_tc_on(void)
 	return on;
 }
 
+/* k_hstate_rt is the state pass where it applies unless MOOR_GDN_RT=0
+ * (read at each call, so that a test compares the two in one process:
+ * the same bits) */
+static int gdn_rt_on(int dk, int dv)
+{
+	const char *e = getenv("MOOR_GDN_RT");
+	return !(e && !strcmp(e, "0")) && dv % RT_SW == 0 &&
+	       (dk == 32 || dk == 64 || dk == 128);
+}
+
 int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 		      const float *k, int ldqk, const float *v, int ldv,
 		      const float *g, const float *beta, int T, int Hk, int Hv,
@@ -905,6 +1069,18 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    k_hstate_tc, cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_tc_smem(DMAX)));
 		KCU(cx, cudaFuncSetAttribute(
+			    k_hstate_rt<128>,
+			    cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)hstate_rt_smem(128)));
+		KCU(cx, cudaFuncSetAttribute(
+			    k_hstate_rt<64>,
+			    cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)hstate_rt_smem(64)));
+		KCU(cx, cudaFuncSetAttribute(
+			    k_hstate_rt<32>,
+			    cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)hstate_rt_smem(32)));
+		KCU(cx, cudaFuncSetAttribute(
 			    k_out_tc<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)out_tc_smem(DMAX, 64)));
 		KCU(cx, cudaFuncSetAttribute(
@@ -934,8 +1110,20 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			       out_tc_smem(dk, 32), o, (const float *)ws, T, Hv,
 			       dk, dv, act);
 	} else if (dv % SL16 == 0 && dk % 4 == 0) {
-		kcu_go(q, k_hstate<SL16>, dim3(Hv, dv / SL16), 16 * SL16,
-		       hstate_smem(dk, SL16), S, (float *)ws, T, Hv, dk, dv);
+		dim3 rg(Hv, dv / RT_SW);
+		if (!gdn_rt_on(dk, dv))
+			kcu_go(q, k_hstate<SL16>, dim3(Hv, dv / SL16), 16 * SL16,
+			       hstate_smem(dk, SL16), S, (float *)ws, T, Hv, dk,
+			       dv);
+		else if (dk == 128)
+			kcu_go(q, k_hstate_rt<128>, rg, 128, hstate_rt_smem(dk), S,
+			       (float *)ws, T, Hv, dv);
+		else if (dk == 64)
+			kcu_go(q, k_hstate_rt<64>, rg, 128, hstate_rt_smem(dk), S,
+			       (float *)ws, T, Hv, dv);
+		else
+			kcu_go(q, k_hstate_rt<32>, rg, 128, hstate_rt_smem(dk), S,
+			       (float *)ws, T, Hv, dv);
 		KCU_LAUNCHED(cx);
 		if (dv % 64 == 0)
 			kcu_go(q, k_out<64>, dim3(nch, Hv, dv / 64), 256,

@@ -13,6 +13,8 @@
 #   gpu       bench_gpu at 8k and 32k: the defaults, then MOOR_PDL=0
 #             MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0 (the decode step before them),
 #             MOOR_PDL=1, MOOR_PF_FUSE=0
+#   gpuab     bench_gpu at 8k and 32k: the defaults, then once with each
+#             VAR=VALUE of GPU_AB (space-separated)
 #   gpulong   bench_gpu at 8k, 32k, 64k and 128k (the issue's table)
 #   golden27  tests/golden/run_golden27.sh (transformers at 27B width)
 #   load      bench_load: an 8-layer checkpoint of the 27B's width from /dev/shm
@@ -98,6 +100,9 @@ for p in "$@"; do
 		phase gpu ${GPU_LIMIT:-180} "$(declare -f gpu27); B=$B; gpu27 default; gpu27 before MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0; \
 			gpu27 pdl MOOR_PDL=1; gpu27 unfused-prefill MOOR_PF_FUSE=0; \
 			[ -n \"\${GPU_WG:-}\" ] && gpu27 wg MOOR_ATTN_WG=1" ;;
+	gpuab)
+		phase gpuab ${GPU_LIMIT:-180} "$(declare -f gpu27); B=$B; gpu27 default; \
+			for e in \${GPU_AB:-}; do gpu27 \$e \$e; done" ;;
 	gpulong)
 		phase gpulong 580 "$(declare -f gpu27); B=$B; BENCH_LENS=8192,32768,65536,131072 gpu27 long" ;;
 	golden27)

@@ -331,6 +331,78 @@ static void case_gdn(void)
 	close_all("delta_recurrent S", S[1][1], S[0][1], ns, 1e-4, 1e-3);
 }
 
+/* The chunked delta rule's state pass in registers (k_hstate_rt, the
+ * default where it applies) against k_hstate (MOOR_GDN_RT=0), on the
+ * device, bit for bit: o, the final state and the workspace (the states
+ * each sub-chunk starts from, V'), at the head sizes it takes, with a
+ * short last sub-chunk (T = 200). */
+static void case_gdn_rt(void)
+{
+	const int T = 200, dks[] = {128, 64, 32};
+	for (int di = 0; di < 3; di++) {
+		int dk = dks[di], dv = dk, Hk = 2, Hv = 4;
+		int ldqk = Hk * dk, ldv = Hv * dv;
+		size_t nq = (size_t)T * ldqk, nv = (size_t)T * ldv,
+		       ns = (size_t)Hv * dk * dv;
+		float *qq = rnd(nq, -1, 1), *k = rnd(nq, -1, 1), *v = rnd(nv, -1, 1);
+		float *g = rnd((size_t)T * Hv, -0.3f, -0.01f),
+		      *beta = rnd((size_t)T * Hv, 0.1f, 0.9f);
+		float *S0 = rnd(ns, -0.1f, 0.1f);
+		float *dq = up(&gpu, qq, nq * 4), *dk_ = up(&gpu, k, nq * 4),
+		      *dv_ = up(&gpu, v, nv * 4);
+		float *dg = up(&gpu, g, (size_t)T * Hv * 4),
+		      *db = up(&gpu, beta, (size_t)T * Hv * 4);
+		gpu.o->l2norm(gpu.q, dq, ldqk, T, Hk, dk, 1e-6f, 1.0f / sqrtf(dk),
+			      KERN_ACT_F32);
+		gpu.o->l2norm(gpu.q, dk_, ldqk, T, Hk, dk, 1e-6f, 1.0f, KERN_ACT_F32);
+		size_t wsb = gpu.o->delta_ws_bytes(gpu.c, T, Hv, dk, dv);
+		float *ho[2], *hS[2];
+		unsigned char *hw[2];
+		for (int r = 0; r < 2; r++) {
+			setenv("MOOR_GDN_RT", r ? "1" : "0", 1);
+			float *dS = up(&gpu, S0, ns * 4), *dO = zz(&gpu, nv * 4);
+			void *ws = zz(&gpu, wsb);
+			int rc = gpu.o->delta_chunked(gpu.q, dO, dS, dq, dk_, ldqk, dv_,
+						      ldv, dg, db, T, Hk, Hv, dk, dv,
+						      ws, KERN_ACT_BF16);
+			ASSERT(rc == 0, "delta_chunked dk=%d: %s", dk, moor_strerror(rc));
+			ho[r] = malloc(nv * 4);
+			hS[r] = malloc(ns * 4);
+			hw[r] = malloc(wsb);
+			down(&gpu, ho[r], dO, nv * 4);
+			down(&gpu, hS[r], dS, ns * 4);
+			down(&gpu, hw[r], ws, wsb);
+			gpu.o->free(gpu.c, dS);
+			gpu.o->free(gpu.c, dO);
+			gpu.o->free(gpu.c, ws);
+		}
+		unsetenv("MOOR_GDN_RT");
+		ASSERT(!memcmp(ho[0], ho[1], nv * 4) && !memcmp(hS[0], hS[1], ns * 4) &&
+			       !memcmp(hw[0], hw[1], wsb),
+		       "k_hstate_rt differs from k_hstate (dk=dv=%d)", dk);
+		printf("  %-28s bit-exact against k_hstate\n",
+		       dk == 128 ? "delta state pass dk=128" :
+		       dk == 64  ? "delta state pass dk=64" :
+				   "delta state pass dk=32");
+		for (int r = 0; r < 2; r++) {
+			free(ho[r]);
+			free(hS[r]);
+			free(hw[r]);
+		}
+		gpu.o->free(gpu.c, dq);
+		gpu.o->free(gpu.c, dk_);
+		gpu.o->free(gpu.c, dv_);
+		gpu.o->free(gpu.c, dg);
+		gpu.o->free(gpu.c, db);
+		free(qq);
+		free(k);
+		free(v);
+		free(g);
+		free(beta);
+		free(S0);
+	}
+}
+
 /* ---- attention: both kernels, and a graph ---- */
 
 static void one_attn(bk *b, float *out, const float *qv, const void *K,
@@ -1065,6 +1137,7 @@ int main(void)
 	case_mlp();
 	case_norms();
 	case_gdn();
+	case_gdn_rt();
 	case_attention();
 	case_prep();
 	case_small();
