@@ -714,6 +714,110 @@ static __global__ void __launch_bounds__(256)
 	}
 }
 
+/* k_out4: k_out<64>'s arithmetic in the same order (x over d, y over
+ * j, each from 0, then x + y rounded), its loads four at a time: a float4
+ * of q e^G a row and four of S a step of four d (k_out: a float4 of S and
+ * four scalars of q e^G a step of one), a float4 of Am a row and four of
+ * V' a step of four j. Am's rows are padded to C + 4 floats (float4
+ * aligned). Taken with k_hstate_rt (MOOR_GDN_RT). */
+#define O4_PA (C + 4)
+static __global__ void __launch_bounds__(256)
+    k_out4(float *o, const float *ws, int T, int Hv, int dk, int dv, int act)
+{
+	kcu_pdl_enter();
+	constexpr int OC = 64, TX = OC / 4, TY = 256 / TX, RA = C / TY;
+	extern __shared__ __align__(16) float osm[];
+	const int c = blockIdx.x, h = blockIdx.y, s0 = blockIdx.z * OC;
+	const int t0 = c * C, n = T - t0 < C ? T - t0 : C;
+	const int PK = I16_PK(dk);
+	float *sQ = osm;	    /* [C][PK] q e^G */
+	float *sS = sQ + C * PK;    /* [dk][OC] */
+	float *sA = sS + dk * OC;   /* [C][O4_PA] Am */
+	float *sV = sA + C * O4_PA; /* [C][OC] V' */
+	const float *u = ws + ((size_t)c * Hv + h) * unit_floats(dk, dv);
+	const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
+	const int c4 = tx * 4;
+
+	hs_rows(sQ, u + off_Q(dk, dv), dk);
+	for (int e = tid; e < dk * TX; e += blockDim.x) {
+		int d = e / TX, p = (e % TX) * 4;
+		cp16(sS + d * OC + p, u + off_S(dk, dv) + (size_t)d * dv + s0 + p, 1);
+	}
+	for (int e = tid; e < n * TX; e += blockDim.x) {
+		int j = e / TX, p = (e % TX) * 4;
+		cp16(sV + j * OC + p, u + off_U(dk) + (size_t)j * dv + s0 + p, 1);
+	}
+	const float *gA = u + off_A(dk, dv);
+	for (int e = tid; e < n * (C / 4); e += blockDim.x) {
+		int i = e / (C / 4), p = (e % (C / 4)) * 4;
+		cp16(sA + i * O4_PA + p, gA + (size_t)i * C + p, 1);
+	}
+	cp_commit();
+	cp_wait<0>();
+	__syncthreads();
+
+	float x[RA][4] = {}, y[RA][4] = {};
+#pragma unroll 2
+	for (int d = 0; d < dk; d += 4) {
+		float4 sv[4];
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			sv[k] = *(const float4 *)(sS + (d + k) * OC + c4);
+#pragma unroll
+		for (int a = 0; a < RA; a++) {
+			float4 qv = *(const float4 *)(sQ + (ty + TY * a) * PK + d);
+			const float q4[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				x[a][0] += q4[k] * sv[k].x;
+				x[a][1] += q4[k] * sv[k].y;
+				x[a][2] += q4[k] * sv[k].z;
+				x[a][3] += q4[k] * sv[k].w;
+			}
+		}
+	}
+	int jmax = ty + TY * (RA - 1);
+	if (jmax > n - 1)
+		jmax = n - 1;
+	for (int j = 0; j <= jmax; j += 4) {
+		float4 uv[4];
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			uv[k] = *(const float4 *)(sV + (j + k <= jmax ? j + k : j) * OC + c4);
+#pragma unroll
+		for (int a = 0; a < RA; a++) {
+			const int r = ty + TY * a;
+			float4 av = *(const float4 *)(sA + r * O4_PA + j);
+			const float a4[4] = {av.x, av.y, av.z, av.w};
+#pragma unroll
+			for (int k = 0; k < 4; k++)
+				if (j + k <= r && j + k <= jmax) {
+					y[a][0] += a4[k] * uv[k].x;
+					y[a][1] += a4[k] * uv[k].y;
+					y[a][2] += a4[k] * uv[k].z;
+					y[a][3] += a4[k] * uv[k].w;
+				}
+		}
+	}
+#pragma unroll
+	for (int a = 0; a < RA; a++) {
+		const int r = ty + TY * a;
+		if (r < n) {
+			float *op = o + ((size_t)(t0 + r) * Hv + h) * dv + s0 + c4;
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				op[e] = kcu_rnd(x[a][e] + y[a][e], act);
+		}
+	}
+}
+
+static size_t out4_smem(int dk)
+{
+	return ((size_t)C * I16_PK(dk) + (size_t)dk * 64 + (size_t)C * O4_PA +
+		(size_t)C * 64) *
+	       sizeof(float);
+}
+
 /* ---- the tensor-core path: 3xTF32 ----
  *
  * Opt-in (MOOR_GDN_TC=1, gdn_tc_on says why): k_hstate_tc and k_out_tc
@@ -1077,6 +1181,9 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_rt_smem(64)));
 		KCU(cx, cudaFuncSetAttribute(
+			    k_out4, cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)out4_smem(DMAX)));
+		KCU(cx, cudaFuncSetAttribute(
 			    k_hstate_rt<32>,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_rt_smem(32)));
@@ -1125,7 +1232,11 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			kcu_go(q, k_hstate_rt<32>, rg, 128, hstate_rt_smem(dk), S,
 			       (float *)ws, T, Hv, dv);
 		KCU_LAUNCHED(cx);
-		if (dv % 64 == 0)
+		if (dv % 64 == 0 && gdn_rt_on(dk, dv))
+			kcu_go(q, k_out4, dim3(nch, Hv, dv / 64), 256,
+			       out4_smem(dk), o, (const float *)ws, T, Hv, dk, dv,
+			       act);
+		else if (dv % 64 == 0)
 			kcu_go(q, k_out<64>, dim3(nch, Hv, dv / 64), 256,
 			       out_smem(dk, 64), o, (const float *)ws, T, Hv,
 			       dk, dv, act);

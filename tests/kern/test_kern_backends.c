@@ -331,8 +331,9 @@ static void case_gdn(void)
 	close_all("delta_recurrent S", S[1][1], S[0][1], ns, 1e-4, 1e-3);
 }
 
-/* The chunked delta rule's state pass in registers (k_hstate_rt, the
- * default where it applies) against k_hstate (MOOR_GDN_RT=0), on the
+/* The chunked delta rule's state pass and output in register tiles
+ * (k_hstate_rt and k_out4, the default where they apply) against k_hstate
+ * and k_out (MOOR_GDN_RT=0), on the
  * device, bit for bit: o, the final state and the workspace (the states
  * each sub-chunk starts from, V'), at the head sizes it takes, with a
  * short last sub-chunk (T = 200). */
@@ -379,8 +380,8 @@ static void case_gdn_rt(void)
 		unsetenv("MOOR_GDN_RT");
 		ASSERT(!memcmp(ho[0], ho[1], nv * 4) && !memcmp(hS[0], hS[1], ns * 4) &&
 			       !memcmp(hw[0], hw[1], wsb),
-		       "k_hstate_rt differs from k_hstate (dk=dv=%d)", dk);
-		printf("  %-28s bit-exact against k_hstate\n",
+		       "k_hstate_rt + k_out4 differ from k_hstate + k_out (dk=dv=%d)", dk);
+		printf("  %-28s bit-exact against k_hstate + k_out\n",
 		       dk == 128 ? "delta state pass dk=128" :
 		       dk == 64  ? "delta state pass dk=64" :
 				   "delta state pass dk=32");
