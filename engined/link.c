@@ -4,20 +4,22 @@
  * events count the connections, so a new pipe (cached restarted) makes the
  * next request HELLO again first.
  *
- * A lost link. NNG 1.5's dialer re-dials only when its pipe closes, and
- * with the resend time infinite a request in flight on a pipe that closes
- * fails with ECONNRESET. So a cached that dies with its end closed is
- * noticed by NNG and the new one gets a new pipe (and a HELLO). A peer
- * that stops answering while the pipe stays open is not: every call goes
- * to that pipe and times out (--call-timeout each), NNG never re-dials, no
- * new pipe is counted, no HELLO goes out, for as long as the pipe lives.
- * Hence two rules here: a call that fails in transport (timed out, reset,
- * closed) marks the link unattached, so the next request HELLOs first
- * whatever the pipe count says; and a call that timed out closes the
- * dialer (its pipe with it) and dials again, so the next call goes over a
- * fresh connection to whatever listens at the path now. A late answer of
- * the abandoned call is lost with the old pipe; cached sees that engine's
- * connection end, as on any restart of engined. */
+ * A lost link. The socket is dialled through a proto_dialer (net.h), which
+ * redials while cached is down or restarting and replaces a dialer that
+ * NNG 1.5 gave up on (a cached killed at the wrong moment left engined
+ * with no pipe for good: dial.c says how). With the resend time infinite
+ * a request in flight on a pipe that closes fails with ECONNRESET. So a
+ * cached that dies with its end closed is noticed by NNG and the new one
+ * gets a new pipe (and a HELLO). A peer that stops answering while the
+ * pipe stays open is not: every call goes to that pipe and times out
+ * (--call-timeout each), no new pipe is counted, no HELLO goes out, for as
+ * long as the pipe lives. Hence two rules here: a call that fails in
+ * transport (timed out, reset, closed) marks the link unattached, so the
+ * next request HELLOs first whatever the pipe count says; and a call that
+ * timed out gives up the connection (proto_dialer_redial), so the next
+ * call goes over a fresh connection to whatever listens at the path now.
+ * A late answer of the abandoned call is lost with the old pipe; cached
+ * sees that engine's connection end, as on any restart of engined. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -41,7 +43,7 @@ static void cached_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
 	srv *s = arg;
 	(void)p;
-	if (ev != NNG_PIPE_EV_ADD_POST)
+	if (ev != NNG_PIPE_EV_ADD_POST) /* the dialer gives REM_POST too */
 		return;
 	atomic_fetch_add(&s->pipes_added, 1);
 	pthread_mutex_lock(&s->mu);
@@ -57,13 +59,10 @@ int srv_cached_open(srv *s)
 	/* A request is never resent behind our back: a PLAN cached served
 	 * twice would restore twice. Lost requests time out instead. */
 	nng_socket_set_ms(s->cq, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-	nng_socket_set_ms(s->cq, NNG_OPT_RECONNMINT, 50);
-	nng_socket_set_ms(s->cq, NNG_OPT_RECONNMAXT, 500);
 	nng_socket_set_size(s->cq, NNG_OPT_RECVMAXSZ,
 			    2 * (PROTO_HDR_SIZE + (size_t)PROTO_MAX_PAYLOAD));
-	nng_pipe_notify(s->cq, NNG_PIPE_EV_ADD_POST, cached_pipe_cb, s);
-	rv = nng_dial(s->cq, s->cached_url, &s->cq_dialer, NNG_FLAG_NONBLOCK);
-	return proto_nng_err(rv);
+	return proto_dialer_open(&s->cq_dial, s->cq, s->cached_url,
+				 cached_pipe_cb, s);
 }
 
 /* A transport failure of a call: no answer in time, the pipe reset or
@@ -78,14 +77,13 @@ static int link_lost(int rc, const proto_msg *rep)
 
 /* Gives up the pipe a call timed out on: the dialer closes (and its pipe
  * with it, so NNG does not keep feeding it requests) and a new one dials
- * without blocking; the socket's reconnect times carry over to it. */
+ * without blocking. */
 static void redial(srv *s)
 {
-	nng_dialer_close(s->cq_dialer);
-	int rv =
-	    nng_dial(s->cq, s->cached_url, &s->cq_dialer, NNG_FLAG_NONBLOCK);
+	int rv = proto_dialer_redial(s->cq_dial);
 	if (rv)
-		moor_warn("dial %s again: %s", s->cached_url, nng_strerror(rv));
+		moor_warn("dial %s again: %s", s->cached_url,
+			  moor_strerror(rv));
 	else
 		moor_info("gave up the connection to cached after a timeout; "
 			  "dialling %s again",

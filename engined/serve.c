@@ -285,6 +285,7 @@ out:
 		srv_job_free(s->queue[--s->qn]);
 	pthread_mutex_unlock(&s->mu);
 	nng_close(s->cq);
+	proto_dialer_free(s->cq_dial); /* after the close: net.h */
 	srv_arenas_unmap(s);
 	free(s->seq.sec);
 	free(s->seq.view);

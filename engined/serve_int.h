@@ -26,6 +26,7 @@
 #include <nng/nng.h>
 
 #include "eng.h"
+#include "net.h"
 #include "outbox.h"
 #include "proto.h"
 #include "serve.h"
@@ -51,10 +52,10 @@ typedef struct srv {
 	/* the link to cached (REQ); pipes_added counts pipes NNG attached,
 	 * hello_gen is its value at the last good HELLO; attached drops to 0
 	 * when a call fails in transport (the next request HELLOs first; the
-	 * old arenas stay mapped until that HELLO replaces them); cq_dialer
-	 * is re-made after a call timed out (link.c says why) */
+	 * old arenas stay mapped until that HELLO replaces them); cq_dial
+	 * dials cq, again after a call timed out (link.c says why) */
 	nng_socket cq;
-	nng_dialer cq_dialer;
+	proto_dialer *cq_dial;
 	atomic_uint pipes_added;
 	unsigned hello_gen;
 	int attached;

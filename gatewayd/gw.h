@@ -67,6 +67,7 @@
 
 #include "buf.h"
 #include "moor.h"
+#include "net.h"
 #include "params.h"
 #include "proto.h"
 #include "replystream.h"
@@ -195,6 +196,8 @@ typedef struct gw_ev {
 typedef struct gw_link {
 	nng_socket eng;		/* PAIR1 dialed to engined.sock */
 	nng_socket adm;		/* REQ dialed to admin.sock */
+	/* their dialers (net.h: a dialer that comes back) */
+	proto_dialer *eng_dial, *adm_dial;
 	pthread_mutex_t adm_mu; /* one admin round trip at a time */
 	pthread_t rx;
 	int rx_started;

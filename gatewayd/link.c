@@ -6,7 +6,11 @@
  * the thread pool.
  *
  * Neither socket is ever probed by a connect of its own (nng#1518): the
- * dialers connect once per pipe, and "up" is what the pipe events say. */
+ * dialers connect once per pipe, and "up" is what the pipe events say.
+ * Each is dialled through a proto_dialer (net.h), which replaces a dialer
+ * NNG 1.5 gave up on: a peer killed at the wrong moment left the gateway
+ * with no pipe to it for good (/health said cached or engined down after
+ * it was back; dial.c says how). */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -128,20 +132,13 @@ static void on_async(uv_async_t *a)
 	}
 }
 
-static int dial(nng_socket so, const char *url, char *err)
+static int dial(nng_socket so, const char *url, proto_pipe_fn fn, void *arg,
+		proto_dialer **out, char *err)
 {
-	nng_dialer d;
-	int rv = nng_dialer_create(&d, so, url);
-	if (rv == 0) {
-		nng_dialer_set_ms(d, NNG_OPT_RECONNMINT, 50);
-		nng_dialer_set_ms(d, NNG_OPT_RECONNMAXT, 500);
-		rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK);
-	}
-	if (rv) {
-		moor_errf(err, "dial %s: %s", url, nng_strerror(rv));
-		return proto_nng_err(rv);
-	}
-	return 0;
+	int rv = proto_dialer_open(out, so, url, fn, arg);
+	if (rv)
+		moor_errf(err, "dial %s: %s", url, moor_strerror(rv));
+	return rv;
 }
 
 int gw_link_open(gw_srv *s, char *err)
@@ -169,10 +166,8 @@ int gw_link_open(gw_srv *s, char *err)
 	/* the loop never waits long on a send: engined reads promptly */
 	nng_socket_set_ms(l->eng, NNG_OPT_SENDTIMEO, 1000);
 	nng_socket_set_int(l->eng, NNG_OPT_RECVBUF, 128);
-	nng_pipe_notify(l->eng, NNG_PIPE_EV_ADD_POST, pipe_cb, s);
-	nng_pipe_notify(l->eng, NNG_PIPE_EV_REM_POST, pipe_cb, s);
 	snprintf(url, sizeof url, "ipc://%s/engined.sock", s->cfg.run_dir);
-	if ((rv = dial(l->eng, url, err)))
+	if ((rv = dial(l->eng, url, pipe_cb, s, &l->eng_dial, err)))
 		return rv;
 
 	rv = nng_req0_open(&l->adm);
@@ -186,10 +181,8 @@ int gw_link_open(gw_srv *s, char *err)
 	/* no resend: a round trip that times out is reported, not repeated */
 	nng_socket_set_ms(l->adm, NNG_OPT_REQ_RESENDTIME,
 			  NNG_DURATION_INFINITE);
-	nng_pipe_notify(l->adm, NNG_PIPE_EV_ADD_POST, adm_pipe_cb, s);
-	nng_pipe_notify(l->adm, NNG_PIPE_EV_REM_POST, adm_pipe_cb, s);
 	snprintf(url, sizeof url, "ipc://%s/admin.sock", s->cfg.run_dir);
-	if ((rv = dial(l->adm, url, err)))
+	if ((rv = dial(l->adm, url, adm_pipe_cb, s, &l->adm_dial, err)))
 		return rv;
 
 	if (pthread_create(&l->rx, NULL, rx_main, s)) {
@@ -208,6 +201,11 @@ void gw_link_close(gw_srv *s)
 		nng_close(l->adm);
 		l->open = 0;
 	}
+	/* after the sockets: NNG's pipe callbacks use the dialers until
+	 * then */
+	proto_dialer_free(l->eng_dial);
+	proto_dialer_free(l->adm_dial);
+	l->eng_dial = l->adm_dial = NULL;
 	if (l->rx_started) {
 		pthread_join(l->rx, NULL);
 		l->rx_started = 0;

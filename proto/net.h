@@ -4,8 +4,8 @@
  * returns 0 or a negative moor code (-errno for transport failures, the
  * proto_decode codes for malformed messages), converted by proto_nng_err.
  *
- * Sockets are the caller's: these helpers open and dial nothing, and
- * listen only in proto_listen_private.
+ * Sockets are the caller's: these helpers open nothing, listen only in
+ * proto_listen_private and dial only in proto_dialer_open.
  * They are safe to call from several threads on one socket as far as NNG
  * is (timeouts are per call, through an aio; no socket option is changed).
  */
@@ -70,5 +70,39 @@ int proto_call(nng_socket req_sock, const proto_msg *q, proto_msg *reply,
 int proto_send_error(nng_socket s, nng_pipe pipe, uint64_t req, int code,
 		     const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+
+/* ---- a dialer that comes back (dial.c) -------------------------------
+ *
+ * NNG 1.5's dialer stops redialing for good after an attempt that ends in
+ * NNG_ECLOSED, which a peer killed at the wrong moment causes (dial.c says
+ * how); the socket then never gets a pipe again. A proto_dialer dials url
+ * on s as nng_dial(NNG_FLAG_NONBLOCK) does, with redials from 50 ms to
+ * 500 ms apart, and a thread of its own watches: while s has no pipe and
+ * the dialer has made no attempt for 2 s (NNG's counters of it stand
+ * still), the dialer is closed and a new one dials. One proto_dialer per
+ * socket, and the socket dials nothing else. */
+typedef struct proto_dialer proto_dialer;
+
+/* A pipe event of the socket, as nng_pipe_notify gives it. */
+typedef void (*proto_pipe_fn)(nng_pipe p, nng_pipe_ev ev, void *arg);
+
+/* Dials url on s and starts the watch. The dialer takes s's pipe
+ * notifications (ADD_PRE, ADD_POST, REM_POST): fn (may be NULL) gets every
+ * ADD_POST and REM_POST of s with arg, on NNG's threads as nng_pipe_notify
+ * would call it; the caller registers none of its own on s. Returns 0 with
+ * *out the caller's (proto_dialer_free), or a moor code with *out NULL and
+ * nothing left registered on s. */
+int proto_dialer_open(proto_dialer **out, nng_socket s, const char *url,
+		      proto_pipe_fn fn, void *arg);
+
+/* Gives up the current connection (its pipe closes with the old dialer)
+ * and dials again at once: for a peer that stopped answering while its
+ * pipe stays open, which no pipe event reveals. Returns 0 or a moor code
+ * (the socket is closed: -EPIPE). */
+int proto_dialer_redial(proto_dialer *d);
+
+/* Stops the watch and frees d; NULL is a no-op. Call it after nng_close(s)
+ * (NNG's pipe callbacks use d until the socket is closed). */
+void proto_dialer_free(proto_dialer *d);
 
 #endif
