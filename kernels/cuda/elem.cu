@@ -432,9 +432,11 @@ static __global__ void k_conv1d(float *out, const float *in, int ldin,
 	const int ta = blockIdx.y * CONV_TT;
 	const int tb = ta + CONV_TT < T ? ta + CONV_TT : T;
 	float wt[CONV_KMAX], win[CONV_KMAX]; /* win: the Kc - 1 inputs before t */
+	kcu_wgather<CONV_KMAX>(wt, w, wdt, [&](int k) {
+		return k < Kc ? (long long)c * Kc + k : -1LL;
+	});
 #pragma unroll
 	for (int k = 0; k < CONV_KMAX; k++) {
-		wt[k] = k < Kc ? kcu_wget(w, wdt, (size_t)c * Kc + k) : 0.0f;
 		/* input ta - (Kc - 1) + k */
 		int t = ta - (Kc - 1) + k;
 		win[k] = k >= Kc - 1 ? 0.0f
@@ -442,11 +444,13 @@ static __global__ void k_conv1d(float *out, const float *in, int ldin,
 				     : tail[(size_t)(t + Kc - 1) * C + c];
 	}
 	/* the tile's inputs loaded at once (in flight together: one at a
-	 * time, the loads' latency was most of the kernel's time) */
+	 * time, the loads' latency was most of the kernel's time; kcu_ldz,
+	 * a load no branch goes around: bench_gpu --profile 1 had it at 127 us a
+	 * 1,024-token chunk of the 27B's 10,240 channels on the H100) */
 	float xin[CONV_TT];
 #pragma unroll
 	for (int i = 0; i < CONV_TT; i++)
-		xin[i] = ta + i < tb ? in[(size_t)(ta + i) * ldin + c] : 0.0f;
+		xin[i] = kcu_ldz(in + c, (long long)(ta + i) * ldin, ta + i < tb);
 #pragma unroll
 	for (int i = 0; i < CONV_TT; i++) {
 		const int t = ta + i;
