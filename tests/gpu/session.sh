@@ -8,6 +8,8 @@
 #   env       a later call on the warm machine: setup's environment, no build
 #   suite     meson test --suite gpu --suite kern (the defaults)
 #   tc        the kern and golden GPU tests again with MOOR_GDN_TC=1
+#   rt        the kern and golden GPU tests again with MOOR_GDN_RT=1, then
+#             bench_kern's delta row with it
 #   wg        the kern and golden GPU tests again with MOOR_ATTN_WG=1
 #   kern      bench_kern (every op), then its decode rows with MOOR_DEC_MMA=0
 #   gpu       bench_gpu at 8k and 32k: the defaults, then MOOR_PDL=0
@@ -89,6 +91,10 @@ for p in "$@"; do
 		phase tc 120 "MOOR_GDN_TC=1 meson test -C $B test_kern_backends test_kern_deterministic \
 			test_golden_transformers_cuda test_prefill_split_exact_tiny_cuda --num-processes 4 \
 			--print-errorlogs" ;;
+	rt)
+		phase rt 120 "MOOR_GDN_RT=1 meson test -C $B test_kern_backends test_kern_deterministic \
+			test_golden_transformers_cuda test_prefill_split_exact_tiny_cuda --num-processes 4 \
+			--print-errorlogs; MOOR_GDN_RT=1 $B/tests/bench/bench_kern --only delta" ;;
 	wg)
 		phase wg 120 "MOOR_ATTN_WG=1 meson test -C $B test_golden_transformers_cuda \
 			test_prefill_split_exact_tiny_cuda --num-processes 3 --print-errorlogs" ;;

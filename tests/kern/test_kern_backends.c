@@ -332,8 +332,8 @@ static void case_gdn(void)
 }
 
 /* The chunked delta rule's state pass and output in register tiles
- * (k_hstate_rt and k_out4, the default where they apply) against k_hstate
- * and k_out (MOOR_GDN_RT=0), on the
+ * (k_hstate_rt and k_out4, MOOR_GDN_RT=1) against k_hstate and k_out
+ * (MOOR_GDN_RT=0), on the
  * device, bit for bit: o, the final state and the workspace (the states
  * each sub-chunk starts from, V'), at the head sizes it takes, with a
  * short last sub-chunk (T = 200). */
