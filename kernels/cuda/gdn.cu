@@ -257,6 +257,190 @@ static __global__ void __launch_bounds__(INTRA_THREADS)
 		gG[e] = e < n ? sG[e] : 0.0f;
 }
 
+/* k_intra_rt: k_intra's arithmetic, every sum in the same order (the
+ * same bits), for dk % 4 == 0, in 85 KB of shared memory and at most 128
+ * registers so that two blocks share an SM (k_intra: 149 KB and 206
+ * registers, one block an SM, 5.8 waves of the 27B's 768 blocks, 203 us
+ * a 1,024-token chunk on the H100): k and q come in rows of dk + 4
+ * (float4 loads over d in the products); q e^G and k e^(G_last - G) are
+ * written out as soon as the products are done, then W is made in q's
+ * place and beta V in k's. Taken with k_hstate_rt (MOOR_GDN_RT=1). */
+/* component e (a constant once unrolled) of v */
+static __device__ inline float f4at(const float4 &v, int e)
+{
+	return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w;
+}
+
+static __global__ void __launch_bounds__(INTRA_THREADS, 2)
+    k_intra_rt(float *ws, const float *q, const float *k, int ldqk,
+	       const float *v, int ldv, const float *g, const float *beta,
+	       int T, int Hk, int Hv, int dk, int dv)
+{
+	kcu_pdl_enter();
+	extern __shared__ __align__(16) float smr[];
+	const int c = blockIdx.x, h = blockIdx.y, t0 = c * C;
+	const int n = T - t0 < C ? T - t0 : C;
+	const int kh = h / (Hv / Hk);
+	const int PK = dk + 4, R1 = C * (PK > dv ? PK : dv);
+	float *sk = smr;	    /* [C][PK] k, then U [C][dv] */
+	float *sq = sk + R1;	    /* [C][PK] q, then W [C][dk] */
+	float *sA = sq + C * PK;    /* [C][C+1] A, strictly lower */
+	float *sG = sA + C * (C + 1); /* [C] */
+	float *sb = sG + C;	      /* [C] beta */
+	float *sU = sk, *sW = sq;
+	const int tid = threadIdx.x, nt = blockDim.x;
+
+	const int vec = ldqk % 4 == 0 && ldv % 4 == 0 && dv % 4 == 0 &&
+			(((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) & 15) == 0;
+	const int q4 = dk / 4;
+	for (int e = tid; e < n * q4; e += nt) {
+		int i = e / q4, d = (e - i * q4) * 4;
+		size_t off = (size_t)(t0 + i) * ldqk + (size_t)kh * dk + d;
+		float4 a, b;
+		if (vec) {
+			a = *(const float4 *)(k + off);
+			b = *(const float4 *)(q + off);
+		} else {
+			a = make_float4(k[off], k[off + 1], k[off + 2], k[off + 3]);
+			b = make_float4(q[off], q[off + 1], q[off + 2], q[off + 3]);
+		}
+		*(float4 *)(sk + i * PK + d) = a;
+		*(float4 *)(sq + i * PK + d) = b;
+	}
+	for (int i = tid; i < C; i += nt) {
+		size_t t = (size_t)(t0 + i);
+		sG[i] = i < n ? g[t * Hv + h] : 0.0f;
+		sb[i] = i < n ? beta[t * Hv + h] : 0.0f;
+	}
+	__syncthreads();
+	if (tid == 0) {
+		/* the cumulative sum in fp64, rounded per row (as the CPU) */
+		double cum = 0.0;
+		for (int i = 0; i < n; i++) {
+			cum += sG[i];
+			sG[i] = (float)cum;
+		}
+	}
+	__syncthreads();
+	float *u = ws + ((size_t)c * Hv + h) * unit_floats(dk, dv);
+	float *Am = u + (size_t)C * dk + (size_t)C * dv;
+	{
+		const int ti = tid / 16, tj = tid % 16;
+		float sa[4][4], sqk[4][4], bi[4];
+#pragma unroll
+		for (int a = 0; a < 4; a++) {
+			int i = ti + 16 * a;
+			bi[a] = i < n ? sb[i] : 0.0f;
+#pragma unroll
+			for (int b = 0; b < 4; b++)
+				sa[a][b] = sqk[a][b] = 0.0f;
+		}
+		/* rows past n hold stale values: their products are masked */
+		for (int d = 0; d < dk; d += 4) {
+			float4 ki[4], qi[4], kj[4];
+#pragma unroll
+			for (int a = 0; a < 4; a++) {
+				ki[a] = *(const float4 *)(sk + (ti + 16 * a) * PK + d);
+				qi[a] = *(const float4 *)(sq + (ti + 16 * a) * PK + d);
+				kj[a] = *(const float4 *)(sk + (tj + 16 * a) * PK + d);
+			}
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+#pragma unroll
+				for (int a = 0; a < 4; a++)
+#pragma unroll
+					for (int b = 0; b < 4; b++) {
+						sa[a][b] += (f4at(ki[a], e) * bi[a]) *
+							    f4at(kj[b], e);
+						sqk[a][b] += f4at(qi[a], e) * f4at(kj[b], e);
+					}
+		}
+#pragma unroll
+		for (int a = 0; a < 4; a++)
+#pragma unroll
+			for (int b = 0; b < 4; b++) {
+				int i = ti + 16 * a, j = tj + 16 * b;
+				float x = 0.0f, am = 0.0f;
+				if (i < n && j <= i) {
+					float dm = expf(sG[i] - sG[j]);
+					if (j < i)
+						x = sa[a][b] * dm;
+					am = sqk[a][b] * dm;
+				}
+				sA[i * (C + 1) + j] = x;
+				Am[i * C + j] = am;
+			}
+	}
+	__syncthreads(); /* k and q read by the products */
+	float *gW = u, *gU = u + off_U(dk), *gG = u + off_G(dk, dv);
+	float *gQ = u + off_Q(dk, dv), *gK = u + off_K(dk, dv);
+	const float gl = sG[n - 1];
+	for (int e = tid; e < C * dk; e += nt) {
+		int i = e / dk, d = e - i * dk;
+		gQ[e] = i < n ? sq[i * PK + d] * expf(sG[i]) : 0.0f;
+		gK[e] = i < n ? sk[i * PK + d] * expf(gl - sG[i]) : 0.0f;
+	}
+	for (int e = tid; e < C; e += nt)
+		gG[e] = e < n ? sG[e] : 0.0f;
+	__syncthreads(); /* q read: W goes in its place */
+	for (int e = tid; e < n * dk; e += nt) {
+		int i = e / dk, d = e % dk;
+		sW[e] = (sk[i * PK + d] * sb[i]) * expf(sG[i]);
+	}
+	__syncthreads(); /* k read: beta V goes in its place */
+	if (vec) {
+		const int v4 = dv / 4;
+		for (int e = tid; e < n * v4; e += nt) {
+			int i = e / v4, d = (e - i * v4) * 4;
+			float4 a = *(const float4 *)(v + (size_t)(t0 + i) * ldv +
+						     (size_t)h * dv + d);
+			float *pu = sU + i * dv + d;
+			pu[0] = a.x * sb[i], pu[1] = a.y * sb[i];
+			pu[2] = a.z * sb[i], pu[3] = a.w * sb[i];
+		}
+	} else {
+		for (int e = tid; e < n * dv; e += nt) {
+			int i = e / dv, d = e % dv;
+			sU[e] = v[(size_t)(t0 + i) * ldv + (size_t)h * dv + d] * sb[i];
+		}
+	}
+	__syncthreads();
+	/* forward substitution, a thread per column of [W | U], the column
+	 * in registers (rows past n are junk no row below n reads) */
+	for (int col = tid; col < dk + dv; col += nt) {
+		float *X = col < dk ? sW + col : sU + (col - dk);
+		int w = col < dk ? dk : dv;
+		float xr[C];
+#pragma unroll
+		for (int i = 0; i < C; i++)
+			xr[i] = X[i * w];
+#pragma unroll
+		for (int i = 1; i < C; i++) {
+			const float *ar = sA + i * (C + 1);
+			float x = xr[i];
+#pragma unroll
+			for (int j = 0; j < i; j++)
+				x -= ar[j] * xr[j];
+			xr[i] = x;
+		}
+#pragma unroll
+		for (int i = 0; i < C; i++)
+			X[i * w] = xr[i];
+	}
+	__syncthreads();
+	for (int e = tid; e < C * dk; e += nt)
+		gW[e] = e < n * dk ? sW[e] : 0.0f;
+	for (int e = tid; e < C * dv; e += nt)
+		gU[e] = e < n * dv ? sU[e] : 0.0f;
+}
+
+static size_t intra_rt_smem(int dk, int dv)
+{
+	size_t pk = (size_t)dk + 4, r1 = pk > (size_t)dv ? pk : (size_t)dv;
+	return ((size_t)C * r1 + (size_t)C * pk + (size_t)C * (C + 1) + 2 * C) *
+	       sizeof(float);
+}
+
 /* ---- inter ---- */
 
 static __global__ void k_inter(float *o, float *S, const float *ws,
@@ -1132,8 +1316,8 @@ static int gdn_tc_on(void)
 	return on;
 }
 
-/* k_hstate_rt and k_out4 are the state pass and output where they apply
- * with MOOR_GDN_RT=1 (read at each call, so that a test compares the two
+/* k_intra_rt, k_hstate_rt and k_out4 are the chunked rule's kernels
+ * where they apply with MOOR_GDN_RT=1 (read at each call, so that a test compares the two
  * pairs in one process: the same bits). Opt-in until a GPU has run
  * test_kern_backends' case_gdn_rt: written after this tree's last GPU
  * run; make them the default once it passes and bench_kern shows them
@@ -1184,6 +1368,9 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_rt_smem(64)));
 		KCU(cx, cudaFuncSetAttribute(
+			    k_intra_rt, cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)intra_rt_smem(DMAX, DMAX)));
+		KCU(cx, cudaFuncSetAttribute(
 			    k_out4, cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)out4_smem(DMAX)));
 		KCU(cx, cudaFuncSetAttribute(
@@ -1204,8 +1391,14 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    (int)out_smem(DMAX, 16)));
 		attr_set = 1;
 	}
-	kcu_go(q, k_intra, dim3(nch, Hv), INTRA_THREADS, sm1, (float *)ws, qq,
-	       k, ldqk, v, ldv, g, beta, T, Hk, Hv, dk, dv);
+	if (gdn_rt_on(dk, dv))
+		kcu_go(q, k_intra_rt, dim3(nch, Hv), INTRA_THREADS,
+		       intra_rt_smem(dk, dv), (float *)ws, qq, k, ldqk, v, ldv,
+		       g, beta, T, Hk, Hv, dk, dv);
+	else
+		kcu_go(q, k_intra, dim3(nch, Hv), INTRA_THREADS, sm1,
+		       (float *)ws, qq, k, ldqk, v, ldv, g, beta, T, Hk, Hv, dk,
+		       dv);
 	KCU_LAUNCHED(cx);
 	if (gdn_tc_on() && dv % TC_SW == 0 && dk % 16 == 0) {
 		kcu_go(q, k_hstate_tc, dim3(Hv, dv / TC_SW), 256,

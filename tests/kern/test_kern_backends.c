@@ -331,8 +331,9 @@ static void case_gdn(void)
 	close_all("delta_recurrent S", S[1][1], S[0][1], ns, 1e-4, 1e-3);
 }
 
-/* The chunked delta rule's state pass and output in register tiles
- * (k_hstate_rt and k_out4, MOOR_GDN_RT=1) against k_hstate and k_out
+/* The chunked delta rule's kernels of MOOR_GDN_RT=1 (k_intra_rt in half
+ * the shared memory, the state pass and output in register tiles:
+ * k_hstate_rt, k_out4) against k_intra, k_hstate and k_out
  * (MOOR_GDN_RT=0), on the
  * device, bit for bit: o, the final state and the workspace (the states
  * each sub-chunk starts from, V'), at the head sizes it takes, with a
@@ -380,8 +381,8 @@ static void case_gdn_rt(void)
 		unsetenv("MOOR_GDN_RT");
 		ASSERT(!memcmp(ho[0], ho[1], nv * 4) && !memcmp(hS[0], hS[1], ns * 4) &&
 			       !memcmp(hw[0], hw[1], wsb),
-		       "k_hstate_rt + k_out4 differ from k_hstate + k_out (dk=dv=%d)", dk);
-		printf("  %-28s bit-exact against k_hstate + k_out\n",
+		       "the MOOR_GDN_RT=1 kernels differ from the default ones (dk=dv=%d)", dk);
+		printf("  %-28s MOOR_GDN_RT=1 bit-exact\n",
 		       dk == 128 ? "delta state pass dk=128" :
 		       dk == 64  ? "delta state pass dk=64" :
 				   "delta state pass dk=32");
