@@ -32,8 +32,9 @@
 #             decode op by op through kern_prof's shim (each op synced),
 #             and bench_kern's prefill GEMMs (1,024 rows, TFLOP/s)
 #   dprof     ncu times the chunked delta rule's kernels (bench_kern
-#             --only delta: intra, state pass, output), fp32 then
-#             MOOR_GDN_TC=1
+#             --only delta: intra, state pass, output): the defaults,
+#             MOOR_GDN_TC=1, MOOR_GDN_RT=1; and the detail of intra and
+#             the state pass
 #   prof      ncu times each kernel of one decode step of bench_gpu (27B
 #             shapes, 8k history; MOOR_CUPROF_LAUNCH picks the step) and
 #             tests/gpu/ncu_sum.py sums them by kernel against the step
@@ -136,15 +137,15 @@ for p in "$@"; do
 			--lens \${PROF_LEN:-32768} --decode 4 --profile 1; $B/tests/bench/bench_kern --only mm" ;;
 	dprof)
 		phase dprof ${DPROF_LIMIT:-150} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); \
-			for tc in 0 1; do echo \"--- MOOR_GDN_TC=\$tc\"; MOOR_GDN_TC=\$tc \$NCU --clock-control none \
+			for e in MOOR_GDN_TC=0 MOOR_GDN_TC=1 MOOR_GDN_RT=1; do echo \"--- \$e\"; env \$e \$NCU --clock-control none \
 			--metrics gpu__time_duration.sum --csv --print-units base \
-			$B/tests/bench/bench_kern --only delta --reps 2 >$OUT/dprof-\$tc.csv 2>&1; \
-			python3 tests/gpu/ncu_sum.py $OUT/dprof-\$tc.csv | head -12; done; \
-			for tc in 0 1; do MOOR_GDN_TC=\$tc \$NCU --clock-control none -k regex:hstate -c 1 \
+			$B/tests/bench/bench_kern --only delta --reps 2 >$OUT/dprof-\${e//=/-}.csv 2>&1; \
+			python3 tests/gpu/ncu_sum.py $OUT/dprof-\${e//=/-}.csv | head -12; \
+			env \$e \$NCU --clock-control none -k regex:'hstate|intra' -c 2 \
 			--section SpeedOfLight --section WarpStateStats --section Occupancy \
 			--section LaunchStats --section SchedulerStats \
 			$B/tests/bench/bench_kern --only delta --reps 1 \
-			>$OUT/dprof-detail-\$tc.txt 2>&1; done" ;;
+			>$OUT/dprof-detail-\${e//=/-}.txt 2>&1; done" ;;
 	prof)
 		phase prof ${PROF_LIMIT:-240} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); echo ncu: \$NCU; \
 			MOOR_CUPROF_LAUNCH=4 \$NCU --clock-control none --profile-from-start off \
