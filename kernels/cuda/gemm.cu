@@ -121,11 +121,25 @@ out:
 	return rc;
 }
 
+/* MOOR_GEMM_BUCKET_MAX=B (read at each call; a power of two): products
+ * of more than B rows run the algorithm picked for B rows. For bench_kern
+ * --only rows, which asks whether a product's rows then keep their bits
+ * whatever the row count (the engine's forward is 1,024 rows; longer
+ * forwards would need that). Off by default. */
+static int bucket_cap(void)
+{
+	const char *e = getenv("MOOR_GEMM_BUCKET_MAX");
+	int v = e ? atoi(e) : 0;
+	return v > 0 && (v & (v - 1)) == 0 ? v : 0;
+}
+
 /* The pinned algorithm of a product shape, picked at its first use. */
 static int algo_get(kern_ctx *c, int wdt, int N, int K, int T, int ldb,
 		    int ldy, const kcu_algo **out)
 {
-	int bucket = bucket_of(T);
+	int bucket = bucket_of(T), cap = bucket_cap();
+	if (cap && bucket > cap)
+		bucket = cap;
 	unsigned h = (unsigned)N * 2654435761u ^ (unsigned)K * 40503u ^
 		     (unsigned)bucket * 97u ^ (unsigned)ldb * 131u ^
 		     (unsigned)ldy * 7u ^ (unsigned)wdt;

@@ -1,7 +1,8 @@
 /* bench_kern: the device backend's ops one at a time at the 27B's shapes
  * (SPEC-qwen35.md), each against its line in GPU-BUDGET.md.
  *
- *   bench_kern [--backend cuda] [--reps N] [--only attention|delta|decode|mm|gemv]
+ *   bench_kern [--backend cuda] [--reps N]
+ *              [--only attention|delta|decode|mm|gemv|rows]
  *
  * Prints one table: prefill attention (a 1,024-row chunk at several
  * positions, TFLOP/s counting the causal products only; k_flash and, on
@@ -73,7 +74,7 @@ int main(int argc, char **argv)
 			only = argv[++i];
 		else {
 			fprintf(stderr, "usage: bench_kern [--backend NAME] "
-					"[--reps N] [--only attention|delta|decode|mm|gemv]\n");
+					"[--reps N] [--only attention|delta|decode|mm|gemv|rows]\n");
 			return 2;
 		}
 	}
@@ -98,7 +99,10 @@ int main(int argc, char **argv)
 	const int T = 1024, H = 5120, Hq = 24, Hkv = 4, D = 256, I = 17408;
 	const int Hk = 16, Hv = 48, dk = 128, dv = 128;
 	const int64_t maxpos = 131072;
-	kern_limits lim = {.rows = T, .width = I, .window = maxpos,
+	/* --only rows: products of 4 T rows (the stage holds them) */
+	const int rows_mode = !strcmp(only, "rows");
+	kern_limits lim = {.rows = rows_mode ? 4 * T : T, .width = I,
+			   .window = maxpos,
 			   .q_heads = Hq, .head_dim = D, .vocab = 248320};
 	if (o->reserve && o->reserve(cx, &lim)) {
 		fprintf(stderr, "bench_kern: reserve failed\n");
@@ -204,9 +208,9 @@ int main(int argc, char **argv)
 	};
 	float *x = dev((size_t)T * I * 4, KERN_F32, -1, 1);
 	float *y = dev((size_t)T * 248320 * 4, KERN_F32, 0, 0);
-	if (!want(only, "mm") && !want(only, "gemv"))
+	if (!want(only, "mm") && !want(only, "gemv") && !rows_mode)
 		goto done;
-	for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) {
+	for (size_t i = 0; i < sizeof mm / sizeof mm[0] && !rows_mode; i++) {
 		int N = mm[i].N, Kd = mm[i].K;
 		void *W = dev((size_t)N * Kd * 2, KERN_BF16, -0.02f, 0.02f);
 		double ms;
@@ -224,6 +228,64 @@ int main(int argc, char **argv)
 			       2.0 * T * N * Kd / ms / 1e9);
 		}
 		o->free(cx, W);
+	}
+	/* --only rows: are a product's rows the same bits whatever the
+	 * row count (what a forward of 4,096 rows with anchors at the
+	 * 1,024 grid would need), and at what rate? Rows [r, r + T) of a
+	 * 4 T-row product against a T-row product of the same rows, with
+	 * each bucket's own algorithm, then with MOOR_GEMM_BUCKET_MAX=T
+	 * (gemm.cu: the T-row algorithm for 4 T rows too). */
+	if (rows_mode) {
+		float *x4 = dev((size_t)4 * T * I * 4, KERN_F32, -1, 1);
+		float *y4 = dev((size_t)4 * T * 2 * I * 4, KERN_F32, 0, 0);
+		printf("\n| rows | shape | 1,024 rows TFLOP/s | 4,096 rows (own "
+		       "algorithm): TFLOP/s, rows equal | 4,096 rows (the "
+		       "1,024 rows' algorithm): TFLOP/s, rows equal |\n"
+		       "|---|---|---|---|---|\n");
+		for (size_t i = 0; i + 1 < sizeof mm / sizeof mm[0]; i++) {
+			int N = mm[i].N, Kd = mm[i].K;
+			void *W = dev((size_t)N * Kd * 2, KERN_BF16, -0.02f, 0.02f);
+			size_t rb = (size_t)T * N * 4;
+			float *a = malloc(rb), *b = malloc(rb);
+			double ms1, ms4[2];
+			int same[2] = {1, 1};
+			TIME(ms1, o->matmul(q, y, N, x4, Kd, W, KERN_BF16, T, N, Kd,
+					    KERN_ACT_BF16));
+			for (int m = 0; m < 2 && a && b; m++) {
+				if (m)
+					setenv("MOOR_GEMM_BUCKET_MAX", "1024", 1);
+				TIME(ms4[m], o->matmul(q, y4, N, x4, Kd, W, KERN_BF16,
+						       4 * T, N, Kd, KERN_ACT_BF16));
+				for (int r = 0; r < 4; r++) {
+					int rc = o->matmul(q, y, N,
+							   x4 + (size_t)r * T * Kd, Kd,
+							   W, KERN_BF16, T, N, Kd,
+							   KERN_ACT_BF16);
+					if (!rc)
+						rc = o->download(q, a, y, rb);
+					if (!rc)
+						rc = o->download(q, b,
+								 y4 + (size_t)r * T * N,
+								 rb);
+					if (!rc)
+						rc = o->sync(q);
+					if (rc || memcmp(a, b, rb))
+						same[m] = 0;
+				}
+				unsetenv("MOOR_GEMM_BUCKET_MAX");
+			}
+			printf("| rows | %s %dx%d | %.0f | %.0f, %s | %.0f, %s |\n",
+			       mm[i].name, N, Kd, 2.0 * T * N * Kd / ms1 / 1e9,
+			       8.0 * T * N * Kd / ms4[0] / 1e9,
+			       same[0] ? "yes" : "no",
+			       8.0 * T * N * Kd / ms4[1] / 1e9,
+			       same[1] ? "yes" : "no");
+			free(a);
+			free(b);
+			o->free(cx, W);
+		}
+		o->free(cx, x4);
+		o->free(cx, y4);
 	}
 done:
 	o->free(cx, x);

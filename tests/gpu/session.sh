@@ -30,7 +30,8 @@
 #             week's kernels (MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0)
 #   gprof     bench_gpu --profile 1 at 32k (PROF_LEN): the prefill and
 #             decode op by op through kern_prof's shim (each op synced),
-#             and bench_kern's prefill GEMMs (1,024 rows, TFLOP/s)
+#             and bench_kern's prefill GEMMs (1,024 rows, TFLOP/s; then
+#             4,096 rows, and whether their rows keep their bits)
 #   dprof     ncu times the chunked delta rule's kernels (bench_kern
 #             --only delta: intra, state pass, output): the defaults,
 #             MOOR_GDN_TC=1, MOOR_GDN_RT=1; and the detail of intra and
@@ -134,7 +135,8 @@ for p in "$@"; do
 			BENCH_LENS=8192 gpu27 before MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0 | grep -E '^---|^ +[0-9]+ [|]'" ;;
 	gprof)
 		phase gprof ${GPROF_LIMIT:-150} "$B/tests/bench/bench_gpu tests/bench/qwen35-27b --backend cuda \
-			--lens \${PROF_LEN:-32768} --decode 4 --profile 1; $B/tests/bench/bench_kern --only mm" ;;
+			--lens \${PROF_LEN:-32768} --decode 4 --profile 1; $B/tests/bench/bench_kern --only mm; \
+			$B/tests/bench/bench_kern --only rows" ;;
 	dprof)
 		phase dprof ${DPROF_LIMIT:-150} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); \
 			for e in MOOR_GDN_TC=0 MOOR_GDN_TC=1 MOOR_GDN_RT=1; do echo \"--- \$e\"; env \$e \$NCU --clock-control none \
