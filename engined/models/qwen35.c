@@ -1104,41 +1104,51 @@ static int attn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	return 0;
 }
 
-static int mlp(eng_model *m, const layer_w *l, int T)
+/* The MLP as separate ops: gate | up in one product and the SwiGLU on
+ * the down projection's way in (fused weights), or gate, up, swiglu and
+ * down. */
+static int mlp_ops(eng_model *m, const layer_w *l, int T)
 {
 	const kern_ops *o = m->ops;
 	kern_queue *q = m->q;
 	int H = m->c.hidden, I = m->c.inter, act = m->act;
 	int li = (int)(l - m->L);
-	int rc = MOOR_EUNSUP;
-	if (m->fused && o->mlp && l->gu.dt == l->down.dt && !PROBING(m))
-		rc = o->mlp(q, m->t4, H, m->xn, H, m->t0, l->gu.p, l->down.p,
-			    l->gu.dt, T, H, I, act);
-	if (rc && rc != MOOR_EUNSUP)
-		return rc;
-	if (!rc) {
-		/* the fused op (prefill on CUDA): the same bits */
-	} else if (m->fused) { /* gate | up in one product, SwiGLU into down's input */
+	if (m->fused) {
 		float *gate = m->t0, *up = m->t0 + I;
 		CK(o->matmul(q, m->t0, 2 * I, m->xn, H, l->gu.p, l->gu.dt, T,
 			     2 * I, H, act));
 		PROBE(m, "gate", li, gate, T, I, 2 * I);
 		PROBE(m, "up", li, up, T, I, 2 * I);
-		CK(o->matmul_swiglu(q, m->t4, H, gate, up, 2 * I, l->down.p,
-				    l->down.dt, T, H, I, act));
-	} else {
-		float *gate = m->t0, *up = m->t0 + (size_t)T * I;
-		CK(o->matmul(q, gate, I, m->xn, H, l->gate.p, l->gate.dt, T, I,
-			     H, act));
-		CK(o->matmul(q, up, I, m->xn, H, l->up.p, l->up.dt, T, I, H,
-			     act));
-		PROBE(m, "gate", li, gate, T, I, I);
-		PROBE(m, "up", li, up, T, I, I);
-		CK(o->swiglu(q, m->t1, gate, up, (size_t)T * I, act));
-		PROBE(m, "act", li, m->t1, T, I, I);
-		CK(o->matmul(q, m->t4, H, m->t1, I, l->down.p, l->down.dt, T, H,
-			     I, act));
+		return o->matmul_swiglu(q, m->t4, H, gate, up, 2 * I, l->down.p,
+					l->down.dt, T, H, I, act);
 	}
+	float *gate = m->t0, *up = m->t0 + (size_t)T * I;
+	CK(o->matmul(q, gate, I, m->xn, H, l->gate.p, l->gate.dt, T, I, H,
+		     act));
+	CK(o->matmul(q, up, I, m->xn, H, l->up.p, l->up.dt, T, I, H, act));
+	PROBE(m, "gate", li, gate, T, I, I);
+	PROBE(m, "up", li, up, T, I, I);
+	CK(o->swiglu(q, m->t1, gate, up, (size_t)T * I, act));
+	PROBE(m, "act", li, m->t1, T, I, I);
+	return o->matmul(q, m->t4, H, m->t1, I, l->down.p, l->down.dt, T, H, I,
+			 act);
+}
+
+/* The MLP into t4: the backend's one op where it has it (prefill on CUDA:
+ * the same bits as mlp_ops' fused path), else mlp_ops. */
+static int mlp(eng_model *m, const layer_w *l, int T)
+{
+	const kern_ops *o = m->ops;
+	int H = m->c.hidden, I = m->c.inter;
+	int li = (int)(l - m->L);
+	int rc = MOOR_EUNSUP;
+	if (m->fused && o->mlp && l->gu.dt == l->down.dt && !PROBING(m))
+		rc = o->mlp(m->q, m->t4, H, m->xn, H, m->t0, l->gu.p, l->down.p,
+			    l->gu.dt, T, H, I, m->act);
+	if (rc == MOOR_EUNSUP)
+		rc = mlp_ops(m, l, T);
+	if (rc)
+		return rc;
 	PROBE(m, "mlp_out", li, m->t4, T, H, H);
 	return 0;
 }
