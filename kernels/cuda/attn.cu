@@ -669,11 +669,7 @@ __global__ void __launch_bounds__(COMB_THREADS)
 static int dec_mma_on(void)
 {
 	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("MOOR_DEC_MMA");
-		on = !(e && !strcmp(e, "0"));
-	}
-	return on;
+	return kcu_env_once(&on, "MOOR_DEC_MMA", 1);
 }
 
 static int run_split(kern_queue *q, float *out, const float *qv, int ldq,

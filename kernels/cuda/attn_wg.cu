@@ -714,8 +714,7 @@ static int wg_map(CUtensorMap *m, const void *X, int64_t keys, int Hkv)
  * bench_kern and the kernel test set it between calls. */
 static int wg_mode(void)
 {
-	const char *e = getenv("MOOR_ATTN_WG");
-	return !(e && !strcmp(e, "0"));
+	return kcu_env_flag("MOOR_ATTN_WG", 1);
 }
 
 /* Measured on an H100 (bench_kern, 1,024 rows of 24 heads of 256): 571

@@ -355,11 +355,7 @@ static int cu_wait(kern_queue *q, kern_event *e)
 static int pdl_on(void)
 {
 	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("MOOR_PDL");
-		on = e && !strcmp(e, "1");
-	}
-	return on;
+	return kcu_env_once(&on, "MOOR_PDL", 0);
 }
 
 static int cu_graph_begin(kern_queue *q, int64_t cap_pos, int64_t max_len)

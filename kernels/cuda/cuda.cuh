@@ -216,6 +216,21 @@ static __device__ inline float kcu_wget(const void *w, int dt, size_t i)
 	return __half2float(((const __half *)w)[i]);
 }
 
+/* The kernels' switches in the environment: 1 where NAME is "1", 0 where
+ * it is "0", else dflt. kcu_env_once keeps the answer in *cache (-1:
+ * not read yet), for a switch read once a process (or a file). */
+static inline int kcu_env_flag(const char *name, int dflt)
+{
+	const char *e = getenv(name);
+	return e && !strcmp(e, "1") ? 1 : e && !strcmp(e, "0") ? 0 : dflt;
+}
+static inline int kcu_env_once(int *cache, const char *name, int dflt)
+{
+	if (*cache < 0)
+		*cache = kcu_env_flag(name, dflt);
+	return *cache;
+}
+
 /* MOOR_DEC_FUSE=0 (read once a file) turns decode's fusions off: the
  * prologues of elem.cu (attn_prep, gdn_prep refuse, the unfused ops run);
  * bench_gpu's "before" row and the tests' references. (The SwiGLU in the
@@ -223,11 +238,7 @@ static __device__ inline float kcu_wget(const void *w, int dt, size_t i)
 static inline int kcu_dec_fuse_on(void)
 {
 	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("MOOR_DEC_FUSE");
-		on = !(e && !strcmp(e, "0"));
-	}
-	return on;
+	return kcu_env_once(&on, "MOOR_DEC_FUSE", 1);
 }
 
 /* MOOR_PF_FUSE=0 (read once a file) turns prefill's fusions off
@@ -236,11 +247,7 @@ static inline int kcu_dec_fuse_on(void)
 static inline int kcu_pf_fuse_on(void)
 {
 	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("MOOR_PF_FUSE");
-		on = !(e && !strcmp(e, "0"));
-	}
-	return on;
+	return kcu_env_once(&on, "MOOR_PF_FUSE", 1);
 }
 
 /* a[i] where ok, else 0: a load that is never branched around (see

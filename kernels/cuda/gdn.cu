@@ -94,6 +94,62 @@ size_t kcu_delta_ws_bytes(kern_ctx *ctx, int T, int Hv, int dk, int dv)
  * memory) and every load feeds four products. */
 #define INTRA_THREADS 256
 
+/* The parts k_intra and k_intra_rt share. */
+
+/* sU [n][dv] = beta V of the sub-chunk's rows (v rows ldv apart, head h);
+ * vec: 16-byte loads */
+static __device__ inline void intra_bv(float *sU, const float *v, int ldv,
+				       const float *sb, int t0, int n, int h,
+				       int dv, int vec)
+{
+	const int tid = threadIdx.x, nt = blockDim.x;
+	if (vec) {
+		const int v4 = dv / 4;
+#pragma unroll 4
+		for (int e = tid; e < n * v4; e += nt) {
+			int i = e / v4, d = (e - i * v4) * 4;
+			float4 a = *(const float4 *)(v + (size_t)(t0 + i) * ldv +
+						     (size_t)h * dv + d);
+			float *pu = sU + i * dv + d;
+			pu[0] = a.x * sb[i], pu[1] = a.y * sb[i];
+			pu[2] = a.z * sb[i], pu[3] = a.w * sb[i];
+		}
+	} else {
+		for (int e = tid; e < n * dv; e += nt) {
+			int i = e / dv, d = e % dv;
+			sU[e] = v[(size_t)(t0 + i) * ldv + (size_t)h * dv + d] * sb[i];
+		}
+	}
+}
+
+/* The forward substitutions (I + A)^-1 of W [C][dk] and U [C][dv] in
+ * place, A [C][C + 1] strictly lower: a thread per column of [W | U],
+ * the column in registers (rows past n are junk no row below n reads) */
+static __device__ inline void intra_subst(float *sW, float *sU,
+					  const float *sA, int dk, int dv)
+{
+	for (int col = threadIdx.x; col < dk + dv; col += blockDim.x) {
+		float *X = col < dk ? sW + col : sU + (col - dk);
+		int w = col < dk ? dk : dv;
+		float xr[C];
+#pragma unroll
+		for (int i = 0; i < C; i++)
+			xr[i] = X[i * w];
+#pragma unroll
+		for (int i = 1; i < C; i++) {
+			const float *ar = sA + i * (C + 1);
+			float x = xr[i];
+#pragma unroll
+			for (int j = 0; j < i; j++)
+				x -= ar[j] * xr[j];
+			xr[i] = x;
+		}
+#pragma unroll
+		for (int i = 0; i < C; i++)
+			X[i * w] = xr[i];
+	}
+}
+
 static __global__ void __launch_bounds__(INTRA_THREADS)
     k_intra(float *ws, const float *q, const float *k, int ldqk, const float *v,
 	    int ldv, const float *g, const float *beta, int T, int Hk, int Hv,
@@ -200,46 +256,9 @@ static __global__ void __launch_bounds__(INTRA_THREADS)
 		int i = e / dk, d = e % dk;
 		sW[e] = (sk[i * PK + d] * sb[i]) * expf(sG[i]);
 	}
-	if (vec) {
-		const int v4 = dv / 4;
-#pragma unroll 4
-		for (int e = tid; e < n * v4; e += nt) {
-			int i = e / v4, d = (e - i * v4) * 4;
-			float4 a = *(const float4 *)(v + (size_t)(t0 + i) * ldv +
-						     (size_t)h * dv + d);
-			float *pu = sU + i * dv + d;
-			pu[0] = a.x * sb[i], pu[1] = a.y * sb[i];
-			pu[2] = a.z * sb[i], pu[3] = a.w * sb[i];
-		}
-	} else {
-		for (int e = tid; e < n * dv; e += nt) {
-			int i = e / dv, d = e % dv;
-			sU[e] = v[(size_t)(t0 + i) * ldv + (size_t)h * dv + d] * sb[i];
-		}
-	}
+	intra_bv(sU, v, ldv, sb, t0, n, h, dv, vec);
 	__syncthreads();
-	/* forward substitution, a thread per column of [W | U], the column
-	 * in registers (rows past n are junk no row below n reads) */
-	for (int col = tid; col < dk + dv; col += nt) {
-		float *X = col < dk ? sW + col : sU + (col - dk);
-		int w = col < dk ? dk : dv;
-		float xr[C];
-#pragma unroll
-		for (int i = 0; i < C; i++)
-			xr[i] = X[i * w];
-#pragma unroll
-		for (int i = 1; i < C; i++) {
-			const float *ar = sA + i * (C + 1);
-			float x = xr[i];
-#pragma unroll
-			for (int j = 0; j < i; j++)
-				x -= ar[j] * xr[j];
-			xr[i] = x;
-		}
-#pragma unroll
-		for (int i = 0; i < C; i++)
-			X[i * w] = xr[i];
-	}
+	intra_subst(sW, sU, sA, dk, dv);
 	__syncthreads();
 	float *u = ws + ((size_t)c * Hv + h) * unit_floats(dk, dv);
 	float *gW = u, *gU = u + off_U(dk), *gG = u + off_G(dk, dv);
@@ -388,45 +407,9 @@ static __global__ void __launch_bounds__(INTRA_THREADS, 2)
 		sW[e] = (sk[i * PK + d] * sb[i]) * expf(sG[i]);
 	}
 	__syncthreads(); /* k read: beta V goes in its place */
-	if (vec) {
-		const int v4 = dv / 4;
-		for (int e = tid; e < n * v4; e += nt) {
-			int i = e / v4, d = (e - i * v4) * 4;
-			float4 a = *(const float4 *)(v + (size_t)(t0 + i) * ldv +
-						     (size_t)h * dv + d);
-			float *pu = sU + i * dv + d;
-			pu[0] = a.x * sb[i], pu[1] = a.y * sb[i];
-			pu[2] = a.z * sb[i], pu[3] = a.w * sb[i];
-		}
-	} else {
-		for (int e = tid; e < n * dv; e += nt) {
-			int i = e / dv, d = e % dv;
-			sU[e] = v[(size_t)(t0 + i) * ldv + (size_t)h * dv + d] * sb[i];
-		}
-	}
+	intra_bv(sU, v, ldv, sb, t0, n, h, dv, vec);
 	__syncthreads();
-	/* forward substitution, a thread per column of [W | U], the column
-	 * in registers (rows past n are junk no row below n reads) */
-	for (int col = tid; col < dk + dv; col += nt) {
-		float *X = col < dk ? sW + col : sU + (col - dk);
-		int w = col < dk ? dk : dv;
-		float xr[C];
-#pragma unroll
-		for (int i = 0; i < C; i++)
-			xr[i] = X[i * w];
-#pragma unroll
-		for (int i = 1; i < C; i++) {
-			const float *ar = sA + i * (C + 1);
-			float x = xr[i];
-#pragma unroll
-			for (int j = 0; j < i; j++)
-				x -= ar[j] * xr[j];
-			xr[i] = x;
-		}
-#pragma unroll
-		for (int i = 0; i < C; i++)
-			X[i * w] = xr[i];
-	}
+	intra_subst(sW, sU, sA, dk, dv);
 	__syncthreads();
 	for (int e = tid; e < C * dk; e += nt)
 		gW[e] = e < n * dk ? sW[e] : 0.0f;
@@ -1309,23 +1292,18 @@ static int slice_of(int dv)
 static int gdn_tc_on(void)
 {
 	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("MOOR_GDN_TC");
-		on = e && !strcmp(e, "1");
-	}
-	return on;
+	return kcu_env_once(&on, "MOOR_GDN_TC", 0);
 }
 
 /* k_intra_rt, k_hstate_rt and k_out4 are the chunked rule's kernels
- * where they apply with MOOR_GDN_RT=1 (read at each call, so that a test compares the two
- * pairs in one process: the same bits). Opt-in until a GPU has run
+ * where they apply with MOOR_GDN_RT=1 (read at each call, so that a test
+ * compares the two sets in one process: the same bits). Opt-in until a GPU has run
  * test_kern_backends' case_gdn_rt: written after this tree's last GPU
  * run; make them the default once it passes and bench_kern shows them
  * faster. */
 static int gdn_rt_on(int dk, int dv)
 {
-	const char *e = getenv("MOOR_GDN_RT");
-	return e && !strcmp(e, "1") && dv % RT_SW == 0 &&
+	return kcu_env_flag("MOOR_GDN_RT", 0) && dv % RT_SW == 0 &&
 	       (dk == 32 || dk == 64 || dk == 128);
 }
 

@@ -402,11 +402,7 @@ static int gemv_pf(void)
 static int gemv_swiglu_on(void)
 {
 	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("MOOR_GEMV_SWIGLU");
-		on = e && !strcmp(e, "1");
-	}
-	return on;
+	return kcu_env_once(&on, "MOOR_GEMV_SWIGLU", 0);
 }
 
 /* The GEMV's input, 8 values from piece i as bf16 values made float
