@@ -431,16 +431,17 @@ typedef struct kern_ops {
 			const float *A_log, const float *dt_bias, int T,
 			int act);
 
-	/* ---- prefill's fused MLP (optional: NULL, or MOOR_EUNSUP for a
-	 * case the backend does not fuse, means the model runs the two
-	 * ops named) ---- */
+	/* ---- the fused MLP (optional: NULL, or MOOR_EUNSUP for a case
+	 * the backend does not fuse, means the model runs the two ops
+	 * named) ---- */
 
 	/* The MLP of T rows with the same bits as matmul(tmp, 2I; x, Wgu
 	 * [2I, H]) then matmul_swiglu(y; gate = tmp, up = tmp + I, ldgu 2I;
 	 * Wd [H, I]). tmp is the caller's scratch of T x 2I floats; what it
 	 * holds after the call is unspecified (CUDA leaves gate | up there
 	 * unrounded and rounds them on their way into the SwiGLU, which
-	 * saves a pass over [T, 2I] fp32). */
+	 * saves a pass over [T, 2I] fp32; one row, a decode step's, it
+	 * leaves them rounded, made by the GEMV that writes the SwiGLU). */
 	int (*mlp)(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 		   float *tmp, const void *Wgu, const void *Wd, int wdt, int T,
 		   int H, int I, int act);

@@ -449,24 +449,34 @@ static __device__ inline void gemv_x8(float *xf, const void *x, const float *x2,
  * [N, K], K % 8 == 0. The block's 8 warps are 8 / KS row groups of RPW
  * rows, KS warps a group splitting K: warp ks of a group, lane l sums the
  * 16-byte pieces i = 32 ks + l + 32 KS j in order of j; the lanes' sums
- * meet in a fixed butterfly, then the KS warps' in order ks = 0, 1, ... */
-template <int GX, int RPW, int KS>
+ * meet in a fixed butterfly, then the KS warps' in order ks = 0, 1, ...
+ *
+ * GLU (a decode step's gate | up, kcu_mlp): W is [2N, K], gate rows over
+ * up rows; a group takes RPW gate rows n and the up rows N + n beside
+ * them (each row's sum as above), writes both rounded to y [2N] and the
+ * SwiGLU of the pair as stage_swiglu<bf16> makes it to act [N], the down
+ * projection's input: the same bits as the product, then the stage, one
+ * launch fewer. */
+template <int GX, int RPW, int KS, int GLU = 0>
 static __global__ void __launch_bounds__(GEMV_THREADS)
     k_gemv(float *y, const void *x, const float *x2, const __nv_bfloat16 *W,
-	   int N, int K, int act, int pf)
+	   int N, int K, int act, int pf, __nv_bfloat16 *glu_act)
 {
 	constexpr int RG = GEMV_THREADS / 32 / KS;
-	__shared__ float red[RG][KS][RPW];
+	constexpr int RR = GLU ? 2 * RPW : RPW; /* rows a warp reads */
+	__shared__ float red[RG][KS][RR];
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
 	const int rg = w / KS, ks = w - rg * KS;
 	const int n0 = (blockIdx.x * RG + rg) * RPW;
 	const int K8 = K / 8;
-	float acc[RPW];
-	const uint4 *wr[RPW];
+	float acc[RR];
+	const uint4 *wr[RR];
 #pragma unroll
-	for (int r = 0; r < RPW; r++) {
+	for (int r = 0; r < RR; r++) {
 		acc[r] = 0.0f;
-		int n = n0 + r < N ? n0 + r : N - 1; /* a spare row reads row N-1 */
+		int n = n0 + r % RPW < N ? n0 + r % RPW : N - 1; /* a spare row reads row N-1 */
+		if (GLU && r >= RPW)
+			n += N;
 		wr[r] = (const uint4 *)(W + (size_t)n * K);
 	}
 	/* The weights depend on no earlier kernel: under a programmatic
@@ -479,7 +489,7 @@ static __global__ void __launch_bounds__(GEMV_THREADS)
 			int i = 32 * ks + lane + 32 * KS * j;
 			if (i < K8)
 #pragma unroll
-				for (int r = 0; r < RPW; r++)
+				for (int r = 0; r < RR; r++)
 					asm volatile(
 					    "prefetch.global.L2 [%0];" ::"l"(
 						wr[r] + i));
@@ -489,14 +499,14 @@ static __global__ void __launch_bounds__(GEMV_THREADS)
 	if (n0 < N) {
 #pragma unroll 4
 		for (int i = 32 * ks + lane; i < K8; i += 32 * KS) {
-			uint4 wu[RPW];
+			uint4 wu[RR];
 #pragma unroll
-			for (int r = 0; r < RPW; r++)
+			for (int r = 0; r < RR; r++)
 				wu[r] = __ldg(wr[r] + i);
 			float xf[8];
 			gemv_x8<GX>(xf, x, x2, i, act);
 #pragma unroll
-			for (int r = 0; r < RPW; r++) {
+			for (int r = 0; r < RR; r++) {
 				const __nv_bfloat16 *we = (const __nv_bfloat16 *)&wu[r];
 #pragma unroll
 				for (int e = 0; e < 8; e++)
@@ -506,11 +516,29 @@ static __global__ void __launch_bounds__(GEMV_THREADS)
 		}
 	}
 #pragma unroll
-	for (int r = 0; r < RPW; r++) {
+	for (int r = 0; r < RR; r++) {
 		float v = acc[r];
 		for (int o = 16; o > 0; o >>= 1)
 			v += __shfl_xor_sync(0xffffffffu, v, o);
 		acc[r] = v;
+	}
+	if (GLU) {
+		static_assert(!GLU || (KS == 2 && GX == GX_F32), "GLU: KS 2, fp32 x");
+		if (lane == 0)
+#pragma unroll
+			for (int r = 0; r < RR; r++)
+				red[rg][ks][r] = acc[r];
+		__syncthreads();
+		if (ks == 0 && lane < RPW && n0 + lane < N) {
+			float g = red[rg][0][lane] + red[rg][1][lane];
+			float u = red[rg][0][RPW + lane] + red[rg][1][RPW + lane];
+			g = kcu_rnd(g, act);
+			u = kcu_rnd(u, act);
+			y[n0 + lane] = g;
+			y[N + n0 + lane] = u;
+			glu_act[n0 + lane] = to16<__nv_bfloat16>(swiglu1(g, u, act));
+		}
+		return;
 	}
 	if (KS == 1) {
 #pragma unroll
@@ -561,7 +589,8 @@ static void gemv_shape(int N, int *rpw, int *ks)
 
 #define GEMV_GX(G, R, S)                                                       \
 	kcu_go(q, k_gemv<G, R, S>, nb, GEMV_THREADS, 0, y, x, x2,              \
-	       (const __nv_bfloat16 *)W, N, K, act, gemv_pf())
+	       (const __nv_bfloat16 *)W, N, K, act, gemv_pf(),                \
+	       (__nv_bfloat16 *)NULL)
 #define GEMV_CASE(R, S)                                                        \
 	if (rpw == R && ks == S) {                                             \
 		unsigned nb = (unsigned)((N + 8 / S * R - 1) / (8 / S * R));   \
@@ -586,6 +615,29 @@ static int gemv(kern_queue *q, float *y, const void *x, const float *x2,
 	GEMV_CASE(4, 2)
 	moor_err("gemv: no kernel of %d rows a warp, K split %d", rpw, ks);
 	return MOOR_EUNSUP;
+}
+
+/* MOOR_DEC_GLU=0 (read once) runs a decode step's MLP as the caller's
+ * two ops (the gate | up GEMV, then the stage and the down GEMV) instead
+ * of kcu_mlp's one row: the same bits, a launch more. */
+static int dec_glu_on(void)
+{
+	static int on = -1;
+	return kcu_env_once(&on, "MOOR_DEC_GLU", 1);
+}
+
+/* One row of gate | up (x fp32 [K], Wgu [2N, K]) into y [2N], rounded,
+ * and their SwiGLU in bf16 into act [N]: k_gemv<GX_F32, 2, 2, 1>, the
+ * 4 loads a warp of gate | up's own shape (gemv_shape: 4 rows a warp). */
+static int gemv_glu(kern_queue *q, float *y, __nv_bfloat16 *act_out,
+		    const float *x, const void *W, int N, int K, int act)
+{
+	unsigned nb = (unsigned)((N + 7) / 8); /* 4 groups of 2 a block */
+	kcu_go(q, k_gemv<GX_F32, 2, 2, 1>, nb, GEMV_THREADS, 0, y,
+	       (const void *)x, (const float *)NULL,
+	       (const __nv_bfloat16 *)W, N, K, act, gemv_pf(), act_out);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
 }
 
 /* The product of the staged (or fp32) input b [T, K] (row stride ldb). */
@@ -693,14 +745,17 @@ int kcu_matmul_swiglu(kern_queue *q, float *y, int ldy, const float *gate,
  * rounded call: the rounding is a separate pass, ops.h), the SwiGLU
  * staged from it with gate and up rounded on the way in, the down
  * projection rounded: a [T, 2I] fp32 read and write fewer than matmul
- * then matmul_swiglu, the same bits. Prefill's case alone: one row runs
- * the GEMVs (the caller's two ops). */
+ * then matmul_swiglu, the same bits. One row (decode, MOOR_DEC_GLU): the
+ * gate | up GEMV writes the SwiGLU's bf16 input itself (gemv_glu), then
+ * the down GEMV: two launches for the two ops' three, the same bits. */
 int kcu_mlp(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 	    float *tmp, const void *Wgu, const void *Wd, int wdt, int T, int H,
 	    int I, int act)
 {
-	if (act != KERN_ACT_BF16 || wdt != KERN_BF16 || T < 2 ||
-	    !kcu_pf_fuse_on())
+	if (act != KERN_ACT_BF16 || wdt != KERN_BF16 || T < 1 ||
+	    (T == 1 ? !dec_glu_on() || !gemv_ok(x, Wgu, wdt, T, H) ||
+			  !gemv_ok(q->ctx->stage, Wd, wdt, T, I)
+		    : !kcu_pf_fuse_on()))
 		return MOOR_EUNSUP;
 	int rc = mm_check(q, y, ldy, Wd, wdt, T, H, I, act);
 	if (!rc)
@@ -708,6 +763,10 @@ int kcu_mlp(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 	if (rc || !x || ldx < H || H <= 0 || I <= 0)
 		return rc ? rc : MOOR_ERANGE;
 	void *st = q->ctx->stage;
+	if (T == 1) { /* decode: gate | up and the SwiGLU, then down */
+		gemv_glu(q, tmp, (__nv_bfloat16 *)st, x, Wgu, I, H, act);
+		return gemv(q, y, st, NULL, GX_B16, Wd, H, I, act);
+	}
 	kcu_go(q, stage_x<__nv_bfloat16>, st_grid(T, H), ST_THREADS, 0,
 	       (__nv_bfloat16 *)st, x, ldx, T, H, st_vec(x, x, st, ldx, H, H));
 	KCU_LAUNCHED(q->ctx);
