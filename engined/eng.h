@@ -78,6 +78,13 @@ enum { ENG_LOAD_SAFETENSORS = 0, ENG_LOAD_DUMMY = 1 };
 
 typedef struct eng_opts {
 	int grid;       /* prefill grid (a multiple of 64); 0 = 1024 */
+	/* Tokens of one prefill forward (a multiple of the grid; 0 = the
+	 * grid): whole chunks between grid lines run this many rows at a
+	 * time through the products and the row-wise ops, and a chunk at a
+	 * time through the conv, the delta rule and attention, with the
+	 * same bits as one chunk a forward (longer products are a device's
+	 * faster ones). */
+	int span;
 	int64_t window; /* max tokens per sequence; 0 = min(max_pos, 32768) */
 	int threads;    /* CPU backend threads; 0 = 1 */
 	/* ENG_LOAD_DUMMY (vLLM's --load-format dummy): no safetensors are
@@ -108,8 +115,12 @@ void eng_model_free(eng_model *m); /* safe on NULL */
 const eng_layout *eng_model_layout(const eng_model *m);
 int eng_model_vocab(const eng_model *m);
 /* The prefill workspace carved at load (bytes): the same for every prompt
- * length (a chunk of `grid` tokens; attention reads the views in place). */
+ * length (a forward of `span` tokens; attention reads the views in
+ * place). */
 size_t eng_model_workspace_bytes(const eng_model *m);
+/* Tokens of one prefill forward (eng_opts.span): a caller that prefills
+ * a chunk at a time for its progress calls with up to this many. */
+int eng_model_span(const eng_model *m);
 /* Bytes of weights on the backend, and how long the load took (s). */
 uint64_t eng_model_weight_bytes(const eng_model *m);
 double eng_model_load_seconds(const eng_model *m);
@@ -153,9 +164,11 @@ typedef struct eng_slot {
 /* eng_prefill that also fills the slots whose lines it passes, in order;
  * *n_filled counts the slots filled (a prefix of the list: slots must be in
  * ascending line order; a slot whose line is not a chunk end is left).
- * A slot's copy runs on the backend's copy queue, overlapping the next
- * chunk's compute; it is complete once eng_model_sync() returns (or any
- * call that downloads logits). */
+ * The slot of a forward's last line is copied on the backend's copy
+ * queue, overlapping the next forward's compute; a line inside a forward
+ * of several chunks is copied layer by layer on the compute queue as the
+ * forward passes it. Either is complete once eng_model_sync() returns
+ * (or any call that downloads logits). */
 int eng_prefill_slots(eng_model *m, eng_seq *s, const int32_t *ids,
 		      int64_t n, float *logits, int mode, const eng_slot *slots,
 		      int n_slots, int *n_filled);

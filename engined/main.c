@@ -44,6 +44,11 @@ static void usage(FILE *f)
 	    "  --grid N          prefill grid, a multiple of 64 (default "
 	    "1024)\n"
 	    "  --window N        tokens per sequence (default 32768)\n"
+	    "  --max-num-batched-tokens N\n"
+	    "                    tokens of one prefill forward, a multiple of\n"
+	    "                    the grid (default: the grid); the same bits\n"
+	    "                    whatever it is, longer products are faster\n"
+	    "                    on a GPU\n"
 	    "  --temperature T   0 = greedy (default 0)\n"
 	    "  --top-k K  --top-p P  --min-p P  --seed S\n"
 	    "  --ignore-eos      do not stop at the end-of-sequence token\n"
@@ -66,6 +71,7 @@ static void usage(FILE *f)
 	    "                        the client at most this often (default\n"
 	    "                        1000; 0: never)\n"
 	    "  --threads N  --grid N  --window N  --backend B  --gpu N\n"
+	    "  --max-num-batched-tokens N\n"
 	    "  --load-format F       as above\n");
 }
 
@@ -134,6 +140,7 @@ int main(int argc, char **argv)
 	    {"threads", 1, 0, 't'},
 	    {"grid", 1, 0, 'g'},
 	    {"window", 1, 0, 'w'},
+	    {"max-num-batched-tokens", 1, 0, 'S'},
 	    {"temperature", 1, 0, 'T'},
 	    {"top-k", 1, 0, 'k'},
 	    {"top-p", 1, 0, 'P'},
@@ -175,6 +182,9 @@ int main(int argc, char **argv)
 			break;
 		case 'w':
 			o.window = atoll(optarg);
+			break;
+		case 'S':
+			o.span = atoi(optarg);
 			break;
 		case 'T':
 			sp.temperature = strtof(optarg, NULL);

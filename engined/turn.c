@@ -207,10 +207,11 @@ static void progress(turn *t, uint64_t done, uint64_t total, double t0,
  * from zeroed recurrent state. The last token's logits stay on the device
  * (KEEP): every pick runs there and only the token id comes back.
  *
- * The prefill runs one grid chunk per call, so that a long one reports its
- * progress and a scratch run (the compaction preparer) stops at the next
- * chunk when a request comes: each call ends on a grid line, so the calls
- * forward exactly the chunks one call would (eng.h), bit for bit. */
+ * The prefill runs one forward per call (a chunk, or a span of whole
+ * chunks), so that a long one reports its progress and a scratch run (the
+ * compaction preparer) stops at the next forward when a request comes:
+ * each call ends on a grid line, so the calls forward exactly the chunks
+ * one call would (eng.h), bit for bit. */
 static int turn_prefill(turn *t)
 {
 	srv *s = t->s;
@@ -223,10 +224,12 @@ static int turn_prefill(turn *t)
 	double tp = moor_now(), last = tp;
 	int scratch = (t->g->flags & PROTO_PLAN_SCRATCH) != 0;
 	uint64_t grid = (uint64_t)s->lay->grid, total = t->n - t->po.start;
+	uint64_t span = (uint64_t)eng_model_span(s->model);
 	rc = 0;
 	t->n_filled = 0;
 	for (uint64_t at = t->po.start; at < t->n && !rc;) {
-		uint64_t next = (at / grid + 1) * grid;
+		/* to the next grid line, or from a line a span of chunks */
+		uint64_t next = at % grid ? (at / grid + 1) * grid : at + span;
 		uint64_t T = next < t->n ? next - at : t->n - at;
 		int last_piece = at + T == t->n, nf = 0;
 		if (scratch && atomic_load(&s->cancel)) {

@@ -127,7 +127,14 @@ typedef struct kern_ipc {
  * device backend allocates its scratch (a matmul's staged input, attention's
  * split partials, the sampler's sort) once, never in the forward. */
 typedef struct kern_limits {
-	int rows;	/* tokens of one op (the prefill chunk) */
+	int rows;	/* tokens of one op (a prefill forward: one or more
+			 * chunks) */
+	/* The prefill chunk (0: rows): attention and the delta rule run on
+	 * at most this many rows at a time, and a product of more rows runs
+	 * the algorithm of this many, so that each of its rows has the bits
+	 * it has in a product of one chunk (a forward of several chunks
+	 * equals the chunks one at a time). */
+	int chunk;
 	int64_t width;	/* widest matmul input row (elements) */
 	int64_t window; /* most keys one attention row reads */
 	int q_heads, head_dim;

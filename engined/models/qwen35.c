@@ -55,6 +55,7 @@ typedef struct layer_w {
 	/* attention */
 	wt q, k, v, o, q_norm, k_norm;
 	int sec_S, sec_conv; /* section indices, GDN */
+	size_t off_S, off_conv; /* their offsets in an anchor slot */
 	int view_K, view_V;  /* view indices, attention */
 } layer_w;
 
@@ -93,7 +94,7 @@ struct eng_model {
 	} *held;
 	int n_held, cap_held;
 
-	/* workspace, [grid] tokens (device), carved from ws:
+	/* workspace, [T] tokens (device), carved from ws:
 	 *   h    [T, H]  the residual stream
 	 *   xn   [T, H]  a normed copy of h, the next projections' input
 	 *   t0   [T, w0] projections: GDN qkv | z | b | a, attention q+gate |
@@ -103,10 +104,13 @@ struct eng_model {
 	 *   t3   [T, w2] gated norm output
 	 *   t4   [T, H]  a mixer's or the MLP's output, added into h
 	 *   beta, g [T, Hv]
-	 *   delta_ws     delta_ws_bytes(T, Hv, dk, dv)
+	 *   delta_ws     delta_ws_bytes(grid, Hv, dk, dv): a chunk at a time
 	 *   ids  [T] i32
 	 *   logits [LOGIT_ROWS, V] */
-	int64_t T; /* chunk capacity = grid */
+	int64_t T; /* rows of a forward: the span, a multiple of the grid */
+	/* a forward's slots inside it (forward_layers), lines ascending */
+	const eng_slot *in_slots;
+	int n_in_slots;
 	void *ws;
 	size_t ws_bytes; /* the whole carve, bytes */
 	float *h, *xn, *t0, *t1, *t2, *t3, *t4, *beta, *g;
@@ -591,6 +595,7 @@ static void build_layout(eng_model *m)
 			s->bytes = (size_t)c->lin_v_heads * c->lin_k_dim *
 				   c->lin_v_dim * 4;
 			l->sec_S = y->n_sections++;
+			l->off_S = y->section_bytes;
 			y->section_bytes += s->bytes;
 			s = &y->sec[y->n_sections];
 			snprintf(s->name, sizeof s->name, "gdn.conv");
@@ -601,6 +606,7 @@ static void build_layout(eng_model *m)
 			s->dims[1] = m->conv_dim;
 			s->bytes = (size_t)(c->conv_kernel - 1) * m->conv_dim * 4;
 			l->sec_conv = y->n_sections++;
+			l->off_conv = y->section_bytes;
 			y->section_bytes += s->bytes;
 		} else {
 			for (int kv = 0; kv < 2; kv++) {
@@ -662,7 +668,7 @@ static int alloc_workspace(eng_model *m)
 		align64((size_t)(T * H * 4)),               /* t4 */
 		align64((size_t)(T * c->lin_v_heads * 4)),  /* beta */
 		align64((size_t)(T * c->lin_v_heads * 4)),  /* g */
-		align64(m->ops->delta_ws_bytes(m->ctx, (int)T, c->lin_v_heads,
+		align64(m->ops->delta_ws_bytes(m->ctx, m->lay.grid, c->lin_v_heads,
 					       c->lin_k_dim, c->lin_v_dim)),
 		align64((size_t)(T * 4)),                            /* ids */
 		align64((size_t)LOGIT_ROWS * (size_t)c->vocab * 4), /* logits */
@@ -731,9 +737,16 @@ int eng_model_load(const char *dir, const kern_ops *ops, kern_ctx *ctx,
 	int64_t window = opts && opts->window ? opts->window : 32768;
 	if (window > c->max_pos)
 		window = c->max_pos;
+	int span = opts && opts->span ? opts->span : grid;
+	if (span < grid || span % grid) {
+		moor_errf(err, "prefill span %d: must be a multiple of the grid "
+			  "(%d)", span, grid);
+		rc = MOOR_ERANGE;
+		goto fail;
+	}
 	m->lay.grid = grid;
 	m->lay.window = window;
-	m->T = grid;
+	m->T = span;
 	m->act = c->dtype == KERN_BF16 ? KERN_ACT_BF16 : KERN_ACT_F32;
 	m->kvdt = c->dtype == KERN_BF16 ? KERN_BF16 : KERN_F32;
 	m->key_dim = c->lin_k_heads * c->lin_k_dim;
@@ -783,8 +796,8 @@ int eng_model_load(const char *dir, const kern_ops *ops, kern_ctx *ctx,
 	build_layout(m);
 	rc = alloc_workspace(m);
 	if (rc) {
-		moor_errf(err, "workspace for a %d-token chunk: %s", grid,
-			  moor_strerror(rc));
+		moor_errf(err, "workspace for a %lld-token forward: %s",
+			  (long long)m->T, moor_strerror(rc));
 		goto fail;
 	}
 	int64_t wmax = c->hidden;
@@ -792,7 +805,8 @@ int eng_model_load(const char *dir, const kern_ops *ops, kern_ctx *ctx,
 			   (int64_t)c->n_heads * c->head_dim};
 	for (size_t i = 0; i < sizeof wcand / sizeof wcand[0]; i++)
 		wmax = wcand[i] > wmax ? wcand[i] : wmax;
-	kern_limits lim = {.rows = grid,
+	kern_limits lim = {.rows = (int)m->T,
+			   .chunk = grid,
 			   .width = wmax,
 			   .window = window,
 			   .q_heads = c->n_heads,
@@ -849,6 +863,11 @@ const eng_layout *eng_model_layout(const eng_model *m)
 size_t eng_model_workspace_bytes(const eng_model *m)
 {
 	return m->ws_bytes;
+}
+
+int eng_model_span(const eng_model *m)
+{
+	return (int)m->T;
 }
 
 uint64_t eng_model_weight_bytes(const eng_model *m)
@@ -954,8 +973,34 @@ static int sections_ready(eng_model *m)
 	return m->ops->wait(m->q, m->ev_copied);
 }
 
+/* Rows of the piece of a forward at position at (left rows to go): up to
+ * the next grid line. The conv, the delta rule and attention run a piece
+ * at a time, so that a forward of several chunks runs them on exactly the
+ * rows and positions a chunk a forward does. */
+static int piece_rows(const eng_model *m, int64_t at, int left)
+{
+	int64_t g = m->lay.grid, next = (at / g + 1) * g;
+	return next - at < left ? (int)(next - at) : left;
+}
+
+/* After a GDN layer's piece that ends on the line of the forward's next
+ * slot inside it (*si), that layer's sections into the slot, on the
+ * compute queue: the layer's next piece writes them. */
+static int layer_snapshot(eng_model *m, const layer_w *l, const eng_seq *s,
+			  int64_t end, int *si)
+{
+	if (*si >= m->n_in_slots || m->in_slots[*si].line != end)
+		return 0;
+	const eng_layout *y = &m->lay;
+	void *dst = m->in_slots[(*si)++].dst;
+	CK(m->ops->copy(m->q, kern_at(dst, l->off_S), s->sec[l->sec_S],
+			y->sec[l->sec_S].bytes));
+	return m->ops->copy(m->q, kern_at(dst, l->off_conv),
+			    s->sec[l->sec_conv], y->sec[l->sec_conv].bytes);
+}
+
 static int gdn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
-		     int recurrent)
+		     int64_t pos0, int recurrent)
 {
 	const kern_ops *o = m->ops;
 	kern_queue *q = m->q;
@@ -996,37 +1041,51 @@ static int gdn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	PROBE(m, "b", li, b, T, Hv, ldba);
 	PROBE(m, "a", li, a, T, Hv, ldba);
 	CK(sections_ready(m));
-	float *uq = u, *uk = u + m->key_dim, *uv = u + 2 * m->key_dim;
-	/* q and k are normalised in fp32: measured against the bf16 fixture,
-	 * rounding the normalised values to bf16 multiplies the logits' error
-	 * by six */
-	int rc = MOOR_EUNSUP;
-	if (o->gdn_prep && !PROBING(m))
-		rc = o->gdn_prep(q, u, mixed, s->sec[l->sec_conv], l->conv.p,
-				 l->conv.dt, c->conv_kernel, Hk, dk, Hv, dv,
-				 1e-6f, 1.0f / sqrtf((float)dk), m->beta, m->g,
-				 b, a, l->A_log, l->dt_bias, T, act);
-	if (rc && rc != MOOR_EUNSUP)
-		return rc;
-	if (rc) { /* the unfused ops (the fused one's reference) */
-		CK(o->conv1d(q, u, mixed, ldm, s->sec[l->sec_conv], l->conv.p,
-			     l->conv.dt, T, cd, c->conv_kernel, act));
-		PROBE(m, "conv", li, u, T, cd, cd);
-		CK(o->l2norm(q, uq, cd, T, Hk, dk, 1e-6f,
-			     1.0f / sqrtf((float)dk), KERN_ACT_F32));
-		CK(o->l2norm(q, uk, cd, T, Hk, dk, 1e-6f, 1.0f, KERN_ACT_F32));
-		CK(o->gdn_gates(q, m->beta, m->g, b, ldba, a, ldba, l->A_log,
-				l->dt_bias, T, Hv, act));
+	/* the conv and the delta rule a piece at a time (piece_rows); the
+	 * probes see one piece (probe builds run a chunk a forward) */
+	int si = 0;
+	for (int off = 0, n; off < T; off += n) {
+		n = piece_rows(m, pos0 + off, T - off);
+		const float *mx = mixed + (size_t)off * ldm;
+		const float *pb = b + (size_t)off * ldba, *pa = a + (size_t)off * ldba;
+		float *pu = u + (size_t)off * cd, *beta = m->beta + (size_t)off * Hv,
+		      *g = m->g + (size_t)off * Hv;
+		float *uq = pu, *uk = pu + m->key_dim, *uv = pu + 2 * m->key_dim;
+		/* q and k are normalised in fp32: measured against the bf16
+		 * fixture, rounding the normalised values to bf16 multiplies
+		 * the logits' error by six */
+		int rc = MOOR_EUNSUP;
+		if (o->gdn_prep && !PROBING(m))
+			rc = o->gdn_prep(q, pu, mx, s->sec[l->sec_conv], l->conv.p,
+					 l->conv.dt, c->conv_kernel, Hk, dk, Hv, dv,
+					 1e-6f, 1.0f / sqrtf((float)dk), beta, g,
+					 pb, pa, l->A_log, l->dt_bias, n, act);
+		if (rc && rc != MOOR_EUNSUP)
+			return rc;
+		if (rc) { /* the unfused ops (the fused one's reference) */
+			CK(o->conv1d(q, pu, mx, ldm, s->sec[l->sec_conv], l->conv.p,
+				     l->conv.dt, n, cd, c->conv_kernel, act));
+			PROBE(m, "conv", li, pu, n, cd, cd);
+			CK(o->l2norm(q, uq, cd, n, Hk, dk, 1e-6f,
+				     1.0f / sqrtf((float)dk), KERN_ACT_F32));
+			CK(o->l2norm(q, uk, cd, n, Hk, dk, 1e-6f, 1.0f,
+				     KERN_ACT_F32));
+			CK(o->gdn_gates(q, beta, g, pb, ldba, pa, ldba, l->A_log,
+					l->dt_bias, n, Hv, act));
+		}
+		PROBE(m, "beta", li, beta, n, Hv, Hv);
+		PROBE(m, "g", li, g, n, Hv, Hv);
+		float *pc = core + (size_t)off * vd;
+		if (recurrent)
+			CK(o->delta_recurrent(q, pc, s->sec[l->sec_S], uq, uk, cd,
+					      uv, cd, g, beta, n, Hk, Hv, dk, dv,
+					      act));
+		else
+			CK(o->delta_chunked(q, pc, s->sec[l->sec_S], uq, uk, cd,
+					    uv, cd, g, beta, n, Hk, Hv, dk, dv,
+					    m->delta_ws, act));
+		CK(layer_snapshot(m, l, s, pos0 + off + n, &si));
 	}
-	PROBE(m, "beta", li, m->beta, T, Hv, Hv);
-	PROBE(m, "g", li, m->g, T, Hv, Hv);
-	if (recurrent)
-		CK(o->delta_recurrent(q, core, s->sec[l->sec_S], uq, uk, cd, uv,
-				      cd, m->g, m->beta, T, Hk, Hv, dk, dv, act));
-	else
-		CK(o->delta_chunked(q, core, s->sec[l->sec_S], uq, uk, cd, uv, cd,
-				    m->g, m->beta, T, Hk, Hv, dk, dv, m->delta_ws,
-				    act));
 	PROBE(m, "core", li, core, T, vd, vd);
 	CK(o->gated_rmsnorm(q, y, core, z, ldz, Hv, l->norm.p, l->norm.dt,
 			    T * Hv, dv, c->eps, act));
@@ -1093,9 +1152,13 @@ static int attn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 		CK(o->kv_write(q, s->view[l->view_V], m->kvdt, pos0, v, kd, T,
 			       kd));
 	}
-	CK(o->attention(q, out, qo, qd, s->view[l->view_K], s->view[l->view_V],
-			m->kvdt, T, pos0, Hq, Hkv, D, 1.0f / sqrtf((float)D),
-			act));
+	for (int off = 0, n; off < T; off += n) { /* a piece at a time */
+		n = piece_rows(m, pos0 + off, T - off);
+		CK(o->attention(q, out + (size_t)off * qd, qo + (size_t)off * qd,
+				qd, s->view[l->view_K], s->view[l->view_V],
+				m->kvdt, n, pos0 + off, Hq, Hkv, D,
+				1.0f / sqrtf((float)D), act));
+	}
 	PROBE(m, "att", li, out, T, qd, qd);
 	CK(o->sigmoid_mul(q, out, out, go, (size_t)T * qd, act));
 	PROBE(m, "gated", li, out, T, qd, qd);
@@ -1197,8 +1260,10 @@ static int add_norm(eng_model *m, const float *x, const wt *w, int T,
 			  act);
 }
 
-/* The layers of one chunk of T <= m->T tokens at pos0, from the ids in
- * m->ids (device) to the final-normed state in xn. */
+/* The layers of one forward of T <= m->T tokens at pos0 (a chunk, or
+ * whole chunks from a grid line), from the ids in m->ids (device) to the
+ * final-normed state in xn; the slots m->in_slots on lines inside it
+ * are filled as each GDN layer passes them. */
 static int forward_layers(eng_model *m, eng_seq *s, int T, int64_t pos0,
 			  int recurrent)
 {
@@ -1218,7 +1283,7 @@ static int forward_layers(eng_model *m, eng_seq *s, int T, int64_t pos0,
 		if (l->full)
 			CK(attn_layer(m, l, s, T, pos0));
 		else
-			CK(gdn_layer(m, l, s, T, recurrent));
+			CK(gdn_layer(m, l, s, T, pos0, recurrent));
 		CK(add_norm(m, m->t4, &l->post_norm, T, "h1", i, NULL, 0));
 		PROBE(m, "xn2", i, m->xn, T, H, H);
 		CK(mlp(m, l, T));
@@ -1229,7 +1294,8 @@ static int forward_layers(eng_model *m, eng_seq *s, int T, int64_t pos0,
 	return 0;
 }
 
-/* One chunk of T <= m->T tokens at s->len (the ids already in m->ids). */
+/* One forward of T <= m->T tokens at s->len (the ids already in m->ids):
+ * a chunk, or whole chunks from a grid line. */
 static int forward_chunk(eng_model *m, eng_seq *s, int T, float *logits,
 			 int mode, int recurrent)
 {
@@ -1312,11 +1378,17 @@ int eng_prefill_slots(eng_model *m, eng_seq *s, const int32_t *ids,
 	CK(ids_check(m, ids, n));
 	int64_t grid = m->lay.grid, done = 0;
 	while (done < n) {
-		/* up to the next absolute grid line */
+		/* up to the next absolute grid line; whole chunks from a line,
+		 * up to a span of them in one forward (a chunk's rows in a
+		 * longer forward have a chunk's bits: eng_opts.span) */
 		int64_t next = (s->len / grid + 1) * grid;
 		int64_t T = next - s->len;
 		if (T > n - done)
 			T = n - done;
+		if (T == grid) {
+			int64_t whole = (n - done) / grid * grid;
+			T = whole < m->T ? whole : m->T;
+		}
 		int last = done + T == n;
 		int cm = mode == ENG_LOGITS_ALL ? ENG_LOGITS_ALL
 			 : last		       ? mode
@@ -1324,8 +1396,23 @@ int eng_prefill_slots(eng_model *m, eng_seq *s, const int32_t *ids,
 		float *dst = mode == ENG_LOGITS_ALL
 				     ? logits + (size_t)done * m->c.vocab
 				     : logits;
+		/* the slots on the lines inside this forward, filled layer by
+		 * layer as it passes them */
+		int in = filled;
+		while (in < n_slots && slots[in].line > s->len &&
+		       slots[in].line < s->len + T && slots[in].line % grid == 0)
+			in++;
 		CK(ids_upload(m, ids + done, (int)T));
-		CK(forward_chunk(m, s, (int)T, dst, cm, 0));
+		m->in_slots = slots + filled;
+		m->n_in_slots = in - filled;
+		int rc = forward_chunk(m, s, (int)T, dst, cm, 0);
+		m->in_slots = NULL;
+		m->n_in_slots = 0;
+		if (rc)
+			return rc;
+		filled = in;
+		if (n_filled)
+			*n_filled = filled;
 		done += T;
 		if (filled < n_slots && slots[filled].line == s->len) {
 			CK(fill_slot(m, s, slots[filled].dst));

@@ -1068,12 +1068,17 @@ __global__ void k_fcombine(float *out, const float *part, int nseg,
 #define FL_SEG_MIN 1024
 #define FL_NSEG 8
 
+/* Prefill attention runs on a chunk at most (kern_limits.chunk): the
+ * partials of that many rows. (nseg above is cut to what they hold, so
+ * the buffer's size is part of the bits: a forward of several chunks
+ * runs attention a chunk at a time, with the chunk's partials.) */
 static size_t flash_part_bytes(const kern_limits *lim)
 {
-	if (lim->rows <= KCU_SPLIT_ROWS || lim->q_heads <= 0 ||
-	    lim->head_dim <= 0)
+	int rows = lim->chunk > 0 && lim->chunk < lim->rows ? lim->chunk
+							     : lim->rows;
+	if (rows <= KCU_SPLIT_ROWS || lim->q_heads <= 0 || lim->head_dim <= 0)
 		return 0;
-	return (size_t)lim->rows * (size_t)lim->q_heads * FL_NSEG *
+	return (size_t)rows * (size_t)lim->q_heads * FL_NSEG *
 	       (size_t)(lim->head_dim + 2) * sizeof(float);
 }
 

@@ -114,6 +114,8 @@ static int cu_reserve(kern_ctx *c, const kern_limits *lim)
 	kern_limits m = c->lim;
 	if (lim->rows > m.rows)
 		m.rows = lim->rows;
+	if (lim->chunk > m.chunk)
+		m.chunk = lim->chunk;
 	if (lim->width > m.width)
 		m.width = lim->width;
 	if (lim->window > m.window)

@@ -15,7 +15,8 @@
  * algorithms are never taken (their reduction order is not fixed), so the
  * same call gives the same bits every time, in every process on the same
  * device and library. Row buckets are powers of two: T in (b/2, b] runs
- * the algorithm picked for b rows.
+ * the algorithm picked for b rows, up to the prefill chunk's bucket
+ * (bucket_cap).
  *
  * One row (decode) of bf16 weights whose K is a multiple of 8 runs our own
  * GEMV instead (k_gemv): cuBLASLt reached 1.9 to 3.5 TB/s on the 27B's
@@ -121,23 +122,27 @@ out:
 	return rc;
 }
 
-/* MOOR_GEMM_BUCKET_MAX=B (read at each call; a power of two): products
- * of more than B rows run the algorithm picked for B rows. For bench_kern
- * --only rows, which asks whether a product's rows then keep their bits
- * whatever the row count (the engine's forward is 1,024 rows; longer
- * forwards would need that). Off by default. */
-static int bucket_cap(void)
+/* Products of more rows than the prefill chunk (kern_limits.chunk: a
+ * forward of several chunks) run the algorithm of the chunk's bucket, so
+ * that their rows keep the bits they have in one chunk's product (no
+ * split-K: an output tile's sum runs over K alone, whatever the rows
+ * around it). MOOR_GEMM_BUCKET_MAX=B (read at each call; a power of two)
+ * caps the buckets at B instead, for bench_kern --only rows, which asks
+ * whether the rows keep their bits and what the longer product gains. */
+static int bucket_cap(const kern_ctx *c)
 {
 	const char *e = getenv("MOOR_GEMM_BUCKET_MAX");
 	int v = e ? atoi(e) : 0;
-	return v > 0 && (v & (v - 1)) == 0 ? v : 0;
+	if (v > 0 && (v & (v - 1)) == 0)
+		return v;
+	return c->lim.chunk > 0 ? bucket_of(c->lim.chunk) : 0;
 }
 
 /* The pinned algorithm of a product shape, picked at its first use. */
 static int algo_get(kern_ctx *c, int wdt, int N, int K, int T, int ldb,
 		    int ldy, const kcu_algo **out)
 {
-	int bucket = bucket_of(T), cap = bucket_cap();
+	int bucket = bucket_of(T), cap = bucket_cap(c);
 	if (cap && bucket > cap)
 		bucket = cap;
 	unsigned h = (unsigned)N * 2654435761u ^ (unsigned)K * 40503u ^

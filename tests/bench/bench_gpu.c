@@ -85,11 +85,13 @@ int main(int argc, char **argv)
 {
 	if (argc < 2) {
 		fprintf(stderr, "usage: bench_gpu CONFIG_DIR [--backend NAME] "
-				"[--lens A,B,...] [--decode N]\n");
+				"[--lens A,B,...] [--decode N] [--span N]\n");
 		return 2;
 	}
 	const char *dir = argv[1], *bname = "cuda", *lens_s = "8192,32768";
-	int steps = 32, profile = 0;
+	/* MOOR_BENCH_SPAN: --span's default, for session.sh's A/B rows */
+	const char *span_e = getenv("MOOR_BENCH_SPAN");
+	int steps = 32, profile = 0, span = span_e ? atoi(span_e) : 0;
 	for (int i = 2; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--backend"))
 			bname = argv[i + 1];
@@ -97,6 +99,8 @@ int main(int argc, char **argv)
 			lens_s = argv[i + 1];
 		else if (!strcmp(argv[i], "--decode"))
 			steps = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--span"))
+			span = atoi(argv[i + 1]); /* eng_opts.span */
 		else if (!strcmp(argv[i], "--profile"))
 			profile = atoi(argv[i + 1]);
 	}
@@ -138,6 +142,7 @@ int main(int argc, char **argv)
 	/* room for the warm-up's 2,048 tokens, the longest prompt, its decode
 	 * steps and the follow-up */
 	eng_opts o = {.grid = 1024,
+		      .span = span,
 		      .window = (maxlen > 2048 ? maxlen : 2048) + steps + 1024,
 		      .load_format = ENG_LOAD_DUMMY, .seed = 1, .progress = 1};
 	eng_model *m;
@@ -152,8 +157,9 @@ int main(int argc, char **argv)
 	ops->describe(ctx, err, sizeof err);
 	double wb = (double)eng_model_weight_bytes(m);
 	printf("backend %s: %s\nmodel: %s\nweights %.1f GB filled in %.2f s "
-	       "(%.0f GB/s)\n",
-	       bname, err, desc, wb / 1e9, tload, wb / 1e9 / tload);
+	       "(%.0f GB/s); prefill forwards of %d tokens\n",
+	       bname, err, desc, wb / 1e9, tload, wb / 1e9 / tload,
+	       eng_model_span(m));
 	const eng_layout *lay = eng_model_layout(m);
 	int V = eng_model_vocab(m);
 	int32_t *ids = malloc((size_t)((maxlen > 2048 ? maxlen : 2048) + 200) *

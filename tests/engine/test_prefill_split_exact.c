@@ -5,7 +5,11 @@
  *   - a resume at a grid line from a snapshot of the sections, with the rows
  *     above the line overwritten by another prompt's, equals the cold
  *     prefill (the resident prefix's premise);
- *   - the last-token logits of a LAST prefill equal row n-1 of an ALL one.
+ *   - the last-token logits of a LAST prefill equal row n-1 of an ALL one;
+ *   - a model whose forwards run 3 chunks at a time (eng_opts.span)
+ *     equals the chunk-a-forward model: logits, state and rows, and the
+ *     anchor slots at every line, those inside a forward (copied layer by
+ *     layer) and those at its end.
  * argv[1]: a model directory; argv[2]: the grid (default 128). */
 #include "eng.h"
 #include "moor.h"
@@ -101,6 +105,81 @@ int main(int argc, char **argv)
 		printf("test_prefill_split_exact: LAST against row n-1 of ALL "
 		       "not compared on %s (other row buckets)\n",
 		       ops->name);
+
+	/* D: forwards of 3 chunks (span 3g) against a chunk a forward: the
+	 * prompt from 0 (forwards [0, 3g), [3g, 5g), then the rest), and
+	 * from a line inside a chunk's worth (a resume at 1g: [g, 4g), ...)
+	 * with a slot at every line it passes */
+	eng_opts o3 = o;
+	o3.span = 3 * grid;
+	eng_model *m3;
+	REQUIRE(eng_model_load(argv[1], ops, ctx, &o3, &m3, err) == 0,
+		"load span %d: %s", o3.span, err);
+	CHECK(eng_model_span(m3) == 3 * grid, "span %d", eng_model_span(m3));
+	eng_seq d;
+	REQUIRE(eng_seq_alloc(m3, &d) == 0, "seq");
+	REQUIRE(eng_prefill(m3, &d, ids, n, lb, ENG_LOGITS_ALL) == 0,
+		"prefill span");
+	host_state hd = state_read(ops, ctx, y, &d, n);
+	CHECK(memcmp(la, lb, (size_t)n * V * 4) == 0,
+	      "span 3g: logits differ from a chunk a forward");
+	state_equal(y, &ha, &hd, n, "span 3g");
+	state_free(&hd);
+
+	enum { NS = 5 };
+	eng_slot sa[NS], sd[NS];
+	for (int i = 0; i < NS; i++) {
+		sa[i].line = sd[i].line = (int64_t)(i + 1) * grid;
+		REQUIRE(ops->alloc(ctx, y->section_bytes, &sa[i].dst) == 0 &&
+				ops->alloc(ctx, y->section_bytes, &sd[i].dst) == 0,
+			"slot");
+	}
+	/* the head [0, g) first, so that the slotted prefill starts on a
+	 * line with 4 whole chunks and a tail ahead of it */
+	int fa = -1, fd = -1;
+	REQUIRE(eng_seq_reset(m, &a) == 0 && eng_seq_reset(m3, &d) == 0, "reset");
+	REQUIRE(eng_prefill(m, &a, ids, grid, NULL, ENG_LOGITS_NONE) == 0 &&
+			eng_prefill(m3, &d, ids, grid, NULL, ENG_LOGITS_NONE) == 0,
+		"head");
+	REQUIRE(eng_prefill_slots(m, &a, ids + grid, n - grid, lc,
+				  ENG_LOGITS_LAST, sa + 1, NS - 1, &fa) == 0,
+		"slots, a chunk a forward");
+	float *ld = malloc((size_t)V * 4);
+	REQUIRE(ld, "oom");
+	REQUIRE(eng_prefill_slots(m3, &d, ids + grid, n - grid, ld,
+				  ENG_LOGITS_LAST, sd + 1, NS - 1, &fd) == 0,
+		"slots, span 3g");
+	CHECK(fa == NS - 1 && fd == NS - 1, "slots filled: %d and %d of %d", fa,
+	      fd, NS - 1);
+	CHECK(memcmp(lc, ld, (size_t)V * 4) == 0, "span 3g: LAST logits differ");
+	REQUIRE(eng_model_sync(m) == 0 && eng_model_sync(m3) == 0, "sync");
+	unsigned char *ba = malloc(y->section_bytes), *bd = malloc(y->section_bytes);
+	REQUIRE(ba && bd, "oom");
+	kern_queue *q3 = ops->queue(ctx, KERN_Q_COMPUTE);
+	for (int i = 1; i < NS; i++) {
+		REQUIRE(ops->download(q3, ba, sa[i].dst, y->section_bytes) == 0 &&
+				ops->download(q3, bd, sd[i].dst, y->section_bytes) == 0,
+			"download slot");
+		/* 2g and 3g lie inside the forward [g, 4g); 4g and 5g end
+		 * forwards */
+		CHECK(memcmp(ba, bd, y->section_bytes) == 0,
+		      "span 3g: the slot at line %lld differs",
+		      (long long)sd[i].line);
+	}
+	for (int i = 0; i < NS; i++) {
+		ops->free(ctx, sa[i].dst);
+		ops->free(ctx, sd[i].dst);
+	}
+	free(ba);
+	free(bd);
+	free(ld);
+	eng_seq_free(m3, &d);
+	eng_model_free(m3);
+
+	/* a span that is not a multiple of the grid is refused at load */
+	o3.span = grid + 64;
+	CHECK(eng_model_load(argv[1], ops, ctx, &o3, &m3, err) == MOOR_ERANGE,
+	      "span %d loaded", o3.span);
 
 	state_free(&ha);
 	state_free(&hb);
