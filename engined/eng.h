@@ -79,7 +79,7 @@ enum { ENG_LOAD_SAFETENSORS = 0, ENG_LOAD_DUMMY = 1 };
 typedef struct eng_opts {
 	int grid;       /* prefill grid (a multiple of 64); 0 = 1024 */
 	/* Tokens of one prefill forward (a multiple of the grid; 0 = the
-	 * grid): whole chunks between grid lines run this many rows at a
+	 * grid on a host backend, 4 chunks on a device): whole chunks between grid lines run this many rows at a
 	 * time through the products and the row-wise ops, and a chunk at a
 	 * time through the conv, the delta rule and attention, with the
 	 * same bits as one chunk a forward (longer products are a device's

@@ -737,7 +737,12 @@ int eng_model_load(const char *dir, const kern_ops *ops, kern_ctx *ctx,
 	int64_t window = opts && opts->window ? opts->window : 32768;
 	if (window > c->max_pos)
 		window = c->max_pos;
-	int span = opts && opts->span ? opts->span : grid;
+	/* a device backend's default: 4 chunks a forward (an H100, 32k:
+	 * 4.40 s against 4.48 a chunk a forward; the products' rows keep
+	 * their bits, bench_kern --only rows) */
+	int span = opts && opts->span			 ? opts->span
+		   : ops->caps & KERN_CAP_HOST_MEMORY ? grid
+							 : 4 * grid;
 	if (span < grid || span % grid) {
 		moor_errf(err, "prefill span %d: must be a multiple of the grid "
 			  "(%d)", span, grid);

@@ -2,7 +2,7 @@
  * (SPEC-qwen35.md), each against its line in GPU-BUDGET.md.
  *
  *   bench_kern [--backend cuda] [--reps N]
- *              [--only attention|delta|decode|mm|gemv|rows]
+ *              [--only attention|delta|decode|elem|mm|gemv|rows]
  *
  * Prints one table: prefill attention (a 1,024-row chunk at several
  * positions, TFLOP/s counting the causal products only; k_flash and, on
@@ -74,7 +74,7 @@ int main(int argc, char **argv)
 			only = argv[++i];
 		else {
 			fprintf(stderr, "usage: bench_kern [--backend NAME] "
-					"[--reps N] [--only attention|delta|decode|mm|gemv|rows]\n");
+					"[--reps N] [--only attention|delta|decode|elem|mm|gemv|rows]\n");
 			return 2;
 		}
 	}
@@ -194,6 +194,43 @@ int main(int argc, char **argv)
 		o->free(cx, S);
 		o->free(cx, out);
 		o->free(cx, ws);
+	}
+
+	/* the prefill's element-wise ops of a 1,024-token chunk: the GDN
+	 * conv (10,240 channels read from the fused projection's rows of
+	 * 16,480, the 4-tap kernel and the generic one) and the residual
+	 * add + norm; GB/s of the bytes read and written once */
+	if (want(only, "elem")) {
+		int C = 10240, ldin = 16480, Kc = 4;
+		float *in = dev((size_t)T * ldin * 4, KERN_F32, -1, 1);
+		float *out = dev((size_t)T * C * 4, KERN_F32, 0, 0);
+		float *tl = dev((size_t)(Kc - 1) * C * 4, KERN_F32, -1, 1);
+		void *w = dev((size_t)C * Kc * 2, KERN_BF16, -0.5f, 0.5f);
+		double ms, gb = (double)T * C * 8 / 1e9;
+		for (int v = 1; v >= 0; v--) {
+			setenv("MOOR_CONV_KC", v ? "1" : "0", 1);
+			TIME(ms, o->conv1d(q, out, in, ldin, tl, w, KERN_BF16, T, C,
+					   Kc, KERN_ACT_BF16));
+			printf("| conv1d%s | %d tokens, %d channels | %.4f | %.0f "
+			       "GB/s | 4300 (copy) |\n",
+			       v ? " (4 taps)" : " (generic)", T, C, ms, gb / ms * 1e3);
+		}
+		unsetenv("MOOR_CONV_KC");
+		float *h = dev((size_t)T * H * 4, KERN_F32, -1, 1);
+		float *xn = dev((size_t)T * H * 4, KERN_F32, 0, 0);
+		void *nw = dev((size_t)H * 2, KERN_BF16, -0.5f, 0.5f);
+		TIME(ms, o->add_rmsnorm(q, h, out, xn, nw, KERN_BF16, T, H, 1e-6f,
+					KERN_ACT_BF16));
+		printf("| add_rmsnorm | %d tokens, %d wide | %.4f | %.0f GB/s | "
+		       "4300 (copy) |\n",
+		       T, H, ms, (double)T * H * 16 / 1e9 / ms * 1e3);
+		o->free(cx, in);
+		o->free(cx, out);
+		o->free(cx, tl);
+		o->free(cx, w);
+		o->free(cx, h);
+		o->free(cx, xn);
+		o->free(cx, nw);
 	}
 
 	/* GEMVs and GEMMs at the 27B's projections */

@@ -26,7 +26,8 @@ int main(int argc, char **argv)
 	kern_config kc = {.threads = 2};
 	kern_ctx *ctx;
 	REQUIRE(ops->create(&kc, &ctx) == 0, "backend");
-	eng_opts o = {.grid = grid, .window = 8 * grid};
+	/* a chunk a forward (a device backend's default is 4: D compares) */
+	eng_opts o = {.grid = grid, .span = grid, .window = 8 * grid};
 	eng_model *m;
 	REQUIRE(eng_model_load(argv[1], ops, ctx, &o, &m, err) == 0,
 		"load: %s", err);

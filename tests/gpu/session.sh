@@ -8,8 +8,9 @@
 #   env       a later call on the warm machine: setup's environment, no build
 #   suite     meson test --suite gpu --suite kern (the defaults)
 #   tc        the kern and golden GPU tests again with MOOR_GDN_TC=1
-#   rt        the kern and golden GPU tests again with MOOR_GDN_RT=1, then
-#             bench_kern's delta row with it
+#   rt        the kern and golden GPU tests again with MOOR_GDN_RT=0 (the
+#             delta rule's first kernels), then bench_kern's delta row
+#             with it
 #   wg        the kern and golden GPU tests again with MOOR_ATTN_WG=1
 #   kern      bench_kern (every op), then its decode rows with MOOR_DEC_MMA=0
 #   gpu       bench_gpu at 8k and 32k: the defaults, then MOOR_PDL=0
@@ -33,9 +34,12 @@
 #             and bench_kern's prefill GEMMs (1,024 rows, TFLOP/s; then
 #             4,096 rows, and whether their rows keep their bits)
 #   dprof     ncu times the chunked delta rule's kernels (bench_kern
-#             --only delta: intra, state pass, output): the defaults,
-#             MOOR_GDN_TC=1, MOOR_GDN_RT=1; and the detail of intra and
+#             --only delta: intra, state pass, output): MOOR_GDN_RT=0,
+#             the defaults, MOOR_GDN_TC=1; and the detail of intra and
 #             the state pass
+#   eprof     bench_kern --only elem (the prefill's conv, 4-tap and
+#             generic, and add + norm at the 27B's width), then ncu's
+#             detail of the conv kernels
 #   prof      ncu times each kernel of one decode step of bench_gpu (27B
 #             shapes, 8k history; MOOR_CUPROF_LAUNCH picks the step) and
 #             tests/gpu/ncu_sum.py sums them by kernel against the step
@@ -94,9 +98,9 @@ for p in "$@"; do
 			test_golden_transformers_cuda test_prefill_split_exact_tiny_cuda --num-processes 4 \
 			--print-errorlogs" ;;
 	rt)
-		phase rt 120 "MOOR_GDN_RT=1 meson test -C $B test_kern_backends test_kern_deterministic \
+		phase rt 120 "MOOR_GDN_RT=0 meson test -C $B test_kern_backends test_kern_deterministic \
 			test_golden_transformers_cuda test_prefill_split_exact_tiny_cuda --num-processes 4 \
-			--print-errorlogs; MOOR_GDN_RT=1 $B/tests/bench/bench_kern --only delta" ;;
+			--print-errorlogs; MOOR_GDN_RT=0 $B/tests/bench/bench_kern --only delta" ;;
 	wg)
 		phase wg 120 "MOOR_ATTN_WG=1 meson test -C $B test_golden_transformers_cuda \
 			test_prefill_split_exact_tiny_cuda --num-processes 3 --print-errorlogs" ;;
@@ -137,9 +141,17 @@ for p in "$@"; do
 		phase gprof ${GPROF_LIMIT:-150} "$B/tests/bench/bench_gpu tests/bench/qwen35-27b --backend cuda \
 			--lens \${PROF_LEN:-32768} --decode 4 --profile 1; $B/tests/bench/bench_kern --only mm; \
 			$B/tests/bench/bench_kern --only rows" ;;
+	eprof)
+		phase eprof ${EPROF_LIMIT:-120} "$B/tests/bench/bench_kern --only elem; \
+			NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); \
+			\$NCU --clock-control none -k regex:'conv1d|rmsnorm' -c 3 \
+			--section SpeedOfLight --section WarpStateStats --section Occupancy \
+			--section LaunchStats --section MemoryWorkloadAnalysis \
+			$B/tests/bench/bench_kern --only elem --reps 1 >$OUT/eprof-detail.txt 2>&1; \
+			grep -E 'k_conv1d|k_rmsnorm|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Executed Ipc A' $OUT/eprof-detail.txt | head -40" ;;
 	dprof)
 		phase dprof ${DPROF_LIMIT:-150} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); \
-			for e in MOOR_GDN_TC=0 MOOR_GDN_TC=1 MOOR_GDN_RT=1; do echo \"--- \$e\"; env \$e \$NCU --clock-control none \
+			for e in MOOR_GDN_RT=0 MOOR_GDN_TC=0 MOOR_GDN_TC=1; do echo \"--- \$e\"; env \$e \$NCU --clock-control none \
 			--metrics gpu__time_duration.sum --csv --print-units base \
 			$B/tests/bench/bench_kern --only delta --reps 2 >$OUT/dprof-\${e//=/-}.csv 2>&1; \
 			python3 tests/gpu/ncu_sum.py $OUT/dprof-\${e//=/-}.csv | head -12; \

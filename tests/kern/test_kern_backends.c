@@ -336,10 +336,9 @@ static void case_gdn(void)
 	close_all("delta_recurrent S", S[1][1], S[0][1], ns, 1e-4, 1e-3);
 }
 
-/* The chunked delta rule's kernels of MOOR_GDN_RT=1 (k_intra_rt in half
- * the shared memory, the state pass and output in register tiles:
- * k_hstate_rt, k_out4) against k_intra, k_hstate and k_out
- * (MOOR_GDN_RT=0), on the
+/* The chunked delta rule's default kernels (k_intra_rt in half the shared
+ * memory, the state pass and output in register tiles: k_hstate_rt,
+ * k_out4) against k_intra, k_hstate and k_out (MOOR_GDN_RT=0), on the
  * device, bit for bit: o, the final state and the workspace (the states
  * each sub-chunk starts from, V'), at the head sizes it takes, with a
  * short last sub-chunk (T = 200). */
@@ -386,8 +385,8 @@ static void case_gdn_rt(void)
 		unsetenv("MOOR_GDN_RT");
 		ASSERT(!memcmp(ho[0], ho[1], nv * 4) && !memcmp(hS[0], hS[1], ns * 4) &&
 			       !memcmp(hw[0], hw[1], wsb),
-		       "the MOOR_GDN_RT=1 kernels differ from the default ones (dk=dv=%d)", dk);
-		printf("  %-28s MOOR_GDN_RT=1 bit-exact\n",
+		       "the default kernels differ from MOOR_GDN_RT=0's (dk=dv=%d)", dk);
+		printf("  %-28s bit-exact against MOOR_GDN_RT=0\n",
 		       dk == 128 ? "delta state pass dk=128" :
 		       dk == 64  ? "delta state pass dk=64" :
 				   "delta state pass dk=32");
@@ -770,6 +769,60 @@ static void case_attention_wg(const char *desc)
 	free(w.b);
 }
 
+/* ---- conv1d: the 4-tap kernel against the generic one ---- */
+
+/* MOOR_CONV_KC=0 runs the generic kernel (any tap count) where the CUDA
+ * backend takes its 4-tap one: the same sums in the same order, so the
+ * outputs and tails compare by memcmp (a fused projection's row stride,
+ * a chunk that ends inside a tile, then decode-sized calls). */
+static void case_conv_kc(void)
+{
+	int T = 45, C = 640, ld = 1000, Kc = 4;
+	void *Wc;
+	float *wcf = kt_weights((size_t)C * Kc, KERN_BF16, -0.5f, 0.5f, &Wc);
+	float *in = rnd((size_t)T * ld, -2, 2), *tail = rnd((size_t)(Kc - 1) * C, -1, 1);
+	size_t on = (size_t)(T + 3) * C;
+	float *r[2][2];
+	for (int v = 0; v < 2; v++) {
+		setenv("MOOR_CONV_KC", v ? "1" : "0", 1);
+		float *din = up(&gpu, in, (size_t)T * ld * 4);
+		float *dt = up(&gpu, tail, (size_t)(Kc - 1) * C * 4);
+		void *dw = up(&gpu, Wc, (size_t)C * Kc * 2);
+		float *dout = zz(&gpu, on * 4);
+		ASSERT(gpu.o->conv1d(gpu.q, dout, din, ld, dt, dw, KERN_BF16, T, C,
+				     Kc, KERN_ACT_BF16) == 0 &&
+			       gpu.o->conv1d(gpu.q, dout + (size_t)T * C, din, ld, dt,
+					     dw, KERN_BF16, 1, C, Kc,
+					     KERN_ACT_BF16) == 0 &&
+			       gpu.o->conv1d(gpu.q, dout + (size_t)(T + 1) * C,
+					     din + ld, ld, dt, dw, KERN_BF16, 2, C,
+					     Kc, KERN_ACT_BF16) == 0,
+		       "conv1d (MOOR_CONV_KC=%d)", v);
+		r[v][0] = malloc(on * 4);
+		r[v][1] = malloc((size_t)(Kc - 1) * C * 4);
+		down(&gpu, r[v][0], dout, on * 4);
+		down(&gpu, r[v][1], dt, (size_t)(Kc - 1) * C * 4);
+		gpu.o->free(gpu.c, din);
+		gpu.o->free(gpu.c, dt);
+		gpu.o->free(gpu.c, dw);
+		gpu.o->free(gpu.c, dout);
+	}
+	unsetenv("MOOR_CONV_KC");
+	ASSERT(!memcmp(r[0][0], r[1][0], on * 4),
+	       "conv1d: the 4-tap kernel's outputs differ from the generic one's");
+	ASSERT(!memcmp(r[0][1], r[1][1], (size_t)(Kc - 1) * C * 4),
+	       "conv1d: the 4-tap kernel's tail differs from the generic one's");
+	printf("  %-28s bit-exact against the generic kernel\n", "conv1d 4 taps");
+	for (int v = 0; v < 2; v++) {
+		free(r[v][0]);
+		free(r[v][1]);
+	}
+	free(wcf);
+	free(Wc);
+	free(in);
+	free(tail);
+}
+
 /* ---- the rest of the small ops ---- */
 
 static void case_small(void)
@@ -1148,6 +1201,7 @@ int main(void)
 	case_attention();
 	case_prep();
 	case_small();
+	case_conv_kc();
 	case_bits();
 	/* last: a fault there (a new kernel) leaves the other cases' results */
 	case_attention_wg(d);
