@@ -771,8 +771,8 @@ static void case_attention_wg(const char *desc)
 
 /* ---- conv1d: the 4-tap kernel against the generic one ---- */
 
-/* MOOR_CONV_KC=0 runs the generic kernel (any tap count) where the CUDA
- * backend takes its 4-tap one: the same sums in the same order, so the
+/* MOOR_CONV_KC=1 runs the CUDA backend's 4-tap kernel where it runs the
+ * generic one (any tap count): the same sums in the same order, so the
  * outputs and tails compare by memcmp (a fused projection's row stride,
  * a chunk that ends inside a tile, then decode-sized calls). */
 static void case_conv_kc(void)
