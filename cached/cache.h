@@ -309,6 +309,10 @@ typedef struct cache_peek_out {
 	 * rows a pin, park or store restore copies (a resident or end anchor
 	 * resumes on the rows in place) */
 	uint64_t restore_bytes;
+	/* the time the plan's read of the drive would take, in us (the
+	 * session spill's or the disk tier's restore_bytes at its measured
+	 * read rate); 0: a RAM tier or none */
+	uint64_t read_us;
 } cache_peek_out;
 
 int cache_peek(cache *c, const cache_req *req, cache_peek_out *out,

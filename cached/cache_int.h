@@ -216,6 +216,10 @@ typedef struct cache_tier_ops {
 		       uint64_t limit);
 	/* Bytes that restore would copy into the live sequence (peek). */
 	uint64_t (*restore_bytes)(cache *c, const cache_tier_offer *o);
+	/* Optional (the NVMe tiers): the rate its restore reads the drive
+	 * at, bytes a second (its last restore's, else its prior): the
+	 * peek's read time, restore_bytes at this rate. */
+	double (*read_bps)(cache *c);
 	/* Optional. A prompt it could have served that another source won
 	 * (its start): the tier's log line and count. */
 	void (*refused)(cache *c, const int32_t *ids, uint64_t n,

@@ -2548,6 +2548,17 @@ static uint64_t disk_tier_restore_bytes(cache *c, const cache_tier_offer *o)
 	return disk_restore_bytes(c, o->k, o->start);
 }
 
+static double disk_read_bps(cache *c)
+{
+	struct cache_disk_tier *d = c->disk;
+	if (!on(c))
+		return 0;
+	pthread_mutex_lock(&d->mu);
+	double r = d->read_bps;
+	pthread_mutex_unlock(&d->mu);
+	return r;
+}
+
 static uint64_t disk_bytes(cache *c)
 {
 	dk_item *it;
@@ -2568,6 +2579,7 @@ const cache_tier_ops cache_tier_disk = {
     .offer = disk_tier_offer,
     .restore = disk_tier_restore,
     .restore_bytes = disk_tier_restore_bytes,
+    .read_bps = disk_read_bps,
     .bytes = disk_bytes,
     .clear = disk_clear,
     .stats = disk_stats_json,

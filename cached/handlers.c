@@ -512,6 +512,7 @@ static void on_peek(cd *d, const proto_msg *m)
 	r.u.peek_ok.tokens = p->n_ids;
 	r.u.peek_ok.taint = o.taint;
 	r.u.peek_ok.restore_bytes = o.restore_bytes;
+	r.u.peek_ok.read_us = o.read_us;
 	moor_debug("peek: %u tokens, %s at %llu%s", p->n_ids,
 		   cache_tier_name(o.tier), (unsigned long long)o.start,
 		   o.gives_back ? " (the plan would give caches back first)"

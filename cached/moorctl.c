@@ -3,12 +3,13 @@
  *   moorctl [--run-dir DIR] [--timeout-ms N] stats
  *       prints every cache's counters and bytes as JSON (indented)
  *   moorctl [--run-dir DIR] [--timeout-ms N] clear [--tier T]
- *       empties one tier (all, resident, end, stash, pin, park, store;
- *       default all)
+ *       empties one tier (PROTO_CLEAR_TIER_LIST: a tier's name, ram or
+ *       all; default ram)
  *   moorctl [--run-dir DIR] [--timeout-ms N] peek --ids 1,2,3 [--session S]
  *       where a prompt of these key ids would resume, as JSON: {"tier",
  *       "cached" (the start line), "tokens", "taint" (null: none),
- *       "restore_bytes"}; cached changes nothing
+ *       "restore_bytes", "read_ms" (the NVMe tiers' read at their measured
+ *       rate; 0 for RAM)}; cached changes nothing
  *
  *   moorctl journal --tail [N] --state-dir DIR
  *       the last N (10) lines of gatewayd's journal (DIR/journal.jsonl,
@@ -312,14 +313,15 @@ int main(int argc, char **argv)
 		} else {
 			const proto_peek_ok *p = &rep.u.peek_ok;
 			json_t *j = json_pack(
-			    "{s:s, s:I, s:I, s:o, s:I}", "tier",
+			    "{s:s, s:I, s:I, s:o, s:I, s:f}", "tier",
 			    proto_tier_name(p->tier), "cached",
 			    (json_int_t)p->cached, "tokens",
 			    (json_int_t)p->tokens, "taint",
 			    p->taint == UINT64_MAX
 				? json_null()
 				: json_integer((json_int_t)p->taint),
-			    "restore_bytes", (json_int_t)p->restore_bytes);
+			    "restore_bytes", (json_int_t)p->restore_bytes,
+			    "read_ms", (double)p->read_us / 1e3);
 			char *out = j ? json_dumps(j, JSON_INDENT(2) |
 							  JSON_PRESERVE_ORDER)
 				      : NULL;

@@ -27,6 +27,7 @@
  * protected (stash, pin, park), the cut is made, the source restored, and
  * the slots reserved.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,8 +315,14 @@ int cache_peek(cache *c, const cache_req *r, cache_peek_out *out, char *err)
 	uint64_t rb = 0;
 	if (c->stash.have)
 		rb += (c->stash.hi - c->stash.lo) * c->row_bytes;
-	if (A.src)
-		rb += A.src->restore_bytes(c, &A.o);
+	if (A.src) {
+		uint64_t sb = A.src->restore_bytes(c, &A.o);
+		double bps = A.src->read_bps ? A.src->read_bps(c) : 0;
+		rb += sb;
+		if (bps > 0)
+			out->read_us =
+			    (uint64_t)llround((double)sb / bps * 1e6);
+	}
 	int tier = reported_tier(&A, c->stash.have ? c->stash.lo : UINT64_MAX);
 	out->start = A.start;
 	out->taint = A.taint;

@@ -1302,6 +1302,12 @@ static void spill_stats(cache *c, uint64_t *entries, uint64_t *bytes)
 
 /* ---- the planner's side: offer, restore, eviction ---- */
 
+/* The rate its offer weighs a read at: the last restore's, else 2 GB/s. */
+static double spill_read_bps(cache *c)
+{
+	return c->spill.read_bps > 0 ? c->spill.read_bps : 2e9;
+}
+
 /* The planner's offer: the entry whose end anchor (or, below it, a saved
  * grid anchor) continues ids[0, n) furthest, when that line is more than a
  * grid chunk above `ram` (what RAM offers) and reading it costs less than
@@ -1335,8 +1341,7 @@ static int spill_offer(cache *c, const int32_t *ids, uint64_t n, uint64_t ram,
 	 * last restore measured (2 GB/s before one) */
 	double bytes =
 	    (double)bs * (double)c->row_bytes + 2.0 * (double)c->sec_bytes;
-	double read_s =
-	    bytes / (c->spill.read_bps > 0 ? c->spill.read_bps : 2e9);
+	double read_s = bytes / spill_read_bps(c);
 	if (read_s >= (double)(bs - ram) / cache_prefill_rate(c))
 		return -1;
 	*start = bs;
@@ -1630,6 +1635,7 @@ const cache_tier_ops cache_tier_spill = {
     .offer = spill_tier_offer,
     .restore = spill_tier_restore,
     .restore_bytes = cache_tier_rows_bytes,
+    .read_bps = spill_read_bps,
     .refused = spill_refused,
     .bytes = spill_bytes,
     .clear = spill_clear,

@@ -137,7 +137,8 @@
  * the rate estimate (short ones are dominated by the fixed costs). */
 #define GW_PREFILL_LONG_TOKENS 256
 #define GW_PREFILL_SAMPLES 16 /* the median of the last N long prefills */
-/* restore_ms of /v1/cache/peek: host memory copy bandwidth assumed for a
+/* restore_ms of /v1/cache/peek from a RAM tier (the NVMe tiers' read time
+ * is cached's, PEEK_OK's read_us): host memory copy bandwidth assumed for a
  * restore, bytes per second (a CPU memcpy of arena bytes; the measured
  * pinned host-to-device rate on the H200 was 55 GB/s). */
 #define GW_RESTORE_BPS 10e9

@@ -13,9 +13,12 @@
 
 /* POST /v1/cache/peek: a chat body (and session) rendered and tokenized as
  * a request would be; cached says where its plan would start, nothing is
- * generated or counted. reread_eta_ms: the tokens to prefill at the median
- * rate of this gateway's last long prefills (GW_PREFILL_PRIOR_TPS before
- * any); restore_ms: restore_bytes at GW_RESTORE_BPS. */
+ * generated or counted. restore_ms: from the session spill or the disk
+ * tier, the drive read cached expects (restore_bytes at the tier's
+ * measured read rate, PEEK_OK's read_us); from RAM, restore_bytes at
+ * GW_RESTORE_BPS. reread_eta_ms: the tokens to prefill at the median rate
+ * of this gateway's last long prefills (GW_PREFILL_PRIOR_TPS before any),
+ * plus restore_ms. */
 int gw_on_cache_peek(gw_srv *s, h2o_req_t *req)
 {
 	return gw_job_start(s, req, GW_KIND_PEEK, GW_ROUTE_PEEK);
@@ -222,6 +225,9 @@ void gw_peek_answer(gw_job *j)
 	uint64_t cached = pk->cached <= pk->tokens ? pk->cached : pk->tokens;
 	uint64_t reread = pk->tokens - cached;
 	double rate = gw_prefill_rate(j->s);
+	double restore_ms = pk->read_us
+				? (double)pk->read_us / 1e3
+				: pk->restore_bytes / GW_RESTORE_BPS * 1000.0;
 	json_t *o = json_object();
 	const proto_tier_words *tw = proto_tier(pk->tier);
 	json_object_set_new(o, "tier", json_string(tw->tier));
@@ -231,7 +237,7 @@ void gw_peek_answer(gw_job *j)
 	json_object_set_new(o, "reread_tokens",
 			    json_integer((json_int_t)reread));
 	json_object_set_new(o, "reread_eta_ms",
-			    json_real(reread / rate * 1000.0));
+			    json_real(reread / rate * 1000.0 + restore_ms));
 	json_object_set_new(o, "tokens", json_integer((json_int_t)pk->tokens));
 	/* the client's count; tokens is the prompt the next turn would read
 	 * (the end alignment's respelling and replay counted, align.c) */
@@ -240,9 +246,7 @@ void gw_peek_answer(gw_job *j)
 	json_object_set_new(o, "aligned", json_integer(j->align_pass));
 	json_object_set_new(o, "restore_bytes",
 			    json_integer((json_int_t)pk->restore_bytes));
-	json_object_set_new(
-	    o, "restore_ms",
-	    json_real(pk->restore_bytes / GW_RESTORE_BPS * 1000.0));
+	json_object_set_new(o, "restore_ms", json_real(restore_ms));
 	json_object_set_new(o, "prefill_tokens_per_s", json_real(rate));
 	json_object_set_new(o, "session", json_string(j->p.session));
 	char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);

@@ -913,6 +913,7 @@ static void enc_peek_ok(moor_buf *b, const proto_msg *m)
 	put_u64(b, p->tokens);
 	put_u64(b, p->taint);
 	put_u64(b, p->restore_bytes);
+	put_u64(b, p->read_us);
 }
 
 static void dec_peek_ok(rd *r, proto_msg *m)
@@ -923,6 +924,7 @@ static void dec_peek_ok(rd *r, proto_msg *m)
 	p->tokens = get_u64(r);
 	p->taint = get_u64(r);
 	p->restore_bytes = get_u64(r);
+	p->read_us = get_u64(r);
 }
 
 static void enc_end_get(moor_buf *b, const proto_msg *m)

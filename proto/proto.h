@@ -32,8 +32,9 @@
  * GENERATE's reasoning budget, COMMIT's marks.
  * 3: the tenant's cache salt in GENERATE, PLAN, PEEK and END_GET; PROGRESS,
  * PLAN's SCRATCH flag, the memory level in PLAN_OK and DONE.
- * 4: user_at (where the last user message starts) in GENERATE and PLAN. */
-#define PROTO_VERSION 4
+ * 4: user_at (where the last user message starts) in GENERATE and PLAN.
+ * 5: PEEK_OK's read_us (the NVMe tiers' read time). */
+#define PROTO_VERSION 5
 #define PROTO_HDR_SIZE 24
 /* Largest payload accepted: a 256k-token prompt of ids plus slack. */
 #define PROTO_MAX_PAYLOAD (4u << 20)
@@ -361,6 +362,9 @@ typedef struct proto_peek_ok {
 	uint64_t taint;         /* as PLAN_OK's; UINT64_MAX: none */
 	uint64_t restore_bytes; /* bytes the plan would copy into the live
 				 * sequence (sections and rows) */
+	uint64_t read_us;       /* the drive read that restore would take
+				 * (the NVMe tiers' restore_bytes at their
+				 * measured read rate); 0: a RAM tier */
 } proto_peek_ok;
 
 /* The end anchor a client's copy may be aligned to (gatewayd's end

@@ -12,7 +12,8 @@
  * while a turn is in flight. Cache A is peeked before every plan (twice,
  * and once mid-turn); cache B never. For every turn:
  *   - the peek's tier, start, taint and guest equal the plan's that
- *     follows, and its restore_bytes equal what that tier copies;
+ *     follows, and its restore_bytes equal what that tier copies (with no
+ *     drive read: read_us 0);
  *   - cache_stats_json of A is byte-identical before and after the peeks;
  *   - A's plan equals B's (start, taint, tier, guest, every slot's line and
  *     arena offset), A's stats equal B's after the commit, and the resumed
@@ -288,6 +289,8 @@ static void test_peek_equals_plan(void)
 		      pa.guest);
 		CHECK(!p1.gives_back, "%s: gives_back under a 1 TiB peak",
 		      s->what);
+		CHECK(p1.read_us == 0, "%s: a RAM tier reads no drive: %llu us",
+		      s->what, (unsigned long long)p1.read_us);
 		if (s->want_tier >= 0)
 			CHECK(pa.tier == s->want_tier,
 			      "%s: the plan's tier is %s, the turn was meant "

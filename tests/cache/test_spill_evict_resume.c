@@ -4,9 +4,10 @@
  *     more than spill_min_tokens (600 here) and the park (64 KiB) cannot
  *     hold it, so B's plan writes A to the spill and parks nothing;
  *   - A's next turn (A + its answer + 60 tokens) resumes from the spill at
- *     A's end anchor (1305), with B's rows in place, and its logits, state
- *     and greedy tokens equal those of the same turn on a cache where B
- *     never came (bit for bit);
+ *     A's end anchor (1305), as the peek before it says (with the drive
+ *     read it would take: read_us), with B's rows in place, and its
+ *     logits, state and greedy tokens equal those of the same turn on a
+ *     cache where B never came (bit for bit);
  *   - (A's turn writes B to the spill in turn, and B's next turn reads it
  *     back); B again (A written again: incremental, its blocks kept), then a
  *     prompt that shares A's first 1,000 tokens only: it resumes at the
@@ -74,6 +75,25 @@ int main(void)
 	const arena_mover *mv0 = h.c->mv;
 	if (!tb_cuda())
 		h.c->mv = &dmv;
+	{
+		/* the peek says the spill, and the drive read it would take:
+		 * restore_bytes at the spill's read rate (2 GB/s before its
+		 * first restore) */
+		cache_req q = {
+		    .ids = P2, .n = 1366, .session = "a", .max_tokens = 6};
+		cache_peek_out po;
+		char perr[MOOR_ERRLEN] = "";
+		REQUIRE(cache_peek(h.c, &q, &po, perr) == 0, "peek: %s", perr);
+		uint64_t want =
+		    (uint64_t)((double)po.restore_bytes / 2e9 * 1e6 + 0.5);
+		CHECK(po.tier == CACHE_TIER_SPILL && po.start == 1305 &&
+			  po.restore_bytes > 0 && po.read_us == want,
+		      "A's peek: %s at %llu, %llu bytes, read %llu us (want "
+		      "the spill at 1305, %llu us)",
+		      cache_tier_name(po.tier), (unsigned long long)po.start,
+		      (unsigned long long)po.restore_bytes,
+		      (unsigned long long)po.read_us, (unsigned long long)want);
+	}
 	REQUIRE(h_turn_run(&h, P2, 1366, "a", 6, &t) == 0, "A again");
 	/* the sync cached's reply to the COMMIT makes, before the swap back */
 	REQUIRE(cache_sync(h.c) == 0, "sync");

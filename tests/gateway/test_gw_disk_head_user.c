@@ -17,10 +17,13 @@
  *    top line, at or below U. With the old rule it prefilled cold. Its
  *    /v1/cache/peek before the turn says the same: tier nvme_disk, that
  *    line's cached tokens (the peek asks the NVMe tiers as the plan does),
+ *    and a restore_ms that is the disk read (restore_bytes at the tier's
+ *    read rate, /v1/cache/stats' disk.read_bps), inside reread_eta_ms,
  *    once an engine is attached: the idle engined says HELLO to the new
  *    cached by itself, no request between; until it has, the peek is 503
  *    with a Retry-After, code engine_not_attached (where it was a 400 on
  *    the messages). */
+#include <math.h>
 #include <stdlib.h>
 
 #include "t.h"
@@ -191,6 +194,41 @@ int main(int argc, char **argv)
 	CHECK(pt && !strcmp(pt, "nvme_disk") && pc == (long long)top,
 	      "B's peek: tier %s, %lld cached (want nvme_disk, %llu)",
 	      pt ? pt : "?", pc, (unsigned long long)top);
+	/* its eta holds the drive's read: restore_bytes at the disk tier's
+	 * read rate (cached's, in the stats), not at a RAM copy's */
+	{
+		gt_resp sr = gt_get(gt_.port, "/v1/cache/stats");
+		json_t *so = gt_json(&sr);
+		gt_resp_fini(&sr);
+		double bps = json_number_value(json_object_get(
+			   json_object_get(so, "disk"), "read_bps")),
+		       rb = json_number_value(
+			   json_object_get(o, "restore_bytes")),
+		       rms =
+			   json_number_value(json_object_get(o, "restore_ms")),
+		       eta = json_number_value(
+			   json_object_get(o, "reread_eta_ms")),
+		       tps = json_number_value(
+			   json_object_get(o, "prefill_tokens_per_s")),
+		       rr = json_number_value(
+			   json_object_get(o, "reread_tokens"));
+		json_decref(so);
+		double want = bps > 0 ? rb / bps * 1e3 : -1,
+		       want_eta = tps > 0 ? rr / tps * 1e3 + want : -1;
+		printf("B's peek: %.0f bytes, restore_ms %.3f (the disk's "
+		       "%.2f GB/s: %.3f), reread_eta_ms %.3f (want %.3f)\n",
+		       rb, rms, bps / 1e9, want, eta, want_eta);
+		CHECK(rb > 0 && want > 0 &&
+			  fabs(rms - want) <= 0.01 + want * 1e-3,
+		      "B's peek: restore_ms %.3f is not restore_bytes %.0f at "
+		      "the disk tier's read rate %.0f B/s (%.3f)",
+		      rms, rb, bps, want);
+		CHECK(want_eta > 0 &&
+			  fabs(eta - want_eta) <= 0.01 + want_eta * 1e-3,
+		      "B's peek: reread_eta_ms %.3f is not the re-read (%.0f "
+		      "tokens at %.1f/s) plus the disk read (%.3f ms)",
+		      eta, rr, tps, want);
+	}
 	json_decref(o);
 
 	o = chat(sys, ub, "head-B");

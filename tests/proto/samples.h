@@ -286,6 +286,7 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 		p->tokens = rnd();
 		p->taint = size == S_EMPTY ? UINT64_MAX : rnd();
 		p->restore_bytes = rnd();
+		p->read_us = size == S_EMPTY ? 0 : rnd();
 		break;
 	}
 	}
@@ -497,6 +498,7 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 		DIFF(x->tokens == y->tokens, "peek_ok.tokens");
 		DIFF(x->taint == y->taint, "peek_ok.taint");
 		DIFF(x->restore_bytes == y->restore_bytes, "restore_bytes");
+		DIFF(x->read_us == y->read_us, "peek_ok.read_us");
 		break;
 	}
 	}

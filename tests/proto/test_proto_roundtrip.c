@@ -83,7 +83,7 @@ static void test_wire_layout(void)
 	REQUIRE(proto_encode(&b, &m) == 0, "encode plan");
 	static const uint8_t want[] = {
 	    0x4d, 0x4f, 0x4f, 0x52, /* "MOOR" */
-	    4,	  0,	12,   0,    /* version 4, PLAN */
+	    5,	  0,	12,   0,    /* version 5, PLAN */
 	    44,	  0,	0,    0,    /* length */
 	    0,	  0,	0,    0,    /* flags */
 	    0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, /* req */
@@ -138,7 +138,8 @@ static void test_wire_layout(void)
 	raw_end(&r);
 	CHECK(b.len == r.n && !memcmp(b.p, r.p, r.n), "GENERATE bytes");
 
-	/* PEEK: session, ids; PEEK_OK: tier, cached, tokens, taint, bytes */
+	/* PEEK: session, ids; PEEK_OK: tier, cached, tokens, taint, bytes,
+	 * read_us */
 	int32_t pids[] = {7, -1};
 	memset(&m, 0, sizeof m);
 	m.h.type = PROTO_PEEK;
@@ -162,7 +163,8 @@ static void test_wire_layout(void)
 				      .cached = 0x0102030405060708ull,
 				      .tokens = 3000,
 				      .taint = UINT64_MAX,
-				      .restore_bytes = 1ull << 33};
+				      .restore_bytes = 1ull << 33,
+				      .read_us = 0x1122334455ull};
 	REQUIRE(proto_encode(&b, &m) == 0, "encode peek_ok");
 	raw_hdr(&r, PROTO_PEEK_OK, 0);
 	raw_le(&r, PROTO_TIER_STORE, 4);
@@ -170,8 +172,9 @@ static void test_wire_layout(void)
 	raw_le(&r, 3000, 8);
 	raw_le(&r, UINT64_MAX, 8);
 	raw_le(&r, 1ull << 33, 8);
+	raw_le(&r, 0x1122334455ull, 8);
 	raw_end(&r);
-	CHECK(b.len == r.n && r.n == PROTO_HDR_SIZE + 36 &&
+	CHECK(b.len == r.n && r.n == PROTO_HDR_SIZE + 44 &&
 		  !memcmp(b.p, r.p, r.n),
 	      "PEEK_OK bytes");
 	CHECK(r.p[6] == 55 && r.p[7] == 0, "PEEK_OK is type 55");
