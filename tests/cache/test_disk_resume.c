@@ -25,7 +25,12 @@
  *     staging blocks go back to the host arena;
  *   - the counts outlive a fingerprint change: an engine of another
  *     fingerprint sweeps every file, and a prompt counted once before it
- *     is admitted at its second cold read after it. */
+ *     is admitted at its second cold read after it;
+ *   - the branch rule: that second cold read (S1 again) also writes the
+ *     line where the counts fall (640: H read three times, S1's own lines
+ *     twice), and with the RAM caches emptied a session in a fourth
+ *     folder resumes there, bit for bit (without the rule only 1280 is
+ *     written and it prefills cold). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -90,6 +95,19 @@ static int lines_has(cache *c, uint64_t line)
 		if (l[i] == line)
 			return 1;
 	return 0;
+}
+
+/* The engine says HELLO with layout l (another fingerprint); the
+ * harness's pointers follow the arenas' new places. */
+static void hello_as(harness *h, const cache_layout *l)
+{
+	char err[MOOR_ERRLEN];
+	REQUIRE(cache_hello(h->c, l, &h->ho, err) == 0, "hello: %s", err);
+	char *base = cache_dev_base(h->c);
+	for (int i = 0; i < h->y->n_sections; i++)
+		h->s.sec[i] = base + h->ho.sec_off[i];
+	for (int i = 0; i < h->y->n_views; i++)
+		h->s.view[i] = base + h->ho.view_off[i];
 }
 
 int main(void)
@@ -277,13 +295,7 @@ int main(void)
 	REQUIRE(l2, "oom");
 	*l2 = *h.lay;
 	l2->fingerprint[0] ^= 1;
-	char err[MOOR_ERRLEN];
-	REQUIRE(cache_hello(h.c, l2, &h.ho, err) == 0, "hello: %s", err);
-	char *base = cache_dev_base(h.c);
-	for (int i = 0; i < h.y->n_sections; i++)
-		h.s.sec[i] = base + h.ho.sec_off[i];
-	for (int i = 0; i < h.y->n_views; i++)
-		h.s.view[i] = base + h.ho.view_off[i];
+	hello_as(&h, l2);
 	CHECK(h_stat(h.c, "disk.anchors") == 0 &&
 		  h_stat(h.c, "disk.chunks") == 0 &&
 		  h_stat(h.c, "disk.swept") > 0,
@@ -297,7 +309,30 @@ int main(void)
 	CHECK(lines_has(h.c, 1280),
 	      "S1's second cold read admits its longest line (1280): the "
 	      "counts outlived the sweep");
+	/* the branch rule: H's lines were read cold three times (S1, S2, S1
+	 * again) and S1's own twice, so the count falls at 768: 640 is a
+	 * branch line, written beside the longest repeated line although
+	 * no request of this fingerprint has read it from the disk */
+	CHECK(lines_has(h.c, 640) && h_stat(h.c, "disk.anchors") == 2,
+	      "S1 again writes the branch line 640 beside 1280: %lld anchors",
+	      h_stat(h.c, "disk.anchors"));
+	/* a session in a fourth folder with the caches in RAM emptied (a new
+	 * cache would say HELLO with the first fingerprint first, which
+	 * sweeps these files): from the branch line */
+	REQUIRE(cache_clear(h.c, "ram") == 0, "clear ram");
+	int32_t *F4 = h_ids(600, V, 97), *S4 = h_cat(H, 700, F4, 600);
+	h_part(S4, S1, 700, V);
+	REQUIRE(h_turn_run(&h, S4, 1300, "s4", 4, &t) == 0, "S4");
+	CHECK(t.plan.tier == CACHE_TIER_DISK && t.plan.start == 640,
+	      "a fourth folder resumes from the disk's branch line 640: %s at "
+	      "%llu",
+	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start);
+	h_exact(&h, S4, 1300, &t, "S4 from the branch line");
+	state_free(&t.st);
+	cache_disk_wait(h.c);
 	h_close(&h);
+	free(F4);
+	free(S4);
 	free(l2);
 	free(H);
 	free(F1);
