@@ -30,7 +30,11 @@
  *     line where the counts fall (640: H read three times, S1's own lines
  *     twice), and with the RAM caches emptied a session in a fourth
  *     folder resumes there, bit for bit (without the rule only 1280 is
- *     written and it prefills cold). */
+ *     written and it prefills cold);
+ *   - nothing above the taint: with admit_after 1, a turn resumed at the
+ *     end anchor (its lines forwarded over rows a decode's state computed)
+ *     writes no anchor above it, and the same prompt of another session
+ *     resumes from the disk's clean line below it, bit for bit. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -334,6 +338,63 @@ int main(void)
 	free(F4);
 	free(S4);
 	free(l2);
+
+	/* nothing above the taint: a turn resumed at the end anchor forwards
+	 * rows a decode's state computed, which no cold prefill writes, so
+	 * even lines counted admit_after times (1 here) are not written */
+	{
+		cache_cfg cfg;
+		h_cfg_disk(&cfg, "dr-8", dir);
+		cfg.disk_head_anchors = 0;
+		cfg.disk_admit_after = 1;
+		h_open(&h, "f32_untied", 128, 2048, &cfg);
+	}
+	REQUIRE(cache_clear(h.c, "disk") == 0, "clear");
+	int32_t *T1 = h_ids(1300, V, 98), *T3 = h_ids(700, V, 99);
+	REQUIRE(h_turn_run(&h, T1, 1300, "t", 6, &t) == 0, "T1");
+	int32_t ans[H_MAX_GEN];
+	memcpy(ans, t.gen, sizeof ans);
+	state_free(&t.st);
+	cache_disk_wait(h.c);
+	CHECK(h_stat(h.c, "disk.anchors") == 1 && lines_has(h.c, 1280),
+	      "T1 (admit_after 1): its longest line 1280 is written: %lld "
+	      "anchors",
+	      h_stat(h.c, "disk.anchors"));
+	int32_t *T2a = h_cat(T1, 1300, ans, 6), *T2 = h_cat(T2a, 1306, T3, 700);
+	REQUIRE(h_turn_run(&h, T2, 2006, "t", 4, &t) == 0, "T2");
+	CHECK(t.plan.tier == CACHE_TIER_END && t.plan.start == 1305 &&
+		  t.plan.taint != CACHE_NO_TAINT && t.plan.taint <= 1305,
+	      "T2 resumes at the end anchor 1305, tainted: %s at %llu, taint "
+	      "%lld",
+	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start,
+	      (long long)t.plan.taint);
+	state_free(&t.st);
+	cache_disk_wait(h.c);
+	{
+		uint64_t l[64];
+		int n = h_lines(h.c, "disk", l, 64), above = 0;
+		for (int i = 0; i < n; i++)
+			above += l[i] > 1305;
+		CHECK(n == 1 && !above,
+		      "T2 wrote nothing above its taint: %d anchors, %d "
+		      "above 1305",
+		      n, above);
+	}
+	/* the same prompt of another session, the RAM caches emptied: from
+	 * the disk's clean line, bit for bit a cold prefill's */
+	REQUIRE(cache_clear(h.c, "ram") == 0, "clear ram");
+	REQUIRE(h_turn_run(&h, T2, 2006, "u", 4, &t) == 0, "T2 again");
+	CHECK(t.plan.tier == CACHE_TIER_DISK && t.plan.start == 1280,
+	      "T2 of another session: from the disk at 1280: %s at %llu",
+	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start);
+	h_exact(&h, T2, 2006, &t, "T2 from the disk below the taint");
+	state_free(&t.st);
+	cache_disk_wait(h.c);
+	h_close(&h);
+	free(T1);
+	free(T2a);
+	free(T2);
+	free(T3);
 	free(H);
 	free(F1);
 	free(F2);
