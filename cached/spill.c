@@ -40,7 +40,8 @@
  * restart of cached resumes the next turn at its end anchor.
  *
  * Budgets: --session-spill-gb (64) over every entry, least recently used
- * first; an entry unused for --session-spill-hours (48) goes at the open.
+ * first; an entry unused for --session-spill-hours (48) goes at the open
+ * and at every save (spill_budget).
  *
  * Where the bytes are: the spill reads and writes the device arena only
  * through cached's mover (c->mv), one bounded host staging buffer at a
@@ -696,13 +697,25 @@ static void save_prune(int efd, uint64_t n_blk, const uint64_t *lines,
 	closedir(d);
 }
 
+/* After a save (keep: its entry): the entries unused for spill_hours go,
+ * as at the open (a cached that runs for days keeps no older one), then
+ * the least recently used until the rest fit spill_bytes. */
 static void spill_budget(cache *c, const char *keep)
 {
 	ent_info *v;
 	int n = list_entries(c, &v);
 	uint64_t total = 0;
-	for (int i = 0; i < n; i++)
+	time_t now = time(NULL);
+	for (int i = 0; i < n; i++) {
+		if (c->cfg.spill_hours && v[i].mtime &&
+		    strcmp(v[i].name, keep) &&
+		    now - v[i].mtime > (time_t)c->cfg.spill_hours * 3600) {
+			entry_delete(c, v[i].name, "unused for over the TTL");
+			c->spill.k.expired++;
+			v[i].bytes = 0;
+		}
 		total += v[i].bytes;
+	}
 	while (c->cfg.spill_bytes && total > c->cfg.spill_bytes) {
 		int lru = -1;
 		for (int i = 0; i < n; i++)

@@ -15,11 +15,16 @@
  *     bits) and equals a cold prefill bit for bit;
  *   - a flipped byte in the entry: the next such prompt is a cold prefill
  *     (a failure costs the entry, never an answer), bit for bit;
+ *   - the TTL while cached runs: an entry unused for 49 hours goes at the
+ *     next save, not only at the next start;
  *   - the mover's ordering (CPU): A's restore from the spill runs through
  *     a mover that does its copies only at sync(), like the CUDA one, and
  *     still equals the unevicted cache bit for bit (a staging buffer
  *     refilled before the copies out of it were done would not). */
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cache_int.h"
 #include "defer_mover.h"
@@ -169,6 +174,41 @@ int main(void)
 	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start);
 	h_exact(&h, Q2, 1200, &t, "Q2 cold after a failed restore");
 	state_free(&t.st);
+
+	/* the TTL while cached runs: Q2's plan wrote B (the entry left);
+	 * with its last use 49 hours back, the next save (C's plan writes
+	 * Q2's conversation) deletes it, not only the next start */
+	CHECK(h.c->spill.n_ent == 1, "one entry (B's): %u", h.c->spill.n_ent);
+	char bname[17];
+	snprintf(bname, sizeof bname, "%s", cache_spill_ent_name(h.c, 0));
+	{
+		char p[600];
+		snprintf(p, sizeof p, "%s/sessions/%s/manifest", dir, bname);
+		struct timespec ts[2] = {
+		    {.tv_sec = time(NULL) - 49 * 3600, .tv_nsec = 0},
+		    {.tv_sec = time(NULL) - 49 * 3600, .tv_nsec = 0}};
+		REQUIRE(utimensat(AT_FDCWD, p, ts, 0) == 0, "utimensat %s", p);
+	}
+	long long ex0 = h_stat(h.c, "spill.expired"),
+		  sv0 = h_stat(h.c, "spill.evict_saves");
+	int32_t *C = h_ids(900, V, 84);
+	h_part(C, A, 0, V);
+	REQUIRE(h_turn_run(&h, C, 900, "c", 4, &t) == 0, "C");
+	state_free(&t.st);
+	{
+		char p[600];
+		snprintf(p, sizeof p, "%s/sessions/%s", dir, bname);
+		CHECK(h_stat(h.c, "spill.evict_saves") == sv0 + 1 &&
+			  h_stat(h.c, "spill.expired") == ex0 + 1 &&
+			  access(p, F_OK) != 0 && h.c->spill.n_ent == 1,
+		      "C's save expired B's entry unused for 49 h: %lld "
+		      "saves, %lld expired, %s, %u entries",
+		      h_stat(h.c, "spill.evict_saves") - sv0,
+		      h_stat(h.c, "spill.expired") - ex0,
+		      access(p, F_OK) ? "gone" : "still there",
+		      h.c->spill.n_ent);
+	}
+	free(C);
 	h_close(&h);
 	free(A);
 	free(B);
