@@ -34,7 +34,9 @@
  *   - nothing above the taint: with admit_after 1, a turn resumed at the
  *     end anchor (its lines forwarded over rows a decode's state computed)
  *     writes no anchor above it, and the same prompt of another session
- *     resumes from the disk's clean line below it, bit for bit. */
+ *     resumes from the disk's clean line below it, bit for bit;
+ *   - a read that costs more than the prefill it saves (a prefill rate
+ *     no read beats) is not taken: cold, bit for bit. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -388,6 +390,27 @@ int main(void)
 	      "T2 of another session: from the disk at 1280: %s at %llu",
 	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start);
 	h_exact(&h, T2, 2006, &t, "T2 from the disk below the taint");
+	state_free(&t.st);
+	cache_disk_wait(h.c);
+	h_close(&h);
+
+	/* the read must cost less than the prefill it saves: with a prefill
+	 * rate no read beats (before any prefill is measured), T2's line 1280
+	 * stays on the disk and T2 prefills cold, bit for bit */
+	{
+		cache_cfg cfg;
+		h_cfg_disk(&cfg, "dr-9", dir);
+		cfg.disk_head_anchors = 0;
+		cfg.prefill_tps = 4000000000u;
+		h_open(&h, "f32_untied", 128, 2048, &cfg);
+	}
+	CHECK(lines_has(h.c, 1280), "T2's line 1280 is on the disk");
+	REQUIRE(h_turn_run(&h, T2, 2006, "v", 4, &t) == 0, "T2, fast prefill");
+	CHECK(t.plan.tier == CACHE_TIER_NONE && t.plan.start == 0 &&
+		  h_stat(h.c, "disk.hits") == 0,
+	      "a read dearer than the prefill is not taken: %s at %llu",
+	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start);
+	h_exact(&h, T2, 2006, &t, "T2 cold beside a dear read");
 	state_free(&t.st);
 	cache_disk_wait(h.c);
 	h_close(&h);
