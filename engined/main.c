@@ -185,7 +185,13 @@ int main(int argc, char **argv)
 			o.window = atoll(optarg);
 			break;
 		case 'S':
-			o.span = atoi(optarg);
+			o.span = (int)parse_pos(optarg);
+			if (o.span <= 0) {
+				moor_err("--max-num-batched-tokens %s: expected a "
+					 "positive multiple of the grid",
+					 optarg);
+				return 2;
+			}
 			break;
 		case 'T':
 			sp.temperature = strtof(optarg, NULL);

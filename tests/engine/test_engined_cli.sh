@@ -24,6 +24,18 @@ err=$("$engined" --model "$tiny" --prompt-ids abc 2>&1 >/dev/null); rc=$?
 check "malformed ids: refused" '[ $rc -eq 2 ]'
 err=$("$engined" --model "$tiny" --prompt-ids 1 --grid 100 2>&1 >/dev/null); rc=$?
 check "grid not a multiple of 64: refused" '[ $rc -ne 0 ] && echo "$err" | grep -q "multiple of 64"'
+# --max-num-batched-tokens: forwards of 3 chunks give a chunk a
+# forward's ids (300 ids on a grid of 64: [0, 192), [192, 256), the tail);
+# a value that is not a multiple of the grid is refused at load, one that
+# is no number at once
+ids=$(seq -s, 100 399)
+p1=$("$engined" --model "$tiny" --prompt-ids "$ids" --max-tokens 4 --ignore-eos --grid 64 2>/dev/null)
+p2=$("$engined" --model "$tiny" --prompt-ids "$ids" --max-tokens 4 --ignore-eos --grid 64 --max-num-batched-tokens 192 2>/dev/null)
+check "--max-num-batched-tokens 192: ids '$p2', a chunk a forward '$p1'" '[ "$(echo "$p1" | wc -w)" -eq 4 ] && [ "$p1" = "$p2" ]'
+err=$("$engined" --model "$tiny" --prompt-ids 1 --grid 64 --max-num-batched-tokens 100 2>&1 >/dev/null); rc=$?
+check "--max-num-batched-tokens 100 on a grid of 64: refused" '[ $rc -ne 0 ] && echo "$err" | grep -q "multiple of the grid"'
+err=$("$engined" --model "$tiny" --prompt-ids 1 --max-num-batched-tokens lots 2>&1 >/dev/null); rc=$?
+check "--max-num-batched-tokens lots: refused" '[ $rc -eq 2 ] && echo "$err" | grep -q "expected a positive multiple"'
 # the backend: named in the first log line; --backend cpu gives auto's ids
 # on a host without a GPU; a backend this build or host lacks, or a name
 # that is none, is refused with one line and exit 2
