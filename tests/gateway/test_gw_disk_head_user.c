@@ -22,7 +22,10 @@
  *    once an engine is attached: the idle engined says HELLO to the new
  *    cached by itself, no request between; until it has, the peek is 503
  *    with a Retry-After, code engine_not_attached (where it was a 400 on
- *    the messages). */
+ *    the messages).
+ * 4. /health reports the day's drive writes and the guard's level; POST
+ *    /v1/cache/clear?tier=spill leaves the disk tier and RAM, ?tier=disk
+ *    empties the disk tier and leaves RAM. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -87,6 +90,17 @@ static json_t *post(const char *path, const char *sys, const char *user,
 static json_t *chat(const char *sys, const char *user, const char *session)
 {
 	return post("/v1/chat/completions", sys, user, session);
+}
+
+/* A number of /v1/cache/stats (a.b), -1 when absent. */
+static long long stat_int(const char *path)
+{
+	gt_resp r = gt_get(gt_.port, "/v1/cache/stats");
+	json_t *o = gt_json(&r);
+	gt_resp_fini(&r);
+	long long v = gt_int(o, path);
+	json_decref(o);
+	return v;
 }
 
 /* Waits until the disk tier has written n anchors and has nothing
@@ -245,6 +259,41 @@ int main(int argc, char **argv)
 	      "or below the user message at %lld)",
 	      c, src ? src : "?", (unsigned long long)top, u);
 	json_decref(o);
+
+	/* /health reports the write guard's day: what the tier wrote, the
+	 * default budget (200 GB) and the level */
+	gt_resp hr = gt_get(gt_.port, "/health");
+	o = gt_json(&hr);
+	const char *lv = gt_str(o, "cache.disk_writes.level");
+	CHECK(hr.status == 200 && gt_int(o, "cache.disk_writes.tier") > 0 &&
+		  gt_int(o, "cache.disk_writes.budget") == 200000000000ll &&
+		  lv && !strcmp(lv, "ok"),
+	      "/health's disk_writes: %s", hr.body ? hr.body : "");
+	json_decref(o);
+	gt_resp_fini(&hr);
+	/* POST /v1/cache/clear honours ?tier=: the spill leaves the disk and
+	 * RAM as they are, the disk leaves RAM */
+	long long a0 = stat_int("disk.anchors"),
+		  r0 = stat_int("resident.bytes");
+	CHECK(a0 > 0 && r0 > 0,
+	      "before the clears: %lld anchors, %lld resident bytes", a0, r0);
+	hr = gt_request(gt_.port, "POST", "/v1/cache/clear?tier=spill", NULL,
+			NULL, 10);
+	CHECK(hr.status == 200 && stat_int("disk.anchors") == a0 &&
+		  stat_int("resident.bytes") == r0,
+	      "?tier=spill: %d, %lld anchors, %lld resident bytes", hr.status,
+	      stat_int("disk.anchors"), stat_int("resident.bytes"));
+	gt_resp_fini(&hr);
+	hr = gt_request(gt_.port, "POST", "/v1/cache/clear?tier=disk", NULL,
+			NULL, 10);
+	CHECK(hr.status == 200 && stat_int("disk.anchors") == 0 &&
+		  stat_int("disk.chunks") == 0 &&
+		  stat_int("resident.bytes") == r0,
+	      "?tier=disk: %d, %lld anchors, %lld chunks, %lld resident "
+	      "bytes",
+	      hr.status, stat_int("disk.anchors"), stat_int("disk.chunks"),
+	      stat_int("resident.bytes"));
+	gt_resp_fini(&hr);
 	free(sys);
 	free(ua);
 	free(ub);
