@@ -616,6 +616,9 @@ int cache_ledger_fp_ok(const cache *c, const uint8_t fp[32]);
 struct json_t *cache_ledger_json(cache *c);
 /* The clock of the day's key (tests; NULL: time()). */
 extern time_t (*cache_ledger_clock)(void);
+/* The disk tier's clock (the index's last use, idle days, the TTL): a
+ * test's seam; NULL: time(). */
+extern time_t (*cache_disk_clock)(void);
 
 /* ---- planner.c ---- */
 /* The prefill rate the NVMe tiers' read-cost rule weighs a read against:

@@ -259,9 +259,13 @@ struct cache_disk_tier {
 	} last;
 };
 
+time_t (*cache_disk_clock)(void);
+
+/* The tier's clock: the files' last use, the idle days of the value, the
+ * TTL (a test moves it through cache_disk_clock). */
 static uint64_t now_s(void)
 {
-	return (uint64_t)time(NULL);
+	return (uint64_t)(cache_disk_clock ? cache_disk_clock() : time(NULL));
 }
 
 static uint64_t up4k(uint64_t x)
@@ -1220,20 +1224,24 @@ static void reconcile(cache *c)
 		return;
 	MDB_txn *tx;
 	if (!mdb_txn_begin(d->env, NULL, 0, &tx)) {
-		uint64_t now = now_s(),
-			 ttl = (uint64_t)c->cfg.disk_days * 86400;
-		for (uint32_t i = 0; i < n; i++) {
+		for (uint32_t i = 0; i < n; i++)
 			if (faccessat(d->dfd, it[i].name, F_OK, 0)) {
 				MDB_val k = {strlen(it[i].name), it[i].name};
 				(void)mdb_del(tx, d->idx, &k, NULL);
-			} else if (it[i].r.kind == DK_ANCHOR && ttl &&
-				   now > it[i].r.used + ttl) {
-				file_drop(d, tx, it[i].name);
-				d->k.expired++;
+				/* gone (its chunks stay counted as read) */
+				if (it[i].r.kind == DK_ANCHOR)
+					it[i].r.kind = 0;
 			}
-		}
 		(void)mdb_txn_commit(tx);
 	}
+	/* past the TTL: the anchor goes with the chunks only it read, as an
+	 * eviction takes them (none is left that no anchor reads) */
+	uint64_t now = now_s(), ttl = (uint64_t)c->cfg.disk_days * 86400;
+	for (uint32_t i = 0; ttl && i < n; i++)
+		if (it[i].r.kind == DK_ANCHOR && now > it[i].r.used + ttl) {
+			(void)evict(d, it, n, (int)i);
+			d->k.expired++;
+		}
 	/* a directory stream of its own (a dup would share dfd's offset) */
 	int fd = openat(d->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
