@@ -17,6 +17,8 @@
  *     (a failure costs the entry, never an answer), bit for bit;
  *   - the TTL while cached runs: an entry unused for 49 hours goes at the
  *     next save, not only at the next start;
+ *   - the budget: with spill_bytes at what one entry holds, the next save
+ *     deletes the least recently used entry;
  *   - the mover's ordering (CPU): A's restore from the spill runs through
  *     a mover that does its copies only at sync(), like the CUDA one, and
  *     still equals the unevicted cache bit for bit (a staging buffer
@@ -208,7 +210,30 @@ int main(void)
 		      access(p, F_OK) ? "gone" : "still there",
 		      h.c->spill.n_ent);
 	}
+	/* the budget (LRU): at what the one entry holds, D's plan writes C
+	 * and the older entry (Q2's conversation) goes */
+	char qname[17];
+	snprintf(qname, sizeof qname, "%s", cache_spill_ent_name(h.c, 0));
+	h.c->cfg.spill_bytes = (uint64_t)h_stat(h.c, "spill.bytes");
+	long long ev0 = h_stat(h.c, "spill.evicted");
+	sv0 = h_stat(h.c, "spill.evict_saves");
+	int32_t *D = h_ids(900, V, 85);
+	h_part(D, C, 0, V);
+	REQUIRE(h_turn_run(&h, D, 900, "d", 4, &t) == 0, "D");
+	state_free(&t.st);
+	CHECK(h_stat(h.c, "spill.evict_saves") == sv0 + 1 &&
+		  h_stat(h.c, "spill.evicted") == ev0 + 1 &&
+		  h.c->spill.n_ent == 1 &&
+		  strcmp(cache_spill_ent_name(h.c, 0), qname) &&
+		  h_stat(h.c, "spill.bytes") <= (long long)h.c->cfg.spill_bytes,
+	      "over the spill's budget the least recently used went: %lld "
+	      "saves, %lld evicted, %u entries, %lld of %llu bytes",
+	      h_stat(h.c, "spill.evict_saves") - sv0,
+	      h_stat(h.c, "spill.evicted") - ev0, h.c->spill.n_ent,
+	      h_stat(h.c, "spill.bytes"),
+	      (unsigned long long)h.c->cfg.spill_bytes);
 	free(C);
+	free(D);
 	h_close(&h);
 	free(A);
 	free(B);
