@@ -16,7 +16,10 @@
  *     flags (eng_fp_flags) and compiler;
  *   - the grid, the backend's name and contract version, and on CUDA the
  *     runtime's and cuBLASLt's versions and the device's compute
- *     capability.
+ *     capability;
+ *   - the kernels' environment switches that change prefill's bits
+ *     (ops.h, kern_bits_env), each one set as NAME=value: unset, the
+ *     fingerprint is the one without them.
  * What keeps state and computes none (cached/, gatewayd/, the scheduler)
  * is outside it: an upgrade of those keeps every stored file.
  *
@@ -695,6 +698,14 @@ int eng_serve_fingerprint(const char *model_dir, const eng_opts *opts, int grid,
 	fp_field(&f, __VERSION__, strlen(__VERSION__)); /* the compiler */
 	if (!strcmp(backend, "cuda"))
 		fp_cuda(&f);
+	for (const char *const *e = kern_bits_env; *e; e++) {
+		const char *v = getenv(*e);
+		if (!v)
+			continue;
+		char kv[256];
+		int n = snprintf(kv, sizeof kv, "%s=%s", *e, v);
+		fp_field(&f, kv, n < (int)sizeof kv ? (size_t)n : sizeof kv - 1);
+	}
 	XXH128_canonical_t ca, cb;
 	XXH128_canonicalFromHash(&ca, XXH3_128bits_digest(f.a));
 	XXH128_canonicalFromHash(&cb, XXH3_128bits_digest(f.b));

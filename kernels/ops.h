@@ -465,6 +465,14 @@ const kern_ops *kern_backend(const char *name);
 const kern_ops *kern_backend_auto(int device, char *why);
 /* The names this build has, NULL-terminated. */
 const char *const *kern_backend_names(void);
+/* The environment variables whose values change the bits a prefill op
+ * computes (NULL-terminated): the engine's fingerprint covers the ones
+ * set, so that rows stored under one are never served to an engine
+ * without it. A knob that keeps the bits (a bit-exact variant of a
+ * kernel, a benchmark's sweep, a decode-only switch: decode's rows lie
+ * above the taint line and are stored as what they are) is not listed;
+ * a new knob that changes prefill's bits is added here. */
+extern const char *const kern_bits_env[];
 
 /* ---- the sampler's arithmetic, shared by every backend ---- */
 

@@ -9,6 +9,11 @@
 
 extern const kern_ops *const kern_cuda_entry;
 
+/* CUDA: MOOR_GDN_TC=1, the delta rule's state pass on 3xTF32 tensor
+ * cores; MOOR_GEMM_BUCKET_MAX, another algorithm for longer products. */
+const char *const kern_bits_env[] = {"MOOR_GDN_TC", "MOOR_GEMM_BUCKET_MAX",
+				     NULL};
+
 const kern_ops *kern_backend(const char *name)
 {
 	if (!name)

@@ -167,6 +167,21 @@ int main(void)
 	CHECK(memcmp(fx, f1, 32), "another grid");
 	REQUIRE(fp_of(m1, 1024, "cuda", NULL, fx, err) == 0, "%s", err);
 	CHECK(memcmp(fx, f1, 32), "another backend");
+	/* a kernel switch that changes prefill's bits counts, by its value;
+	 * one that keeps them does not */
+	uint8_t e0[32], e1[32], e2[32];
+	REQUIRE(fp_of(m1, 1024, "cuda", NULL, e0, err) == 0, "%s", err);
+	setenv("MOOR_GDN_TC", "1", 1);
+	REQUIRE(fp_of(m1, 1024, "cuda", NULL, e1, err) == 0, "%s", err);
+	setenv("MOOR_GDN_TC", "0", 1);
+	REQUIRE(fp_of(m1, 1024, "cuda", NULL, e2, err) == 0, "%s", err);
+	unsetenv("MOOR_GDN_TC");
+	CHECK(memcmp(e0, e1, 32) && memcmp(e1, e2, 32),
+	      "MOOR_GDN_TC=1 and =0 are in the fingerprint");
+	setenv("MOOR_GDN_RT", "0", 1);
+	REQUIRE(fp_of(m1, 1024, "cuda", NULL, e1, err) == 0, "%s", err);
+	unsetenv("MOOR_GDN_RT");
+	CHECK(!memcmp(e0, e1, 32), "MOOR_GDN_RT (the same bits) is not");
 	snprintf(p, sizeof p, "%s/config.json", m2);
 	write_text(p, "{\"model_type\":\"toy\",\"x\":1}");
 	fp_ok(m2, fx);
