@@ -16,33 +16,41 @@ uint64_t codec_bound(uint64_t n)
 	return sizeof(codec_hdr) + f * 8 + n;
 }
 
-static void planes_split(const uint8_t *src, uint64_t n, uint8_t *dst)
+/* The planed bytes [a, a + m) of src[0, n) into pl + a: planed byte p is
+ * src[2p] (plane 0, p < n/2), src[2(p - n/2) + 1] (plane 1), or the odd
+ * last byte. A frame's job planes its own bytes: the split runs on the
+ * pool with the compression. */
+static void planes_split(const uint8_t *src, uint64_t n, uint8_t *pl,
+			 uint64_t a, uint64_t m)
 {
-	uint64_t h = n / 2;
-	uint8_t *lo = dst, *hi = dst + h;
-	for (uint64_t i = 0; i < h; i++) {
-		lo[i] = src[2 * i];
-		hi[i] = src[2 * i + 1];
-	}
-	if (n & 1)
-		dst[n - 1] = src[n - 1];
+	uint64_t h = n / 2, e = a + m, p = a;
+	for (; p < e && p < h; p++)
+		pl[p] = src[2 * p];
+	for (; p < e && p < 2 * h; p++)
+		pl[p] = src[2 * (p - h) + 1];
+	if (p < e) /* the odd last byte */
+		pl[p] = src[p];
 }
 
-static void planes_join(const uint8_t *src, uint64_t n, uint8_t *dst)
+/* dst[2i], dst[2i + 1] for i in [a, b) from the planes (the odd last byte
+ * by the caller): a job joins its own stretch of dst, so that no two
+ * threads write one cache line. */
+static void planes_join(const uint8_t *pl, uint64_t n, uint8_t *dst,
+			uint64_t a, uint64_t b)
 {
 	uint64_t h = n / 2;
-	const uint8_t *lo = src, *hi = src + h;
-	for (uint64_t i = 0; i < h; i++) {
+	const uint8_t *lo = pl, *hi = pl + h;
+	for (uint64_t i = a; i < b; i++) {
 		dst[2 * i] = lo[i];
 		dst[2 * i + 1] = hi[i];
 	}
-	if (n & 1)
-		dst[n - 1] = src[n - 1];
 }
 
 typedef struct job {
-	const uint8_t *in;  /* planed bytes */
+	const uint8_t *in;  /* encode: the source; decode: the encoded */
 	uint8_t *out;	    /* encode: per-frame scratch; decode: planed */
+	uint8_t *pl;	    /* encode: planed; decode: the caller's dst */
+	uint8_t *dst;	    /* encode: the encoded frames' place */
 	uint64_t n, nf;
 	uint64_t *len;	    /* encoded frame lengths (RAW_BIT: raw) */
 	uint64_t *off;	    /* decode: offsets of the frames in `in` */
@@ -56,6 +64,8 @@ static void enc_frame(void *ctx, int f)
 	uint64_t a = (uint64_t)f * CODEC_FRAME;
 	uint64_t m = j->n - a < CODEC_FRAME ? j->n - a : CODEC_FRAME;
 	uint8_t *o = j->out + (uint64_t)f * j->cap;
+	planes_split(j->in, j->n, j->pl, a, m);
+	const uint8_t *in = j->pl + a;
 	/* level 1, and a checksum in each frame: a flipped byte fails its
 	 * frame before the block sums look */
 	ZSTD_CCtx *z = ZSTD_createCCtx();
@@ -63,10 +73,10 @@ static void enc_frame(void *ctx, int f)
 	if (z && !ZSTD_isError(ZSTD_CCtx_setParameter(z, ZSTD_c_compressionLevel,
 						      1)) &&
 	    !ZSTD_isError(ZSTD_CCtx_setParameter(z, ZSTD_c_checksumFlag, 1)))
-		r = ZSTD_compress2(z, o, j->cap, j->in + a, m);
+		r = ZSTD_compress2(z, o, j->cap, in, m);
 	ZSTD_freeCCtx(z);
 	if (ZSTD_isError(r) || r >= m) {
-		memcpy(o, j->in + a, m);
+		memcpy(o, in, m);
 		j->len[f] = m | RAW_BIT;
 	} else {
 		j->len[f] = r;
@@ -126,6 +136,14 @@ void *codec_ws_buf(codec_ws *w, uint64_t n)
 	return grow((void **)&w->buf, &w->buf_cap, n) ? NULL : w->buf;
 }
 
+/* A frame's encoded bytes to their place (off: its offset), on the pool */
+static void gather_frame(void *ctx, int f)
+{
+	job *j = ctx;
+	memcpy(j->dst + j->off[f], j->out + (uint64_t)f * j->cap,
+	       j->len[f] & ~RAW_BIT);
+}
+
 int codec_encode(const void *src, uint64_t n, void *dst, uint64_t *out_n,
 		 moor_pool *pool, codec_ws *ws)
 {
@@ -137,22 +155,20 @@ int codec_encode(const void *src, uint64_t n, void *dst, uint64_t *out_n,
 		codec_ws_fini(&own);
 		return rc;
 	}
-	uint8_t *pl = w->pl, *scr = w->scr;
-	uint64_t *len = w->len;
-	planes_split(src, n, pl);
-	job j = {.in = pl, .out = scr, .n = n, .nf = nf, .len = len,
-		 .cap = cap};
+	uint64_t *len = w->len, *off = w->off;
+	uint8_t *d = dst;
+	job j = {.in = src, .out = w->scr, .pl = w->pl, .dst = d, .n = n,
+		 .nf = nf, .len = len, .off = off, .cap = cap};
 	moor_pool_run(pool, (int)nf, enc_frame, &j);
 	codec_hdr h = {CODEC_MAGIC, n, nf, CODEC_FRAME};
-	uint8_t *d = dst;
 	memcpy(d, &h, sizeof h);
 	memcpy(d + sizeof h, len, nf * 8);
 	uint64_t o = sizeof h + nf * 8;
 	for (uint64_t f = 0; f < nf; f++) {
-		uint64_t m = len[f] & ~RAW_BIT;
-		memcpy(d + o, scr + f * cap, m);
-		o += m;
+		off[f] = o;
+		o += len[f] & ~RAW_BIT;
 	}
+	moor_pool_run(pool, (int)nf, gather_frame, &j);
 	*out_n = o;
 	codec_ws_fini(&own);
 	return 0;
@@ -174,6 +190,17 @@ static void dec_frame(void *ctx, int f)
 	size_t r = ZSTD_decompress(j->out + a, m, j->in + j->off[f], el);
 	if (ZSTD_isError(r) || r != m)
 		j->rc[f] = MOOR_EFORMAT;
+}
+
+/* The values [f F/2, (f + 1) F/2) of dst joined from the planes (F:
+ * CODEC_FRAME): nf stretches of whole values, on the pool */
+static void join_part(void *ctx, int f)
+{
+	job *j = ctx;
+	uint64_t h = j->n / 2, a = (uint64_t)f * (CODEC_FRAME / 2);
+	uint64_t b = a + CODEC_FRAME / 2 < h ? a + CODEC_FRAME / 2 : h;
+	if (a < b)
+		planes_join(j->out, j->n, j->pl, a, b);
 }
 
 int codec_decode(const void *enc, uint64_t enc_n, void *dst, uint64_t raw,
@@ -208,14 +235,18 @@ int codec_decode(const void *enc, uint64_t enc_n, void *dst, uint64_t raw,
 			ret = MOOR_EFORMAT;
 	}
 	if (!ret) {
-		job j = {.in = e, .out = pl, .n = raw, .nf = nf, .len = len,
-			 .off = off, .rc = rc};
+		job j = {.in = e, .out = pl, .pl = dst, .n = raw, .nf = nf,
+			 .len = len, .off = off, .rc = rc};
 		moor_pool_run(pool, (int)nf, dec_frame, &j);
 		for (uint64_t f = 0; f < nf && !ret; f++)
 			ret = rc[f];
+		if (!ret) {
+			/* h = raw / 2 values in nf stretches of F/2 */
+			moor_pool_run(pool, (int)nf, join_part, &j);
+			if (raw & 1)
+				((uint8_t *)dst)[raw - 1] = pl[raw - 1];
+		}
 	}
-	if (!ret)
-		planes_join(pl, raw, dst);
 	codec_ws_fini(&own);
 	return ret;
 }

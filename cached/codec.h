@@ -9,7 +9,9 @@
  * compressed alone (zstd level 1, with zstd's own checksum in the
  * frame), so frames run on separate threads and
  * the output does not depend on how many: a frame that does not shrink is
- * stored raw.
+ * stored raw. Each frame's job planes its own bytes (encoding) and the
+ * planes are joined back in stretches on the pool too (decoding): no pass
+ * over the whole buffer runs on one thread.
  *
  * An encoded buffer: codec_hdr, then n_frames u64 frame lengths (the top
  * bit set: stored raw), then the frames back to back. Decoding checks

@@ -7,10 +7,15 @@
  *     alone), and with a workspace kept across calls of other sizes (the
  *     spill's) as with buffers of the call's own;
  *   - bf16 rows of few exponents shrink (the planes' point);
+ *   - the format (stored files outlive the code): the header, then each
+ *     frame a plain zstd frame of the planes, plane 0 the values' low
+ *     bytes then plane 1 the high ones, the odd last byte at the end,
+ *     read back with zstd alone;
  *   - a flipped byte in a frame, a cut buffer, a wrong decoded size and a
  *     bad magic are MOOR_EFORMAT, never a crash. */
 #include <stdlib.h>
 #include <string.h>
+#include <zstd.h>
 
 #include "codec.h"
 #include "moor.h"
@@ -94,6 +99,35 @@ int main(void)
 		"encode");
 	CHECK(n1 == n3 && !memcmp(e1, e3, n1),
 	      "1 thread and 3 threads write the same bytes");
+	/* the format, read with zstd alone: 4 Mi + 2 values and an odd
+	 * byte; frame 0 holds the first 8 MiB of the planes (the 4 Mi + 2
+	 * low bytes, then the first 4 Mi - 2 high bytes), frame 1 the last
+	 * 4 high bytes and the odd byte */
+	{
+		codec_hdr h;
+		memcpy(&h, e1, sizeof h);
+		CHECK(h.magic == CODEC_MAGIC && h.raw == n && h.n_frames == 2 &&
+			      h.frame == CODEC_FRAME,
+		      "the header");
+		uint64_t l0, l1;
+		memcpy(&l0, e1 + sizeof h, 8);
+		memcpy(&l1, e1 + sizeof h + 8, 8);
+		uint64_t o0 = sizeof h + 16, o1 = o0 + (l0 & ~(1ull << 63));
+		uint8_t *pl = malloc(n);
+		REQUIRE(pl, "oom");
+		size_t z0 = ZSTD_decompress(pl, CODEC_FRAME, e1 + o0, l0);
+		/* the 5-byte rest does not shrink: stored raw (the top bit) */
+		CHECK(!(l0 >> 63) && z0 == CODEC_FRAME && l1 == (5 | 1ull << 63),
+		      "a zstd frame of 8 MiB, then the rest raw");
+		memcpy(pl + CODEC_FRAME, e1 + o1, 5);
+		uint64_t hv = n / 2, bad = 0;
+		for (uint64_t i = 0; i < hv; i++)
+			bad += pl[i] != b[2 * i] || pl[hv + i] != b[2 * i + 1];
+		bad += pl[n - 1] != b[n - 1];
+		CHECK(bad == 0, "the planes: %llu bytes out of place",
+		      (unsigned long long)bad);
+		free(pl);
+	}
 	/* and a workspace that held other calls' bytes changes none */
 	roundtrip(small, 3, pool, &en, "3 bytes after 8 MiB");
 	REQUIRE(codec_encode(b, n, e3, &n3, pool, &ws) == 0, "encode ws");
