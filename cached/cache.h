@@ -163,7 +163,8 @@ typedef struct cache_cfg {
 	uint64_t disk_bytes;     /* --disk-cache-gb 16 */
 	uint32_t disk_days;      /* an anchor unused this long goes: 7 */
 	uint64_t disk_min_free;  /* --disk-cache-min-free-gb 50: the free
-				  * space the tier leaves the file system */
+				  * space the tier and the session spill
+				  * leave the file system (0: none) */
 	uint32_t disk_admit_after; /* a line counted this often cold: 2 */
 	uint32_t disk_head_anchors; /* a session's first long request: 4 */
 	uint32_t disk_min_tokens;   /* shorter prompts write nothing: 4096 */

@@ -355,7 +355,8 @@ struct cache {
 			    anchors_kept, bytes_written, bytes_read, swept,
 			    expired, evicted, codec_raw, codec_out,
 			    evict_saves, hits, hit_failed, refused,
-			    guard_skips, save_skipped_room;
+			    guard_skips, save_skipped_room, floor_binds,
+			    floor_evicted;
 		} k;
 	} spill;
 

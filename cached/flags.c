@@ -67,6 +67,8 @@ static void usage(FILE *f)
 	    "--disk-dir)\n"
 	    "  --disk-cache-gb G (16)  --disk-cache-days N (7)  "
 	    "--disk-cache-min-free-gb G (50)\n"
+	    "                           (the free space the tier and the "
+	    "spill leave the file system)\n"
 	    "  --disk-cache-admit-after N (2)  --disk-cache-head-anchors N "
 	    "(4)  --disk-cache-min-tokens N (4096)\n"
 	    "  --disk-write-budget-gb G (200)  the drive writes of a day, GB "

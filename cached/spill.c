@@ -41,7 +41,11 @@
  *
  * Budgets: --session-spill-gb (64) over every entry, least recently used
  * first; an entry unused for --session-spill-hours (48) goes at the open
- * and at every save (spill_budget).
+ * and at every save (spill_budget). Under the disk tier's free-space floor
+ * (--disk-cache-min-free-gb, 50), as the seed puts it: a save that would
+ * take the file system's free space under it removes the least recently
+ * used entries first when they make the room, else it is not made
+ * (floor_room; each file is checked again before it is written).
  *
  * Where the bytes are: the spill reads and writes the device arena only
  * through cached's mover (c->mv), one bounded host staging buffer at a
@@ -631,11 +635,151 @@ static int secs_host(cache *c, uint64_t off, void *stage, const void **out)
 	return rc;
 }
 
-/* An anchor's sections (src: sec_bytes back to back) as a file, unless the
- * old manifest holds the same sums and the file is there. */
-static int save_secs(cache *c, int efd, uint32_t kind, uint64_t line,
-		     const void *src, uint64_t *sums, const uint64_t *old,
-		     char *err)
+/* ---- the free-space floor ---- */
+
+/* The tier's floor (cfg.disk_min_free, --disk-cache-min-free-gb 50) holds
+ * for the spill too: no write of it takes the file system's free space
+ * under the floor. A save that would first removes the least recently
+ * used entries (not its own) when that makes the room, else it is not
+ * made; either way one line with the numbers, and floor_binds counts the
+ * saves not made. A floor of 0 leaves the file system's room to the
+ * writes (a failed write costs the entry, as before). */
+
+static uint64_t spill_free(cache *c)
+{
+	struct statvfs sv;
+	return fstatvfs(c->spill.dfd, &sv) == 0
+		   ? (uint64_t)sv.f_bavail * sv.f_frsize
+		   : UINT64_MAX;
+}
+
+/* A file of n bytes as the file system counts it (4 KiB blocks). */
+static uint64_t fs_bytes(uint64_t n)
+{
+	return (n + 4095) & ~4095ull;
+}
+
+/* What a save of the resident conversation may write: the blocks and
+ * anchors it cannot keep at their raw size (the codec writes a block
+ * only when it shrinks), the manifest (mlen) and the drain's resident
+ * name. A block is counted kept when the old manifest has its rows and
+ * ids and its file is there, an anchor when the old manifest has its
+ * line: a guess, which the file-by-file check (floor_file) backs. */
+static uint64_t save_need(cache *c, int efd, const man_view *old,
+			  uint64_t valid, const uint64_t *lines, uint32_t n_anc,
+			  int end, uint64_t mlen)
+{
+	uint32_t ns = c->lay->n_sections, nv = c->lay->n_views;
+	uint64_t n_blk = (valid + SPILL_BLK - 1) / SPILL_BLK, need = 0;
+	for (uint64_t j = 0; j < n_blk; j++) {
+		uint64_t a = j * SPILL_BLK,
+			 rows = cache_min64(SPILL_BLK, valid - a);
+		char bn[32];
+		snprintf(bn, sizeof bn, "r%llu", (unsigned long long)j);
+		const uint64_t *e = old && j < old->m->n_blk
+					? old->blk + j * (2 + 2ull * nv)
+					: NULL;
+		if (e && e[0] == rows &&
+		    e[1] == XXH3_64bits(c->res_ids + a, rows * 4) &&
+		    file_exists(efd, bn))
+			continue;
+		need += fs_bytes(sizeof(spill_hdr) + 2ull * nv * 8 +
+				 rows * c->row_bytes);
+	}
+	uint64_t anc_b =
+	    fs_bytes(sizeof(spill_hdr) + 2ull * ns * 8 + c->sec_bytes);
+	for (uint32_t i = 0; i < n_anc; i++) {
+		int kept = 0;
+		for (uint64_t k = 0; old && k < old->m->n_anc; k++)
+			kept |= old->anc[k * (1 + 2ull * ns)] == lines[i];
+		need += kept ? 0 : anc_b;
+	}
+	if (end && !(old && old->end && old->m->end_len == c->end.len))
+		need += anc_b;
+	return need + fs_bytes(mlen) + fs_bytes(16);
+}
+
+/* Counts a save the floor stopped and says it in err, the line its
+ * caller logs (the drain's, the eviction's). */
+static void floor_said(cache *c, char *err, uint64_t fr, uint64_t need,
+		       const char *name, uint64_t valid, const char *what)
+{
+	c->spill.k.floor_binds++;
+	moor_errf(err,
+		  "spill: the free-space floor binds: %.3f GB free, floor "
+		  "%.3f GB, the save of %s (%llu tokens) may write %.1f MB: "
+		  "%s",
+		  (double)fr / 1e9, (double)c->cfg.disk_min_free / 1e9, name,
+		  (unsigned long long)valid, (double)need / 1e6, what);
+}
+
+/* Makes room for a save of `need` bytes under the floor, removing the
+ * least recently used entries other than `keep` when together they give
+ * it (one line says how many). 0, or MOOR_ENOSPACE (nothing removed)
+ * with *fr the free bytes. */
+static int floor_room(cache *c, const char *keep, uint64_t need, uint64_t *fr)
+{
+	uint64_t floor = c->cfg.disk_min_free;
+	*fr = spill_free(c);
+	if (!floor || *fr >= floor + need)
+		return 0;
+	ent_info *v;
+	int n = list_entries(c, &v);
+	uint64_t give = 0;
+	for (int i = 0; i < n; i++)
+		if (strcmp(v[i].name, keep))
+			give += fs_bytes(v[i].bytes);
+	int rc = *fr + give >= floor + need ? 0 : MOOR_ENOSPACE;
+	uint64_t fr0 = *fr, gone = 0, gone_b = 0;
+	while (!rc && *fr < floor + need) {
+		int lru = -1;
+		for (int i = 0; i < n; i++)
+			if (v[i].bytes && strcmp(v[i].name, keep) &&
+			    (lru < 0 || v[i].mtime < v[lru].mtime))
+				lru = i;
+		if (lru < 0) {
+			rc = MOOR_ENOSPACE;
+			break;
+		}
+		entry_delete(c, v[lru].name,
+			     "under the free-space floor (LRU)");
+		c->spill.k.floor_evicted++;
+		gone++;
+		gone_b += v[lru].bytes;
+		v[lru].bytes = 0;
+		*fr = spill_free(c);
+	}
+	free(v);
+	if (gone)
+		moor_warn("[spill] the free-space floor: %.3f GB free, floor "
+			  "%.3f GB, the save of %s may write %.1f MB: %llu "
+			  "older entries (%.1f MB, least recently used first) "
+			  "removed, %.3f GB free",
+			  (double)fr0 / 1e9, (double)floor / 1e9, keep,
+			  (double)need / 1e6, (unsigned long long)gone,
+			  (double)gone_b / 1e6, (double)*fr / 1e9);
+	return rc;
+}
+
+/* Before one file of n bytes: 0, or MOOR_ENOSPACE (said, counted) when it
+ * would take the free space under the floor. */
+static int floor_file(cache *c, const char *name, uint64_t valid, uint64_t n,
+		      char *err)
+{
+	uint64_t floor = c->cfg.disk_min_free, fr;
+	if (!floor || (fr = spill_free(c)) >= floor + fs_bytes(n))
+		return 0;
+	floor_said(c, err, fr, fs_bytes(n), name, valid,
+		   "a file of it not written (the entry goes)");
+	return MOOR_ENOSPACE;
+}
+
+/* An anchor's sections (src: sec_bytes back to back) as a file of entry
+ * `ename` (`valid` tokens), unless the old manifest holds the same sums
+ * and the file is there. */
+static int save_secs(cache *c, int efd, const char *ename, uint64_t valid,
+		     uint32_t kind, uint64_t line, const void *src,
+		     uint64_t *sums, const uint64_t *old, char *err)
 {
 	uint32_t ns = c->lay->n_sections;
 	secs_sums(c, src, sums);
@@ -653,6 +797,9 @@ static int save_secs(cache *c, int efd, uint32_t kind, uint64_t line,
 	hdr_fill(c, &h, kind, line, 0, 2ull * ns, c->sec_bytes);
 	dfile_part p[3] = {{&h, sizeof h}, {sums, 2ull * ns * 8}, {0, 0}};
 	int rc = data_part(c, &h, src, c->sec_bytes, &p[2]);
+	if (!rc)
+		rc = floor_file(c, ename, valid,
+				sizeof h + 2ull * ns * 8 + p[2].n, err);
 	if (!rc)
 		rc = dfile_write(efd, name, p, 3, 1, err);
 	if (!rc) {
@@ -775,12 +922,6 @@ static int save_conv(cache *c, char name[17], char *err)
 			return MOOR_ENOSPACE;
 		}
 	}
-	/* the manifest goes first: from here to its rewrite the entry is a
-	 * write that did not finish */
-	if (file_exists(efd, "manifest")) {
-		unlinkat(efd, "manifest", 0);
-		(void)dfile_sync_dir(efd, NULL);
-	}
 	/* the anchors: the newest 4 at or below valid */
 	uint64_t lines[SPILL_ANCHORS];
 	uint64_t offs[SPILL_ANCHORS];
@@ -847,6 +988,34 @@ static int save_conv(cache *c, char name[17], char *err)
 		}
 	}
 	free(mk);
+	/* the free-space floor, before a byte of the entry changes: older
+	 * entries make the room, or this save is not made (the entry on the
+	 * disk, if any, stays as it is) */
+	uint64_t need = 0, fr = 0;
+	if (!rc) {
+		need = save_need(c, efd, have_old ? &old : NULL, valid, lines,
+				 n_anc, end, mlen);
+		if (floor_room(c, name, need, &fr)) {
+			floor_said(c, err, fr, need, name, valid,
+				   have_old ? "not written (the entry on the "
+					      "disk is kept as it is)"
+					    : "not written");
+			if (have_old)
+				free(old.buf);
+			free(mb);
+			stage_free(c, stage, soff);
+			close(efd);
+			if (!have_old) /* the directory made for it */
+				(void)dfile_rm_rf(c->spill.dfd, name);
+			return MOOR_ENOSPACE;
+		}
+	}
+	/* the manifest goes first: from here to its rewrite the entry is a
+	 * write that did not finish */
+	if (file_exists(efd, "manifest")) {
+		unlinkat(efd, "manifest", 0);
+		(void)dfile_sync_dir(efd, NULL);
+	}
 	uint64_t written0 = c->spill.k.bytes_written;
 	for (uint64_t j = 0; j < n_blk && !rc; j++) {
 		uint64_t a = j * SPILL_BLK,
@@ -876,6 +1045,9 @@ static int save_conv(cache *c, char name[17], char *err)
 		    {&h, sizeof h}, {e + 2, 2ull * nv * 8}, {0, 0}};
 		rc = data_part(c, &h, stage, rows * c->row_bytes, &p[2]);
 		if (!rc)
+			rc = floor_file(c, name, valid,
+					sizeof h + 2ull * nv * 8 + p[2].n, err);
+		if (!rc)
 			rc = dfile_write(efd, bn, p, 3, 1, err);
 		if (!rc) {
 			c->spill.k.blocks_written++;
@@ -893,15 +1065,15 @@ static int save_conv(cache *c, char name[17], char *err)
 		const void *src;
 		rc = secs_host(c, offs[i], stage, &src);
 		if (!rc)
-			rc = save_secs(c, efd, SF_ANCHOR, lines[i], src, e + 1,
-				       os, err);
+			rc = save_secs(c, efd, name, valid, SF_ANCHOR, lines[i],
+				       src, e + 1, os, err);
 	}
 	if (end && !rc) {
 		const void *src;
 		rc = secs_host(c, c->end.off, stage, &src);
 		if (!rc)
-			rc = save_secs(c, efd, SF_END, c->end.len, src, es,
-				       have_old ? old.end : NULL, err);
+			rc = save_secs(c, efd, name, valid, SF_END, c->end.len,
+				       src, es, have_old ? old.end : NULL, err);
 	}
 	if (have_old)
 		free(old.buf);
@@ -913,7 +1085,9 @@ static int save_conv(cache *c, char name[17], char *err)
 		uint64_t sum = XXH3_64bits(mb, mlen - 8);
 		memcpy(mb + mlen - 8, &sum, 8);
 		dfile_part p = {mb, mlen};
-		rc = dfile_write(efd, "manifest", &p, 1, 0, err);
+		rc = floor_file(c, name, valid, mlen, err);
+		if (!rc)
+			rc = dfile_write(efd, "manifest", &p, 1, 0, err);
 		if (!rc)
 			c->spill.k.bytes_written += mlen;
 	}
@@ -1632,6 +1806,11 @@ static json_t *spill_json(cache *c)
 	CACHE_SETI(o, "guard_skips", c->spill.k.guard_skips);
 	/* saves not tried: too little room to rewrite the entry */
 	CACHE_SETI(o, "save_skipped_room", c->spill.k.save_skipped_room);
+	/* the tier's free-space floor: saves (or a file of one) not made
+	 * under it, and entries removed to keep it */
+	CACHE_SETI(o, "min_free", c->cfg.disk_min_free);
+	CACHE_SETI(o, "floor_binds", c->spill.k.floor_binds);
+	CACHE_SETI(o, "floor_evicted", c->spill.k.floor_evicted);
 	json_object_set_new(o, "last_save_ms",
 			    json_real(c->spill.last_save_ms));
 	json_object_set_new(o, "last_restore_ms",

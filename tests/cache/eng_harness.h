@@ -78,6 +78,9 @@ static inline void h_cfg(cache_cfg *cfg, const char *test)
 	cfg->store_bytes = 16ull << 20;
 	cfg->store_entry_bytes = 8ull << 20;
 	cfg->dev_cuda = tb_cuda() ? 0 : -1; /* the engine's memory */
+	/* the NVMe tiers' free-space floor (the disk tier's and the
+	 * spill's): none, whatever the drive has free */
+	cfg->disk_min_free = 0;
 }
 
 /* h_cfg for the disk tier's tests: the RAM tiers that would serve first

@@ -28,14 +28,22 @@
  *     which serves that turn from the spill once there is room; C's head
  *     takes the
  *     room of the least valuable files of the tier's own (evicted) and
- *     serves a prompt that shares it, bit for bit. */
+ *     serves a prompt that shares it, bit for bit;
+ *   - the spill under the tier's free-space floor, in a tmpfs of its own:
+ *     with the floor over the free space the drain is not made (MOOR_
+ *     ENOSPACE, the numbers in its line, floor_binds, no entry left);
+ *     with the floor 16 KiB under it, B's drain first removes A's entry
+ *     (the least recently used; one line), writes B, keeps the floor,
+ *     and B is read back. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cache_int.h"
 #include "dfile.h"
 #include "moor.h"
 #include "mountns.h"
@@ -430,6 +438,136 @@ static void full_disk_trial(void)
 	      WIFSIGNALED(st) ? ", a signal" : "");
 }
 
+/* The spill under the tier's free-space floor, in a tmpfs of its own:
+ * each drain's line is read from the log. */
+static int log_has(const char *logf, const char *what)
+{
+	FILE *f = fopen(logf, "r");
+	if (!f)
+		return 0;
+	char line[2048];
+	int n = 0;
+	while (fgets(line, sizeof line, f))
+		n += strstr(line, what) != NULL;
+	fclose(f);
+	return n;
+}
+
+static uint64_t fs_free(const char *path)
+{
+	struct statvfs sv;
+	REQUIRE(statvfs(path, &sv) == 0, "statvfs %s", path);
+	return (uint64_t)sv.f_bavail * sv.f_frsize;
+}
+
+static void floor_child(void)
+{
+	char fs[sizeof dir], logf[sizeof dir + 8];
+	REQUIRE(snprintf(fs, sizeof fs, "%s/floor", dir) < (int)sizeof fs,
+		"path");
+	snprintf(logf, sizeof logf, "%s.log", fs); /* off the tmpfs */
+	REQUIRE(mkdir(fs, 0700) == 0, "mkdir");
+	if (mountns_enter() || mountns_tmpfs(fs, "4m", "0700")) {
+		printf("SKIP: the floor trial: no mount namespace here\n");
+		_exit(77);
+	}
+	memcpy(dir, fs, sizeof dir); /* the spill on the tmpfs */
+	int lfd = open(logf, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	REQUIRE(lfd >= 0 && dup2(lfd, 2) == 2, "the log");
+	close(lfd);
+	moor_log_level = MOOR_LOG_INFO;
+	cache_cfg cfg;
+	cfg_of(&cfg, "fl");
+	cfg.disk_on = 0; /* the spill alone writes */
+	cfg.park_bytes = 0;
+	toy_env e;
+	toy_turn t;
+	char err[MOOR_ERRLEN] = "";
+
+	/* a floor above what the file system has: the drain writes nothing,
+	 * says so with the numbers and counts it */
+	cfg.disk_min_free = 64ull << 20;
+	toy_open(&e, &cfg, 4096, G);
+	REQUIRE(toy_run(&e, A, NA, "a", 4, &t, 1, "A under the floor") == 0,
+		"A");
+	int rc = cache_drain(e.c, err);
+	CHECK(rc == MOOR_ENOSPACE && strstr(err, "free-space floor binds") &&
+		  strstr(err, "GB free, floor 0.067 GB") &&
+		  st2(e.c, "spill", "floor_binds") == 1 &&
+		  st2(e.c, "spill", "saves") == 0 &&
+		  st2(e.c, "spill", "save_failed") == 0 &&
+		  st2(e.c, "spill", "entries") == 0 &&
+		  st2(e.c, "spill", "min_free") == 64ll << 20,
+	      "a floor over the free space: the drain is not made (%s), "
+	      "floor_binds %lld, %lld entries",
+	      err[0] ? err : moor_strerror(rc),
+	      st2(e.c, "spill", "floor_binds"), st2(e.c, "spill", "entries"));
+	toy_close(&e);
+
+	/* no floor: A's entry */
+	cfg.disk_min_free = 0;
+	toy_open(&e, &cfg, 4096, G);
+	REQUIRE(toy_run(&e, A, NA, "a", 4, &t, 1, "A") == 0, "A");
+	REQUIRE(cache_drain(e.c, err) == 0, "A's drain: %s", err);
+	toy_close(&e);
+
+	/* a floor just under the free space: B's drain takes the room of
+	 * A's entry, the least recently used, and keeps the floor */
+	int32_t *B = toy_ids(400, 151);
+	toy_part(B, A, 0);
+	toy_open(&e, &cfg, 4096, G);
+	REQUIRE(toy_run(&e, B, 400, "b", 4, &t, 1, "B") == 0, "B");
+	uint64_t floor = fs_free(fs) - (16u << 10);
+	e.c->cfg.disk_min_free = floor; /* after the open's own writes */
+	err[0] = 0;
+	rc = cache_drain(e.c, err);
+	uint64_t after = fs_free(fs);
+	CHECK(rc == 0 && st2(e.c, "spill", "saves") == 1 &&
+		  st2(e.c, "spill", "floor_evicted") == 1 &&
+		  st2(e.c, "spill", "floor_binds") == 0 &&
+		  st2(e.c, "spill", "entries") == 1 && after >= floor,
+	      "under the floor B's drain removes A's entry first (%s): "
+	      "%lld saves, %lld removed, %lld entries, %llu free over a "
+	      "floor of %llu",
+	      err[0] ? err : moor_strerror(rc), st2(e.c, "spill", "saves"),
+	      st2(e.c, "spill", "floor_evicted"), st2(e.c, "spill", "entries"),
+	      (unsigned long long)after, (unsigned long long)floor);
+	toy_close(&e);
+	toy_open(&e, &cfg, 4096, G);
+	CHECK(e.ho.resident_len == 403, "B read back: %llu",
+	      (unsigned long long)e.ho.resident_len);
+	toy_close(&e);
+	CHECK(log_has(logf, "1 older entries") == 1,
+	      "the removal is said in one line");
+	free(B);
+	fflush(NULL);
+	_exit(t_failed ? 1 : 0);
+}
+
+static void floor_trial(void)
+{
+	fflush(NULL);
+	pid_t p = fork();
+	REQUIRE(p >= 0, "fork");
+	if (p == 0)
+		floor_child();
+	int st;
+	REQUIRE(waitpid(p, &st, 0) == p, "waitpid");
+	char lf[sizeof dir + 16];
+	snprintf(lf, sizeof lf, "%s/floor.log", dir);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
+		return;
+	if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+		char cmd[sizeof lf + 16];
+		snprintf(cmd, sizeof cmd, "cat %s >&2", lf);
+		(void)!system(cmd);
+	}
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	      "the floor trial (status %d%s)",
+	      WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st),
+	      WIFSIGNALED(st) ? ", a signal" : "");
+}
+
 int main(void)
 {
 	moor_log_level = getenv("T_VERBOSE") ? MOOR_LOG_INFO : MOOR_LOG_ERROR;
@@ -448,6 +586,7 @@ int main(void)
 	chunk_trial();
 	ledger_trial();
 	full_disk_trial();
+	floor_trial();
 	char cmd[400];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
 	(void)!system(cmd);

@@ -73,6 +73,7 @@ static void cfg_of(cache_cfg *cfg, const char *name)
 	cfg->store_sessions = 0;
 	cfg->store_bytes = 0;
 	snprintf(cfg->spill_dir, sizeof cfg->spill_dir, "%s", dir);
+	cfg->disk_min_free = 0; /* the spill under the tier's floor: none */
 }
 
 static long long stat_of(cache *c, const char *tier, const char *name)
