@@ -31,7 +31,8 @@
  *     serves a prompt that shares it, bit for bit;
  *   - the spill under the tier's free-space floor, in a tmpfs of its own:
  *     with the floor over the free space the drain is not made (MOOR_
- *     ENOSPACE, the numbers in its line, floor_binds, no entry left);
+ *     ENOSPACE, the numbers in its line, floor_binds, no entry left),
+ *     nor an eviction's save (said; the request is a cold run's);
  *     with the floor 16 KiB under it, B's drain first removes A's entry
  *     (the least recently used; one line), writes B, keeps the floor,
  *     and B is read back. */
@@ -502,6 +503,23 @@ static void floor_child(void)
 	      "floor_binds %lld, %lld entries",
 	      err[0] ? err : moor_strerror(rc),
 	      st2(e.c, "spill", "floor_binds"), st2(e.c, "spill", "entries"));
+	/* and an eviction: another session's request would write A first;
+	 * under the floor it is not written, and the request is served */
+	int32_t *E = toy_ids(400, 152);
+	toy_part(E, A, 0);
+	e.c->cfg.spill_min_tokens = 300;
+	REQUIRE(toy_run(&e, E, 400, "e", 4, &t, 1, "E under the floor") == 0,
+		"E equals a cold run");
+	CHECK(st2(e.c, "spill", "floor_binds") == 2 &&
+		  st2(e.c, "spill", "evict_saves") == 0 &&
+		  st2(e.c, "spill", "entries") == 0 &&
+		  log_has(logf, "[spill] eviction: spill: the free-space "
+				"floor binds") == 1,
+	      "the eviction under the floor: not written and said "
+	      "(floor_binds %lld, evict_saves %lld)",
+	      st2(e.c, "spill", "floor_binds"),
+	      st2(e.c, "spill", "evict_saves"));
+	free(E);
 	toy_close(&e);
 
 	/* no floor: A's entry */
