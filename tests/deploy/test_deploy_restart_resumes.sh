@@ -51,8 +51,11 @@ flags=(--no-setup --model "$model" --port "$port" --threads 2 --grid 1024
 # the admin token (peek, clear, the session parts of stats need it)
 export MOOR_ADMIN_TOKEN=restart-admin-token
 A="Authorization: Bearer $MOOR_ADMIN_TOKEN"
+# the spill writes whatever the drive has free (its floor, 50 GB by
+# default, is the disk tier's: a test machine may have less)
 up() { # log
-	MOOR_BUILD=$build "$src/deploy/run" "${flags[@]}" >"$1" 2>&1 &
+	MOOR_BUILD=$build MOOR_CACHED_ARGS="--disk-cache-min-free-gb 0" \
+		"$src/deploy/run" "${flags[@]}" >"$1" 2>&1 &
 	rp=$!
 	require "deploy/run did not print its address ($1)" \
 		"wait_log '$1' 'serving tiny at http://127.0.0.1:$port/v1' 120"

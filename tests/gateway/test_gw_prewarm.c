@@ -76,7 +76,8 @@ int main(int argc, char **argv)
 		    "--resident-gb", "0.05", "--resident-park-gb", "0",
 		    "--cache-gb", "0", "--store-entry-gb", "0.02",
 		    "--disk-dir", ddir, "--session-spill-min-tokens", "64",
-		    "--disk-cache", "off", NULL};
+		    "--disk-cache", "off", "--disk-cache-min-free-gb", "0",
+		    NULL};
 		gt_.cached_args = ca;
 	}
 	gt_stack(argc, argv, "gwprewarm", 200, NULL, NULL, NULL);

@@ -38,6 +38,11 @@ static const char *const cached_spill_args[] = {H_CACHED_BUDGETS,
 						"off",
 						"--session-spill-min-tokens",
 						"64",
+						/* the spill's floor (the
+						 * disk tier's): whatever
+						 * the drive has free */
+						"--disk-cache-min-free-gb",
+						"0",
 						NULL};
 
 /* A chat of msgs (a JSON array of messages) under salt (NULL: none):
