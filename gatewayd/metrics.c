@@ -139,7 +139,8 @@ char *gw_metrics_text(gw_srv *s, const json_t *stats, size_t *len)
 		/* the session spill's traffic (cached's "spill" object) */
 		static const char *const sp[] = {
 		    "saves",	      "save_failed",   "restores",
-		    "restore_failed", "bytes_written", "bytes_read"};
+		    "restore_failed", "bytes_written", "bytes_read",
+		    "floor_binds",    "floor_evicted"};
 		moor_buf_printf(&b, "# HELP moor_spill_total The session "
 				    "spill's counters (cached's stats).\n"
 				    "# TYPE moor_spill_total counter\n");

@@ -121,6 +121,10 @@ a2=$(echo "$r2" | json 'd["choices"][0]["message"]["content"]' 2>/dev/null)
 mt=$(curl -s -m 10 "$base/metrics")
 check "/metrics does not count the restore" \
 	'echo "$mt" | grep -q "^moor_spill_total{what=\"restores\"} 1$"'
+# the free-space floor's counters (0 here: the floor is 0)
+check "/metrics lacks the spill's floor counters" \
+	'echo "$mt" | grep -q "^moor_spill_total{what=\"floor_binds\"} 0$" &&
+	 echo "$mt" | grep -q "^moor_spill_total{what=\"floor_evicted\"} 0$"'
 
 # ---- the same two turns on a stack that never stopped ----
 cl=$(curl -s -m 30 -X POST -H "$A" "$base/v1/cache/clear?tier=all")
