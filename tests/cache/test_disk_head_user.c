@@ -25,18 +25,7 @@ static char dir[256];
 
 static void cfg_of(cache_cfg *cfg, const char *name)
 {
-	cache_cfg_defaults(cfg);
-	snprintf(cfg->arena_prefix, sizeof cfg->arena_prefix, "moor-dhu-%s-%d",
-		 name, (int)getpid());
-	cfg->device_bytes = 16ull << 20;
-	cfg->host_bytes = 16ull << 20;
-	cfg->mem_ceiling = cfg->mem_peak = 1ull << 40;
-	cfg->resident_bytes = 40 * 1088;
-	cfg->store_sessions = 0;
-	cfg->store_bytes = 0;
-	snprintf(cfg->spill_dir, sizeof cfg->spill_dir, "%s", dir);
-	cfg->disk_min_tokens = 256;
-	cfg->disk_min_free = 0;
+	toy_cfg_disk(cfg, "dhu", name, dir);
 }
 
 /* toy_run with the request's user_at; the state checked against a cold

@@ -75,17 +75,7 @@ static void prefix_of(char *out, size_t n, const char *name, pid_t pid)
 
 static void cfg_of(cache_cfg *cfg, const char *name)
 {
-	cache_cfg_defaults(cfg);
-	prefix_of(cfg->arena_prefix, sizeof cfg->arena_prefix, name, getpid());
-	cfg->device_bytes = 16ull << 20;
-	cfg->host_bytes = 16ull << 20;
-	cfg->mem_ceiling = cfg->mem_peak = 1ull << 40;
-	cfg->resident_bytes = 40 * 1088;
-	cfg->store_sessions = 0;
-	cfg->store_bytes = 0;
-	snprintf(cfg->spill_dir, sizeof cfg->spill_dir, "%s", dir);
-	cfg->disk_min_tokens = 256;
-	cfg->disk_min_free = 0;
+	toy_cfg_disk(cfg, "ds", name, dir);
 }
 
 static long long stat_of(cache *c, const char *name)

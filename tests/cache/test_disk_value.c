@@ -36,18 +36,7 @@ static time_t clock_shifted(void)
 
 static void cfg_of(cache_cfg *cfg, uint64_t budget)
 {
-	cache_cfg_defaults(cfg);
-	snprintf(cfg->arena_prefix, sizeof cfg->arena_prefix, "moor-dv-%d",
-		 (int)getpid());
-	cfg->device_bytes = 16ull << 20;
-	cfg->host_bytes = 16ull << 20;
-	cfg->mem_ceiling = cfg->mem_peak = 1ull << 40;
-	cfg->resident_bytes = 40 * 1088;
-	cfg->store_sessions = 0;
-	cfg->store_bytes = 0;
-	snprintf(cfg->spill_dir, sizeof cfg->spill_dir, "%s", dir);
-	cfg->disk_min_tokens = 256;
-	cfg->disk_min_free = 0;
+	toy_cfg_disk(cfg, "dv", "v", dir);
 	cfg->disk_head_anchors = 1;
 	cfg->disk_bytes = budget;
 }

@@ -237,6 +237,27 @@ static inline int toy_equal(const cache_layout *l, const toy_seq *a,
 
 /* ---- a turn through the cache ---- */
 
+/* cached's config for the disk tier's toy tests: arenas of 16 MiB named
+ * moor-TAG-NAME-PID, no ceiling to speak of, 40 toy rows of resident
+ * cache, no store, the NVMe tiers in dir (the disk tier from 256 tokens)
+ * and no free-space floor. */
+static inline void toy_cfg_disk(cache_cfg *cfg, const char *tag,
+				const char *name, const char *dir)
+{
+	cache_cfg_defaults(cfg);
+	snprintf(cfg->arena_prefix, sizeof cfg->arena_prefix, "moor-%s-%s-%d",
+		 tag, name, (int)getpid());
+	cfg->device_bytes = 16ull << 20;
+	cfg->host_bytes = 16ull << 20;
+	cfg->mem_ceiling = cfg->mem_peak = 1ull << 40;
+	cfg->resident_bytes = 40 * 1088;
+	cfg->store_sessions = 0;
+	cfg->store_bytes = 0;
+	snprintf(cfg->spill_dir, sizeof cfg->spill_dir, "%s", dir);
+	cfg->disk_min_tokens = 256;
+	cfg->disk_min_free = 0;
+}
+
 typedef struct toy_env {
 	cache *c;
 	cache_layout *lay;
