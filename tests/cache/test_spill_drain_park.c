@@ -62,6 +62,17 @@ static int why_n(const char *logf, const char *why)
 	return n;
 }
 
+/* The turn t was not served by the spill, which said why once. */
+static void refused_why(const h_turn *t, const char *logf, const char *why,
+			const char *what)
+{
+	int n = why_n(logf, why);
+	CHECK(t->plan.tier != CACHE_TIER_SPILL && n == 1,
+	      "%s: not from the spill (%s at %llu), why=%s said (%d)", what,
+	      cache_tier_name(t->plan.tier), (unsigned long long)t->plan.start,
+	      why, n);
+}
+
 /* The refusal's other reasons, the log captured (its info lines). */
 static void refusals(void)
 {
@@ -95,22 +106,14 @@ static void refusals(void)
 	h_part(Z, A, 1200, V);
 	open_h(&h, "sdp-f", 1, 0);
 	REQUIRE(h_turn_run(&h, Z, 1300, "z", 3, &t) == 0, "Z");
-	CHECK(t.plan.tier != CACHE_TIER_SPILL &&
-		  why_n(logf, "end_no_align") == 1,
-	      "Z: not from the spill (%s at %llu), why=end_no_align said "
-	      "(%d)",
-	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start,
-	      why_n(logf, "end_no_align"));
+	refused_why(&t, logf, "end_no_align", "Z");
 	state_free(&t.st);
 	/* then S parts from A at 1290, above its anchor at 1280, while RAM
 	 * (Z's rows, A's to 1200) serves the grid line under 1200 */
 	int32_t *S = h_cat(A, 1290, N, 100);
 	h_part(S, A, 1290, V);
 	REQUIRE(h_turn_run(&h, S, 1390, "s", 3, &t) == 0, "S");
-	CHECK(t.plan.tier != CACHE_TIER_SPILL && why_n(logf, "short") == 1,
-	      "S: not from the spill (%s at %llu), why=short said (%d)",
-	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start,
-	      why_n(logf, "short"));
+	refused_why(&t, logf, "short", "S");
 	h_exact(&h, S, 1390, &t, "S without the spill");
 	state_free(&t.st);
 	h_close(&h);
@@ -127,12 +130,7 @@ static void refusals(void)
 	h_close(&h);
 	open_h(&h, "sdp-h", 1, 0);
 	REQUIRE(h_turn_run(&h, W3, 1365, "w", 3, &t) == 0, "W3");
-	CHECK(t.plan.tier != CACHE_TIER_SPILL &&
-		  why_n(logf, "anchors_below") == 1,
-	      "W3: not from the spill (%s at %llu), why=anchors_below said "
-	      "(%d)",
-	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start,
-	      why_n(logf, "anchors_below"));
+	refused_why(&t, logf, "anchors_below", "W3");
 	CHECK(h_stat(h.c, "spill.refused") == 1, "counted: %lld",
 	      h_stat(h.c, "spill.refused"));
 	state_free(&t.st);
