@@ -74,6 +74,21 @@ static inline int t_done(const char *name)
 		exit(1);                                                      \
 	} while (0)
 
+/* The lines of the file at path (a daemon's log) that contain str; -1
+ * when it cannot be opened. */
+static inline int t_file_count(const char *path, const char *str)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	char line[2048];
+	int n = 0;
+	while (fgets(line, sizeof line, f))
+		n += strstr(line, str) != NULL;
+	fclose(f);
+	return n;
+}
+
 /* The source tree's root (meson sets MOOR_SRC for every test). */
 static inline const char *t_src(void)
 {

@@ -443,15 +443,7 @@ static void full_disk_trial(void)
  * each drain's line is read from the log. */
 static int log_has(const char *logf, const char *what)
 {
-	FILE *f = fopen(logf, "r");
-	if (!f)
-		return 0;
-	char line[2048];
-	int n = 0;
-	while (fgets(line, sizeof line, f))
-		n += strstr(line, what) != NULL;
-	fclose(f);
-	return n;
+	return t_file_count(logf, what);
 }
 
 static uint64_t fs_free(const char *path)

@@ -597,15 +597,10 @@ static inline int gt_reset_hwm(pid_t pid)
 /* The lines of logname's log (the harness's folder) that contain str. */
 static inline int gt_log_count(const char *logname, const char *str)
 {
-	char log[300], line[2048];
+	char log[300];
 	snprintf(log, sizeof log, "%s/%s.log", h_.dir, logname);
-	FILE *f = fopen(log, "r");
-	int n = 0;
-	while (f && fgets(line, sizeof line, f))
-		n += strstr(line, str) != NULL;
-	if (f)
-		fclose(f);
-	return n;
+	int n = t_file_count(log, str);
+	return n < 0 ? 0 : n; /* no log yet: no line */
 }
 
 /* The RSS bound over its base that gatewayd's log (logname) states, MiB
