@@ -96,6 +96,33 @@ size_t kcu_delta_ws_bytes(kern_ctx *ctx, int T, int Hv, int dk, int dv)
 
 /* The parts k_intra and k_intra_rt share. */
 
+/* A thread's 4 x 4 tile (rows ti + 16 a, columns tj + 16 b) of beta K K^T
+ * (sa) and Q K^T (sqk), decayed by e^(G_i - G_j): the strict lower
+ * triangle of the first into sA [C][C + 1], the lower triangle with its
+ * diagonal of the second into Am [C][C]; zeros above, and on rows past
+ * the sub-chunk's n. */
+static __device__ inline void intra_store_a(const float (&sa)[4][4],
+					    const float (&sqk)[4][4],
+					    const float *sG, float *sA,
+					    float *Am, int ti, int tj, int n)
+{
+#pragma unroll
+	for (int a = 0; a < 4; a++)
+#pragma unroll
+		for (int b = 0; b < 4; b++) {
+			int i = ti + 16 * a, j = tj + 16 * b;
+			float x = 0.0f, am = 0.0f;
+			if (i < n && j <= i) {
+				float dm = expf(sG[i] - sG[j]);
+				if (j < i)
+					x = sa[a][b] * dm;
+				am = sqk[a][b] * dm;
+			}
+			sA[i * (C + 1) + j] = x;
+			Am[i * C + j] = am;
+		}
+}
+
 /* sU [n][dv] = beta V of the sub-chunk's rows (v rows ldv apart, head h);
  * vec: 16-byte loads */
 static __device__ inline void intra_bv(float *sU, const float *v, int ldv,
@@ -236,21 +263,7 @@ static __global__ void __launch_bounds__(INTRA_THREADS)
 					sqk[a][b] += qi[a] * kj[b];
 				}
 		}
-#pragma unroll
-		for (int a = 0; a < 4; a++)
-#pragma unroll
-			for (int b = 0; b < 4; b++) {
-				int i = ti + 16 * a, j = tj + 16 * b;
-				float x = 0.0f, am = 0.0f;
-				if (i < n && j <= i) {
-					float dm = expf(sG[i] - sG[j]);
-					if (j < i)
-						x = sa[a][b] * dm;
-					am = sqk[a][b] * dm;
-				}
-				sA[i * (C + 1) + j] = x;
-				Am[i * C + j] = am;
-			}
+		intra_store_a(sa, sqk, sG, sA, Am, ti, tj, n);
 	}
 	for (int e = tid; e < n * dk; e += nt) {
 		int i = e / dk, d = e % dk;
@@ -374,21 +387,7 @@ static __global__ void __launch_bounds__(INTRA_THREADS, 2)
 						sqk[a][b] += f4at(qi[a], e) * f4at(kj[b], e);
 					}
 		}
-#pragma unroll
-		for (int a = 0; a < 4; a++)
-#pragma unroll
-			for (int b = 0; b < 4; b++) {
-				int i = ti + 16 * a, j = tj + 16 * b;
-				float x = 0.0f, am = 0.0f;
-				if (i < n && j <= i) {
-					float dm = expf(sG[i] - sG[j]);
-					if (j < i)
-						x = sa[a][b] * dm;
-					am = sqk[a][b] * dm;
-				}
-				sA[i * (C + 1) + j] = x;
-				Am[i * C + j] = am;
-			}
+		intra_store_a(sa, sqk, sG, sA, Am, ti, tj, n);
 	}
 	__syncthreads(); /* k and q read by the products */
 	float *gW = u, *gU = u + off_U(dk), *gG = u + off_G(dk, dv);
