@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_moorctl: `moorctl stats` prints JSON with every cache; after one turn
 # the resident prefix holds anchors; `moorctl clear --tier resident` empties
-# it; a bad tier is refused with a clear error and exit 2; no cached at the
+# it; a bad tier is refused with a clear error and exit 2, a clear of an
+# NVMe tier this cached lacks (no --disk-dir) with exit 1; no cached at the
 # run dir is exit 1 with a message naming the socket. `moorctl peek` prints
 # where a prompt would resume as JSON, changes no cache's stats, and the
 # turn that follows starts where it said (tier and cached tokens, from the
@@ -92,6 +93,14 @@ check "clear --tier resident: exit 0" '[ $rc -eq 0 ]'
 out=$("$moorctl" --run-dir "$run" stats)
 check "resident empty after clear" '[ "$(echo "$out" | json "d[\"resident\"][\"anchors\"] == 0 and d[\"resident\"][\"bytes\"] == 0")" = True ]'
 
+# a cached without --disk-dir has no NVMe tiers: stats says so, and a
+# clear of one is refused (not an OK that emptied nothing); "all" is fine
+out=$("$moorctl" --run-dir "$run" stats)
+check "stats: disk and spill off" '[ "$(echo "$out" | json "d[\"disk\"][\"on\"] is False and d[\"spill\"][\"on\"] is False")" = True ]'
+err=$("$moorctl" --run-dir "$run" clear --tier disk 2>&1); rc=$?
+check "clear --tier disk without a disk tier: exit 1, says so: $err" '[ $rc -eq 1 ] && echo "$err" | grep -q "has no disk tier (it runs without --disk-dir"'
+err=$("$moorctl" --run-dir "$run" clear --tier spill 2>&1); rc=$?
+check "clear --tier spill without a spill: exit 1, says so: $err" '[ $rc -eq 1 ] && echo "$err" | grep -q "has no session spill"'
 err=$("$moorctl" --run-dir "$run" clear --tier bogus 2>&1); rc=$?
 check "bad tier: exit 2" '[ $rc -eq 2 ]'
 check "bad tier: names it and the choices" 'echo "$err" | grep -q "unknown tier .bogus." && echo "$err" | grep -q resident'
