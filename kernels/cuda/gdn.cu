@@ -664,16 +664,26 @@ static __global__ void __launch_bounds__(16 * SW, 2)
  * Shared: W and k e^(G_last - G) [C][DK + 4] (rows 4 banks apart: a
  * warp's four row groups hit four bank quads), U then V' [C][36], S
  * [DK][36]; 93 KB at DK 128. W of the next sub-chunk is copied under
- * the update, as in k_hstate. The default where it applies (gdn_rt_on). */
+ * the update, as in k_hstate. The default where it applies (gdn_rt_on).
+ *
+ * NT = 256 (MOOR_HSTATE_NT=256, opt-in until measured): twice the warps
+ * on the same tiles' columns, ty = tid / 8 < 32: V' rows ty + 32 i
+ * (i < 2), state rows 4 ty + 128 i (i < 1); every element's sums in the
+ * same order, so the same bits. ncu found the 128-thread form at 9%
+ * occupancy, IPC-bound at 3.8 cycles an instruction, in 0.73 waves: an SM
+ * with two blocks sets the time, and more warps there hide more of the
+ * shared loads' latency. */
 #define RT_SW 32
 #define RT_PS (RT_SW + 4)
 
-template <int DK>
-static __global__ void __launch_bounds__(128, 2)
+template <int DK, int NT = 128>
+static __global__ void __launch_bounds__(NT, 2)
     k_hstate_rt(float *S, float *ws, int T, int Hv, int dv)
 {
 	kcu_pdl_enter();
-	constexpr int PK = DK + 4, NI = (DK + 63) / 64;
+	constexpr int TY = NT / 8;		   /* row groups */
+	constexpr int NV = C / TY;		   /* V' rows a thread */
+	constexpr int PK = DK + 4, NI = (DK + 4 * TY - 1) / (4 * TY);
 	extern __shared__ __align__(16) float rsm[];
 	float *sW = rsm;	      /* [C][PK] W */
 	float *sK = sW + C * PK;      /* [C][PK] k e^(G_last - G) */
@@ -710,19 +720,19 @@ static __global__ void __launch_bounds__(128, 2)
 		}
 		cp_wait<1>();
 		__syncthreads(); /* W in */
-		/* W S for rows ty + 16 i */
-		float acc[4][4] = {};
+		/* W S for rows ty + TY i */
+		float acc[NV][4] = {};
 #pragma unroll 2
 		for (int d = 0; d < DK; d += 4) {
-			float4 wv[4], sv[4];
+			float4 wv[NV], sv[4];
 #pragma unroll
-			for (int i = 0; i < 4; i++)
-				wv[i] = *(const float4 *)(sW + (ty + 16 * i) * PK + d);
+			for (int i = 0; i < NV; i++)
+				wv[i] = *(const float4 *)(sW + (ty + TY * i) * PK + d);
 #pragma unroll
 			for (int k = 0; k < 4; k++)
 				sv[k] = *(const float4 *)(sS + (d + k) * RT_PS + c4);
 #pragma unroll
-			for (int i = 0; i < 4; i++) {
+			for (int i = 0; i < NV; i++) {
 				const float a[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
 #pragma unroll
 				for (int k = 0; k < 4; k++) {
@@ -739,8 +749,8 @@ static __global__ void __launch_bounds__(128, 2)
 			hs_rows(sW, u + (size_t)Hv * uf, DK, PK);
 		cp_commit();
 #pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const int r = ty + 16 * i;
+		for (int i = 0; i < NV; i++) {
+			const int r = ty + TY * i;
 			if (r < n) {
 				float4 uv = *(const float4 *)(sU + r * RT_PS + c4);
 				float4 v = make_float4(uv.x - acc[i][0], uv.y - acc[i][1],
@@ -759,7 +769,7 @@ static __global__ void __launch_bounds__(128, 2)
 				float4 uv = *(const float4 *)(sU + j * RT_PS + c4);
 #pragma unroll
 				for (int i = 0; i < NI; i++) {
-					const int d0 = 4 * ty + 64 * i;
+					const int d0 = 4 * ty + 4 * TY * i;
 					if (d0 < DK) {
 						float4 kv = *(const float4 *)(sK + j * PK + d0);
 						const float kd[4] = {kv.x, kv.y, kv.z, kv.w};
@@ -775,7 +785,7 @@ static __global__ void __launch_bounds__(128, 2)
 			}
 #pragma unroll
 			for (int i = 0; i < NI; i++) {
-				const int d0 = 4 * ty + 64 * i;
+				const int d0 = 4 * ty + 4 * TY * i;
 				if (d0 < DK)
 #pragma unroll
 					for (int k = 0; k < 4; k++)
@@ -1308,6 +1318,15 @@ static int gdn_rt_on(int dk, int dv)
 	       (dk == 32 || dk == 64 || dk == 128);
 }
 
+/* The state pass's threads a block at dk 128: MOOR_HSTATE_NT=256 (read
+ * at each call, as MOOR_GDN_RT, so that one process can compare the two)
+ * takes k_hstate_rt<128, 256>, else 128. The bits do not depend on it. */
+static int hstate_nt(void)
+{
+	const char *e = getenv("MOOR_HSTATE_NT");
+	return e && atoi(e) == 256 ? 256 : 128;
+}
+
 int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 		      const float *k, int ldqk, const float *v, int ldv,
 		      const float *g, const float *beta, int T, int Hk, int Hv,
@@ -1340,6 +1359,10 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    (int)hstate_tc_smem(DMAX)));
 		KCU(cx, cudaFuncSetAttribute(
 			    k_hstate_rt<128>,
+			    cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)hstate_rt_smem(128)));
+		KCU(cx, cudaFuncSetAttribute(
+			    k_hstate_rt<128, 256>,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_rt_smem(128)));
 		KCU(cx, cudaFuncSetAttribute(
@@ -1397,6 +1420,9 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			kcu_go(q, k_hstate<SL16>, dim3(Hv, dv / SL16), 16 * SL16,
 			       hstate_smem(dk, SL16), S, (float *)ws, T, Hv, dk,
 			       dv);
+		else if (dk == 128 && hstate_nt() == 256)
+			kcu_go(q, k_hstate_rt<128, 256>, rg, 256,
+			       hstate_rt_smem(dk), S, (float *)ws, T, Hv, dv);
 		else if (dk == 128)
 			kcu_go(q, k_hstate_rt<128>, rg, 128, hstate_rt_smem(dk), S,
 			       (float *)ws, T, Hv, dv);

@@ -35,8 +35,8 @@
 #             4,096 rows, and whether their rows keep their bits)
 #   dprof     ncu times the chunked delta rule's kernels (bench_kern
 #             --only delta: intra, state pass, output): MOOR_GDN_RT=0,
-#             the defaults, MOOR_GDN_TC=1; and the detail of intra and
-#             the state pass
+#             the defaults, MOOR_GDN_TC=1 (or each VAR=VALUE of
+#             DPROF_ENVS); and the detail of intra and the state pass
 #   eprof     bench_kern --only elem (the prefill's conv, 4-tap and
 #             generic, and add + norm at the 27B's width), then ncu's
 #             detail of the conv kernels
@@ -151,7 +151,7 @@ for p in "$@"; do
 			grep -E 'k_conv1d|k_rmsnorm|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Executed Ipc A' $OUT/eprof-detail.txt | head -40" ;;
 	dprof)
 		phase dprof ${DPROF_LIMIT:-150} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); \
-			for e in MOOR_GDN_RT=0 MOOR_GDN_TC=0 MOOR_GDN_TC=1; do echo \"--- \$e\"; env \$e \$NCU --clock-control none \
+			for e in ${DPROF_ENVS:-MOOR_GDN_RT=0 MOOR_GDN_TC=0 MOOR_GDN_TC=1}; do echo \"--- \$e\"; env \$e \$NCU --clock-control none \
 			--metrics gpu__time_duration.sum --csv --print-units base \
 			$B/tests/bench/bench_kern --only delta --reps 2 >$OUT/dprof-\${e//=/-}.csv 2>&1; \
 			python3 tests/gpu/ncu_sum.py $OUT/dprof-\${e//=/-}.csv | head -12; \

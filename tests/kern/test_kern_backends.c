@@ -362,10 +362,15 @@ static void case_gdn_rt(void)
 			      KERN_ACT_F32);
 		gpu.o->l2norm(gpu.q, dk_, ldqk, T, Hk, dk, 1e-6f, 1.0f, KERN_ACT_F32);
 		size_t wsb = gpu.o->delta_ws_bytes(gpu.c, T, Hv, dk, dv);
-		float *ho[2], *hS[2];
-		unsigned char *hw[2];
-		for (int r = 0; r < 2; r++) {
+		/* r = 0: MOOR_GDN_RT=0; 1: the defaults; 2: MOOR_HSTATE_NT=256 */
+		float *ho[3], *hS[3];
+		unsigned char *hw[3];
+		for (int r = 0; r < 3; r++) {
 			setenv("MOOR_GDN_RT", r ? "1" : "0", 1);
+			if (r == 2)
+				setenv("MOOR_HSTATE_NT", "256", 1);
+			else
+				unsetenv("MOOR_HSTATE_NT");
 			float *dS = up(&gpu, S0, ns * 4), *dO = zz(&gpu, nv * 4);
 			void *ws = zz(&gpu, wsb);
 			int rc = gpu.o->delta_chunked(gpu.q, dO, dS, dq, dk_, ldqk, dv_,
@@ -383,14 +388,21 @@ static void case_gdn_rt(void)
 			gpu.o->free(gpu.c, ws);
 		}
 		unsetenv("MOOR_GDN_RT");
-		ASSERT(!memcmp(ho[0], ho[1], nv * 4) && !memcmp(hS[0], hS[1], ns * 4) &&
-			       !memcmp(hw[0], hw[1], wsb),
-		       "the default kernels differ from MOOR_GDN_RT=0's (dk=dv=%d)", dk);
-		printf("  %-28s bit-exact against MOOR_GDN_RT=0\n",
+		unsetenv("MOOR_HSTATE_NT");
+		for (int r = 1; r < 3; r++)
+			ASSERT(!memcmp(ho[r - 1], ho[r], nv * 4) &&
+				       !memcmp(hS[r - 1], hS[r], ns * 4) &&
+				       !memcmp(hw[r - 1], hw[r], wsb),
+			       "%s (dk=dv=%d)",
+			       r == 1 ? "the default kernels differ from MOOR_GDN_RT=0's"
+				      : "MOOR_HSTATE_NT=256 differs from the default",
+			       dk);
+		printf("  %-28s bit-exact against MOOR_GDN_RT=0 and "
+		       "MOOR_HSTATE_NT=256\n",
 		       dk == 128 ? "delta state pass dk=128" :
 		       dk == 64  ? "delta state pass dk=64" :
 				   "delta state pass dk=32");
-		for (int r = 0; r < 2; r++) {
+		for (int r = 0; r < 3; r++) {
 			free(ho[r]);
 			free(hS[r]);
 			free(hw[r]);
