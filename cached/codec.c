@@ -89,7 +89,8 @@ void codec_ws_fini(codec_ws *w)
 		return;
 	free(w->pl);
 	free(w->scr);
-	free(w->buf);
+	for (int i = 0; i < CODEC_WS_BUFS; i++)
+		free(w->buf[i]);
 	free(w->len);
 	free(w->off);
 	free(w->rc);
@@ -131,9 +132,10 @@ static int ws_fit(codec_ws *w, uint64_t raw, uint64_t nf, uint64_t scratch)
 	return rc;
 }
 
-void *codec_ws_buf(codec_ws *w, uint64_t n)
+void *codec_ws_buf(codec_ws *w, int i, uint64_t n)
 {
-	return grow((void **)&w->buf, &w->buf_cap, n) ? NULL : w->buf;
+	MOOR_ASSERT(i >= 0 && i < CODEC_WS_BUFS);
+	return grow((void **)&w->buf[i], &w->buf_cap[i], n) ? NULL : w->buf[i];
 }
 
 /* A frame's encoded bytes to their place (off: its offset), on the pool */

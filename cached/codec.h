@@ -46,17 +46,22 @@ uint64_t codec_bound(uint64_t n);
  * tens of MiB: buffers taken and given back every call cost their pages'
  * faults and zeroing each time, the larger part of a save or a read-back
  * where faults are dear (a paravirtual machine: 2x measured). */
+#define CODEC_WS_BUFS 2
 typedef struct codec_ws {
-	uint8_t *pl, *scr, *buf; /* planes; frames' scratch; the caller's */
+	uint8_t *pl, *scr;	     /* planes; frames' scratch */
+	uint8_t *buf[CODEC_WS_BUFS]; /* the caller's */
 	uint64_t *len, *off;
 	int *rc;
-	uint64_t pl_cap, scr_cap, buf_cap, nf_cap;
+	uint64_t pl_cap, scr_cap, buf_cap[CODEC_WS_BUFS], nf_cap;
 } codec_ws;
 void codec_ws_fini(codec_ws *w);
-/* A buffer of at least n bytes for the caller (an encoded block to write
- * or one read): the codec's calls on w leave it alone; valid until the
- * next codec_ws_buf or codec_ws_fini. NULL when out of memory. */
-void *codec_ws_buf(codec_ws *w, uint64_t n);
+/* Buffer i (0 <= i < CODEC_WS_BUFS) of at least n bytes for the caller:
+ * an encoded block to write or one read; two, so that a save writes one
+ * block from one while it encodes the next into the other (spill.c). The
+ * codec's calls on w leave them alone; buffer i is valid until the next
+ * codec_ws_buf of the same i or codec_ws_fini (its contents are not kept
+ * when it grows). NULL when out of memory. */
+void *codec_ws_buf(codec_ws *w, int i, uint64_t n);
 
 /* Encodes src[0, n) into dst (codec_bound(n) bytes); *out_n gets the
  * encoded length. pool may be NULL (one thread), ws too (buffers of the

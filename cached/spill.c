@@ -34,6 +34,11 @@
  * not written again, nor an anchor whose sums equal its file's; so the
  * drain of a conversation that did not move writes only the manifest.
  *
+ * Two stages: a save encodes a file (block or anchor) while a writer
+ * thread of its own writes the one before (the section "the save's two
+ * stages" says who owns what); the files and their order are the serial
+ * save's.
+ *
  * DIR/sessions/resident names the entry the drain wrote for the resident
  * conversation; the attach of an engine with the same fingerprint and
  * layout reads it back into the live buffers (cache_hello), so a planned
@@ -64,6 +69,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -537,29 +543,32 @@ static void hdr_fill(cache *c, spill_hdr *h, uint32_t kind, uint64_t index,
 	memcpy(h->fp, c->lay->fingerprint, 32);
 }
 
-/* The data part of a file: raw, or encoded when the codec is on and it
- * shrinks (into the codec workspace's buffer: valid until the next data
- * part or read). */
+/* The data part of a file into out (codec_bound(n) bytes, the save's slot
+ * buffer): encoded when the codec is on and it shrinks, else the raw bytes
+ * copied, so that the writer reads nothing but its slot (the pipeline
+ * below). */
 static int data_part(cache *c, spill_hdr *h, const void *src, uint64_t n,
-		     dfile_part *p)
+		     void *out, dfile_part *p)
 {
-	p->p = src;
+	p->p = out;
 	p->n = n;
-	if (!c->cfg.spill_codec || !n)
-		return 0;
-	void *e = codec_ws_buf(&c->spill.cws, codec_bound(n));
-	if (!e)
-		return -ENOMEM;
-	uint64_t en;
-	int rc = codec_encode(src, n, e, &en, c->spill.pool, &c->spill.cws);
-	if (rc || en >= n)
-		return rc;
-	p->p = e;
-	p->n = en;
-	h->codec = 1;
-	h->data = en;
-	c->spill.k.codec_raw += n;
-	c->spill.k.codec_out += en;
+	if (c->cfg.spill_codec && n) {
+		uint64_t en;
+		int rc = codec_encode(src, n, out, &en, c->spill.pool,
+				      &c->spill.cws);
+		if (rc)
+			return rc;
+		if (en < n) {
+			p->n = en;
+			h->codec = 1;
+			h->data = en;
+			c->spill.k.codec_raw += n;
+			c->spill.k.codec_out += en;
+			return 0;
+		}
+	}
+	if (n)
+		memcpy(out, src, n);
 	return 0;
 }
 
@@ -774,39 +783,297 @@ static int floor_file(cache *c, const char *name, uint64_t valid, uint64_t n,
 	return MOOR_ENOSPACE;
 }
 
-/* An anchor's sections (src: sec_bytes back to back) as a file of entry
- * `ename` (`valid` tokens), unless the old manifest holds the same sums
- * and the file is there. */
-static int save_secs(cache *c, int efd, const char *ename, uint64_t valid,
-		     uint32_t kind, uint64_t line, const void *src,
-		     uint64_t *sums, const uint64_t *old, char *err)
+/* ---- the save's two stages: an encoder and a writer ----
+ *
+ * A save's files are made in two stages that overlap: the encoder (the
+ * save's own thread, cached's daemon thread) copies block k + 1 out of the
+ * live buffers, sums it, decides whether it is kept and encodes it on the
+ * codec's pool, while the writer (a thread of the save's own, started
+ * before its first file and joined before its manifest) writes block k
+ * (.tmp, fdatasync, rename: dfile_write, after the free-space floor's
+ * check). The anchors and the end follow the blocks through the same two
+ * stages. Two slots go round between them, each with its out buffer (the
+ * encoded file's data, or its raw bytes copied: c->spill.cws's buffers 0
+ * and 1, kept between saves); the staging buffer of the copies is the
+ * encoder's alone, as before. What lands on the disk, and in which order,
+ * is what the serial save wrote: the same files, one after the other.
+ *
+ * Threads and ownership:
+ *   - a slot is the writer's while QUEUED and the encoder's otherwise;
+ *     its state is read and written only under pipe.mu (QUEUED by the
+ *     encoder, IDLE again by the writer), so everything the encoder wrote
+ *     into it happens before the writer reads it, and the writer's answer
+ *     (rc, err, the floor's numbers) before the encoder reads that: no
+ *     atomics, no other lock. Whether a slot's answer is still to be
+ *     collected (held) is the encoder's own field;
+ *   - a QUEUED job's bytes are its slot's header and out buffer and the
+ *     block's sums in the manifest buffer (mb), which its parts point at;
+ *     the encoder writes none of them meanwhile: it fills FREE slots only,
+ *     and of mb the entries of later files;
+ *   - the writer touches of the cache only cfg.disk_min_free and the free
+ *     space of spill.dfd (fstatvfs), both read; the counters
+ *     (c->spill.k), the caller's err, the pool, c->spill.cws's planes, the
+ *     mover and the staging buffer are the encoder's alone. A job's
+ *     outcome waits in its slot until the encoder collects it, in the
+ *     order the jobs were queued, so the error reported is the first that
+ *     happened;
+ *   - the writer takes the jobs in the order they were queued (slot 0, 1,
+ *     0, ...); after a job that failed it writes nothing more (the jobs
+ *     still queued come back not written), the encoder queues nothing more
+ *     once it has collected a failure, and an encoder that fails on its
+ *     own (the mover, memory) cancels what is queued the same way;
+ *   - dfile's fault seam (the sweeps' hook) is called by one thread at a
+ *     time: by the writer while the stages run, by the encoder before the
+ *     writer is started and after it is joined (pthread_create and
+ *     pthread_join order them).
+ * MOOR_SPILL_WRITER=0 (a measuring switch, as MOOR_MOVER_LANES is) runs
+ * each job on the encoder as it is queued: the serial save of before, for
+ * bench_spill's rows and the tests that compare the two. */
+
+enum { SW_IDLE = 0, SW_QUEUED };
+
+typedef struct sw_slot {
+	int state;     /* SW_*, under pipe.mu */
+	int held;      /* the encoder's: queued, its answer not collected */
+	uint32_t kind; /* SF_BLOCK, SF_ANCHOR, SF_END: which counter */
+	char name[32]; /* the file: r<j>, a<line>, end */
+	spill_hdr h;
+	dfile_part p[3]; /* the header, the sums (in mb), the data (out) */
+	uint64_t bytes;	 /* the file's */
+	void *out;	 /* codec_bound(the largest data part) */
+	/* the writer's answer */
+	int rc, skipped, floor; /* floor: rc is the free-space floor's */
+	uint64_t fr;		/* then: the free bytes it saw */
+	double ms;		/* its write */
+	char err[MOOR_ERRLEN];
+} sw_slot;
+
+typedef struct spill_pipe {
+	cache *c;
+	int efd;
+	const char *ename; /* the entry, for the floor's line */
+	uint64_t valid;
+	int threaded; /* a writer thread runs (else jobs run as queued) */
+	int serial;   /* no writer thread was started (said in the log) */
+	pthread_t th;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	sw_slot s[2];
+	uint64_t put;		  /* jobs queued (the encoder's) */
+	uint64_t take;		  /* jobs the writer took (the writer's) */
+	int stop, cancel, failed; /* under mu */
+	/* the encoder's */
+	int rc;
+	char *err;
+	double t0, wait_ms, wr_ms;
+} spill_pipe;
+
+/* One job on the writer (or, serial, the encoder): the floor's check and
+ * the file; nothing after a failure or a cancel. */
+static void sw_write(spill_pipe *p, sw_slot *s, int skip)
+{
+	s->rc = s->floor = 0;
+	s->skipped = skip;
+	s->err[0] = 0;
+	s->ms = 0;
+	if (skip)
+		return;
+	uint64_t floor = p->c->cfg.disk_min_free, fr;
+	if (floor && (fr = spill_free(p->c)) < floor + fs_bytes(s->bytes)) {
+		s->rc = MOOR_ENOSPACE;
+		s->floor = 1;
+		s->fr = fr;
+		return;
+	}
+	double t0 = now_ms();
+	s->rc = dfile_write(p->efd, s->name, s->p, 3, 1, s->err);
+	s->ms = now_ms() - t0;
+}
+
+static void *sw_main(void *arg)
+{
+	spill_pipe *p = arg;
+	pthread_mutex_lock(&p->mu);
+	for (;;) {
+		sw_slot *s = &p->s[p->take & 1];
+		while (s->state != SW_QUEUED && !p->stop)
+			pthread_cond_wait(&p->cv, &p->mu);
+		if (s->state != SW_QUEUED)
+			break; /* stopped, nothing queued */
+		int skip = p->failed || p->cancel;
+		pthread_mutex_unlock(&p->mu);
+		sw_write(p, s, skip);
+		pthread_mutex_lock(&p->mu);
+		if (s->rc)
+			p->failed = 1;
+		s->state = SW_IDLE;
+		p->take++;
+		pthread_cond_broadcast(&p->cv);
+	}
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+/* A written job's outcome into the counters or the save's error (the
+ * encoder, once the writer is done with it). */
+static void sw_collect(spill_pipe *p, sw_slot *s)
+{
+	cache *c = p->c;
+	p->wr_ms += s->ms;
+	s->held = 0;
+	if (s->skipped)
+		return;
+	if (!s->rc) {
+		if (s->kind == SF_BLOCK)
+			c->spill.k.blocks_written++;
+		else
+			c->spill.k.anchors_written++;
+		c->spill.k.bytes_written += s->bytes;
+		return;
+	}
+	if (p->rc)
+		return;
+	p->rc = s->rc;
+	if (s->floor)
+		floor_said(c, p->err, s->fr, fs_bytes(s->bytes), p->ename,
+			   p->valid,
+			   "a file of it not written (the entry goes)");
+	else
+		snprintf(p->err, MOOR_ERRLEN, "%s", s->err);
+}
+
+/* The stages of a save of entry ename (valid tokens) into efd; out: the
+ * largest data part's bytes. err: the save's (the encoder's). */
+static int pipe_open(spill_pipe *p, cache *c, int efd, const char *ename,
+		     uint64_t valid, uint64_t out, char *err)
+{
+	memset(p, 0, sizeof *p);
+	p->c = c;
+	p->efd = efd;
+	p->ename = ename;
+	p->valid = valid;
+	p->err = err;
+	p->t0 = now_ms();
+	for (int i = 0; i < 2; i++) {
+		p->s[i].out = codec_ws_buf(&c->spill.cws, i, codec_bound(out));
+		if (!p->s[i].out)
+			return -ENOMEM;
+	}
+	p->serial = 1;
+	const char *w = getenv("MOOR_SPILL_WRITER");
+	if ((w && !strcmp(w, "0")) || pthread_mutex_init(&p->mu, NULL))
+		return 0;
+	if (pthread_cond_init(&p->cv, NULL)) {
+		pthread_mutex_destroy(&p->mu);
+		return 0;
+	}
+	p->threaded = pthread_create(&p->th, NULL, sw_main, p) == 0;
+	p->serial = !p->threaded;
+	if (!p->threaded) { /* the serial save: slower, as sound */
+		pthread_cond_destroy(&p->cv);
+		pthread_mutex_destroy(&p->mu);
+	}
+	return 0;
+}
+
+/* The next slot to fill, once the writer is done with it (its outcome
+ * collected): 0, or the save's first error (nothing more is queued). */
+static int pipe_slot(spill_pipe *p, sw_slot **out)
+{
+	sw_slot *s = &p->s[p->put & 1];
+	if (p->threaded) {
+		double t0 = now_ms();
+		pthread_mutex_lock(&p->mu);
+		while (s->state == SW_QUEUED)
+			pthread_cond_wait(&p->cv, &p->mu);
+		pthread_mutex_unlock(&p->mu);
+		p->wait_ms += now_ms() - t0;
+	}
+	if (s->held)
+		sw_collect(p, s);
+	*out = s;
+	return p->rc;
+}
+
+/* Queues the filled slot s (name, kind, h, p, bytes) for the writer. */
+static void pipe_put(spill_pipe *p, sw_slot *s)
+{
+	s->held = 1;
+	if (!p->threaded) {
+		sw_write(p, s, 0);
+		p->put++;
+		sw_collect(p, s);
+		return;
+	}
+	pthread_mutex_lock(&p->mu);
+	s->state = SW_QUEUED;
+	p->put++;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
+/* Waits for the jobs queued (cancel: they are not written), stops the
+ * writer and collects their outcomes in their order: 0, or the first
+ * error. */
+static int pipe_close(spill_pipe *p, int cancel)
+{
+	if (p->threaded) {
+		pthread_mutex_lock(&p->mu);
+		p->stop = 1;
+		p->cancel |= cancel;
+		pthread_cond_broadcast(&p->cv);
+		pthread_mutex_unlock(&p->mu);
+		pthread_join(p->th, NULL);
+		pthread_cond_destroy(&p->cv);
+		pthread_mutex_destroy(&p->mu);
+		p->threaded = 0;
+	}
+	/* the older job first: slot put & 1 was queued before the other */
+	for (uint64_t i = 0; i < 2; i++) {
+		sw_slot *s = &p->s[(p->put + i) & 1];
+		if (s->held)
+			sw_collect(p, s);
+	}
+	return p->rc;
+}
+
+/* An anchor's sections (at device offset off; on a CUDA arena copied into
+ * stage first) as a file of the entry, queued for the writer, unless the
+ * old manifest holds the same sums and the file is there. sums: its place
+ * in the manifest. */
+static int save_secs(cache *c, spill_pipe *pp, void *stage, uint32_t kind,
+		     uint64_t line, uint64_t off, uint64_t *sums,
+		     const uint64_t *old)
 {
 	uint32_t ns = c->lay->n_sections;
+	sw_slot *s;
+	int rc = pipe_slot(pp, &s);
+	const void *src;
+	if (!rc)
+		rc = secs_host(c, off, stage, &src);
+	if (rc)
+		return rc;
 	secs_sums(c, src, sums);
-	char name[32];
 	if (kind == SF_END)
-		snprintf(name, sizeof name, "end");
+		snprintf(s->name, sizeof s->name, "end");
 	else
-		snprintf(name, sizeof name, "a%llu", (unsigned long long)line);
+		snprintf(s->name, sizeof s->name, "a%llu",
+			 (unsigned long long)line);
 	if (old && !memcmp(old, sums, 2ull * ns * 8) &&
-	    file_exists(efd, name)) {
+	    file_exists(pp->efd, s->name)) {
 		c->spill.k.anchors_kept++;
 		return 0;
 	}
-	spill_hdr h;
-	hdr_fill(c, &h, kind, line, 0, 2ull * ns, c->sec_bytes);
-	dfile_part p[3] = {{&h, sizeof h}, {sums, 2ull * ns * 8}, {0, 0}};
-	int rc = data_part(c, &h, src, c->sec_bytes, &p[2]);
-	if (!rc)
-		rc = floor_file(c, ename, valid,
-				sizeof h + 2ull * ns * 8 + p[2].n, err);
-	if (!rc)
-		rc = dfile_write(efd, name, p, 3, 1, err);
-	if (!rc) {
-		c->spill.k.anchors_written++;
-		c->spill.k.bytes_written += sizeof h + 2ull * ns * 8 + p[2].n;
-	}
-	return rc;
+	hdr_fill(c, &s->h, kind, line, 0, 2ull * ns, c->sec_bytes);
+	s->p[0] = (dfile_part){&s->h, sizeof s->h};
+	s->p[1] = (dfile_part){sums, 2ull * ns * 8};
+	rc = data_part(c, &s->h, src, c->sec_bytes, s->out, &s->p[2]);
+	if (rc)
+		return rc;
+	s->kind = kind;
+	s->bytes = sizeof s->h + 2ull * ns * 8 + s->p[2].n;
+	pipe_put(pp, s);
+	return 0;
 }
 
 /* Removes the files of the entry the new manifest does not name. */
@@ -1017,10 +1284,20 @@ static int save_conv(cache *c, char name[17], char *err)
 		(void)dfile_sync_dir(efd, NULL);
 	}
 	uint64_t written0 = c->spill.k.bytes_written;
+	/* the blocks, the anchors and the end through the two stages (the
+	 * pipeline above): encoded here, written by the writer */
+	spill_pipe pp = {0};
+	uint64_t pbig = cache_max64(bbytes, c->sec_bytes);
+	if (!rc)
+		rc = pipe_open(&pp, c, efd, name, valid, pbig, err);
 	for (uint64_t j = 0; j < n_blk && !rc; j++) {
 		uint64_t a = j * SPILL_BLK,
 			 rows = cache_min64(SPILL_BLK, valid - a);
 		uint64_t *e = blk + j * (2 + 2ull * nv);
+		sw_slot *s;
+		rc = pipe_slot(&pp, &s);
+		if (rc)
+			break;
 		e[0] = rows;
 		e[1] = XXH3_64bits(c->res_ids + a, rows * 4);
 		rc = cache_rows_out(c, stage, rows, 0, a, rows);
@@ -1029,31 +1306,26 @@ static int save_conv(cache *c, char name[17], char *err)
 		if (rc)
 			break;
 		blk_sums(c, stage, rows, e + 2);
-		char bn[32];
-		snprintf(bn, sizeof bn, "r%llu", (unsigned long long)j);
+		snprintf(s->name, sizeof s->name, "r%llu",
+			 (unsigned long long)j);
 		if (have_old && j < old.m->n_blk &&
 		    !memcmp(old.blk + j * (2 + 2ull * nv), e,
 			    (2 + 2ull * nv) * 8) &&
-		    file_exists(efd, bn)) {
+		    file_exists(efd, s->name)) {
 			c->spill.k.blocks_kept++;
 			continue;
 		}
-		spill_hdr h;
-		hdr_fill(c, &h, SF_BLOCK, j, rows, 2ull * nv,
+		hdr_fill(c, &s->h, SF_BLOCK, j, rows, 2ull * nv,
 			 rows * c->row_bytes);
-		dfile_part p[3] = {
-		    {&h, sizeof h}, {e + 2, 2ull * nv * 8}, {0, 0}};
-		rc = data_part(c, &h, stage, rows * c->row_bytes, &p[2]);
-		if (!rc)
-			rc = floor_file(c, name, valid,
-					sizeof h + 2ull * nv * 8 + p[2].n, err);
-		if (!rc)
-			rc = dfile_write(efd, bn, p, 3, 1, err);
-		if (!rc) {
-			c->spill.k.blocks_written++;
-			c->spill.k.bytes_written +=
-			    sizeof h + 2ull * nv * 8 + p[2].n;
-		}
+		s->p[0] = (dfile_part){&s->h, sizeof s->h};
+		s->p[1] = (dfile_part){e + 2, 2ull * nv * 8};
+		rc = data_part(c, &s->h, stage, rows * c->row_bytes, s->out,
+			       &s->p[2]);
+		if (rc)
+			break;
+		s->kind = SF_BLOCK;
+		s->bytes = sizeof s->h + 2ull * nv * 8 + s->p[2].n;
+		pipe_put(&pp, s);
 	}
 	for (uint32_t i = 0; i < n_anc && !rc; i++) {
 		uint64_t *e = anc + i * (1 + 2ull * ns);
@@ -1062,18 +1334,25 @@ static int save_conv(cache *c, char name[17], char *err)
 		for (uint64_t k = 0; have_old && k < old.m->n_anc; k++)
 			if (old.anc[k * (1 + 2ull * ns)] == lines[i])
 				os = old.anc + k * (1 + 2ull * ns) + 1;
-		const void *src;
-		rc = secs_host(c, offs[i], stage, &src);
-		if (!rc)
-			rc = save_secs(c, efd, name, valid, SF_ANCHOR, lines[i],
-				       src, e + 1, os, err);
+		rc = save_secs(c, &pp, stage, SF_ANCHOR, lines[i], offs[i],
+			       e + 1, os);
 	}
-	if (end && !rc) {
-		const void *src;
-		rc = secs_host(c, c->end.off, stage, &src);
+	if (end && !rc)
+		rc = save_secs(c, &pp, stage, SF_END, c->end.len, c->end.off,
+			       es, have_old ? old.end : NULL);
+	/* where the time went: the encoder's own (copies, sums, codec), the
+	 * writer's files, and the encoder's waits for the writer (a slot,
+	 * then the last files) */
+	double enc_ms = 0, wr_ms = 0, wait_ms = 0;
+	if (pp.c) { /* opened: the writer joined, every outcome collected */
+		double t1 = now_ms();
+		int prc = pipe_close(&pp, rc != 0);
 		if (!rc)
-			rc = save_secs(c, efd, name, valid, SF_END, c->end.len,
-				       src, es, have_old ? old.end : NULL, err);
+			rc = prc;
+		/* serial, the writer's files ran on this thread */
+		enc_ms = t1 - pp.t0 - pp.wait_ms - (pp.serial ? pp.wr_ms : 0);
+		wr_ms = pp.wr_ms;
+		wait_ms = pp.wait_ms + (now_ms() - t1);
 	}
 	if (have_old)
 		free(old.buf);
@@ -1109,11 +1388,13 @@ static int save_conv(cache *c, char name[17], char *err)
 	c->spill.last_save_ms = now_ms() - t0;
 	index_load(c, name);
 	moor_info("[spill] saved %s: %llu tokens (end %s, %u anchors, taint "
-		  "%lld), %llu bytes written in %.1f ms",
+		  "%lld), %llu bytes written in %.1f ms (encoder %.1f ms, "
+		  "writer %.1f ms%s, waits for the writer %.1f ms)",
 		  name, (unsigned long long)valid, end ? "kept" : "none", n_anc,
 		  c->taint == CACHE_NO_TAINT ? -1ll : (long long)c->taint,
 		  (unsigned long long)(c->spill.k.bytes_written - written0),
-		  c->spill.last_save_ms);
+		  c->spill.last_save_ms, enc_ms, wr_ms,
+		  pp.serial ? ", serial" : "", wait_ms);
 	spill_budget(c, name);
 	return 0;
 }
@@ -1237,7 +1518,7 @@ static int load_file(cache *c, int efd, const char *name, uint32_t kind,
 		rc = dfile_read_at(efd, name, sizeof h + n_sums * 8, dst, data,
 				   why);
 	if (!rc && h.codec) {
-		void *e = codec_ws_buf(&c->spill.cws, h.data);
+		void *e = codec_ws_buf(&c->spill.cws, 0, h.data);
 		rc = e ? dfile_read_at(efd, name, sizeof h + n_sums * 8, e,
 				       h.data, why)
 		       : -ENOMEM;

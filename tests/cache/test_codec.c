@@ -133,9 +133,17 @@ int main(void)
 	REQUIRE(codec_encode(b, n, e3, &n3, pool, &ws) == 0, "encode ws");
 	CHECK(n1 == n3 && !memcmp(e1, e3, n1),
 	      "a kept workspace writes the same bytes");
-	void *wb = codec_ws_buf(&ws, n1);
+	void *wb = codec_ws_buf(&ws, 0, n1);
 	REQUIRE(wb, "codec_ws_buf");
 	memcpy(wb, e1, n1);
+	/* the second buffer (the spill's other slot): an encode into it
+	 * leaves the first as it was */
+	void *wb1 = codec_ws_buf(&ws, 1, codec_bound(n));
+	uint64_t n4 = 0;
+	REQUIRE(wb1 && wb1 != wb, "codec_ws_buf 1");
+	REQUIRE(codec_encode(b, n, wb1, &n4, pool, &ws) == 0, "encode 1");
+	CHECK(n4 == n1 && !memcmp(wb1, e1, n1) && !memcmp(wb, e1, n1),
+	      "the workspace's two buffers: one encoded into, one kept");
 	uint8_t *d2 = malloc(n);
 	REQUIRE(d2, "oom");
 	CHECK(codec_decode(wb, n1, d2, n, pool, &ws) == 0 && !memcmp(d2, b, n),
