@@ -1,0 +1,367 @@
+/* test_spill_two_stages: the session spill's save in two stages (the save's
+ * thread encodes a file while a writer thread of its own writes the one
+ * before, spill.c) keeps every bit and every rule of the serial save, on
+ * the made-up architecture of toy.h (4 blocks, 4 anchors and the end go
+ * round the two slots):
+ *   - the same files: a conversation drained through the two stages and
+ *     again serially (MOOR_SPILL_WRITER=0) into another directory, codec
+ *     on and off: every file equal byte for byte (the manifest but its
+ *     time and its sum), the file operations in the same order, the data
+ *     files' on the writer thread (serial: on the save's own);
+ *   - the stages overlap: with the writer held inside block 0's write,
+ *     the save's thread copies block 1 out of the live rows (a mover that
+ *     looks at what it copies; no clock in the check);
+ *   - the entry the two stages wrote, read back by a new cache: every
+ *     row and section equal (memcmp) to the drained conversation, and the
+ *     next turn resumes at the end anchor and equals a cold run. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache_int.h"
+#include "defer_mover.h"
+#include "dfile.h"
+#include "moor.h"
+#include "toy.h"
+
+#define G 32
+#define NTOK 3400 /* 4 blocks of the spill, the last partial */
+
+static char root[256];
+static pthread_t main_th;
+
+/* ---- the fault seam as a recorder (and a gate) ---- */
+
+typedef struct op_rec {
+	int op;
+	char name[48];
+	int on_main; /* called on the save's own thread */
+} op_rec;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static op_rec ops[512];
+static int n_ops;
+/* the gate: the writer held at block 0's write until the save's thread
+ * has copied block 1's rows (block1), or 10 s (a hang, not a timing) */
+static int gate_on, gate_saw, block1;
+static const uint8_t *row1; /* view 0's row 1024 in the live buffers */
+
+static int hook(int op, const char *name)
+{
+	pthread_mutex_lock(&mu);
+	if (n_ops < (int)(sizeof ops / sizeof ops[0])) {
+		op_rec *r = &ops[n_ops++];
+		r->op = op;
+		snprintf(r->name, sizeof r->name, "%s", name);
+		r->on_main = pthread_equal(pthread_self(), main_th);
+	}
+	if (gate_on && op == DFILE_OP_WRITE && !strcmp(name, "r0.tmp")) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 10;
+		while (!block1 && pthread_cond_timedwait(&cv, &mu, &ts) == 0)
+			;
+		gate_saw = block1;
+		gate_on = 0; /* once */
+	}
+	pthread_mutex_unlock(&mu);
+	return 0;
+}
+
+/* A mover that copies as memcpy does and says when a copy reads the first
+ * byte of view 0's row 1024 (block 1 leaving the live buffers). */
+static int w_copy2d(void *ctx, void *dst, size_t dp, const void *src, size_t sp,
+		    size_t w, size_t h)
+{
+	(void)ctx;
+	int hit = 0;
+	for (size_t r = 0; r < h; r++)
+		hit |= (const uint8_t *)src + r * sp <= row1 &&
+		       row1 < (const uint8_t *)src + r * sp + w;
+	if (hit) {
+		pthread_mutex_lock(&mu);
+		block1 = 1;
+		pthread_cond_broadcast(&cv);
+		pthread_mutex_unlock(&mu);
+	}
+	for (size_t r = 0; r < h; r++)
+		memcpy((char *)dst + r * dp, (const char *)src + r * sp, w);
+	return 0;
+}
+
+static int w_copy(void *ctx, void *dst, const void *src, size_t n)
+{
+	return w_copy2d(ctx, dst, n, src, n, n, 1);
+}
+
+static int w_zero(void *ctx, void *dst, size_t n)
+{
+	(void)ctx;
+	memset(dst, 0, n);
+	return 0;
+}
+
+static const arena_mover watch_mover = {
+    .name = "watch", .copy = w_copy, .copy2d = w_copy2d, .zero = w_zero};
+
+/* ---- the conversation ---- */
+
+static int32_t *A;
+
+static void cfg_of(cache_cfg *cfg, const char *dir, const char *name, int codec)
+{
+	toy_cfg_disk(cfg, "s2", name, dir);
+	cfg->disk_on = 0; /* the spill alone */
+	cfg->spill_codec = codec;
+	cfg->codec_threads = 2;
+}
+
+/* A cache in dir that ran a turn of NTOK tokens (valid NTOK + 3). */
+static void conv(toy_env *e, const char *dir, int codec)
+{
+	cache_cfg cfg;
+	cfg_of(&cfg, dir, "a", codec);
+	toy_open(e, &cfg, 4096, G);
+	toy_turn t;
+	REQUIRE(toy_run(e, A, NTOK, "s", 4, &t, 0, "turn") == 0, "turn");
+	REQUIRE(e->c->valid == NTOK + 3, "valid %llu",
+		(unsigned long long)e->c->valid);
+}
+
+static void drain(toy_env *e, int serial, const char *what)
+{
+	char err[MOOR_ERRLEN] = "";
+	if (serial)
+		setenv("MOOR_SPILL_WRITER", "0", 1);
+	int rc = cache_drain(e->c, err);
+	unsetenv("MOOR_SPILL_WRITER");
+	REQUIRE(rc == 0, "%s: drain: %s", what, err);
+}
+
+/* dir/sessions/<the drained entry> */
+static void entry_dir(const char *dir, char *out, size_t n)
+{
+	char p[300], rn[17] = "";
+	snprintf(p, sizeof p, "%s/sessions/resident", dir);
+	int fd = open(p, O_RDONLY);
+	REQUIRE(fd >= 0 && read(fd, rn, 16) == 16, "%s", p);
+	close(fd);
+	snprintf(out, n, "%s/sessions/%s", dir, rn);
+}
+
+static uint8_t *slurp(const char *path, uint64_t *n)
+{
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return NULL;
+	struct stat st;
+	REQUIRE(fstat(fd, &st) == 0, "stat %s", path);
+	uint8_t *b = malloc((size_t)st.st_size + 1);
+	REQUIRE(b && read(fd, b, (size_t)st.st_size) == st.st_size, "read %s",
+		path);
+	close(fd);
+	*n = (uint64_t)st.st_size;
+	return b;
+}
+
+/* The names of the files of entry directory e (sorted), *n of them. */
+static int list_files(const char *e, char names[][32], int max)
+{
+	DIR *d = opendir(e);
+	REQUIRE(d, "opendir %s", e);
+	struct dirent *de;
+	int n = 0;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.') {
+			REQUIRE(n < max, "too many files");
+			snprintf(names[n++], 32, "%.31s", de->d_name);
+		}
+	closedir(d);
+	qsort(names, (size_t)n, 32,
+	      (int (*)(const void *, const void *))strcmp);
+	return n;
+}
+
+/* Every file of the two entries equal (the same names); the manifest but
+ * saved_at (its spill_man field after the 104-byte header) and its closing
+ * sum, which covers it. Returns the count of data files. */
+static int same_files(const char *da, const char *db, const char *what)
+{
+	char ea[300], eb[300], na_[32][32], nb_[32][32];
+	entry_dir(da, ea, sizeof ea);
+	entry_dir(db, eb, sizeof eb);
+	int n = list_files(ea, na_, 32), m = list_files(eb, nb_, 32);
+	CHECK(n == m, "%s: %d files and %d", what, n, m);
+	int data = 0;
+	for (int i = 0; i < n && i < m; i++) {
+		CHECK(!strcmp(na_[i], nb_[i]), "%s: file %s and %s", what,
+		      na_[i], nb_[i]);
+		char pa[1400], pb[1400];
+		snprintf(pa, sizeof pa, "%s/%s", ea, na_[i]);
+		snprintf(pb, sizeof pb, "%s/%s", eb, nb_[i]);
+		uint64_t la = 0, lb = 0;
+		uint8_t *a = slurp(pa, &la), *b = slurp(pb, &lb);
+		REQUIRE(a && b, "%s: %s in both entries", what, na_[i]);
+		if (!strcmp(na_[i], "manifest")) {
+			REQUIRE(la == lb && la > 184, "%s: manifests' sizes",
+				what);
+			memset(a + 104 + 56, 0, 8); /* saved_at */
+			memset(b + 104 + 56, 0, 8);
+			la -= 8;
+			lb -= 8;
+		} else {
+			data++;
+		}
+		CHECK(la == lb && !memcmp(a, b, la),
+		      "%s: %s differs (%llu and %llu bytes)", what, na_[i],
+		      (unsigned long long)la, (unsigned long long)lb);
+		free(a);
+		free(b);
+	}
+	return data;
+}
+
+/* The ops of one drain (the recorder's), copied out. */
+static int take_ops(op_rec *out)
+{
+	pthread_mutex_lock(&mu);
+	int n = n_ops;
+	memcpy(out, ops, (size_t)n * sizeof *ops);
+	n_ops = 0;
+	pthread_mutex_unlock(&mu);
+	return n;
+}
+
+static int is_data(const char *name)
+{
+	return (name[0] == 'r' || name[0] == 'a' || !strncmp(name, "end", 3)) &&
+	       strncmp(name, "resident", 8);
+}
+
+static void same_as_serial(int codec)
+{
+	char da[300], db[300], what[64];
+	snprintf(da, sizeof da, "%s/two-%d", root, codec);
+	snprintf(db, sizeof db, "%s/serial-%d", root, codec);
+	snprintf(what, sizeof what, "codec %d", codec);
+	static op_rec o2[512], o1[512];
+	toy_env e;
+	conv(&e, da, codec);
+	take_ops(o2);
+	drain(&e, 0, what);
+	int n2 = take_ops(o2);
+	toy_close(&e);
+	conv(&e, db, codec);
+	take_ops(o1);
+	drain(&e, 1, what);
+	int n1 = take_ops(o1);
+	toy_close(&e);
+	int files = same_files(da, db, what);
+	/* 4 blocks, 4 anchors and the end, through the two slots */
+	CHECK(files == 9, "%s: %d data files, want 9", what, files);
+	CHECK(n1 == n2, "%s: %d file operations serial, %d in two stages", what,
+	      n1, n2);
+	int data2 = 0, data1 = 0;
+	for (int i = 0; i < n1 && i < n2; i++) {
+		CHECK(o1[i].op == o2[i].op && !strcmp(o1[i].name, o2[i].name),
+		      "%s: operation %d: %d %s serial, %d %s in two stages",
+		      what, i, o1[i].op, o1[i].name, o2[i].op, o2[i].name);
+		if (is_data(o2[i].name)) {
+			data2 += !o2[i].on_main;
+			data1 += o1[i].on_main;
+			CHECK(!o2[i].on_main && o1[i].on_main,
+			      "%s: %s on the writer thread (two stages) and on "
+			      "the save's (serial)",
+			      what, o2[i].name);
+		}
+	}
+	/* a write of each of its 3 parts, an fsync and a rename a file */
+	CHECK(data2 == 5 * files && data1 == 5 * files,
+	      "%s: the data files' operations: %d and %d, want %d", what, data2,
+	      data1, 5 * files);
+}
+
+/* The writer held in block 0's write; the save's thread copies block 1
+ * meanwhile. Then the entry read back, bit for bit, and the next turn. */
+static void overlap_and_back(void)
+{
+	char d[300];
+	snprintf(d, sizeof d, "%s/overlap", root);
+	toy_env e;
+	conv(&e, d, 1);
+	/* the conversation as drained */
+	toy_seq truth;
+	toy_seq_alloc(e.lay, &truth);
+	memcpy(truth.sec[0], e.s.sec[0], TOY_S0);
+	memcpy(truth.sec[1], e.s.sec[1], TOY_S1);
+	for (int i = 0; i < 3; i++) {
+		uint64_t outer, inner;
+		toy_geom(&e.lay->view[i], &outer, &inner);
+		memcpy(truth.view[i], e.s.view[i],
+		       outer * inner * e.lay->view[i].elt * e.lay->window);
+	}
+	uint64_t valid = e.c->valid;
+	uint64_t outer, inner;
+	toy_geom(&e.lay->view[0], &outer, &inner);
+	row1 = e.dev + e.ho.view_off[0] + 1024 * inner * e.lay->view[0].elt;
+	const arena_mover *mv0 = e.c->mv;
+	e.c->mv = &watch_mover;
+	pthread_mutex_lock(&mu);
+	gate_on = 1;
+	gate_saw = block1 = 0;
+	pthread_mutex_unlock(&mu);
+	drain(&e, 0, "overlap");
+	pthread_mutex_lock(&mu);
+	int saw = gate_saw, b1 = block1;
+	gate_on = 0;
+	pthread_mutex_unlock(&mu);
+	e.c->mv = mv0;
+	CHECK(b1, "the drain copied block 1");
+	CHECK(saw, "block 1 left the live rows while the writer was in block "
+		   "0's write (the stages overlap)");
+	toy_close(&e);
+
+	/* a new cache reads the entry back at its attach */
+	cache_cfg cfg;
+	cfg_of(&cfg, d, "b", 1);
+	toy_open(&e, &cfg, 4096, G);
+	CHECK(e.ho.resident_len == valid, "read back %llu tokens, want %llu",
+	      (unsigned long long)e.ho.resident_len, (unsigned long long)valid);
+	CHECK(toy_equal(e.lay, &e.s, &truth, valid, "read back"),
+	      "every row and section read back as drained");
+	toy_turn t;
+	/* the next turn: the conversation's ids (the prompt and the 3
+	 * tokens of its answer the turn absorbed) and 40 more */
+	int32_t *ids = toy_cat(e.c->res_ids, valid, A + 7, 40);
+	int rc = toy_run(&e, ids, valid + 40, "s", 3, &t, 1, "next turn");
+	CHECK(rc == 0 && t.plan.tier == CACHE_TIER_END && t.plan.start == valid,
+	      "the next turn resumes at the end anchor %llu: %s at %llu",
+	      (unsigned long long)valid, cache_tier_name(t.plan.tier),
+	      (unsigned long long)t.plan.start);
+	free(ids);
+	toy_close(&e);
+	toy_seq_free(&truth);
+}
+
+int main(void)
+{
+	moor_log_level = MOOR_LOG_ERROR;
+	main_th = pthread_self();
+	struct stat sst;
+	snprintf(root, sizeof root, "%s/moor-spill-two-XXXXXX",
+		 stat("/dev/shm", &sst) == 0 && access("/dev/shm", W_OK) == 0
+		     ? "/dev/shm"
+		     : "/tmp");
+	REQUIRE(mkdtemp(root), "mkdtemp");
+	A = toy_ids(NTOK + 64, 17);
+	dfile_fault = hook;
+	same_as_serial(1);
+	same_as_serial(0);
+	overlap_and_back();
+	dfile_fault = NULL;
+	free(A);
+	dfile_rm_rf(AT_FDCWD, root);
+	return t_done("test_spill_two_stages");
+}
