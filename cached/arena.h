@@ -22,7 +22,9 @@
  * (arena_cuda_mover_new: cudaMemcpyAsync / cudaMemcpy2DAsync on a stream
  * of its own, between the device arena and the host arena it registered
  * with cudaHostRegister) replaces it behind the same vtable; its copies are
- * complete only after sync().
+ * complete only after sync(). A mover also sums bytes where they are
+ * (sum2: the spill's block check; on CUDA a kernel over device memory,
+ * so a block's sums need no copy to the host).
  *
  * Ordering between processes: cached calls the mover's sync() before any
  * message that hands arena bytes to the engine (HELLO_OK, PLAN_OK, the OK
@@ -116,6 +118,7 @@ typedef struct arena_mover_stats {
 	uint64_t calls;	 /* calls to the runtime that copy (a batch: one) */
 	uint64_t bytes;	 /* what the copies move */
 	uint64_t syncs;	 /* sync() */
+	uint64_t sums, sum_bytes; /* sum2() calls, the bytes they read */
 	/* seconds in the calls that copy (issuing: copy, copy2d, copyv,
 	 * zero, mark, after) and waiting (sync(), and a host copy waiting
 	 * for its lane); issue_s leaves the waits out */
@@ -150,9 +153,29 @@ typedef struct arena_mover {
 	int (*after)(void *ctx, int lane, uint64_t pt);
 	/* Optional (NULL: none kept): the counters so far. */
 	void (*stats)(void *ctx, arena_mover_stats *out);
+	/* Optional (NULL: the caller copies the bytes to host memory, waits
+	 * for the copy, and calls dfile_sum2 there). The two sums of
+	 * dfile_sum2 (dfile.h: over the 4-byte little-endian words x_i of the
+	 * n bytes at src, a short last word zero-padded, out[0] = sum x_i and
+	 * out[1] = sum (i + 1) x_i, both mod 2^64), computed where the bytes
+	 * are, and equal to dfile_sum2's bit for bit. src: device or host
+	 * memory (told apart as copy does), any alignment; n any size (0:
+	 * out = {0, 0}). Ordering: sum2 first waits for every copy given to
+	 * the mover before it, on every lane (as sync() does), so it sums
+	 * what those copies wrote; complete on return: out is written and
+	 * those copies are done. On failure (negative) out holds nothing to
+	 * trust. The memcpy mover: dfile_sum2. The CUDA mover: device memory
+	 * is summed by a kernel on lane 0's stream (arena_cuda_sum.cu;
+	 * per-block partials into a small device buffer of the mover's,
+	 * added on the host: addition mod 2^64 is exact in any order), the
+	 * other lanes waited for first and lane 0 synchronised after; host
+	 * memory (the registered host arena, pageable memory) by dfile_sum2
+	 * on the host once every lane is done. */
+	int (*sum2)(void *ctx, const void *src, size_t n, uint64_t out[2]);
 } arena_mover;
 
-/* memcpy between host-mapped arenas; every call is complete on return. */
+/* memcpy between host-mapped arenas; every call is complete on return;
+ * sum2 is dfile_sum2. */
 extern const arena_mover arena_mover_memcpy;
 
 /* ---- CUDA (arena_cuda.c; arena_nocuda.c answers MOOR_EUNSUP in a build

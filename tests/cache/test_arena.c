@@ -6,14 +6,22 @@
  *   - a second mapping (arena_map by name) sees the owner's bytes both ways;
  *     creating an existing name is -EEXIST; a closed owner unlinks it;
  *   - cache_view_copy equals an element-by-element reference copy for token
- *     axes 0, 1, 2 and 3, between windows of different lengths. */
+ *     axes 0, 1, 2 and 3, between windows of different lengths;
+ *   - the memcpy mover's sum2 equals dfile_sum2 and a reference written
+ *     from the definition (words assembled byte by byte, little-endian,
+ *     the tail zero-padded), by memcmp of the two uint64 pairs, on random
+ *     buffers of odd sizes at odd addresses; on 1, 2, 3 words the sums
+ *     are the numbers worked by hand; on 2^20 words of 0xffffffff the
+ *     weighted sum wraps mod 2^64 as the closed form says. */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "arena.h"
 #include "cache.h"
+#include "dfile.h"
 #include "moor.h"
 #include "t.h"
 
@@ -186,11 +194,94 @@ static void test_view_copy_axis(uint32_t ndim, uint32_t ta, uint32_t elt)
 	free(ref);
 }
 
+/* The sums from their definition (dfile.h), a byte at a time. */
+static void ref_sum2(const uint8_t *p, uint64_t n, uint64_t s[2])
+{
+	s[0] = s[1] = 0;
+	for (uint64_t i = 0; 4 * i < n; i++) {
+		uint64_t x = 0;
+		for (uint64_t k = 0; k < 4 && 4 * i + k < n; k++)
+			x |= (uint64_t)p[4 * i + k] << (8 * k);
+		s[0] += x;
+		s[1] += (i + 1) * x;
+	}
+}
+
+static void test_sum2(void)
+{
+	const arena_mover *m = &arena_mover_memcpy;
+	REQUIRE(m->sum2, "the memcpy mover has sum2");
+	size_t cap = (1 << 22) + 64;
+	uint8_t *buf = malloc(cap);
+	REQUIRE(buf, "oom");
+	uint32_t seed = 12345;
+	for (size_t i = 0; i < cap; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		buf[i] = (uint8_t)(seed >> 24);
+	}
+	/* odd sizes at odd offsets (a padded tail of 1, 2, 3 bytes) */
+	size_t sizes[] = {0, 1, 2, 3, 4, 5, 7, 63, 1021, 4097, 65537,
+			  1000003, 1 << 22};
+	size_t offs[] = {0, 1, 3, 4, 6, 64};
+	int ok = 1, cases = 0;
+	for (size_t a = 0; a < sizeof sizes / sizeof *sizes; a++)
+		for (size_t b = 0; b < sizeof offs / sizeof *offs; b++) {
+			size_t n = sizes[a], o = offs[b];
+			uint64_t got[2] = {1, 1}, want[2], ref[2];
+			int rc = m->sum2(m->ctx, buf + o, n, got);
+			dfile_sum2(buf + o, n, want);
+			ref_sum2(buf + o, n, ref);
+			cases++;
+			if (rc || memcmp(got, want, sizeof got) ||
+			    memcmp(got, ref, sizeof got)) {
+				ok = 0;
+				fprintf(stderr,
+					"sum2 of %zu bytes at +%zu: rc %d, "
+					"%016llx %016llx; dfile_sum2 %016llx "
+					"%016llx; reference %016llx %016llx\n",
+					n, o, rc, (unsigned long long)got[0],
+					(unsigned long long)got[1],
+					(unsigned long long)want[0],
+					(unsigned long long)want[1],
+					(unsigned long long)ref[0],
+					(unsigned long long)ref[1]);
+			}
+		}
+	CHECK(ok, "the memcpy mover's sum2 = dfile_sum2 = the definition "
+		  "(%d cases)", cases);
+
+	/* by hand: words 1, 2 and a tail byte 3: a = 6, w = 1 + 4 + 9 */
+	uint8_t h[9] = {1, 0, 0, 0, 2, 0, 0, 0, 3};
+	uint64_t s[2];
+	CHECK(m->sum2(m->ctx, h, 9, s) == 0 && s[0] == 6 && s[1] == 14,
+	      "1, 2, 3: %llu %llu (want 6 14)", (unsigned long long)s[0],
+	      (unsigned long long)s[1]);
+	/* little-endian: bytes 01 02 03 04 are the word 0x04030201 */
+	uint8_t le[4] = {1, 2, 3, 4};
+	CHECK(m->sum2(m->ctx, le, 4, s) == 0 && s[0] == 0x04030201 &&
+		  s[1] == 0x04030201,
+	      "little-endian word");
+	/* N = 2^20 words of 2^32 - 1: w = (2^32 - 1) N (N + 1) / 2 mod 2^64
+	 * (past 2^64: it wraps) */
+	uint64_t nw = 1 << 20;
+	memset(buf, 0xff, 4 * nw);
+	uint64_t full = 0xffffffffull;
+	unsigned __int128 wf =
+	    (unsigned __int128)full * (nw * (nw + 1) / 2);
+	CHECK(wf >> 64 != 0, "the case wraps");
+	CHECK(m->sum2(m->ctx, buf, 4 * nw, s) == 0 && s[0] == full * nw &&
+		  s[1] == (uint64_t)wf,
+	      "2^20 words of 0xffffffff: %016llx %016llx",
+	      (unsigned long long)s[0], (unsigned long long)s[1]);
+	free(buf);
+}
+
 int main(void)
 {
 	moor_log_level = MOOR_LOG_WARN;
 	test_alloc();
 	test_map();
+	test_sum2();
 	test_view_copy_axis(1, 0, 4);
 	test_view_copy_axis(2, 0, 4);
 	test_view_copy_axis(2, 1, 2);
