@@ -778,19 +778,39 @@ int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 	return 0;
 }
 
+/* Whether this cache runs with tier t, as its stats' "on" says: the RAM
+ * tiers always; the session spill with a cfg.spill_dir; the disk tier with
+ * one, cfg.disk_on and an index that opened (disk.c leaves c->disk NULL
+ * otherwise). An optional member of cache_tier_ops would say it better;
+ * the NVMe tiers' records (disk.c, spill.c) do not have one yet. */
+static int tier_runs(const cache *c, const cache_tier_ops *t)
+{
+	if (t == &cache_tier_spill)
+		return c->spill.on;
+	if (t == &cache_tier_disk)
+		return c->disk != NULL;
+	return 1;
+}
+
 int cache_clear(cache *c, const char *tier)
 {
 	if (!tier)
 		return MOOR_ERANGE;
-	/* "ram": every RAM cache; "all": those and the NVMe tiers */
+	/* "ram": every RAM cache; "all": those and the NVMe tiers it runs
+	 * with */
 	int all = !strcmp(tier, "all"), ram = !strcmp(tier, "ram");
 	const cache_tier_ops *one = all || ram ? NULL : cache_tier_named(tier);
 	if (!all && !ram && !one)
 		return MOOR_ERANGE;
+	/* a tier it runs without: an OK would say a tier was emptied that
+	 * never held anything (every client, moorctl and gatewayd, relays
+	 * this) */
+	if (one && !tier_runs(c, one))
+		return MOOR_EUNSUP;
 	for (int i = 0; i < CACHE_N_TIERS; i++) {
 		const cache_tier_ops *t = cache_tiers[i];
 		int nvme = (t->flags & CACHE_TF_NVME) != 0;
-		if (one ? t != one : ram && nvme)
+		if (one ? t != one : (ram && nvme) || !tier_runs(c, t))
 			continue;
 		if (nvme || c->have_layout)
 			(void)t->clear(c);

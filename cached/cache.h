@@ -399,7 +399,11 @@ int cache_disk_wait(cache *c);
 char *cache_stats_json(cache *c);
 /* tier: "ram" (every RAM cache), "all" (those, the spill and the disk
  * tier), "resident", "end", "stash", "pin", "park", "store", "spill",
- * "disk" (its files and its cold-line counts). */
+ * "disk" (its files and its cold-line counts). MOOR_ERANGE: no such name;
+ * MOOR_EUNSUP: "spill" or "disk" of a cache that runs without that tier
+ * (no cfg.spill_dir; for the disk tier also cfg.disk_on 0, or an index
+ * that did not open: the stats' "on" is false), and nothing is cleared.
+ * "all" and "ram" always succeed ("all" clears the tiers it runs with). */
 int cache_clear(cache *c, const char *tier);
 
 /* Strided row copy of one view between two buffers laid out as the live

@@ -422,6 +422,22 @@ static void on_clear(cd *d, const proto_msg *m)
 		return;
 	}
 	int rc = cache_clear(d->c, t);
+	if (rc == MOOR_EUNSUP) {
+		/* a tier this cached runs without (cache.h): refused, so
+		 * that no client reports a clear that emptied nothing; the
+		 * reason is the flag that left it out */
+		const char *what =
+		    !strcmp(t, "disk") ? "no disk tier" : "no session spill";
+		const char *why =
+		    !d->cfg.spill_dir[0] ? "cached runs without --disk-dir"
+		    : !strcmp(t, "disk") && !d->cfg.disk_on
+			? "cached runs with --disk-cache off"
+			: "the tier did not open at start (cached's log says "
+			  "why)";
+		cd_reply_err(d, SOCK_ADMIN, m->h.req, rc,
+			     "CLEAR %s: %s: %s; nothing cleared", t, what, why);
+		return;
+	}
 	if (rc) {
 		cd_reply_err(d, SOCK_ADMIN, m->h.req, rc, "CLEAR %s: %s", t,
 			     moor_strerror(rc));

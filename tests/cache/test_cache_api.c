@@ -9,6 +9,10 @@
  *   - a no_cache request starts cold and keeps nothing new (the rows it
  *     rewrites with the same bits, and their anchors, stay);
  *   - cache_clear per tier and "all"; an unknown tier is MOOR_ERANGE;
+ *     "disk" and "spill" of a cache without a spill_dir (cached without
+ *     --disk-dir) are MOOR_EUNSUP and change nothing (the stats byte for
+ *     byte, the next turn's resume line), "ram" and "all" still clear;
+ *     with a spill_dir and disk_on 0, "disk" alone is refused;
  *   - with unified 0 the memory limits count the device arena only;
  *   - bad arguments: no hello, an empty prompt, one past the window. */
 #include <jansson.h>
@@ -191,6 +195,18 @@ static void test_clear(void)
 		  st(e.c, "resident", "anchors"),
 	      "every tier holds something");
 	CHECK(cache_clear(e.c, "bogus") == MOOR_ERANGE, "an unknown tier");
+	/* no spill_dir: neither NVMe tier runs; their clear is refused and
+	 * empties nothing */
+	char *s0 = cache_stats_json(e.c);
+	CHECK(cache_clear(e.c, "disk") == MOOR_EUNSUP, "disk without a dir");
+	CHECK(cache_clear(e.c, "spill") == MOOR_EUNSUP, "spill without a dir");
+	char *s1 = cache_stats_json(e.c);
+	CHECK(s0 && s1 && !strcmp(s0, s1),
+	      "a refused clear changed the stats:\n%s\n%s", s0, s1);
+	free(s0);
+	free(s1);
+	CHECK(st(e.c, "disk", "on") == 0 && st(e.c, "spill", "on") == 0,
+	      "the stats say both tiers are off");
 	REQUIRE(cache_clear(e.c, "store") == 0, "clear store");
 	CHECK(st(e.c, "store", "entries") == 0 && st(e.c, "pin", "tokens"),
 	      "the store alone");
@@ -219,6 +235,45 @@ static void test_clear(void)
 	free(C);
 	free(D);
 	toy_close(&e);
+}
+
+/* The refusal is the tier's alone: with a spill_dir and disk_on 0 the
+ * spill runs (its clear succeeds) and the disk tier does not; a refused
+ * clear leaves the resident prefix, and the next turn resumes on it. */
+static void test_clear_absent_disk(void)
+{
+	char dir[64];
+	snprintf(dir, sizeof dir, "/tmp/moor-api-nodisk-XXXXXX");
+	REQUIRE(mkdtemp(dir), "mkdtemp");
+	cache_cfg cfg;
+	cfg_of(&cfg, "nodisk");
+	snprintf(cfg.spill_dir, sizeof cfg.spill_dir, "%s", dir);
+	cfg.disk_on = 0;
+	cfg.disk_min_free = 0;
+	toy_env e;
+	toy_open(&e, &cfg, 1024, G);
+	toy_turn t;
+	int32_t *P = toy_ids(300, 7);
+	REQUIRE(toy_run(&e, P, 300, "a", 3, &t, 1, "P") == 0, "P");
+	CHECK(st(e.c, "spill", "on") == 1 && st(e.c, "disk", "on") == 0,
+	      "the spill on, the disk tier off");
+	long long anchors = st(e.c, "resident", "anchors");
+	CHECK(anchors > 0, "P left anchors");
+	CHECK(cache_clear(e.c, "disk") == MOOR_EUNSUP, "disk, disk_on 0");
+	CHECK(st(e.c, "resident", "anchors") == anchors,
+	      "a refused clear left the anchors");
+	CHECK(cache_clear(e.c, "spill") == 0, "the spill runs: cleared");
+	REQUIRE(toy_run(&e, P, 300, "a", 3, &t, 1, "P again") == 0, "P");
+	CHECK(t.plan.start > 0, "the next turn resumes (start %llu)",
+	      (unsigned long long)t.plan.start);
+	CHECK(cache_clear(e.c, "all") == 0 && cache_clear(e.c, "ram") == 0,
+	      "all and ram");
+	CHECK(st(e.c, "resident", "anchors") == 0, "all cleared RAM");
+	free(P);
+	toy_close(&e);
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	CHECK(system(cmd) == 0, "rm %s", dir);
 }
 
 static void test_unified_off(void)
@@ -277,6 +332,7 @@ int main(void)
 	test_stats_names();
 	test_commit_abort();
 	test_clear();
+	test_clear_absent_disk();
 	test_unified_off();
 	test_bad_args();
 	return t_done("test_cache_api");

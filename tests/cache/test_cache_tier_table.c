@@ -10,8 +10,10 @@
  *     a second session that parks it, a guest's stash), each level's
  *     give_back frees one unit at a time and its bytes fall by exactly what
  *     it said it freed, down to 0; the stats carry a part per tier;
- *   - cache_clear takes every tier's name, "ram" and "all", and refuses
- *     "none" and an unknown name. */
+ *   - cache_clear takes every RAM tier's name, "ram" and "all", refuses
+ *     "none" and an unknown name (MOOR_ERANGE), and "spill" and "disk"
+ *     of this cache without a spill_dir (MOOR_EUNSUP: it runs without
+ *     them). */
 #include <jansson.h>
 #include <unistd.h>
 
@@ -128,10 +130,12 @@ int main(void)
 		      (unsigned long long)b, (unsigned long long)units);
 	}
 
-	const char *names[] = {"resident", "end",   "stash", "pin", "park",
-			       "store",	   "spill", "disk",  "ram", "all"};
+	const char *names[] = {"resident", "end",   "stash", "pin",
+			       "park",	   "store", "ram",   "all"};
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
 		CHECK(cache_clear(e.c, names[i]) == 0, "clear %s", names[i]);
+	CHECK(cache_clear(e.c, "spill") == MOOR_EUNSUP, "clear spill");
+	CHECK(cache_clear(e.c, "disk") == MOOR_EUNSUP, "clear disk");
 	CHECK(cache_clear(e.c, "none") == MOOR_ERANGE, "clear none");
 	CHECK(cache_clear(e.c, "bogus") == MOOR_ERANGE, "clear bogus");
 	CHECK(cache_clear(e.c, NULL) == MOOR_ERANGE, "clear NULL");
