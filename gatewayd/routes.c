@@ -245,6 +245,21 @@ static void clear_done(gw_job *j)
 			: moor_strerror(j->admin_rv));
 		return;
 	}
+	if (j->admin_rv == MOOR_EUNSUP) {
+		/* a tier this cached runs without (no --disk-dir, the disk
+		 * tier off): the request is well formed, and the name is one
+		 * of the tiers (an unknown one is the 400 above); it is the
+		 * server's state that refuses it, which this gateway answers
+		 * 409 "conflict" with a code, as the peek of a running turn */
+		gw_metrics_count(j->s, j->route, 409);
+		gw_send_error(j->req, 409, "conflict", "tier",
+			      "tier_not_running", 0, "%s",
+			      j->reply.h.type == PROTO_ERROR &&
+				      j->reply.u.error.msg
+				  ? j->reply.u.error.msg
+				  : moor_strerror(j->admin_rv));
+		return;
+	}
 	if (j->admin_rv || j->reply.h.type != PROTO_OK) {
 		cached_down(j);
 		return;
@@ -258,7 +273,8 @@ static void clear_done(gw_job *j)
 int gw_on_cache_clear(gw_srv *s, h2o_req_t *req)
 {
 	/* the tier: ?tier= in the query, else the body's "tier", else every
-	 * RAM cache (cached's "ram"); an unknown name is 400 here */
+	 * RAM cache (cached's "ram"); an unknown name is 400 here, a tier
+	 * cached runs without is cached's refusal, 409 (clear_done) */
 	const char *tier = "ram";
 	char qtier[32] = "";
 	if (req->query_at != SIZE_MAX) {

@@ -9,7 +9,11 @@
  * a template error (qwen3.5:
  * "System message must be at the beginning.", the template's own words,
  * from a second gateway with --chat-template qwen3.5), an unknown path
- * (404) and a wrong method (405), a body over 64 MiB (413). A model dir
+ * (404) and a wrong method (405), a body over 64 MiB (413), a clear of
+ * an unknown tier (400) and of one this cached runs without (no
+ * --disk-dir: ?tier=disk and ?tier=spill are cached's refusal, 409
+ * code tier_not_running naming the tier and why, counted in /metrics,
+ * and the RAM caches are as they were; ?tier=all still clears). A model dir
  * whose template is unknown is refused at start with exit 1, and bad flags
  * exit 2 with a usage message. After all of it a good request still works.
  *
@@ -205,5 +209,68 @@ int main(int argc, char **argv)
 	      r.status, r.body);
 	gt_resp_fini(&r);
 	free(ok);
+
+	/* POST /v1/cache/clear of a tier this cached runs without (the stack
+	 * has no --disk-dir): 409, the RAM caches untouched */
+	want_error(port, "/v1/cache/clear?tier=bogus", NULL, 400, "tier",
+		   "unknown tier");
+	r = gt_get(port, "/v1/cache/stats");
+	json_t *s0 = gt_json(&r);
+	gt_resp_fini(&r);
+	/* a 10-token turn: no anchor, but its end anchor and its session
+	 * snapshot */
+	CHECK(gt_int(s0, "end.bytes") > 0 && gt_int(s0, "store.entries") > 0,
+	      "the good request left no end anchor and no snapshot");
+	want_error(port, "/v1/cache/clear?tier=disk", NULL, 409, "tier",
+		   "CLEAR disk: no disk tier: cached runs without --disk-dir");
+	want_error(port, "/v1/cache/clear?tier=spill", NULL, 409, "tier",
+		   "CLEAR spill: no session spill: cached runs without "
+		   "--disk-dir");
+	want_error(port, "/v1/cache/clear", "{\"tier\":\"disk\"}", 409, "tier",
+		   "no disk tier");
+	r = gt_post(port, "/v1/cache/clear?tier=disk", NULL);
+	json_t *o = gt_json(&r);
+	CHECK(gt_str(o, "error.code") &&
+		  !strcmp(gt_str(o, "error.code"), "tier_not_running") &&
+		  gt_str(o, "error.type") &&
+		  !strcmp(gt_str(o, "error.type"), "conflict"),
+	      "the refusal's code and type: %s", r.body);
+	json_decref(o);
+	gt_resp_fini(&r);
+	r = gt_get(port, "/v1/cache/stats");
+	json_t *s1 = gt_json(&r);
+	gt_resp_fini(&r);
+	static const char *const ram[] = {"resident", "end",   "pin",
+					  "park",     "store", "stash"};
+	for (size_t i = 0; i < sizeof ram / sizeof *ram; i++) {
+		char *a = json_dumps(json_object_get(s0, ram[i]),
+				     JSON_SORT_KEYS | JSON_ENCODE_ANY);
+		char *c = json_dumps(json_object_get(s1, ram[i]),
+				     JSON_SORT_KEYS | JSON_ENCODE_ANY);
+		CHECK(a && c && !strcmp(a, c),
+		      "a refused clear changed %s: %s -> %s", ram[i], a, c);
+		free(a);
+		free(c);
+	}
+	json_decref(s0);
+	json_decref(s1);
+	r = gt_get(port, "/metrics");
+	CHECK(strstr(r.body, "moor_requests_total{route=\"/v1/cache/clear\","
+			     "code=\"409\"} 4"),
+	      "the four 409s are not counted:\n%s", r.body);
+	gt_resp_fini(&r);
+	r = gt_post(port, "/v1/cache/clear?tier=all", NULL);
+	o = gt_json(&r);
+	CHECK(r.status == 200 && gt_str(o, "cleared") &&
+		  !strcmp(gt_str(o, "cleared"), "all"),
+	      "?tier=all without the NVMe tiers: %d %s", r.status, r.body);
+	json_decref(o);
+	gt_resp_fini(&r);
+	r = gt_get(port, "/v1/cache/stats");
+	o = gt_json(&r);
+	CHECK(gt_int(o, "end.bytes") == 0 && gt_int(o, "store.entries") == 0,
+	      "?tier=all cleared RAM: %s", r.body);
+	json_decref(o);
+	gt_resp_fini(&r);
 	return h_done("test_gw_errors");
 }
