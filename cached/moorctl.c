@@ -4,8 +4,8 @@
  *       prints every cache's counters and bytes as JSON (indented)
  *   moorctl [--run-dir DIR] [--timeout-ms N] clear [--tier T]
  *       empties one tier (PROTO_CLEAR_TIER_LIST: a tier's name, ram or
- *       all; default ram); "spill" or "disk" of a cached that runs
- *       without that tier is refused (exit 1, saying so), "all" empties
+ *       all; default ram); cached refuses "spill" or "disk" when it runs
+ *       without that tier (exit 1, its reason printed), "all" empties
  *       whichever tiers it has
  *   moorctl [--run-dir DIR] [--timeout-ms N] peek --ids 1,2,3 [--session S]
  *       where a prompt of these key ids would resume, as JSON: {"tier",
@@ -106,7 +106,8 @@ static int journal_tail(const char *dir, long n)
 
 /* One admin call: q's answer into *rep, which the caller releases with
  * proto_msg_fini (on failure too). On failure the reason is printed and 1
- * returned. */
+ * returned: cached's own words where it refused (a CLEAR of a tier it runs
+ * without says which flag left it out). */
 static int call(nng_socket s, const char *url, proto_msg *q, proto_msg *rep,
 		int timeout_ms)
 {
@@ -117,48 +118,6 @@ static int call(nng_socket s, const char *url, proto_msg *q, proto_msg *rep,
 		fprintf(stderr, "moorctl: cached: %s\n", rep->u.error.msg);
 	else
 		fprintf(stderr, "moorctl: %s: %s\n", url, moor_strerror(rv));
-	return 1;
-}
-
-/* The NVMe tiers are optional: a cached without --disk-dir has neither,
- * one with --disk-cache off has no disk tier, and its CLEAR of the absent
- * tier would answer OK having emptied nothing. So before a clear of
- * "spill" or "disk" the stats say whether the tier is on ({"on": true} in
- * its object). 0: on; 1: off or unknown (said on stderr). */
-static int tier_on(nng_socket s, const char *url, const char *tier,
-		   int timeout_ms)
-{
-	proto_msg q = {0}, rep = {0};
-	q.h.type = PROTO_STATS;
-	q.h.req = (uint64_t)getpid();
-	if (call(s, url, &q, &rep, timeout_ms))
-		return 1;
-	int on = -1;
-	if (rep.h.type == PROTO_STATS_OK && rep.u.text.text) {
-		json_t *j = json_loads(rep.u.text.text, 0, NULL);
-		json_t *o = json_object_get(j, tier);
-		if (j)
-			on = o && json_is_true(json_object_get(o, "on"));
-		json_decref(j);
-	}
-	proto_msg_fini(&rep);
-	if (on < 0) {
-		fprintf(stderr, "moorctl: cached answered STATS with no JSON\n");
-		return 1;
-	}
-	if (on)
-		return 0;
-	if (!strcmp(tier, "disk"))
-		fprintf(stderr,
-			"moorctl: cached at %s has no disk tier (it runs "
-			"without --disk-dir, or with --disk-cache off): "
-			"nothing cleared\n",
-			url);
-	else
-		fprintf(stderr,
-			"moorctl: cached at %s has no session spill (it "
-			"runs without --disk-dir): nothing cleared\n",
-			url);
 	return 1;
 }
 
@@ -325,11 +284,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, "moorctl: cached is not reachable at %s: %s\n",
 			url, nng_strerror(rv));
 		free(ids);
-		return 1;
-	}
-	if (is_clear && (!strcmp(tier, "spill") || !strcmp(tier, "disk")) &&
-	    tier_on(s, url, tier, timeout_ms)) {
-		nng_close(s);
 		return 1;
 	}
 	proto_msg q = {0}, rep = {0};

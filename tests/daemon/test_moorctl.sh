@@ -93,14 +93,19 @@ check "clear --tier resident: exit 0" '[ $rc -eq 0 ]'
 out=$("$moorctl" --run-dir "$run" stats)
 check "resident empty after clear" '[ "$(echo "$out" | json "d[\"resident\"][\"anchors\"] == 0 and d[\"resident\"][\"bytes\"] == 0")" = True ]'
 
-# a cached without --disk-dir has no NVMe tiers: stats says so, and a
-# clear of one is refused (not an OK that emptied nothing); "all" is fine
+# a cached without --disk-dir has no NVMe tiers: stats says so, and cached
+# refuses a clear of one (not an OK that emptied nothing); moorctl prints
+# cached's reason and exits 1; "all" is fine
 out=$("$moorctl" --run-dir "$run" stats)
 check "stats: disk and spill off" '[ "$(echo "$out" | json "d[\"disk\"][\"on\"] is False and d[\"spill\"][\"on\"] is False")" = True ]'
 err=$("$moorctl" --run-dir "$run" clear --tier disk 2>&1); rc=$?
-check "clear --tier disk without a disk tier: exit 1, says so: $err" '[ $rc -eq 1 ] && echo "$err" | grep -q "has no disk tier (it runs without --disk-dir"'
+check "clear --tier disk without a disk tier: exit 1, says so: $err" '[ $rc -eq 1 ] && echo "$err" | grep -q "no disk tier: cached runs without --disk-dir; nothing cleared"'
 err=$("$moorctl" --run-dir "$run" clear --tier spill 2>&1); rc=$?
-check "clear --tier spill without a spill: exit 1, says so: $err" '[ $rc -eq 1 ] && echo "$err" | grep -q "has no session spill"'
+check "clear --tier spill without a spill: exit 1, says so: $err" '[ $rc -eq 1 ] && echo "$err" | grep -q "no session spill: cached runs without --disk-dir; nothing cleared"'
+out2=$("$moorctl" --run-dir "$run" stats)
+check "the refused clears changed no cache" '[ "$(echo "$out" | json "{k: v for k, v in d.items() if k not in (\"daemon\", \"memory\")}")" = "$(echo "$out2" | json "{k: v for k, v in d.items() if k not in (\"daemon\", \"memory\")}")" ]'
+out=$("$moorctl" --run-dir "$run" clear --tier all 2>&1); rc=$?
+check "clear --tier all without the NVMe tiers: exit 0: $out" '[ $rc -eq 0 ] && [ "$out" = "cleared all" ]'
 err=$("$moorctl" --run-dir "$run" clear --tier bogus 2>&1); rc=$?
 check "bad tier: exit 2" '[ $rc -eq 2 ]'
 check "bad tier: names it and the choices" 'echo "$err" | grep -q "unknown tier .bogus." && echo "$err" | grep -q resident'
