@@ -23,8 +23,15 @@
  * anchor is good when its header says what the manifest says, its sums are
  * the manifest's and the sums of its bytes are again the same.
  *
- * Crash safety: an entry without a manifest is a write that did not
- * finish, deleted at the next open with every .tmp. An entry of another
+ * Crash safety: a save writes each file as NAME.new beside the entry's
+ * files; once every one has landed it removes the manifest, renames them
+ * into place and writes the manifest last (save_commit). A save that
+ * fails before (a write, ENOSPC, the floor, memory) leaves the entry on
+ * the disk as it was and removes its .new files; one that fails after
+ * costs the entry. An entry without a manifest is a write that did not
+ * finish, deleted at the next open with every .tmp and .new; a .new beside
+ * a manifest is a save that did not reach its commit, deleted at the
+ * next open or save. An entry of another
  * fingerprint or layout is deleted at the attach of an engine that cannot
  * read it. A file that fails its check costs the entry (deleted, logged),
  * never an answer: the conversation prefills cold.
@@ -282,6 +289,29 @@ static void entry_delete(cache *c, const char *name, const char *why)
 	(void)dfile_sync_dir(c->spill.dfd, NULL);
 }
 
+/* Removes the .new files of entry directory fd (a save that did not reach
+ * its commit); returns how many. */
+static int sweep_new(int fd)
+{
+	int d2 = dup(fd), n = 0;
+	DIR *d = d2 >= 0 ? fdopendir(d2) : NULL;
+	if (!d) {
+		if (d2 >= 0)
+			close(d2);
+		return 0;
+	}
+	rewinddir(d);
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		size_t l = strlen(e->d_name);
+		if (l > 4 && !strcmp(e->d_name + l - 4, ".new") &&
+		    unlinkat(fd, e->d_name, 0) == 0)
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
 int cache_spill_open(cache *c, char *err)
 {
 	c->spill.dfd = -1;
@@ -311,7 +341,7 @@ int cache_spill_open(cache *c, char *err)
 	for (int i = 0; i < n; i++) {
 		int fd = open_dir_at(c->spill.dfd, v[i].name, 0);
 		if (fd >= 0) {
-			tmp += dfile_sweep_tmp(fd);
+			tmp += dfile_sweep_tmp(fd) + sweep_new(fd);
 			close(fd);
 		}
 		if (!v[i].mtime) {
@@ -332,7 +362,7 @@ int cache_spill_open(cache *c, char *err)
 	free(v);
 	moor_info("[spill] %s: %u entries, %.1f MiB%s", p, kept,
 		  (double)bytes / (1 << 20),
-		  tmp ? " (removed unfinished .tmp files)" : "");
+		  tmp ? " (removed unfinished .tmp and .new files)" : "");
 	return 0;
 }
 
@@ -789,9 +819,10 @@ static int floor_file(cache *c, const char *name, uint64_t valid, uint64_t n,
  * save's own thread, cached's daemon thread) copies block k + 1 out of the
  * live buffers, sums it, decides whether it is kept and encodes it on the
  * codec's pool, while the writer (a thread of the save's own, started
- * before its first file and joined before its manifest) writes block k
- * (.tmp, fdatasync, rename: dfile_write, after the free-space floor's
- * check). The anchors and the end follow the blocks through the same two
+ * before its first file and joined before its commit) writes block k as
+ * NAME.new (.tmp, fdatasync, rename: dfile_write, after the free-space
+ * floor's check; save_commit renames it into place once every file has
+ * landed). The anchors and the end follow the blocks through the same two
  * stages. Two slots go round between them, each with its out buffer (the
  * encoded file's data, or its raw bytes copied: c->spill.cws's buffers 0
  * and 1, kept between saves); the staging buffer of the copies is the
@@ -863,6 +894,8 @@ typedef struct spill_pipe {
 	uint64_t take;		  /* jobs the writer took (the writer's) */
 	int stop, cancel, failed; /* under mu */
 	/* the encoder's */
+	char (*landed)[32]; /* the files written (as NAME.new), in order */
+	uint32_t n_landed, cap_landed;
 	int rc;
 	char *err;
 	double t0, wait_ms, wr_ms;
@@ -885,8 +918,10 @@ static void sw_write(spill_pipe *p, sw_slot *s, int skip)
 		s->fr = fr;
 		return;
 	}
+	char pend[40];
+	snprintf(pend, sizeof pend, "%s.new", s->name);
 	double t0 = now_ms();
-	s->rc = dfile_write(p->efd, s->name, s->p, 3, 1, s->err);
+	s->rc = dfile_write(p->efd, pend, s->p, 3, 1, s->err);
 	s->ms = now_ms() - t0;
 }
 
@@ -929,6 +964,8 @@ static void sw_collect(spill_pipe *p, sw_slot *s)
 		else
 			c->spill.k.anchors_written++;
 		c->spill.k.bytes_written += s->bytes;
+		MOOR_ASSERT(p->n_landed < p->cap_landed);
+		memcpy(p->landed[p->n_landed++], s->name, 32);
 		return;
 	}
 	if (p->rc)
@@ -942,10 +979,11 @@ static void sw_collect(spill_pipe *p, sw_slot *s)
 		snprintf(p->err, MOOR_ERRLEN, "%s", s->err);
 }
 
-/* The stages of a save of entry ename (valid tokens) into efd; out: the
- * largest data part's bytes. err: the save's (the encoder's). */
+/* The stages of a save of entry ename (valid tokens) into efd, of at most
+ * files files; out: the largest data part's bytes. err: the save's (the
+ * encoder's). pipe_close, then pipe_free, also after a failure. */
 static int pipe_open(spill_pipe *p, cache *c, int efd, const char *ename,
-		     uint64_t valid, uint64_t out, char *err)
+		     uint64_t valid, uint64_t files, uint64_t out, char *err)
 {
 	memset(p, 0, sizeof *p);
 	p->c = c;
@@ -954,6 +992,10 @@ static int pipe_open(spill_pipe *p, cache *c, int efd, const char *ename,
 	p->valid = valid;
 	p->err = err;
 	p->t0 = now_ms();
+	p->landed = calloc(files ? files : 1, sizeof *p->landed);
+	p->cap_landed = (uint32_t)files;
+	if (!p->landed)
+		return -ENOMEM;
 	for (int i = 0; i < 2; i++) {
 		p->s[i].out = codec_ws_buf(&c->spill.cws, i, codec_bound(out));
 		if (!p->s[i].out)
@@ -1035,6 +1077,52 @@ static int pipe_close(spill_pipe *p, int cancel)
 			sw_collect(p, s);
 	}
 	return p->rc;
+}
+
+/* The files the save wrote, removed (a save that failed before its
+ * commit: the entry keeps its own). */
+static void pipe_unland(spill_pipe *p)
+{
+	for (uint32_t i = 0; i < p->n_landed; i++) {
+		char pend[40];
+		snprintf(pend, sizeof pend, "%s.new", p->landed[i]);
+		unlinkat(p->efd, pend, 0);
+	}
+	p->n_landed = 0;
+}
+
+static void pipe_free(spill_pipe *p)
+{
+	free(p->landed);
+	p->landed = NULL;
+}
+
+/* Every file of the save has landed (as NAME.new): the manifest goes,
+ * then each file takes its name's place (a rename, through dfile's fault
+ * seam). From here a failure costs the entry: it has no manifest. The
+ * caller then prunes, fsyncs the directory and writes the manifest. */
+static int save_commit(spill_pipe *p, char *err)
+{
+	if (file_exists(p->efd, "manifest")) {
+		unlinkat(p->efd, "manifest", 0);
+		(void)dfile_sync_dir(p->efd, NULL);
+	}
+	for (uint32_t i = 0; i < p->n_landed; i++) {
+		const char *nm = p->landed[i];
+		char pend[40];
+		snprintf(pend, sizeof pend, "%s.new", nm);
+		int rc = dfile_fault ? dfile_fault(DFILE_OP_RENAME, nm) : 0;
+		if (rc > 0)
+			rc = 0;
+		if (!rc && renameat(p->efd, pend, p->efd, nm) < 0)
+			rc = -errno;
+		if (rc) {
+			moor_errf(err, "spill: entry %s: rename %s: %s",
+				  p->ename, pend, moor_strerror(rc));
+			return rc;
+		}
+	}
+	return 0;
 }
 
 /* An anchor's sections (at device offset off; on a CUDA arena copied into
@@ -1162,11 +1250,13 @@ static int save_conv(cache *c, char name[17], char *err)
 	char why[MOOR_ERRLEN];
 	man_view old = {0};
 	int have_old = man_load(c, efd, &old, why) == 0;
-	/* A save that fails half way costs the entry it rewrites: on a disk
-	 * with less room than the whole conversation could take (its rows
-	 * and anchors, raw, as if no block were kept), the entry on the disk
-	 * is kept as it is and this save is not tried. A new entry is tried
-	 * whatever the room: its failure costs nothing that was there. */
+	/* The save's files land beside the entry's until its commit: on a
+	 * disk with less room than the whole conversation could take (its
+	 * rows and anchors, raw, as if no block were kept), this save is not
+	 * tried and the entry on the disk is kept as it is (a save that
+	 * failed for room would keep it too, after taking the room of other
+	 * writes meanwhile). A new entry is tried whatever the room: its
+	 * failure costs nothing that was there. */
 	if (have_old) {
 		struct statvfs sv;
 		uint64_t need =
@@ -1277,19 +1367,16 @@ static int save_conv(cache *c, char name[17], char *err)
 			return MOOR_ENOSPACE;
 		}
 	}
-	/* the manifest goes first: from here to its rewrite the entry is a
-	 * write that did not finish */
-	if (file_exists(efd, "manifest")) {
-		unlinkat(efd, "manifest", 0);
-		(void)dfile_sync_dir(efd, NULL);
-	}
 	uint64_t written0 = c->spill.k.bytes_written;
+	uint64_t old_valid = have_old ? old.m->valid : 0;
+	int committing = 0; /* the manifest removed: a failure costs it */
 	/* the blocks, the anchors and the end through the two stages (the
 	 * pipeline above): encoded here, written by the writer */
 	spill_pipe pp = {0};
 	uint64_t pbig = cache_max64(bbytes, c->sec_bytes);
 	if (!rc)
-		rc = pipe_open(&pp, c, efd, name, valid, pbig, err);
+		rc = pipe_open(&pp, c, efd, name, valid,
+			       n_blk + n_anc + (end ? 1 : 0), pbig, err);
 	for (uint64_t j = 0; j < n_blk && !rc; j++) {
 		uint64_t a = j * SPILL_BLK,
 			 rows = cache_min64(SPILL_BLK, valid - a);
@@ -1357,6 +1444,10 @@ static int save_conv(cache *c, char name[17], char *err)
 	if (have_old)
 		free(old.buf);
 	if (!rc) {
+		committing = 1;
+		rc = save_commit(&pp, err);
+	}
+	if (!rc) {
 		save_prune(efd, n_blk, lines, n_anc, end);
 		rc = dfile_sync_dir(efd, err);
 	}
@@ -1376,7 +1467,22 @@ static int save_conv(cache *c, char name[17], char *err)
 			   c->spill.k.bytes_written - written0);
 	(void)cache_sync(c); /* a copy into stage a failure left in flight */
 	stage_free(c, stage, soff);
+	if (rc && !committing)
+		pipe_unland(&pp);
+	pipe_free(&pp);
 	close(efd);
+	if (rc && !committing && have_old) {
+		/* nothing of the entry was touched: it stays as it was */
+		char e0[MOOR_ERRLEN];
+		snprintf(e0, sizeof e0, "%s", err[0] ? err : moor_strerror(rc));
+		moor_errf(err,
+			  "spill: the save of %s (%llu tokens) failed: %s; the "
+			  "entry on the disk (%llu tokens) is kept as it was",
+			  name, (unsigned long long)valid, e0,
+			  (unsigned long long)old_valid);
+		c->spill.k.save_failed++;
+		return rc;
+	}
 	if (rc) {
 		/* an entry without its manifest: the next open deletes it,
 		 * and so does this */

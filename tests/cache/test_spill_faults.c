@@ -18,11 +18,15 @@
  * (memcmp), and the next turn resumes at the end anchor and equals a cold
  * toy run's. Wrong restores served: 0. Every failure costs the entry (it
  * is gone from the disk) and the tier keeps working: a drain without a
- * fault then reads back exactly.
+ * fault then reads back exactly. Over an older entry, a save that fails
+ * keeps that entry file for file and byte for byte (a failure before the
+ * save's commit: its files landed beside the entry's) or costs it whole
+ * (after: the directory is gone), and the sweep sees both.
  *
  * The suite runs every third N of the write faults; MOOR_FAULT_FULL=1 runs
  * every N (the bench target bench_spill_faults). The count of trials is
  * printed. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -93,6 +97,84 @@ static long long stat_of(cache *c, const char *tier, const char *name)
 }
 
 static int32_t *A, *A2, *A3;
+static long kept_old, lost_old;
+
+/* ---- the older entry's files ---- */
+
+/* The one entry directory under DIR/sessions (the sweep wipes between
+ * trials); 0 when there is none. */
+static int the_entry(char *out, size_t n)
+{
+	char p[300];
+	snprintf(p, sizeof p, "%s/sessions", dir);
+	DIR *d = opendir(p);
+	if (!d)
+		return 0;
+	struct dirent *e;
+	int got = 0;
+	while ((e = readdir(d)))
+		if (e->d_type == DT_DIR && e->d_name[0] != '.') {
+			snprintf(out, n, "%s/%.64s", p, e->d_name);
+			got++;
+		}
+	closedir(d);
+	REQUIRE(got <= 1, "%d entries", got);
+	return got;
+}
+
+typedef struct files_snap {
+	int n;
+	char name[16][32];
+	uint8_t *b[16];
+	uint64_t len[16];
+} files_snap;
+
+static void snap_take(const char *ed, files_snap *s)
+{
+	memset(s, 0, sizeof *s);
+	DIR *d = opendir(ed);
+	REQUIRE(d, "opendir %s", ed);
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.') {
+			REQUIRE(s->n < 16, "files");
+			snprintf(s->name[s->n++], 32, "%.31s", e->d_name);
+		}
+	closedir(d);
+	qsort(s->name, (size_t)s->n, 32,
+	      (int (*)(const void *, const void *))strcmp);
+	for (int i = 0; i < s->n; i++) {
+		char p[700];
+		snprintf(p, sizeof p, "%s/%s", ed, s->name[i]);
+		int fd = open(p, O_RDONLY);
+		REQUIRE(fd >= 0, "open %s", p);
+		struct stat st;
+		REQUIRE(fstat(fd, &st) == 0, "stat");
+		s->len[i] = (uint64_t)st.st_size;
+		s->b[i] = malloc(s->len[i] + 1);
+		REQUIRE(s->b[i] &&
+			    read(fd, s->b[i], s->len[i]) == (ssize_t)s->len[i],
+			"read %s", p);
+		close(fd);
+	}
+}
+
+static void snap_free(files_snap *s)
+{
+	for (int i = 0; i < s->n; i++)
+		free(s->b[i]);
+}
+
+static int snap_same(const files_snap *a, const files_snap *b)
+{
+	if (a->n != b->n)
+		return 0;
+	for (int i = 0; i < a->n; i++)
+		if (strcmp(a->name[i], b->name[i]) || a->len[i] != b->len[i] ||
+		    memcmp(a->b[i], b->b[i], a->len[i]))
+			return 0;
+	return 1;
+}
 static int32_t gen1[64], gen2[64];
 
 /* The conversation the trials drain: turn 1 (A, 2,400 tokens) and turn 2
@@ -213,6 +295,14 @@ static void sweep_errors(const truth *T, int old_entry)
 				}
 				toy_env e;
 				conv(&e, 2);
+				char ed[400] = "";
+				files_snap old;
+				memset(&old, 0, sizeof old);
+				if (old_entry) {
+					REQUIRE(the_entry(ed, sizeof ed),
+						"the older entry");
+					snap_take(ed, &old);
+				}
 				f_op = ops[oi];
 				f_err = errs[ei];
 				f_nth = n;
@@ -221,6 +311,8 @@ static void sweep_errors(const truth *T, int old_entry)
 				char err[MOOR_ERRLEN] = "";
 				int rc = cache_drain(e.c, err);
 				dfile_fault = NULL;
+				long long sf =
+				    stat_of(e.c, "spill", "save_failed");
 				toy_close(&e);
 				char what[96];
 				snprintf(what, sizeof what,
@@ -229,6 +321,31 @@ static void sweep_errors(const truth *T, int old_entry)
 				if (f_fired && ops[oi] != DFILE_OP_FSYNC)
 					CHECK(rc != 0, "%s: the drain said ok",
 					      what);
+				/* a failed save over the older entry: kept
+				 * whole (its manifest there) or gone whole */
+				if (old_entry && sf) {
+					char mp[500];
+					snprintf(mp, sizeof mp, "%s/manifest",
+						 ed);
+					struct stat st;
+					if (stat(mp, &st) == 0) {
+						files_snap now;
+						snap_take(ed, &now);
+						CHECK(snap_same(&old, &now),
+						      "%s: the older entry "
+						      "is not as it was",
+						      what);
+						snap_free(&now);
+						kept_old++;
+					} else {
+						CHECK(stat(ed, &st) != 0,
+						      "%s: a failed save "
+						      "left a half entry",
+						      what);
+						lost_old++;
+					}
+				}
+				snap_free(&old);
 				judge(T, what);
 				if (!f_fired)
 					break;
@@ -371,12 +488,18 @@ int main(void)
 
 	sweep_errors(&T, 0);
 	sweep_errors(&T, 1);
+	/* the older entry: failures before the commit keep it, after it
+	 * cost it; the sweep sees both */
+	CHECK(kept_old > 0 && lost_old > 0,
+	      "failed saves over an older entry: %ld kept it, %ld cost it",
+	      kept_old, lost_old);
 	sweep_kill(&T);
 	sweep_damage(&T);
 
 	printf("test_spill_faults: %ld trials: %ld served exactly, %ld cold, "
-	       "%ld wrong\n",
-	       trials, served_exact, served_cold, wrong);
+	       "%ld wrong; failed saves over an older entry: %ld kept it "
+	       "whole, %ld cost it\n",
+	       trials, served_exact, served_cold, wrong, kept_old, lost_old);
 	CHECK(wrong == 0, "wrong restores served: %ld", wrong);
 	CHECK(served_exact > 0 && served_cold > 0,
 	      "the sweep saw both outcomes");
