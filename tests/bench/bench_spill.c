@@ -32,7 +32,7 @@
  *      dfile_write), then the drain serial (MOOR_SPILL_WRITER=0: encode
  *      then write, file after file, the save of before) and in its two
  *      stages (the writer thread writes a file while the next is
- *      encoded), the best of 2 each; the saves' own split is in their log
+ *      encoded), the best of 3 each; the saves' own split is in their log
  *      lines ([spill] saved: encoder, writer, waits).
  * Usage: bench_spill DIR THREADS T MODEL_DIR... (DIR: where the files go,
  * on the drive to measure). */
@@ -708,7 +708,7 @@ static void tiers(const char *dir, int threads, moor_pool *pool)
 	/* the drain (a planned stop) and the read-back at the next attach:
 	 * the save's two stages apart (the encoder's work alone, the
 	 * writer's alone), then the drain serial and through the stages,
-	 * twice each in turn (a drive's rate drifts: the best of each); the
+	 * three times each in turn (a drive's rate drifts: the best of each); the
 	 * last drain's entry is read back */
 	uint64_t valid = stat_of(t.c, "resident", "tokens");
 	uint64_t sw_b = 0, sw_raw = 0, sw_files = 0, se_b = 0, se_raw = 0,
@@ -722,7 +722,7 @@ static void tiers(const char *dir, int threads, moor_pool *pool)
 		uint64_t nb = (valid + 1023) / 1024;
 		stages_apart(dir, &t, valid, nf > nb ? nf - nb : 0, pool,
 			     &enc_s, &wr_s, &st_raw, &st_b);
-		for (int rep = 0; rep < 2; rep++)
+		for (int rep = 0; rep < 3; rep++)
 			for (int serial = 1; serial >= 0; serial--) {
 				double s =
 				    drain_once(&t, serial, &fb, &rb, &nf);
@@ -776,7 +776,7 @@ static void tiers(const char *dir, int threads, moor_pool *pool)
 	t27_row("spill: drain, two stages", sw_b, sw_raw, sw_s, drive_w);
 	printf("    (the encoder: copies, sums, codec on %d threads; the "
 	       "writer: dfile_write of the encoded files; the drains: the "
-	       "best of 2 each, %llu files each (%llu serial); the stages "
+	       "best of 3 each, %llu files each (%llu serial); the stages "
 	       "one after the other would take %.3f s, overlapped at best "
 	       "the slower, %.3f s; serial / two stages: %.2fx)\n",
 	       threads, (unsigned long long)sw_files,
