@@ -31,7 +31,22 @@
  *     thread, copies device rows out into pageable and registered memory
  *     and syncs its own stream; freeing it leaves the first mover's
  *     registration working (a copy after it still round-trips); a twin of
- *     the memcpy mover is refused. */
+ *     the memcpy mover is refused; the twin's sum2 (its own partials) of
+ *     the rows it copied equals dfile_sum2 of them;
+ *   - sum2 (the kernel over device memory): random bytes uploaded into a
+ *     device arena of 64 MiB and more, summed at sizes 0, 1, 3, 4, 5, 17,
+ *     1000003 and 64 MiB and at offsets 0, 4, 6, 12 (the uint4 loads from
+ *     the first 16-byte edge, and bytes alone where src is not 4-byte
+ *     aligned), equal dfile_sum2 of the same bytes on the host, by memcmp
+ *     of the two uint64 pairs; so do sums in the mover's known device
+ *     arena and of host memory (the registered arena, pageable); a
+ *     buffer of 0xff bytes whose weighted sum wraps; a sum2 given right
+ *     after a copy (h2d on lane 0, and on lane 1 through copyv, no sync
+ *     between) sees the copied bytes, and one of host memory right after
+ *     a d2h copy into it too; the counters count the sums and their
+ *     bytes; and a line of GB/s: sum2 over 64 MiB of device memory
+ *     against copying it to the host and summing there (the path it
+ *     replaces). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +55,7 @@
 #include <unistd.h>
 
 #include "arena.h"
+#include "dfile.h"
 #include "moor.h"
 #include "t.h"
 
@@ -57,7 +73,7 @@ typedef struct twin_job {
 	arena_mover *mv;
 	uint8_t *D, *H; /* D + [0, n) holds the bytes to copy out */
 	size_t n;
-	int rc, pageable_ok;
+	int rc, pageable_ok, sum_ok;
 	char err[MOOR_ERRLEN];
 } twin_job;
 
@@ -84,11 +100,136 @@ static void *twin_thread(void *arg)
 	if (!j->rc)
 		j->rc = tw->sync(tw->ctx);
 	j->pageable_ok = !j->rc && memcmp(pg, j->H, j->n / 512 * 512) == 0;
+	uint64_t got[2], want[2];
+	dfile_sum2(pg, j->n, want);
+	j->sum_ok = !j->rc && tw->sum2(tw->ctx, j->D, j->n, got) == 0 &&
+		    memcmp(got, want, sizeof got) == 0;
 	if (j->rc)
 		snprintf(j->err, sizeof j->err, "a copy failed (%d)", j->rc);
 	free(pg);
 	arena_cuda_mover_free(tw);
 	return NULL;
+}
+
+/* sum2 of n bytes at src by mover m equal to dfile_sum2 of the same bytes
+ * at host copy h, by memcmp; what is printed says which case. */
+static int sum_eq(arena_mover *m, const void *src, const void *h, size_t n,
+		  const char *what, size_t off)
+{
+	uint64_t got[2] = {1, 1}, want[2];
+	int rc = m->sum2(m->ctx, src, n, got);
+	dfile_sum2(h, n, want);
+	if (rc == 0 && memcmp(got, want, sizeof got) == 0)
+		return 1;
+	fprintf(stderr,
+		"sum2 of %zu bytes at %s + %zu: rc %d, %016llx %016llx; "
+		"dfile_sum2 %016llx %016llx\n",
+		n, what, off, rc, (unsigned long long)got[0],
+		(unsigned long long)got[1], (unsigned long long)want[0],
+		(unsigned long long)want[1]);
+	return 0;
+}
+
+/* sum2 against dfile_sum2 (the list at the top), on mover mv whose
+ * device arena is D (4 MiB) and host arena H (4 MiB, registered). */
+static void test_sum2(arena_mover *mv, uint8_t *D, uint8_t *H)
+{
+	char err[MOOR_ERRLEN] = "";
+	size_t big = 64 * MB, cap = big + 64;
+	arena *sa;
+	REQUIRE(arena_cuda_create("/moor-test-dev-sum", 65 * MB, 0, &sa,
+				  err) == 0,
+		"a device arena for the sums: %s", err);
+	uint8_t *S = arena_base(sa), *r = malloc(cap);
+	REQUIRE(r, "oom");
+	fill(r, cap, 2024);
+	REQUIRE(mv->copy(mv->ctx, S, r, cap) == 0 && mv->sync(mv->ctx) == 0,
+		"upload %zu random bytes", cap);
+
+	size_t sizes[] = {0, 1, 3, 4, 5, 17, 1000003, 64 * MB};
+	size_t offs[] = {0, 4, 6, 12};
+	int ok = 1, cases = 0;
+	for (size_t a = 0; a < sizeof sizes / sizeof *sizes; a++)
+		for (size_t b = 0; b < sizeof offs / sizeof *offs; b++) {
+			size_t n = sizes[a], o = offs[b];
+			ok &= sum_eq(mv, S + o, r + o, n, "a device arena", o);
+			cases++;
+		}
+	CHECK(ok, "sum2 over device memory = dfile_sum2 (%d cases)", cases);
+
+	/* the mover's own device arena (known by address), and host memory:
+	 * the registered arena and pageable */
+	int okk = 1;
+	CHECK(mv->copy(mv->ctx, D, r, 3 * MB) == 0, "h2d");
+	memcpy(H, r + 5, 3 * MB);
+	for (size_t o = 0; o < 8; o++) {
+		okk &= sum_eq(mv, D + o, r + o, 3 * MB - o - 1, "D", o);
+		okk &= sum_eq(mv, H + o, r + 5 + o, 2 * MB + 3, "H", o);
+		okk &= sum_eq(mv, r + o, r + o, 1000003, "pageable", o);
+	}
+	CHECK(okk, "sum2 in the known device arena and of host memory");
+
+	/* 0xff: the weighted sum wraps mod 2^64 (the partials too) */
+	memset(r, 0xff, big);
+	CHECK(mv->zero(mv->ctx, S, cap) == 0 &&
+		  mv->copy(mv->ctx, S, r, big) == 0 &&
+		  sum_eq(mv, S, r, big, "0xff", 0) &&
+		  sum_eq(mv, S + 4, r + 4, big - 5, "0xff", 4),
+	      "sum2 of 0xff bytes, wrapping");
+
+	/* right after a copy, no sync between (from the registered arena:
+	 * DMA that runs on after the call): lane 0 (copy), lane 1 (copyv:
+	 * its own stream with MOOR_MOVER_LANES=1), and host memory behind a
+	 * d2h copy into it */
+	fill(r, 3 * MB, 77);
+	memcpy(H, r, 3 * MB);
+	arena_copy l1 = {S + 8 * MB, H + MB, 2 * MB, 2 * MB, 2 * MB, 1};
+	CHECK(mv->copy(mv->ctx, S + 4 * MB, H, 3 * MB) == 0 &&
+		  sum_eq(mv, S + 4 * MB, r, 3 * MB, "after an h2d", 0),
+	      "sum2 sees the copy given before it (lane 0)");
+	CHECK(mv->copyv(mv->ctx, 1, &l1, 1) == 0 &&
+		  sum_eq(mv, S + 8 * MB, r + MB, 2 * MB, "after lane 1", 0),
+	      "sum2 sees the copy given before it on lane 1");
+	memset(H, 0, 3 * MB);
+	CHECK(mv->copy(mv->ctx, H, S + 4 * MB, 3 * MB) == 0 &&
+		  sum_eq(mv, H, r, 3 * MB, "host after a d2h", 0),
+	      "sum2 of host memory sees the d2h copy before it");
+
+	arena_mover_stats s0, s1;
+	mv->stats(mv->ctx, &s0);
+	uint64_t x[2];
+	CHECK(mv->sum2(mv->ctx, S, 1000, x) == 0 &&
+		  mv->sum2(mv->ctx, H, 24, x) == 0,
+	      "two sums");
+	mv->stats(mv->ctx, &s1);
+	CHECK(s1.sums - s0.sums == 2 && s1.sum_bytes - s0.sum_bytes == 1024,
+	      "the counters: %llu sums of %llu bytes (want 2, 1024)",
+	      (unsigned long long)(s1.sums - s0.sums),
+	      (unsigned long long)(s1.sum_bytes - s0.sum_bytes));
+
+	/* GB/s: sum2 over 64 MiB on the device against the path it
+	 * replaces (a copy to pageable memory, then dfile_sum2), best of 5 */
+	double dev_s = 1e9, host_s = 1e9;
+	for (int k = 0; k < 5; k++) {
+		double t0 = moor_now();
+		int rc = mv->sum2(mv->ctx, S, big, x);
+		double t1 = moor_now();
+		rc |= mv->copy(mv->ctx, r, S, big) | mv->sync(mv->ctx);
+		uint64_t y[2];
+		dfile_sum2(r, big, y);
+		double t2 = moor_now();
+		CHECK(rc == 0 && memcmp(x, y, sizeof x) == 0, "bench round %d",
+		      k);
+		dev_s = t1 - t0 < dev_s ? t1 - t0 : dev_s;
+		host_s = t2 - t1 < host_s ? t2 - t1 : host_s;
+	}
+	printf("test_arena_cuda: sum2 of 64 MiB of device memory: %.3f ms "
+	       "(%.1f GB/s); copy to the host + dfile_sum2: %.3f ms "
+	       "(%.1f GB/s)\n",
+	       dev_s * 1e3, (double)big / dev_s / 1e9, host_s * 1e3,
+	       (double)big / host_s / 1e9);
+	free(r);
+	arena_close(sa);
 }
 
 int main(void)
@@ -260,6 +401,8 @@ int main(void)
 		      "every round through one buffer on two lanes, in order");
 	}
 
+	test_sum2(mv, D, H);
+
 	/* pointers outside the arenas the mover knows: a device buffer (a
 	 * second device arena) and pageable memory, each way, on this mover
 	 * and on one that knows no device arena */
@@ -309,6 +452,7 @@ int main(void)
 	CHECK(tj.pageable_ok && memcmp(H + 2 * MB, want, n) == 0,
 	      "the twin's copies from another thread, into pageable and "
 	      "registered memory");
+	CHECK(tj.sum_ok, "the twin's sum2 on its thread");
 	/* the first mover still copies into its registered parts */
 	memset(H + 3 * MB, 0, n);
 	CHECK(mv->copy(mv->ctx, H + 3 * MB, D + MB, n) == 0 &&
