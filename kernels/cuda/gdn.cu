@@ -666,13 +666,13 @@ static __global__ void __launch_bounds__(16 * SW, 2)
  * [DK][36]; 93 KB at DK 128. W of the next sub-chunk is copied under
  * the update, as in k_hstate. The default where it applies (gdn_rt_on).
  *
- * NT = 256 (MOOR_HSTATE_NT=256, opt-in until measured): twice the warps
- * on the same tiles' columns, ty = tid / 8 < 32: V' rows ty + 32 i
- * (i < 2), state rows 4 ty + 128 i (i < 1); every element's sums in the
- * same order, so the same bits. ncu found the 128-thread form at 9%
+ * NT = 256 (the default at dk 128, hstate_nt): twice the warps on the
+ * same tiles' columns, ty = tid / 8 < 32: V' rows ty + 32 i (i < 2),
+ * state rows 4 ty + 128 i (i < 1); every element's sums in the same
+ * order, so the same bits. ncu found the 128-thread form at 9%
  * occupancy, IPC-bound at 3.8 cycles an instruction, in 0.73 waves: an SM
  * with two blocks sets the time, and more warps there hide more of the
- * shared loads' latency. */
+ * shared loads' latency (238 us a 1,024-token chunk; 204 with 256). */
 #define RT_SW 32
 #define RT_PS (RT_SW + 4)
 
@@ -701,6 +701,12 @@ static __global__ void __launch_bounds__(NT, 2)
 		    Sh[(size_t)(e / RT_SW) * dv + s0 + e % RT_SW];
 	hs_rows(sW, ws + (size_t)h * uf, DK, PK);
 	cp_commit();
+	/* the first sub-chunk's copy of the state below reads it in float4s
+	 * that other threads stored: without this barrier it read what an
+	 * earlier block left in shared memory now and then (at the 27B's
+	 * shapes a resumed turn's logits differed from a cold prefill's,
+	 * bench_ttft on the H100) */
+	__syncthreads();
 	const int nch = (T + C - 1) / C;
 	for (int c = 0; c < nch; c++) {
 		const int n = T - c * C < C ? T - c * C : C;
@@ -1318,13 +1324,15 @@ static int gdn_rt_on(int dk, int dv)
 	       (dk == 32 || dk == 64 || dk == 128);
 }
 
-/* The state pass's threads a block at dk 128: MOOR_HSTATE_NT=256 (read
- * at each call, as MOOR_GDN_RT, so that one process can compare the two)
- * takes k_hstate_rt<128, 256>, else 128. The bits do not depend on it. */
+/* The state pass's threads a block at dk 128: 256 (k_hstate_rt<128,
+ * 256>), or 128 with MOOR_HSTATE_NT=128 (read at each call, as
+ * MOOR_GDN_RT, so that one process can compare the two). The bits do not
+ * depend on it. ncu on the H100, a 1,024-token chunk of the 27B's heads:
+ * 204 us against 238. */
 static int hstate_nt(void)
 {
 	const char *e = getenv("MOOR_HSTATE_NT");
-	return e && atoi(e) == 256 ? 256 : 128;
+	return e && atoi(e) == 128 ? 128 : 256;
 }
 
 int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,

@@ -362,13 +362,13 @@ static void case_gdn_rt(void)
 			      KERN_ACT_F32);
 		gpu.o->l2norm(gpu.q, dk_, ldqk, T, Hk, dk, 1e-6f, 1.0f, KERN_ACT_F32);
 		size_t wsb = gpu.o->delta_ws_bytes(gpu.c, T, Hv, dk, dv);
-		/* r = 0: MOOR_GDN_RT=0; 1: the defaults; 2: MOOR_HSTATE_NT=256 */
+		/* r = 0: MOOR_GDN_RT=0; 1: the defaults; 2: MOOR_HSTATE_NT=128 */
 		float *ho[3], *hS[3];
 		unsigned char *hw[3];
 		for (int r = 0; r < 3; r++) {
 			setenv("MOOR_GDN_RT", r ? "1" : "0", 1);
 			if (r == 2)
-				setenv("MOOR_HSTATE_NT", "256", 1);
+				setenv("MOOR_HSTATE_NT", "128", 1);
 			else
 				unsetenv("MOOR_HSTATE_NT");
 			float *dS = up(&gpu, S0, ns * 4), *dO = zz(&gpu, nv * 4);
@@ -395,10 +395,10 @@ static void case_gdn_rt(void)
 				       !memcmp(hw[r - 1], hw[r], wsb),
 			       "%s (dk=dv=%d)",
 			       r == 1 ? "the default kernels differ from MOOR_GDN_RT=0's"
-				      : "MOOR_HSTATE_NT=256 differs from the default",
+				      : "MOOR_HSTATE_NT=128 differs from the default",
 			       dk);
 		printf("  %-28s bit-exact against MOOR_GDN_RT=0 and "
-		       "MOOR_HSTATE_NT=256\n",
+		       "MOOR_HSTATE_NT=128\n",
 		       dk == 128 ? "delta state pass dk=128" :
 		       dk == 64  ? "delta state pass dk=64" :
 				   "delta state pass dk=32");
@@ -419,6 +419,89 @@ static void case_gdn_rt(void)
 		free(beta);
 		free(S0);
 	}
+}
+
+/* The same at the 27B's shapes as the engine runs them: 16 key heads, 48
+ * value heads of 128, three calls that carry the state (1,024, 1,024 and
+ * 72 tokens: a short last sub-chunk) through one workspace that is never
+ * cleared, o and the state after each call by memcmp against
+ * MOOR_GDN_RT=0's, twice over. Many blocks share each SM here: a missing
+ * barrier in k_hstate_rt's first sub-chunk read another block's shared
+ * memory at these shapes (bench_ttft's resumed turns differed from cold
+ * prefills on the H100) and passed case_gdn_rt's four heads. */
+static void case_gdn_rt_wide(void)
+{
+	const int Hk = 16, Hv = 48, dk = 128, dv = 128, Tmax = 1024;
+	const int Ts[] = {1024, 1024, 72};
+	int ldqk = Hk * dk, ldv = Hv * dv;
+	size_t nq = (size_t)Tmax * ldqk, nv = (size_t)Tmax * ldv,
+	       ns = (size_t)Hv * dk * dv, ng = (size_t)Tmax * Hv;
+	float *qq = rnd(nq, -1, 1), *k = rnd(nq, -1, 1), *v = rnd(nv, -1, 1);
+	float *g = rnd(ng, -0.3f, -0.01f), *beta = rnd(ng, 0.1f, 0.9f);
+	float *S0 = rnd(ns, -0.1f, 0.1f);
+	float *dq = up(&gpu, qq, nq * 4), *dk_ = up(&gpu, k, nq * 4),
+	      *dv_ = up(&gpu, v, nv * 4), *dg = up(&gpu, g, ng * 4),
+	      *db = up(&gpu, beta, ng * 4);
+	gpu.o->l2norm(gpu.q, dq, ldqk, Tmax, Hk, dk, 1e-6f, 1.0f / sqrtf(dk),
+		      KERN_ACT_F32);
+	gpu.o->l2norm(gpu.q, dk_, ldqk, Tmax, Hk, dk, 1e-6f, 1.0f, KERN_ACT_F32);
+	size_t wsb = gpu.o->delta_ws_bytes(gpu.c, Tmax, Hv, dk, dv);
+	void *ws = zz(&gpu, wsb);
+	float *ho = malloc(3 * nv * 4), *hS = malloc(3 * ns * 4);
+	float *ro = malloc(nv * 4), *rS = malloc(ns * 4);
+	ASSERT(ho && hS && ro && rS, "out of memory");
+	/* r = 0: MOOR_GDN_RT=0 (kept); 1: the defaults; 2: MOOR_HSTATE_NT=128 */
+	for (int rep = 0; rep < 2; rep++)
+		for (int r = 0; r < 3; r++) {
+			setenv("MOOR_GDN_RT", r ? "1" : "0", 1);
+			if (r == 2)
+				setenv("MOOR_HSTATE_NT", "128", 1);
+			else
+				unsetenv("MOOR_HSTATE_NT");
+			float *dS = up(&gpu, S0, ns * 4), *dO = zz(&gpu, nv * 4);
+			for (int i = 0; i < 3; i++) {
+				int rc = gpu.o->delta_chunked(
+				    gpu.q, dO, dS, dq, dk_, ldqk, dv_, ldv, dg, db,
+				    Ts[i], Hk, Hv, dk, dv, ws, KERN_ACT_BF16);
+				ASSERT(rc == 0, "delta_chunked: %s", moor_strerror(rc));
+				size_t no = (size_t)Ts[i] * ldv;
+				if (r == 0) {
+					down(&gpu, ho + i * nv, dO, no * 4);
+					down(&gpu, hS + i * ns, dS, ns * 4);
+					continue;
+				}
+				down(&gpu, ro, dO, no * 4);
+				down(&gpu, rS, dS, ns * 4);
+				ASSERT(!memcmp(ro, ho + i * nv, no * 4) &&
+					       !memcmp(rS, hS + i * ns, ns * 4),
+				       "27B shapes, call %d of %d tokens, round %d: "
+				       "%s differs from MOOR_GDN_RT=0",
+				       i, Ts[i], rep,
+				       r == 1 ? "the default" : "MOOR_HSTATE_NT=128");
+			}
+			gpu.o->free(gpu.c, dS);
+			gpu.o->free(gpu.c, dO);
+		}
+	unsetenv("MOOR_GDN_RT");
+	unsetenv("MOOR_HSTATE_NT");
+	printf("  %-28s bit-exact against MOOR_GDN_RT=0 (48 heads, 3 calls)\n",
+	       "delta at the 27B's shapes");
+	free(ho);
+	free(hS);
+	free(ro);
+	free(rS);
+	gpu.o->free(gpu.c, ws);
+	gpu.o->free(gpu.c, dq);
+	gpu.o->free(gpu.c, dk_);
+	gpu.o->free(gpu.c, dv_);
+	gpu.o->free(gpu.c, dg);
+	gpu.o->free(gpu.c, db);
+	free(qq);
+	free(k);
+	free(v);
+	free(g);
+	free(beta);
+	free(S0);
 }
 
 /* ---- attention: both kernels, and a graph ---- */
@@ -1210,6 +1293,7 @@ int main(void)
 	case_norms();
 	case_gdn();
 	case_gdn_rt();
+	case_gdn_rt_wide();
 	case_attention();
 	case_prep();
 	case_small();
