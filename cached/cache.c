@@ -298,12 +298,23 @@ int cache_view_rows(const arena_mover *mv, const cache_vgeom *g, void *dst,
 int cache_rows_add(cache *c, int out, void *buf, uint64_t bwin, uint64_t brow,
 		   uint64_t live_row, uint64_t n)
 {
+	return cache_rows_add_some(c, out, buf, bwin, brow, live_row, n, NULL);
+}
+
+int cache_rows_add_some(cache *c, int out, void *buf, uint64_t bwin,
+			uint64_t brow, uint64_t live_row, uint64_t n,
+			const uint8_t *pick)
+{
 	uint64_t o = 0, W = c->lay->window;
 	MOOR_ASSERT(live_row + n <= W && brow + n <= bwin);
 	if (!n)
 		return 0;
 	for (uint32_t i = 0; i < c->lay->n_views; i++) {
 		const cache_vgeom *g = &c->vg[i];
+		if (pick && !pick[i]) {
+			o += bwin * g->rowb;
+			continue;
+		}
 		char *live = (char *)cache_dev_at(c, c->view_off[i]) +
 			     live_row * g->inner;
 		char *b = (char *)buf + o + brow * g->inner;

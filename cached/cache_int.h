@@ -352,11 +352,11 @@ struct cache {
 		struct {
 			uint64_t saves, save_failed, restores, restore_failed,
 			    blocks_written, blocks_kept, anchors_written,
-			    anchors_kept, bytes_written, bytes_read, swept,
-			    expired, evicted, codec_raw, codec_out,
-			    evict_saves, hits, hit_failed, refused,
-			    guard_skips, save_skipped_room, floor_binds,
-			    floor_evicted;
+			    anchors_kept, blocks_unread, anchors_unread,
+			    bytes_written, bytes_read, swept, expired, evicted,
+			    codec_raw, codec_out, evict_saves, hits, hit_failed,
+			    refused, guard_skips, save_skipped_room,
+			    floor_binds, floor_evicted;
 		} k;
 	} spill;
 
@@ -392,6 +392,11 @@ int cache_rows_in(cache *c, const void *buf, uint64_t bwin, uint64_t brow,
  * full batch is handed over as it fills. */
 int cache_rows_add(cache *c, int out, void *buf, uint64_t bwin, uint64_t brow,
 		   uint64_t live_row, uint64_t n);
+/* cache_rows_add of the views v with pick[v] != 0 ([n_views]; NULL:
+ * every view); the others' places in buf are left as they are. */
+int cache_rows_add_some(cache *c, int out, void *buf, uint64_t bwin,
+			uint64_t brow, uint64_t live_row, uint64_t n,
+			const uint8_t *pick);
 int cache_xq_flush(cache *c);
 /* MOOR_MOVER_TRACE: a plan begins (begin 1: the counters noted), or has
  * answered (begin 0: what it restored, logged at the next cache_sync). */

@@ -69,8 +69,11 @@
  * (cache_sync) after every copy into the staging buffer before the host
  * reads it (the sums, the codec, the file), and after every copy out of it
  * before the buffer is filled again or freed; the read-back ends synced,
- * so the rows are in place before HELLO_OK hands them to the engine. The
- * sums are computed on the host over the staged bytes.
+ * so the rows are in place before HELLO_OK hands them to the engine. A
+ * save checks a block or anchor the old manifest holds by the mover's
+ * sum2 where its bytes are, and copies it off the device only when it
+ * changed (the section "the sums where the bytes are"); the read-back
+ * sums what it read, on the host.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -674,6 +677,97 @@ static int secs_host(cache *c, uint64_t off, void *stage, const void **out)
 	return rc;
 }
 
+/* ---- the sums where the bytes are ----
+ *
+ * The incremental rule needs a block's sums (and an anchor's) before it
+ * knows whether the block is written. Summed on the host, every block of
+ * the conversation is copied off the device to learn that most of them
+ * need no write. The mover's sum2 (arena.h) sums bytes where they are (on
+ * CUDA a kernel over device memory; the memcpy mover's is dfile_sum2), so
+ * a block or anchor that the old manifest holds is checked in place and
+ * copied off the device only when it changed.
+ *
+ * Why the sums are the same: blk_sums sums each view's part of the staged
+ * block, cache_rows_out's compact buffer of window `rows`: `outer` runs of
+ * rows * inner bytes, back to back. A view of outer 1 (qwen35's K and V:
+ * the token axis first) has its block as one run of rows * inner bytes in
+ * the live buffers too, at view_off + a * inner, the same bytes in the
+ * same order: sum2 over that run is dfile_sum2 over its staged copy, bit
+ * for bit (sum2's contract). A view of outer > 1 is staged as before (that
+ * view alone, into its place in the stage) and summed on the host. An
+ * anchor's sections lie back to back at its offset, as secs_sums reads
+ * them from the stage.
+ *
+ * When: a block whose rows and ids the old manifest holds and whose file
+ * is there (else it is written whatever its sums: staged and summed as
+ * before), an anchor whose line the old manifest holds with its file.
+ * A block found changed then stages the views still missing and is
+ * encoded from the stage as before; its sums are the ones just taken.
+ * blocks_unread and anchors_unread count those kept with not a byte
+ * copied off the device. MOOR_SPILL_DEVSUMS=0 (a measuring switch) takes
+ * the staged path always, as does a mover without sum2. */
+
+static int devsums_on(const cache *c)
+{
+	const char *e = getenv("MOOR_SPILL_DEVSUMS");
+	return c->mv->sum2 && !(e && !strcmp(e, "0"));
+}
+
+/* The views picked (pick[v], [n_views]) of block rows [a, a + rows) into
+ * their places in stage (cache_rows_out's compact buffer of window rows),
+ * waited for. */
+static int stage_views(cache *c, void *stage, uint64_t a, uint64_t rows,
+		       const uint8_t *pick)
+{
+	MOOR_ASSERT(c->n_xq == 0);
+	int rc = cache_rows_add_some(c, 1, stage, rows, 0, a, rows, pick);
+	int fr = cache_xq_flush(c);
+	if (!rc)
+		rc = fr;
+	return rc ? rc : cache_sync(c);
+}
+
+/* The sums of block rows [a, a + rows) as blk_sums gives them, into s:
+ * the views with run[v] (outer 1) by the mover where they are, the others
+ * staged (stage_views of !run) and summed here; n_run of them are runs. */
+static int blk_sums_dev(cache *c, void *stage, const uint8_t *run,
+			const uint8_t *norun, uint32_t n_run, uint64_t a,
+			uint64_t rows, uint64_t *s)
+{
+	int rc = 0;
+	if (n_run < c->lay->n_views)
+		rc = stage_views(c, stage, a, rows, norun);
+	uint64_t o = 0;
+	for (uint32_t v = 0; v < c->lay->n_views && !rc; v++) {
+		const cache_vgeom *g = &c->vg[v];
+		uint64_t n = rows * g->rowb;
+		if (run[v])
+			rc = c->mv->sum2(
+			    c->mv->ctx,
+			    (const char *)cache_dev_at(c, c->view_off[v]) +
+				a * g->inner,
+			    n, s + 2 * v);
+		else
+			dfile_sum2((const char *)stage + o, n, s + 2 * v);
+		o += n;
+	}
+	return rc;
+}
+
+/* The sums of an anchor's sections at device offset off, as secs_sums
+ * gives them, by the mover where they are. */
+static int secs_sums_dev(cache *c, uint64_t off, uint64_t *s)
+{
+	const char *p = cache_dev_at(c, off);
+	int rc = 0;
+	for (uint32_t i = 0; i < c->lay->n_sections && !rc; i++) {
+		rc =
+		    c->mv->sum2(c->mv->ctx, p, c->lay->sec[i].bytes, s + 2 * i);
+		p += c->lay->sec[i].bytes;
+	}
+	return rc;
+}
+
 /* ---- the free-space floor ---- */
 
 /* The tier's floor (cfg.disk_min_free, --disk-cache-min-free-gb 50) holds
@@ -816,15 +910,16 @@ static int floor_file(cache *c, const char *name, uint64_t valid, uint64_t n,
 /* ---- the save's two stages: an encoder and a writer ----
  *
  * A save's files are made in two stages that overlap: the encoder (the
- * save's own thread, cached's daemon thread) copies block k + 1 out of the
- * live buffers, sums it, decides whether it is kept and encodes it on the
- * codec's pool, while the writer (a thread of the save's own, started
- * before its first file and joined before its commit) writes block k as
- * NAME.new (.tmp, fdatasync, rename: dfile_write, after the free-space
- * floor's check; save_commit renames it into place once every file has
- * landed). The anchors and the end follow the blocks through the same two
- * stages. Two slots go round between them, each with its out buffer (the
- * encoded file's data, or its raw bytes copied: c->spill.cws's buffers 0
+ * save's own thread, cached's daemon thread) sums block k + 1 (where it
+ * is, or copied out of the live buffers), decides whether it is kept,
+ * copies it out if it is not and encodes it on the codec's pool, while
+ * the writer (a thread of the save's own, started before its first file
+ * and joined before its commit) writes block k as NAME.new (.tmp,
+ * fdatasync, rename: dfile_write, after the free-space floor's check;
+ * save_commit renames it into place once every file has landed). The
+ * anchors and the end follow the blocks through the same two stages. Two
+ * slots go round between them, each with its out buffer (the encoded
+ * file's data, or its raw bytes copied: c->spill.cws's buffers 0
  * and 1, kept between saves); the staging buffer of the copies is the
  * encoder's alone, as before. What lands on the disk, and in which order,
  * is what the serial save wrote: the same files, one after the other.
@@ -844,10 +939,10 @@ static int floor_file(cache *c, const char *name, uint64_t valid, uint64_t n,
  *   - the writer touches of the cache only cfg.disk_min_free and the free
  *     space of spill.dfd (fstatvfs), both read; the counters
  *     (c->spill.k), the caller's err, the pool, c->spill.cws's planes, the
- *     mover and the staging buffer are the encoder's alone. A job's
- *     outcome waits in its slot until the encoder collects it, in the
- *     order the jobs were queued, so the error reported is the first that
- *     happened;
+ *     mover (its copies and its sum2) and the staging buffer are the
+ *     encoder's alone. A job's outcome waits in its slot until the
+ *     encoder collects it, in the order the jobs were queued, so the
+ *     error reported is the first that happened;
  *   - the writer takes the jobs in the order they were queued (slot 0, 1,
  *     0, ...); after a job that failed it writes nothing more (the jobs
  *     still queued come back not written), the encoder queues nothing more
@@ -1128,27 +1223,42 @@ static int save_commit(spill_pipe *p, char *err)
 /* An anchor's sections (at device offset off; on a CUDA arena copied into
  * stage first) as a file of the entry, queued for the writer, unless the
  * old manifest holds the same sums and the file is there. sums: its place
- * in the manifest. */
-static int save_secs(cache *c, spill_pipe *pp, void *stage, uint32_t kind,
-		     uint64_t line, uint64_t off, uint64_t *sums,
+ * in the manifest. devsums: the check by the mover's sum2 where the
+ * sections are, before any copy (the section "the sums where the bytes
+ * are"). */
+static int save_secs(cache *c, spill_pipe *pp, void *stage, int devsums,
+		     uint32_t kind, uint64_t line, uint64_t off, uint64_t *sums,
 		     const uint64_t *old)
 {
 	uint32_t ns = c->lay->n_sections;
 	sw_slot *s;
 	int rc = pipe_slot(pp, &s);
-	const void *src;
-	if (!rc)
-		rc = secs_host(c, off, stage, &src);
 	if (rc)
 		return rc;
-	secs_sums(c, src, sums);
 	if (kind == SF_END)
 		snprintf(s->name, sizeof s->name, "end");
 	else
 		snprintf(s->name, sizeof s->name, "a%llu",
 			 (unsigned long long)line);
-	if (old && !memcmp(old, sums, 2ull * ns * 8) &&
-	    file_exists(pp->efd, s->name)) {
+	int maybe = old && file_exists(pp->efd, s->name), summed = 0;
+	if (maybe && devsums) { /* the sums where the sections are */
+		rc = secs_sums_dev(c, off, sums);
+		if (rc)
+			return rc;
+		if (!memcmp(old, sums, 2ull * ns * 8)) {
+			c->spill.k.anchors_kept++;
+			c->spill.k.anchors_unread++;
+			return 0;
+		}
+		summed = 1;
+	}
+	const void *src;
+	rc = secs_host(c, off, stage, &src);
+	if (rc)
+		return rc;
+	if (!summed)
+		secs_sums(c, src, sums);
+	if (maybe && !summed && !memcmp(old, sums, 2ull * ns * 8)) {
 		c->spill.k.anchors_kept++;
 		return 0;
 	}
@@ -1310,7 +1420,18 @@ static int save_conv(cache *c, char name[17], char *err)
 	uint64_t bbytes = SPILL_BLK * c->row_bytes;
 	uint64_t big = bbytes > c->sec_bytes ? bbytes : c->sec_bytes, soff;
 	void *stage = stage_new(c, big, &soff);
-	int rc = mb && stage ? 0 : -ENOMEM;
+	/* the block check where the bytes are: run[v], the views of one run
+	 * a block (outer 1), n_run of them (0: every block staged); norun,
+	 * the others */
+	int devsums = devsums_on(c);
+	uint8_t *run = calloc(2, nv ? nv : 1), *norun = run ? run + nv : NULL;
+	uint32_t n_run = 0;
+	for (uint32_t v = 0; run && devsums && v < nv; v++) {
+		run[v] = c->vg[v].outer == 1;
+		norun[v] = !run[v];
+		n_run += run[v];
+	}
+	int rc = mb && stage && run ? 0 : -ENOMEM;
 	spill_hdr *mh = (spill_hdr *)mb;
 	spill_man *m = mb ? (spill_man *)(mh + 1) : NULL;
 	uint64_t o = sizeof(spill_hdr) + sizeof(spill_man);
@@ -1360,6 +1481,7 @@ static int save_conv(cache *c, char name[17], char *err)
 			if (have_old)
 				free(old.buf);
 			free(mb);
+			free(run);
 			stage_free(c, stage, soff);
 			close(efd);
 			if (!have_old) /* the directory made for it */
@@ -1387,21 +1509,43 @@ static int save_conv(cache *c, char name[17], char *err)
 			break;
 		e[0] = rows;
 		e[1] = XXH3_64bits(c->res_ids + a, rows * 4);
-		rc = cache_rows_out(c, stage, rows, 0, a, rows);
-		if (!rc) /* the mover's copies are done before the host reads */
-			rc = cache_sync(c);
-		if (rc)
-			break;
-		blk_sums(c, stage, rows, e + 2);
 		snprintf(s->name, sizeof s->name, "r%llu",
 			 (unsigned long long)j);
-		if (have_old && j < old.m->n_blk &&
-		    !memcmp(old.blk + j * (2 + 2ull * nv), e,
-			    (2 + 2ull * nv) * 8) &&
-		    file_exists(efd, s->name)) {
-			c->spill.k.blocks_kept++;
-			continue;
+		const uint64_t *ob = have_old && j < old.m->n_blk
+					 ? old.blk + j * (2 + 2ull * nv)
+					 : NULL;
+		/* the same rows and ids, its file there: kept if its sums
+		 * are the manifest's */
+		int maybe = ob && ob[0] == e[0] && ob[1] == e[1] &&
+			    file_exists(efd, s->name);
+		if (maybe && n_run) { /* the sums where the bytes are */
+			rc = blk_sums_dev(c, stage, run, norun, n_run, a, rows,
+					  e + 2);
+			if (rc)
+				break;
+			if (!memcmp(ob + 2, e + 2, 2ull * nv * 8)) {
+				c->spill.k.blocks_kept++;
+				c->spill.k.blocks_unread += n_run == nv;
+				continue;
+			}
+			/* changed: the views summed in place join the
+			 * stage */
+			rc = stage_views(c, stage, a, rows, run);
+		} else {
+			rc = cache_rows_out(c, stage, rows, 0, a, rows);
+			if (!rc) /* the mover's copies are done before the
+				  * host reads */
+				rc = cache_sync(c);
+			if (!rc)
+				blk_sums(c, stage, rows, e + 2);
+			if (!rc && maybe &&
+			    !memcmp(ob + 2, e + 2, 2ull * nv * 8)) {
+				c->spill.k.blocks_kept++;
+				continue;
+			}
 		}
+		if (rc)
+			break;
 		hdr_fill(c, &s->h, SF_BLOCK, j, rows, 2ull * nv,
 			 rows * c->row_bytes);
 		s->p[0] = (dfile_part){&s->h, sizeof s->h};
@@ -1421,12 +1565,12 @@ static int save_conv(cache *c, char name[17], char *err)
 		for (uint64_t k = 0; have_old && k < old.m->n_anc; k++)
 			if (old.anc[k * (1 + 2ull * ns)] == lines[i])
 				os = old.anc + k * (1 + 2ull * ns) + 1;
-		rc = save_secs(c, &pp, stage, SF_ANCHOR, lines[i], offs[i],
-			       e + 1, os);
+		rc = save_secs(c, &pp, stage, devsums, SF_ANCHOR, lines[i],
+			       offs[i], e + 1, os);
 	}
 	if (end && !rc)
-		rc = save_secs(c, &pp, stage, SF_END, c->end.len, c->end.off,
-			       es, have_old ? old.end : NULL);
+		rc = save_secs(c, &pp, stage, devsums, SF_END, c->end.len,
+			       c->end.off, es, have_old ? old.end : NULL);
 	/* where the time went: the encoder's own (copies, sums, codec), the
 	 * writer's files, and the encoder's waits for the writer (a slot,
 	 * then the last files) */
@@ -1467,6 +1611,7 @@ static int save_conv(cache *c, char name[17], char *err)
 			   c->spill.k.bytes_written - written0);
 	(void)cache_sync(c); /* a copy into stage a failure left in flight */
 	stage_free(c, stage, soff);
+	free(run);
 	if (rc && !committing)
 		pipe_unland(&pp);
 	pipe_free(&pp);
@@ -2178,6 +2323,9 @@ static json_t *spill_json(cache *c)
 	CACHE_SETI(o, "blocks_kept", c->spill.k.blocks_kept);
 	CACHE_SETI(o, "anchors_written", c->spill.k.anchors_written);
 	CACHE_SETI(o, "anchors_kept", c->spill.k.anchors_kept);
+	/* kept, checked where they are: not a byte copied off the device */
+	CACHE_SETI(o, "blocks_unread", c->spill.k.blocks_unread);
+	CACHE_SETI(o, "anchors_unread", c->spill.k.anchors_unread);
 	CACHE_SETI(o, "bytes_written", c->spill.k.bytes_written);
 	CACHE_SETI(o, "bytes_read", c->spill.k.bytes_read);
 	json_object_set_new(o, "codec", json_boolean(c->cfg.spill_codec));

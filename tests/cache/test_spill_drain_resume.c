@@ -12,7 +12,9 @@
  *     tokens as the same turn on a cache that never stopped;
  *   - incremental: a drain of the conversation as it was read back writes
  *     no block and no anchor (only its manifest); after turn 2 the drain
- *     writes the blocks that changed and keeps block 0;
+ *     writes the blocks that changed and keeps block 0, checked by the
+ *     mover's sums where it is and never copied off the device
+ *     (blocks_unread; on CUDA the CUDA mover's kernel);
  *   - the codec: the first cache writes raw, the second compresses (byte
  *     planes + zstd): its unchanged blocks stay raw, the new ones are
  *     encoded, and a cache reads the mixed entry back;
@@ -272,12 +274,35 @@ int main(void)
 	/* incremental after a turn: block 0 is kept, block 1 rewritten */
 	long long w0 = h_stat(h2.c, "spill.blocks_written");
 	long long k0 = h_stat(h2.c, "spill.blocks_kept");
+	long long u0 = h_stat(h2.c, "spill.blocks_unread");
+	long long ak0 = h_stat(h2.c, "spill.anchors_kept");
+	long long au0 = h_stat(h2.c, "spill.anchors_unread");
+	arena_mover_stats ms0, ms1;
+	int have_ms = cache_mover_stats(h2.c, &ms0) == 0;
 	REQUIRE(cache_drain(h2.c, err) == 0, "drain 3: %s", err);
 	CHECK(h_stat(h2.c, "spill.blocks_written") - w0 == 1 &&
 		  h_stat(h2.c, "spill.blocks_kept") - k0 == 1,
 	      "after turn 2: 1 block written, 1 kept (got %lld, %lld)",
 	      h_stat(h2.c, "spill.blocks_written") - w0,
 	      h_stat(h2.c, "spill.blocks_kept") - k0);
+	/* the kept block and anchors checked by the mover's sums where they
+	 * are (every view of qwen35 one run a block): not copied off the
+	 * device (on CUDA: the CUDA mover's kernel; its counters) */
+	CHECK(h_stat(h2.c, "spill.blocks_unread") - u0 == 1 &&
+		  h_stat(h2.c, "spill.anchors_unread") - au0 ==
+		      h_stat(h2.c, "spill.anchors_kept") - ak0,
+	      "after turn 2: block 0 and the kept anchors unread (got %lld, "
+	      "%lld of %lld)",
+	      h_stat(h2.c, "spill.blocks_unread") - u0,
+	      h_stat(h2.c, "spill.anchors_unread") - au0,
+	      h_stat(h2.c, "spill.anchors_kept") - ak0);
+	if (have_ms && cache_mover_stats(h2.c, &ms1) == 0)
+		CHECK(ms1.sums > ms0.sums && ms1.sum_bytes - ms0.sum_bytes >=
+						 1024 * h2.c->row_bytes,
+		      "the mover summed block 0 where it is: %llu sums, %llu "
+		      "bytes",
+		      (unsigned long long)(ms1.sums - ms0.sums),
+		      (unsigned long long)(ms1.sum_bytes - ms0.sum_bytes));
 	CHECK(h_stat(h2.c, "spill.codec_raw") > 0 &&
 		  h_stat(h2.c, "spill.codec_out") <
 		      h_stat(h2.c, "spill.codec_raw"),
