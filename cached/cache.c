@@ -789,18 +789,11 @@ int cache_hello(cache *c, const cache_layout *lay, cache_hello_out *out,
 	return 0;
 }
 
-/* Whether this cache runs with tier t, as its stats' "on" says: the RAM
- * tiers always; the session spill with a cfg.spill_dir; the disk tier with
- * one, cfg.disk_on and an index that opened (disk.c leaves c->disk NULL
- * otherwise). An optional member of cache_tier_ops would say it better;
- * the NVMe tiers' records (disk.c, spill.c) do not have one yet. */
+/* Whether this cache runs with tier t (cache_tier_ops.on: the RAM tiers
+ * always). */
 static int tier_runs(const cache *c, const cache_tier_ops *t)
 {
-	if (t == &cache_tier_spill)
-		return c->spill.on;
-	if (t == &cache_tier_disk)
-		return c->disk != NULL;
-	return 1;
+	return !t->on || t->on(c);
 }
 
 int cache_clear(cache *c, const char *tier)

@@ -231,6 +231,11 @@ typedef struct cache_tier_ops {
 	uint64_t (*give_back)(cache *c);
 	int (*clear)(cache *c);
 	struct json_t *(*stats)(cache *c); /* its part of the stats */
+	/* Optional (NULL: always, the RAM tiers; required of a
+	 * CACHE_TF_NVME tier). Whether this cache runs with the tier (its
+	 * stats' "on"): CLEAR of a tier it runs without is refused, "all"
+	 * leaves it out. */
+	int (*on)(const cache *c);
 } cache_tier_ops;
 
 extern const cache_tier_ops cache_tier_resident, cache_tier_end,

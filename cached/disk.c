@@ -2445,11 +2445,18 @@ static int disk_clear(cache *c)
 	return rc;
 }
 
+/* With a cfg.spill_dir, cfg.disk_on and an index that opened (else
+ * c->disk is NULL). */
+static int disk_tier_on(const cache *c)
+{
+	return c->disk != NULL;
+}
+
 static json_t *disk_stats_json(cache *c)
 {
 	json_t *o = json_object();
 	struct cache_disk_tier *d = c->disk;
-	json_object_set_new(o, "on", json_boolean(d != NULL));
+	json_object_set_new(o, "on", json_boolean(disk_tier_on(c)));
 	if (!d)
 		return o;
 	dk_item *it = NULL;
@@ -2591,4 +2598,5 @@ const cache_tier_ops cache_tier_disk = {
     .bytes = disk_bytes,
     .clear = disk_clear,
     .stats = disk_stats_json,
+    .on = disk_tier_on,
 };

@@ -2306,12 +2306,18 @@ static uint64_t spill_bytes(cache *c)
 	return b;
 }
 
+/* With a cfg.spill_dir whose sessions directory opened. */
+static int spill_on(const cache *c)
+{
+	return c->spill.on;
+}
+
 static json_t *spill_json(cache *c)
 {
 	json_t *o = json_object();
 	uint64_t ne, nb;
 	spill_stats(c, &ne, &nb);
-	json_object_set_new(o, "on", json_boolean(c->spill.on));
+	json_object_set_new(o, "on", json_boolean(spill_on(c)));
 	CACHE_SETI(o, "entries", ne);
 	CACHE_SETI(o, "bytes", nb);
 	CACHE_SETI(o, "budget", c->cfg.spill_bytes);
@@ -2367,4 +2373,5 @@ const cache_tier_ops cache_tier_spill = {
     .bytes = spill_bytes,
     .clear = spill_clear,
     .stats = spill_json,
+    .on = spill_on,
 };

@@ -25,7 +25,9 @@ const cache_tier_ops *const cache_levels[CACHE_LV_N] = {
     [CACHE_LV_PIN] = &cache_tier_pin,
 };
 
-/* Every level's record says it is that level (checked at cache_new). */
+/* Every level's record says it is that level, every record has its
+ * required members, and an NVMe tier (it runs only with a directory)
+ * says whether it runs (checked at cache_new). */
 int cache_tiers_check(void)
 {
 	for (int l = 0; l < CACHE_LV_N; l++)
@@ -35,6 +37,7 @@ int cache_tiers_check(void)
 		const cache_tier_ops *t = cache_tiers[i];
 		if (!t->bytes || !t->clear || !t->stats ||
 		    (t->offer && (!t->restore || !t->restore_bytes)) ||
+		    ((t->flags & CACHE_TF_NVME) && !t->on) ||
 		    (t->level >= 0 && cache_levels[t->level] != t))
 			return 0;
 	}

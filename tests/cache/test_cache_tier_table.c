@@ -13,7 +13,7 @@
  *   - cache_clear takes every RAM tier's name, "ram" and "all", refuses
  *     "none" and an unknown name (MOOR_ERANGE), and "spill" and "disk"
  *     of this cache without a spill_dir (MOOR_EUNSUP: it runs without
- *     them). */
+ *     them, as their records' on() and their stats' "on" say). */
 #include <jansson.h>
 #include <unistd.h>
 
@@ -93,10 +93,18 @@ int main(void)
 	char *js = cache_stats_json(e.c);
 	json_t *st = json_loads(js, 0, NULL);
 	REQUIRE(st, "stats parse");
-	for (int i = 0; i < CACHE_N_TIERS; i++)
-		CHECK(json_is_object(json_object_get(
-			  st, cache_tier_name(cache_tiers[i]->tier))),
-		      "stats: no %s", cache_tier_name(cache_tiers[i]->tier));
+	for (int i = 0; i < CACHE_N_TIERS; i++) {
+		const cache_tier_ops *ti = cache_tiers[i];
+		json_t *part = json_object_get(st, cache_tier_name(ti->tier));
+		CHECK(json_is_object(part), "stats: no %s",
+		      cache_tier_name(ti->tier));
+		/* the NVMe tiers say whether they run, as their stats do:
+		 * not here, without a spill_dir */
+		CHECK(!(ti->flags & CACHE_TF_NVME) ||
+			  (ti->on && !ti->on(e.c) &&
+			   json_is_false(json_object_get(part, "on"))),
+		      "%s: on", cache_tier_name(ti->tier));
+	}
 	json_decref(st);
 	free(js);
 
