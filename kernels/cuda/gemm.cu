@@ -572,24 +572,6 @@ static int gemv_ok(const void *x, const void *W, int wdt, int T, int K)
 	       ((uintptr_t)W & 15) == 0 && ((uintptr_t)x & 15) == 0;
 }
 
-/* The warps that split a row's K (KS): 2, or MOOR_GEMV_KS=1 or 4 (read
- * once) for a benchmark's sweep. The bits depend on it (which pieces a
- * lane sums), of decode's rows only, which lie above the taint line and
- * are stored as what they are (ops.h, kern_bits_env). Finer work a
- * block (KS 4: two row groups a block) may fill the last wave of the
- * N = 5,120 GEMVs better: 640 blocks of 8 rows at two an SM are 2.4
- * waves on the H100, and those ran at 2.5 TB/s against the MLP's 2.9. */
-static int gemv_ks(void)
-{
-	static int ks = -1;
-	if (ks < 0) {
-		const char *e = getenv("MOOR_GEMV_KS");
-		int v = e ? atoi(e) : 2;
-		ks = v == 1 || v == 4 ? v : 2;
-	}
-	return ks;
-}
-
 /* The GEMV's shape for N x K, a rule of N alone (the bits depend on KS;
  * K's pieces are split across two warps in every shape). Measured on the
  * H200 (bench_kern, every variant): 4 rows a warp for N >= 8192 (MLP
@@ -606,7 +588,7 @@ static void gemv_shape(int N, int *rpw, int *ks)
 		int v = e ? atoi(e) : 0;
 		force = v == 1 || v == 2 || v == 4 ? v : 0;
 	}
-	*ks = gemv_ks();
+	*ks = 2;
 	*rpw = force ? force : N >= 8192 ? 4 : N >= 4096 ? 2 : 1;
 }
 
@@ -636,12 +618,6 @@ static int gemv(kern_queue *q, float *y, const void *x, const float *x2,
 	GEMV_CASE(1, 2)
 	GEMV_CASE(2, 2)
 	GEMV_CASE(4, 2)
-	GEMV_CASE(1, 4)
-	GEMV_CASE(2, 4)
-	GEMV_CASE(4, 4)
-	GEMV_CASE(1, 1)
-	GEMV_CASE(2, 1)
-	GEMV_CASE(4, 1)
 	moor_err("gemv: no kernel of %d rows a warp, K split %d", rpw, ks);
 	return MOOR_EUNSUP;
 }

@@ -32,7 +32,7 @@
 #             warp, every shape) and the decode step before this
 #             week's kernels (MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0)
 #   gemv      bench_kern --only gemv (the decode GEMVs, GB/s) with each
-#             VAR=VALUE of GEMV_AB (default: MOOR_GEMV_KS=2, 4, 1, then
+#             VAR=VALUE of GEMV_AB (default: the defaults, then
 #             MOOR_GEMV_RPW=1, 2, 4)
 #   gprof     bench_gpu --profile 1 at 32k (PROF_LEN): the prefill and
 #             decode op by op through kern_prof's shim (each op synced),
@@ -146,7 +146,7 @@ for p in "$@"; do
 			for r in 1 2 4; do BENCH_LENS=8192 gpu27 RPW=\$r MOOR_GEMV_RPW=\$r | grep -E '^---|^ +[0-9]+ [|]'; done; \
 			BENCH_LENS=8192 gpu27 before MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0 | grep -E '^---|^ +[0-9]+ [|]'" ;;
 	gemv)
-		phase gemv ${GEMV_LIMIT:-120} "for v in ${GEMV_AB:-MOOR_GEMV_KS=2 MOOR_GEMV_KS=4 MOOR_GEMV_KS=1 MOOR_GEMV_RPW=1 MOOR_GEMV_RPW=2 MOOR_GEMV_RPW=4}; do \
+		phase gemv ${GEMV_LIMIT:-120} "for v in ${GEMV_AB:-MOOR_GEMV_PF=2 MOOR_GEMV_RPW=1 MOOR_GEMV_RPW=2 MOOR_GEMV_RPW=4}; do \
 			echo \"--- \$v\"; env \$v $B/tests/bench/bench_kern --only gemv | grep '^| matmul'; done" ;;
 	gprof)
 		phase gprof ${GPROF_LIMIT:-150} "$B/tests/bench/bench_gpu tests/bench/qwen35-27b --backend cuda \
