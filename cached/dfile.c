@@ -67,27 +67,20 @@ static int write_all(int fd, const char *name, const void *p, uint64_t n)
 	return 0;
 }
 
-int dfile_write(int dirfd, const char *name, const dfile_part *parts, int n,
-		int no_dir_sync, char *err)
+/* The end of a write to tmp (fd open, rc its outcome so far): fdatasync,
+ * the pages dropped (buffered), close, rename over name, the directory
+ * fsynced unless no_dir_sync; on failure the .tmp goes. */
+static int write_end(int dirfd, int fd, const char *tmp, const char *name,
+		     int rc, int direct, int no_dir_sync, char *err)
 {
-	char tmp[300];
-	if (snprintf(tmp, sizeof tmp, "%s.tmp", name) >= (int)sizeof tmp)
-		return fail(err, MOOR_ERANGE, "write", name);
-	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-			0600);
-	if (fd < 0)
-		return fail(err, -errno, "create", tmp);
-	int rc = 0;
 	const char *what = "write";
-	for (int i = 0; i < n && !rc; i++)
-		rc = write_all(fd, tmp, parts[i].p, parts[i].n);
 	if (!rc) {
 		what = "fsync";
 		rc = fault(DFILE_OP_FSYNC, tmp);
 		if (!rc && fdatasync(fd) < 0)
 			rc = -errno;
 	}
-	if (!rc)
+	if (!rc && !direct)
 		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 	if (close(fd) < 0 && !rc)
 		rc = -errno;
@@ -104,6 +97,126 @@ int dfile_write(int dirfd, const char *name, const dfile_part *parts, int n,
 	return no_dir_sync ? 0 : dfile_sync_dir(dirfd, err);
 }
 
+static int tmp_name(char *tmp, size_t cap, const char *name)
+{
+	return snprintf(tmp, cap, "%s.tmp", name) >= (int)cap ? MOOR_ERANGE : 0;
+}
+
+int dfile_write(int dirfd, const char *name, const dfile_part *parts, int n,
+		int no_dir_sync, char *err)
+{
+	char tmp[300];
+	if (tmp_name(tmp, sizeof tmp, name))
+		return fail(err, MOOR_ERANGE, "write", name);
+	int fd =
+	    openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return fail(err, -errno, "create", tmp);
+	int rc = 0;
+	for (int i = 0; i < n && !rc; i++)
+		rc = write_all(fd, tmp, parts[i].p, parts[i].n);
+	return write_end(dirfd, fd, tmp, name, rc, 0, no_dir_sync, err);
+}
+
+/* ---- O_DIRECT where the file system takes it ---- */
+
+static int open_direct(int dirfd, const char *name, int flags, int *direct)
+{
+	int fd = openat(dirfd, name, flags | O_DIRECT | O_CLOEXEC, 0600);
+	*direct = fd >= 0;
+	if (fd < 0 && errno == EINVAL)
+		fd = openat(dirfd, name, flags | O_CLOEXEC, 0600);
+	return fd < 0 ? -errno : fd;
+}
+
+static int pwrite_all(int fd, const char *b, uint64_t n)
+{
+	uint64_t off = 0;
+	while (off < n) {
+		uint64_t k = n - off;
+		ssize_t w = pwrite(fd, b + off, k > (1u << 30) ? (1u << 30) : k,
+				   (off_t)off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		off += (uint64_t)w;
+	}
+	return 0;
+}
+
+int dfile_write_direct(int dirfd, const char *name, void *buf, uint64_t n,
+		       int no_dir_sync, int *direct, char *err)
+{
+	MOOR_ASSERT(((uintptr_t)buf & (DFILE_ALIGN - 1)) == 0);
+	char tmp[300];
+	if (tmp_name(tmp, sizeof tmp, name))
+		return fail(err, MOOR_ERANGE, "write", name);
+	int dir,
+	    fd = open_direct(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC, &dir);
+	if (fd < 0)
+		return fail(err, fd, "create", tmp);
+	if (direct)
+		*direct = dir;
+	char *b = buf;
+	uint64_t len = dir ? dfile_up4k(n) : n;
+	memset(b + n, 0, (size_t)(dfile_up4k(n) - n));
+	int rc = fault(DFILE_OP_WRITE, tmp);
+	if (rc == DFILE_SHORT) {
+		/* half of it lands, then the device refuses */
+		(void)pwrite_all(fd, b, n / 2 / DFILE_ALIGN * DFILE_ALIGN);
+		rc = -EIO;
+	}
+	if (!rc)
+		rc = pwrite_all(fd, b, len);
+	/* the padding off again: the file is dfile_write's n bytes */
+	if (!rc && len != n && ftruncate(fd, (off_t)n) < 0)
+		rc = -errno;
+	return write_end(dirfd, fd, tmp, name, rc, dir, no_dir_sync, err);
+}
+
+int dfile_read_direct(int dirfd, const char *name, void *buf, uint64_t cap,
+		      uint64_t *n, int *direct, char *err)
+{
+	MOOR_ASSERT(((uintptr_t)buf & (DFILE_ALIGN - 1)) == 0 &&
+		    cap % DFILE_ALIGN == 0);
+	*n = 0;
+	int dir, fd = open_direct(dirfd, name, O_RDONLY, &dir);
+	if (fd < 0)
+		return fd == -ENOENT ? -ENOENT : fail(err, fd, "open", name);
+	if (direct)
+		*direct = dir;
+	struct stat st;
+	int rc = fstat(fd, &st) < 0 ? -errno : fault(DFILE_OP_READ, name);
+	uint64_t size = rc ? 0 : (uint64_t)st.st_size;
+	if (size > cap)
+		size = cap;
+	/* O_DIRECT reads whole lines: the last one comes back short, at the
+	 * end of the file */
+	uint64_t want = dir ? dfile_up4k(size) : size, got = 0;
+	char *b = buf;
+	while (!rc && got < size) {
+		uint64_t k = want - got;
+		ssize_t r = pread(fd, b + got, k > (1u << 30) ? (1u << 30) : k,
+				  (off_t)got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			rc = -errno;
+		else if (r == 0)
+			rc = MOOR_ETRUNC;
+		else
+			got += (uint64_t)r;
+	}
+	if (!dir)
+		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	close(fd);
+	if (rc)
+		return fail(err, rc, "read", name);
+	*n = size;
+	return 0;
+}
+
 static int read_fd(int fd, const char *name, uint64_t off, void *dst,
 		   uint64_t n)
 {
@@ -112,8 +225,8 @@ static int read_fd(int fd, const char *name, uint64_t off, void *dst,
 		return f;
 	char *b = dst;
 	while (n) {
-		ssize_t r = pread(fd, b, n > (1u << 30) ? (1u << 30) : n,
-				  (off_t)off);
+		ssize_t r =
+		    pread(fd, b, n > (1u << 30) ? (1u << 30) : n, (off_t)off);
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;

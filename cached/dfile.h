@@ -51,6 +51,38 @@ int dfile_read(int dirfd, const char *name, uint64_t max, void **out,
 int dfile_read_at(int dirfd, const char *name, uint64_t off, void *dst,
 		  uint64_t n, char *err);
 
+/* O_DIRECT where the file system takes it (the spill's blocks and
+ * anchors): the page cache is bypassed, not only dropped after, and a
+ * buffered write's copy into it is saved. O_DIRECT wants the buffer, the
+ * offset and the length aligned to DFILE_ALIGN; where open with O_DIRECT
+ * fails with EINVAL (tmpfs, some FUSE) the same call runs buffered and
+ * drops its pages with posix_fadvise DONTNEED, as dfile_write does.
+ * *direct (may be NULL) says which one ran. */
+#define DFILE_ALIGN 4096u
+static inline uint64_t dfile_up4k(uint64_t n)
+{
+	return (n + DFILE_ALIGN - 1) & ~(uint64_t)(DFILE_ALIGN - 1);
+}
+
+/* dfile_write of one buffer, O_DIRECT: buf is DFILE_ALIGN-aligned and
+ * holds dfile_up4k(n) bytes, of which [n, dfile_up4k(n)) is zeroed here
+ * (the caller's bytes there are lost); the padded length is written, then
+ * the file is cut back to n (ftruncate before the fdatasync), so the file
+ * is the n bytes dfile_write would have made, byte for byte. The same
+ * .tmp, fsync, rename and directory fsync, and the same fault seam: one
+ * DFILE_OP_WRITE (DFILE_SHORT: half of it, in whole 4 KiB lines), then
+ * DFILE_OP_FSYNC and DFILE_OP_RENAME as dfile_write. */
+int dfile_write_direct(int dirfd, const char *name, void *buf, uint64_t n,
+		       int no_dir_sync, int *direct, char *err);
+
+/* Reads dirfd/name whole, O_DIRECT where taken, into buf
+ * (DFILE_ALIGN-aligned, cap bytes, cap a multiple of DFILE_ALIGN): *n is
+ * the file's size. A file larger than cap is read up to cap (*n = cap:
+ * the caller's check of its header finds what it needs or fails); one
+ * DFILE_OP_READ. -ENOENT when absent. */
+int dfile_read_direct(int dirfd, const char *name, void *buf, uint64_t cap,
+		      uint64_t *n, int *direct, char *err);
+
 /* Deletes every *.tmp in the directory; returns how many. */
 int dfile_sweep_tmp(int dirfd);
 /* Removes dirfd/name and, if it is a directory, everything under it. */
