@@ -74,6 +74,17 @@
  * sum2 where its bytes are, and copies it off the device only when it
  * changed (the section "the sums where the bytes are"); the read-back
  * sums what it read, on the host.
+ *
+ * The I/O path: a block, anchor or end file is written with O_DIRECT
+ * where the file system takes it (dfile_write_direct: one write of its
+ * header, sums and data, laid out back to back in the slot's
+ * 4 KiB-aligned buffer and padded to 4 KiB, the padding cut off again
+ * before the fdatasync), else buffered with its pages dropped; it is read
+ * back whole in one O_DIRECT read (dfile_read_direct). The files are the
+ * buffered path's byte for byte, so an entry an older cached wrote reads
+ * back as it was. MOOR_SPILL_DIRECT=0 (a measuring switch) writes them
+ * buffered, a write per part, as before. The manifest and the resident
+ * name are small and stay buffered.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -915,8 +926,8 @@ static int floor_file(cache *c, const char *name, uint64_t valid, uint64_t n,
  * copies it out if it is not and encodes it on the codec's pool, while
  * the writer (a thread of the save's own, started before its first file
  * and joined before its commit) writes block k as NAME.new (.tmp,
- * fdatasync, rename: dfile_write, after the free-space floor's check;
- * save_commit renames it into place once every file has landed). The
+ * fdatasync, rename: dfile_write_direct, after the free-space floor's
+ * check; save_commit renames it into place once every file has landed). The
  * anchors and the end follow the blocks through the same two stages. Two
  * slots go round between them, each with its out buffer (the encoded
  * file's data, or its raw bytes copied: c->spill.cws's buffers 0
@@ -964,11 +975,17 @@ typedef struct sw_slot {
 	uint32_t kind; /* SF_BLOCK, SF_ANCHOR, SF_END: which counter */
 	char name[32]; /* the file: r<j>, a<line>, end */
 	spill_hdr h;
-	dfile_part p[3]; /* the header, the sums (in mb), the data (out) */
+	dfile_part p[3]; /* the header, the sums (in mb), the data (at
+			  * slot_out: base after the header and sums) */
 	uint64_t bytes;	 /* the file's */
-	void *out;	 /* codec_bound(the largest data part) */
+	/* the file as one DFILE_ALIGN-aligned buffer (O_DIRECT): the header
+	 * and sums copied in by the writer, then the data part the encoder
+	 * put at slot_out; SLOT_PRE + codec_bound(the largest data part),
+	 * padded to DFILE_ALIGN (c->spill.cws's buffer, aligned in it) */
+	char *base;
 	/* the writer's answer */
 	int rc, skipped, floor; /* floor: rc is the free-space floor's */
+	int direct;		/* written with O_DIRECT */
 	uint64_t fr;		/* then: the free bytes it saw */
 	double ms;		/* its write */
 	char err[MOOR_ERRLEN];
@@ -981,6 +998,7 @@ typedef struct spill_pipe {
 	uint64_t valid;
 	int threaded; /* a writer thread runs (else jobs run as queued) */
 	int serial;   /* no writer thread was started (said in the log) */
+	int direct;   /* O_DIRECT where taken (MOOR_SPILL_DIRECT=0: not) */
 	pthread_t th;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -991,10 +1009,25 @@ typedef struct spill_pipe {
 	/* the encoder's */
 	char (*landed)[32]; /* the files written (as NAME.new), in order */
 	uint32_t n_landed, cap_landed;
+	uint32_t n_direct; /* of them written with O_DIRECT */
 	int rc;
 	char *err;
 	double t0, wait_ms, wr_ms;
 } spill_pipe;
+
+/* The most a file's header and sums take before its data. */
+#define SLOT_PRE                                                               \
+	(sizeof(spill_hdr) + 8ull * (CACHE_MAX_SECTIONS > CACHE_MAX_VIEWS      \
+					 ? 2 * CACHE_MAX_SECTIONS              \
+					 : 2 * CACHE_MAX_VIEWS))
+
+/* Where a job's data part goes in its slot: after its header and n_sums
+ * sums, so that the file is one buffer. */
+static void *slot_out(sw_slot *s, uint64_t n_sums)
+{
+	MOOR_ASSERT(n_sums * 8 + sizeof(spill_hdr) <= SLOT_PRE);
+	return s->base + sizeof(spill_hdr) + n_sums * 8;
+}
 
 /* One job on the writer (or, serial, the encoder): the floor's check and
  * the file; nothing after a failure or a cancel. */
@@ -1016,7 +1049,17 @@ static void sw_write(spill_pipe *p, sw_slot *s, int skip)
 	char pend[40];
 	snprintf(pend, sizeof pend, "%s.new", s->name);
 	double t0 = now_ms();
-	s->rc = dfile_write(p->efd, pend, s->p, 3, 1, s->err);
+	s->direct = 0;
+	if (p->direct) {
+		/* one aligned buffer: the header and sums before the data */
+		MOOR_ASSERT(s->p[2].p == s->base + s->p[0].n + s->p[1].n);
+		memcpy(s->base, s->p[0].p, s->p[0].n);
+		memcpy(s->base + s->p[0].n, s->p[1].p, s->p[1].n);
+		s->rc = dfile_write_direct(p->efd, pend, s->base, s->bytes, 1,
+					   &s->direct, s->err);
+	} else {
+		s->rc = dfile_write(p->efd, pend, s->p, 3, 1, s->err);
+	}
 	s->ms = now_ms() - t0;
 }
 
@@ -1059,6 +1102,7 @@ static void sw_collect(spill_pipe *p, sw_slot *s)
 		else
 			c->spill.k.anchors_written++;
 		c->spill.k.bytes_written += s->bytes;
+		p->n_direct += s->direct != 0;
 		MOOR_ASSERT(p->n_landed < p->cap_landed);
 		memcpy(p->landed[p->n_landed++], s->name, 32);
 		return;
@@ -1092,10 +1136,14 @@ static int pipe_open(spill_pipe *p, cache *c, int efd, const char *ename,
 	if (!p->landed)
 		return -ENOMEM;
 	for (int i = 0; i < 2; i++) {
-		p->s[i].out = codec_ws_buf(&c->spill.cws, i, codec_bound(out));
-		if (!p->s[i].out)
+		uint64_t n = dfile_up4k(SLOT_PRE + codec_bound(out));
+		char *b = codec_ws_buf(&c->spill.cws, i, n + DFILE_ALIGN);
+		if (!b)
 			return -ENOMEM;
+		p->s[i].base = b + (-(uintptr_t)b & (DFILE_ALIGN - 1));
 	}
+	const char *d = getenv("MOOR_SPILL_DIRECT");
+	p->direct = !(d && !strcmp(d, "0"));
 	p->serial = 1;
 	const char *w = getenv("MOOR_SPILL_WRITER");
 	if ((w && !strcmp(w, "0")) || pthread_mutex_init(&p->mu, NULL))
@@ -1265,7 +1313,8 @@ static int save_secs(cache *c, spill_pipe *pp, void *stage, int devsums,
 	hdr_fill(c, &s->h, kind, line, 0, 2ull * ns, c->sec_bytes);
 	s->p[0] = (dfile_part){&s->h, sizeof s->h};
 	s->p[1] = (dfile_part){sums, 2ull * ns * 8};
-	rc = data_part(c, &s->h, src, c->sec_bytes, s->out, &s->p[2]);
+	rc = data_part(c, &s->h, src, c->sec_bytes, slot_out(s, 2ull * ns),
+		       &s->p[2]);
 	if (rc)
 		return rc;
 	s->kind = kind;
@@ -1550,8 +1599,8 @@ static int save_conv(cache *c, char name[17], char *err)
 			 rows * c->row_bytes);
 		s->p[0] = (dfile_part){&s->h, sizeof s->h};
 		s->p[1] = (dfile_part){e + 2, 2ull * nv * 8};
-		rc = data_part(c, &s->h, stage, rows * c->row_bytes, s->out,
-			       &s->p[2]);
+		rc = data_part(c, &s->h, stage, rows * c->row_bytes,
+			       slot_out(s, 2ull * nv), &s->p[2]);
 		if (rc)
 			break;
 		s->kind = SF_BLOCK;
@@ -1640,12 +1689,14 @@ static int save_conv(cache *c, char name[17], char *err)
 	index_load(c, name);
 	moor_info("[spill] saved %s: %llu tokens (end %s, %u anchors, taint "
 		  "%lld), %llu bytes written in %.1f ms (encoder %.1f ms, "
-		  "writer %.1f ms%s, waits for the writer %.1f ms)",
+		  "writer %.1f ms%s, waits for the writer %.1f ms; %u of %u "
+		  "files O_DIRECT)",
 		  name, (unsigned long long)valid, end ? "kept" : "none", n_anc,
 		  c->taint == CACHE_NO_TAINT ? -1ll : (long long)c->taint,
 		  (unsigned long long)(c->spill.k.bytes_written - written0),
 		  c->spill.last_save_ms, enc_ms, wr_ms,
-		  pp.serial ? ", serial" : "", wait_ms);
+		  pp.serial ? ", serial" : "", wait_ms, pp.n_direct,
+		  pp.n_landed);
 	spill_budget(c, name);
 	return 0;
 }
@@ -1743,18 +1794,31 @@ int cache_drain(cache *c, char *err)
 
 /* A data file of the entry into dst (data bytes), checked against the
  * manifest's sums: its header, the sums it carries and the sums of its
- * bytes. */
+ * bytes. The file is read whole in one read (O_DIRECT where the file
+ * system takes it) into c->spill.cws's buffer 0, aligned in it: the
+ * frames decode from there, raw data is copied to dst. A file longer than
+ * its header says is read as far as its header says (what the reads of
+ * its three parts did); shorter, MOOR_ETRUNC. */
 static int load_file(cache *c, int efd, const char *name, uint32_t kind,
 		     uint64_t index, uint64_t rows, const uint64_t *sums,
 		     uint64_t n_sums, void *dst, uint64_t data, char *why)
 {
 	spill_hdr h;
-	uint64_t fs[2 * CACHE_MAX_SECTIONS > 2 * CACHE_MAX_VIEWS
-			? 2 * CACHE_MAX_SECTIONS
-			: 2 * CACHE_MAX_VIEWS];
-	int rc = dfile_read_at(efd, name, 0, &h, sizeof h, why);
+	uint64_t pre = sizeof h + n_sums * 8;
+	uint64_t cap = dfile_up4k(pre + codec_bound(data));
+	char *b = codec_ws_buf(&c->spill.cws, 0, cap + DFILE_ALIGN);
+	if (!b)
+		return -ENOMEM;
+	b += -(uintptr_t)b & (DFILE_ALIGN - 1);
+	uint64_t n;
+	int rc = dfile_read_direct(efd, name, b, cap, &n, NULL, why);
 	if (rc)
 		return rc;
+	if (n < sizeof h) {
+		moor_errf(why, "read %s: %s", name, moor_strerror(MOOR_ETRUNC));
+		return MOOR_ETRUNC;
+	}
+	memcpy(&h, b, sizeof h);
 	if (h.magic != SPILL_MAGIC || h.version != SPILL_VERSION ||
 	    h.kind != kind || h.index != index || h.rows != rows ||
 	    h.digest != c->spill.digest || h.n_sums != n_sums ||
@@ -1764,30 +1828,25 @@ static int load_file(cache *c, int efd, const char *name, uint32_t kind,
 		moor_errf(why, "%s: its header is not the manifest's", name);
 		return MOOR_EFORMAT;
 	}
-	rc = dfile_read_at(efd, name, sizeof h, fs, n_sums * 8, why);
-	if (!rc && !h.codec)
-		rc = dfile_read_at(efd, name, sizeof h + n_sums * 8, dst, data,
-				   why);
-	if (!rc && h.codec) {
-		void *e = codec_ws_buf(&c->spill.cws, 0, h.data);
-		rc = e ? dfile_read_at(efd, name, sizeof h + n_sums * 8, e,
-				       h.data, why)
-		       : -ENOMEM;
-		if (!rc) {
-			rc = codec_decode(e, h.data, dst, data, c->spill.pool,
-					  &c->spill.cws);
-			if (rc)
-				moor_errf(why, "%s: its frames do not decode",
-					  name);
+	if (n < pre + h.data) {
+		moor_errf(why, "read %s: %s", name, moor_strerror(MOOR_ETRUNC));
+		return MOOR_ETRUNC;
+	}
+	if (!h.codec) {
+		memcpy(dst, b + pre, data);
+	} else {
+		rc = codec_decode(b + pre, h.data, dst, data, c->spill.pool,
+				  &c->spill.cws);
+		if (rc) {
+			moor_errf(why, "%s: its frames do not decode", name);
+			return rc;
 		}
 	}
-	if (rc)
-		return rc;
-	if (memcmp(fs, sums, n_sums * 8)) {
+	if (memcmp(b + sizeof h, sums, n_sums * 8)) {
 		moor_errf(why, "%s: its sums are not the manifest's", name);
 		return MOOR_EFORMAT;
 	}
-	c->spill.k.bytes_read += sizeof h + n_sums * 8 + h.data;
+	c->spill.k.bytes_read += pre + h.data;
 	return 0;
 }
 

@@ -1,0 +1,348 @@
+/* test_spill_direct: the session spill's files written and read with
+ * O_DIRECT (dfile_write_direct, dfile_read_direct) are the files the
+ * buffered path wrote, and either reads back bit for bit:
+ *   - dfile: a buffer of 0, 1, 104, 4095, 4096, 4097, 3 lines + 5 and
+ *     1 MiB + 13 bytes written by dfile_write_direct is dfile_write's file
+ *     byte for byte (the 4 KiB padding cut off again), in a directory on
+ *     the disk (/tmp: O_DIRECT where the file system takes it) and on
+ *     /dev/shm (where it may be refused: the buffered fallback); read back
+ *     whole by dfile_read_direct, a cap shorter than the file reads up to
+ *     the cap, an absent file is -ENOENT; the fault seam sees one write,
+ *     the fsync, the rename and the directory's fsync, a short write
+ *     leaves no file and no .tmp;
+ *   - the spill (the made-up architecture of toy.h, 4 blocks, 4 anchors
+ *     and the end), codec on and off: a conversation drained with the old
+ *     buffered write (MOOR_SPILL_DIRECT=0: what a cached before this
+ *     change left on the disk) and again with O_DIRECT: every file equal
+ *     byte for byte (the manifest but its time and its sum); each entry
+ *     read back by a new cache through the O_DIRECT reader: every row and
+ *     section equal (memcmp) to the drained conversation, and the next
+ *     turn resumes at the end anchor. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache_int.h"
+#include "dfile.h"
+#include "moor.h"
+#include "toy.h"
+
+#define G 32
+#define NTOK 3400 /* 4 blocks of the spill, the last partial */
+
+static char root[256];
+static int32_t *A;
+
+/* ---- the fault seam as a recorder ---- */
+
+static int n_ops, ops[16], f_short;
+
+static int hook(int op, const char *name)
+{
+	(void)name;
+	if (n_ops < 16)
+		ops[n_ops] = op;
+	n_ops++;
+	return f_short && op == DFILE_OP_WRITE ? DFILE_SHORT : 0;
+}
+
+static uint8_t *slurp(const char *path, uint64_t *n)
+{
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return NULL;
+	struct stat st;
+	REQUIRE(fstat(fd, &st) == 0, "stat %s", path);
+	uint8_t *b = malloc((size_t)st.st_size + 1);
+	REQUIRE(b && read(fd, b, (size_t)st.st_size) == st.st_size, "read %s",
+		path);
+	close(fd);
+	*n = (uint64_t)st.st_size;
+	return b;
+}
+
+/* ---- dfile ---- */
+
+static void dfile_in(const char *base)
+{
+	char d[300];
+	snprintf(d, sizeof d, "%s/dfile", base);
+	REQUIRE(mkdir(d, 0700) == 0, "mkdir %s", d);
+	int dfd = open(d, O_RDONLY | O_DIRECTORY);
+	REQUIRE(dfd >= 0, "open %s", d);
+	static const uint64_t sizes[] = {
+	    0, 1, 104, 4095, 4096, 4097, 3 * 4096 + 5, (1 << 20) + 13};
+	uint64_t max = (1 << 20) + 13;
+	uint8_t *src = malloc(max), *buf = aligned_alloc(4096, dfile_up4k(max));
+	uint8_t *back = aligned_alloc(4096, dfile_up4k(max));
+	REQUIRE(src && buf && back, "memory");
+	for (uint64_t i = 0; i < max; i++)
+		src[i] = (uint8_t)(i * 2654435761u >> 13);
+	int direct = -1;
+	for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+		uint64_t n = sizes[k];
+		memset(buf, 0xa5, dfile_up4k(max)); /* not zero past n */
+		memcpy(buf, src, n);
+		char err[MOOR_ERRLEN] = "";
+		n_ops = 0;
+		dfile_fault = hook;
+		int rc =
+		    dfile_write_direct(dfd, "new", buf, n, 0, &direct, err);
+		dfile_fault = NULL;
+		CHECK(rc == 0, "%s: %llu bytes: %s", d, (unsigned long long)n,
+		      err);
+		CHECK(n_ops == 4 && ops[0] == DFILE_OP_WRITE &&
+			  ops[1] == DFILE_OP_FSYNC &&
+			  ops[2] == DFILE_OP_RENAME && ops[3] == DFILE_OP_FSYNC,
+		      "%llu bytes: one write, the fsync, the rename and the "
+		      "directory's fsync (%d operations)",
+		      (unsigned long long)n, n_ops);
+		dfile_part p = {src, n};
+		REQUIRE(dfile_write(dfd, "old", &p, 1, 0, err) == 0, "%s", err);
+		char pa[400], pb[400];
+		snprintf(pa, sizeof pa, "%s/new", d);
+		snprintf(pb, sizeof pb, "%s/old", d);
+		uint64_t la = 0, lb = 0;
+		uint8_t *a = slurp(pa, &la), *b = slurp(pb, &lb);
+		REQUIRE(a && b, "both files");
+		CHECK(la == n && lb == n && !memcmp(a, b, n),
+		      "%llu bytes: the O_DIRECT file (%llu bytes) is the "
+		      "buffered one (%llu)",
+		      (unsigned long long)n, (unsigned long long)la,
+		      (unsigned long long)lb);
+		free(a);
+		free(b);
+		uint64_t got = 0;
+		const char *names[2] = {"new", "old"};
+		for (int f = 0; f < 2; f++) {
+			memset(back, 0x5a, dfile_up4k(max));
+			rc =
+			    dfile_read_direct(dfd, names[f], back,
+					      dfile_up4k(max), &got, NULL, err);
+			CHECK(rc == 0 && got == n && !memcmp(back, src, n),
+			      "%llu bytes: %s read back (%llu): %s",
+			      (unsigned long long)n, names[f],
+			      (unsigned long long)got, err);
+		}
+		if (n > 4096) { /* a cap under the file's size */
+			rc = dfile_read_direct(dfd, "new", back, 4096, &got,
+					       NULL, err);
+			CHECK(rc == 0 && got == 4096 &&
+				  !memcmp(back, src, 4096),
+			      "read up to the cap: %d, %llu", rc,
+			      (unsigned long long)got);
+		}
+	}
+	uint64_t got = 7;
+	CHECK(dfile_read_direct(dfd, "absent", back, 4096, &got, NULL, NULL) ==
+		      -ENOENT &&
+		  got == 0,
+	      "an absent file: -ENOENT");
+	/* a short write: -EIO, the file as it was, no .tmp */
+	memcpy(buf, src, max);
+	f_short = 1;
+	n_ops = 0;
+	dfile_fault = hook;
+	char err[MOOR_ERRLEN] = "";
+	int rc = dfile_write_direct(dfd, "new", buf, max, 0, NULL, err);
+	dfile_fault = NULL;
+	f_short = 0;
+	struct stat st;
+	CHECK(rc == -EIO && fstatat(dfd, "new.tmp", &st, 0) != 0 &&
+		  fstatat(dfd, "new", &st, 0) == 0 &&
+		  (uint64_t)st.st_size == sizes[7],
+	      "a short write: -EIO (%d), no .tmp, the file as it was", rc);
+	printf("# %s: O_DIRECT %s\n", d,
+	       direct ? "taken" : "refused (buffered)");
+	close(dfd);
+	free(src);
+	free(buf);
+	free(back);
+}
+
+/* ---- the spill ---- */
+
+static void cfg_of(cache_cfg *cfg, const char *dir, const char *name, int codec)
+{
+	toy_cfg_disk(cfg, "sd", name, dir);
+	cfg->disk_on = 0; /* the spill alone */
+	cfg->spill_codec = codec;
+	cfg->codec_threads = 2;
+}
+
+/* A cache in dir that ran a turn of NTOK tokens (valid NTOK + 3). */
+static void conv(toy_env *e, const char *dir, int codec)
+{
+	cache_cfg cfg;
+	cfg_of(&cfg, dir, "a", codec);
+	toy_open(e, &cfg, 4096, G);
+	toy_turn t;
+	REQUIRE(toy_run(e, A, NTOK, "s", 4, &t, 0, "turn") == 0, "turn");
+	REQUIRE(e->c->valid == NTOK + 3, "valid %llu",
+		(unsigned long long)e->c->valid);
+}
+
+/* dir/sessions/<the drained entry> */
+static void entry_dir(const char *dir, char *out, size_t n)
+{
+	char p[300], rn[17] = "";
+	snprintf(p, sizeof p, "%s/sessions/resident", dir);
+	int fd = open(p, O_RDONLY);
+	REQUIRE(fd >= 0 && read(fd, rn, 16) == 16, "%s", p);
+	close(fd);
+	snprintf(out, n, "%s/sessions/%s", dir, rn);
+}
+
+static int list_files(const char *e, char names[][32], int max)
+{
+	DIR *d = opendir(e);
+	REQUIRE(d, "opendir %s", e);
+	struct dirent *de;
+	int n = 0;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.') {
+			REQUIRE(n < max, "too many files");
+			snprintf(names[n++], 32, "%.31s", de->d_name);
+		}
+	closedir(d);
+	qsort(names, (size_t)n, 32,
+	      (int (*)(const void *, const void *))strcmp);
+	return n;
+}
+
+/* Every file of the two entries equal, the manifest but saved_at and its
+ * closing sum; returns the count of data files. */
+static int same_files(const char *da, const char *db, const char *what)
+{
+	char ea[300], eb[300], na_[32][32], nb_[32][32];
+	entry_dir(da, ea, sizeof ea);
+	entry_dir(db, eb, sizeof eb);
+	int n = list_files(ea, na_, 32), m = list_files(eb, nb_, 32);
+	CHECK(n == m, "%s: %d files and %d", what, n, m);
+	int data = 0;
+	for (int i = 0; i < n && i < m; i++) {
+		CHECK(!strcmp(na_[i], nb_[i]), "%s: file %s and %s", what,
+		      na_[i], nb_[i]);
+		char pa[1400], pb[1400];
+		snprintf(pa, sizeof pa, "%s/%s", ea, na_[i]);
+		snprintf(pb, sizeof pb, "%s/%s", eb, nb_[i]);
+		uint64_t la = 0, lb = 0;
+		uint8_t *a = slurp(pa, &la), *b = slurp(pb, &lb);
+		REQUIRE(a && b, "%s: %s in both entries", what, na_[i]);
+		if (!strcmp(na_[i], "manifest")) {
+			REQUIRE(la == lb && la > 184, "%s: manifests' sizes",
+				what);
+			memset(a + 104 + 56, 0, 8); /* saved_at */
+			memset(b + 104 + 56, 0, 8);
+			la -= 8;
+			lb -= 8;
+		} else {
+			data++;
+		}
+		CHECK(la == lb && !memcmp(a, b, la),
+		      "%s: %s differs (%llu and %llu bytes)", what, na_[i],
+		      (unsigned long long)la, (unsigned long long)lb);
+		free(a);
+		free(b);
+	}
+	return data;
+}
+
+static void seq_take(const toy_env *e, toy_seq *out)
+{
+	toy_seq_alloc(e->lay, out);
+	memcpy(out->sec[0], e->s.sec[0], TOY_S0);
+	memcpy(out->sec[1], e->s.sec[1], TOY_S1);
+	for (int i = 0; i < 3; i++) {
+		uint64_t outer, inner;
+		toy_geom(&e->lay->view[i], &outer, &inner);
+		memcpy(out->view[i], e->s.view[i],
+		       outer * inner * e->lay->view[i].elt * e->lay->window);
+	}
+}
+
+/* A conversation drained into dir (direct: the O_DIRECT write, else the
+ * old buffered one); *truth: its rows and sections. */
+static uint64_t drain_into(const char *dir, int codec, int direct,
+			   toy_seq *truth)
+{
+	toy_env e;
+	conv(&e, dir, codec);
+	seq_take(&e, truth);
+	uint64_t valid = e.c->valid;
+	char err[MOOR_ERRLEN] = "";
+	if (!direct)
+		setenv("MOOR_SPILL_DIRECT", "0", 1);
+	int rc = cache_drain(e.c, err);
+	unsetenv("MOOR_SPILL_DIRECT");
+	REQUIRE(rc == 0, "%s: drain: %s", dir, err);
+	toy_close(&e);
+	return valid;
+}
+
+/* The entry in dir read back by a new cache (the O_DIRECT reader). */
+static void read_back(const char *dir, int codec, const toy_seq *truth,
+		      uint64_t valid, const char *what)
+{
+	toy_env e;
+	cache_cfg cfg;
+	cfg_of(&cfg, dir, "b", codec);
+	toy_open(&e, &cfg, 4096, G);
+	CHECK(e.ho.resident_len == valid,
+	      "%s: read back %llu tokens, want %llu", what,
+	      (unsigned long long)e.ho.resident_len, (unsigned long long)valid);
+	CHECK(toy_equal(e.lay, &e.s, truth, valid, what),
+	      "%s: every row and section read back as drained", what);
+	toy_turn t;
+	int32_t *ids = toy_cat(e.c->res_ids, valid, A + 7, 40);
+	int rc = toy_run(&e, ids, valid + 40, "s", 3, &t, 1, "next turn");
+	CHECK(rc == 0 && t.plan.tier == CACHE_TIER_END && t.plan.start == valid,
+	      "%s: the next turn resumes at the end anchor %llu: %s at %llu",
+	      what, (unsigned long long)valid, cache_tier_name(t.plan.tier),
+	      (unsigned long long)t.plan.start);
+	free(ids);
+	toy_close(&e);
+}
+
+static void old_and_new(int codec)
+{
+	char dold[300], dnew[300], what[64];
+	snprintf(dold, sizeof dold, "%s/old-%d", root, codec);
+	snprintf(dnew, sizeof dnew, "%s/new-%d", root, codec);
+	toy_seq t_old, t_new;
+	uint64_t v_old = drain_into(dold, codec, 0, &t_old);
+	uint64_t v_new = drain_into(dnew, codec, 1, &t_new);
+	snprintf(what, sizeof what, "codec %d", codec);
+	int files = same_files(dold, dnew, what);
+	CHECK(files == 9, "%s: %d data files, want 9", what, files);
+	snprintf(what, sizeof what, "codec %d, the old buffered files", codec);
+	read_back(dold, codec, &t_old, v_old, what);
+	snprintf(what, sizeof what, "codec %d, the O_DIRECT files", codec);
+	read_back(dnew, codec, &t_new, v_new, what);
+	toy_seq_free(&t_old);
+	toy_seq_free(&t_new);
+}
+
+int main(void)
+{
+	moor_log_level = MOOR_LOG_ERROR;
+	snprintf(root, sizeof root, "/tmp/moor-spill-direct-XXXXXX");
+	REQUIRE(mkdtemp(root), "mkdtemp");
+	dfile_in(root);
+	struct stat sst;
+	char shm[256] = "";
+	if (stat("/dev/shm", &sst) == 0 && access("/dev/shm", W_OK) == 0) {
+		snprintf(shm, sizeof shm, "/dev/shm/moor-spill-direct-XXXXXX");
+		REQUIRE(mkdtemp(shm), "mkdtemp");
+		dfile_in(shm);
+	}
+	A = toy_ids(NTOK + 64, 17);
+	old_and_new(1);
+	old_and_new(0);
+	free(A);
+	dfile_rm_rf(AT_FDCWD, root);
+	if (shm[0])
+		dfile_rm_rf(AT_FDCWD, shm);
+	return t_done("test_spill_direct");
+}
