@@ -7,10 +7,11 @@
  *   2. The drive: a file of S MiB written with O_DIRECT (+ fdatasync) and
  *      read back with O_DIRECT, the best of 3 of two ways (one 64 MiB
  *      request at a time, and 4 threads of 8 MiB requests: the drive's
- *      best, several requests in flight), against the spill's own path
- *      (dfile_write: .tmp + fdatasync + rename + directory fsync,
- *      dfile_read_at through the page cache with DONTNEED), in GB/s and as
- *      ratios.
+ *      best, several requests in flight), against the tiers' dfile path
+ *      buffered (dfile_write: .tmp + fdatasync + rename + directory fsync,
+ *      dfile_read_at through the page cache with DONTNEED) and O_DIRECT
+ *      (dfile_write_direct, dfile_read_direct: the spill's), in GB/s and
+ *      as ratios.
  *   3. The tiers themselves, in the same run, on a conversation of the
  *      27B's shape (16 attention layers of 4 KV heads of 256, bf16: 64 KiB
  *      of rows a token; 48 delta-rule states of 48 x 128 x 128 fp32 and
@@ -29,11 +30,13 @@
  *      spill's save side by side: its encoder's work alone (the drain's
  *      blocks and section files copied out, summed and encoded on THREADS
  *      threads) and its writer's alone (those files written with
- *      dfile_write), then the drain serial (MOOR_SPILL_WRITER=0: encode
- *      then write, file after file, the save of before) and in its two
- *      stages (the writer thread writes a file while the next is
- *      encoded), the best of 3 each; the saves' own split is in their log
- *      lines ([spill] saved: encoder, writer, waits).
+ *      dfile_write, buffered, and dfile_write_direct, O_DIRECT, the best
+ *      of 3 each), then the drain serial (MOOR_SPILL_WRITER=0: encode
+ *      then write, file after file) and in its two stages (the writer
+ *      thread writes a file while the next is encoded), buffered
+ *      (MOOR_SPILL_DIRECT=0, the save of before) and O_DIRECT, the best
+ *      of 3 each; the saves' own split is in their log lines ([spill]
+ *      saved: encoder, writer, waits, files O_DIRECT).
  * Usage: bench_spill DIR THREADS T MODEL_DIR... (DIR: where the files go,
  * on the drive to measure). */
 #include <errno.h>
@@ -84,8 +87,7 @@ static void codec_row(const char *model, const char *what, const void *p,
 	free(d);
 }
 
-static void model_rows(const char *dir, int threads, int64_t T,
-		       moor_pool *pool)
+static void model_rows(const char *dir, int threads, int64_t T, moor_pool *pool)
 {
 	char err[MOOR_ERRLEN] = "";
 	kern_ctx *ctx;
@@ -128,7 +130,8 @@ static void model_rows(const char *dir, int threads, int64_t T,
 	}
 	o1 = 0;
 	for (int i = 0; i < y->n_sections; i++) {
-		kern_backend("cpu")->download(q, stb + o1, s.sec[i], y->sec[i].bytes);
+		kern_backend("cpu")->download(q, stb + o1, s.sec[i],
+					      y->sec[i].bytes);
 		o1 += y->sec[i].bytes;
 	}
 	const char *name = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
@@ -302,6 +305,21 @@ static void drive(const char *dir, uint64_t mib)
 	if (rc)
 		die("dfile_read_at", rc, err);
 	unlinkat(dfd, "bench-tier", 0);
+	/* the spill's path: dfile_write_direct, dfile_read_direct (O_DIRECT
+	 * where taken) */
+	int wd = 0, rd = 0;
+	t0 = moor_now();
+	rc = dfile_write_direct(dfd, "bench-spill", b, n, 0, &wd, err);
+	double wd_t = moor_now() - t0;
+	if (rc)
+		die("dfile_write_direct", rc, err);
+	uint64_t got;
+	t0 = moor_now();
+	rc = dfile_read_direct(dfd, "bench-spill", b, n, &got, &rd, err);
+	double rd_t = moor_now() - t0;
+	if (rc || got != n)
+		die("dfile_read_direct", rc ? rc : MOOR_ETRUNC, err);
+	unlinkat(dfd, "bench-spill", 0);
 	close(dfd);
 	char wn[32], rn[32];
 	printf("drive (%s, %llu MiB, %s; the best of 3 of 1 x 64 MiB and 4 x "
@@ -312,10 +330,15 @@ static void drive(const char *dir, uint64_t mib)
 	printf("  %-28s %8s %8s\n", "", "write", "read");
 	printf("  %-28s %8.2f %8.2f GB/s\n", "the drive (O_DIRECT)",
 	       gbps(n, w_raw), gbps(n, r_raw));
-	printf("  %-28s %8.2f %8.2f GB/s\n", "the tiers' path (dfile)",
-	       gbps(n, w_t), gbps(n, r_t));
-	printf("  %-28s %7.0f%% %7.0f%%\n", "tier / drive", 100 * w_raw / w_t,
-	       100 * r_raw / r_t);
+	printf("  %-28s %8.2f %8.2f GB/s\n", "dfile, buffered", gbps(n, w_t),
+	       gbps(n, r_t));
+	printf("  %-28s %8.2f %8.2f GB/s%s\n", "dfile, O_DIRECT (spill)",
+	       gbps(n, wd_t), gbps(n, rd_t),
+	       wd && rd ? "" : " (refused here: buffered + fadvise)");
+	printf("  %-28s %7.0f%% %7.0f%%\n", "buffered / drive",
+	       100 * w_raw / w_t, 100 * r_raw / r_t);
+	printf("  %-28s %7.0f%% %7.0f%%\n", "O_DIRECT dfile / drive",
+	       100 * w_raw / wd_t, 100 * r_raw / rd_t);
 	drive_w = gbps(n, w_raw);
 	drive_r = gbps(n, r_raw);
 	free(b);
@@ -494,7 +517,7 @@ static double drive_again(const char *dir, uint64_t mib)
  * DIR/bench-stages). *raw_b: the bytes encoded; *file_b: written. */
 static void stages_apart(const char *dir, t27 *t, uint64_t valid, uint64_t na,
 			 moor_pool *pool, double *enc_s, double *wr_s,
-			 uint64_t *raw_b, uint64_t *file_b)
+			 double *wrd_s, uint64_t *raw_b, uint64_t *file_b)
 {
 	const cache_layout *l = t->lay;
 	uint64_t rowb = cache_layout_row_bytes(l),
@@ -511,11 +534,12 @@ static void stages_apart(const char *dir, t27 *t, uint64_t valid, uint64_t na,
 	/* every buffer's pages mapped before the clock starts, as the save's
 	 * are (its slots and the codec's planes are kept between saves) */
 	memset(stage, 0, big);
+	uint64_t cap = dfile_up4k(codec_bound(big));
 	for (uint64_t f = 0; f < nf; f++) {
-		enc[f] = malloc(codec_bound(big));
-		if (!enc[f])
+		/* aligned, as the save's slots are (O_DIRECT) */
+		if (posix_memalign((void **)&enc[f], DFILE_ALIGN, cap))
 			die("oom", -ENOMEM, NULL);
-		memset(enc[f], 0, codec_bound(big));
+		memset(enc[f], 0, cap);
 	}
 	if (codec_encode(stage, big, enc[0], &en[0], pool, &ws))
 		die("codec", MOOR_EFORMAT, NULL);
@@ -560,19 +584,31 @@ static void stages_apart(const char *dir, t27 *t, uint64_t valid, uint64_t na,
 	int dfd = open(p, O_RDONLY | O_DIRECTORY);
 	if (dfd < 0)
 		die("open", -errno, p);
-	t0 = moor_now();
-	for (uint64_t f = 0; f < nf; f++) {
-		char fn[32];
-		snprintf(fn, sizeof fn, "f%llu", (unsigned long long)f);
-		dfile_part part = {enc[f], en[f]};
-		int rc = dfile_write(dfd, fn, &part, 1, 1, err);
+	/* O_DIRECT (dfile_write_direct, the spill's) and buffered
+	 * (dfile_write, before) in turn, the best of 3 each */
+	*wr_s = *wrd_s = 1e30;
+	for (int k = 0; k < 6; k++) {
+		int direct = !(k & 1);
+		t0 = moor_now();
+		for (uint64_t f = 0; f < nf; f++) {
+			char fn[32];
+			snprintf(fn, sizeof fn, "f%llu", (unsigned long long)f);
+			dfile_part part = {enc[f], en[f]};
+			int rc = direct
+				     ? dfile_write_direct(dfd, fn, enc[f],
+							  en[f], 1, NULL, err)
+				     : dfile_write(dfd, fn, &part, 1, 1, err);
+			if (rc)
+				die("dfile_write", rc, err);
+		}
+		int rc = dfile_sync_dir(dfd, err);
+		double s = moor_now() - t0;
 		if (rc)
-			die("dfile_write", rc, err);
+			die("fsync", rc, err);
+		double *best = direct ? wrd_s : wr_s;
+		if (s < *best)
+			*best = s;
 	}
-	int rc = dfile_sync_dir(dfd, err);
-	*wr_s = moor_now() - t0;
-	if (rc)
-		die("fsync", rc, err);
 	close(dfd);
 	dfile_rm_rf(AT_FDCWD, p);
 	for (uint64_t f = 0; f < nf; f++)
@@ -587,8 +623,8 @@ static void stages_apart(const char *dir, t27 *t, uint64_t valid, uint64_t na,
  * block is written), serial (MOOR_SPILL_WRITER=0: the save of before,
  * encode then write, block after block) or through the save's two stages:
  * its seconds, the bytes written and the raw bytes encoded. */
-static double drain_once(t27 *t, int serial, uint64_t *file_b, uint64_t *raw_b,
-			 uint64_t *files)
+static double drain_once(t27 *t, int serial, int buffered, uint64_t *file_b,
+			 uint64_t *raw_b, uint64_t *files)
 {
 	char err[MOOR_ERRLEN] = "";
 	(void)cache_clear(t->c, "spill");
@@ -598,8 +634,11 @@ static double drain_once(t27 *t, int serial, uint64_t *file_b, uint64_t *raw_b,
 		      stat_of(t->c, "spill", "anchors_written");
 	if (serial)
 		setenv("MOOR_SPILL_WRITER", "0", 1);
+	if (buffered)
+		setenv("MOOR_SPILL_DIRECT", "0", 1);
 	int rc = cache_drain(t->c, err);
 	unsetenv("MOOR_SPILL_WRITER");
+	unsetenv("MOOR_SPILL_DIRECT");
 	if (rc)
 		die("drain", rc, err);
 	*file_b = stat_of(t->c, "spill", "bytes_written") - b0;
@@ -708,25 +747,35 @@ static void tiers(const char *dir, int threads, moor_pool *pool)
 	/* the drain (a planned stop) and the read-back at the next attach:
 	 * the save's two stages apart (the encoder's work alone, the
 	 * writer's alone), then the drain serial and through the stages,
-	 * three times each in turn (a drive's rate drifts: the best of each); the
-	 * last drain's entry is read back */
+	 * three times each in turn (a drive's rate drifts: the best of each);
+	 * the last drain's entry is read back */
 	uint64_t valid = stat_of(t.c, "resident", "tokens");
 	uint64_t sw_b = 0, sw_raw = 0, sw_files = 0, se_b = 0, se_raw = 0,
 		 se_files = 0, st_raw = 0, st_b = 0;
-	double sw_s = 1e30, se_s = 1e30, enc_s = 0, wr_s = 0;
+	double sw_s = 1e30, se_s = 1e30, sb_s = 1e30, enc_s = 0, wr_s = 0,
+	       wrd_s = 0;
+	uint64_t sb_b = 0, sb_raw = 0;
 	{
 		uint64_t fb, rb, nf;
 		/* a drain first, for the count of files it writes (and the
 		 * pages every later one finds mapped) */
-		(void)drain_once(&t, 0, &fb, &rb, &nf);
+		(void)drain_once(&t, 0, 0, &fb, &rb, &nf);
 		uint64_t nb = (valid + 1023) / 1024;
 		stages_apart(dir, &t, valid, nf > nb ? nf - nb : 0, pool,
-			     &enc_s, &wr_s, &st_raw, &st_b);
+			     &enc_s, &wr_s, &wrd_s, &st_raw, &st_b);
 		for (int rep = 0; rep < 3; rep++)
-			for (int serial = 1; serial >= 0; serial--) {
+			for (int serial = 2; serial >= 0; serial--) {
+				/* 2: two stages, buffered
+				 * (MOOR_SPILL_DIRECT=0); 1: serial; 0: two
+				 * stages, O_DIRECT */
 				double s =
-				    drain_once(&t, serial, &fb, &rb, &nf);
-				if (serial && s < se_s) {
+				    drain_once(&t, serial == 1, serial == 2,
+					       &fb, &rb, &nf);
+				if (serial == 2 && s < sb_s) {
+					sb_s = s;
+					sb_b = fb;
+					sb_raw = rb;
+				} else if (serial == 1 && s < se_s) {
 					se_s = s;
 					se_b = fb;
 					se_raw = rb;
@@ -771,17 +820,24 @@ static void tiers(const char *dir, int threads, moor_pool *pool)
 	printf("    (resumed at %llu of %llu)\n", (unsigned long long)start,
 	       (unsigned long long)n2);
 	t27_row("spill: encoder alone", st_b, st_raw, enc_s, drive_w);
-	t27_row("spill: writer alone", st_b, st_raw, wr_s, drive_w);
-	t27_row("spill: drain, serial (before)", se_b, se_raw, se_s, drive_w);
-	t27_row("spill: drain, two stages", sw_b, sw_raw, sw_s, drive_w);
+	t27_row("spill: writer alone, buffered", st_b, st_raw, wr_s, drive_w);
+	t27_row("spill: writer alone, O_DIRECT", st_b, st_raw, wrd_s, drive_w);
+	t27_row("spill: drain, serial (O_DIRECT)", se_b, se_raw, se_s, drive_w);
+	t27_row("spill: drain, two stages, buffered", sb_b, sb_raw, sb_s,
+		drive_w);
+	t27_row("spill: drain, two stages, O_DIRECT", sw_b, sw_raw, sw_s,
+		drive_w);
 	printf("    (the encoder: copies, sums, codec on %d threads; the "
-	       "writer: dfile_write of the encoded files; the drains: the "
-	       "best of 3 each, %llu files each (%llu serial); the stages "
-	       "one after the other would take %.3f s, overlapped at best "
-	       "the slower, %.3f s; serial / two stages: %.2fx)\n",
+	       "writer: the encoded files by dfile_write (buffered) and "
+	       "dfile_write_direct (O_DIRECT), the best of 3 each; the "
+	       "drains: the best of 3 each, %llu files each (%llu serial), "
+	       "buffered: MOOR_SPILL_DIRECT=0; the stages one after the "
+	       "other would take %.3f s, overlapped at best the slower, "
+	       "%.3f s; serial / two stages: %.2fx; buffered / O_DIRECT "
+	       "drain: %.2fx)\n",
 	       threads, (unsigned long long)sw_files,
-	       (unsigned long long)se_files, enc_s + wr_s,
-	       enc_s > wr_s ? enc_s : wr_s, se_s / sw_s);
+	       (unsigned long long)se_files, enc_s + wrd_s,
+	       enc_s > wrd_s ? enc_s : wrd_s, se_s / sw_s, sb_s / sw_s);
 	t27_row("spill: read-back (codec)", sr_b, sr_raw, sr_s, drive_r);
 	printf("    (%llu tokens back; the codec saved %.1f%% of the spill's "
 	       "bytes; the attach took %.3f s)\n",
