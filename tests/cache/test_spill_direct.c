@@ -27,6 +27,7 @@
 #include "dfile.h"
 #include "moor.h"
 #include "toy.h"
+#include "spill_files.h"
 
 #define G 32
 #define NTOK 3400 /* 4 blocks of the spill, the last partial */
@@ -45,21 +46,6 @@ static int hook(int op, const char *name)
 		ops[n_ops] = op;
 	n_ops++;
 	return f_short && op == DFILE_OP_WRITE ? DFILE_SHORT : 0;
-}
-
-static uint8_t *slurp(const char *path, uint64_t *n)
-{
-	int fd = open(path, O_RDONLY);
-	if (fd < 0)
-		return NULL;
-	struct stat st;
-	REQUIRE(fstat(fd, &st) == 0, "stat %s", path);
-	uint8_t *b = malloc((size_t)st.st_size + 1);
-	REQUIRE(b && read(fd, b, (size_t)st.st_size) == st.st_size, "read %s",
-		path);
-	close(fd);
-	*n = (uint64_t)st.st_size;
-	return b;
 }
 
 /* ---- dfile ---- */
@@ -181,72 +167,6 @@ static void conv(toy_env *e, const char *dir, int codec)
 	REQUIRE(toy_run(e, A, NTOK, "s", 4, &t, 0, "turn") == 0, "turn");
 	REQUIRE(e->c->valid == NTOK + 3, "valid %llu",
 		(unsigned long long)e->c->valid);
-}
-
-/* dir/sessions/<the drained entry> */
-static void entry_dir(const char *dir, char *out, size_t n)
-{
-	char p[300], rn[17] = "";
-	snprintf(p, sizeof p, "%s/sessions/resident", dir);
-	int fd = open(p, O_RDONLY);
-	REQUIRE(fd >= 0 && read(fd, rn, 16) == 16, "%s", p);
-	close(fd);
-	snprintf(out, n, "%s/sessions/%s", dir, rn);
-}
-
-static int list_files(const char *e, char names[][32], int max)
-{
-	DIR *d = opendir(e);
-	REQUIRE(d, "opendir %s", e);
-	struct dirent *de;
-	int n = 0;
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.') {
-			REQUIRE(n < max, "too many files");
-			snprintf(names[n++], 32, "%.31s", de->d_name);
-		}
-	closedir(d);
-	qsort(names, (size_t)n, 32,
-	      (int (*)(const void *, const void *))strcmp);
-	return n;
-}
-
-/* Every file of the two entries equal, the manifest but saved_at and its
- * closing sum; returns the count of data files. */
-static int same_files(const char *da, const char *db, const char *what)
-{
-	char ea[300], eb[300], na_[32][32], nb_[32][32];
-	entry_dir(da, ea, sizeof ea);
-	entry_dir(db, eb, sizeof eb);
-	int n = list_files(ea, na_, 32), m = list_files(eb, nb_, 32);
-	CHECK(n == m, "%s: %d files and %d", what, n, m);
-	int data = 0;
-	for (int i = 0; i < n && i < m; i++) {
-		CHECK(!strcmp(na_[i], nb_[i]), "%s: file %s and %s", what,
-		      na_[i], nb_[i]);
-		char pa[1400], pb[1400];
-		snprintf(pa, sizeof pa, "%s/%s", ea, na_[i]);
-		snprintf(pb, sizeof pb, "%s/%s", eb, nb_[i]);
-		uint64_t la = 0, lb = 0;
-		uint8_t *a = slurp(pa, &la), *b = slurp(pb, &lb);
-		REQUIRE(a && b, "%s: %s in both entries", what, na_[i]);
-		if (!strcmp(na_[i], "manifest")) {
-			REQUIRE(la == lb && la > 184, "%s: manifests' sizes",
-				what);
-			memset(a + 104 + 56, 0, 8); /* saved_at */
-			memset(b + 104 + 56, 0, 8);
-			la -= 8;
-			lb -= 8;
-		} else {
-			data++;
-		}
-		CHECK(la == lb && !memcmp(a, b, la),
-		      "%s: %s differs (%llu and %llu bytes)", what, na_[i],
-		      (unsigned long long)la, (unsigned long long)lb);
-		free(a);
-		free(b);
-	}
-	return data;
 }
 
 static void seq_take(const toy_env *e, toy_seq *out)
