@@ -1,7 +1,7 @@
 /* spill_files.h: the spill tests' look at an entry's files on the disk:
  * the entry a drain wrote, its files by name, and two entries compared
- * byte for byte (test_spill_direct, test_spill_two_stages,
- * test_spill_sums_in_place). Include after t.h (REQUIRE, CHECK). */
+ * byte for byte, and the toy conversation they drain (test_spill_direct,
+ * test_spill_two_stages, test_spill_sums_in_place). Include after toy.h. */
 #ifndef SPILL_FILES_H
 #define SPILL_FILES_H
 
@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 /* dir/sessions/<the drained entry>, the one DIR/sessions/resident names */
-static void entry_dir(const char *dir, char *out, size_t n)
+static inline void entry_dir(const char *dir, char *out, size_t n)
 {
 	char p[400], rn[17] = "";
 	snprintf(p, sizeof p, "%s/sessions/resident", dir);
@@ -26,7 +26,7 @@ static void entry_dir(const char *dir, char *out, size_t n)
 }
 
 /* The whole file (malloc'd, *n bytes), or NULL when it is not there. */
-static uint8_t *slurp(const char *path, uint64_t *n)
+static inline uint8_t *slurp(const char *path, uint64_t *n)
 {
 	int fd = open(path, O_RDONLY);
 	if (fd < 0)
@@ -42,7 +42,7 @@ static uint8_t *slurp(const char *path, uint64_t *n)
 }
 
 /* The names of the files of entry directory e, sorted; how many. */
-static int list_files(const char *e, char names[][32], int max)
+static inline int list_files(const char *e, char names[][32], int max)
 {
 	DIR *d = opendir(e);
 	REQUIRE(d, "opendir %s", e);
@@ -63,7 +63,7 @@ static int list_files(const char *e, char names[][32], int max)
  * same names); the manifest but saved_at (its spill_man field after the
  * 104-byte header) and its closing sum, which covers it. Returns the
  * count of data files (all but the manifest). */
-static int same_files(const char *da, const char *db, const char *what)
+static inline int same_files(const char *da, const char *db, const char *what)
 {
 	char ea[400], eb[400], na_[32][32], nb_[32][32];
 	static char pa[2048], pb[2048];
@@ -97,6 +97,31 @@ static int same_files(const char *da, const char *db, const char *what)
 		free(b);
 	}
 	return data;
+}
+
+/* The spill alone (no disk tier), codec on or off on 2 threads, in dir;
+ * arenas named after tag and name. */
+static inline void spill_cfg(cache_cfg *cfg, const char *tag, const char *dir,
+		      const char *name, int codec)
+{
+	toy_cfg_disk(cfg, tag, name, dir);
+	cfg->disk_on = 0; /* the spill alone */
+	cfg->spill_codec = codec;
+	cfg->codec_threads = 2;
+}
+
+/* A cache in dir (spill_cfg's, name "a") that ran a turn of the ntok ids
+ * at grid g (valid ntok + 3). */
+static inline void spill_conv(toy_env *e, const char *tag, const char *dir,
+		       int codec, const int32_t *ids, uint64_t ntok, uint32_t g)
+{
+	cache_cfg cfg;
+	spill_cfg(&cfg, tag, dir, "a", codec);
+	toy_open(e, &cfg, 4096, g);
+	toy_turn t;
+	REQUIRE(toy_run(e, ids, ntok, "s", 4, &t, 0, "turn") == 0, "turn");
+	REQUIRE(e->c->valid == ntok + 3, "valid %llu",
+		(unsigned long long)e->c->valid);
 }
 
 #endif

@@ -62,15 +62,6 @@ static json_t *stats(cache *c)
 	return r;
 }
 
-static long long stat2(cache *c, const char *a, const char *b)
-{
-	json_t *r = stats(c);
-	json_t *v = json_object_get(json_object_get(r, a), b);
-	long long x = json_is_integer(v) ? json_integer_value(v) : -1;
-	json_decref(r);
-	return x;
-}
-
 static size_t n_equal(cache *c)
 {
 	json_t *r = stats(c);
@@ -101,17 +92,17 @@ int main(void)
 	open_fp(&e, "a", 7, NULL);
 	REQUIRE(toy_run(&e, A, NA, "s", 4, &t, 0, "A") == 0, "A");
 	cache_disk_wait(e.c);
-	long long anchors = stat2(e.c, "disk", "anchors");
+	long long anchors = toy_stat(e.c, "disk", "anchors");
 	CHECK(anchors == 4, "A's head: %lld anchors", anchors);
 	REQUIRE(cache_drain(e.c, err) == 0, "drain: %s", err);
 	toy_close(&e);
 
 	open_fp(&e, "b", 8, hex7);
-	CHECK(stat2(e.c, "disk", "swept") == 0 &&
-		  stat2(e.c, "disk", "anchors") == anchors &&
-		  stat2(e.c, "spill", "swept") == 0,
+	CHECK(toy_stat(e.c, "disk", "swept") == 0 &&
+		  toy_stat(e.c, "disk", "anchors") == anchors &&
+		  toy_stat(e.c, "spill", "swept") == 0,
 	      "adopted: nothing swept (%lld disk files, %lld spill entries)",
-	      stat2(e.c, "disk", "swept"), stat2(e.c, "spill", "swept"));
+	      toy_stat(e.c, "disk", "swept"), toy_stat(e.c, "spill", "swept"));
 	CHECK(e.ho.resident_len == NA + 3,
 	      "the drained A is read back under the new fingerprint: %llu",
 	      (unsigned long long)e.ho.resident_len);
@@ -131,20 +122,20 @@ int main(void)
 	toy_close(&e);
 
 	open_fp(&e, "d", 9, NULL);
-	CHECK(stat2(e.c, "disk", "swept") > 0 &&
-		  stat2(e.c, "disk", "anchors") == 0 && n_equal(e.c) == 0,
+	CHECK(toy_stat(e.c, "disk", "swept") > 0 &&
+		  toy_stat(e.c, "disk", "anchors") == 0 && n_equal(e.c) == 0,
 	      "09.. (no record): swept %lld files",
-	      stat2(e.c, "disk", "swept"));
+	      toy_stat(e.c, "disk", "swept"));
 	REQUIRE(toy_run(&e, Q, NA + 50, "q2", 3, &t, 1, "Q under 09..") == 0,
 		"Q under 09..");
 	CHECK(t.plan.start == 0, "Q cold under 09..: %llu",
 	      (unsigned long long)t.plan.start);
 	cache_disk_wait(e.c);
-	CHECK(stat2(e.c, "disk", "anchors") > 0, "Q's head under 09..");
+	CHECK(toy_stat(e.c, "disk", "anchors") > 0, "Q's head under 09..");
 	toy_close(&e);
 
 	open_fp(&e, "e", 10, hex9);
-	CHECK(stat2(e.c, "disk", "swept") == 0 && n_equal(e.c) == 1,
+	CHECK(toy_stat(e.c, "disk", "swept") == 0 && n_equal(e.c) == 1,
 	      "0a.. adopts 09.. by its prefix");
 	REQUIRE(toy_run(&e, Q, NA + 50, "q3", 3, &t, 1, "Q under 0a..") == 0,
 		"Q under 0a..");
@@ -155,7 +146,7 @@ int main(void)
 	toy_close(&e);
 
 	open_fp(&e, "f", 11, "0a0a0a0a0a0a0a0a0a0a");
-	CHECK(stat2(e.c, "disk", "swept") == 0 && n_equal(e.c) == 2,
+	CHECK(toy_stat(e.c, "disk", "swept") == 0 && n_equal(e.c) == 2,
 	      "0b.. adopts 0a.., and with it 09.. (%zu equal)", n_equal(e.c));
 	REQUIRE(toy_run(&e, Q, NA + 50, "q4", 3, &t, 1, "Q under 0b..") == 0,
 		"Q under 0b..");

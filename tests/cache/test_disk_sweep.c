@@ -332,12 +332,7 @@ int main(void)
 	/* on tmpfs where there is one (O_DIRECT falls back to fadvise
 	 * there): the sweep tests the order of the operations and what a
 	 * failure leaves, not the drive */
-	struct stat sst;
-	snprintf(dir, sizeof dir, "%s/moor-disk-sweep-XXXXXX",
-		 stat("/dev/shm", &sst) == 0 && access("/dev/shm", W_OK) == 0
-		     ? "/dev/shm"
-		     : "/tmp");
-	REQUIRE(mkdtemp(dir), "mkdtemp");
+	toy_tmpdir(dir, sizeof dir, "disk-sweep");
 	A = toy_ids(NA, 121);
 	int32_t *B = toy_ids(100, 122);
 	Q = toy_cat(A, 1150, B, 100);

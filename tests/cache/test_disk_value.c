@@ -52,18 +52,6 @@ static void run(toy_env *e, const int32_t *ids, uint64_t n, const char *session,
 	REQUIRE(cache_disk_wait(e->c) == 0, "%s: the writer", what);
 }
 
-static long long dstat(cache *c, const char *k)
-{
-	char *s = cache_stats_json(c);
-	json_t *r = json_loads(s, 0, NULL);
-	free(s);
-	REQUIRE(r, "stats");
-	json_t *v = json_object_get(json_object_get(r, "disk"), k);
-	long long x = json_is_integer(v) ? json_integer_value(v) : -1;
-	json_decref(r);
-	return x;
-}
-
 /* The disk tier's anchor lines as a bit set of line / G (lines < 64 G). */
 static uint64_t lines_of(cache *c)
 {
@@ -124,7 +112,7 @@ int main(void)
 	CHECK(t.plan.tier == CACHE_TIER_DISK && t.plan.start == 992,
 	      "A's next prompt from the disk at 992: %s at %llu",
 	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start);
-	long long held = dstat(e.c, "bytes");
+	long long held = toy_stat(e.c, "disk", "bytes");
 	CHECK(lines_of(e.c) == (BIT(992) | BIT(1088)) && held > 0,
 	      "still A and B (%lld bytes)", held);
 	toy_close(&e);
@@ -134,11 +122,11 @@ int main(void)
 	toy_open(&e, &cfg, 4096, G);
 	run(&e, C, 600, "c", &t, "C");
 	CHECK(lines_of(e.c) == (BIT(992) | BIT(576)) &&
-		  dstat(e.c, "evicted") >= 1 && dstat(e.c, "bytes") <= held,
+		  toy_stat(e.c, "disk", "evicted") >= 1 && toy_stat(e.c, "disk", "bytes") <= held,
 	      "C's head took B's room (B never hit), A's hit kept it: "
 	      "lines %llx, %lld evicted, %lld of %lld bytes",
-	      (unsigned long long)lines_of(e.c), dstat(e.c, "evicted"),
-	      dstat(e.c, "bytes"), held);
+	      (unsigned long long)lines_of(e.c), toy_stat(e.c, "disk", "evicted"),
+	      toy_stat(e.c, "disk", "bytes"), held);
 	toy_close(&e);
 	toy_open(&e, &cfg, 4096, G);
 	run(&e, QA, 1100, "a", &t, "A's next prompt again");
@@ -157,16 +145,16 @@ int main(void)
 	CHECK(t.plan.tier == CACHE_TIER_DISK && t.plan.start == 576,
 	      "C's next prompt from the disk at 576: %s at %llu",
 	      cache_tier_name(t.plan.tier), (unsigned long long)t.plan.start);
-	held = dstat(e.c, "bytes");
+	held = toy_stat(e.c, "disk", "bytes");
 	toy_close(&e);
 	cfg_of(&cfg, (uint64_t)held);
 	toy_open(&e, &cfg, 4096, G);
 	run(&e, D, 700, "d", &t, "D");
 	CHECK(lines_of(e.c) == (BIT(576) | BIT(672)) &&
-		  dstat(e.c, "bytes") <= held,
+		  toy_stat(e.c, "disk", "bytes") <= held,
 	      "D's head took A's room (idle 3 days: an eighth of its value), "
 	      "C kept: lines %llx, %lld of %lld bytes",
-	      (unsigned long long)lines_of(e.c), dstat(e.c, "bytes"), held);
+	      (unsigned long long)lines_of(e.c), toy_stat(e.c, "disk", "bytes"), held);
 	toy_close(&e);
 
 	/* eleven days on: C and D, last used 8 days back, are past the TTL */
@@ -174,12 +162,12 @@ int main(void)
 	cfg_of(&cfg, 1ull << 40);
 	toy_open(&e, &cfg, 4096, G);
 	run(&e, E, 500, "e", &t, "E");
-	CHECK(lines_of(e.c) == BIT(480) && dstat(e.c, "expired") >= 2 &&
-		  dstat(e.c, "chunks") == 480 / G,
+	CHECK(lines_of(e.c) == BIT(480) && toy_stat(e.c, "disk", "expired") >= 2 &&
+		  toy_stat(e.c, "disk", "chunks") == 480 / G,
 	      "past 7 days C and D went: lines %llx, %lld expired, %lld "
 	      "chunks",
-	      (unsigned long long)lines_of(e.c), dstat(e.c, "expired"),
-	      dstat(e.c, "chunks"));
+	      (unsigned long long)lines_of(e.c), toy_stat(e.c, "disk", "expired"),
+	      toy_stat(e.c, "disk", "chunks"));
 	toy_close(&e);
 
 	cache_disk_clock = NULL;

@@ -119,28 +119,11 @@ static int hook(int op, const char *name)
 	return 0;
 }
 
-static long long stat_of(cache *c, const char *tier, const char *k)
-{
-	char *s = cache_stats_json(c);
-	json_t *o = json_loads(s, 0, NULL);
-	free(s);
-	REQUIRE(o, "stats");
-	json_t *v = json_object_get(json_object_get(o, tier), k);
-	long long r = json_is_integer(v) ? json_integer_value(v) : -1;
-	json_decref(o);
-	return r;
-}
-
 int main(void)
 {
 	moor_log_level = MOOR_LOG_ERROR;
 	main_th = pthread_self();
-	struct stat sst;
-	snprintf(dir, sizeof dir, "%s/moor-disk-yield-XXXXXX",
-		 stat("/dev/shm", &sst) == 0 && access("/dev/shm", W_OK) == 0
-		     ? "/dev/shm"
-		     : "/tmp");
-	REQUIRE(mkdtemp(dir), "mkdtemp");
+	toy_tmpdir(dir, sizeof dir, "disk-yield");
 	int32_t *A = toy_ids(NTOK, 5);
 	cache_cfg cfg;
 	toy_cfg_disk(&cfg, "dys", "a", dir);
@@ -151,7 +134,7 @@ int main(void)
 	/* the head anchors queued; the writer held at its first file */
 	toy_turn t;
 	REQUIRE(toy_run(&e, A, NTOK, "s", 4, &t, 0, "turn") == 0, "turn");
-	uint64_t valid = (uint64_t)stat_of(e.c, "resident", "tokens");
+	uint64_t valid = (uint64_t)toy_stat(e.c, "resident", "tokens");
 	REQUIRE(valid == NTOK + 3, "resident %llu", (unsigned long long)valid);
 	toy_seq truth;
 	toy_seq_alloc(e.lay, &truth);
@@ -225,9 +208,9 @@ int main(void)
 	      "the disk tier wrote its other files after the save "
 	      "(%d writes)",
 	      after);
-	CHECK(stat_of(e.c, "disk", "anchors_written") == 4,
+	CHECK(toy_stat(e.c, "disk", "anchors_written") == 4,
 	      "the disk tier wrote its 4 head anchors: %lld",
-	      stat_of(e.c, "disk", "anchors_written"));
+	      toy_stat(e.c, "disk", "anchors_written"));
 	toy_close(&e);
 
 	/* the drained conversation reads back */

@@ -30,6 +30,7 @@
 #include "spill_files.h"
 
 #define G 32
+#define TAG "sd" /* its arenas' names */
 #define NTOK 3400 /* 4 blocks of the spill, the last partial */
 
 static char root[256];
@@ -149,26 +150,6 @@ static void dfile_in(const char *base)
 
 /* ---- the spill ---- */
 
-static void cfg_of(cache_cfg *cfg, const char *dir, const char *name, int codec)
-{
-	toy_cfg_disk(cfg, "sd", name, dir);
-	cfg->disk_on = 0; /* the spill alone */
-	cfg->spill_codec = codec;
-	cfg->codec_threads = 2;
-}
-
-/* A cache in dir that ran a turn of NTOK tokens (valid NTOK + 3). */
-static void conv(toy_env *e, const char *dir, int codec)
-{
-	cache_cfg cfg;
-	cfg_of(&cfg, dir, "a", codec);
-	toy_open(e, &cfg, 4096, G);
-	toy_turn t;
-	REQUIRE(toy_run(e, A, NTOK, "s", 4, &t, 0, "turn") == 0, "turn");
-	REQUIRE(e->c->valid == NTOK + 3, "valid %llu",
-		(unsigned long long)e->c->valid);
-}
-
 static void seq_take(const toy_env *e, toy_seq *out)
 {
 	toy_seq_alloc(e->lay, out);
@@ -188,7 +169,7 @@ static uint64_t drain_into(const char *dir, int codec, int direct,
 			   toy_seq *truth)
 {
 	toy_env e;
-	conv(&e, dir, codec);
+	spill_conv(&e, TAG, dir, codec, A, NTOK, G);
 	seq_take(&e, truth);
 	uint64_t valid = e.c->valid;
 	char err[MOOR_ERRLEN] = "";
@@ -207,7 +188,7 @@ static void read_back(const char *dir, int codec, const toy_seq *truth,
 {
 	toy_env e;
 	cache_cfg cfg;
-	cfg_of(&cfg, dir, "b", codec);
+	spill_cfg(&cfg, TAG, dir, "b", codec);
 	toy_open(&e, &cfg, 4096, G);
 	CHECK(e.ho.resident_len == valid,
 	      "%s: read back %llu tokens, want %llu", what,

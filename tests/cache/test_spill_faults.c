@@ -455,12 +455,7 @@ int main(void)
 	/* on tmpfs where there is one: the sweep tests the order of the
 	 * operations and what a failure leaves, not the drive (an fsync per
 	 * file on a shared disk made it 30 s) */
-	struct stat sst;
-	snprintf(dir, sizeof dir, "%s/moor-spill-faults-XXXXXX",
-		 stat("/dev/shm", &sst) == 0 && access("/dev/shm", W_OK) == 0
-		     ? "/dev/shm"
-		     : "/tmp");
-	REQUIRE(mkdtemp(dir), "mkdtemp");
+	toy_tmpdir(dir, sizeof dir, "spill-faults");
 	A = toy_ids(NTOK, 91);
 	/* turn 1: A[0, 2400); turn 2: A[0, 2400) + its 4 tokens + 96 more */
 	toy_env e;

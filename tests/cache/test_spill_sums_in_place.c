@@ -39,6 +39,7 @@
 #include "spill_files.h"
 
 #define G 32
+#define TAG "sp" /* its arenas' names */
 #define NTOK 3400 /* 4 blocks of the spill, the last partial */
 #define MORE 40
 
@@ -170,14 +171,6 @@ static void open_env(toy_env *e, const cache_cfg *cfg, int runs)
 	toy_seq_alloc(e->lay, &e->cold);
 }
 
-static void cfg_of(cache_cfg *cfg, const char *dir, const char *name, int codec)
-{
-	toy_cfg_disk(cfg, "sp", name, dir);
-	cfg->disk_on = 0; /* the spill alone */
-	cfg->spill_codec = codec;
-	cfg->codec_threads = 2;
-}
-
 static uint64_t view_rowb(const cache_layout *l, int v)
 {
 	uint64_t outer, inner;
@@ -192,7 +185,7 @@ static void side_open(side *s, const char *tag, int runs, int codec,
 		 devsums ? "in-place" : "staged");
 	s->devsums = devsums;
 	cache_cfg cfg;
-	cfg_of(&cfg, s->dir, devsums ? "on" : "off", codec);
+	spill_cfg(&cfg, TAG, s->dir, devsums ? "on" : "off", codec);
 	open_env(&s->e, &cfg, runs);
 	memset(&s->m, 0, sizeof s->m);
 	for (int v = 0; v < 3; v++) {
@@ -211,16 +204,8 @@ static void side_close(side *s)
 /* spill.NAME of the stats JSON */
 static long long stat_of(cache *c, const char *name)
 {
-	char *txt = cache_stats_json(c);
-	REQUIRE(txt, "stats");
-	json_error_t je;
-	json_t *r = json_loads(txt, 0, &je);
-	free(txt);
-	REQUIRE(r, "stats: %s", je.text);
-	json_t *x = json_object_get(json_object_get(r, "spill"), name);
-	REQUIRE(json_is_integer(x), "no spill.%s in the stats", name);
-	long long v = json_integer_value(x);
-	json_decref(r);
+	long long v = toy_stat(c, "spill", name);
+	REQUIRE(v >= 0, "no spill.%s in the stats", name);
 	return v;
 }
 
@@ -292,7 +277,7 @@ static void read_back(const char *dir, int runs, int codec,
 		      int next, const char *what)
 {
 	cache_cfg cfg;
-	cfg_of(&cfg, dir, "rd", codec);
+	spill_cfg(&cfg, TAG, dir, "rd", codec);
 	toy_env e;
 	open_env(&e, &cfg, runs);
 	CHECK(e.ho.resident_len == valid,
@@ -463,12 +448,7 @@ static void shape(const char *tag, int runs, int codec)
 int main(void)
 {
 	moor_log_level = MOOR_LOG_ERROR;
-	struct stat sst;
-	snprintf(root, sizeof root, "%s/moor-spill-sums-XXXXXX",
-		 stat("/dev/shm", &sst) == 0 && access("/dev/shm", W_OK) == 0
-		     ? "/dev/shm"
-		     : "/tmp");
-	REQUIRE(mkdtemp(root), "mkdtemp");
+	toy_tmpdir(root, sizeof root, "spill-sums");
 	A = toy_ids(NTOK + 64, 31);
 	B = toy_ids(MORE + 8, 32);
 	C = toy_ids(48, 33);

@@ -33,6 +33,7 @@
 #include "spill_files.h"
 
 #define G 32
+#define TAG "s2" /* its arenas' names */
 #define NTOK 3400 /* 4 blocks of the spill, the last partial */
 
 static char root[256];
@@ -145,26 +146,6 @@ static const arena_mover watch_mover = {
 
 static int32_t *A;
 
-static void cfg_of(cache_cfg *cfg, const char *dir, const char *name, int codec)
-{
-	toy_cfg_disk(cfg, "s2", name, dir);
-	cfg->disk_on = 0; /* the spill alone */
-	cfg->spill_codec = codec;
-	cfg->codec_threads = 2;
-}
-
-/* A cache in dir that ran a turn of NTOK tokens (valid NTOK + 3). */
-static void conv(toy_env *e, const char *dir, int codec)
-{
-	cache_cfg cfg;
-	cfg_of(&cfg, dir, "a", codec);
-	toy_open(e, &cfg, 4096, G);
-	toy_turn t;
-	REQUIRE(toy_run(e, A, NTOK, "s", 4, &t, 0, "turn") == 0, "turn");
-	REQUIRE(e->c->valid == NTOK + 3, "valid %llu",
-		(unsigned long long)e->c->valid);
-}
-
 static void drain(toy_env *e, int serial, const char *what)
 {
 	char err[MOOR_ERRLEN] = "";
@@ -202,12 +183,12 @@ static void same_as_serial(int codec)
 	snprintf(what, sizeof what, "codec %d", codec);
 	static op_rec o2[512], o1[512];
 	toy_env e;
-	conv(&e, da, codec);
+	spill_conv(&e, TAG, da, codec, A, NTOK, G);
 	take_ops(o2);
 	drain(&e, 0, what);
 	int n2 = take_ops(o2);
 	toy_close(&e);
-	conv(&e, db, codec);
+	spill_conv(&e, TAG, db, codec, A, NTOK, G);
 	take_ops(o1);
 	drain(&e, 1, what);
 	int n1 = take_ops(o1);
@@ -262,7 +243,7 @@ static void overlap_and_back(void)
 	char d[300];
 	snprintf(d, sizeof d, "%s/overlap", root);
 	toy_env e;
-	conv(&e, d, 1);
+	spill_conv(&e, TAG, d, 1, A, NTOK, G);
 	toy_seq truth; /* the conversation as drained */
 	seq_take(&e, &truth);
 	uint64_t valid = e.c->valid;
@@ -277,7 +258,7 @@ static void overlap_and_back(void)
 
 	/* a new cache reads the entry back at its attach */
 	cache_cfg cfg;
-	cfg_of(&cfg, d, "b", 1);
+	spill_cfg(&cfg, TAG, d, "b", 1);
 	toy_open(&e, &cfg, 4096, G);
 	CHECK(e.ho.resident_len == valid, "read back %llu tokens, want %llu",
 	      (unsigned long long)e.ho.resident_len, (unsigned long long)valid);
@@ -338,7 +319,7 @@ static void error_keeps_old(void)
 	snprintf(d, sizeof d, "%s/error", root);
 	toy_env e;
 	cache_cfg cfg;
-	cfg_of(&cfg, d, "a", 1);
+	spill_cfg(&cfg, TAG, d, "a", 1);
 	toy_open(&e, &cfg, 4096, G);
 	toy_turn t;
 	REQUIRE(toy_run(&e, A, NTOK - 700, "s", 4, &t, 0, "turn 1") == 0,
@@ -359,7 +340,7 @@ static void error_keeps_old(void)
 	      before.n);
 
 	/* a new cache reads it back and the conversation grows */
-	cfg_of(&cfg, d, "b", 1);
+	spill_cfg(&cfg, TAG, d, "b", 1);
 	toy_open(&e, &cfg, 4096, G);
 	REQUIRE(e.ho.resident_len == v1, "read back %llu",
 		(unsigned long long)e.ho.resident_len);
@@ -419,7 +400,7 @@ static void error_keeps_old(void)
 		REQUIRE(fd >= 0 && write(fd, rn, 16) == 16, "%s", p);
 		close(fd);
 		toy_env f;
-		cfg_of(&cfg, d, "c", 1);
+		spill_cfg(&cfg, TAG, d, "c", 1);
 		toy_open(&f, &cfg, 4096, G);
 		CHECK(f.ho.resident_len == v1 &&
 			  toy_equal(f.lay, &f.s, &t1, v1, "older entry"),
@@ -432,7 +413,7 @@ static void error_keeps_old(void)
 	/* and the tier works on: the same drain without the fault */
 	drain(&e, 0, "after the error");
 	toy_close(&e);
-	cfg_of(&cfg, d, "d", 1);
+	spill_cfg(&cfg, TAG, d, "d", 1);
 	toy_open(&e, &cfg, 4096, G);
 	CHECK(e.ho.resident_len == v2 &&
 		  toy_equal(e.lay, &e.s, &t2, v2, "after the error"),
@@ -449,12 +430,7 @@ int main(void)
 {
 	moor_log_level = MOOR_LOG_ERROR;
 	main_th = pthread_self();
-	struct stat sst;
-	snprintf(root, sizeof root, "%s/moor-spill-two-XXXXXX",
-		 stat("/dev/shm", &sst) == 0 && access("/dev/shm", W_OK) == 0
-		     ? "/dev/shm"
-		     : "/tmp");
-	REQUIRE(mkdtemp(root), "mkdtemp");
+	toy_tmpdir(root, sizeof root, "spill-two");
 	A = toy_ids(NTOK + 64, 17);
 	dfile_fault = hook;
 	same_as_serial(1);

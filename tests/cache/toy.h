@@ -15,10 +15,13 @@
 #define MOOR_TEST_TOY_H
 
 #include <dirent.h>
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cache.h"
 #include "t.h"
@@ -395,6 +398,35 @@ static inline int toy_file_at(const char *dir, char k, uint64_t line, char *out,
 	}
 	closedir(dp);
 	return got;
+}
+
+/* A new directory for a test's files in /dev/shm where it can write
+ * there (the tests look at the order of operations and what a failure
+ * leaves, not at a drive: an fsync a file on a shared disk cost seconds),
+ * else in /tmp: out (n bytes) gets its path, "moor-TAG-XXXXXX" made. */
+static inline void toy_tmpdir(char *out, size_t n, const char *tag)
+{
+	struct stat st;
+	snprintf(out, n, "%s/moor-%s-XXXXXX",
+		 stat("/dev/shm", &st) == 0 && access("/dev/shm", W_OK) == 0
+		     ? "/dev/shm"
+		     : "/tmp",
+		 tag);
+	REQUIRE(mkdtemp(out), "mkdtemp %s", out);
+}
+
+/* The integer KEY of the stats' object TIER (cache_stats_json), -1 when
+ * it has none. */
+static inline long long toy_stat(cache *c, const char *tier, const char *key)
+{
+	char *s = cache_stats_json(c);
+	json_t *r = s ? json_loads(s, 0, NULL) : NULL;
+	free(s);
+	REQUIRE(r, "stats");
+	json_t *v = json_object_get(json_object_get(r, tier), key);
+	long long x = json_is_integer(v) ? json_integer_value(v) : -1;
+	json_decref(r);
+	return x;
 }
 
 #endif

@@ -77,6 +77,10 @@ print(json.dumps({"ram": ram,
                  sort_keys=True))'
 }
 part() { python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)[\"$1\"], sort_keys=True))"; }
+# every tier of the held counts $1 holds something
+full() { [ "$(echo "$1" | json 'd["disk"]["anchors"] > 0 and d["spill"]["entries"] > 0 and d["ram"]["resident"]["anchors"] > 0')" = True ]; }
+# tier $1 the same in the held counts $2 and $3
+left() { [ "$(echo "$2" | part "$1")" = "$(echo "$3" | part "$1")" ]; }
 # poll until the disk tier's writer has nothing queued and holds anchors
 # (the writes never hold a request: they land while the next one runs)
 wait_disk() {
@@ -169,13 +173,13 @@ check "stats count the spill's hit" '[ "$(stats | json "d[\"spill\"][\"hits\"] =
 # ---- 3. clear by tier ----
 wait_disk || check "the disk tier's writer did not settle" false
 h0=$(held)
-check "before the clears every tier holds something: $h0" '[ "$(echo "$h0" | json "d[\"disk\"][\"anchors\"] > 0 and d[\"spill\"][\"entries\"] > 0 and d[\"ram\"][\"resident\"][\"anchors\"] > 0")" = True ]'
+check "before the clears every tier holds something: $h0" 'full "$h0"'
 out=$("$moorctl" --run-dir "$run" clear --tier disk); rc=$?
 check "clear --tier disk: exit 0, says so" '[ $rc -eq 0 ] && [ "$out" = "cleared disk" ]'
 h1=$(held)
 check "clear --tier disk emptied the disk tier: $h1" '[ "$(echo "$h1" | part disk)" = "{\"anchors\": 0, \"bytes\": 0, \"chunks\": 0, \"lines\": []}" ]'
-check "clear --tier disk left the spill" '[ "$(echo "$h1" | part spill)" = "$(echo "$h0" | part spill)" ]'
-check "clear --tier disk left RAM" '[ "$(echo "$h1" | part ram)" = "$(echo "$h0" | part ram)" ]'
+check "clear --tier disk left the spill" 'left spill "$h1" "$h0"'
+check "clear --tier disk left RAM" 'left ram "$h1" "$h0"'
 
 # a new session's first long request writes its head anchors again
 turn c1.out "$(seq -s, 6000 6699)" sC
@@ -186,8 +190,8 @@ out=$("$moorctl" --run-dir "$run" clear --tier spill); rc=$?
 check "clear --tier spill: exit 0, says so" '[ $rc -eq 0 ] && [ "$out" = "cleared spill" ]'
 h3=$(held)
 check "clear --tier spill emptied the spill: $h3" '[ "$(echo "$h3" | part spill)" = "{\"bytes\": 0, \"entries\": 0}" ]'
-check "clear --tier spill left the disk tier" '[ "$(echo "$h3" | part disk)" = "$(echo "$h2" | part disk)" ]'
-check "clear --tier spill left RAM" '[ "$(echo "$h3" | part ram)" = "$(echo "$h2" | part ram)" ]'
+check "clear --tier spill left the disk tier" 'left disk "$h3" "$h2"'
+check "clear --tier spill left RAM" 'left ram "$h3" "$h2"'
 
 # the spill holds a conversation again after another drain
 stop "$cpid"; cpid=
@@ -196,17 +200,17 @@ start_cached cached3.log
 wait_log "$run/cached3.log" '\[spill\] read back' 400 ||
 	check "cached3 read nothing back" false
 h4=$(held)
-check "after the second restart every tier holds something: $h4" '[ "$(echo "$h4" | json "d[\"disk\"][\"anchors\"] > 0 and d[\"spill\"][\"entries\"] > 0 and d[\"ram\"][\"resident\"][\"anchors\"] > 0")" = True ]'
+check "after the second restart every tier holds something: $h4" 'full "$h4"'
 out=$("$moorctl" --run-dir "$run" clear --tier ram); rc=$?
 h5=$(held)
 check "clear --tier ram: exit 0" '[ $rc -eq 0 ] && [ "$out" = "cleared ram" ]'
 check "clear --tier ram emptied the resident prefix and the end anchor: $h5" '[ "$(echo "$h5" | json "d[\"ram\"][\"resident\"][\"anchors\"] == 0 and d[\"ram\"][\"resident\"][\"bytes\"] == 0 and d[\"ram\"][\"end\"][\"have\"] is False")" = True ]'
-check "clear --tier ram left the NVMe tiers" '[ "$(echo "$h5" | part disk)" = "$(echo "$h4" | part disk)" ] && [ "$(echo "$h5" | part spill)" = "$(echo "$h4" | part spill)" ]'
+check "clear --tier ram left the NVMe tiers" 'left disk "$h5" "$h4" && left spill "$h5" "$h4"'
 # RAM again, so that "all" has every tier to empty
 turn d1.out "$(seq -s, 8000 8199)" sD
 wait_disk || check "the disk tier's writer did not settle" false
 h6=$(held)
-check "before clear --tier all every tier holds something: $h6" '[ "$(echo "$h6" | json "d[\"disk\"][\"anchors\"] > 0 and d[\"spill\"][\"entries\"] > 0 and d[\"ram\"][\"resident\"][\"anchors\"] > 0")" = True ]'
+check "before clear --tier all every tier holds something: $h6" 'full "$h6"'
 out=$("$moorctl" --run-dir "$run" clear --tier all); rc=$?
 h7=$(held)
 check "clear --tier all: exit 0" '[ $rc -eq 0 ] && [ "$out" = "cleared all" ]'
