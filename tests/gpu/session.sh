@@ -8,7 +8,9 @@
 #   env       a later call on the warm machine: setup's environment, no build
 #   suite     meson test --suite gpu --suite kern (the defaults)
 #   mover     the GPU suite again with cached's CUDA mover in batches and
-#             on two lanes (MOOR_MOVER_BATCH=1 MOOR_MOVER_LANES=1)
+#             on two lanes (MOOR_MOVER_BATCH=1 MOOR_MOVER_LANES=1), or with
+#             each of MOVER_ENVS (space-separated; VAR=V,VAR=V a run) over
+#             MOVER_TESTS (meson test's arguments; default --suite gpu)
 #   tc        the kern and golden GPU tests again with MOOR_GDN_TC=1
 #   rt        the kern and golden GPU tests again with MOOR_GDN_RT=0 (the
 #             delta rule's first kernels), then bench_kern's delta row
@@ -99,8 +101,10 @@ for p in "$@"; do
 		phase suite ${SUITE_LIMIT:-210} "meson test -C $B --suite gpu --suite kern --num-processes 4 --print-errorlogs; \
 			cp $B/meson-logs/testlog.txt $OUT/suite-testlog.txt" ;;
 	mover)
-		phase mover ${MOVER_LIMIT:-150} "MOOR_MOVER_LANES=1 MOOR_MOVER_BATCH=1 meson test -C $B --suite gpu \
-			--num-processes 4 --print-errorlogs" ;;
+		phase mover ${MOVER_LIMIT:-150} "for e in ${MOVER_ENVS:-MOOR_MOVER_LANES=1,MOOR_MOVER_BATCH=1}; do \
+			echo \"--- \$e\"; env \${e//,/ } meson test -C $B ${MOVER_TESTS:---suite gpu} \
+			--num-processes 4 --print-errorlogs >\$OUT/mover-\${e//[=,]/-}.txt 2>&1; \
+			grep -E '^ *[0-9]+/[0-9]+ |^(Ok|Fail|Skipped):' \$OUT/mover-\${e//[=,]/-}.txt; done" ;;
 	tc)
 		phase tc 120 "MOOR_GDN_TC=1 meson test -C $B test_kern_backends test_kern_deterministic \
 			test_golden_transformers_cuda test_prefill_split_exact_tiny_cuda --num-processes 4 \
