@@ -198,6 +198,115 @@ static __global__ void k_rmsnorm(float *y, int ldy, float *h, const float *x,
 	}
 }
 
+/* Rows of at least RMS_V4_MIN floats (the hidden size's norms; a head's
+ * norms keep k_rmsnorm_reg, whose order k_attn_prep repeats) whose
+ * pointers and strides allow it run k_rmsnorm_v4: the same arithmetic
+ * in float4s, a thread's float4s i = tid + blockDim.x j summed in order
+ * of j and within each in order x, y, z, w, then kcu_block_sum: one order
+ * per (dim, block size), another than k_rmsnorm_reg's, so MOOR_NORM_V4=0
+ * (read at each call, for bench_kern's A/B) keeps the scalar kernels.
+ * The loads of x and h are a quarter of the scalar kernel's
+ * instructions, all in flight at once as there. */
+#define RMS_V4_MIN 1024
+
+/* 4 weights from element 4 i on (8- or 16-byte aligned) as floats */
+static __device__ inline float4 w4_at(const void *w, int wdt, int i)
+{
+	if (wdt == KERN_F32)
+		return __ldg((const float4 *)w + i);
+	uint2 u = __ldg((const uint2 *)w + i);
+	if (wdt == KERN_BF16) {
+		const __nv_bfloat16 *e = (const __nv_bfloat16 *)&u;
+		return make_float4(__bfloat162float(e[0]), __bfloat162float(e[1]),
+				   __bfloat162float(e[2]), __bfloat162float(e[3]));
+	}
+	const __half *e = (const __half *)&u;
+	return make_float4(__half2float(e[0]), __half2float(e[1]),
+			   __half2float(e[2]), __half2float(e[3]));
+}
+
+static __device__ inline float4 f4_rnd(float4 v, int act)
+{
+	return make_float4(kcu_rnd(v.x, act), kcu_rnd(v.y, act),
+			   kcu_rnd(v.z, act), kcu_rnd(v.w, act));
+}
+
+template <int V4, bool ADD>
+static __global__ void k_rmsnorm_v4(float *y, int ldy, float *h,
+				    const float *x, int ldx, const void *w,
+				    int wdt, int dim, float eps, int plus_one,
+				    int act)
+{
+	kcu_pdl_release();
+	__shared__ float sh[32];
+	const size_t r = blockIdx.x;
+	const int d4 = dim >> 2, bd = blockDim.x, tid = threadIdx.x;
+	float4 *hr = ADD ? (float4 *)(h + r * dim) : NULL;
+	const float4 *xr = (const float4 *)(x + r * (size_t)ldx);
+	float4 *yr = (float4 *)(y + r * (size_t)ldy);
+	float4 v[V4], hv[V4], wv[V4];
+#pragma unroll
+	for (int j = 0; j < V4; j++) {
+		int i = tid + bd * j;
+		wv[j] = w4_at(w, wdt, i < d4 ? i : 0);
+	}
+	kcu_pdl_wait();
+#pragma unroll
+	for (int j = 0; j < V4; j++) {
+		int i = tid + bd * j;
+		v[j] = xr[i < d4 ? i : 0];
+		if (ADD)
+			hv[j] = hr[i < d4 ? i : 0];
+	}
+	float ss = 0.0f;
+#pragma unroll
+	for (int j = 0; j < V4; j++) {
+		int i = tid + bd * j;
+		if (i < d4) {
+			if (ADD) {
+				v[j] = f4_rnd(make_float4(hv[j].x + v[j].x,
+							  hv[j].y + v[j].y,
+							  hv[j].z + v[j].z,
+							  hv[j].w + v[j].w),
+					      act);
+				hr[i] = v[j];
+			}
+			ss += v[j].x * v[j].x;
+			ss += v[j].y * v[j].y;
+			ss += v[j].z * v[j].z;
+			ss += v[j].w * v[j].w;
+		}
+	}
+	ss = kcu_block_sum(ss, sh);
+	const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+#pragma unroll
+	for (int j = 0; j < V4; j++) {
+		int i = tid + bd * j;
+		if (i < d4) {
+			float4 ww = wv[j];
+			if (plus_one)
+				ww = make_float4(1.0f + ww.x, 1.0f + ww.y,
+						 1.0f + ww.z, 1.0f + ww.w);
+			yr[i] = f4_rnd(make_float4((v[j].x * inv) * ww.x,
+						   (v[j].y * inv) * ww.y,
+						   (v[j].z * inv) * ww.z,
+						   (v[j].w * inv) * ww.w),
+				       act);
+		}
+	}
+}
+
+/* Whether a norm of these rows can run k_rmsnorm_v4 (RMS_V4_MIN). */
+static int rms_v4_ok(const float *y, int ldy, const float *h, const float *x,
+		     int ldx, const void *w, int wdt, int dim)
+{
+	uintptr_t a = (uintptr_t)y | (uintptr_t)x | (uintptr_t)h;
+	uintptr_t wa = wdt == KERN_F32 ? 15 : 7;
+	return kcu_env_flag("MOOR_NORM_V4", 1) && dim >= RMS_V4_MIN && dim % 4 == 0 &&
+	       dim / 4 <= 8 * 256 && ldy % 4 == 0 && ldx % 4 == 0 &&
+	       (a & 15) == 0 && ((uintptr_t)w & wa) == 0;
+}
+
 static unsigned row_threads(int dim)
 {
 	unsigned t = 32;
@@ -221,11 +330,35 @@ static unsigned row_threads(int dim)
 		return 0;                                                      \
 	}
 
+#define RMS_V4_CASE(V)                                                         \
+	if (v4 <= V) {                                                         \
+		if (add)                                                       \
+			kcu_go(q, k_rmsnorm_v4<V, true>, rows, nt4, 0, y, ldy, \
+			       h, x, ldx, w, wdt, dim, eps, plus_one, act);    \
+		else                                                           \
+			kcu_go(q, k_rmsnorm_v4<V, false>, rows, nt4, 0, y,     \
+			       ldy, h, x, ldx, w, wdt, dim, eps, plus_one,     \
+			       act);                                           \
+		KCU_LAUNCHED(q->ctx);                                          \
+		return 0;                                                      \
+	}
+
 static int rms_launch(kern_queue *q, float *y, int ldy, float *h,
 		      const float *x, int ldx, const void *w, int wdt,
 		      int rows, int dim, float eps, int plus_one, int act,
 		      int add)
 {
+	if (rms_v4_ok(y, ldy, h, x, ldx, w, wdt, dim)) {
+		unsigned nt4 = row_threads(dim / 4);
+		int v4 = (int)((dim / 4 + nt4 - 1) / nt4);
+		RMS_V4_CASE(1)
+		RMS_V4_CASE(2)
+		RMS_V4_CASE(3)
+		RMS_V4_CASE(4)
+		RMS_V4_CASE(5)
+		RMS_V4_CASE(6)
+		RMS_V4_CASE(8)
+	}
 	unsigned nt = row_threads(dim);
 	int vpt = (int)((dim + nt - 1) / nt);
 	if (dim <= RMS_REG_MAX) {

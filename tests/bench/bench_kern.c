@@ -219,11 +219,21 @@ int main(int argc, char **argv)
 		float *h = dev((size_t)T * H * 4, KERN_F32, -1, 1);
 		float *xn = dev((size_t)T * H * 4, KERN_F32, 0, 0);
 		void *nw = dev((size_t)H * 2, KERN_BF16, -0.5f, 0.5f);
-		TIME(ms, o->add_rmsnorm(q, h, out, xn, nw, KERN_BF16, T, H, 1e-6f,
-					KERN_ACT_BF16));
-		printf("| add_rmsnorm | %d tokens, %d wide | %.4f | %.0f GB/s | "
-		       "4300 (copy) |\n",
-		       T, H, ms, (double)T * H * 16 / 1e9 / ms * 1e3);
+		/* float4s (the default) and the scalar kernel (MOOR_NORM_V4=0),
+		 * a chunk's rows and a decode step's one */
+		for (int v = 1; v >= 0; v--) {
+			setenv("MOOR_NORM_V4", v ? "1" : "0", 1);
+			for (int rows = T; rows >= 1; rows = rows > 1 ? 1 : 0) {
+				TIME(ms, o->add_rmsnorm(q, h, out, xn, nw, KERN_BF16,
+							rows, H, 1e-6f,
+							KERN_ACT_BF16));
+				printf("| add_rmsnorm%s | %d tokens, %d wide | %.4f | "
+				       "%.0f GB/s | 4300 (copy) |\n",
+				       v ? " (float4)" : " (scalar)", rows, H, ms,
+				       (double)rows * H * 16 / 1e9 / ms * 1e3);
+			}
+		}
+		unsetenv("MOOR_NORM_V4");
 		o->free(cx, in);
 		o->free(cx, out);
 		o->free(cx, tl);

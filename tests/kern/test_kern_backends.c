@@ -229,7 +229,7 @@ static void case_mlp(void)
 
 /* ---- norms, elementwise ---- */
 
-static void case_norms(void)
+static void case_norms_run(void)
 {
 	int rows = 37, dim = 1024;
 	size_t n = (size_t)rows * dim;
@@ -288,6 +288,16 @@ static void case_norms(void)
 	free(x);
 	free(h0);
 	free(z);
+}
+
+/* The norms of rows 1,024 wide and more in float4s (the default) and on
+ * the scalar kernel (MOOR_NORM_V4=0), each against the CPU */
+static void case_norms(void)
+{
+	case_norms_run();
+	setenv("MOOR_NORM_V4", "0", 1);
+	case_norms_run();
+	unsetenv("MOOR_NORM_V4");
 }
 
 /* ---- the GDN ops ---- */
