@@ -3,7 +3,10 @@
  *      a prefill of T tokens on each model given, then its KV rows (every
  *      view's rows [0, T)) and its recurrent states (every section) encoded
  *      and decoded apart: the bytes saved (the issue's goal: 35% or more)
- *      and MB/s of each way on THREADS threads.
+ *      and MB/s of each way on THREADS threads. The prompt is the first T
+ *      ids of MODEL_DIR/bench_ids.i32 (little-endian int32; held-out text,
+ *      tests/golden/train_tiny.py writes one) where it exists, else random
+ *      ids; the rows say which.
  *   2. The drive: a file of S MiB written with O_DIRECT (+ fdatasync) and
  *      read back with O_DIRECT, the best of 3 of two ways (one 64 MiB
  *      request at a time, and 4 threads of 8 MiB requests: the drive's
@@ -38,7 +41,8 @@
  *      of 3 each; the saves' own split is in their log lines ([spill]
  *      saved: encoder, writer, waits, files O_DIRECT).
  * Usage: bench_spill DIR THREADS T MODEL_DIR... (DIR: where the files go,
- * on the drive to measure). */
+ * on the drive to measure). MOOR_BENCH_PARTS (default "123") picks the
+ * parts that run, e.g. "1" for the codec alone. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -79,7 +83,7 @@ static void codec_row(const char *model, const char *what, const void *p,
 	double t2 = moor_now();
 	if (rc || memcmp(p, d, n))
 		die("codec round trip", rc ? rc : MOOR_EFORMAT, what);
-	printf("  %-14s %-12s %12llu %12llu %7.1f%% %9.0f %9.0f\n", model, what,
+	printf("  %-14s %-22s %12llu %12llu %7.1f%% %9.0f %9.0f\n", model, what,
 	       (unsigned long long)n, (unsigned long long)en,
 	       100.0 * (1.0 - (double)en / (double)n),
 	       (double)n / (t1 - t0) / 1e6, (double)n / (t2 - t1) / 1e6);
@@ -106,12 +110,35 @@ static void model_rows(const char *dir, int threads, int64_t T, moor_pool *pool)
 	int V = eng_model_vocab(m);
 	int32_t *ids = malloc((size_t)T * 4);
 	float *lg = malloc((size_t)V * 4);
-	uint64_t x = 12345;
-	for (int64_t i = 0; i < T; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		ids[i] = (int32_t)(x % (uint64_t)V);
+	if (!ids || !lg)
+		die("oom", -ENOMEM, NULL);
+	/* held-out text where the model dir has some (a trained model's rows
+	 * are not a random model's), else random ids */
+	char p[600];
+	snprintf(p, sizeof p, "%s/bench_ids.i32", dir);
+	FILE *f = fopen(p, "rb");
+	int text = f != NULL;
+	if (!f && errno != ENOENT)
+		die("open", -errno, p);
+	if (text) {
+		size_t got = fread(ids, 4, (size_t)T, f);
+		fclose(f);
+		if (got != (size_t)T)
+			die("bench_ids.i32 holds fewer ids than T", MOOR_ETRUNC,
+			    p);
+		for (int64_t i = 0; i < T; i++) /* LE file, LE hosts */
+			if (ids[i] < 0 || ids[i] >= V)
+				die("bench_ids.i32 holds an id outside the "
+				    "vocab",
+				    MOOR_ERANGE, p);
+	} else {
+		uint64_t x = 12345;
+		for (int64_t i = 0; i < T; i++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			ids[i] = (int32_t)(x % (uint64_t)V);
+		}
 	}
 	if ((rc = eng_prefill(m, &s, ids, T, lg, ENG_LOGITS_LAST)))
 		die("prefill", rc, NULL);
@@ -135,8 +162,10 @@ static void model_rows(const char *dir, int threads, int64_t T, moor_pool *pool)
 		o1 += y->sec[i].bytes;
 	}
 	const char *name = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
-	codec_row(name, "KV rows", kvb, kv, pool);
-	codec_row(name, "states", stb, st, pool);
+	codec_row(name, text ? "KV rows, text" : "KV rows, random ids", kvb, kv,
+		  pool);
+	codec_row(name, text ? "states, text" : "states, random ids", stb, st,
+		  pool);
 	free(kvb);
 	free(stb);
 	free(ids);
@@ -861,17 +890,27 @@ int main(int argc, char **argv)
 	int threads = atoi(argv[2]);
 	int64_t T = atoll(argv[3]);
 	moor_pool *pool = threads > 1 ? moor_pool_new(threads) : NULL;
-	printf("codec: byte planes + zstd 1 in %llu MiB frames, %d thread(s), "
-	       "a prefill of %lld random tokens\n",
-	       (unsigned long long)(CODEC_FRAME >> 20), threads, (long long)T);
-	printf("  %-14s %-12s %12s %12s %8s %9s %9s\n", "model", "what",
-	       "bytes", "encoded", "saved", "enc MB/s", "dec MB/s");
-	for (int i = 4; i < argc; i++)
-		model_rows(argv[i], threads, T, pool);
-	fflush(stdout);
-	drive(argv[1], 512);
-	fflush(stdout);
-	tiers(argv[1], threads, pool);
+	const char *parts = getenv("MOOR_BENCH_PARTS");
+	if (!parts)
+		parts = "123";
+	if (strchr(parts, '1')) {
+		printf("codec: byte planes + zstd 1 in %llu MiB frames, %d "
+		       "thread(s), a prefill of %lld tokens (bench_ids.i32's "
+		       "text where the model has one, else random ids)\n",
+		       (unsigned long long)(CODEC_FRAME >> 20), threads,
+		       (long long)T);
+		printf("  %-14s %-22s %12s %12s %8s %9s %9s\n", "model", "what",
+		       "bytes", "encoded", "saved", "enc MB/s", "dec MB/s");
+		for (int i = 4; i < argc; i++)
+			model_rows(argv[i], threads, T, pool);
+		fflush(stdout);
+	}
+	if (strchr(parts, '2')) {
+		drive(argv[1], 512);
+		fflush(stdout);
+	}
+	if (strchr(parts, '3'))
+		tiers(argv[1], threads, pool);
 	moor_pool_free(pool);
 	return 0;
 }
