@@ -50,6 +50,11 @@
 #   prof      ncu times each kernel of one decode step of bench_gpu (27B
 #             shapes, 8k history; MOOR_CUPROF_LAUNCH picks the step) and
 #             tests/gpu/ncu_sum.py sums them by kernel against the step
+#   trained   tests/golden/train_tiny.py trains models/tiny's shape on this
+#             host's text for TRAIN_MIN minutes (default 3) into
+#             /dev/shm/moor-trained, then bench_spill's part 1 (the codec)
+#             on 8,192 tokens: its held-out text on the trained model beside
+#             random ids on models/tiny
 # Knobs: SESSION_ENV (exported before every phase, e.g. MOOR_GDN_TC=1),
 # BENCH_LENS (gpu), BENCH_DECODE (decode steps, default 32).
 set -u
@@ -175,6 +180,11 @@ for p in "$@"; do
 			--section LaunchStats --section SchedulerStats \
 			$B/tests/bench/bench_kern --only delta --reps 1 \
 			>$OUT/dprof-detail-\${e//=/-}.txt 2>&1; done" ;;
+	trained)
+		phase trained ${TRAINED_LIMIT:-330} "python3 tests/golden/train_tiny.py /dev/shm/moor-trained \
+			--minutes ${TRAIN_MIN:-3} --device cuda && mkdir -p /dev/shm/moor-bs && \
+			MOOR_BENCH_PARTS=1 $B/tests/bench/bench_spill /dev/shm/moor-bs 16 8192 /dev/shm/moor-trained models/tiny; \
+			rm -rf /dev/shm/moor-bs" ;;
 	prof)
 		phase prof ${PROF_LIMIT:-240} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); echo ncu: \$NCU; \
 			MOOR_CUPROF_LAUNCH=4 \$NCU --clock-control none --profile-from-start off \
