@@ -100,7 +100,10 @@ int arena_shm_room(uint64_t *fs_free, uint64_t *fs_size, uint64_t *ram);
 
 /* Lanes of a mover (copyv, mark, after): lane 0 is the order of copy,
  * copy2d and zero; copies given to one lane run in the order given, and
- * between lanes only as mark and after say. A point (mark) stays usable
+ * between lanes only as mark and after say. A copy the mover does on the
+ * CPU (host to host; zero of host memory) waits for its lane's earlier
+ * copies and the points after() gave that lane, not for the other lanes:
+ * order those with mark and after, or sync(). A point (mark) stays usable
  * for after until its lane has made ARENA_MARKS more. */
 #define ARENA_LANES 3
 #define ARENA_MARKS 4
@@ -138,11 +141,20 @@ typedef struct arena_mover {
 	/* Optional (NULL: copies are complete on return). */
 	int (*sync)(void *ctx);
 	/* Optional (NULL: the caller calls copy2d for each). The n copies of
-	 * v, on lane (0 .. ARENA_LANES - 1), in no order among themselves:
-	 * none may write what another reads or writes. All run after the
-	 * lane's earlier copies and before its later ones; v is read during
-	 * the call only. The CUDA mover issues them as one
-	 * cudaMemcpy3DBatchAsync where the runtime has it. */
+	 * v, on lane (0 .. ARENA_LANES - 1). All run after the lane's
+	 * earlier copies and before its later ones; v is read during the
+	 * call only. Callers give independent copies (none writes what
+	 * another reads or writes; cached's vectors copy one way between
+	 * the live buffers and other memory), which a mover may run side by
+	 * side. The CUDA mover gathers the copies between the arenas into
+	 * batches of one cudaMemcpy3DBatchAsync (MOOR_MOVER_BATCH=1), whose
+	 * copies the runtime runs in no order, and keeps the order given
+	 * even so (arena_batch.h): a batch goes to the lane before a copy
+	 * that reads what one of it writes or writes what one of it reads
+	 * or writes, before a copy issued alone (pageable memory) or on the
+	 * CPU (host to host), when full, and before the call returns. A
+	 * dependent vector costs calls, never bytes; and nothing of v is
+	 * held back past the call, so a mark after it covers all of v. */
 	int (*copyv)(void *ctx, int lane, const arena_copy *v, size_t n);
 	/* Optional, both or neither (NULL: one lane, every copy in call
 	 * order, whatever lane copyv names). mark: *pt, a point after
@@ -189,8 +201,9 @@ int arena_cuda_probe(int device, char *err);
  * after the weights load). err: MOOR_ERRLEN or NULL. */
 int arena_cuda_mem(int device, uint64_t *free_b, uint64_t *total_b, char *err);
 /* cudaMallocs `size` bytes on `device` (after cudaMemGetInfo says they fit:
- * else MOOR_ENOSPACE and err names the numbers), zeroed, as an owner arena
- * labelled name; arena_close cudaFrees it. */
+ * else MOOR_ENOSPACE and err names the numbers), zeroed (done on return:
+ * any stream may write it next), as an owner arena labelled name;
+ * arena_close cudaFrees it. */
 int arena_cuda_create(const char *name, uint64_t size, int device,
 		      arena **out, char *err);
 /* The cudaIpcMemHandle_t of an arena_cuda_create arena (64 bytes) and its

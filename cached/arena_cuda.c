@@ -3,7 +3,9 @@
  *
  * The device arena is one cudaMalloc of the whole --device-gb, checked
  * against cudaMemGetInfo first and zeroed (a fresh shm arena reads as zeros
- * too), exported with cudaIpcGetMemHandle; the engine opens the handle
+ * too; the zeroing waited for before the call returns: it runs on the
+ * legacy stream, which no stream of the mover's or an engine's waits
+ * for), exported with cudaIpcGetMemHandle; the engine opens the handle
  * (import_ipc) and computes into it. The memory is cached's: an engine
  * that dies frees nothing of it.
  *
@@ -14,6 +16,17 @@
  * reads or writes one registration. Host-to-host copies (the park's bounce
  * buffer) wait for the stream, then memcpy: the stream's earlier copies
  * may be writing their source.
+ *
+ * Batches (copyv, MOOR_MOVER_BATCH=1): the pieces of a copyv between the
+ * arenas gather into one cudaMemcpy3DBatchAsync, whose copies run in no
+ * order among themselves. The order given is kept by arena_batch.h's
+ * rules: the gathered pieces go to the stream before a piece that does
+ * not join them (issued alone: pageable memory; or on the CPU: host to
+ * host), before one that writes bytes one of them reads or writes or
+ * reads bytes one of them writes, when the batch is full, and at the end
+ * of the call. So every call of the mover leaves nothing gathered: what
+ * it was given is on a stream (or done) when it returns, for mark, sync
+ * and sum2 to order.
  *
  * What a copy costs the CPU. A restore from the host arena is a thousand
  * copies or more (a copy a view a block of rows), so a copy asks the
@@ -57,6 +70,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "arena_batch.h"
 #include "arena_cuda_sum.h"
 #include "dfile.h"
 #include "moor.h"
@@ -185,7 +199,14 @@ int arena_cuda_create(const char *name, uint64_t size, int device,
 		return cu_err(e, "cudaMalloc of the device arena", err);
 	}
 	double t1 = moor_now();
+	/* Zeroed before it is handed out. cudaMemset of device memory is
+	 * asynchronous to the host and runs on the legacy default stream,
+	 * which the mover's lanes and an engine's queues (non-blocking
+	 * streams) do not wait for: unwaited, it could land over rows an
+	 * engine in this process (a test, bench_ttft) computes right after,
+	 * or over the mover's first copies. */
 	if ((e = cudaMemset(d->p, 0, size)) != cudaSuccess ||
+	    (e = cudaDeviceSynchronize()) != cudaSuccess ||
 	    (e = cudaIpcGetMemHandle(&d->h, d->p)) != cudaSuccess) {
 		rc = cu_err(e, "the device arena", err);
 		dev_release(d);
@@ -236,12 +257,12 @@ typedef struct cmv {
 	size_t max_pitch; /* cudaDevAttrMaxPitch: a 2D copy's pitches */
 	/* copyv through cudaMemcpy3DBatchAsync: with MOOR_MOVER_BATCH=1
 	 * where the runtime has it (default: one call a copy); off from the
-	 * first batch the
-	 * runtime refuses on (the copies then go one call each) */
+	 * first batch the runtime refuses (the copies then go one call
+	 * each) */
 	int batch;
-	arena_copy *pend; /* [BATCH_MAX] pieces gathered for it, npend */
-	size_t npend;
-	void *rt;	  /* its records in the runtime's form (batch_new) */
+	arena_batch b; /* the pieces gathered for it (arena_batch.h: pend
+			  and span [BATCH_MAX]); empty between calls */
+	void *rt;      /* its records in the runtime's form (batch_new) */
 	arena_mover_stats st; /* this mover's alone (a twin keeps its own) */
 	/* sum2's per-block partials (a, w): [2 * ARENA_SUM_BLOCKS] uint64,
 	 * on the device (cudaMalloc) and their copy on the host (pinned);
@@ -390,32 +411,34 @@ static cudaError_t batch_async(void *rt, const arena_copy *v, size_t n,
 
 /* One piece now, on the stream: h runs of w bytes (one run: a plain
  * copy). */
-static int put_now(cmv *c, cudaStream_t st, char *d, size_t dp,
-		   const char *s, size_t sp, size_t w, size_t h)
+static int put_now(cmv *c, cudaStream_t st, const arena_copy *x)
 {
 	c->st.calls++;
 	cudaError_t e =
-	    h == 1 ? cudaMemcpyAsync(d, s, w, cudaMemcpyDefault, st)
-		   : cudaMemcpy2DAsync(d, dp, s, sp, w, h, cudaMemcpyDefault,
-				       st);
+	    x->height == 1
+		? cudaMemcpyAsync(x->dst, x->src, x->width, cudaMemcpyDefault,
+				  st)
+		: cudaMemcpy2DAsync(x->dst, x->dpitch, x->src, x->spitch,
+				    x->width, x->height, cudaMemcpyDefault, st);
 	if (e != cudaSuccess)
-		return mv_fail(e, h == 1 ? "cudaMemcpyAsync"
-					 : "cudaMemcpy2DAsync");
+		return mv_fail(e, x->height == 1 ? "cudaMemcpyAsync"
+						 : "cudaMemcpy2DAsync");
 	return 0;
 }
 
-/* The gathered batch to the stream. A batch the runtime refuses (a
- * driver older than the runtime) turns batching off and goes one call a
- * copy: no copy of a batch writes what another reads, so one the runtime
- * did start and does again moves the same bytes. */
+/* The gathered pieces to the stream st, as one batch. A batch the
+ * runtime refuses (a driver older than the runtime) turns batching off
+ * and goes one call a piece, in the order gathered: no piece of a batch
+ * writes what another reads or writes (arena_batch.h), so one the
+ * runtime did start and does again moves the same bytes. */
 static int batch_flush(cmv *c, cudaStream_t st)
 {
-	size_t n = c->npend;
-	c->npend = 0;
+	size_t n = c->b.n;
+	c->b.n = 0;
 	if (!n)
 		return 0;
 	c->st.calls++;
-	cudaError_t e = batch_async(c->rt, c->pend, n, st);
+	cudaError_t e = batch_async(c->rt, c->b.pend, n, st);
 	if (e == cudaSuccess)
 		return 0;
 	moor_warn("cuda mover: cudaMemcpy3DBatchAsync of %zu copies: %s; "
@@ -424,43 +447,44 @@ static int batch_flush(cmv *c, cudaStream_t st)
 	(void)cudaGetLastError();
 	c->batch = 0;
 	for (size_t i = 0; i < n; i++) {
-		const arena_copy *x = &c->pend[i];
-		int rc = put_now(c, st, x->dst, x->dpitch, x->src, x->spitch,
-				 x->width, x->height);
+		int rc = put_now(c, st, &c->b.pend[i]);
 		if (rc)
 			return rc;
 	}
 	return 0;
 }
 
-/* One piece (its host side, if any, inside one registered part) to the
- * batch (to_batch) or the stream st. */
-static int put(cmv *c, cudaStream_t st, int to_batch, char *d, size_t dp,
-	       const char *s, size_t sp, size_t w, size_t h)
+/* One piece (its host side, if any, inside one registered part) into the
+ * batch (join, while batching is on) or on the stream st; the gathered
+ * pieces go first where arena_batch.h's rules say (a piece that does
+ * not join, one that conflicts with a gathered piece, a full batch). */
+static int put(cmv *c, cudaStream_t st, int join, const arena_copy *x)
 {
-	if (!to_batch)
-		return put_now(c, st, d, dp, s, sp, w, h);
-	if (c->npend == BATCH_MAX) {
+	join = join && c->batch;
+	if (arena_batch_before(&c->b, x, join)) {
 		int rc = batch_flush(c, st);
 		if (rc)
 			return rc;
-		if (!c->batch)
-			return put_now(c, st, d, dp, s, sp, w, h);
+		join = join && c->batch; /* off if the runtime refused it */
 	}
-	c->pend[c->npend++] = (arena_copy){.dst = d,
-					   .src = s,
-					   .dpitch = dp,
-					   .spitch = sp,
-					   .width = w,
-					   .height = h};
+	if (!join)
+		return put_now(c, st, x);
+	arena_batch_add(&c->b, x);
 	return 0;
+}
+
+static int put_at(cmv *c, cudaStream_t st, int join, char *d, size_t dp,
+		  const char *s, size_t sp, size_t w, size_t h)
+{
+	arena_copy x = {d, s, dp, sp, w, h};
+	return put(c, st, join, &x);
 }
 
 /* A copy2d with a device side (dd, sd: which) in pieces: the host side's
  * rows in runs that each lie in one registered part, a row that crosses a
  * part's edge split at it; a pitch past the device's limit one row at a
  * time. */
-static int pieces(cmv *c, cudaStream_t st, int to_batch, const arena_copy *x,
+static int pieces(cmv *c, cudaStream_t st, int join, const arena_copy *x,
 		  int dd, int sd)
 {
 	char *d = x->dst;
@@ -468,7 +492,7 @@ static int pieces(cmv *c, cudaStream_t st, int to_batch, const arena_copy *x,
 	size_t w = x->width, h = x->height, dp = x->dpitch, sp = x->spitch;
 	int rows = h > 1 && (dp > c->max_pitch || sp > c->max_pitch);
 	if (dd && sd && !rows)
-		return put(c, st, to_batch, d, dp, s, sp, w, h);
+		return put(c, st, join, x);
 	size_t hp = dd ? sp : dp; /* the host side's pitch */
 	for (size_t i = 0; i < h;) {
 		char *dr = d + i * dp;
@@ -481,7 +505,7 @@ static int pieces(cmv *c, cudaStream_t st, int to_batch, const arena_copy *x,
 			k = (h - i - 1) * hp + w <= left ? h - i
 							 : (left - w) / hp + 1;
 		if (k) {
-			int rc = put(c, st, to_batch, dr, dp, sr, sp, w, k);
+			int rc = put_at(c, st, join, dr, dp, sr, sp, w, k);
 			if (rc)
 				return rc;
 			i += k;
@@ -491,7 +515,7 @@ static int pieces(cmv *c, cudaStream_t st, int to_batch, const arena_copy *x,
 		for (size_t n = w; n;) {
 			size_t m = part_left(c, dd ? sr : dr);
 			m = m < n ? m : n;
-			int rc = put(c, st, to_batch, dr, m, sr, m, m, 1);
+			int rc = put_at(c, st, join, dr, m, sr, m, m, 1);
 			if (rc)
 				return rc;
 			dr += m;
@@ -503,10 +527,13 @@ static int pieces(cmv *c, cudaStream_t st, int to_batch, const arena_copy *x,
 	return 0;
 }
 
-/* Host to host: after the lane's earlier copies (its stream st), which
- * may be writing the source. */
+/* Host to host: after the lane's earlier copies (its stream st, and the
+ * points after() made it wait for), which may be writing the source or
+ * reading the destination. Nothing may be gathered (a copyv flushes
+ * first). */
 static int host_copy(cmv *c, cudaStream_t st, const arena_copy *x)
 {
+	MOOR_ASSERT(c->b.n == 0);
 	int rc = stream_sync(c, st);
 	for (size_t i = 0; !rc && i < x->height; i++)
 		memcpy((char *)x->dst + i * x->dpitch,
@@ -545,9 +572,12 @@ static int mv_copy2d(void *ctx, void *dst, size_t dpitch, const void *src,
 }
 
 /* The copies between the arenas (the host side in the registered host
- * arena, or none) go as one batch; any other (pageable memory: the
- * runtime stages it before the call returns, as the caller may expect)
- * one call each, as copy2d. */
+ * arena, or none) gather into batches; any other one call each, as
+ * copy2d (pageable memory: the runtime stages it before the call returns,
+ * as the caller may expect); host to host on the CPU. The order given is
+ * kept (arena_batch.h): the gathered pieces go to the stream before a
+ * piece that does not join them, before one that conflicts with one of
+ * them, and at the end: nothing stays gathered past the call. */
 static int mv_copyv(void *ctx, int lane, const arena_copy *v, size_t n)
 {
 	cmv *c = ctx;
@@ -563,12 +593,14 @@ static int mv_copyv(void *ctx, int lane, const arena_copy *v, size_t n)
 		c->st.bytes += (uint64_t)x->width * x->height;
 		int dd = is_device(c, x->dst), sd = is_device(c, x->src);
 		if (!dd && !sd) {
-			rc = host_copy(c, st, x);
+			rc = batch_flush(c, st);
+			if (!rc)
+				rc = host_copy(c, st, x);
 			continue;
 		}
 		int in_arena = (dd || part_left(c, x->dst) != SIZE_MAX) &&
 			       (sd || part_left(c, x->src) != SIZE_MAX);
-		rc = pieces(c, st, c->batch && in_arena, x, dd, sd);
+		rc = pieces(c, st, in_arena, x, dd, sd);
 	}
 	int fr = batch_flush(c, st);
 	issued(c, t0, w0);
@@ -699,7 +731,8 @@ void arena_cuda_mover_free(arena_mover *m)
 		cudaFree(c->part_d);
 	if (c->part_h)
 		cudaFreeHost(c->part_h);
-	free(c->pend);
+	free(c->b.pend);
+	free(c->b.span);
 	free(c->rt);
 	free(c);
 }
@@ -713,10 +746,11 @@ static int mover_own(cmv *c, const char *what, char *err)
 	memset(c->ls, 0, sizeof c->ls);
 	memset(c->ev, 0, sizeof c->ev);
 	memset(c->seq, 0, sizeof c->seq);
-	c->pend = calloc(BATCH_MAX, sizeof *c->pend);
-	c->npend = 0;
+	c->b = (arena_batch){.pend = calloc(BATCH_MAX, sizeof(arena_copy)),
+			     .span = calloc(BATCH_MAX, sizeof *c->b.span),
+			     .max = BATCH_MAX};
 	c->rt = batch_new();
-	if (!c->pend)
+	if (!c->b.pend || !c->b.span)
 		return -ENOMEM;
 	const char *b = getenv("MOOR_MOVER_BATCH");
 	c->batch = c->rt && b && strcmp(b, "1") == 0;

@@ -11,12 +11,22 @@
  *   - a host-to-host copy after device copies sees their bytes (the mover
  *     waits for its stream first);
  *   - a batch (copyv: cudaMemcpy3DBatchAsync where the runtime has it,
- *     on here: the test sets MOOR_MOVER_BATCH=1 unless it is set) of 2D copies whose host side
- *     crosses parts, a plain run, a pageable source, device to device and
- *     host to host, in and back out, gives back the same bytes; the
- *     mover's counters count its 8 copies and their bytes, the calls they
- *     took (printed: fewer than the pieces where the runtime batches) and
- *     the sync;
+ *     on here: the test sets MOOR_MOVER_BATCH=1 unless it is set) of 2D
+ *     copies whose host side crosses parts, a plain run, a pageable
+ *     source, device to device and host to host, in and back out, gives
+ *     back the same bytes; the mover's counters count its 8 copies and
+ *     their bytes, the calls they took (printed: fewer than the pieces
+ *     where the runtime batches) and the sync;
+ *   - a copyv keeps the order given, though a batch's copies run in no
+ *     order (arena_batch.h's rules; each vector one call, the host sides
+ *     crossing parts): a bounce filled by a batched copy and read on the
+ *     CPU (host to host); a device region copied to pageable memory (a
+ *     copy alone) after a batched copy into it; a chain through a bounce
+ *     (device -> bounce -> device, both batched); the park's swap (rows
+ *     out of a region to a bounce, others into it);
+ *   - a new device arena's zeroing is done when arena_cuda_create
+ *     returns: 64 KiB copied to the end of a fresh 1 GiB arena by the
+ *     mover's stream right away read back whole 20 ms later;
  *   - lanes: rounds that copy in on lane 1 and back out on lane 2 through
  *     one device buffer, ordered only by marks (lane 2 after lane 1's
  *     copy in, lane 1's next copy in after lane 2's copy out), give every
@@ -276,6 +286,33 @@ int main(void)
 	REQUIRE(want, "oom");
 	fill(want, n, 7);
 
+	/* a device arena is all zeros when arena_cuda_create returns: its
+	 * zeroing (cudaMemset, the legacy stream: asynchronous to the host,
+	 * and waited for by no non-blocking stream) is done, so bytes a
+	 * stream of the mover's copies into it right away stay. 1 GiB, so
+	 * that the zeroing takes long enough to overtake; the bytes at its
+	 * end, where the zeroing ends */
+	{
+		arena *z;
+		size_t zs = 1ull << 30, kz = 64 * 1024;
+		REQUIRE(arena_cuda_create("/moor-test-zero", zs, 0, &z, err) ==
+			    0,
+			"a 1 GiB device arena: %s", err);
+		uint8_t *Z = arena_base(z);
+		memcpy(H, want, kz);
+		CHECK(mv->copy(mv->ctx, Z + zs - kz, H, kz) == 0 &&
+			  mv->sync(mv->ctx) == 0,
+		      "h2d right after the arena is made");
+		usleep(20000); /* whatever zeroing was still to come */
+		memset(H + MB, 0, kz);
+		CHECK(mv->copy(mv->ctx, H + MB, Z + zs - kz, kz) == 0 &&
+			  mv->sync(mv->ctx) == 0 &&
+			  memcmp(H + MB, want, kz) == 0,
+		      "bytes copied into a new device arena right away stay "
+		      "(its zeroing was done before it was handed out)");
+		arena_close(z);
+	}
+
 	/* a fresh device arena reads as zeros */
 	REQUIRE(mv->copy(mv->ctx, H, D, n) == 0 && mv->sync(mv->ctx) == 0,
 		"read back");
@@ -373,6 +410,66 @@ int main(void)
 		CHECK(memcmp(H + MB + 500000, want + 1000, k3 / 2) == 0,
 		      "a pageable source and a device copy, batch after batch");
 		free(pg3);
+	}
+
+	/* a copyv keeps the order given, though the copies of one batch run
+	 * in no order (arena_batch.h's rules). Each vector is one call;
+	 * the host side of each copy crosses the 64 KiB parts (pieces) */
+	{
+		size_t k5 = 100000, w5 = 20000, p5 = 32768;
+		uint8_t *pg5 = malloc(k5), *a5 = malloc(k5);
+		REQUIRE(pg5 && a5, "oom");
+		fill(a5, k5, 21);
+		memset(H, 0, 4 * MB);
+		memcpy(H, a5, k5); /* A: what goes in */
+		memcpy(H + 3 * MB, want, k5);
+		CHECK(mv->copy(mv->ctx, D, H + 3 * MB, k5) == 0 &&
+			  mv->copy2d(mv->ctx, D + 3 * MB, p5, want, w5, w5,
+				     4) == 0 &&
+			  mv->sync(mv->ctx) == 0,
+		      "D and the rows at D + 3 MB hold want");
+		/* a bounce filled by a batched copy, read on the CPU (host
+		 * to host) in the same call */
+		arena_copy v1[2] = {{H + MB, D, k5, k5, k5, 1},
+				    {H + 2 * MB, H + MB, k5, k5, k5, 1}};
+		CHECK(mv->copyv(mv->ctx, 0, v1, 2) == 0 &&
+			  mv->sync(mv->ctx) == 0 &&
+			  memcmp(H + 2 * MB, want, k5) == 0,
+		      "a bounce read on the CPU after the batched copy that "
+		      "fills it");
+		/* a device region to pageable memory (a copy alone) after a
+		 * batched copy into it */
+		arena_copy v2[2] = {{D + MB, H, k5, k5, k5, 1},
+				    {pg5, D + MB, k5, k5, k5, 1}};
+		memset(pg5, 0, k5);
+		CHECK(mv->copyv(mv->ctx, 0, v2, 2) == 0 &&
+			  mv->sync(mv->ctx) == 0 && memcmp(pg5, a5, k5) == 0,
+		      "a pageable copy after the batched copy it reads");
+		/* a chain through a bounce, both copies batched */
+		memset(H + MB, 0, k5);
+		arena_copy v3[2] = {{H + MB, D, k5, k5, k5, 1},
+				    {D + 2 * MB, H + MB, k5, k5, k5, 1}};
+		memset(H + 2 * MB, 0, k5);
+		CHECK(mv->copyv(mv->ctx, 0, v3, 2) == 0 &&
+			  mv->copy(mv->ctx, H + 2 * MB, D + 2 * MB, k5) == 0 &&
+			  mv->sync(mv->ctx) == 0 &&
+			  memcmp(H + 2 * MB, want, k5) == 0,
+		      "a chain through a bounce in one call");
+		/* the park's swap in one vector: 4 rows out of D + 3 MB to a
+		 * bounce, A's rows in over them */
+		memset(H + MB, 0, 4 * w5);
+		arena_copy v4[2] = {{H + MB, D + 3 * MB, w5, p5, w5, 4},
+				    {D + 3 * MB, H, p5, w5, w5, 4}};
+		memset(pg5, 0, k5);
+		CHECK(mv->copyv(mv->ctx, 0, v4, 2) == 0 &&
+			  mv->copy2d(mv->ctx, pg5, w5, D + 3 * MB, p5, w5, 4) ==
+			      0 &&
+			  mv->sync(mv->ctx) == 0 &&
+			  memcmp(H + MB, want, 4 * w5) == 0 &&
+			  memcmp(pg5, a5, 4 * w5) == 0,
+		      "rows out of a region and others into it in one call");
+		free(pg5);
+		free(a5);
 	}
 
 	/* lanes: 8 rounds through the device buffer at D + 3 MB */
