@@ -5,19 +5,31 @@
  * value's low byte, plane 1 every high byte (for bf16 the high byte is the
  * sign and 7 exponent bits, which take few values; for fp32 the high
  * halves' high bytes the same). An odd last byte travels as it is. The
- * planed bytes are cut in frames of CODEC_FRAME (8 MiB) and each frame is
+ * planed bytes are cut in frames of CODEC_FRAME (1 MiB) and each frame is
  * compressed alone (zstd level 1, with zstd's own checksum in the
- * frame), so frames run on separate threads and
- * the output does not depend on how many: a frame that does not shrink is
- * stored raw. Each frame's job planes its own bytes (encoding) and the
- * planes are joined back in stretches on the pool too (decoding): no pass
- * over the whole buffer runs on one thread.
+ * frame), so frames run on separate threads and the output does not
+ * depend on how many: a frame that does not shrink is stored raw. A frame
+ * is a job: its planes split from the source into the thread's own
+ * buffer (in its cache while zstd reads it), then compressed with the
+ * thread slot's kept context; decoding, frames into the planes, then the
+ * planes joined back in stretches on the pool. No pass over the whole
+ * buffer runs on one thread.
+ *
+ * Why 1 MiB frames. A block of the spill is 64 MiB of rows, a file of
+ * sections 150 MiB: in frames of 8 MiB (the frames of before) a block is
+ * 8 jobs and 16 threads stood half idle; 1 MiB is 64 jobs. zstd level 1
+ * looks back 512 KiB (window log 19) whatever the frame, so the ratio is
+ * the same (bench_spill's bf16-like rows: 27.09% saved in 8 MiB frames,
+ * 27.09% in 1 MiB ones).
  *
  * An encoded buffer: codec_hdr, then n_frames u64 frame lengths (the top
- * bit set: stored raw), then the frames back to back. Decoding checks
- * every length and every frame's decoded size; a buffer that does not
- * decode is MOOR_EFORMAT, never a crash. Lossless by construction; the
- * spill checks it anyway with the block sums of the decoded bytes.
+ * bit set: stored raw), then the frames back to back. The frame size is
+ * the header's: buffers of 8 MiB frames (written before 1 MiB) decode as
+ * they are. Decoding checks the frame size (a power of two in
+ * [CODEC_FRAME_MIN, CODEC_FRAME_MAX]), every length and every frame's
+ * decoded size; a buffer that does not decode is MOOR_EFORMAT, never a
+ * crash. Lossless by construction; the spill checks it anyway with the
+ * block sums of the decoded bytes.
  */
 #ifndef CODEC_H
 #define CODEC_H
@@ -27,17 +39,23 @@
 #include "pool.h"
 
 #define CODEC_MAGIC 0x31434f43524f4f4dull /* "MOORCOC1" */
-#define CODEC_FRAME (8ull << 20)
+#define CODEC_FRAME (1ull << 20)	  /* the frames written */
+/* the frames read: a power of two in [MIN, MAX] */
+#define CODEC_FRAME_MIN (64ull << 10)
+#define CODEC_FRAME_MAX (64ull << 20)
 
 typedef struct codec_hdr {
 	uint64_t magic;
 	uint64_t raw;	   /* decoded bytes */
-	uint64_t n_frames; /* ceil(raw / CODEC_FRAME) */
-	uint64_t frame;	   /* CODEC_FRAME when written */
+	uint64_t n_frames; /* ceil(raw / frame) */
+	uint64_t frame;	   /* bytes; CODEC_FRAME when written (8 MiB
+			    * before), a power of two */
 } codec_hdr;
 _Static_assert(sizeof(codec_hdr) == 32, "codec_hdr is 32 bytes");
 
-/* The most bytes codec_encode can write for n input bytes. */
+/* The most bytes codec_encode can write for n input bytes, and the most
+ * a buffer that decodes to n bytes can hold: counted in frames of
+ * CODEC_FRAME_MIN (the most frames any frame size makes). */
 uint64_t codec_bound(uint64_t n);
 
 /* The codec's working buffers, kept between the calls of one caller (one
@@ -47,11 +65,21 @@ uint64_t codec_bound(uint64_t n);
  * faults and zeroing each time, the larger part of a save or a read-back
  * where faults are dear (a paravirtual machine: 2x measured). */
 #define CODEC_WS_BUFS 2
+struct ZSTD_CCtx_s;
+struct ZSTD_DCtx_s;
 typedef struct codec_ws {
-	uint8_t *pl, *scr;	     /* planes; frames' scratch */
+	/* encoding: each slot's planes [slots, frame] and the encoded
+	 * frames [n_frames, ZSTD_compressBound(frame)]; decoding: the
+	 * planes [raw] */
+	uint8_t *pl, *scr;
 	uint8_t *buf[CODEC_WS_BUFS]; /* the caller's */
-	uint64_t *len, *off;
-	int *rc;
+	uint64_t *len, *off;	     /* [n_frames + 1] */
+	int *rc;		     /* [n_frames + 1] */
+	/* a zstd context per slot (a task of the pool's run: one thread at
+	 * a time), made once, its tables kept between frames and calls */
+	struct ZSTD_CCtx_s **cz; /* [nz] */
+	struct ZSTD_DCtx_s **dz; /* [nz] */
+	int nz;
 	uint64_t pl_cap, scr_cap, buf_cap[CODEC_WS_BUFS], nf_cap;
 } codec_ws;
 void codec_ws_fini(codec_ws *w);
@@ -68,8 +96,16 @@ void *codec_ws_buf(codec_ws *w, int i, uint64_t n);
  * call's own). */
 int codec_encode(const void *src, uint64_t n, void *dst, uint64_t *out_n,
 		 moor_pool *pool, codec_ws *ws);
-/* Decodes enc[0, enc_n) into dst, which holds exactly `raw` bytes.
- * MOOR_EFORMAT when it is not such a buffer or does not decode to raw. */
+/* codec_encode in frames of `frame` bytes, a power of two in
+ * [CODEC_FRAME_MIN, CODEC_FRAME_MAX] (a bug otherwise: it asserts), into
+ * codec_bound(n) bytes: the tests write the buffers of before (8 MiB
+ * frames) and many small frames with it. Both return -ENOMEM when a
+ * buffer or a zstd context cannot be had. */
+int codec_encode_framed(const void *src, uint64_t n, uint64_t frame, void *dst,
+			uint64_t *out_n, moor_pool *pool, codec_ws *ws);
+/* Decodes enc[0, enc_n) into dst, which holds exactly `raw` bytes, in
+ * the frames its header names. MOOR_EFORMAT when it is not such a buffer
+ * or does not decode to raw; -ENOMEM as above. */
 int codec_decode(const void *enc, uint64_t enc_n, void *dst, uint64_t raw,
 		 moor_pool *pool, codec_ws *ws);
 
