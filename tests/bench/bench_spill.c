@@ -32,14 +32,16 @@
  *      checks, copies) is in their log lines ([disk] restored). The
  *      spill's save side by side: its encoder's work alone (the drain's
  *      blocks and section files copied out, summed and encoded on THREADS
- *      threads) and its writer's alone (those files written with
- *      dfile_write, buffered, and dfile_write_direct, O_DIRECT, the best
- *      of 3 each), then the drain serial (MOOR_SPILL_WRITER=0: encode
- *      then write, file after file) and in its two stages (the writer
- *      thread writes a file while the next is encoded), buffered
- *      (MOOR_SPILL_DIRECT=0, the save of before) and O_DIRECT, the best
- *      of 3 each; the saves' own split is in their log lines ([spill]
- *      saved: encoder, writer, waits, files O_DIRECT).
+ *      threads; the codec's calls of it alone, and the same files
+ *      decoded back: the codec's two ways on the 27B's bytes) and its
+ *      writer's alone (those files written with dfile_write, buffered,
+ *      and dfile_write_direct, O_DIRECT, the best of 3 each), then the
+ *      drain serial (MOOR_SPILL_WRITER=0: encode then write, file after
+ *      file) and in its two stages (the writer thread writes a file while
+ *      the next is encoded), buffered (MOOR_SPILL_DIRECT=0, the save of
+ *      before) and O_DIRECT, the best of 3 each; the saves' own split is
+ *      in their log lines ([spill] saved: encoder, writer, waits, files
+ *      O_DIRECT).
  * Usage: bench_spill DIR THREADS T MODEL_DIR... (DIR: where the files go,
  * on the drive to measure). MOOR_BENCH_PARTS (default "123") picks the
  * parts that run, e.g. "1" for the codec alone. */
@@ -541,12 +543,16 @@ static double drive_again(const char *dir, uint64_t mib)
  * of this conversation writes (valid tokens: its blocks of 1,024 rows, and
  * na files of sections): the encoder's alone (each block copied out of the
  * live rows view by view, summed, encoded on the pool: what the save's
- * thread does), then the writer's alone (the encoded files written with
- * dfile_write, an fdatasync each, and one directory fsync at the end, into
- * DIR/bench-stages). *raw_b: the bytes encoded; *file_b: written. */
+ * thread does; *codec_s: its codec_encode calls alone), then the writer's
+ * alone (the encoded files written with dfile_write, an fdatasync each,
+ * and one directory fsync at the end, into DIR/bench-stages), then the
+ * files decoded back one after another (*dec_s: the codec_decode calls
+ * of a read-back, nothing else). *raw_b: the bytes encoded; *file_b:
+ * written. */
 static void stages_apart(const char *dir, t27 *t, uint64_t valid, uint64_t na,
-			 moor_pool *pool, double *enc_s, double *wr_s,
-			 double *wrd_s, uint64_t *raw_b, uint64_t *file_b)
+			 moor_pool *pool, double *enc_s, double *codec_s,
+			 double *dec_s, double *wr_s, double *wrd_s,
+			 uint64_t *raw_b, uint64_t *file_b)
 {
 	const cache_layout *l = t->lay;
 	uint64_t rowb = cache_layout_row_bytes(l),
@@ -554,15 +560,21 @@ static void stages_apart(const char *dir, t27 *t, uint64_t valid, uint64_t na,
 	uint64_t nb = (valid + 1023) / 1024, nf = nb + na;
 	uint64_t big = 1024 * rowb > secb ? 1024 * rowb : secb;
 	uint8_t *stage = malloc(big), *base = cache_dev_base(t->c);
-	uint8_t **enc = calloc(nf, sizeof *enc);
-	uint64_t *en = calloc(nf, sizeof *en);
-	if (!stage || !enc || !en)
+	uint8_t **enc = calloc(nf, sizeof *enc), *dec = malloc(big);
+	uint64_t *en = calloc(nf, sizeof *en), *rn = calloc(nf, sizeof *rn);
+	if (!stage || !enc || !en || !dec || !rn)
 		die("oom", -ENOMEM, NULL);
 	codec_ws ws = {0};
 	*raw_b = *file_b = 0;
 	/* every buffer's pages mapped before the clock starts, as the save's
-	 * are (its slots and the codec's planes are kept between saves) */
+	 * are (its slots and the codec's planes are kept between saves):
+	 * random bytes for the warm-up's encode, which zstd does not shrink,
+	 * so that it writes the whole of the codec's scratch (zeros encoded
+	 * to a few bytes a frame left it unmapped, and the first block and
+	 * the first sections were encoded at a third of the rate of the
+	 * others: 590 and 680 MB/s against 1.8 to 1.9 GB/s on 2 threads) */
 	memset(stage, 0, big);
+	fill_random(stage, big, 79);
 	uint64_t cap = dfile_up4k(codec_bound(big));
 	for (uint64_t f = 0; f < nf; f++) {
 		/* aligned, as the save's slots are (O_DIRECT) */
@@ -570,8 +582,11 @@ static void stages_apart(const char *dir, t27 *t, uint64_t valid, uint64_t na,
 			die("oom", -ENOMEM, NULL);
 		memset(enc[f], 0, cap);
 	}
-	if (codec_encode(stage, big, enc[0], &en[0], pool, &ws))
+	memset(dec, 0, big);
+	if (codec_encode(stage, big, enc[0], &en[0], pool, &ws) ||
+	    codec_decode(enc[0], en[0], dec, big, pool, &ws))
 		die("codec", MOOR_EFORMAT, NULL);
+	*codec_s = 0;
 	double t0 = moor_now();
 	for (uint64_t f = 0; f < nf; f++) {
 		uint64_t n;
@@ -599,13 +614,23 @@ static void stages_apart(const char *dir, t27 *t, uint64_t valid, uint64_t na,
 				o += (uint32_t)l->sec[i].bytes;
 			}
 		}
+		double c0 = moor_now();
 		int rc = codec_encode(src, n, enc[f], &en[f], pool, &ws);
+		*codec_s += moor_now() - c0;
 		if (rc)
 			die("codec", rc, NULL);
+		rn[f] = n;
 		*raw_b += n;
 		*file_b += en[f];
 	}
 	*enc_s = moor_now() - t0;
+	t0 = moor_now();
+	for (uint64_t f = 0; f < nf; f++) {
+		int rc = codec_decode(enc[f], en[f], dec, rn[f], pool, &ws);
+		if (rc)
+			die("codec_decode", rc, NULL);
+	}
+	*dec_s = moor_now() - t0;
 	char p[600], err[MOOR_ERRLEN] = "";
 	snprintf(p, sizeof p, "%s/bench-stages", dir);
 	if (mkdir(p, 0700) && errno != EEXIST)
@@ -644,6 +669,8 @@ static void stages_apart(const char *dir, t27 *t, uint64_t valid, uint64_t na,
 		free(enc[f]);
 	free(enc);
 	free(en);
+	free(rn);
+	free(dec);
 	free(stage);
 	codec_ws_fini(&ws);
 }
@@ -782,7 +809,7 @@ static void tiers(const char *dir, int threads, moor_pool *pool)
 	uint64_t sw_b = 0, sw_raw = 0, sw_files = 0, se_b = 0, se_raw = 0,
 		 se_files = 0, st_raw = 0, st_b = 0;
 	double sw_s = 1e30, se_s = 1e30, sb_s = 1e30, enc_s = 0, wr_s = 0,
-	       wrd_s = 0;
+	       cenc_s = 0, cdec_s = 0, wrd_s = 0;
 	uint64_t sb_b = 0, sb_raw = 0;
 	{
 		uint64_t fb, rb, nf;
@@ -791,7 +818,8 @@ static void tiers(const char *dir, int threads, moor_pool *pool)
 		(void)drain_once(&t, 0, 0, &fb, &rb, &nf);
 		uint64_t nb = (valid + 1023) / 1024;
 		stages_apart(dir, &t, valid, nf > nb ? nf - nb : 0, pool,
-			     &enc_s, &wr_s, &wrd_s, &st_raw, &st_b);
+			     &enc_s, &cenc_s, &cdec_s, &wr_s, &wrd_s, &st_raw,
+			     &st_b);
 		for (int rep = 0; rep < 3; rep++)
 			for (int serial = 2; serial >= 0; serial--) {
 				/* 2: two stages, buffered
@@ -849,6 +877,14 @@ static void tiers(const char *dir, int threads, moor_pool *pool)
 	printf("    (resumed at %llu of %llu)\n", (unsigned long long)start,
 	       (unsigned long long)n2);
 	t27_row("spill: encoder alone", st_b, st_raw, enc_s, drive_w);
+	t27_row("spill: codec alone, encode", st_b, st_raw, cenc_s, drive_w);
+	t27_row("spill: codec alone, decode", st_b, st_raw, cdec_s, drive_r);
+	printf(
+	    "    (the codec's calls of the encoder alone, and the same files "
+	    "decoded back one after another: zstd 1 in %llu KiB frames on "
+	    "%d threads; the encoder's rest, copies and sums on its own "
+	    "thread: %.3f s)\n",
+	    (unsigned long long)(CODEC_FRAME >> 10), threads, enc_s - cenc_s);
 	t27_row("spill: writer alone, buffered", st_b, st_raw, wr_s, drive_w);
 	t27_row("spill: writer alone, O_DIRECT", st_b, st_raw, wrd_s, drive_w);
 	t27_row("spill: drain, serial (O_DIRECT)", se_b, se_raw, se_s, drive_w);
@@ -894,10 +930,10 @@ int main(int argc, char **argv)
 	if (!parts)
 		parts = "123";
 	if (strchr(parts, '1')) {
-		printf("codec: byte planes + zstd 1 in %llu MiB frames, %d "
+		printf("codec: byte planes + zstd 1 in %llu KiB frames, %d "
 		       "thread(s), a prefill of %lld tokens (bench_ids.i32's "
 		       "text where the model has one, else random ids)\n",
-		       (unsigned long long)(CODEC_FRAME >> 20), threads,
+		       (unsigned long long)(CODEC_FRAME >> 10), threads,
 		       (long long)T);
 		printf("  %-14s %-22s %12s %12s %8s %9s %9s\n", "model", "what",
 		       "bytes", "encoded", "saved", "enc MB/s", "dec MB/s");
