@@ -147,7 +147,7 @@ typedef struct arena_mover {
 	 * another reads or writes; cached's vectors copy one way between
 	 * the live buffers and other memory), which a mover may run side by
 	 * side. The CUDA mover gathers the copies between the arenas into
-	 * batches of one cudaMemcpy3DBatchAsync (MOOR_MOVER_BATCH=1), whose
+	 * batches of one cudaMemcpy3DBatchAsync (MOOR_MOVER_BATCH=0: not), whose
 	 * copies the runtime runs in no order, and keeps the order given
 	 * even so (arena_batch.h): a batch goes to the lane before a copy
 	 * that reads what one of it writes or writes what one of it reads
@@ -210,7 +210,8 @@ int arena_cuda_create(const char *name, uint64_t size, int device,
  * device. */
 int arena_cuda_handle(const arena *a, uint8_t handle[64], int *device);
 /* The CUDA mover on device: its own stream (and one for each other lane:
- * with MOOR_MOVER_LANES=1, else they are all the one); registers the host arena
+ * unless MOOR_MOVER_LANES=0, which makes them all the one); registers the
+ * host arena
  * `host` with cudaHostRegister in parts (a progress line per part while it
  * takes more than a second), so copies to and from it run as DMA. `dev`
  * (NULL: none) is the device arena its copies mostly touch: a pointer

@@ -17,8 +17,9 @@
  * buffer) wait for the stream, then memcpy: the stream's earlier copies
  * may be writing their source.
  *
- * Batches (copyv, MOOR_MOVER_BATCH=1): the pieces of a copyv between the
- * arenas gather into one cudaMemcpy3DBatchAsync, whose copies run in no
+ * Batches (copyv; MOOR_MOVER_BATCH=0 turns them off): the pieces of a
+ * copyv between the arenas gather into one cudaMemcpy3DBatchAsync, whose
+ * copies run in no
  * order among themselves. The order given is kept by arena_batch.h's
  * rules: the gathered pieces go to the stream before a piece that does
  * not join them (issued alone: pageable memory; or on the CPU: host to
@@ -44,11 +45,12 @@
  * an event recorded on a lane's stream (a ring of ARENA_MARKS a lane),
  * after() a cudaStreamWaitEvent on it, which waits for the event as it
  * was recorded when after() was called. Lanes are streams of their own
- * only with MOOR_MOVER_LANES=1; by default every lane is the one stream
- * (after() then does nothing): the swap as before. The lanes and the
- * batches (MOOR_MOVER_BATCH=1) stay off by default until a GPU has run
- * the suite and bench_ttft with them (they were written in a session
- * that had no device left).
+ * by default; MOOR_MOVER_LANES=0 makes every lane the one stream (after()
+ * then does nothing: the swap in one line), and MOOR_MOVER_BATCH=0 issues
+ * every copy alone, both for measuring. On an H100 (2026-12-06, bench_ttft
+ * at 32k, every row's bits checked) the park's swap took a plan of 115 ms
+ * in 75 calls with both against 152 ms in 277 calls without, the pin 49
+ * ms in 3 calls against 49 ms in 224; the GPU suite passed either way.
  *
  * Sums (sum2): a block of the spill is checked by the two sums of
  * dfile_sum2 per buffer; over device memory they are computed by a kernel
@@ -255,8 +257,8 @@ typedef struct cmv {
 	uint32_t nparts; /* registered parts of REG_PART from hbase (0 in a
 			    twin: its first mover's) */
 	size_t max_pitch; /* cudaDevAttrMaxPitch: a 2D copy's pitches */
-	/* copyv through cudaMemcpy3DBatchAsync: with MOOR_MOVER_BATCH=1
-	 * where the runtime has it (default: one call a copy); off from the
+	/* copyv through cudaMemcpy3DBatchAsync where the runtime has it,
+	 * unless MOOR_MOVER_BATCH=0 (then one call a copy); off from the
 	 * first batch the runtime refuses (the copies then go one call
 	 * each) */
 	int batch;
@@ -753,14 +755,14 @@ static int mover_own(cmv *c, const char *what, char *err)
 	if (!c->b.pend || !c->b.span)
 		return -ENOMEM;
 	const char *b = getenv("MOOR_MOVER_BATCH");
-	c->batch = c->rt && b && strcmp(b, "1") == 0;
+	c->batch = c->rt && !(b && strcmp(b, "0") == 0);
 	int mp = 0;
 	cudaError_t e = set_device(c->device);
 	if (e == cudaSuccess)
 		e = cudaDeviceGetAttribute(&mp, cudaDevAttrMaxPitch, c->device);
 	c->max_pitch = mp > 0 ? (size_t)mp : 0;
 	const char *ln = getenv("MOOR_MOVER_LANES");
-	int lanes = ln && strcmp(ln, "1") == 0;
+	int lanes = !(ln && strcmp(ln, "0") == 0);
 	for (int l = 0; l < ARENA_LANES && e == cudaSuccess; l++) {
 		if (l == 0 || lanes)
 			e = cudaStreamCreateWithFlags(&c->ls[l],

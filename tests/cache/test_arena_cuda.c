@@ -11,8 +11,9 @@
  *   - a host-to-host copy after device copies sees their bytes (the mover
  *     waits for its stream first);
  *   - a batch (copyv: cudaMemcpy3DBatchAsync where the runtime has it,
- *     on here: the test sets MOOR_MOVER_BATCH=1 unless it is set) of 2D
- *     copies whose host side crosses parts, a plain run, a pageable
+ *     the default; MOOR_MOVER_BATCH=0 in the environment tests the
+ *     copies one at a time instead) of 2D copies whose host side
+ *     crosses parts, a plain run, a pageable
  *     source, device to device and host to host, in and back out, gives
  *     back the same bytes; the mover's counters count its 8 copies and
  *     their bytes, the calls they took (printed: fewer than the pieces
@@ -30,8 +31,8 @@
  *   - lanes: rounds that copy in on lane 1 and back out on lane 2 through
  *     one device buffer, ordered only by marks (lane 2 after lane 1's
  *     copy in, lane 1's next copy in after lane 2's copy out), give every
- *     round's bytes back (the test sets MOOR_MOVER_LANES=1 unless it
- *     is set; with 0 the lanes are one stream);
+ *     round's bytes back (lanes are streams of their own by default;
+ *     MOOR_MOVER_LANES=0 in the environment tests them as one stream);
  *   - the mover knows the device and host arenas by address; a device
  *     buffer it does not know (a second device arena) and pageable memory
  *     are asked of the runtime: copies between them and the arenas, both
@@ -189,7 +190,7 @@ static void test_sum2(arena_mover *mv, uint8_t *D, uint8_t *H)
 
 	/* right after a copy, no sync between (from the registered arena:
 	 * DMA that runs on after the call): lane 0 (copy), lane 1 (copyv:
-	 * its own stream with MOOR_MOVER_LANES=1), and host memory behind a
+	 * its own stream unless MOOR_MOVER_LANES=0), and host memory behind a
 	 * d2h copy into it */
 	fill(r, 3 * MB, 77);
 	memcpy(H, r, 3 * MB);
@@ -250,8 +251,6 @@ int main(void)
 		return 77;
 	}
 	setenv("MOOR_REG_PART_KB", "64", 1);
-	setenv("MOOR_MOVER_BATCH", "1", 0); /* the paths off by default */
-	setenv("MOOR_MOVER_LANES", "1", 0);
 
 	arena *big = NULL;
 	int rc = arena_cuda_create("/moor-test-big", 1ull << 50, 0, &big, err);

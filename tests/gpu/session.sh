@@ -7,8 +7,8 @@
 #   setup     deploy/setup --from .bundle (build/ with every core, models/tiny)
 #   env       a later call on the warm machine: setup's environment, no build
 #   suite     meson test --suite gpu --suite kern (the defaults)
-#   mover     the GPU suite again with cached's CUDA mover in batches and
-#             on two lanes (MOOR_MOVER_BATCH=1 MOOR_MOVER_LANES=1), or with
+#   mover     the GPU suite again with cached's CUDA mover one copy a call
+#             on one stream (MOOR_MOVER_BATCH=0 MOOR_MOVER_LANES=0), or with
 #             each of MOVER_ENVS (space-separated; VAR=V,VAR=V a run) over
 #             MOVER_TESTS (meson test's arguments; default --suite gpu)
 #   tc        the kern and golden GPU tests again with MOOR_GDN_TC=1
@@ -106,7 +106,7 @@ for p in "$@"; do
 		phase suite ${SUITE_LIMIT:-210} "meson test -C $B --suite gpu --suite kern --num-processes 4 --print-errorlogs; \
 			cp $B/meson-logs/testlog.txt $OUT/suite-testlog.txt" ;;
 	mover)
-		phase mover ${MOVER_LIMIT:-150} "for e in ${MOVER_ENVS:-MOOR_MOVER_LANES=1,MOOR_MOVER_BATCH=1}; do \
+		phase mover ${MOVER_LIMIT:-150} "for e in ${MOVER_ENVS:-MOOR_MOVER_LANES=0,MOOR_MOVER_BATCH=0}; do \
 			echo \"--- \$e\"; env \${e//,/ } meson test -C $B ${MOVER_TESTS:---suite gpu} \
 			--num-processes 4 --print-errorlogs >\$OUT/mover-\${e//[=,]/-}.txt 2>&1; \
 			grep -E '^ *[0-9]+/[0-9]+ |^(Ok|Fail|Skipped):' \$OUT/mover-\${e//[=,]/-}.txt; done" ;;
