@@ -51,6 +51,8 @@ import transformers.models.qwen3_5.modeling_qwen3_5 as mq  # noqa: E402
 
 from safetensors import safe_open  # noqa: E402
 
+from qwen35_names import LIN, expected_shapes  # noqa: E402 (this folder)
+
 EXPECTED_TRANSFORMERS = "5.17.0"
 N_PROMPT = 300
 N_DECODE = 32
@@ -60,7 +62,6 @@ GOLDEN_MAGIC = b"MOORGLD1"
 STATE_MAGIC = b"MOORGST1"
 FORMAT_VERSION = 1
 
-LIN = "linear_attention"
 FULL = "full_attention"
 
 COMMON = dict(
@@ -264,42 +265,7 @@ def build_model(fx):
 
 def expected_tensors(cfg):
     """name -> shape, as SPEC-qwen35.md section 2 describes (text-only prefix `model.`)."""
-    H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
-    Hq, Hkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    Hk, Hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
-    dk, dv, Kc = cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_conv_kernel_dim
-    key_dim, value_dim = Hk * dk, Hv * dv
-    conv_dim = 2 * key_dim + value_dim
-    exp = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,)}
-    if not cfg.tie_word_embeddings:
-        exp["lm_head.weight"] = (V, H)
-    for i, t in enumerate(cfg.layer_types):
-        p = "model.layers.%d." % i
-        exp[p + "input_layernorm.weight"] = (H,)
-        exp[p + "post_attention_layernorm.weight"] = (H,)
-        exp[p + "mlp.gate_proj.weight"] = (I, H)
-        exp[p + "mlp.up_proj.weight"] = (I, H)
-        exp[p + "mlp.down_proj.weight"] = (H, I)
-        if t == LIN:
-            q = p + "linear_attn."
-            exp[q + "in_proj_qkv.weight"] = (conv_dim, H)
-            exp[q + "in_proj_z.weight"] = (value_dim, H)
-            exp[q + "in_proj_b.weight"] = (Hv, H)
-            exp[q + "in_proj_a.weight"] = (Hv, H)
-            exp[q + "conv1d.weight"] = (conv_dim, 1, Kc)
-            exp[q + "dt_bias"] = (Hv,)
-            exp[q + "A_log"] = (Hv,)
-            exp[q + "norm.weight"] = (dv,)
-            exp[q + "out_proj.weight"] = (H, value_dim)
-        else:
-            q = p + "self_attn."
-            exp[q + "q_proj.weight"] = (Hq * D * 2, H)
-            exp[q + "k_proj.weight"] = (Hkv * D, H)
-            exp[q + "v_proj.weight"] = (Hkv * D, H)
-            exp[q + "o_proj.weight"] = (H, Hq * D)
-            exp[q + "q_norm.weight"] = (D,)
-            exp[q + "k_norm.weight"] = (D,)
-    return exp
+    return expected_shapes(lambda k: getattr(cfg, k))
 
 
 def save_checkpoint(model, cfg, outdir, target_dtype, print_names):

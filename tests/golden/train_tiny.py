@@ -30,8 +30,9 @@ import sys
 import sysconfig
 import time
 
+from qwen35_names import LIN, expected_shapes  # this folder
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-LIN = "linear_attention"
 # Qwen3_5TextConfig's arguments taken from the template's config.json (the rest are transformers' defaults).
 CFG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "layer_types",
             "num_attention_heads", "num_key_value_heads", "head_dim", "linear_num_key_heads",
@@ -56,45 +57,11 @@ def die(msg):
 
 
 def expected_tensors(cj):
-    """name -> (shape, dtype) of the checkpoint our loader reads, from a config.json dict (SPEC-qwen35.md section 2;
-    make_golden.py's expected_tensors, plus the dtypes models/tiny holds)."""
-    H, I, V = cj["hidden_size"], cj["intermediate_size"], cj["vocab_size"]
-    Hq, Hkv, D = cj["num_attention_heads"], cj["num_key_value_heads"], cj["head_dim"]
-    Hk, Hv = cj["linear_num_key_heads"], cj["linear_num_value_heads"]
-    dk, dv, Kc = cj["linear_key_head_dim"], cj["linear_value_head_dim"], cj["linear_conv_kernel_dim"]
-    key_dim, value_dim = Hk * dk, Hv * dv
-    conv_dim = 2 * key_dim + value_dim
-    exp = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,)}
-    if not cj["tie_word_embeddings"]:
-        exp["lm_head.weight"] = (V, H)
+    """name -> (shape, dtype) of the checkpoint our loader reads, from a config.json dict (qwen35_names.py, plus the
+    dtypes models/tiny holds)."""
     if len(cj["layer_types"]) != cj["num_hidden_layers"]:
         die("config: %d layer_types for %d layers" % (len(cj["layer_types"]), cj["num_hidden_layers"]))
-    for i, t in enumerate(cj["layer_types"]):
-        p = "model.layers.%d." % i
-        exp[p + "input_layernorm.weight"] = (H,)
-        exp[p + "post_attention_layernorm.weight"] = (H,)
-        exp[p + "mlp.gate_proj.weight"] = (I, H)
-        exp[p + "mlp.up_proj.weight"] = (I, H)
-        exp[p + "mlp.down_proj.weight"] = (H, I)
-        if t == LIN:
-            q = p + "linear_attn."
-            exp[q + "in_proj_qkv.weight"] = (conv_dim, H)
-            exp[q + "in_proj_z.weight"] = (value_dim, H)
-            exp[q + "in_proj_b.weight"] = (Hv, H)
-            exp[q + "in_proj_a.weight"] = (Hv, H)
-            exp[q + "conv1d.weight"] = (conv_dim, 1, Kc)
-            exp[q + "dt_bias"] = (Hv,)
-            exp[q + "A_log"] = (Hv,)
-            exp[q + "norm.weight"] = (dv,)
-            exp[q + "out_proj.weight"] = (H, value_dim)
-        else:
-            q = p + "self_attn."
-            exp[q + "q_proj.weight"] = (Hq * D * 2, H)
-            exp[q + "k_proj.weight"] = (Hkv * D, H)
-            exp[q + "v_proj.weight"] = (Hkv * D, H)
-            exp[q + "o_proj.weight"] = (H, Hq * D)
-            exp[q + "q_norm.weight"] = (D,)
-            exp[q + "k_norm.weight"] = (D,)
+    exp = expected_shapes(cj.__getitem__)
     return {k: (s, "F32" if k.endswith(F32_SUFFIXES) else "BF16") for k, s in exp.items()}
 
 
