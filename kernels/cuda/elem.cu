@@ -317,28 +317,16 @@ static unsigned row_threads(int dim)
 
 #define RMS_REG_MAX (32 * 256) /* widest row k_rmsnorm_reg holds */
 
-#define RMS_CASE(V)                                                            \
-	if (vpt <= V) {                                                        \
+/* The kernel K<V, add> (k_rmsnorm_reg or k_rmsnorm_v4) for n values a
+ * thread in NT threads where n <= V */
+#define RMS_CASE(K, n, NT, V)                                                  \
+	if (n <= V) {                                                          \
 		if (add)                                                       \
-			kcu_go(q, k_rmsnorm_reg<V, true>, rows, nt, 0, y, ldy, \
-			       h, x, ldx, w, wdt, dim, eps, plus_one, act);    \
+			kcu_go(q, K<V, true>, rows, NT, 0, y, ldy, h, x, ldx,  \
+			       w, wdt, dim, eps, plus_one, act);               \
 		else                                                           \
-			kcu_go(q, k_rmsnorm_reg<V, false>, rows, nt, 0, y,     \
-			       ldy, h, x, ldx, w, wdt, dim, eps, plus_one,     \
-			       act);                                           \
-		KCU_LAUNCHED(q->ctx);                                          \
-		return 0;                                                      \
-	}
-
-#define RMS_V4_CASE(V)                                                         \
-	if (v4 <= V) {                                                         \
-		if (add)                                                       \
-			kcu_go(q, k_rmsnorm_v4<V, true>, rows, nt4, 0, y, ldy, \
-			       h, x, ldx, w, wdt, dim, eps, plus_one, act);    \
-		else                                                           \
-			kcu_go(q, k_rmsnorm_v4<V, false>, rows, nt4, 0, y,     \
-			       ldy, h, x, ldx, w, wdt, dim, eps, plus_one,     \
-			       act);                                           \
+			kcu_go(q, K<V, false>, rows, NT, 0, y, ldy, h, x, ldx, \
+			       w, wdt, dim, eps, plus_one, act);               \
 		KCU_LAUNCHED(q->ctx);                                          \
 		return 0;                                                      \
 	}
@@ -351,24 +339,24 @@ static int rms_launch(kern_queue *q, float *y, int ldy, float *h,
 	if (rms_v4_ok(y, ldy, h, x, ldx, w, wdt, dim)) {
 		unsigned nt4 = row_threads(dim / 4);
 		int v4 = (int)((dim / 4 + nt4 - 1) / nt4);
-		RMS_V4_CASE(1)
-		RMS_V4_CASE(2)
-		RMS_V4_CASE(3)
-		RMS_V4_CASE(4)
-		RMS_V4_CASE(5)
-		RMS_V4_CASE(6)
-		RMS_V4_CASE(8)
+		RMS_CASE(k_rmsnorm_v4, v4, nt4, 1)
+		RMS_CASE(k_rmsnorm_v4, v4, nt4, 2)
+		RMS_CASE(k_rmsnorm_v4, v4, nt4, 3)
+		RMS_CASE(k_rmsnorm_v4, v4, nt4, 4)
+		RMS_CASE(k_rmsnorm_v4, v4, nt4, 5)
+		RMS_CASE(k_rmsnorm_v4, v4, nt4, 6)
+		RMS_CASE(k_rmsnorm_v4, v4, nt4, 8)
 	}
 	unsigned nt = row_threads(dim);
 	int vpt = (int)((dim + nt - 1) / nt);
 	if (dim <= RMS_REG_MAX) {
-		RMS_CASE(1)
-		RMS_CASE(2)
-		RMS_CASE(4)
-		RMS_CASE(8)
-		RMS_CASE(16)
-		RMS_CASE(24)
-		RMS_CASE(32)
+		RMS_CASE(k_rmsnorm_reg, vpt, nt, 1)
+		RMS_CASE(k_rmsnorm_reg, vpt, nt, 2)
+		RMS_CASE(k_rmsnorm_reg, vpt, nt, 4)
+		RMS_CASE(k_rmsnorm_reg, vpt, nt, 8)
+		RMS_CASE(k_rmsnorm_reg, vpt, nt, 16)
+		RMS_CASE(k_rmsnorm_reg, vpt, nt, 24)
+		RMS_CASE(k_rmsnorm_reg, vpt, nt, 32)
 	}
 	kcu_go(q, k_rmsnorm, rows, nt, 0, y, ldy, h, x, ldx, w, wdt, dim, eps,
 	       plus_one, act, add);
