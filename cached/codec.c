@@ -1,12 +1,14 @@
 /* codec.c: byte planes + zstd frames (codec.h).
  *
  * A call runs its frames as slots: min(threads, frames) tasks of one pool
- * run, each with its own zstd context (and, encoding, its own buffer of
- * one frame's planes), each taking the next frame from a shared counter
+ * run, each with its own zstd context and buffers (encoding, one frame's
+ * planes, their four-plane split and a second encoded frame; decoding,
+ * a frame of four planes), each taking the next frame from a shared counter
  * until none is left. Which slot takes which frame depends on the
  * threads' timing, never what a frame's bytes are: a frame is compressed
  * alone (ZSTD_compress2 starts a new frame from the context's kept
- * parameters), so the output depends on the frame's bytes only. */
+ * parameters), and its planes are chosen from its own bytes (choose_four),
+ * so the output depends on the frame's bytes only. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -16,7 +18,11 @@
 #include "codec.h"
 #include "moor.h"
 
-#define RAW_BIT (1ull << 63)
+/* the bytes of a frame's start that choose_four compresses each way, and
+ * what the four planes must save of them beyond the two (1/32 of the
+ * two's size) */
+#define CHOOSE_SAMPLE (32ull << 10)
+#define CHOOSE_MARGIN 32
 /* values a task of the decode's join writes back (2 bytes each): whole
  * cache lines, so that no two threads write one */
 #define JOIN_VALUES (256ull << 10)
@@ -181,14 +187,17 @@ void *codec_ws_buf(codec_ws *w, int i, uint64_t n)
 
 typedef struct job {
 	const uint8_t *in; /* encode: the source; decode: the encoded */
-	uint8_t *pl;	   /* encode: the slots' planes [k, frame];
-			      decode: the planes [n] */
-	uint8_t *scr;	   /* encode: the frames [nf, cap] */
+	uint8_t *pl;	   /* encode: each slot's planes, their four-plane
+			      split and a second encoded frame [k, 2 frame
+			      + cap]; decode: the planes [n] */
+	uint8_t *scr;	   /* encode: the frames [nf, cap]; decode: the
+			      slots' four-plane frames [k, frame] */
 	uint8_t *dst;	   /* encode: the encoded; decode: the caller's */
 	uint64_t n, nf, frame, cap;
-	uint64_t *len;	    /* encoded frame lengths (RAW_BIT: raw) */
+	uint64_t *len;	    /* the length table's entries (codec.h) */
 	uint64_t *off;	    /* offsets of the frames in the encoded */
 	int *rc;	    /* decode: each frame's */
+	int planes;	    /* encode: 0 (each frame chooses), 2 or 4 */
 	codec_ws *w;	    /* the slots' contexts */
 	atomic_ullong next; /* the next frame to take */
 } job;
@@ -200,26 +209,97 @@ static uint64_t frame_len(const job *j, uint64_t f)
 	return j->n - a < j->frame ? j->n - a : j->frame;
 }
 
+/* zstd's size of in[0, m) into o[0, cap) as a frame of two planes or of
+ * four (the frame header's content size: codec.h), m when it does not
+ * shrink. The flag is set on every call: a slot's context keeps it from
+ * its last frame, which depends on the threads. */
+static uint64_t zsize(ZSTD_CCtx *z, uint8_t *o, uint64_t cap, const uint8_t *in,
+		      uint64_t m, int four)
+{
+	size_t p = ZSTD_CCtx_setParameter(z, ZSTD_c_contentSizeFlag, !four);
+	MOOR_ASSERT(!ZSTD_isError(p));
+	size_t r = ZSTD_compress2(z, o, cap, in, m);
+	return ZSTD_isError(r) || r >= m ? m : r;
+}
+
+/* Whether a frame of planed bytes pl[0, m) goes in four planes: its first
+ * CHOOSE_SAMPLE bytes compressed as they are and split again (into q),
+ * the four kept when they save CHOOSE_MARGIN's share more. Measured on
+ * 1 MiB frames (fp32 and bf16 values, Gaussian with a scale per row and
+ * bench_spill's generators): the sample of a frame of fp32 values' high
+ * bytes 11-13% smaller in four, of bf16 values' high bytes 1-4% larger,
+ * of plane 0's bytes of either not shrunk either way; never near the
+ * margin, so bf16 rows keep two planes, the bytes of before.
+ *
+ * The split sample's halves are compressed apart, as the frame's halves
+ * are blocks of their own (zstd's entropy tables are a block's): one
+ * zstd call over both would mix them in a block and see no gain. A frame
+ * under two blocks mixes its halves in one: its sample is compressed as
+ * the frame will be.
+ *
+ * A sample, not the frame: both ways over the whole frame took the
+ * encoder from 1.06 GB/s a thread to 0.49 on fp32 rows (this 2-core VM),
+ * from 0.55 to 0.29 on bf16 rows; the sample costs 5-9% (bf16 rows), and
+ * its ratios stood as far from the margin at 16 and 64 KiB. o: scratch
+ * of cap bytes. */
+static int choose_four(ZSTD_CCtx *z, const uint8_t *pl, uint64_t m, uint8_t *q,
+		       uint8_t *o, uint64_t cap)
+{
+	uint64_t s = m < CHOOSE_SAMPLE ? m : CHOOSE_SAMPLE;
+	uint64_t r2 = zsize(z, o, cap, pl, s, 0);
+	planes_split(pl, s, q, 0, s);
+	uint64_t r4 = m >= 2 * ZSTD_BLOCKSIZE_MAX
+			  ? zsize(z, o, cap, q, s / 2, 1) +
+				zsize(z, o, cap, q + s / 2, s - s / 2, 1)
+			  : zsize(z, o, cap, q, s, 1);
+	return r4 + r2 / CHOOSE_MARGIN < r2;
+}
+
 static void enc_slot(void *ctx, int t)
 {
 	job *j = ctx;
 	ZSTD_CCtx *z = j->w->cz[t];
-	uint8_t *pl = j->pl + (uint64_t)t * j->frame;
+	/* the frame's planes [frame], their four-plane split [frame] and a
+	 * second encoded frame [cap] */
+	uint8_t *pl = j->pl + (uint64_t)t * (2 * j->frame + j->cap);
+	uint8_t *q = pl + j->frame, *o4 = q + j->frame;
 	for (;;) {
 		uint64_t f = atomic_fetch_add_explicit(&j->next, 1,
 						       memory_order_relaxed);
 		if (f >= j->nf)
 			return;
-		uint64_t m = frame_len(j, f);
+		uint64_t a = f * j->frame, m = frame_len(j, f), h = j->n / 2;
 		uint8_t *o = j->scr + f * j->cap;
-		planes_split(j->in, j->n, pl, f * j->frame, m);
-		size_t r = ZSTD_compress2(z, o, j->cap, pl, m);
-		if (ZSTD_isError(r) || r >= m) {
-			memcpy(o, pl, m);
-			j->len[f] = m | RAW_BIT;
+		planes_split(j->in, j->n, pl, a, m);
+		/* r: o's encoded size of the planes chosen, 0 while o does
+		 * not hold them */
+		int four;
+		uint64_t r = 0;
+		if (j->planes) {
+			four = j->planes == 4;
+		} else if (a < h && h < a + m) {
+			/* both planes' bytes (a buffer of one frame, or the
+			 * frame at the planes' seam): a sample of its start
+			 * would speak for plane 0 alone; the frame is
+			 * compressed both ways */
+			uint64_t r2 = zsize(z, o, j->cap, pl, m, 0);
+			planes_split(pl, m, q, 0, m);
+			uint64_t r4 = zsize(z, o4, j->cap, q, m, 1);
+			four = r4 + r2 / CHOOSE_MARGIN < r2;
+			r = four ? r4 : r2;
+			if (four)
+				memcpy(o, o4, r4);
 		} else {
-			j->len[f] = r;
+			four = choose_four(z, pl, m, q, o, j->cap);
 		}
+		if (!r && four)
+			planes_split(pl, m, q, 0, m);
+		if (!r)
+			r = zsize(z, o, j->cap, four ? q : pl, m, four);
+		if (r >= m) /* raw: the two planes' bytes, whatever chosen */
+			memcpy(o, pl, m);
+		j->len[f] = r >= m ? m | CODEC_LEN_RAW
+				   : r | (four ? CODEC_LEN_FOUR : 0);
 	}
 }
 
@@ -228,7 +308,7 @@ static void gather_frame(void *ctx, int f)
 {
 	job *j = ctx;
 	memcpy(j->dst + j->off[f], j->scr + (uint64_t)f * j->cap,
-	       j->len[f] & ~RAW_BIT);
+	       j->len[f] & CODEC_LEN_MASK);
 }
 
 /* Slots for nf frames on the pool: one per thread, no more than frames. */
@@ -245,9 +325,12 @@ int codec_encode_framed(const void *src, uint64_t n, uint64_t frame, void *dst,
 		    frame <= CODEC_FRAME_MAX);
 	codec_ws own = {0}, *w = ws ? ws : &own;
 	uint64_t nf = frames_of(n, frame);
-	uint64_t cap = ZSTD_compressBound(frame);
+	/* an encoded frame's room, in whole cache lines (the slots' and
+	 * the frames' strides) */
+	uint64_t cap = (ZSTD_compressBound(frame) + 63) & ~63ull;
 	int k = slots_of(pool, nf);
-	int rc = ws_fit(w, (uint64_t)k * frame, nf, nf * cap);
+	MOOR_ASSERT(w->planes == 0 || w->planes == 2 || w->planes == 4);
+	int rc = ws_fit(w, (uint64_t)k * (2 * frame + cap), nf, nf * cap);
 	if (!rc)
 		rc = ws_ctx(w, k, 1);
 	if (rc) {
@@ -265,6 +348,7 @@ int codec_encode_framed(const void *src, uint64_t n, uint64_t frame, void *dst,
 		 .cap = cap,
 		 .len = w->len,
 		 .off = w->off,
+		 .planes = w->planes,
 		 .w = w};
 	atomic_init(&j.next, 0);
 	moor_pool_run(pool, k, enc_slot, &j);
@@ -274,7 +358,7 @@ int codec_encode_framed(const void *src, uint64_t n, uint64_t frame, void *dst,
 	uint64_t o = sizeof h + nf * 8;
 	for (uint64_t f = 0; f < nf; f++) {
 		j.off[f] = o;
-		o += j.len[f] & ~RAW_BIT;
+		o += j.len[f] & CODEC_LEN_MASK;
 	}
 	moor_pool_run(pool, (int)nf, gather_frame, &j);
 	*out_n = o;
@@ -297,18 +381,35 @@ static void dec_slot(void *ctx, int t)
 						       memory_order_relaxed);
 		if (f >= j->nf)
 			return;
-		uint64_t m = frame_len(j, f), el = j->len[f] & ~RAW_BIT;
+		uint64_t m = frame_len(j, f), el = j->len[f] & CODEC_LEN_MASK;
 		uint8_t *o = j->pl + f * j->frame;
-		if (j->len[f] & RAW_BIT) {
+		if (j->len[f] & CODEC_LEN_RAW) {
 			if (el != m)
 				j->rc[f] = MOOR_EFORMAT;
 			else
 				memcpy(o, j->in + j->off[f], m);
 			continue;
 		}
-		size_t r = ZSTD_decompressDCtx(z, o, m, j->in + j->off[f], el);
-		if (ZSTD_isError(r) || r != m)
+		/* four planes: into the slot's scratch, then joined back
+		 * into the frame's two (planes_split's inverse). The zstd
+		 * frame's header says the same as the table's flag (its
+		 * content size: codec.h), or the flag was flipped. */
+		int four = (j->len[f] & CODEC_LEN_FOUR) != 0;
+		uint8_t *q = four ? j->scr + (uint64_t)t * j->frame : o;
+		const uint8_t *in = j->in + j->off[f];
+		unsigned long long cs = ZSTD_getFrameContentSize(in, el);
+		if (four ? cs != ZSTD_CONTENTSIZE_UNKNOWN : cs != m) {
 			j->rc[f] = MOOR_EFORMAT;
+			continue;
+		}
+		size_t r = ZSTD_decompressDCtx(z, q, m, in, el);
+		if (ZSTD_isError(r) || r != m) {
+			j->rc[f] = MOOR_EFORMAT;
+		} else if (four) {
+			planes_join(q, m, o, 0, m / 2);
+			if (m & 1)
+				o[m - 1] = q[m - 1];
+		}
 	}
 }
 
@@ -339,9 +440,21 @@ int codec_decode(const void *enc, uint64_t enc_n, void *dst, uint64_t raw,
 	uint64_t nf = frames_of(raw, h.frame);
 	if (h.n_frames != nf || (enc_n - sizeof h) / 8 < nf)
 		return MOOR_EFORMAT;
+	/* the flags (codec.h): known ones, raw and four planes not both; a
+	 * slot's scratch of a frame where four planes are to be joined */
+	int any4 = 0;
+	for (uint64_t f = 0; f < nf; f++) {
+		uint64_t l;
+		memcpy(&l, e + sizeof h + f * 8, 8);
+		uint64_t fl = l & ~CODEC_LEN_MASK;
+		if ((fl & ~(CODEC_LEN_RAW | CODEC_LEN_FOUR)) ||
+		    fl == (CODEC_LEN_RAW | CODEC_LEN_FOUR))
+			return MOOR_EFORMAT;
+		any4 |= fl == CODEC_LEN_FOUR;
+	}
 	codec_ws own = {0}, *w = ws ? ws : &own;
 	int k = slots_of(pool, nf);
-	int ret = ws_fit(w, raw, nf, 0);
+	int ret = ws_fit(w, raw, nf, any4 ? (uint64_t)k * h.frame : 0);
 	if (!ret)
 		ret = ws_ctx(w, k, 0);
 	uint64_t *len = w->len, *off = w->off;
@@ -351,7 +464,7 @@ int codec_decode(const void *enc, uint64_t enc_n, void *dst, uint64_t raw,
 		memcpy(len, e + sizeof h, nf * 8);
 		uint64_t o = sizeof h + nf * 8;
 		for (uint64_t f = 0; f < nf && !ret; f++) {
-			uint64_t m = len[f] & ~RAW_BIT;
+			uint64_t m = len[f] & CODEC_LEN_MASK;
 			if (m > enc_n - o)
 				ret = MOOR_EFORMAT;
 			off[f] = o;
@@ -363,6 +476,7 @@ int codec_decode(const void *enc, uint64_t enc_n, void *dst, uint64_t raw,
 	if (!ret) {
 		job j = {.in = e,
 			 .pl = w->pl,
+			 .scr = w->scr,
 			 .dst = dst,
 			 .n = raw,
 			 .nf = nf,
