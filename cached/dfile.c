@@ -11,6 +11,7 @@
 
 #include "dfile.h"
 #include "moor.h"
+#include "pool.h"
 
 int (*dfile_fault)(int op, const char *name);
 
@@ -382,4 +383,68 @@ void dfile_sum2(const void *p, uint64_t n, uint64_t s[2])
 	}
 	s[0] = a;
 	s[1] = w;
+}
+
+/* A part of dfile_sum2_pieces: its bytes and its word offset in its piece
+ * (q), then its own two sums. */
+typedef struct sum_part {
+	const uint8_t *p;
+	uint64_t n, q;
+	uint64_t s[2];
+} sum_part;
+
+static void sum_task(void *ctx, int i)
+{
+	sum_part *v = ctx;
+	dfile_sum2(v[i].p, v[i].n, v[i].s);
+}
+
+#define SUM_PARTS_STACK 256
+
+void dfile_sum2_pieces(const void *p, const uint64_t *len, uint32_t k,
+		       uint64_t *s, uint64_t part, struct moor_pool *pool)
+{
+	if (!part)
+		part = DFILE_SUM_PART;
+	MOOR_ASSERT(part % 4 == 0);
+	const uint8_t *b = p;
+	uint64_t np = 0;
+	for (uint32_t i = 0; i < k; i++)
+		np += (len[i] + part - 1) / part;
+	sum_part stack[SUM_PARTS_STACK], *v = stack;
+	if (np > SUM_PARTS_STACK && moor_pool_threads(pool) > 1)
+		v = malloc(np * sizeof *v);
+	if (np <= 1 || moor_pool_threads(pool) <= 1 || !v ||
+	    np > (uint64_t)INT32_MAX) {
+		/* one thread (or no room for the parts): piece by piece */
+		for (uint32_t i = 0; i < k; i++) {
+			dfile_sum2(b, len[i], s + 2 * i);
+			b += len[i];
+		}
+		if (v != stack)
+			free(v);
+		return;
+	}
+	uint64_t j = 0;
+	for (uint32_t i = 0; i < k; i++) {
+		for (uint64_t o = 0; o < len[i]; o += part, j++) {
+			v[j].p = b + o;
+			v[j].n = len[i] - o < part ? len[i] - o : part;
+			v[j].q = o / 4;
+		}
+		b += len[i];
+	}
+	moor_pool_run(pool, (int)np, sum_task, v);
+	j = 0;
+	for (uint32_t i = 0; i < k; i++) {
+		uint64_t a = 0, w = 0;
+		for (uint64_t o = 0; o < len[i]; o += part, j++) {
+			a += v[j].s[0];
+			w += v[j].s[1] + v[j].q * v[j].s[0];
+		}
+		s[2 * i] = a;
+		s[2 * i + 1] = w;
+	}
+	if (v != stack)
+		free(v);
 }

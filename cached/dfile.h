@@ -96,4 +96,27 @@ uint64_t dfile_bytes(int dirfd, const char *name);
  * word, the weighted one also two words swapped. */
 void dfile_sum2(const void *p, uint64_t n, uint64_t s[2]);
 
+/* dfile_sum2 of k pieces of p laid back to back (len[i] bytes each, any
+ * size, piece i at p + len[0] + ... + len[i - 1]) into s[2 i], s[2 i + 1],
+ * bit for bit what k dfile_sum2 calls give, with each piece cut in parts
+ * of `part` bytes (0: DFILE_SUM_PART; a positive multiple of 4, a bug
+ * otherwise: it asserts) summed on the pool's threads (NULL: this one).
+ *
+ * Why the parts add up exactly. A piece's words x_0 .. x_{m-1} (the last
+ * zero-padded); a part starts at a multiple of 4 bytes, so at word q, and
+ * holds words x_q .. x_{q+r-1}: its dfile_sum2 is a' = sum_j x_{q+j} and
+ * w' = sum_j (j + 1) x_{q+j} (j < r; a part that ends the piece pads its
+ * last word with zeros as the whole piece's sum does, and no other part
+ * ends inside a word). The piece's own sums are then
+ *   a = sum over parts of a',
+ *   w = sum_i (i + 1) x_i = sum over parts of sum_j (q + j + 1) x_{q+j}
+ *     = sum over parts of (w' + q a'),
+ * equalities in the ring of integers mod 2^64 (sums and products of
+ * uint64_t wrap, and the distributive law holds there), so whatever the
+ * parts, the threads or their order the result is dfile_sum2's. */
+#define DFILE_SUM_PART (1ull << 20)
+struct moor_pool;
+void dfile_sum2_pieces(const void *p, const uint64_t *len, uint32_t k,
+		       uint64_t *s, uint64_t part, struct moor_pool *pool);
+
 #endif
