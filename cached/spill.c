@@ -44,7 +44,9 @@
  * Two stages: a save encodes a file (block or anchor) while a writer
  * thread of its own writes the one before (the section "the save's two
  * stages" says who owns what); the files and their order are the serial
- * save's.
+ * save's. The sums of bytes on the host and the codec run on the
+ * spill's pool (codec_threads), and so do the copies on a host-mapped
+ * arena (the section "host copies on the pool").
  *
  * DIR/sessions/resident names the entry the drain wrote for the resident
  * conversation; the attach of an engine with the same fingerprint and
@@ -344,7 +346,9 @@ int cache_spill_open(cache *c, char *err)
 		return rc;
 	}
 	c->spill.on = 1;
-	if (c->cfg.spill_codec && c->cfg.codec_threads > 1)
+	/* the codec's threads, and the host's sums' (with the codec off
+	 * too) */
+	if (c->cfg.codec_threads > 1)
 		c->spill.pool = moor_pool_new((int)c->cfg.codec_threads);
 	int tmp = dfile_sweep_tmp(c->spill.dfd);
 	ent_info *v;
@@ -587,6 +591,205 @@ static void hdr_fill(cache *c, spill_hdr *h, uint32_t kind, uint64_t index,
 	memcpy(h->fp, c->lay->fingerprint, 32);
 }
 
+/* ---- host copies on the pool ----
+ *
+ * On a host-mapped device arena (the memcpy mover: the CPU backend) the
+ * spill's copies between the live buffers and its staging buffer are
+ * memcpy on the daemon's thread, and a read-back at an attach writes
+ * pages nobody wrote yet: a page fault each (shared memory on this
+ * 2-core VM: 1.2 to 1.4 GB/s on one thread, 2.6 on two; warm, 9.5). The
+ * memcpy mover's copies are memcpy, which any thread may run (disk.c's
+ * adopter does), so there the spill cuts them in pieces of HC_PIECE and
+ * runs them on its pool: the same bytes to the same places as the
+ * mover's calls would (cache_rows_out and _in: a copy2d a view, a run a
+ * view's outer index; cache_secs_in: a copy a section;
+ * cache_anchor_adopt: one copy of the sections into the anchor's block),
+ * complete on return as the memcpy mover's are, in no order among them
+ * (none overlaps another: the mover's batch has the same rule). Every
+ * other mover (CUDA: DMA on its stream) and a spill without a pool get
+ * the mover's own calls, as before. Copies between host buffers of the
+ * spill's own (a raw data part into its slot, a raw file's data out of
+ * its read buffer) run on the pool whatever the mover (host_memcpy).
+ * MOOR_SPILL_POOLCOPY=0 (a measuring switch) keeps every copy on the
+ * daemon's thread, the mover's calls and memcpy, as before. */
+
+#define HC_PIECE (1ull << 20)
+
+typedef struct hc_piece {
+	char *dst;
+	const char *src;
+	uint64_t n;
+} hc_piece;
+
+typedef struct host_cp {
+	cache *c;
+	hc_piece *v; /* NULL: the mover's calls */
+	uint32_t n, cap;
+} host_cp;
+
+static uint64_t hc_pieces(uint64_t n)
+{
+	return (n + HC_PIECE - 1) / HC_PIECE;
+}
+
+static int poolcopy_on(void)
+{
+	const char *e = getenv("MOOR_SPILL_POOLCOPY");
+	return !(e && !strcmp(e, "0"));
+}
+
+typedef struct mc_job {
+	char *dst;
+	const char *src;
+	uint64_t n;
+	int tasks;
+} mc_job;
+
+static void mc_task(void *ctx, int t)
+{
+	const mc_job *j = ctx;
+	uint64_t a = j->n * (uint64_t)t / (uint64_t)j->tasks,
+		 b = j->n * (uint64_t)(t + 1) / (uint64_t)j->tasks;
+	memcpy(j->dst + a, j->src + a, b - a);
+}
+
+/* memcpy of host memory (the staging buffer, a slot, a read buffer) on
+ * the pool, in 4 ranges a thread; one thread under 4 MiB. */
+static void host_memcpy(cache *c, void *dst, const void *src, uint64_t n)
+{
+	int th = moor_pool_threads(c->spill.pool);
+	if (th < 2 || n < (4ull << 20) || !poolcopy_on()) {
+		if (n)
+			memcpy(dst, src, n);
+		return;
+	}
+	mc_job j = {dst, src, n, 4 * th};
+	moor_pool_run(c->spill.pool, j.tasks, mc_task, &j);
+}
+
+/* The pieces for a block's rows (up to SPILL_BLK of every view), the
+ * sections, or an anchor's block, whichever is most, made up front. */
+static void hc_init(host_cp *h, cache *c)
+{
+	memset(h, 0, sizeof *h);
+	h->c = c;
+	if (c->mv != &arena_mover_memcpy ||
+	    moor_pool_threads(c->spill.pool) < 2 || !poolcopy_on())
+		return;
+	uint64_t rows = 0, secs = 0;
+	for (uint32_t v = 0; v < c->lay->n_views; v++)
+		rows += c->vg[v].outer * hc_pieces(SPILL_BLK * c->vg[v].inner);
+	for (uint32_t i = 0; i < c->lay->n_sections; i++)
+		secs += hc_pieces(c->lay->sec[i].bytes);
+	uint64_t cap =
+	    cache_max64(cache_max64(rows, secs), hc_pieces(c->sec_bytes));
+	if (cap > UINT32_MAX)
+		return;
+	h->v = malloc((cap ? cap : 1) * sizeof *h->v);
+	h->cap = (uint32_t)cap;
+}
+
+static void hc_fini(host_cp *h)
+{
+	free(h->v);
+	h->v = NULL;
+}
+
+static void hc_add(host_cp *h, void *dst, const void *src, uint64_t n)
+{
+	for (uint64_t o = 0; o < n; o += HC_PIECE) {
+		MOOR_ASSERT(h->n < h->cap);
+		h->v[h->n++] =
+		    (hc_piece){(char *)dst + o, (const char *)src + o,
+			       cache_min64(HC_PIECE, n - o)};
+	}
+}
+
+typedef struct hc_job {
+	const hc_piece *v;
+	uint32_t n, tasks;
+} hc_job;
+
+static void hc_task(void *ctx, int t)
+{
+	const hc_job *j = ctx;
+	uint64_t a = (uint64_t)j->n * (uint64_t)t / j->tasks,
+		 b = (uint64_t)j->n * (uint64_t)(t + 1) / j->tasks;
+	for (uint64_t i = a; i < b; i++)
+		memcpy(j->v[i].dst, j->v[i].src, j->v[i].n);
+}
+
+static void hc_run(host_cp *h)
+{
+	uint32_t k = (uint32_t)moor_pool_threads(h->c->spill.pool) * 4;
+	hc_job j = {h->v, h->n, h->n < k ? h->n : k};
+	if (j.tasks)
+		moor_pool_run(h->c->spill.pool, (int)j.tasks, hc_task, &j);
+	h->n = 0;
+}
+
+/* cache_rows_out (out) or cache_rows_in of rows [live_row, live_row + n)
+ * and a compact rows buffer of window bwin at its row brow. */
+static int hc_rows(host_cp *h, int out, void *buf, uint64_t bwin, uint64_t brow,
+		   uint64_t live_row, uint64_t n)
+{
+	cache *c = h->c;
+	if (!h->v)
+		return out ? cache_rows_out(c, buf, bwin, brow, live_row, n)
+			   : cache_rows_in(c, buf, bwin, brow, live_row, n);
+	uint64_t o = 0, W = c->lay->window;
+	MOOR_ASSERT(live_row + n <= W && brow + n <= bwin && n <= SPILL_BLK);
+	for (uint32_t i = 0; i < c->lay->n_views && n; i++) {
+		const cache_vgeom *g = &c->vg[i];
+		char *live = (char *)cache_dev_at(c, c->view_off[i]) +
+			     live_row * g->inner;
+		char *b = (char *)buf + o + brow * g->inner;
+		for (uint64_t q = 0; q < g->outer; q++) {
+			char *lq = live + q * W * g->inner,
+			     *bq = b + q * bwin * g->inner;
+			if (out)
+				hc_add(h, bq, lq, n * g->inner);
+			else
+				hc_add(h, lq, bq, n * g->inner);
+		}
+		o += bwin * g->rowb;
+	}
+	hc_run(h);
+	return 0;
+}
+
+/* cache_secs_in: the sections back to back at src into the live ones. */
+static int hc_secs_in(host_cp *h, const void *src)
+{
+	cache *c = h->c;
+	if (!h->v)
+		return cache_secs_in(c, src);
+	uint64_t o = 0;
+	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
+		hc_add(h, cache_dev_at(c, c->sec_off[i]), (const char *)src + o,
+		       c->lay->sec[i].bytes);
+		o += c->lay->sec[i].bytes;
+	}
+	hc_run(h);
+	return 0;
+}
+
+/* cache_anchor_adopt of the sections at src as the anchor at line: its
+ * two halves (reserve, place) around the copy. */
+static int hc_adopt(host_cp *h, uint64_t line, const void *src, uint64_t limit)
+{
+	cache *c = h->c;
+	if (!h->v)
+		return cache_anchor_adopt(c, line, src, limit);
+	uint64_t off;
+	int rc = cache_anchor_reserve(c, line, limit, &off);
+	if (rc)
+		return rc > 0 ? 0 : rc;
+	hc_add(h, cache_dev_at(c, off), src, c->sec_bytes);
+	hc_run(h);
+	return cache_anchor_place(c, line, off);
+}
+
 /* The data part of a file into out (codec_bound(n) bytes, the save's slot
  * buffer): encoded when the codec is on and it shrinks, else the raw bytes
  * copied, so that the writer reads nothing but its slot (the pipeline
@@ -611,32 +814,33 @@ static int data_part(cache *c, spill_hdr *h, const void *src, uint64_t n,
 			return 0;
 		}
 	}
-	if (n)
-		memcpy(out, src, n);
+	host_memcpy(c, out, src, n);
 	return 0;
 }
 
 /* ---- save ---- */
 
+/* The sums of bytes on the host (a staged block, an anchor's sections,
+ * a file read back) are dfile_sum2's, taken on the spill's pool in parts
+ * (dfile_sum2_pieces: bit for bit the same). Device memory keeps the
+ * mover's sum2. */
+
+/* The two sums of each section of an anchor's sections back to back. */
 static void secs_sums(cache *c, const void *secs, uint64_t *s)
 {
-	uint64_t o = 0;
-	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
-		dfile_sum2((const char *)secs + o, c->lay->sec[i].bytes,
-			   s + 2 * i);
-		o += c->lay->sec[i].bytes;
-	}
+	uint64_t len[CACHE_MAX_SECTIONS];
+	for (uint32_t i = 0; i < c->lay->n_sections; i++)
+		len[i] = c->lay->sec[i].bytes;
+	dfile_sum2_pieces(secs, len, c->lay->n_sections, s, 0, c->spill.pool);
 }
 
 /* The two sums of each view's rows in a block staged view by view. */
 static void blk_sums(cache *c, const void *stage, uint64_t rows, uint64_t *s)
 {
-	uint64_t o = 0;
-	for (uint32_t v = 0; v < c->lay->n_views; v++) {
-		dfile_sum2((const char *)stage + o, rows * c->vg[v].rowb,
-			   s + 2 * v);
-		o += rows * c->vg[v].rowb;
-	}
+	uint64_t len[CACHE_MAX_VIEWS];
+	for (uint32_t v = 0; v < c->lay->n_views; v++)
+		len[v] = rows * c->vg[v].rowb;
+	dfile_sum2_pieces(stage, len, c->lay->n_views, s, 0, c->spill.pool);
 }
 
 static int file_exists(int fd, const char *name)
@@ -759,7 +963,8 @@ static int blk_sums_dev(cache *c, void *stage, const uint8_t *run,
 				a * g->inner,
 			    n, s + 2 * v);
 		else
-			dfile_sum2((const char *)stage + o, n, s + 2 * v);
+			dfile_sum2_pieces((const char *)stage + o, &n, 1,
+					  s + 2 * v, 0, c->spill.pool);
 		o += n;
 	}
 	return rc;
@@ -1544,6 +1749,8 @@ static int save_conv(cache *c, char name[17], char *err)
 	/* the blocks, the anchors and the end through the two stages (the
 	 * pipeline above): encoded here, written by the writer */
 	spill_pipe pp = {0};
+	host_cp hc;
+	hc_init(&hc, c);
 	uint64_t pbig = cache_max64(bbytes, c->sec_bytes);
 	if (!rc)
 		rc = pipe_open(&pp, c, efd, name, valid,
@@ -1581,7 +1788,7 @@ static int save_conv(cache *c, char name[17], char *err)
 			 * stage */
 			rc = stage_views(c, stage, a, rows, run);
 		} else {
-			rc = cache_rows_out(c, stage, rows, 0, a, rows);
+			rc = hc_rows(&hc, 1, stage, rows, 0, a, rows);
 			if (!rc) /* the mover's copies are done before the
 				  * host reads */
 				rc = cache_sync(c);
@@ -1660,6 +1867,7 @@ static int save_conv(cache *c, char name[17], char *err)
 			   c->spill.k.bytes_written - written0);
 	(void)cache_sync(c); /* a copy into stage a failure left in flight */
 	stage_free(c, stage, soff);
+	hc_fini(&hc);
 	free(run);
 	if (rc && !committing)
 		pipe_unland(&pp);
@@ -1833,7 +2041,7 @@ static int load_file(cache *c, int efd, const char *name, uint32_t kind,
 		return MOOR_ETRUNC;
 	}
 	if (!h.codec) {
-		memcpy(dst, b + pre, data);
+		host_memcpy(c, dst, b + pre, data);
 	} else {
 		rc = codec_decode(b + pre, h.data, dst, data, c->spill.pool,
 				  &c->spill.cws);
@@ -1890,6 +2098,8 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 		free(got);
 		return -ENOMEM;
 	}
+	host_cp hc; /* the copies into the live buffers */
+	hc_init(&hc, c);
 	int rc = 0;
 	for (uint64_t j = 0; j < m->n_blk && !rc; j++) {
 		const uint64_t *e = mv->blk + j * (2 + 2ull * nv);
@@ -1906,7 +2116,7 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 		}
 		rc = load_block(c, efd, bn, j, rows, e, stage, got, why);
 		if (!rc)
-			rc = cache_rows_in(c, stage, rows, 0, a, rows);
+			rc = hc_rows(&hc, 0, stage, rows, 0, a, rows);
 		if (!rc) /* the copies out of stage are done before its reuse */
 			rc = cache_sync(c);
 	}
@@ -1921,8 +2131,7 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 			rc = sums_check(e + 1, got, 2ull * ns, an, why);
 		}
 		if (!rc)
-			rc = cache_anchor_adopt(c, e[0], stage,
-						c->cfg.mem_ceiling);
+			rc = hc_adopt(&hc, e[0], stage, c->cfg.mem_ceiling);
 		if (!rc)
 			rc = cache_sync(c);
 	}
@@ -1934,7 +2143,7 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 			rc = sums_check(mv->end, got, 2ull * ns, "end", why);
 		}
 		if (!rc)
-			rc = cache_secs_in(c, stage);
+			rc = hc_secs_in(&hc, stage);
 		if (!rc)
 			rc = cache_end_keep(c, m->end_len, m->end_taint);
 	}
@@ -1944,6 +2153,7 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 	if (!rc)
 		rc = sr;
 	stage_free(c, stage, soff);
+	hc_fini(&hc);
 	free(got);
 	return rc;
 }
@@ -2208,6 +2418,8 @@ static int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 	    rc ? NULL : malloc((2ull * (ns > nv ? ns : nv) + 2) * 8);
 	if (!rc && (!stage || !got))
 		rc = -ENOMEM;
+	host_cp hc; /* the copies into the live buffers */
+	hc_init(&hc, c);
 	uint64_t read0 = c->spill.k.bytes_read;
 	double t_log = t0; /* a long restore logs its progress once a second */
 	for (uint64_t j = 0; !rc && j < mv.m->n_blk; j++) {
@@ -2221,7 +2433,7 @@ static int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 		rc = load_block(c, efd, bn, j, rows, e, stage, got, why);
 		uint64_t lo = cache_max64(k, a), hi = cache_min64(s, a + rows);
 		if (!rc)
-			rc = cache_rows_in(c, stage, rows, lo - a, lo, hi - lo);
+			rc = hc_rows(&hc, 0, stage, rows, lo - a, lo, hi - lo);
 		if (!rc) /* the copies out of stage are done before its reuse */
 			rc = cache_sync(c);
 		double t = now_ms();
@@ -2250,9 +2462,9 @@ static int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 			rc = sums_check(e + 1, got, 2ull * ns, an, why);
 		}
 		if (!rc)
-			(void)cache_anchor_adopt(c, e[0], stage, limit);
+			(void)hc_adopt(&hc, e[0], stage, limit);
 		if (!rc && e[0] == s)
-			rc = cache_secs_in(c, stage);
+			rc = hc_secs_in(&hc, stage);
 		if (!rc)
 			rc = cache_sync(c);
 	}
@@ -2264,7 +2476,7 @@ static int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 			rc = sums_check(mv.end, got, 2ull * ns, "end", why);
 		}
 		if (!rc)
-			rc = cache_secs_in(c, stage);
+			rc = hc_secs_in(&hc, stage);
 	} else if (!rc && cache_anchor_find(c, s) < 0) {
 		moor_errf(why, "no state at %llu", (unsigned long long)s);
 		rc = MOOR_EFORMAT;
@@ -2281,6 +2493,7 @@ static int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 	if (!rc)
 		rc = sr;
 	stage_free(c, stage, soff);
+	hc_fini(&hc);
 	free(got);
 	free(mv.buf);
 	close(efd);
