@@ -44,9 +44,13 @@
  * Two stages: a save encodes a file (block or anchor) while a writer
  * thread of its own writes the one before (the section "the save's two
  * stages" says who owns what); the files and their order are the serial
- * save's. The sums of bytes on the host and the codec run on the
- * spill's pool (codec_threads), and so do the copies on a host-mapped
- * arena (the section "host copies on the pool").
+ * save's. A read-back the other way round: a reader thread of its own
+ * reads the next file while this one is checked, decoded and copied in
+ * (the section "read back: a reader and the checks"); the checks, the
+ * copies and their order are the serial read-back's. The sums of bytes on
+ * the host and the codec run on the spill's pool (codec_threads), and so
+ * do the copies on a host-mapped arena (the section "host copies on the
+ * pool").
  *
  * DIR/sessions/resident names the entry the drain wrote for the resident
  * conversation; the attach of an engine with the same fingerprint and
@@ -1998,64 +2002,253 @@ int cache_drain(cache *c, char *err)
 	return rc;
 }
 
-/* ---- read back ---- */
+/* ---- read back: a reader and the checks ----
+ *
+ * A read-back (the attach's, load_entry; a plan's restore, spill_restore)
+ * names its files first, in the order it uses them (the blocks, the
+ * anchors, the end), each with what its header must say and the
+ * manifest's sums. A reader thread of the read-back's own reads file
+ * i + 1 whole (dfile_read_direct: O_DIRECT where taken) into one of two
+ * 4 KiB-aligned buffers (c->spill.cws's 0 and 1, the save's slots, kept
+ * between calls) while this thread checks file i: its header against the
+ * manifest, its frames decoded into the staging buffer on the pool (or its
+ * raw bytes copied there), the sums it carries, then the sums of its bytes
+ * (on the pool) against the manifest's; then the bytes are copied into the
+ * live buffers as before. A buffer goes back to the reader once the file
+ * in it is decoded, so the read of i + 2 starts while i is summed and
+ * copied. The read costs the drive's time, the rest the cores' (decode and
+ * sums on the pool, the copies by the mover or on the pool): overlapped,
+ * a read-back takes about the longer of the two, where one after the
+ * other it took their sum (issue 11: the serial read-back ran at 28% of
+ * the drive's O_DIRECT read on the 16-core host, its reads a third of its
+ * time). Buffer 1 is held from the first read-back on, as from the first
+ * save (a slot: the largest file's bytes, about 150 MiB on the 27B).
+ *
+ * Threads and ownership:
+ *   - buffer b is the reader's while FREE: it reads into it and writes
+ *     its outcome (rc, size, err, ms) beside it, then marks it READY
+ *     under rd.mu; it is this thread's while READY, until rd_put marks it
+ *     FREE again (under mu). So the read's bytes happen before the checks
+ *     read them, and the checks' reads before the next read into it: no
+ *     atomics, no other lock;
+ *   - the reader reads the files in order, file i into buffer i & 1 once
+ *     that buffer is FREE (file i - 2 given back): it never waits for a
+ *     file this thread has not reached, and this thread waits only for
+ *     the file the reader reads next or has read, so both progress;
+ *   - the reader touches of the cache only the entry's directory (efd)
+ *     and its list of files (written before it starts); the counters, the
+ *     pool, the codec's planes, the staging buffer, the mover and the
+ *     live buffers are this thread's;
+ *   - a read's failure is this thread's when it reaches that file, in
+ *     order, so the error said is the serial path's. A file that fails a
+ *     check is not given back; rd_close stops the reader (no read starts
+ *     after `stop`) and joins it before the buffers are touched again.
+ *     The file after a failed one may have been read meanwhile, never
+ *     used: the one effect the serial path does not have (none on the
+ *     disk or the cache);
+ *   - dfile's fault seam (DFILE_OP_READ) is called by the reader alone
+ *     while it runs.
+ * MOOR_SPILL_READER=0 (a measuring switch, as MOOR_SPILL_WRITER=0 is for
+ * the save) reads each file on this thread when it is reached, into
+ * buffer 0: the serial read-back of before. The checks and their order,
+ * the copies and their order, and so the live buffers after it, are the
+ * same either way; test_spill_reader compares the two. */
 
-/* A data file of the entry into dst (data bytes), checked against the
- * manifest's sums: its header, the sums it carries and the sums of its
- * bytes. The file is read whole in one read (O_DIRECT where the file
- * system takes it) into c->spill.cws's buffer 0, aligned in it: the
- * frames decode from there, raw data is copied to dst. A file longer than
- * its header says is read as far as its header says (what the reads of
- * its three parts did); shorter, MOOR_ETRUNC. */
-static int load_file(cache *c, int efd, const char *name, uint32_t kind,
-		     uint64_t index, uint64_t rows, const uint64_t *sums,
-		     uint64_t n_sums, void *dst, uint64_t data, char *why)
+typedef struct rd_file {
+	char name[32];	      /* r<j>, a<line>, end */
+	uint32_t kind;	      /* SF_BLOCK, SF_ANCHOR, SF_END */
+	uint64_t index, rows; /* what its header must say */
+	uint64_t n_sums;      /* 2 a view (a block) or a section */
+	const uint64_t *sums; /* the manifest's [n_sums] */
+	uint64_t data;	      /* its decoded bytes */
+	uint64_t cap;	      /* the read's: the file up to its largest */
+} rd_file;
+
+enum { RD_FREE = 0, RD_READY };
+
+typedef struct rd_buf {
+	int state;  /* RD_*, under mu */
+	uint32_t i; /* the file read into it */
+	int rc;	    /* its read's */
+	uint64_t n; /* its bytes read */
+	double ms;
+	char err[MOOR_ERRLEN];
+} rd_buf;
+
+typedef struct spill_rd {
+	cache *c;
+	int efd;
+	rd_file *f; /* [n], in the order they are used */
+	uint32_t n, cap_f;
+	char *buf[2]; /* aligned in c->spill.cws's buffers 0 and 1 */
+	rd_buf s[2];
+	int threaded; /* a reader thread runs (else reads as reached) */
+	int serial;   /* no reader thread ran (said in the log) */
+	pthread_t th;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int stop;	/* under mu */
+	double read_ms; /* the reads' (the reader's, under mu) */
+	/* this thread's: where its time went */
+	double wait_ms, dec_ms, sum_ms, copy_ms;
+	uint32_t used; /* files checked */
+	host_cp hc;    /* the copies into the live buffers */
+} spill_rd;
+
+/* The bytes of a read-back's buffer, and of a save's slot: a file's
+ * header and sums and its largest data part encoded, to 4 KiB, and room
+ * to align it: one size, so that neither regrows the other's. */
+static uint64_t slot_bytes(const cache *c)
 {
-	spill_hdr h;
-	uint64_t pre = sizeof h + n_sums * 8;
-	uint64_t cap = dfile_up4k(pre + codec_bound(data));
-	char *b = codec_ws_buf(&c->spill.cws, 0, cap + DFILE_ALIGN);
-	if (!b)
-		return -ENOMEM;
-	b += -(uintptr_t)b & (DFILE_ALIGN - 1);
-	uint64_t n;
-	int rc = dfile_read_direct(efd, name, b, cap, &n, NULL, why);
-	if (rc)
-		return rc;
-	if (n < sizeof h) {
-		moor_errf(why, "read %s: %s", name, moor_strerror(MOOR_ETRUNC));
-		return MOOR_ETRUNC;
+	uint64_t big = cache_max64(SPILL_BLK * c->row_bytes, c->sec_bytes);
+	return dfile_up4k(SLOT_PRE + codec_bound(big)) + DFILE_ALIGN;
+}
+
+static int rd_open(spill_rd *r, cache *c, int efd, uint32_t max_files)
+{
+	memset(r, 0, sizeof *r);
+	r->c = c;
+	r->efd = efd;
+	r->f = calloc(max_files ? max_files : 1, sizeof *r->f);
+	r->cap_f = max_files;
+	hc_init(&r->hc, c);
+	return r->f ? 0 : -ENOMEM;
+}
+
+/* Names the next file of the read-back (before rd_start). */
+static void rd_add(spill_rd *r, const char *name, uint32_t kind, uint64_t index,
+		   uint64_t rows, uint64_t n_sums, const uint64_t *sums,
+		   uint64_t data)
+{
+	MOOR_ASSERT(r->n < r->cap_f);
+	rd_file *f = &r->f[r->n++];
+	snprintf(f->name, sizeof f->name, "%s", name);
+	f->kind = kind;
+	f->index = index;
+	f->rows = rows;
+	f->n_sums = n_sums;
+	f->sums = sums;
+	f->data = data;
+	f->cap = dfile_up4k(sizeof(spill_hdr) + n_sums * 8 + codec_bound(data));
+}
+
+static void rd_read(spill_rd *r, uint32_t i, int b)
+{
+	rd_buf *s = &r->s[b];
+	double t0 = now_ms();
+	s->i = i;
+	s->err[0] = 0;
+	s->n = 0;
+	s->rc = dfile_read_direct(r->efd, r->f[i].name, r->buf[b], r->f[i].cap,
+				  &s->n, NULL, s->err);
+	s->ms = now_ms() - t0;
+}
+
+static void *rd_main(void *arg)
+{
+	spill_rd *r = arg;
+	pthread_mutex_lock(&r->mu);
+	for (uint32_t i = 0; i < r->n; i++) {
+		rd_buf *s = &r->s[i & 1];
+		while (!r->stop && s->state != RD_FREE)
+			pthread_cond_wait(&r->cv, &r->mu);
+		if (r->stop)
+			break;
+		pthread_mutex_unlock(&r->mu);
+		rd_read(r, i, (int)(i & 1));
+		pthread_mutex_lock(&r->mu);
+		r->read_ms += s->ms;
+		s->state = RD_READY;
+		pthread_cond_broadcast(&r->cv);
 	}
-	memcpy(&h, b, sizeof h);
-	if (h.magic != SPILL_MAGIC || h.version != SPILL_VERSION ||
-	    h.kind != kind || h.index != index || h.rows != rows ||
-	    h.digest != c->spill.digest || h.n_sums != n_sums ||
-	    h.raw != data || h.codec > 1 || (h.codec == 0 && h.data != data) ||
-	    (h.codec == 1 && h.data > codec_bound(data)) ||
-	    !cache_ledger_fp_ok(c, h.fp)) {
-		moor_errf(why, "%s: its header is not the manifest's", name);
-		return MOOR_EFORMAT;
+	pthread_mutex_unlock(&r->mu);
+	return NULL;
+}
+
+/* The buffers, and the reader unless MOOR_SPILL_READER=0 (or no thread
+ * can be had: the serial read-back, slower, as sound). */
+static int rd_start(spill_rd *r)
+{
+	cache *c = r->c;
+	uint64_t nb = slot_bytes(c);
+	const char *e = getenv("MOOR_SPILL_READER");
+	int want = !(e && !strcmp(e, "0")) && r->n > 1;
+	r->serial = 1;
+	for (int b = 0; b < (want ? 2 : 1); b++) {
+		char *p = codec_ws_buf(&c->spill.cws, b, nb);
+		if (!p)
+			return -ENOMEM;
+		r->buf[b] = p + (-(uintptr_t)p & (DFILE_ALIGN - 1));
 	}
-	if (n < pre + h.data) {
-		moor_errf(why, "read %s: %s", name, moor_strerror(MOOR_ETRUNC));
-		return MOOR_ETRUNC;
+	for (uint32_t i = 0; i < r->n; i++)
+		MOOR_ASSERT(r->f[i].cap + DFILE_ALIGN <= nb);
+	if (!want || pthread_mutex_init(&r->mu, NULL))
+		return 0;
+	if (pthread_cond_init(&r->cv, NULL)) {
+		pthread_mutex_destroy(&r->mu);
+		return 0;
 	}
-	if (!h.codec) {
-		host_memcpy(c, dst, b + pre, data);
-	} else {
-		rc = codec_decode(b + pre, h.data, dst, data, c->spill.pool,
-				  &c->spill.cws);
-		if (rc) {
-			moor_errf(why, "%s: its frames do not decode", name);
-			return rc;
-		}
+	r->threaded = pthread_create(&r->th, NULL, rd_main, r) == 0;
+	r->serial = !r->threaded;
+	if (!r->threaded) {
+		pthread_cond_destroy(&r->cv);
+		pthread_mutex_destroy(&r->mu);
 	}
-	if (memcmp(b + sizeof h, sums, n_sums * 8)) {
-		moor_errf(why, "%s: its sums are not the manifest's", name);
-		return MOOR_EFORMAT;
-	}
-	c->spill.k.bytes_read += pre + h.data;
 	return 0;
+}
+
+/* File i read (waited for, or read now): its buffer and size; 0, or its
+ * read's error (said in why). */
+static int rd_get(spill_rd *r, uint32_t i, char **b, uint64_t *n, char *why)
+{
+	int k = r->threaded ? (int)(i & 1) : 0;
+	rd_buf *s = &r->s[k];
+	if (r->threaded) {
+		double t0 = now_ms();
+		pthread_mutex_lock(&r->mu);
+		while (s->state != RD_READY)
+			pthread_cond_wait(&r->cv, &r->mu);
+		pthread_mutex_unlock(&r->mu);
+		r->wait_ms += now_ms() - t0;
+	} else {
+		rd_read(r, i, 0);
+		r->read_ms += s->ms;
+	}
+	MOOR_ASSERT(s->i == i);
+	*b = r->buf[k];
+	*n = s->n;
+	if (s->rc)
+		snprintf(why, MOOR_ERRLEN, "%s", s->err);
+	return s->rc;
+}
+
+/* File i's buffer back to the reader (its bytes are no longer read). */
+static void rd_put(spill_rd *r, uint32_t i)
+{
+	if (!r->threaded)
+		return;
+	pthread_mutex_lock(&r->mu);
+	r->s[i & 1].state = RD_FREE;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+}
+
+/* Stops the reader (no read starts after this) and joins it. */
+static void rd_close(spill_rd *r)
+{
+	if (r->threaded) {
+		pthread_mutex_lock(&r->mu);
+		r->stop = 1;
+		pthread_cond_broadcast(&r->cv);
+		pthread_mutex_unlock(&r->mu);
+		pthread_join(r->th, NULL);
+		pthread_cond_destroy(&r->cv);
+		pthread_mutex_destroy(&r->mu);
+		r->threaded = 0;
+	}
+	free(r->f);
+	r->f = NULL;
+	hc_fini(&r->hc);
 }
 
 static int sums_check(const uint64_t *want, const uint64_t *got, uint64_t n,
@@ -2069,23 +2262,83 @@ static int sums_check(const uint64_t *want, const uint64_t *got, uint64_t n,
 	return 0;
 }
 
-/* Block j's file bn (rows rows of every view, view by view) into stage and
- * its sums (got: 2 a view) checked against the manifest's entry e (rows,
- * ids hash, then the sums). */
-static int load_block(cache *c, int efd, const char *bn, uint64_t j,
-		      uint64_t rows, const uint64_t *e, void *stage,
-		      uint64_t *got, char *why)
+/* File i of the read-back into dst (its data bytes), checked against the
+ * manifest: its header, the sums it carries, then the sums of its bytes
+ * (got: 2 a view for a block, 2 a section else, as the manifest's). A
+ * file longer than its header says is read as far as its header says
+ * (what the reads of its three parts did); shorter, MOOR_ETRUNC. */
+static int rd_file_in(spill_rd *r, uint32_t i, void *dst, uint64_t *got,
+		      char *why)
 {
-	uint32_t nv = c->lay->n_views;
-	int rc = load_file(c, efd, bn, SF_BLOCK, j, rows, e + 2, 2ull * nv,
-			   stage, rows * c->row_bytes, why);
+	cache *c = r->c;
+	const rd_file *f = &r->f[i];
+	spill_hdr h;
+	uint64_t pre = sizeof h + f->n_sums * 8, n;
+	char *b;
+	int rc = rd_get(r, i, &b, &n, why);
 	if (rc)
 		return rc;
-	blk_sums(c, stage, rows, got);
-	return sums_check(e + 2, got, 2ull * nv, bn, why);
+	r->used++;
+	if (n < sizeof h) {
+		moor_errf(why, "read %s: %s", f->name,
+			  moor_strerror(MOOR_ETRUNC));
+		return MOOR_ETRUNC;
+	}
+	memcpy(&h, b, sizeof h);
+	if (h.magic != SPILL_MAGIC || h.version != SPILL_VERSION ||
+	    h.kind != f->kind || h.index != f->index || h.rows != f->rows ||
+	    h.digest != c->spill.digest || h.n_sums != f->n_sums ||
+	    h.raw != f->data || h.codec > 1 ||
+	    (h.codec == 0 && h.data != f->data) ||
+	    (h.codec == 1 && h.data > codec_bound(f->data)) ||
+	    !cache_ledger_fp_ok(c, h.fp)) {
+		moor_errf(why, "%s: its header is not the manifest's", f->name);
+		return MOOR_EFORMAT;
+	}
+	if (n < pre + h.data) {
+		moor_errf(why, "read %s: %s", f->name,
+			  moor_strerror(MOOR_ETRUNC));
+		return MOOR_ETRUNC;
+	}
+	double t0 = now_ms();
+	if (!h.codec) {
+		host_memcpy(c, dst, b + pre, f->data);
+	} else {
+		rc = codec_decode(b + pre, h.data, dst, f->data, c->spill.pool,
+				  &c->spill.cws);
+		if (rc) {
+			moor_errf(why, "%s: its frames do not decode", f->name);
+			return rc;
+		}
+	}
+	double t1 = now_ms();
+	r->dec_ms += t1 - t0;
+	if (memcmp(b + sizeof h, f->sums, f->n_sums * 8)) {
+		moor_errf(why, "%s: its sums are not the manifest's", f->name);
+		return MOOR_EFORMAT;
+	}
+	rd_put(r, i); /* the next read into its buffer may start */
+	c->spill.k.bytes_read += pre + h.data;
+	if (f->kind == SF_BLOCK)
+		blk_sums(c, dst, f->rows, got);
+	else
+		secs_sums(c, dst, got);
+	r->sum_ms += now_ms() - t1;
+	return sums_check(f->sums, got, f->n_sums, f->name, why);
 }
 
-static int load_entry(cache *c, int efd, const man_view *mv, char *why)
+/* Where a read-back's time went, for its log line. */
+static void rd_said(const spill_rd *r, char *out, size_t n)
+{
+	snprintf(out, n,
+		 "reads %.1f ms, waits for the reader %.1f, decode %.1f, sums "
+		 "%.1f, copies %.1f; %u files%s",
+		 r->read_ms, r->wait_ms, r->dec_ms, r->sum_ms, r->copy_ms,
+		 r->used, r->serial && r->n > 1 ? ", serial" : "");
+}
+
+static int load_entry(cache *c, int efd, const man_view *mv, char *said,
+		      char *why)
 {
 	uint32_t ns = c->lay->n_sections, nv = c->lay->n_views;
 	const spill_man *m = mv->m;
@@ -2093,68 +2346,83 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *why)
 	uint64_t big = bbytes > c->sec_bytes ? bbytes : c->sec_bytes, soff;
 	void *stage = stage_new(c, big, &soff);
 	uint64_t *got = malloc((2ull * (ns > nv ? ns : nv) + 2) * 8);
-	if (!stage || !got) {
+	spill_rd r;
+	int rc = rd_open(&r, c, efd, (uint32_t)(m->n_blk + m->n_anc + 1));
+	if (!stage || !got || rc) {
 		stage_free(c, stage, soff);
 		free(got);
+		rd_close(&r);
 		return -ENOMEM;
 	}
-	host_cp hc; /* the copies into the live buffers */
-	hc_init(&hc, c);
-	int rc = 0;
-	for (uint64_t j = 0; j < m->n_blk && !rc; j++) {
+	/* the files, in the order they are used */
+	for (uint64_t j = 0; j < m->n_blk; j++) {
 		const uint64_t *e = mv->blk + j * (2 + 2ull * nv);
 		uint64_t a = j * SPILL_BLK,
 			 rows = cache_min64(SPILL_BLK, m->valid - a);
 		char bn[32];
 		snprintf(bn, sizeof bn, "r%llu", (unsigned long long)j);
-		if (e[0] != rows ||
-		    e[1] != XXH3_64bits(mv->ids + a, rows * 4)) {
-			moor_errf(why, "%s: the manifest's rows or ids hash",
-				  bn);
-			rc = MOOR_EFORMAT;
-			break;
-		}
-		rc = load_block(c, efd, bn, j, rows, e, stage, got, why);
-		if (!rc)
-			rc = hc_rows(&hc, 0, stage, rows, 0, a, rows);
-		if (!rc) /* the copies out of stage are done before its reuse */
-			rc = cache_sync(c);
+		rd_add(&r, bn, SF_BLOCK, j, rows, 2ull * nv, e + 2,
+		       rows * c->row_bytes);
 	}
-	for (uint64_t i = 0; i < m->n_anc && !rc; i++) {
+	for (uint64_t i = 0; i < m->n_anc; i++) {
 		const uint64_t *e = mv->anc + i * (1 + 2ull * ns);
 		char an[32];
 		snprintf(an, sizeof an, "a%llu", (unsigned long long)e[0]);
-		rc = load_file(c, efd, an, SF_ANCHOR, e[0], 0, e + 1, 2ull * ns,
-			       stage, c->sec_bytes, why);
-		if (!rc) {
-			secs_sums(c, stage, got);
-			rc = sums_check(e + 1, got, 2ull * ns, an, why);
+		rd_add(&r, an, SF_ANCHOR, e[0], 0, 2ull * ns, e + 1,
+		       c->sec_bytes);
+	}
+	if (m->end_len)
+		rd_add(&r, "end", SF_END, m->end_len, 0, 2ull * ns, mv->end,
+		       c->sec_bytes);
+	rc = rd_start(&r);
+	uint32_t fi = 0;
+	for (uint64_t j = 0; j < m->n_blk && !rc; j++) {
+		const uint64_t *e = mv->blk + j * (2 + 2ull * nv);
+		uint64_t a = j * SPILL_BLK,
+			 rows = cache_min64(SPILL_BLK, m->valid - a);
+		if (e[0] != rows ||
+		    e[1] != XXH3_64bits(mv->ids + a, rows * 4)) {
+			moor_errf(why, "%s: the manifest's rows or ids hash",
+				  r.f[fi].name);
+			rc = MOOR_EFORMAT;
+			break;
 		}
+		rc = rd_file_in(&r, fi++, stage, got, why);
+		double t0 = now_ms();
 		if (!rc)
-			rc = hc_adopt(&hc, e[0], stage, c->cfg.mem_ceiling);
+			rc = hc_rows(&r.hc, 0, stage, rows, 0, a, rows);
+		if (!rc) /* the copies out of stage are done before its reuse */
+			rc = cache_sync(c);
+		r.copy_ms += now_ms() - t0;
+	}
+	for (uint64_t i = 0; i < m->n_anc && !rc; i++) {
+		const uint64_t *e = mv->anc + i * (1 + 2ull * ns);
+		rc = rd_file_in(&r, fi++, stage, got, why);
+		double t0 = now_ms();
+		if (!rc)
+			rc = hc_adopt(&r.hc, e[0], stage, c->cfg.mem_ceiling);
 		if (!rc)
 			rc = cache_sync(c);
+		r.copy_ms += now_ms() - t0;
 	}
 	if (m->end_len && !rc) {
-		rc = load_file(c, efd, "end", SF_END, m->end_len, 0, mv->end,
-			       2ull * ns, stage, c->sec_bytes, why);
-		if (!rc) {
-			secs_sums(c, stage, got);
-			rc = sums_check(mv->end, got, 2ull * ns, "end", why);
-		}
+		rc = rd_file_in(&r, fi++, stage, got, why);
+		double t0 = now_ms();
 		if (!rc)
-			rc = hc_secs_in(&hc, stage);
+			rc = hc_secs_in(&r.hc, stage);
 		if (!rc)
 			rc = cache_end_keep(c, m->end_len, m->end_taint);
+		r.copy_ms += now_ms() - t0;
 	}
+	rd_close(&r);
 	/* every copy done (out of stage, and the end's on the device) before
 	 * stage goes and before the caller hands the rows to the engine */
 	int sr = cache_sync(c);
 	if (!rc)
 		rc = sr;
 	stage_free(c, stage, soff);
-	hc_fini(&hc);
 	free(got);
+	rd_said(&r, said, MOOR_ERRLEN);
 	return rc;
 }
 
@@ -2208,9 +2476,10 @@ int cache_spill_read_back(cache *c)
 	}
 	double t0 = now_ms();
 	man_view mv = {0};
+	char said[MOOR_ERRLEN] = "";
 	rc = man_load(c, efd, &mv, why);
 	if (!rc) {
-		rc = load_entry(c, efd, &mv, why);
+		rc = load_entry(c, efd, &mv, said, why);
 		if (!rc) {
 			memcpy(c->res_ids, mv.ids, mv.m->valid * 4);
 			c->valid = mv.m->valid;
@@ -2253,10 +2522,10 @@ int cache_spill_read_back(cache *c)
 	c->spill.k.restores++;
 	c->spill.last_restore_ms = now_ms() - t0;
 	moor_info("[spill] read back %s: %llu tokens (end anchor at %llu, %u "
-		  "anchors) in %.1f ms",
+		  "anchors) in %.1f ms (%s)",
 		  name, (unsigned long long)c->valid,
 		  (unsigned long long)end_len, c->n_anc,
-		  c->spill.last_restore_ms);
+		  c->spill.last_restore_ms, said);
 	return 0;
 }
 
@@ -2418,10 +2687,15 @@ static int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 	    rc ? NULL : malloc((2ull * (ns > nv ? ns : nv) + 2) * 8);
 	if (!rc && (!stage || !got))
 		rc = -ENOMEM;
-	host_cp hc; /* the copies into the live buffers */
-	hc_init(&hc, c);
 	uint64_t read0 = c->spill.k.bytes_read;
 	double t_log = t0; /* a long restore logs its progress once a second */
+	/* the files, in the order they are used: the blocks of the rows
+	 * [k, s), the saved anchors in (k, s], the end when s is its line */
+	spill_rd r;
+	memset(&r, 0, sizeof r);
+	if (!rc)
+		rc = rd_open(&r, c, efd,
+			     (uint32_t)(mv.m->n_blk + mv.m->n_anc + 1));
 	for (uint64_t j = 0; !rc && j < mv.m->n_blk; j++) {
 		const uint64_t *e = mv.blk + j * (2 + 2ull * nv);
 		uint64_t a = j * SPILL_BLK,
@@ -2430,13 +2704,39 @@ static int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 			continue; /* past the line, or in place */
 		char bn[32];
 		snprintf(bn, sizeof bn, "r%llu", (unsigned long long)j);
-		rc = load_block(c, efd, bn, j, rows, e, stage, got, why);
+		rd_add(&r, bn, SF_BLOCK, j, rows, 2ull * nv, e + 2,
+		       rows * c->row_bytes);
+	}
+	for (uint64_t i = 0; !rc && i < mv.m->n_anc; i++) {
+		const uint64_t *e = mv.anc + i * (1 + 2ull * ns);
+		if (e[0] <= k || e[0] > s)
+			continue;
+		char an[32];
+		snprintf(an, sizeof an, "a%llu", (unsigned long long)e[0]);
+		rd_add(&r, an, SF_ANCHOR, e[0], 0, 2ull * ns, e + 1,
+		       c->sec_bytes);
+	}
+	if (!rc && s == mv.m->end_len)
+		rd_add(&r, "end", SF_END, mv.m->end_len, 0, 2ull * ns, mv.end,
+		       c->sec_bytes);
+	if (!rc)
+		rc = rd_start(&r);
+	uint32_t fi = 0;
+	for (uint64_t j = 0; !rc && j < mv.m->n_blk; j++) {
+		uint64_t a = j * SPILL_BLK,
+			 rows = cache_min64(SPILL_BLK, mv.m->valid - a);
+		if (a >= s || a + rows <= k)
+			continue; /* past the line, or in place */
+		rc = rd_file_in(&r, fi++, stage, got, why);
 		uint64_t lo = cache_max64(k, a), hi = cache_min64(s, a + rows);
+		double t = now_ms();
 		if (!rc)
-			rc = hc_rows(&hc, 0, stage, rows, lo - a, lo, hi - lo);
+			rc =
+			    hc_rows(&r.hc, 0, stage, rows, lo - a, lo, hi - lo);
 		if (!rc) /* the copies out of stage are done before its reuse */
 			rc = cache_sync(c);
-		double t = now_ms();
+		r.copy_ms += now_ms() - t;
+		t = now_ms();
 		if (!rc && t - t_log >= 1000 && hi < s && hi > k) {
 			t_log = t;
 			double rate = (double)(hi - k) / ((t - t0) / 1e3);
@@ -2453,34 +2753,27 @@ static int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 		const uint64_t *e = mv.anc + i * (1 + 2ull * ns);
 		if (e[0] <= k || e[0] > s)
 			continue;
-		char an[32];
-		snprintf(an, sizeof an, "a%llu", (unsigned long long)e[0]);
-		rc = load_file(c, efd, an, SF_ANCHOR, e[0], 0, e + 1, 2ull * ns,
-			       stage, c->sec_bytes, why);
-		if (!rc) {
-			secs_sums(c, stage, got);
-			rc = sums_check(e + 1, got, 2ull * ns, an, why);
-		}
+		rc = rd_file_in(&r, fi++, stage, got, why);
+		double t = now_ms();
 		if (!rc)
-			(void)hc_adopt(&hc, e[0], stage, limit);
+			(void)hc_adopt(&r.hc, e[0], stage, limit);
 		if (!rc && e[0] == s)
-			rc = hc_secs_in(&hc, stage);
+			rc = hc_secs_in(&r.hc, stage);
 		if (!rc)
 			rc = cache_sync(c);
+		r.copy_ms += now_ms() - t;
 	}
 	if (!rc && s == mv.m->end_len) {
-		rc = load_file(c, efd, "end", SF_END, mv.m->end_len, 0, mv.end,
-			       2ull * ns, stage, c->sec_bytes, why);
-		if (!rc) {
-			secs_sums(c, stage, got);
-			rc = sums_check(mv.end, got, 2ull * ns, "end", why);
-		}
+		rc = rd_file_in(&r, fi++, stage, got, why);
+		double t = now_ms();
 		if (!rc)
-			rc = hc_secs_in(&hc, stage);
+			rc = hc_secs_in(&r.hc, stage);
+		r.copy_ms += now_ms() - t;
 	} else if (!rc && cache_anchor_find(c, s) < 0) {
 		moor_errf(why, "no state at %llu", (unsigned long long)s);
 		rc = MOOR_EFORMAT;
 	}
+	rd_close(&r);
 	/* the entry's marks on the rows it gave back (the rows below k are
 	 * clean: no mark) */
 	for (uint64_t i = 0; !rc && i < mv.m->n_mk; i++)
@@ -2493,7 +2786,6 @@ static int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 	if (!rc)
 		rc = sr;
 	stage_free(c, stage, soff);
-	hc_fini(&hc);
 	free(got);
 	free(mv.buf);
 	close(efd);
@@ -2514,10 +2806,12 @@ static int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 		close(mfd);
 	}
 	c->spill.k.hits++;
+	char said[MOOR_ERRLEN];
+	rd_said(&r, said, sizeof said);
 	moor_info("[spill] restored %s at %llu (rows [%llu, %llu) read, %llu "
-		  "bytes) in %.1f ms",
+		  "bytes) in %.1f ms (%s)",
 		  name, (unsigned long long)s, (unsigned long long)k,
-		  (unsigned long long)s, (unsigned long long)rd, ms);
+		  (unsigned long long)s, (unsigned long long)rd, ms, said);
 	return 0;
 }
 
