@@ -1,7 +1,8 @@
 /* spill_files.h: the spill tests' look at an entry's files on the disk:
  * the entry a drain wrote, its files by name, and two entries compared
- * byte for byte, and the toy conversation they drain (test_spill_direct,
- * test_spill_two_stages, test_spill_sums_in_place). Include after toy.h. */
+ * byte for byte, the toy conversation they drain and a copy of its live
+ * bytes (test_spill_direct, test_spill_two_stages, test_spill_sums_in_place,
+ * test_spill_reader). Include after toy.h. */
 #ifndef SPILL_FILES_H
 #define SPILL_FILES_H
 
@@ -122,6 +123,21 @@ static inline void spill_conv(toy_env *e, const char *tag, const char *dir,
 	REQUIRE(toy_run(e, ids, ntok, "s", 4, &t, 0, "turn") == 0, "turn");
 	REQUIRE(e->c->valid == ntok + 3, "valid %llu",
 		(unsigned long long)e->c->valid);
+}
+
+/* A copy of e's live sections and rows (toy_seq_free): the truth a
+ * read-back is compared with. */
+static inline void spill_seq_take(const toy_env *e, toy_seq *out)
+{
+	toy_seq_alloc(e->lay, out);
+	memcpy(out->sec[0], e->s.sec[0], TOY_S0);
+	memcpy(out->sec[1], e->s.sec[1], TOY_S1);
+	for (int i = 0; i < 3; i++) {
+		uint64_t outer, inner;
+		toy_geom(&e->lay->view[i], &outer, &inner);
+		memcpy(out->view[i], e->s.view[i],
+		       outer * inner * e->lay->view[i].elt * e->lay->window);
+	}
 }
 
 #endif

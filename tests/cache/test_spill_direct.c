@@ -150,19 +150,6 @@ static void dfile_in(const char *base)
 
 /* ---- the spill ---- */
 
-static void seq_take(const toy_env *e, toy_seq *out)
-{
-	toy_seq_alloc(e->lay, out);
-	memcpy(out->sec[0], e->s.sec[0], TOY_S0);
-	memcpy(out->sec[1], e->s.sec[1], TOY_S1);
-	for (int i = 0; i < 3; i++) {
-		uint64_t outer, inner;
-		toy_geom(&e->lay->view[i], &outer, &inner);
-		memcpy(out->view[i], e->s.view[i],
-		       outer * inner * e->lay->view[i].elt * e->lay->window);
-	}
-}
-
 /* A conversation drained into dir (direct: the O_DIRECT write, else the
  * old buffered one); *truth: its rows and sections. */
 static uint64_t drain_into(const char *dir, int codec, int direct,
@@ -170,7 +157,7 @@ static uint64_t drain_into(const char *dir, int codec, int direct,
 {
 	toy_env e;
 	spill_conv(&e, TAG, dir, codec, A, NTOK, G);
-	seq_take(&e, truth);
+	spill_seq_take(&e, truth);
 	uint64_t valid = e.c->valid;
 	char err[MOOR_ERRLEN] = "";
 	if (!direct)

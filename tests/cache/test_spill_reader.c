@@ -131,26 +131,13 @@ typedef struct conv {
 	char resident[17];
 } conv;
 
-static void seq_take(const toy_env *e, toy_seq *out)
-{
-	toy_seq_alloc(e->lay, out);
-	memcpy(out->sec[0], e->s.sec[0], TOY_S0);
-	memcpy(out->sec[1], e->s.sec[1], TOY_S1);
-	for (int i = 0; i < 3; i++) {
-		uint64_t outer, inner;
-		toy_geom(&e->lay->view[i], &outer, &inner);
-		memcpy(out->view[i], e->s.view[i],
-		       outer * inner * e->lay->view[i].elt * e->lay->window);
-	}
-}
-
 /* The conversation drained into root/name. */
 static void conv_make(conv *v, const char *name, int codec)
 {
 	snprintf(v->dir, sizeof v->dir, "%s/%s", root, name);
 	toy_env e;
 	spill_conv(&e, TAG, v->dir, codec, A, NTOK, G);
-	seq_take(&e, &v->truth);
+	spill_seq_take(&e, &v->truth);
 	v->valid = e.c->valid;
 	v->ids = toy_cat(e.c->res_ids, v->valid, A + 11, 40);
 	char err[MOOR_ERRLEN] = "";

@@ -222,20 +222,6 @@ static void same_as_serial(int codec)
 	      data1, per * files);
 }
 
-/* A copy of e's live sections and rows (toy_seq_free). */
-static void seq_take(const toy_env *e, toy_seq *out)
-{
-	toy_seq_alloc(e->lay, out);
-	memcpy(out->sec[0], e->s.sec[0], TOY_S0);
-	memcpy(out->sec[1], e->s.sec[1], TOY_S1);
-	for (int i = 0; i < 3; i++) {
-		uint64_t outer, inner;
-		toy_geom(&e->lay->view[i], &outer, &inner);
-		memcpy(out->view[i], e->s.view[i],
-		       outer * inner * e->lay->view[i].elt * e->lay->window);
-	}
-}
-
 /* The writer held in block 0's write; the save's thread copies block 1
  * meanwhile. Then the entry read back, bit for bit, and the next turn. */
 static void overlap_and_back(void)
@@ -245,7 +231,7 @@ static void overlap_and_back(void)
 	toy_env e;
 	spill_conv(&e, TAG, d, 1, A, NTOK, G);
 	toy_seq truth; /* the conversation as drained */
-	seq_take(&e, &truth);
+	spill_seq_take(&e, &truth);
 	uint64_t valid = e.c->valid;
 	const arena_mover *mv0 = e.c->mv;
 	e.c->mv = &watch_mover;
@@ -326,7 +312,7 @@ static void error_keeps_old(void)
 		"turn 1");
 	uint64_t v1 = e.c->valid;
 	toy_seq t1;
-	seq_take(&e, &t1);
+	spill_seq_take(&e, &t1);
 	drain(&e, 0, "older entry");
 	toy_close(&e);
 	entry_dir(d, ed, sizeof ed);
@@ -350,7 +336,7 @@ static void error_keeps_old(void)
 	      "turn 2 resumes at %llu", (unsigned long long)v1);
 	uint64_t v2 = e.c->valid;
 	toy_seq t2;
-	seq_take(&e, &t2);
+	spill_seq_take(&e, &t2);
 
 	const arena_mover *mv0 = e.c->mv;
 	e.c->mv = &watch_mover;
