@@ -1330,6 +1330,33 @@ static void sw_collect(spill_pipe *p, sw_slot *s)
 /* The stages of a save of entry ename (valid tokens) into efd, of at most
  * files files; out: the largest data part's bytes. err: the save's (the
  * encoder's). pipe_close, then pipe_free, also after a failure. */
+/* A worker thread of the spill's (the save's writer, the read-back's
+ * reader) with its lock and condition: 1, or 0 where one could not be
+ * made (nothing left made; the caller then works serially, slower and as
+ * sound). worker_join joins it once told to stop, and frees the two. */
+static int worker_start(pthread_mutex_t *mu, pthread_cond_t *cv,
+			pthread_t *th, void *(*fn)(void *), void *arg)
+{
+	if (pthread_mutex_init(mu, NULL))
+		return 0;
+	if (pthread_cond_init(cv, NULL)) {
+		pthread_mutex_destroy(mu);
+		return 0;
+	}
+	if (pthread_create(th, NULL, fn, arg) == 0)
+		return 1;
+	pthread_cond_destroy(cv);
+	pthread_mutex_destroy(mu);
+	return 0;
+}
+
+static void worker_join(pthread_mutex_t *mu, pthread_cond_t *cv, pthread_t th)
+{
+	pthread_join(th, NULL);
+	pthread_cond_destroy(cv);
+	pthread_mutex_destroy(mu);
+}
+
 static int pipe_open(spill_pipe *p, cache *c, int efd, const char *ename,
 		     uint64_t valid, uint64_t files, uint64_t out, char *err)
 {
@@ -1353,20 +1380,10 @@ static int pipe_open(spill_pipe *p, cache *c, int efd, const char *ename,
 	}
 	const char *d = getenv("MOOR_SPILL_DIRECT");
 	p->direct = !(d && !strcmp(d, "0"));
-	p->serial = 1;
 	const char *w = getenv("MOOR_SPILL_WRITER");
-	if ((w && !strcmp(w, "0")) || pthread_mutex_init(&p->mu, NULL))
-		return 0;
-	if (pthread_cond_init(&p->cv, NULL)) {
-		pthread_mutex_destroy(&p->mu);
-		return 0;
-	}
-	p->threaded = pthread_create(&p->th, NULL, sw_main, p) == 0;
+	p->threaded = !(w && !strcmp(w, "0")) &&
+		      worker_start(&p->mu, &p->cv, &p->th, sw_main, p);
 	p->serial = !p->threaded;
-	if (!p->threaded) { /* the serial save: slower, as sound */
-		pthread_cond_destroy(&p->cv);
-		pthread_mutex_destroy(&p->mu);
-	}
 	return 0;
 }
 
@@ -1417,9 +1434,7 @@ static int pipe_close(spill_pipe *p, int cancel)
 		p->cancel |= cancel;
 		pthread_cond_broadcast(&p->cv);
 		pthread_mutex_unlock(&p->mu);
-		pthread_join(p->th, NULL);
-		pthread_cond_destroy(&p->cv);
-		pthread_mutex_destroy(&p->mu);
+		worker_join(&p->mu, &p->cv, p->th);
 		p->threaded = 0;
 	}
 	/* the older job first: slot put & 1 was queued before the other */
@@ -2182,18 +2197,8 @@ static int rd_start(spill_rd *r)
 	}
 	for (uint32_t i = 0; i < r->n; i++)
 		MOOR_ASSERT(r->f[i].cap + DFILE_ALIGN <= nb);
-	if (!want || pthread_mutex_init(&r->mu, NULL))
-		return 0;
-	if (pthread_cond_init(&r->cv, NULL)) {
-		pthread_mutex_destroy(&r->mu);
-		return 0;
-	}
-	r->threaded = pthread_create(&r->th, NULL, rd_main, r) == 0;
+	r->threaded = want && worker_start(&r->mu, &r->cv, &r->th, rd_main, r);
 	r->serial = !r->threaded;
-	if (!r->threaded) {
-		pthread_cond_destroy(&r->cv);
-		pthread_mutex_destroy(&r->mu);
-	}
 	return 0;
 }
 
@@ -2241,9 +2246,7 @@ static void rd_close(spill_rd *r)
 		r->stop = 1;
 		pthread_cond_broadcast(&r->cv);
 		pthread_mutex_unlock(&r->mu);
-		pthread_join(r->th, NULL);
-		pthread_cond_destroy(&r->cv);
-		pthread_mutex_destroy(&r->mu);
+		worker_join(&r->mu, &r->cv, r->th);
 		r->threaded = 0;
 	}
 	free(r->f);

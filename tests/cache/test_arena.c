@@ -23,6 +23,7 @@
 #include "cache.h"
 #include "dfile.h"
 #include "moor.h"
+#include "sum_ref.h"
 #include "t.h"
 
 static void test_alloc(void)
@@ -194,19 +195,6 @@ static void test_view_copy_axis(uint32_t ndim, uint32_t ta, uint32_t elt)
 	free(ref);
 }
 
-/* The sums from their definition (dfile.h), a byte at a time. */
-static void ref_sum2(const uint8_t *p, uint64_t n, uint64_t s[2])
-{
-	s[0] = s[1] = 0;
-	for (uint64_t i = 0; 4 * i < n; i++) {
-		uint64_t x = 0;
-		for (uint64_t k = 0; k < 4 && 4 * i + k < n; k++)
-			x |= (uint64_t)p[4 * i + k] << (8 * k);
-		s[0] += x;
-		s[1] += (i + 1) * x;
-	}
-}
-
 static void test_sum2(void)
 {
 	const arena_mover *m = &arena_mover_memcpy;
@@ -230,7 +218,7 @@ static void test_sum2(void)
 			uint64_t got[2] = {1, 1}, want[2], ref[2];
 			int rc = m->sum2(m->ctx, buf + o, n, got);
 			dfile_sum2(buf + o, n, want);
-			ref_sum2(buf + o, n, ref);
+			sum2_ref(buf + o, n, ref);
 			cases++;
 			if (rc || memcmp(got, want, sizeof got) ||
 			    memcmp(got, ref, sizeof got)) {

@@ -22,6 +22,7 @@
 #include "dfile.h"
 #include "moor.h"
 #include "pool.h"
+#include "sum_ref.h"
 #include "t.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
@@ -32,19 +33,6 @@ static uint64_t next(void)
 	rng ^= rng >> 7;
 	rng ^= rng << 17;
 	return rng;
-}
-
-/* dfile.h's definition, a word at a time, byte by byte */
-static void sum_def(const uint8_t *p, uint64_t n, uint64_t s[2])
-{
-	s[0] = s[1] = 0;
-	for (uint64_t i = 0; 4 * i < n; i++) {
-		uint32_t w = 0;
-		for (uint64_t b = 0; b < 4 && 4 * i + b < n; b++)
-			w |= (uint32_t)p[4 * i + b] << (8 * b);
-		s[0] += w;
-		s[1] += (i + 1) * (uint64_t)w;
-	}
 }
 
 static void pieces_vs_serial(const uint8_t *p, const uint64_t *len, uint32_t k,
@@ -73,14 +61,14 @@ int main(void)
 		for (uint64_t a = 0; a < 4; a++) {
 			uint64_t s[2], d[2];
 			dfile_sum2(small + a, n, s);
-			sum_def(small + a, n, d);
+			sum2_ref(small + a, n, d);
 			CHECK(!memcmp(s, d, 16), "dfile_sum2 of %llu at +%llu",
 			      (unsigned long long)n, (unsigned long long)a);
 		}
 	{
 		uint64_t s[2], d[2];
 		dfile_sum2(small + 1, 4096 + 61, s);
-		sum_def(small + 1, 4096 + 61, d);
+		sum2_ref(small + 1, 4096 + 61, d);
 		CHECK(!memcmp(s, d, 16), "dfile_sum2 of 4,157 bytes");
 	}
 
