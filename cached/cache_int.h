@@ -491,7 +491,16 @@ void cache_marks_cut(cache *c, uint64_t line);
 int cache_marks_add(cache *c, uint64_t start, uint64_t len, uint32_t kind);
 /* A copy of the resident marks below line (malloc'd; NULL when none). */
 cache_mark *cache_marks_copy(const cache *c, uint64_t line, uint32_t *n);
+/* The live sections copied into the end anchor's block (kept between
+ * calls), as the end anchor of len tokens. */
 int cache_end_keep(cache *c, uint64_t len, uint64_t taint);
+/* cache_end_keep in two halves, so that the copy can run elsewhere (the
+ * spill's read-back: on its pool, from the file's bytes). reserve: the
+ * end's block at *off (the one it holds, else the budget's; a negative
+ * code when none can be had), the end no longer had; mark: its sections
+ * written, it is the end anchor of len tokens. */
+int cache_end_reserve(cache *c, uint64_t *off);
+void cache_end_mark(cache *c, uint64_t len, uint64_t taint);
 
 /* ---- stash.c ---- */
 int cache_stash_make(cache *c, uint64_t lo, uint64_t hi, uint64_t limit);

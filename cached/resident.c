@@ -278,7 +278,7 @@ void cache_end_release(cache *c)
 	c->end.buf = 0;
 }
 
-int cache_end_keep(cache *c, uint64_t len, uint64_t taint)
+int cache_end_reserve(cache *c, uint64_t *off)
 {
 	c->end.have = 0;
 	if (!c->end.buf) {
@@ -290,13 +290,27 @@ int cache_end_keep(cache *c, uint64_t len, uint64_t taint)
 		}
 		c->end.buf = 1;
 	}
-	int rc = cache_secs_out(c, cache_dev_at(c, c->end.off));
-	if (rc)
-		return rc;
+	*off = c->end.off;
+	return 0;
+}
+
+void cache_end_mark(cache *c, uint64_t len, uint64_t taint)
+{
 	c->end.have = 1;
 	c->end.len = len;
 	c->end.taint = taint;
 	c->k.end_kept++;
+}
+
+int cache_end_keep(cache *c, uint64_t len, uint64_t taint)
+{
+	uint64_t off;
+	int rc = cache_end_reserve(c, &off);
+	if (!rc)
+		rc = cache_secs_out(c, cache_dev_at(c, off));
+	if (rc)
+		return rc;
+	cache_end_mark(c, len, taint);
 	return 0;
 }
 

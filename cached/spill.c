@@ -671,8 +671,9 @@ static void host_memcpy(cache *c, void *dst, const void *src, uint64_t n)
 	moor_pool_run(c->spill.pool, j.tasks, mc_task, &j);
 }
 
-/* The pieces for a block's rows (up to SPILL_BLK of every view), the
- * sections, or an anchor's block, whichever is most, made up front. */
+/* The pieces for a block's rows (up to SPILL_BLK of every view), or the
+ * sections and a block of them (hc_end), whichever is more, made up
+ * front. */
 static void hc_init(host_cp *h, cache *c)
 {
 	memset(h, 0, sizeof *h);
@@ -685,8 +686,7 @@ static void hc_init(host_cp *h, cache *c)
 		rows += c->vg[v].outer * hc_pieces(SPILL_BLK * c->vg[v].inner);
 	for (uint32_t i = 0; i < c->lay->n_sections; i++)
 		secs += hc_pieces(c->lay->sec[i].bytes);
-	uint64_t cap =
-	    cache_max64(cache_max64(rows, secs), hc_pieces(c->sec_bytes));
+	uint64_t cap = cache_max64(rows, secs + hc_pieces(c->sec_bytes));
 	if (cap > UINT32_MAX)
 		return;
 	h->v = malloc((cap ? cap : 1) * sizeof *h->v);
@@ -792,6 +792,32 @@ static int hc_adopt(host_cp *h, uint64_t line, const void *src, uint64_t limit)
 	hc_add(h, cache_dev_at(c, off), src, c->sec_bytes);
 	hc_run(h);
 	return cache_anchor_place(c, line, off);
+}
+
+/* hc_secs_in of the sections at src, and cache_end_keep of them as the end
+ * anchor of len tokens: on the pool both copies read src (the file's
+ * bytes) at once, where cache_end_keep copies the live sections after
+ * them. */
+static int hc_end(host_cp *h, const void *src, uint64_t len, uint64_t taint)
+{
+	cache *c = h->c;
+	if (!h->v) {
+		int rc = cache_secs_in(c, src);
+		return rc ? rc : cache_end_keep(c, len, taint);
+	}
+	uint64_t off, o = 0;
+	int rc = cache_end_reserve(c, &off);
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
+		hc_add(h, cache_dev_at(c, c->sec_off[i]), (const char *)src + o,
+		       c->lay->sec[i].bytes);
+		o += c->lay->sec[i].bytes;
+	}
+	hc_add(h, cache_dev_at(c, off), src, c->sec_bytes);
+	hc_run(h);
+	cache_end_mark(c, len, taint);
+	return 0;
 }
 
 /* The data part of a file into out (codec_bound(n) bytes, the save's slot
@@ -2020,8 +2046,9 @@ int cache_drain(cache *c, char *err)
 /* ---- read back: a reader and the checks ----
  *
  * A read-back (the attach's, load_entry; a plan's restore, spill_restore)
- * names its files first, in the order it uses them (the blocks, the
- * anchors, the end), each with what its header must say and the
+ * names its files first, in the order it uses them (rd_blk's: the blocks
+ * but the last, the anchors, the end, the last block), each with what its
+ * header must say and the
  * manifest's sums. A reader thread of the read-back's own reads file
  * i + 1 whole (dfile_read_direct: O_DIRECT where taken) into one of two
  * 4 KiB-aligned buffers (c->spill.cws's 0 and 1, the save's slots, kept
@@ -2104,6 +2131,11 @@ typedef struct spill_rd {
 	pthread_cond_t cv;
 	int stop;	/* under mu */
 	double read_ms; /* the reads' (the reader's, under mu) */
+	/* the reads' first start and last end (rd_read's: read after
+	 * rd_close), rd_open's and rd_close's times: the drive's idle head
+	 * and tail in the log line */
+	double t_first, t_last, t_open, t_close;
+	double stall_ms; /* the reader's waits for a buffer (under mu) */
 	/* this thread's: where its time went */
 	double wait_ms, dec_ms, sum_ms, copy_ms;
 	uint32_t used; /* files checked */
@@ -2126,6 +2158,7 @@ static int rd_open(spill_rd *r, cache *c, int efd, uint32_t max_files)
 	r->efd = efd;
 	r->f = calloc(max_files ? max_files : 1, sizeof *r->f);
 	r->cap_f = max_files;
+	r->t_open = now_ms();
 	hc_init(&r->hc, c);
 	return r->f ? 0 : -ENOMEM;
 }
@@ -2156,7 +2189,10 @@ static void rd_read(spill_rd *r, uint32_t i, int b)
 	s->n = 0;
 	s->rc = dfile_read_direct(r->efd, r->f[i].name, r->buf[b], r->f[i].cap,
 				  &s->n, NULL, s->err);
-	s->ms = now_ms() - t0;
+	r->t_last = now_ms();
+	s->ms = r->t_last - t0;
+	if (!i)
+		r->t_first = t0;
 }
 
 static void *rd_main(void *arg)
@@ -2165,8 +2201,10 @@ static void *rd_main(void *arg)
 	pthread_mutex_lock(&r->mu);
 	for (uint32_t i = 0; i < r->n; i++) {
 		rd_buf *s = &r->s[i & 1];
+		double t0 = now_ms();
 		while (!r->stop && s->state != RD_FREE)
 			pthread_cond_wait(&r->cv, &r->mu);
+		r->stall_ms += now_ms() - t0;
 		if (r->stop)
 			break;
 		pthread_mutex_unlock(&r->mu);
@@ -2249,6 +2287,7 @@ static void rd_close(spill_rd *r)
 		worker_join(&r->mu, &r->cv, r->th);
 		r->threaded = 0;
 	}
+	r->t_close = now_ms();
 	free(r->f);
 	r->f = NULL;
 	hc_fini(&r->hc);
@@ -2335,9 +2374,59 @@ static void rd_said(const spill_rd *r, char *out, size_t n)
 {
 	snprintf(out, n,
 		 "reads %.1f ms, waits for the reader %.1f, decode %.1f, sums "
-		 "%.1f, copies %.1f; %u files%s",
+		 "%.1f, copies %.1f; the reader's waits for a buffer %.1f, no "
+		 "read before the first %.1f ms, after the last %.1f; %u "
+		 "files%s",
 		 r->read_ms, r->wait_ms, r->dec_ms, r->sum_ms, r->copy_ms,
-		 r->used, r->serial && r->n > 1 ? ", serial" : "");
+		 r->stall_ms,
+		 r->t_first > 0 ? r->t_first - r->t_open : 0.0,
+		 r->t_last > 0 ? r->t_close - r->t_last : 0.0, r->used,
+		 r->serial && r->n > 1 ? ", serial" : "");
+}
+
+/* Names block j of the entry (its rows, the manifest's sums). */
+static void rd_add_blk(spill_rd *r, const man_view *mv, uint64_t j)
+{
+	cache *c = r->c;
+	uint32_t nv = c->lay->n_views;
+	uint64_t a = j * SPILL_BLK,
+		 rows = cache_min64(SPILL_BLK, mv->m->valid - a);
+	char bn[32];
+	snprintf(bn, sizeof bn, "r%llu", (unsigned long long)j);
+	rd_add(r, bn, SF_BLOCK, j, rows, 2ull * nv,
+	       mv->blk + j * (2 + 2ull * nv) + 2, rows * c->row_bytes);
+}
+
+/* Names anchor i of the entry (the manifest's i-th). */
+static void rd_add_anc(spill_rd *r, const man_view *mv, uint64_t i)
+{
+	cache *c = r->c;
+	uint32_t ns = c->lay->n_sections;
+	const uint64_t *e = mv->anc + i * (1 + 2ull * ns);
+	char an[32];
+	snprintf(an, sizeof an, "a%llu", (unsigned long long)e[0]);
+	rd_add(r, an, SF_ANCHOR, e[0], 0, 2ull * ns, e + 1, c->sec_bytes);
+}
+
+/* The order of a read-back's files: its blocks but the last, its anchors,
+ * the end, then the last block. A read-back ends with the last file's
+ * checks and copies, after the reader's last read: a block's (at most
+ * SPILL_BLK rows, the last one often fewer) cost less than the end's
+ * sections (150 MiB on the 27B: their decode, sums and two copies). So
+ * the caller names its blocks through rd_blk, which holds the newest one
+ * back, and names it last with rd_blk_last. */
+static void rd_blk(spill_rd *r, const man_view *mv, uint64_t j,
+		   uint64_t *held)
+{
+	if (*held != UINT64_MAX)
+		rd_add_blk(r, mv, *held);
+	*held = j;
+}
+
+static void rd_blk_last(spill_rd *r, const man_view *mv, uint64_t held)
+{
+	if (held != UINT64_MAX)
+		rd_add_blk(r, mv, held);
 }
 
 static int load_entry(cache *c, int efd, const man_view *mv, char *said,
@@ -2357,64 +2446,42 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *said,
 		rd_close(&r);
 		return -ENOMEM;
 	}
-	/* the files, in the order they are used */
-	for (uint64_t j = 0; j < m->n_blk; j++) {
-		const uint64_t *e = mv->blk + j * (2 + 2ull * nv);
-		uint64_t a = j * SPILL_BLK,
-			 rows = cache_min64(SPILL_BLK, m->valid - a);
-		char bn[32];
-		snprintf(bn, sizeof bn, "r%llu", (unsigned long long)j);
-		rd_add(&r, bn, SF_BLOCK, j, rows, 2ull * nv, e + 2,
-		       rows * c->row_bytes);
-	}
-	for (uint64_t i = 0; i < m->n_anc; i++) {
-		const uint64_t *e = mv->anc + i * (1 + 2ull * ns);
-		char an[32];
-		snprintf(an, sizeof an, "a%llu", (unsigned long long)e[0]);
-		rd_add(&r, an, SF_ANCHOR, e[0], 0, 2ull * ns, e + 1,
-		       c->sec_bytes);
-	}
+	uint64_t held = UINT64_MAX;
+	for (uint64_t j = 0; j < m->n_blk; j++)
+		rd_blk(&r, mv, j, &held);
+	for (uint64_t i = 0; i < m->n_anc; i++)
+		rd_add_anc(&r, mv, i);
 	if (m->end_len)
 		rd_add(&r, "end", SF_END, m->end_len, 0, 2ull * ns, mv->end,
 		       c->sec_bytes);
+	rd_blk_last(&r, mv, held);
 	rc = rd_start(&r);
-	uint32_t fi = 0;
-	for (uint64_t j = 0; j < m->n_blk && !rc; j++) {
-		const uint64_t *e = mv->blk + j * (2 + 2ull * nv);
-		uint64_t a = j * SPILL_BLK,
-			 rows = cache_min64(SPILL_BLK, m->valid - a);
-		if (e[0] != rows ||
-		    e[1] != XXH3_64bits(mv->ids + a, rows * 4)) {
-			moor_errf(why, "%s: the manifest's rows or ids hash",
-				  r.f[fi].name);
-			rc = MOOR_EFORMAT;
-			break;
+	for (uint32_t fi = 0; fi < r.n && !rc; fi++) {
+		const rd_file *f = &r.f[fi];
+		if (f->kind == SF_BLOCK) {
+			const uint64_t *e = mv->blk + f->index * (2 + 2ull * nv);
+			uint64_t a = f->index * SPILL_BLK;
+			if (e[0] != f->rows ||
+			    e[1] != XXH3_64bits(mv->ids + a, f->rows * 4)) {
+				moor_errf(why,
+					  "%s: the manifest's rows or ids hash",
+					  f->name);
+				rc = MOOR_EFORMAT;
+				break;
+			}
 		}
-		rc = rd_file_in(&r, fi++, stage, got, why);
+		rc = rd_file_in(&r, fi, stage, got, why);
 		double t0 = now_ms();
-		if (!rc)
-			rc = hc_rows(&r.hc, 0, stage, rows, 0, a, rows);
+		if (!rc && f->kind == SF_BLOCK)
+			rc = hc_rows(&r.hc, 0, stage, f->rows, 0,
+				     f->index * SPILL_BLK, f->rows);
+		else if (!rc && f->kind == SF_ANCHOR)
+			rc = hc_adopt(&r.hc, f->index, stage,
+				      c->cfg.mem_ceiling);
+		else if (!rc)
+			rc = hc_end(&r.hc, stage, m->end_len, m->end_taint);
 		if (!rc) /* the copies out of stage are done before its reuse */
 			rc = cache_sync(c);
-		r.copy_ms += now_ms() - t0;
-	}
-	for (uint64_t i = 0; i < m->n_anc && !rc; i++) {
-		const uint64_t *e = mv->anc + i * (1 + 2ull * ns);
-		rc = rd_file_in(&r, fi++, stage, got, why);
-		double t0 = now_ms();
-		if (!rc)
-			rc = hc_adopt(&r.hc, e[0], stage, c->cfg.mem_ceiling);
-		if (!rc)
-			rc = cache_sync(c);
-		r.copy_ms += now_ms() - t0;
-	}
-	if (m->end_len && !rc) {
-		rc = rd_file_in(&r, fi++, stage, got, why);
-		double t0 = now_ms();
-		if (!rc)
-			rc = hc_secs_in(&r.hc, stage);
-		if (!rc)
-			rc = cache_end_keep(c, m->end_len, m->end_taint);
 		r.copy_ms += now_ms() - t0;
 	}
 	rd_close(&r);
@@ -2692,50 +2759,50 @@ static int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 		rc = -ENOMEM;
 	uint64_t read0 = c->spill.k.bytes_read;
 	double t_log = t0; /* a long restore logs its progress once a second */
-	/* the files, in the order they are used: the blocks of the rows
-	 * [k, s), the saved anchors in (k, s], the end when s is its line */
+	/* the files (in rd_blk's order): the blocks of the rows [k, s), the
+	 * saved anchors in (k, s], the end when s is its line */
 	spill_rd r;
 	memset(&r, 0, sizeof r);
 	if (!rc)
 		rc = rd_open(&r, c, efd,
 			     (uint32_t)(mv.m->n_blk + mv.m->n_anc + 1));
+	uint64_t held = UINT64_MAX;
 	for (uint64_t j = 0; !rc && j < mv.m->n_blk; j++) {
-		const uint64_t *e = mv.blk + j * (2 + 2ull * nv);
 		uint64_t a = j * SPILL_BLK,
 			 rows = cache_min64(SPILL_BLK, mv.m->valid - a);
 		if (a >= s || a + rows <= k)
 			continue; /* past the line, or in place */
-		char bn[32];
-		snprintf(bn, sizeof bn, "r%llu", (unsigned long long)j);
-		rd_add(&r, bn, SF_BLOCK, j, rows, 2ull * nv, e + 2,
-		       rows * c->row_bytes);
+		rd_blk(&r, &mv, j, &held);
 	}
 	for (uint64_t i = 0; !rc && i < mv.m->n_anc; i++) {
 		const uint64_t *e = mv.anc + i * (1 + 2ull * ns);
-		if (e[0] <= k || e[0] > s)
-			continue;
-		char an[32];
-		snprintf(an, sizeof an, "a%llu", (unsigned long long)e[0]);
-		rd_add(&r, an, SF_ANCHOR, e[0], 0, 2ull * ns, e + 1,
-		       c->sec_bytes);
+		if (e[0] > k && e[0] <= s)
+			rd_add_anc(&r, &mv, i);
 	}
 	if (!rc && s == mv.m->end_len)
 		rd_add(&r, "end", SF_END, mv.m->end_len, 0, 2ull * ns, mv.end,
 		       c->sec_bytes);
 	if (!rc)
+		rd_blk_last(&r, &mv, held);
+	if (!rc)
 		rc = rd_start(&r);
-	uint32_t fi = 0;
-	for (uint64_t j = 0; !rc && j < mv.m->n_blk; j++) {
-		uint64_t a = j * SPILL_BLK,
-			 rows = cache_min64(SPILL_BLK, mv.m->valid - a);
-		if (a >= s || a + rows <= k)
-			continue; /* past the line, or in place */
-		rc = rd_file_in(&r, fi++, stage, got, why);
-		uint64_t lo = cache_max64(k, a), hi = cache_min64(s, a + rows);
+	for (uint32_t fi = 0; !rc && fi < r.n; fi++) {
+		const rd_file *f = &r.f[fi];
+		rc = rd_file_in(&r, fi, stage, got, why);
 		double t = now_ms();
-		if (!rc)
+		uint64_t a = f->index * SPILL_BLK, lo = 0, hi = 0;
+		if (!rc && f->kind == SF_BLOCK) {
+			lo = cache_max64(k, a);
+			hi = cache_min64(s, a + f->rows);
 			rc =
-			    hc_rows(&r.hc, 0, stage, rows, lo - a, lo, hi - lo);
+			    hc_rows(&r.hc, 0, stage, f->rows, lo - a, lo, hi - lo);
+		} else if (!rc && f->kind == SF_ANCHOR) {
+			(void)hc_adopt(&r.hc, f->index, stage, limit);
+			if (f->index == s)
+				rc = hc_secs_in(&r.hc, stage);
+		} else if (!rc) {
+			rc = hc_secs_in(&r.hc, stage);
+		}
 		if (!rc) /* the copies out of stage are done before its reuse */
 			rc = cache_sync(c);
 		r.copy_ms += now_ms() - t;
@@ -2751,28 +2818,7 @@ static int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 			    rate > 0 ? (double)(s - hi) / rate : 0.0);
 		}
 	}
-	/* the saved anchors in (k, s], then the state at s */
-	for (uint64_t i = 0; !rc && i < mv.m->n_anc; i++) {
-		const uint64_t *e = mv.anc + i * (1 + 2ull * ns);
-		if (e[0] <= k || e[0] > s)
-			continue;
-		rc = rd_file_in(&r, fi++, stage, got, why);
-		double t = now_ms();
-		if (!rc)
-			(void)hc_adopt(&r.hc, e[0], stage, limit);
-		if (!rc && e[0] == s)
-			rc = hc_secs_in(&r.hc, stage);
-		if (!rc)
-			rc = cache_sync(c);
-		r.copy_ms += now_ms() - t;
-	}
-	if (!rc && s == mv.m->end_len) {
-		rc = rd_file_in(&r, fi++, stage, got, why);
-		double t = now_ms();
-		if (!rc)
-			rc = hc_secs_in(&r.hc, stage);
-		r.copy_ms += now_ms() - t;
-	} else if (!rc && cache_anchor_find(c, s) < 0) {
+	if (!rc && s != mv.m->end_len && cache_anchor_find(c, s) < 0) {
 		moor_errf(why, "no state at %llu", (unsigned long long)s);
 		rc = MOOR_EFORMAT;
 	}
