@@ -3,7 +3,10 @@
  *      a prefill of T tokens on each model given, then its KV rows (every
  *      view's rows [0, T)) and its recurrent states (every section) encoded
  *      and decoded apart: the bytes saved (the issue's goal: 35% or more)
- *      and MB/s of each way on THREADS threads. The prompt is the first T
+ *      and MB/s of each way on THREADS threads; beside them the bound of
+ *      any coder of their bytes' order-0 statistics (entropy_row: each
+ *      byte plane's entropy, the top 16 bits' as one symbol), which says
+ *      what no choice of planes or zstd level can pass. The prompt is the first T
  *      ids of MODEL_DIR/bench_ids.i32 (little-endian int32; held-out text,
  *      tests/golden/train_tiny.py writes one) where it exists, else random
  *      ids; the rows say which.
@@ -57,6 +60,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -100,6 +104,52 @@ static void codec_row(const char *model, const char *what, const void *p,
 	       (double)n / (t1 - t0) / 1e6, (double)n / (t2 - t1) / 1e6);
 	free(e);
 	free(d);
+}
+
+/* Order-0 entropy, in bits a symbol, of n symbols counted in h[k]. */
+static double entropy0(const uint64_t *h, uint64_t k, uint64_t n)
+{
+	double e = 0.0;
+	for (uint64_t i = 0; i < k; i++)
+		if (h[i]) {
+			double p = (double)h[i] / (double)n;
+			e -= p * log2(p);
+		}
+	return e;
+}
+
+/* What a coder of the bytes' order-0 statistics could save at best, the
+ * bound beside the codec's row: the buffer as little-endian words of w
+ * bytes (2: bf16 rows, 4: fp32 states), the entropy of each byte plane
+ * (high to low), and of the word's top 16 bits as one symbol (sign,
+ * exponent and the high mantissa bits together: what the planes' zstd
+ * sees of their order at most). Bound: the top 16 bits' entropy plus the
+ * lower planes' (fp32) or the whole word's (bf16), against 8 w bits. */
+static void entropy_row(const char *model, const char *what, const uint8_t *p,
+			uint64_t n, int w)
+{
+	uint64_t nw = n / (uint64_t)w, *h16 = calloc(65536, 8),
+		 hb[4][256] = {{0}};
+	if (!h16)
+		die("oom", -ENOMEM, NULL);
+	for (uint64_t i = 0; i < nw; i++) {
+		const uint8_t *x = p + i * (uint64_t)w;
+		for (int b = 0; b < w; b++)
+			hb[b][x[b]]++;
+		h16[(unsigned)x[w - 1] << 8 | x[w - 2]]++;
+	}
+	double top = entropy0(h16, 65536, nw), bits = top, pl[4];
+	for (int b = 0; b < w; b++)
+		pl[b] = entropy0(hb[w - 1 - b], 256, nw);
+	for (int b = 2; b < w; b++)
+		bits += pl[b];
+	printf("  %-14s %-22s order-0 bits a plane (high to low):", model,
+	       what);
+	for (int b = 0; b < w; b++)
+		printf(" %.2f", pl[b]);
+	printf("; the top 16 bits as one symbol %.2f: at best %.1f%% saved\n",
+	       top, 100.0 * (1.0 - bits / (8.0 * w)));
+	free(h16);
 }
 
 static void model_rows(const char *dir, int threads, int64_t T, moor_pool *pool)
@@ -177,6 +227,8 @@ static void model_rows(const char *dir, int threads, int64_t T, moor_pool *pool)
 		  pool);
 	codec_row(name, text ? "states, text" : "states, random ids", stb, st,
 		  pool);
+	entropy_row(name, "KV rows: the bound", kvb, kv, 2);
+	entropy_row(name, "states: the bound", stb, st, 4);
 	free(kvb);
 	free(stb);
 	free(ids);
