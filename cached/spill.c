@@ -1360,8 +1360,8 @@ static void sw_collect(spill_pipe *p, sw_slot *s)
  * reader) with its lock and condition: 1, or 0 where one could not be
  * made (nothing left made; the caller then works serially, slower and as
  * sound). worker_join joins it once told to stop, and frees the two. */
-static int worker_start(pthread_mutex_t *mu, pthread_cond_t *cv,
-			pthread_t *th, void *(*fn)(void *), void *arg)
+static int worker_start(pthread_mutex_t *mu, pthread_cond_t *cv, pthread_t *th,
+			void *(*fn)(void *), void *arg)
 {
 	if (pthread_mutex_init(mu, NULL))
 		return 0;
@@ -2378,8 +2378,7 @@ static void rd_said(const spill_rd *r, char *out, size_t n)
 		 "read before the first %.1f ms, after the last %.1f; %u "
 		 "files%s",
 		 r->read_ms, r->wait_ms, r->dec_ms, r->sum_ms, r->copy_ms,
-		 r->stall_ms,
-		 r->t_first > 0 ? r->t_first - r->t_open : 0.0,
+		 r->stall_ms, r->t_first > 0 ? r->t_first - r->t_open : 0.0,
 		 r->t_last > 0 ? r->t_close - r->t_last : 0.0, r->used,
 		 r->serial && r->n > 1 ? ", serial" : "");
 }
@@ -2444,7 +2443,8 @@ static int load_entry(cache *c, int efd, const man_view *mv, char *said,
 	for (uint32_t fi = 0; fi < r.n && !rc; fi++) {
 		const rd_file *f = &r.f[fi];
 		if (f->kind == SF_BLOCK) {
-			const uint64_t *e = mv->blk + f->index * (2 + 2ull * nv);
+			const uint64_t *e =
+			    mv->blk + f->index * (2 + 2ull * nv);
 			uint64_t a = f->index * SPILL_BLK;
 			if (e[0] != f->rows ||
 			    e[1] != XXH3_64bits(mv->ids + a, f->rows * 4)) {
@@ -2776,8 +2776,8 @@ static int spill_restore(cache *c, const char *name_in, const int32_t *ids,
 		if (!rc && f->kind == SF_BLOCK) {
 			lo = cache_max64(k, a);
 			hi = cache_min64(s, a + f->rows);
-			rc =
-			    hc_rows(&r.hc, 0, stage, f->rows, lo - a, lo, hi - lo);
+			rc = hc_rows(&r.hc, 0, stage, f->rows, lo - a, lo,
+				     hi - lo);
 		} else if (!rc && f->kind == SF_ANCHOR) {
 			(void)hc_adopt(&r.hc, f->index, stage, limit);
 			if (f->index == s)

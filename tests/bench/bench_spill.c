@@ -6,10 +6,10 @@
  *      and MB/s of each way on THREADS threads; beside them the bound of
  *      any coder of their bytes' order-0 statistics (entropy_row: each
  *      byte plane's entropy, the top 16 bits' as one symbol), which says
- *      what no choice of planes or zstd level can pass. The prompt is the first T
- *      ids of MODEL_DIR/bench_ids.i32 (little-endian int32; held-out text,
- *      tests/golden/train_tiny.py writes one) where it exists, else random
- *      ids; the rows say which.
+ *      what no choice of planes or zstd level can pass. The prompt is
+ *      the first T ids of MODEL_DIR/bench_ids.i32 (little-endian int32;
+ *      held-out text, tests/golden/train_tiny.py writes one) where it
+ *      exists, else random ids; the rows say which.
  *   2. The drive: a file of S MiB written with O_DIRECT (+ fdatasync) and
  *      read back with O_DIRECT, the best of 3 of two ways (one 64 MiB
  *      request at a time, and 4 threads of 8 MiB requests: the drive's
