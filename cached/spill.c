@@ -2047,9 +2047,8 @@ int cache_drain(cache *c, char *err)
  *
  * A read-back (the attach's, load_entry; a plan's restore, spill_restore)
  * names its files first, in the order it uses them (the anchors, the
- * end, the blocks: below load_entry), each with what its header must say
- * and the
- * manifest's sums. A reader thread of the read-back's own reads file
+ * end, the blocks: see load_entry), each with what its header must say
+ * and the manifest's sums. A reader thread of the read-back's own reads file
  * i + 1 whole (dfile_read_direct: O_DIRECT where taken) into one of two
  * 4 KiB-aligned buffers (c->spill.cws's 0 and 1, the save's slots, kept
  * between calls) while this thread checks file i: its header against the
@@ -2414,7 +2413,7 @@ static void rd_add_anc(spill_rd *r, const man_view *mv, uint64_t i)
  * Named first, the sections are checked and copied while the reader reads
  * the blocks. On the GPU host (32,903 tokens, 35 files), with the end and
  * then one short block last, the drive stood idle 31 to 43 ms after its
- * last read (the reads: 926 ms). */
+ * last read (the reads: 926 ms); with the sections first, 5 ms. */
 static int load_entry(cache *c, int efd, const man_view *mv, char *said,
 		      char *why)
 {
