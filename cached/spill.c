@@ -762,18 +762,25 @@ static int hc_rows(host_cp *h, int out, void *buf, uint64_t bwin, uint64_t brow,
 	return 0;
 }
 
-/* cache_secs_in: the sections back to back at src into the live ones. */
-static int hc_secs_in(host_cp *h, const void *src)
+/* The pieces of cache_secs_in's copies: the sections back to back at src
+ * into the live ones. */
+static void hc_secs_add(host_cp *h, const void *src)
 {
 	cache *c = h->c;
-	if (!h->v)
-		return cache_secs_in(c, src);
 	uint64_t o = 0;
 	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
 		hc_add(h, cache_dev_at(c, c->sec_off[i]), (const char *)src + o,
 		       c->lay->sec[i].bytes);
 		o += c->lay->sec[i].bytes;
 	}
+}
+
+/* cache_secs_in: the sections back to back at src into the live ones. */
+static int hc_secs_in(host_cp *h, const void *src)
+{
+	if (!h->v)
+		return cache_secs_in(h->c, src);
+	hc_secs_add(h, src);
 	hc_run(h);
 	return 0;
 }
@@ -805,15 +812,11 @@ static int hc_end(host_cp *h, const void *src, uint64_t len, uint64_t taint)
 		int rc = cache_secs_in(c, src);
 		return rc ? rc : cache_end_keep(c, len, taint);
 	}
-	uint64_t off, o = 0;
+	uint64_t off;
 	int rc = cache_end_reserve(c, &off);
 	if (rc)
 		return rc;
-	for (uint32_t i = 0; i < c->lay->n_sections; i++) {
-		hc_add(h, cache_dev_at(c, c->sec_off[i]), (const char *)src + o,
-		       c->lay->sec[i].bytes);
-		o += c->lay->sec[i].bytes;
-	}
+	hc_secs_add(h, src);
 	hc_add(h, cache_dev_at(c, off), src, c->sec_bytes);
 	hc_run(h);
 	cache_end_mark(c, len, taint);
