@@ -98,13 +98,15 @@ size_t kcu_delta_ws_bytes(kern_ctx *ctx, int T, int Hv, int dk, int dv)
 
 /* A thread's 4 x 4 tile (rows ti + 16 a, columns tj + 16 b) of beta K K^T
  * (sa) and Q K^T (sqk), decayed by e^(G_i - G_j): the strict lower
- * triangle of the first into sA [C][C + 1], the lower triangle with its
+ * triangle of the first into sA (A_ij at i ri + j rj: [C][C + 1] by rows
+ * for k_intra, by columns for k_intra_rt), the lower triangle with its
  * diagonal of the second into Am [C][C]; zeros above, and on rows past
  * the sub-chunk's n. */
 static __device__ inline void intra_store_a(const float (&sa)[4][4],
 					    const float (&sqk)[4][4],
 					    const float *sG, float *sA,
-					    float *Am, int ti, int tj, int n)
+					    float *Am, int ti, int tj, int n,
+					    int ri, int rj)
 {
 #pragma unroll
 	for (int a = 0; a < 4; a++)
@@ -118,7 +120,7 @@ static __device__ inline void intra_store_a(const float (&sa)[4][4],
 					x = sa[a][b] * dm;
 				am = sqk[a][b] * dm;
 			}
-			sA[i * (C + 1) + j] = x;
+			sA[i * ri + j * rj] = x;
 			Am[i * C + j] = am;
 		}
 }
@@ -263,7 +265,7 @@ static __global__ void __launch_bounds__(INTRA_THREADS)
 					sqk[a][b] += qi[a] * kj[b];
 				}
 		}
-		intra_store_a(sa, sqk, sG, sA, Am, ti, tj, n);
+		intra_store_a(sa, sqk, sG, sA, Am, ti, tj, n, C + 1, 1);
 	}
 	for (int e = tid; e < n * dk; e += nt) {
 		int i = e / dk, d = e % dk;
@@ -303,6 +305,47 @@ static __device__ inline float f4at(const float4 &v, int e)
 	return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w;
 }
 
+/* k_intra_rt's A: by columns, a column's C rows padded to C + 4 floats
+ * (float4 aligned) */
+#define AT_P (C + 4)
+
+/* intra_subst's forward substitutions with A by columns (AT_P apart),
+ * right-looking: once row j of a column is final, it is taken off every
+ * row below it, x_i -= A_ij x_j for i > j. Row i still subtracts A_i0
+ * x_0, then A_i1 x_1, ... in order with the same operands, so the bits
+ * are intra_subst's; but where intra_subst chains all 2,016 products of a
+ * column one after another (a row's sum, then the next row's, which reads
+ * it), here a step's 63 - j products are independent of each other and
+ * the longest chain is 63, and the column of A comes in float4s. */
+static __device__ inline void intra_subst_rl(float *sW, float *sU,
+					     const float *sAt, int dk, int dv)
+{
+	for (int col = threadIdx.x; col < dk + dv; col += blockDim.x) {
+		float *X = col < dk ? sW + col : sU + (col - dk);
+		int w = col < dk ? dk : dv;
+		float xr[C];
+#pragma unroll
+		for (int i = 0; i < C; i++)
+			xr[i] = X[i * w];
+#pragma unroll
+		for (int j = 0; j < C - 1; j++) {
+			const float xj = xr[j];
+#pragma unroll
+			for (int i4 = (j + 1) & ~3; i4 < C; i4 += 4) {
+				const float4 a =
+				    *(const float4 *)(sAt + j * AT_P + i4);
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					if (i4 + e > j)
+						xr[i4 + e] -= f4at(a, e) * xj;
+			}
+		}
+#pragma unroll
+		for (int i = 0; i < C; i++)
+			X[i * w] = xr[i];
+	}
+}
+
 static __global__ void __launch_bounds__(INTRA_THREADS, 2)
     k_intra_rt(float *ws, const float *q, const float *k, int ldqk,
 	       const float *v, int ldv, const float *g, const float *beta,
@@ -316,9 +359,9 @@ static __global__ void __launch_bounds__(INTRA_THREADS, 2)
 	const int PK = dk + 4, R1 = C * (PK > dv ? PK : dv);
 	float *sk = smr;	    /* [C][PK] k, then U [C][dv] */
 	float *sq = sk + R1;	    /* [C][PK] q, then W [C][dk] */
-	float *sA = sq + C * PK;    /* [C][C+1] A, strictly lower */
-	float *sG = sA + C * (C + 1); /* [C] */
-	float *sb = sG + C;	      /* [C] beta */
+	float *sA = sq + C * PK;    /* [C][AT_P] A by columns, strictly lower */
+	float *sG = sA + C * AT_P;  /* [C] */
+	float *sb = sG + C;	    /* [C] beta */
 	float *sU = sk, *sW = sq;
 	const int tid = threadIdx.x, nt = blockDim.x;
 
@@ -387,7 +430,7 @@ static __global__ void __launch_bounds__(INTRA_THREADS, 2)
 						sqk[a][b] += f4at(qi[a], e) * f4at(kj[b], e);
 					}
 		}
-		intra_store_a(sa, sqk, sG, sA, Am, ti, tj, n);
+		intra_store_a(sa, sqk, sG, sA, Am, ti, tj, n, 1, AT_P);
 	}
 	__syncthreads(); /* k and q read by the products */
 	float *gW = u, *gU = u + off_U(dk), *gG = u + off_G(dk, dv);
@@ -408,7 +451,7 @@ static __global__ void __launch_bounds__(INTRA_THREADS, 2)
 	__syncthreads(); /* k read: beta V goes in its place */
 	intra_bv(sU, v, ldv, sb, t0, n, h, dv, vec);
 	__syncthreads();
-	intra_subst(sW, sU, sA, dk, dv);
+	intra_subst_rl(sW, sU, sA, dk, dv);
 	__syncthreads();
 	for (int e = tid; e < C * dk; e += nt)
 		gW[e] = e < n * dk ? sW[e] : 0.0f;
@@ -419,7 +462,7 @@ static __global__ void __launch_bounds__(INTRA_THREADS, 2)
 static size_t intra_rt_smem(int dk, int dv)
 {
 	size_t pk = (size_t)dk + 4, r1 = pk > (size_t)dv ? pk : (size_t)dv;
-	return ((size_t)C * r1 + (size_t)C * pk + (size_t)C * (C + 1) + 2 * C) *
+	return ((size_t)C * r1 + (size_t)C * pk + (size_t)C * AT_P + 2 * C) *
 	       sizeof(float);
 }
 

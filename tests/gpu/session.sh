@@ -44,6 +44,9 @@
 #             --only delta: intra, state pass, output): MOOR_GDN_RT=0,
 #             the defaults, MOOR_GDN_TC=1 (or each VAR=VALUE of
 #             DPROF_ENVS); and the detail of intra and the state pass
+#   dsrc      ncu's full set on the delta rule's intra and state pass
+#             (bench_kern --only delta), and its per-instruction page
+#             (SASS, stall samples) as $OUT/dsrc-KERNEL.csv
 #   eprof     bench_kern --only elem (the prefill's conv, 4-tap and
 #             generic, and add + norm at the 27B's width), then ncu's
 #             detail of the conv kernels
@@ -180,6 +183,14 @@ for p in "$@"; do
 			--section LaunchStats --section SchedulerStats \
 			$B/tests/bench/bench_kern --only delta --reps 1 \
 			>$OUT/dprof-detail-\${e//=/-}.txt 2>&1; done" ;;
+	dsrc)
+		phase dsrc ${DSRC_LIMIT:-150} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); \
+			for kn in k_intra_rt k_hstate_rt; do rm -f /tmp/dsrc-\$kn.ncu-rep; \
+			\$NCU --clock-control none --set full -k regex:\$kn -c 1 -o /tmp/dsrc-\$kn \
+			$B/tests/bench/bench_kern --only delta --reps 1 >/dev/null 2>&1; \
+			\$NCU -i /tmp/dsrc-\$kn.ncu-rep --page source --csv --print-source sass >\$OUT/dsrc-\$kn.csv 2>&1; \
+			\$NCU -i /tmp/dsrc-\$kn.ncu-rep --page details >\$OUT/dsrc-\$kn-details.txt 2>&1; \
+			wc -l \$OUT/dsrc-\$kn.csv; done" ;;
 	trained)
 		phase trained ${TRAINED_LIMIT:-330} "python3 tests/golden/train_tiny.py /dev/shm/moor-trained \
 			--minutes ${TRAIN_MIN:-3} --device cuda && mkdir -p /dev/shm/moor-bs && \
