@@ -362,6 +362,8 @@ static __global__ void __launch_bounds__(INTRA_THREADS, 2)
 	float *sA = sq + C * PK;    /* [C][AT_P] A by columns, strictly lower */
 	float *sG = sA + C * AT_P;  /* [C] */
 	float *sb = sG + C;	    /* [C] beta */
+	float *sEq = sb + C;	    /* [C] e^G */
+	float *sEk = sEq + C;	    /* [C] e^(G_last - G) */
 	float *sU = sk, *sW = sq;
 	const int tid = threadIdx.x, nt = blockDim.x;
 
@@ -397,6 +399,12 @@ static __global__ void __launch_bounds__(INTRA_THREADS, 2)
 		}
 	}
 	__syncthreads();
+	/* the rows' exponentials once (k_intra takes each where it is used:
+	 * the same expf of the same values) */
+	for (int i = tid; i < C; i += nt) {
+		sEq[i] = i < n ? expf(sG[i]) : 0.0f;
+		sEk[i] = i < n ? expf(sG[n - 1] - sG[i]) : 0.0f;
+	}
 	float *u = ws + ((size_t)c * Hv + h) * unit_floats(dk, dv);
 	float *Am = u + (size_t)C * dk + (size_t)C * dv;
 	{
@@ -435,18 +443,17 @@ static __global__ void __launch_bounds__(INTRA_THREADS, 2)
 	__syncthreads(); /* k and q read by the products */
 	float *gW = u, *gU = u + off_U(dk), *gG = u + off_G(dk, dv);
 	float *gQ = u + off_Q(dk, dv), *gK = u + off_K(dk, dv);
-	const float gl = sG[n - 1];
 	for (int e = tid; e < C * dk; e += nt) {
 		int i = e / dk, d = e - i * dk;
-		gQ[e] = i < n ? sq[i * PK + d] * expf(sG[i]) : 0.0f;
-		gK[e] = i < n ? sk[i * PK + d] * expf(gl - sG[i]) : 0.0f;
+		gQ[e] = i < n ? sq[i * PK + d] * sEq[i] : 0.0f;
+		gK[e] = i < n ? sk[i * PK + d] * sEk[i] : 0.0f;
 	}
 	for (int e = tid; e < C; e += nt)
 		gG[e] = e < n ? sG[e] : 0.0f;
 	__syncthreads(); /* q read: W goes in its place */
 	for (int e = tid; e < n * dk; e += nt) {
 		int i = e / dk, d = e % dk;
-		sW[e] = (sk[i * PK + d] * sb[i]) * expf(sG[i]);
+		sW[e] = (sk[i * PK + d] * sb[i]) * sEq[i];
 	}
 	__syncthreads(); /* k read: beta V goes in its place */
 	intra_bv(sU, v, ldv, sb, t0, n, h, dv, vec);
@@ -462,7 +469,7 @@ static __global__ void __launch_bounds__(INTRA_THREADS, 2)
 static size_t intra_rt_smem(int dk, int dv)
 {
 	size_t pk = (size_t)dk + 4, r1 = pk > (size_t)dv ? pk : (size_t)dv;
-	return ((size_t)C * r1 + (size_t)C * pk + (size_t)C * AT_P + 2 * C) *
+	return ((size_t)C * r1 + (size_t)C * pk + (size_t)C * AT_P + 4 * C) *
 	       sizeof(float);
 }
 
