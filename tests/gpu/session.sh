@@ -44,7 +44,7 @@
 #             --only delta: intra, state pass, output): MOOR_GDN_RT=0,
 #             the defaults, MOOR_GDN_TC=1 (or each VAR=VALUE of
 #             DPROF_ENVS); and the detail of intra and the state pass
-#   dsrc      ncu's full set on the delta rule's intra and state pass
+#   dsrc      ncu's full set on the delta rule's intra, state pass and output
 #             (bench_kern --only delta), and its per-instruction page
 #             (SASS, stall samples) as $OUT/dsrc-KERNEL.csv
 #   eprof     bench_kern --only elem (the prefill's conv, 4-tap and
@@ -185,7 +185,7 @@ for p in "$@"; do
 			>$OUT/dprof-detail-\${e//=/-}.txt 2>&1; done" ;;
 	dsrc)
 		phase dsrc ${DSRC_LIMIT:-150} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); \
-			for kn in k_intra_rt k_hstate_rt; do rm -f /tmp/dsrc-\$kn.ncu-rep; \
+			for kn in k_intra_rt k_hstate_rt k_out4; do rm -f /tmp/dsrc-\$kn.ncu-rep; \
 			\$NCU --clock-control none --set full -k regex:\$kn -c 1 -o /tmp/dsrc-\$kn \
 			$B/tests/bench/bench_kern --only delta --reps 1 >/dev/null 2>&1; \
 			\$NCU -i /tmp/dsrc-\$kn.ncu-rep --page source --csv --print-source sass >\$OUT/dsrc-\$kn.csv 2>&1; \
