@@ -726,7 +726,7 @@ static __global__ void __launch_bounds__(16 * SW, 2)
 #define RT_SW 32
 #define RT_PS (RT_SW + 4)
 
-template <int DK, int NT = 128>
+template <int DK, int NT = 128, int UA = 2, int UC = 4>
 static __global__ void __launch_bounds__(NT, 2)
     k_hstate_rt(float *S, float *ws, int T, int Hv, int dv)
 {
@@ -778,7 +778,7 @@ static __global__ void __launch_bounds__(NT, 2)
 		__syncthreads(); /* W in */
 		/* W S for rows ty + TY i */
 		float acc[NV][4] = {};
-#pragma unroll 2
+#pragma unroll UA
 		for (int d = 0; d < DK; d += 4) {
 			float4 wv[NV], sv[4];
 #pragma unroll
@@ -820,7 +820,7 @@ static __global__ void __launch_bounds__(NT, 2)
 		{
 			const float egl = expf(gl);
 			float ac[NI][4][4] = {};
-#pragma unroll 4
+#pragma unroll UC
 			for (int j = 0; j < n; j++) {
 				float4 uv = *(const float4 *)(sU + j * RT_PS + c4);
 #pragma unroll
@@ -844,13 +844,15 @@ static __global__ void __launch_bounds__(NT, 2)
 				const int d0 = 4 * ty + 4 * TY * i;
 				if (d0 < DK)
 #pragma unroll
-					for (int k = 0; k < 4; k++)
-#pragma unroll
-						for (int e = 0; e < 4; e++) {
-							float *sp = sS + (d0 + k) * RT_PS +
-								    c4 + e;
-							*sp = *sp * egl + ac[i][k][e];
-						}
+					for (int k = 0; k < 4; k++) {
+						float4 *sp = (float4 *)(sS + (d0 + k) * RT_PS + c4);
+						float4 sv = *sp;
+						sv.x = sv.x * egl + ac[i][k][0];
+						sv.y = sv.y * egl + ac[i][k][1];
+						sv.z = sv.z * egl + ac[i][k][2];
+						sv.w = sv.w * egl + ac[i][k][3];
+						*sp = sv;
+					}
 			}
 		}
 		__syncthreads(); /* the state updated; k and V' read */
@@ -1385,6 +1387,16 @@ static int hstate_nt(void)
 	return e && atoi(e) == 128 ? 128 : 256;
 }
 
+/* The state pass's unrolling at dk 128 and 256 threads, for an A/B on a
+ * GPU (read at each call; the bits do not depend on it): MOOR_HSTATE_U=1
+ * unrolls W S's loop over d by 4 and the update's over j by 8, =2 by 8
+ * and 16; else by 2 and 4. */
+static int hstate_u(void)
+{
+	const char *e = getenv("MOOR_HSTATE_U");
+	return e ? atoi(e) : 0;
+}
+
 int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 		      const float *k, int ldqk, const float *v, int ldv,
 		      const float *g, const float *beta, int T, int Hk, int Hv,
@@ -1421,6 +1433,14 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    (int)hstate_rt_smem(128)));
 		KCU(cx, cudaFuncSetAttribute(
 			    k_hstate_rt<128, 256>,
+			    cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)hstate_rt_smem(128)));
+		KCU(cx, cudaFuncSetAttribute(
+			    k_hstate_rt<128, 256, 4, 8>,
+			    cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)hstate_rt_smem(128)));
+		KCU(cx, cudaFuncSetAttribute(
+			    k_hstate_rt<128, 256, 8, 16>,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_rt_smem(128)));
 		KCU(cx, cudaFuncSetAttribute(
@@ -1478,6 +1498,12 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			kcu_go(q, k_hstate<SL16>, dim3(Hv, dv / SL16), 16 * SL16,
 			       hstate_smem(dk, SL16), S, (float *)ws, T, Hv, dk,
 			       dv);
+		else if (dk == 128 && hstate_nt() == 256 && hstate_u() == 1)
+			kcu_go(q, k_hstate_rt<128, 256, 4, 8>, rg, 256,
+			       hstate_rt_smem(dk), S, (float *)ws, T, Hv, dv);
+		else if (dk == 128 && hstate_nt() == 256 && hstate_u() == 2)
+			kcu_go(q, k_hstate_rt<128, 256, 8, 16>, rg, 256,
+			       hstate_rt_smem(dk), S, (float *)ws, T, Hv, dv);
 		else if (dk == 128 && hstate_nt() == 256)
 			kcu_go(q, k_hstate_rt<128, 256>, rg, 256,
 			       hstate_rt_smem(dk), S, (float *)ws, T, Hv, dv);
