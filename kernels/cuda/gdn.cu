@@ -972,11 +972,14 @@ static __global__ void __launch_bounds__(256)
 	const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
 	const int c4 = tx * 4;
 
+	/* two groups of copies: q e^G and S for x, then Am and V' for y,
+	 * which land while x is summed */
 	hs_rows(sQ, u + off_Q(dk, dv), dk);
 	for (int e = tid; e < dk * TX; e += blockDim.x) {
 		int d = e / TX, p = (e % TX) * 4;
 		cp16(sS + d * OC + p, u + off_S(dk, dv) + (size_t)d * dv + s0 + p, 1);
 	}
+	cp_commit();
 	for (int e = tid; e < n * TX; e += blockDim.x) {
 		int j = e / TX, p = (e % TX) * 4;
 		cp16(sV + j * OC + p, u + off_U(dk) + (size_t)j * dv + s0 + p, 1);
@@ -987,7 +990,7 @@ static __global__ void __launch_bounds__(256)
 		cp16(sA + i * O4_PA + p, gA + (size_t)i * C + p, 1);
 	}
 	cp_commit();
-	cp_wait<0>();
+	cp_wait<1>();
 	__syncthreads();
 
 	float x[RA][4] = {}, y[RA][4] = {};
@@ -1010,6 +1013,8 @@ static __global__ void __launch_bounds__(256)
 			}
 		}
 	}
+	cp_wait<0>();
+	__syncthreads(); /* Am and V' in */
 	int jmax = ty + TY * (RA - 1);
 	if (jmax > n - 1)
 		jmax = n - 1;
