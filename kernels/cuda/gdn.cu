@@ -346,12 +346,18 @@ static __device__ inline void intra_subst_rl(float *sW, float *sU,
 	}
 }
 
+/* DKV: dk = dv = DKV known at compile time (128: every Qwen3.5), so that
+ * the loops over a sub-chunk's values divide by constants; 0 takes the
+ * arguments. The same arithmetic either way. */
+template <int DKV>
 static __global__ void __launch_bounds__(INTRA_THREADS, 2)
     k_intra_rt(float *ws, const float *q, const float *k, int ldqk,
 	       const float *v, int ldv, const float *g, const float *beta,
 	       int T, int Hk, int Hv, int dk, int dv)
 {
 	kcu_pdl_enter();
+	if (DKV)
+		dk = dv = DKV;
 	extern __shared__ __align__(16) float smr[];
 	const int c = blockIdx.x, h = blockIdx.y, t0 = c * C;
 	const int n = T - t0 < C ? T - t0 : C;
@@ -443,27 +449,45 @@ static __global__ void __launch_bounds__(INTRA_THREADS, 2)
 	__syncthreads(); /* k and q read by the products */
 	float *gW = u, *gU = u + off_U(dk), *gG = u + off_G(dk, dv);
 	float *gQ = u + off_Q(dk, dv), *gK = u + off_K(dk, dv);
-	for (int e = tid; e < C * dk; e += nt) {
-		int i = e / dk, d = e - i * dk;
-		gQ[e] = i < n ? sq[i * PK + d] * sEq[i] : 0.0f;
-		gK[e] = i < n ? sk[i * PK + d] * sEk[i] : 0.0f;
+	/* float4s of 4 values of a row (dk % 4 == 0), each value's
+	 * arithmetic as k_intra's */
+	const int d4 = dk / 4;
+	for (int e = tid; e < C * d4; e += nt) {
+		int i = e / d4, d = (e - i * d4) * 4;
+		float4 oq = make_float4(0.0f, 0.0f, 0.0f, 0.0f), ok = oq;
+		if (i < n) {
+			float4 a = *(const float4 *)(sq + i * PK + d),
+			       b = *(const float4 *)(sk + i * PK + d);
+			float eq = sEq[i], ek = sEk[i];
+			oq = make_float4(a.x * eq, a.y * eq, a.z * eq, a.w * eq);
+			ok = make_float4(b.x * ek, b.y * ek, b.z * ek, b.w * ek);
+		}
+		*(float4 *)(gQ + 4 * e) = oq;
+		*(float4 *)(gK + 4 * e) = ok;
 	}
 	for (int e = tid; e < C; e += nt)
 		gG[e] = e < n ? sG[e] : 0.0f;
 	__syncthreads(); /* q read: W goes in its place */
-	for (int e = tid; e < n * dk; e += nt) {
-		int i = e / dk, d = e % dk;
-		sW[e] = (sk[i * PK + d] * sb[i]) * sEq[i];
+	for (int e = tid; e < n * d4; e += nt) {
+		int i = e / d4, d = (e - i * d4) * 4;
+		float4 a = *(const float4 *)(sk + i * PK + d);
+		float bb = sb[i], eq = sEq[i];
+		*(float4 *)(sW + 4 * e) =
+		    make_float4((a.x * bb) * eq, (a.y * bb) * eq,
+				(a.z * bb) * eq, (a.w * bb) * eq);
 	}
 	__syncthreads(); /* k read: beta V goes in its place */
 	intra_bv(sU, v, ldv, sb, t0, n, h, dv, vec);
 	__syncthreads();
 	intra_subst_rl(sW, sU, sA, dk, dv);
 	__syncthreads();
-	for (int e = tid; e < C * dk; e += nt)
-		gW[e] = e < n * dk ? sW[e] : 0.0f;
-	for (int e = tid; e < C * dv; e += nt)
-		gU[e] = e < n * dv ? sU[e] : 0.0f;
+	const float4 z4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	for (int e = tid; e < C * d4; e += nt)
+		*(float4 *)(gW + 4 * e) =
+		    e < n * d4 ? *(const float4 *)(sW + 4 * e) : z4;
+	for (int e = tid; e < C * (dv / 4); e += nt)
+		*(float4 *)(gU + 4 * e) =
+		    e < n * (dv / 4) ? *(const float4 *)(sU + 4 * e) : z4;
 }
 
 static size_t intra_rt_smem(int dk, int dv)
@@ -1453,8 +1477,12 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_rt_smem(64)));
 		KCU(cx, cudaFuncSetAttribute(
-			    k_intra_rt, cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    k_intra_rt<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)intra_rt_smem(DMAX, DMAX)));
+		KCU(cx, cudaFuncSetAttribute(
+			    k_intra_rt<128>,
+			    cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)intra_rt_smem(128, 128)));
 		KCU(cx, cudaFuncSetAttribute(
 			    k_out4, cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)out4_smem(DMAX)));
@@ -1476,8 +1504,12 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    (int)out_smem(DMAX, 16)));
 		attr_set = 1;
 	}
-	if (gdn_rt_on(dk, dv))
-		kcu_go(q, k_intra_rt, dim3(nch, Hv), INTRA_THREADS,
+	if (gdn_rt_on(dk, dv) && dk == 128 && dv == 128)
+		kcu_go(q, k_intra_rt<128>, dim3(nch, Hv), INTRA_THREADS,
+		       intra_rt_smem(dk, dv), (float *)ws, qq, k, ldqk, v, ldv,
+		       g, beta, T, Hk, Hv, dk, dv);
+	else if (gdn_rt_on(dk, dv))
+		kcu_go(q, k_intra_rt<0>, dim3(nch, Hv), INTRA_THREADS,
 		       intra_rt_smem(dk, dv), (float *)ws, qq, k, ldqk, v, ldv,
 		       g, beta, T, Hk, Hv, dk, dv);
 	else
