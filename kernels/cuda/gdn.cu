@@ -424,7 +424,10 @@ static __global__ void __launch_bounds__(INTRA_THREADS, 2)
 			for (int b = 0; b < 4; b++)
 				sa[a][b] = sqk[a][b] = 0.0f;
 		}
-		/* rows past n hold stale values: their products are masked */
+		/* rows past n hold stale values: their products are masked.
+		 * Column tj + 16 b lies above row ti + 16 a when b > a (at
+		 * least 1 past it): those products are zeros in sA and Am, so
+		 * they are not summed (the others' sums are unchanged) */
 		for (int d = 0; d < dk; d += 4) {
 			float4 ki[4], qi[4], kj[4];
 #pragma unroll
@@ -438,7 +441,7 @@ static __global__ void __launch_bounds__(INTRA_THREADS, 2)
 #pragma unroll
 				for (int a = 0; a < 4; a++)
 #pragma unroll
-					for (int b = 0; b < 4; b++) {
+					for (int b = 0; b <= a; b++) {
 						sa[a][b] += (f4at(ki[a], e) * bi[a]) *
 							    f4at(kj[b], e);
 						sqk[a][b] += f4at(qi[a], e) * f4at(kj[b], e);
