@@ -767,7 +767,11 @@ static __global__ void __launch_bounds__(NT, 2)
 	float *sU = sK + C * PK;      /* [C][RT_PS] U, then V' */
 	float *sS = sU + C * RT_PS;   /* [DK][RT_PS] */
 	const int h = blockIdx.x, s0 = blockIdx.y * RT_SW;
-	const int tid = threadIdx.x, tx = tid & 7, ty = tid >> 3, c4 = 4 * tx;
+	/* ty masked to its range (blockDim.x is NT): the compiler then knows
+	 * that the update's rows 4 ty + 4 TY i lie below DK where they do,
+	 * and takes the test, and the branch in every step over j, away */
+	const int tid = threadIdx.x, tx = tid & 7, ty = (tid >> 3) & (TY - 1),
+		  c4 = 4 * tx;
 	float *Sh = S + (size_t)h * DK * dv;
 	const size_t uf = unit_floats(DK, dv);
 	const size_t oU = off_U(DK), oG = off_G(DK, dv), oK = off_K(DK, dv),
@@ -803,17 +807,30 @@ static __global__ void __launch_bounds__(NT, 2)
 		}
 		cp_wait<1>();
 		__syncthreads(); /* W in */
-		/* W S for rows ty + TY i */
+		/* W S for rows ty + TY i; the next step's float4s are loaded
+		 * before this step's products */
 		float acc[NV][4] = {};
+		float4 wn[NV], sn[4];
+#pragma unroll
+		for (int i = 0; i < NV; i++)
+			wn[i] = *(const float4 *)(sW + (ty + TY * i) * PK);
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			sn[k] = *(const float4 *)(sS + k * RT_PS + c4);
 #pragma unroll UA
 		for (int d = 0; d < DK; d += 4) {
 			float4 wv[NV], sv[4];
+			const int dn = d + 4 < DK ? d + 4 : d;
 #pragma unroll
-			for (int i = 0; i < NV; i++)
-				wv[i] = *(const float4 *)(sW + (ty + TY * i) * PK + d);
+			for (int i = 0; i < NV; i++) {
+				wv[i] = wn[i];
+				wn[i] = *(const float4 *)(sW + (ty + TY * i) * PK + dn);
+			}
 #pragma unroll
-			for (int k = 0; k < 4; k++)
-				sv[k] = *(const float4 *)(sS + (d + k) * RT_PS + c4);
+			for (int k = 0; k < 4; k++) {
+				sv[k] = sn[k];
+				sn[k] = *(const float4 *)(sS + (dn + k) * RT_PS + c4);
+			}
 #pragma unroll
 			for (int i = 0; i < NV; i++) {
 				const float a[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
@@ -847,14 +864,25 @@ static __global__ void __launch_bounds__(NT, 2)
 		{
 			const float egl = expf(gl);
 			float ac[NI][4][4] = {};
+			float4 un = *(const float4 *)(sU + c4), kn[NI];
+#pragma unroll
+			for (int i = 0; i < NI; i++) {
+				const int d0 = 4 * ty + 4 * TY * i;
+				kn[i] = *(const float4 *)(sK + (d0 < DK ? d0 : 0));
+			}
 #pragma unroll UC
 			for (int j = 0; j < n; j++) {
-				float4 uv = *(const float4 *)(sU + j * RT_PS + c4);
+				/* row j's float4s, and row j + 1's on their way */
+				const int jn = j + 1 < C ? j + 1 : j;
+				const float4 uv = un;
+				un = *(const float4 *)(sU + jn * RT_PS + c4);
 #pragma unroll
 				for (int i = 0; i < NI; i++) {
 					const int d0 = 4 * ty + 4 * TY * i;
+					const float4 kv = kn[i];
+					kn[i] = *(const float4 *)(sK + jn * PK +
+								  (d0 < DK ? d0 : 0));
 					if (d0 < DK) {
-						float4 kv = *(const float4 *)(sK + j * PK + d0);
 						const float kd[4] = {kv.x, kv.y, kv.z, kv.w};
 #pragma unroll
 						for (int k = 0; k < 4; k++) {
