@@ -298,7 +298,14 @@ static __global__ void __launch_bounds__(INTRA_THREADS)
  * a 1,024-token chunk on the H100): k and q come in rows of dk + 4
  * (float4 loads over d in the products); q e^G and k e^(G_last - G) are
  * written out as soon as the products are done, then W is made in q's
- * place and beta V in k's. Taken with k_hstate_rt (gdn_rt_on). */
+ * place and beta V in k's. Taken with k_hstate_rt (gdn_rt_on).
+ *
+ * Since: the forward substitutions right-looking (intra_subst_rl), A kept
+ * by columns; each row's exponentials taken once; only the tiles' pairs
+ * that can lie on or below the diagonal summed; dk = dv = 128 a compile-
+ * time constant (k_intra_rt<128>), and the writes in float4s. ncu on the
+ * H100 (a 1,024-token chunk of the 27B's heads, test_kern_backends
+ * holding every value to k_intra's by memcmp): 117 us against 163. */
 /* component e (a constant once unrolled) of v */
 static __device__ inline float f4at(const float4 &v, int e)
 {
@@ -462,8 +469,10 @@ static __global__ void __launch_bounds__(INTRA_THREADS, 2)
 			float4 a = *(const float4 *)(sq + i * PK + d),
 			       b = *(const float4 *)(sk + i * PK + d);
 			float eq = sEq[i], ek = sEk[i];
-			oq = make_float4(a.x * eq, a.y * eq, a.z * eq, a.w * eq);
-			ok = make_float4(b.x * ek, b.y * ek, b.z * ek, b.w * ek);
+			oq =
+			    make_float4(a.x * eq, a.y * eq, a.z * eq, a.w * eq);
+			ok =
+			    make_float4(b.x * ek, b.y * ek, b.z * ek, b.w * ek);
 		}
 		*(float4 *)(gQ + 4 * e) = oq;
 		*(float4 *)(gK + 4 * e) = ok;
@@ -749,11 +758,17 @@ static __global__ void __launch_bounds__(16 * SW, 2)
  * order, so the same bits. ncu found the 128-thread form at 9%
  * occupancy, IPC-bound at 3.8 cycles an instruction, in 0.73 waves: an SM
  * with two blocks sets the time, and more warps there hide more of the
- * shared loads' latency (238 us a 1,024-token chunk; 204 with 256). */
+ * shared loads' latency (238 us a 1,024-token chunk; 204 with 256).
+ *
+ * Both sums load a step's float4s one step ahead of its products, and
+ * ty is masked to its range so that the compiler drops the update's row
+ * test (and the branch it put in every step over j, where ncu found 41%
+ * of the stall samples): 197 us against 204 (unrolling W S by 4 or 8
+ * and the update by 8 or 16 instead of 2 and 4 measured the same). */
 #define RT_SW 32
 #define RT_PS (RT_SW + 4)
 
-template <int DK, int NT = 128, int UA = 2, int UC = 4>
+template <int DK, int NT = 128>
 static __global__ void __launch_bounds__(NT, 2)
     k_hstate_rt(float *S, float *ws, int T, int Hv, int dv)
 {
@@ -817,19 +832,22 @@ static __global__ void __launch_bounds__(NT, 2)
 #pragma unroll
 		for (int k = 0; k < 4; k++)
 			sn[k] = *(const float4 *)(sS + k * RT_PS + c4);
-#pragma unroll UA
+#pragma unroll 2
 		for (int d = 0; d < DK; d += 4) {
 			float4 wv[NV], sv[4];
 			const int dn = d + 4 < DK ? d + 4 : d;
 #pragma unroll
 			for (int i = 0; i < NV; i++) {
 				wv[i] = wn[i];
-				wn[i] = *(const float4 *)(sW + (ty + TY * i) * PK + dn);
+				wn[i] =
+				    *(const float4 *)(sW + (ty + TY * i) * PK +
+						      dn);
 			}
 #pragma unroll
 			for (int k = 0; k < 4; k++) {
 				sv[k] = sn[k];
-				sn[k] = *(const float4 *)(sS + (dn + k) * RT_PS + c4);
+				sn[k] = *(
+				    const float4 *)(sS + (dn + k) * RT_PS + c4);
 			}
 #pragma unroll
 			for (int i = 0; i < NV; i++) {
@@ -868,11 +886,12 @@ static __global__ void __launch_bounds__(NT, 2)
 #pragma unroll
 			for (int i = 0; i < NI; i++) {
 				const int d0 = 4 * ty + 4 * TY * i;
-				kn[i] = *(const float4 *)(sK + (d0 < DK ? d0 : 0));
+				kn[i] =
+				    *(const float4 *)(sK + (d0 < DK ? d0 : 0));
 			}
-#pragma unroll UC
+#pragma unroll 4
 			for (int j = 0; j < n; j++) {
-				/* row j's float4s, and row j + 1's on their way */
+				/* row j's float4s; row j + 1's set off */
 				const int jn = j + 1 < C ? j + 1 : j;
 				const float4 uv = un;
 				un = *(const float4 *)(sU + jn * RT_PS + c4);
@@ -880,8 +899,9 @@ static __global__ void __launch_bounds__(NT, 2)
 				for (int i = 0; i < NI; i++) {
 					const int d0 = 4 * ty + 4 * TY * i;
 					const float4 kv = kn[i];
-					kn[i] = *(const float4 *)(sK + jn * PK +
-								  (d0 < DK ? d0 : 0));
+					kn[i] = *(
+					    const float4 *)(sK + jn * PK +
+							    (d0 < DK ? d0 : 0));
 					if (d0 < DK) {
 						const float kd[4] = {kv.x, kv.y, kv.z, kv.w};
 #pragma unroll
@@ -900,7 +920,11 @@ static __global__ void __launch_bounds__(NT, 2)
 				if (d0 < DK)
 #pragma unroll
 					for (int k = 0; k < 4; k++) {
-						float4 *sp = (float4 *)(sS + (d0 + k) * RT_PS + c4);
+						float4 *sp =
+						    (float4 *)(sS +
+							       (d0 + k) *
+								   RT_PS +
+							       c4);
 						float4 sv = *sp;
 						sv.x = sv.x * egl + ac[i][k][0];
 						sv.y = sv.y * egl + ac[i][k][1];
@@ -1008,7 +1032,10 @@ static __global__ void __launch_bounds__(256)
  * of q e^G a row and four of S a step of four d (k_out: a float4 of S and
  * four scalars of q e^G a step of one), a float4 of Am a row and four of
  * V' a step of four j. Am's rows are padded to C + 4 floats (float4
- * aligned). Taken with k_hstate_rt (gdn_rt_on). */
+ * aligned). Taken with k_hstate_rt (gdn_rt_on). Its copies come in two
+ * groups, x's operands first, so that Am and V' land while x is summed
+ * (ncu on the H100: 100 us a 1,024-token chunk of the 27B's heads
+ * against 104). */
 #define O4_PA (C + 4)
 static __global__ void __launch_bounds__(256)
     k_out4(float *o, const float *ws, int T, int Hv, int dk, int dv, int act)
@@ -1429,7 +1456,10 @@ static int gdn_tc_on(void)
  * process: the same bits). Measured on the H100 (ncu, a 1,024-token
  * chunk of the 27B's 48 heads): intra 162 against 205 us, the state pass
  * 238 against 288, the output 103 against 168; bench_gpu's 32k prefill
- * 4.48 s against 4.68. */
+ * 4.48 s against 4.68. Since (the kernels' comments say how): intra 117,
+ * the state pass 197, the output 100; the delta rule of a 32k prefill
+ * 0.727 s against 0.821 (bench_gpu --profile 1, each op synced), its
+ * prefill 4.06 to 4.08 s in three runs (4.13 before, on another H100). */
 static int gdn_rt_on(int dk, int dv)
 {
 	return kcu_env_flag("MOOR_GDN_RT", 1) && dv % RT_SW == 0 &&
@@ -1445,16 +1475,6 @@ static int hstate_nt(void)
 {
 	const char *e = getenv("MOOR_HSTATE_NT");
 	return e && atoi(e) == 128 ? 128 : 256;
-}
-
-/* The state pass's unrolling at dk 128 and 256 threads, for an A/B on a
- * GPU (read at each call; the bits do not depend on it): MOOR_HSTATE_U=1
- * unrolls W S's loop over d by 4 and the update's over j by 8, =2 by 8
- * and 16; else by 2 and 4. */
-static int hstate_u(void)
-{
-	const char *e = getenv("MOOR_HSTATE_U");
-	return e ? atoi(e) : 0;
 }
 
 int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
@@ -1496,19 +1516,12 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_rt_smem(128)));
 		KCU(cx, cudaFuncSetAttribute(
-			    k_hstate_rt<128, 256, 4, 8>,
-			    cudaFuncAttributeMaxDynamicSharedMemorySize,
-			    (int)hstate_rt_smem(128)));
-		KCU(cx, cudaFuncSetAttribute(
-			    k_hstate_rt<128, 256, 8, 16>,
-			    cudaFuncAttributeMaxDynamicSharedMemorySize,
-			    (int)hstate_rt_smem(128)));
-		KCU(cx, cudaFuncSetAttribute(
 			    k_hstate_rt<64>,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_rt_smem(64)));
 		KCU(cx, cudaFuncSetAttribute(
-			    k_intra_rt<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    k_intra_rt<0>,
+			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)intra_rt_smem(DMAX, DMAX)));
 		KCU(cx, cudaFuncSetAttribute(
 			    k_intra_rt<128>,
@@ -1566,12 +1579,6 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			kcu_go(q, k_hstate<SL16>, dim3(Hv, dv / SL16), 16 * SL16,
 			       hstate_smem(dk, SL16), S, (float *)ws, T, Hv, dk,
 			       dv);
-		else if (dk == 128 && hstate_nt() == 256 && hstate_u() == 1)
-			kcu_go(q, k_hstate_rt<128, 256, 4, 8>, rg, 256,
-			       hstate_rt_smem(dk), S, (float *)ws, T, Hv, dv);
-		else if (dk == 128 && hstate_nt() == 256 && hstate_u() == 2)
-			kcu_go(q, k_hstate_rt<128, 256, 8, 16>, rg, 256,
-			       hstate_rt_smem(dk), S, (float *)ws, T, Hv, dv);
 		else if (dk == 128 && hstate_nt() == 256)
 			kcu_go(q, k_hstate_rt<128, 256>, rg, 256,
 			       hstate_rt_smem(dk), S, (float *)ws, T, Hv, dv);
