@@ -920,17 +920,13 @@ static __global__ void __launch_bounds__(NT, 2)
 				if (d0 < DK)
 #pragma unroll
 					for (int k = 0; k < 4; k++) {
-						float4 *sp =
-						    (float4 *)(sS +
-							       (d0 + k) *
-								   RT_PS +
-							       c4);
-						float4 sv = *sp;
+						float *row = sS + (d0 + k) * RT_PS;
+						float4 sv = *(float4 *)(row + c4);
 						sv.x = sv.x * egl + ac[i][k][0];
 						sv.y = sv.y * egl + ac[i][k][1];
 						sv.z = sv.z * egl + ac[i][k][2];
 						sv.w = sv.w * egl + ac[i][k][3];
-						*sp = sv;
+						*(float4 *)(row + c4) = sv;
 					}
 			}
 		}
