@@ -45,8 +45,10 @@
 #             the defaults, MOOR_GDN_TC=1 (or each VAR=VALUE of
 #             DPROF_ENVS); and the detail of intra and the state pass
 #   dsrc      ncu's full set on the delta rule's intra, state pass and output
-#             (bench_kern --only delta), and its per-instruction page
-#             (SASS, stall samples) as $OUT/dsrc-KERNEL.csv
+#             (bench_kern --only delta): its per-instruction pages (SASS,
+#             stall samples) and details in $OUT/dsrc.tgz (one file: a
+#             call brings back only so many; tests/gpu/ncu_stalls.py
+#             reads a page)
 #   eprof     bench_kern --only elem (the prefill's conv, 4-tap and
 #             generic, and add + norm at the 27B's width), then ncu's
 #             detail of the conv kernels
@@ -188,9 +190,11 @@ for p in "$@"; do
 			for kn in k_intra_rt k_hstate_rt k_out4; do rm -f /tmp/dsrc-\$kn.ncu-rep; \
 			\$NCU --clock-control none --set full -k regex:\$kn -c 1 -o /tmp/dsrc-\$kn \
 			$B/tests/bench/bench_kern --only delta --reps 1 >/dev/null 2>&1; \
-			\$NCU -i /tmp/dsrc-\$kn.ncu-rep --page source --csv --print-source sass >\$OUT/dsrc-\$kn.csv 2>&1; \
-			\$NCU -i /tmp/dsrc-\$kn.ncu-rep --page details >\$OUT/dsrc-\$kn-details.txt 2>&1; \
-			wc -l \$OUT/dsrc-\$kn.csv; done" ;;
+			\$NCU -i /tmp/dsrc-\$kn.ncu-rep --page source --csv --print-source sass >/tmp/dsrc-\$kn.csv 2>&1; \
+			\$NCU -i /tmp/dsrc-\$kn.ncu-rep --page details >/tmp/dsrc-\$kn-details.txt 2>&1; \
+			wc -l /tmp/dsrc-\$kn.csv; done; tar czf \$OUT/dsrc.tgz -C /tmp dsrc-k_intra_rt.csv \
+			dsrc-k_hstate_rt.csv dsrc-k_out4.csv dsrc-k_intra_rt-details.txt dsrc-k_hstate_rt-details.txt \
+			dsrc-k_out4-details.txt" ;;
 	trained)
 		phase trained ${TRAINED_LIMIT:-330} "python3 tests/golden/train_tiny.py /dev/shm/moor-trained \
 			--minutes ${TRAIN_MIN:-3} --device cuda && mkdir -p /dev/shm/moor-bs && \
