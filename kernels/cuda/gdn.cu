@@ -292,7 +292,7 @@ static __global__ void __launch_bounds__(INTRA_THREADS)
 }
 
 /* k_intra_rt: k_intra's arithmetic, every sum in the same order (the
- * same bits), for dk % 4 == 0, in 85 KB of shared memory and at most 128
+ * same bits), for dk % 4 == 0, in 86 KB of shared memory and at most 128
  * registers so that two blocks share an SM (k_intra: 149 KB and 206
  * registers, one block an SM, 5.8 waves of the 27B's 768 blocks, 203 us
  * a 1,024-token chunk on the H100): k and q come in rows of dk + 4
