@@ -227,6 +227,157 @@ static void case_mlp(void)
 	}
 }
 
+/* matmul_addnorm and mlp_addnorm (one row) against the product, then
+ * add_rmsnorm, on the device, bit for bit: y, the residual and the norm
+ * after each of four steps in a row (the last block's ticket counter
+ * goes back to 0 each time), then from a graph of both launched twice;
+ * at hidden sizes whose norm takes 5 float4s a thread (1024, the 27B's
+ * 5120) and 8 (6144); more than one row is refused. */
+typedef struct an_case {
+	int H, K, I;
+	float *dx;
+	void *dW, *dg, *dd, *dn;
+	/* [0]: the unfused ops, [1]: the fused ones */
+	float *dh[2], *dy[2], *dxn[2], *tmp[2];
+	kern_addnorm an; /* side 1's */
+} an_case;
+
+/* One step of side f: the mixer's product (mlp 0: y = x W) or the MLP of
+ * the last norm (mlp 1), then the add + norm */
+static int an_step(an_case *c, int f, int mlp)
+{
+	int H = c->H, K = c->K, I = c->I, act = KERN_ACT_BF16, rc;
+	if (f == 1 && mlp)
+		return gpu.o->mlp_addnorm(gpu.q, c->dy[1], c->dxn[1], H,
+					  c->tmp[1], c->dg, c->dd, KERN_BF16, 1,
+					  H, I, act, &c->an);
+	if (f == 1)
+		return gpu.o->matmul_addnorm(gpu.q, c->dy[1], c->dx, K, c->dW,
+					     KERN_BF16, 1, H, K, act, &c->an);
+	if (mlp)
+		rc = gpu.o->mlp(gpu.q, c->dy[0], H, c->dxn[0], H, c->tmp[0],
+				c->dg, c->dd, KERN_BF16, 1, H, I, act);
+	else
+		rc = gpu.o->matmul(gpu.q, c->dy[0], H, c->dx, K, c->dW,
+				   KERN_BF16, 1, H, K, act);
+	return rc ? rc
+		  : gpu.o->add_rmsnorm(gpu.q, c->dh[0], c->dy[0], c->dxn[0],
+				       c->dn, KERN_BF16, 1, H, 1e-6f, act);
+}
+
+static void an_cmp(an_case *c, const char *what, int step)
+{
+	size_t n = (size_t)c->H * 4;
+	float *a = malloc(n), *b = malloc(n);
+	float *const *d[3] = {c->dy, c->dh, c->dxn};
+	const char *nm[3] = {"product", "residual", "norm"};
+	for (int k = 0; k < 3; k++) {
+		down(&gpu, a, d[k][0], n);
+		down(&gpu, b, d[k][1], n);
+		ASSERT(!memcmp(a, b, n),
+		       "H=%d %s %d: the fused %s differs from the "
+		       "unfused ops'",
+		       c->H, what, step, nm[k]);
+	}
+	free(a);
+	free(b);
+}
+
+static void case_addnorm(void)
+{
+	if (!gpu.o->matmul_addnorm || !gpu.o->mlp_addnorm)
+		return;
+	const int Hs[] = {1024, 5120, 6144};
+	for (int hi = 0; hi < 3; hi++) {
+		an_case c = {.H = Hs[hi], .K = 768, .I = 512};
+		int H = c.H, K = c.K, I = c.I, rc;
+		void *W, *Wg, *Wd, *Nw;
+		float *wf =
+		    kt_weights((size_t)H * K, KERN_BF16, -0.05f, 0.05f, &W);
+		float *wg = kt_weights((size_t)2 * I * H, KERN_BF16, -0.05f,
+				       0.05f, &Wg);
+		float *wd =
+		    kt_weights((size_t)H * I, KERN_BF16, -0.05f, 0.05f, &Wd);
+		float *nf = kt_weights(H, KERN_BF16, -0.5f, 0.5f, &Nw);
+		float *x = rnd(K, -2, 2), *h0 = rnd(H, -3, 3);
+		c.dx = up(&gpu, x, (size_t)K * 4);
+		c.dW = up(&gpu, W, (size_t)H * K * 2);
+		c.dg = up(&gpu, Wg, (size_t)2 * I * H * 2);
+		c.dd = up(&gpu, Wd, (size_t)H * I * 2);
+		c.dn = up(&gpu, Nw, (size_t)H * 2);
+		for (int f = 0; f < 2; f++) {
+			c.dh[f] = up(&gpu, h0, (size_t)H * 4);
+			c.dy[f] = zz(&gpu, (size_t)H * 4);
+			c.dxn[f] = zz(&gpu, (size_t)H * 4);
+			c.tmp[f] = zz(&gpu, (size_t)2 * I * 4);
+		}
+		c.an =
+		    (kern_addnorm){c.dh[1], c.dxn[1], c.dn, KERN_BF16, 1e-6f};
+		for (int step = 0; step < 4; step++)
+			for (int f = 0; f < 2; f++) {
+				rc = an_step(&c, f, step & 1);
+				ASSERT(rc == 0, "H=%d step %d side %d: %s", H,
+				       step, f, moor_strerror(rc));
+				if (f == 1)
+					an_cmp(&c,
+					       step & 1 ? "mlp step"
+							: "matmul step",
+					       step);
+			}
+		if (gpu.o->graph_begin) {
+			kern_graph *gr = NULL;
+			rc = gpu.o->graph_begin(gpu.q, 0, 1);
+			if (!rc)
+				rc = an_step(&c, 1, 0);
+			if (!rc)
+				rc = an_step(&c, 1, 1);
+			int rc2 = gpu.o->graph_end(gpu.q, &gr);
+			ASSERT(rc == 0 && rc2 == 0 && gr, "H=%d capture: %s %s",
+			       H, moor_strerror(rc), moor_strerror(rc2));
+			for (int rep = 0; gr && rep < 2; rep++) {
+				rc = an_step(&c, 0, 0);
+				if (!rc)
+					rc = an_step(&c, 0, 1);
+				if (!rc)
+					rc = gpu.o->graph_launch(gpu.q, gr, 0);
+				ASSERT(rc == 0, "H=%d graph %d: %s", H, rep,
+				       moor_strerror(rc));
+				an_cmp(&c, "graph launch", rep);
+			}
+			gpu.o->graph_free(gpu.c, gr);
+		}
+		rc = gpu.o->matmul_addnorm(gpu.q, c.dy[1], c.dx, K, c.dW,
+					   KERN_BF16, 2, H, K, KERN_ACT_BF16,
+					   &c.an);
+		ASSERT(rc == MOOR_EUNSUP, "H=%d: matmul_addnorm of 2 rows: %s",
+		       H, moor_strerror(rc));
+		printf("  matmul_addnorm, mlp_addnorm H=%-5d bit-exact, graph "
+		       "too\n",
+		       H);
+		for (int f = 0; f < 2; f++) {
+			gpu.o->free(gpu.c, c.dh[f]);
+			gpu.o->free(gpu.c, c.dy[f]);
+			gpu.o->free(gpu.c, c.dxn[f]);
+			gpu.o->free(gpu.c, c.tmp[f]);
+		}
+		gpu.o->free(gpu.c, c.dx);
+		gpu.o->free(gpu.c, c.dW);
+		gpu.o->free(gpu.c, c.dg);
+		gpu.o->free(gpu.c, c.dd);
+		gpu.o->free(gpu.c, c.dn);
+		free(wf);
+		free(wg);
+		free(wd);
+		free(nf);
+		free(W);
+		free(Wg);
+		free(Wd);
+		free(Nw);
+		free(x);
+		free(h0);
+	}
+}
+
 /* ---- norms, elementwise ---- */
 
 static void case_norms_run(void)
@@ -1300,6 +1451,7 @@ int main(void)
 	kt_seed(5);
 	case_matmul();
 	case_mlp();
+	case_addnorm();
 	case_norms();
 	case_gdn();
 	case_gdn_rt();
