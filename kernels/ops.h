@@ -482,6 +482,14 @@ typedef struct kern_ops {
 			   float *tmp, const void *Wgu, const void *Wd, int wdt,
 			   int T, int H, int I, int act,
 			   const kern_addnorm *an);
+
+	/* Optional (NULL: nothing to do). A hint: q's later ops will read
+	 * the n bytes at p (a product's weights), so the backend may start
+	 * bringing some of them into the device's cache now, alongside the
+	 * ops enqueued between (CUDA: as much as half its L2 holds, a
+	 * decode step's output projection fetched while the small kernels
+	 * before it run). No result depends on it. */
+	int (*prefetch)(kern_queue *q, const void *p, size_t n);
 } kern_ops;
 
 /* ---- the registry ---- */

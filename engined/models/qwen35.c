@@ -1022,6 +1022,16 @@ static kern_addnorm addnorm_of(const eng_model *m, const wt *w)
 	return an;
 }
 
+/* A decode step's hint (ops.h, prefetch): a layer's output projection,
+ * n elements of W, is read after the small ops between (the conv, the
+ * delta rule and the gated norm; attention), which leave the memory bus
+ * mostly idle. */
+static void prefetch_w(eng_model *m, const wt *W, size_t n, int T)
+{
+	if (T == 1 && m->ops->prefetch)
+		(void)m->ops->prefetch(m->q, W->p, n * kern_dtype_size(W->dt));
+}
+
 /* t4 = x W^T, a mixer's output projection (K wide in, hidden out), then
  * add_norm(t4; layer li's post_norm): one op where the backend fuses
  * them (matmul_addnorm: a decode step on CUDA), the same bits. */
@@ -1096,6 +1106,7 @@ static int gdn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	}
 	float *u = m->t1; /* [T, conv_dim] after conv + SiLU */
 	float *core = m->t2, *y = m->t3;
+	prefetch_w(m, &l->out, (size_t)H * vd, T);
 	PROBE(m, "qkv", li, mixed, T, cd, ldm);
 	PROBE(m, "z", li, z, T, vd, ldz);
 	PROBE(m, "b", li, b, T, Hv, ldba);
@@ -1179,6 +1190,7 @@ static int attn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 		CK(o->matmul(q, k, kd, m->xn, H, l->k.p, l->k.dt, T, kd, H, act));
 		CK(o->matmul(q, v, kd, m->xn, H, l->v.p, l->v.dt, T, kd, H, act));
 	}
+	prefetch_w(m, &l->o, (size_t)H * qd, T);
 	PROBE(m, "qg", li, qg, T, 2 * qd, 2 * qd);
 	PROBE(m, "k", li, k, T, kd, kd);
 	PROBE(m, "v", li, v, T, kd, kd);

@@ -511,6 +511,7 @@ extern "C" const kern_ops kern_cuda_ops = {
     /* .mlp = */ kcu_mlp,
     /* .matmul_addnorm = */ kcu_matmul_addnorm,
     /* .mlp_addnorm = */ kcu_mlp_addnorm,
+    /* .prefetch = */ kcu_prefetch,
 };
 
 extern "C" const kern_ops *const kern_cuda_entry = &kern_cuda_ops;

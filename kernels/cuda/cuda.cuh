@@ -464,6 +464,7 @@ int kcu_mlp(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 int kcu_matmul_addnorm(kern_queue *q, float *y, const float *x, int ldx,
 		       const void *W, int wdt, int T, int N, int K, int act,
 		       const kern_addnorm *an);
+int kcu_prefetch(kern_queue *q, const void *p, size_t n);
 int kcu_mlp_addnorm(kern_queue *q, float *y, const float *x, int ldx,
 		    float *tmp, const void *Wgu, const void *Wd, int wdt, int T,
 		    int H, int I, int act, const kern_addnorm *an);

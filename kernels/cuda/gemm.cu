@@ -919,3 +919,55 @@ int kcu_mlp_addnorm(kern_queue *q, float *y, const float *x, int ldx,
 	gemv_glu(q, tmp, (__nv_bfloat16 *)st, x, Wgu, I, H, act);
 	return gemv_addnorm(q, y, st, GX_B16, Wd, H, I, act, &nm, v4);
 }
+
+/* ---- prefetch ---- */
+
+#define PF_CHUNK (64u << 10) /* bytes of one bulk prefetch */
+
+/* Thread i asks for bytes [i PF_CHUNK, (i + 1) PF_CHUNK) of p's n into L2
+ * (cp.async.bulk.prefetch: no completion to wait for; the lines arrive
+ * while the kernels after this one run). */
+static __global__ void k_prefetch(const char *p, size_t n)
+{
+	kcu_pdl_enter();
+	size_t off = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * PF_CHUNK;
+	if (off < n) {
+		unsigned m =
+		    (unsigned)(n - off < PF_CHUNK ? n - off : PF_CHUNK);
+		asm volatile(
+		    "cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off),
+		    "r"(m)
+		    : "memory");
+	}
+}
+
+/* MOOR_DEC_PREFETCH_MB=N (read once) caps what a prefetch asks for (0:
+ * prefetch does nothing), for bench_gpu's A/B; by default half the L2. */
+static size_t prefetch_cap(const kern_ctx *c)
+{
+	static long mb = -2;
+	if (mb == -2) {
+		const char *e = getenv("MOOR_DEC_PREFETCH_MB");
+		mb = e ? atol(e) : -1;
+	}
+	if (mb >= 0)
+		return (size_t)mb << 20;
+	return (size_t)c->prop.l2CacheSize / 2;
+}
+
+int kcu_prefetch(kern_queue *q, const void *p, size_t n)
+{
+	if (!q || (!p && n))
+		return MOOR_ERANGE;
+	size_t cap = prefetch_cap(q->ctx);
+	n = n < cap ? n : cap;
+	n &= ~(size_t)15; /* the bulk copy's unit */
+	if (((uintptr_t)p & 15) || n == 0)
+		return 0;
+	unsigned threads = 128;
+	size_t chunks = (n + PF_CHUNK - 1) / PF_CHUNK;
+	kcu_go(q, k_prefetch, kcu_blocks(chunks, threads), threads, 0,
+	       (const char *)p, n);
+	KCU_LAUNCHED(q->ctx);
+	return 0;
+}

@@ -232,7 +232,9 @@ static void case_mlp(void)
  * after each of four steps in a row (the last block's ticket counter
  * goes back to 0 each time), then from a graph of both launched twice;
  * at hidden sizes whose norm takes 5 float4s a thread (1024, the 27B's
- * 5120) and 8 (6144); more than one row is refused. */
+ * 5120) and 8 (6144); more than one row is refused. The fused product
+ * comes after a prefetch of its weights (ops.h: a hint), whose errors
+ * would surface at the sync of the comparison. */
 typedef struct an_case {
 	int H, K, I;
 	float *dx;
@@ -251,6 +253,11 @@ static int an_step(an_case *c, int f, int mlp)
 		return gpu.o->mlp_addnorm(gpu.q, c->dy[1], c->dxn[1], H,
 					  c->tmp[1], c->dg, c->dd, KERN_BF16, 1,
 					  H, I, act, &c->an);
+	if (f == 1 && gpu.o->prefetch) { /* a hint: no bit may move */
+		rc = gpu.o->prefetch(gpu.q, c->dW, (size_t)H * K * 2);
+		if (rc)
+			return rc;
+	}
 	if (f == 1)
 		return gpu.o->matmul_addnorm(gpu.q, c->dy[1], c->dx, K, c->dW,
 					     KERN_BF16, 1, H, K, act, &c->an);
