@@ -152,16 +152,6 @@ typedef struct kern_sampling {
 /* Elements per block of the sampler's blocked sums (sample()). */
 #define KERN_SAMPLE_BLOCK 256
 
-/* The residual's add and the next layer's norm after a product (the
- * *_addnorm ops): add_rmsnorm(h, product, y; w, wdt, eps). */
-typedef struct kern_addnorm {
-	float *h;      /* [rows, dim], the residual: h = rnd(h + product) */
-	float *y;      /* [rows, dim], the norm of the new h */
-	const void *w; /* [dim] of wdt, applied as 1 + w */
-	int wdt;
-	float eps;
-} kern_addnorm;
-
 typedef struct kern_ops {
 	uint32_t abi; /* KERN_ABI_VERSION */
 	const char *name;
@@ -462,34 +452,6 @@ typedef struct kern_ops {
 	int (*mlp)(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 		   float *tmp, const void *Wgu, const void *Wd, int wdt, int T,
 		   int H, int I, int act);
-
-	/* ---- a product with the residual's add + norm after it (optional:
-	 * NULL, or MOOR_EUNSUP for a case the backend does not fuse, with
-	 * nothing enqueued, means the model runs the two ops named, which
-	 * stay the reference in the tests) ---- */
-
-	/* matmul(y, N; x, ldx, W) of T rows, then add_rmsnorm(an->h, y,
-	 * an->y; an->w, an->wdt, T rows, dim N, an->eps, act): the same bits
-	 * as the two ops (CUDA: one row, the GEMV's last block doing the
-	 * norm: a decode step's o and out projections). */
-	int (*matmul_addnorm)(kern_queue *q, float *y, const float *x, int ldx,
-			      const void *W, int wdt, int T, int N, int K,
-			      int act, const kern_addnorm *an);
-	/* mlp(y, H; x, ldx, tmp, Wgu, Wd) of T rows, then add_rmsnorm(an->h,
-	 * y, an->y; ... dim H, act), the same bits as the two ops (CUDA: one
-	 * row, a decode step's MLP). */
-	int (*mlp_addnorm)(kern_queue *q, float *y, const float *x, int ldx,
-			   float *tmp, const void *Wgu, const void *Wd, int wdt,
-			   int T, int H, int I, int act,
-			   const kern_addnorm *an);
-
-	/* Optional (NULL: nothing to do). A hint: q's later ops will read
-	 * the n bytes at p (a product's weights), so the backend may start
-	 * bringing some of them into the device's cache now, alongside the
-	 * ops enqueued between (CUDA: as much as half its L2 holds, a
-	 * decode step's output projection fetched while the small kernels
-	 * before it run). No result depends on it. */
-	int (*prefetch)(kern_queue *q, const void *p, size_t n);
 } kern_ops;
 
 /* ---- the registry ---- */

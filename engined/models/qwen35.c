@@ -988,71 +988,6 @@ static int piece_rows(const eng_model *m, int64_t at, int left)
 	return next - at < left ? (int)(next - at) : left;
 }
 
-/* h = rnd(h + x); xn = rmsnorm(h; w) over T rows: fused where the backend
- * has it, the same bits either way. The probes between the two (h, named
- * p1 of layer l1 and p2 of layer l2) see h before the norm reads it, so a
- * probe that overwrites h moves xn too (the probe build is the CPU's, which
- * runs the unfused pair). */
-static int add_norm(eng_model *m, const float *x, const wt *w, int T,
-		    const char *p1, int l1, const char *p2, int l2)
-{
-	const kern_ops *o = m->ops;
-	const qwen35_config *c = &m->c;
-	int H = c->hidden, act = m->act;
-	if (o->add_rmsnorm) {
-		CK(o->add_rmsnorm(m->q, m->h, x, m->xn, w->p, w->dt, T, H,
-				  c->eps, act));
-	} else {
-		CK(o->add(m->q, m->h, x, (size_t)T * H, act));
-	}
-	PROBE(m, p1, l1, m->h, T, H, H);
-	if (p2)
-		PROBE(m, p2, l2, m->h, T, H, H);
-	if (o->add_rmsnorm)
-		return 0;
-	return o->rmsnorm(m->q, m->xn, H, m->h, H, w->p, w->dt, T, H, c->eps, 1,
-			  act);
-}
-
-/* The add + norm's arguments for the *_addnorm ops: h += x; xn = rmsnorm(h;
- * w) */
-static kern_addnorm addnorm_of(const eng_model *m, const wt *w)
-{
-	kern_addnorm an = {m->h, m->xn, w->p, w->dt, m->c.eps};
-	return an;
-}
-
-/* A decode step's hint (ops.h, prefetch): a layer's output projection,
- * n elements of W, is read after the small ops between (the conv, the
- * delta rule and the gated norm; attention), which leave the memory bus
- * mostly idle. */
-static void prefetch_w(eng_model *m, const wt *W, size_t n, int T)
-{
-	if (T == 1 && m->ops->prefetch)
-		(void)m->ops->prefetch(m->q, W->p, n * kern_dtype_size(W->dt));
-}
-
-/* t4 = x W^T, a mixer's output projection (K wide in, hidden out), then
- * add_norm(t4; layer li's post_norm): one op where the backend fuses
- * them (matmul_addnorm: a decode step on CUDA), the same bits. */
-static int out_add_norm(eng_model *m, const float *x, int ldx, const wt *W,
-			int K, int T, int li)
-{
-	const kern_ops *o = m->ops;
-	int H = m->c.hidden;
-	const wt *w = &m->L[li].post_norm;
-	if (o->matmul_addnorm && !PROBING(m)) {
-		kern_addnorm an = addnorm_of(m, w);
-		int rc = o->matmul_addnorm(m->q, m->t4, x, ldx, W->p, W->dt, T,
-					   H, K, m->act, &an);
-		if (rc != MOOR_EUNSUP)
-			return rc;
-	}
-	CK(o->matmul(m->q, m->t4, H, x, ldx, W->p, W->dt, T, H, K, m->act));
-	PROBE(m, "mix_out", li, m->t4, T, H, H);
-	return add_norm(m, m->t4, w, T, "h1", li, NULL, 0);
-}
-
 /* After a GDN layer's piece that ends on the line of the forward's next
  * slot inside it (*si), that layer's sections into the slot, on the
  * compute queue: the layer's next piece writes them. */
@@ -1106,7 +1041,6 @@ static int gdn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	}
 	float *u = m->t1; /* [T, conv_dim] after conv + SiLU */
 	float *core = m->t2, *y = m->t3;
-	prefetch_w(m, &l->out, (size_t)H * vd, T);
 	PROBE(m, "qkv", li, mixed, T, cd, ldm);
 	PROBE(m, "z", li, z, T, vd, ldz);
 	PROBE(m, "b", li, b, T, Hv, ldba);
@@ -1161,7 +1095,9 @@ static int gdn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	CK(o->gated_rmsnorm(q, y, core, z, ldz, Hv, l->norm.p, l->norm.dt,
 			    T * Hv, dv, c->eps, act));
 	PROBE(m, "gnorm", li, y, T, vd, vd);
-	return out_add_norm(m, y, vd, &l->out, vd, T, li);
+	CK(o->matmul(q, m->t4, H, y, vd, l->out.p, l->out.dt, T, H, vd, act));
+	PROBE(m, "mix_out", li, m->t4, T, H, H);
+	return 0;
 }
 
 static int attn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
@@ -1190,7 +1126,6 @@ static int attn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 		CK(o->matmul(q, k, kd, m->xn, H, l->k.p, l->k.dt, T, kd, H, act));
 		CK(o->matmul(q, v, kd, m->xn, H, l->v.p, l->v.dt, T, kd, H, act));
 	}
-	prefetch_w(m, &l->o, (size_t)H * qd, T);
 	PROBE(m, "qg", li, qg, T, 2 * qd, 2 * qd);
 	PROBE(m, "k", li, k, T, kd, kd);
 	PROBE(m, "v", li, v, T, kd, kd);
@@ -1232,7 +1167,9 @@ static int attn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	PROBE(m, "att", li, out, T, qd, qd);
 	CK(o->sigmoid_mul(q, out, out, go, (size_t)T * qd, act));
 	PROBE(m, "gated", li, out, T, qd, qd);
-	return out_add_norm(m, out, qd, &l->o, qd, T, li);
+	CK(o->matmul(q, m->t4, H, out, qd, l->o.p, l->o.dt, T, H, qd, act));
+	PROBE(m, "mix_out", li, m->t4, T, H, H);
+	return 0;
 }
 
 /* The MLP as separate ops: gate | up in one product and the SwiGLU on
@@ -1265,38 +1202,23 @@ static int mlp_ops(eng_model *m, const layer_w *l, int T)
 			 act);
 }
 
-/* The MLP of layer li into t4, then add_norm(t4; the next layer's input
- * norm, or the final norm after the last layer): the backend's one op
- * where it has it (mlp_addnorm: a decode step on CUDA; mlp: prefill on
- * CUDA, the same bits as mlp_ops' fused path), else mlp_ops. */
-static int mlp_add_norm(eng_model *m, int li, int T)
+/* The MLP into t4: the backend's one op where it has it (prefill on CUDA:
+ * the same bits as mlp_ops' fused path), else mlp_ops. */
+static int mlp(eng_model *m, const layer_w *l, int T)
 {
 	const kern_ops *o = m->ops;
-	const layer_w *l = &m->L[li];
 	int H = m->c.hidden, I = m->c.inter;
-	int more = li + 1 < m->c.layers;
-	const wt *w = more ? &m->L[li + 1].in_norm : &m->final_norm;
+	int li = (int)(l - m->L);
 	int rc = MOOR_EUNSUP;
-	if (m->fused && l->gu.dt == l->down.dt && !PROBING(m)) {
-		if (o->mlp_addnorm) {
-			kern_addnorm an = addnorm_of(m, w);
-			rc = o->mlp_addnorm(m->q, m->t4, m->xn, H, m->t0,
-					    l->gu.p, l->down.p, l->gu.dt, T, H,
-					    I, m->act, &an);
-			if (rc != MOOR_EUNSUP)
-				return rc;
-		}
-		if (o->mlp)
-			rc = o->mlp(m->q, m->t4, H, m->xn, H, m->t0, l->gu.p,
-				    l->down.p, l->gu.dt, T, H, I, m->act);
-	}
+	if (m->fused && o->mlp && l->gu.dt == l->down.dt && !PROBING(m))
+		rc = o->mlp(m->q, m->t4, H, m->xn, H, m->t0, l->gu.p, l->down.p,
+			    l->gu.dt, T, H, I, m->act);
 	if (rc == MOOR_EUNSUP)
 		rc = mlp_ops(m, l, T);
 	if (rc)
 		return rc;
 	PROBE(m, "mlp_out", li, m->t4, T, H, H);
-	return add_norm(m, m->t4, w, T, "x_out", li, more ? "x_in" : NULL,
-			li + 1);
+	return 0;
 }
 
 /* Logits of rows [r0, r0 + n) of the normed final state into host memory,
@@ -1315,6 +1237,32 @@ static int head_rows(eng_model *m, int r0, int n, float *dst)
 	}
 	m->logits_kept = n == 1;
 	return 0;
+}
+
+/* h = rnd(h + x); xn = rmsnorm(h; w) over T rows: fused where the backend
+ * has it, the same bits either way. The probes between the two (h, named
+ * p1 of layer l1 and p2 of layer l2) see h before the norm reads it, so a
+ * probe that overwrites h moves xn too (the probe build is the CPU's, which
+ * runs the unfused pair). */
+static int add_norm(eng_model *m, const float *x, const wt *w, int T,
+		    const char *p1, int l1, const char *p2, int l2)
+{
+	const kern_ops *o = m->ops;
+	const qwen35_config *c = &m->c;
+	int H = c->hidden, act = m->act;
+	if (o->add_rmsnorm) {
+		CK(o->add_rmsnorm(m->q, m->h, x, m->xn, w->p, w->dt, T, H,
+				  c->eps, act));
+	} else {
+		CK(o->add(m->q, m->h, x, (size_t)T * H, act));
+	}
+	PROBE(m, p1, l1, m->h, T, H, H);
+	if (p2)
+		PROBE(m, p2, l2, m->h, T, H, H);
+	if (o->add_rmsnorm)
+		return 0;
+	return o->rmsnorm(m->q, m->xn, H, m->h, H, w->p, w->dt, T, H, c->eps, 1,
+			  act);
 }
 
 /* The layers of one forward of T <= m->T tokens at pos0 (a chunk, or
@@ -1337,12 +1285,16 @@ static int forward_layers(eng_model *m, eng_seq *s, int T, int64_t pos0,
 	for (int i = 0; i < c->layers; i++) {
 		const layer_w *l = &m->L[i];
 		PROBE(m, "xn1", i, m->xn, T, H, H);
-		if (l->full) /* each ends with the add + norm after it */
+		if (l->full)
 			CK(attn_layer(m, l, s, T, pos0));
 		else
 			CK(gdn_layer(m, l, s, T, pos0, recurrent));
+		CK(add_norm(m, m->t4, &l->post_norm, T, "h1", i, NULL, 0));
 		PROBE(m, "xn2", i, m->xn, T, H, H);
-		CK(mlp_add_norm(m, i, T));
+		CK(mlp(m, l, T));
+		int more = i + 1 < c->layers;
+		CK(add_norm(m, m->t4, more ? &m->L[i + 1].in_norm : &m->final_norm,
+			    T, "x_out", i, more ? "x_in" : NULL, i + 1));
 	}
 	return 0;
 }

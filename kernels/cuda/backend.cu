@@ -46,7 +46,6 @@ static void cu_destroy(kern_ctx *c)
 		if (c->q[i].s)
 			cudaStreamSynchronize(c->q[i].s);
 		cudaFree(c->q[i].dpos);
-		cudaFree(c->q[i].done);
 		if (c->q[i].s)
 			cudaStreamDestroy(c->q[i].s);
 	}
@@ -86,11 +85,6 @@ static int cu_create(const kern_config *cfg, kern_ctx **out)
 		    cudaStreamCreateWithFlags(&c->q[i].s, cudaStreamNonBlocking);
 		if (e == cudaSuccess)
 			e = cudaMalloc((void **)&c->q[i].dpos, sizeof(int64_t));
-		if (e == cudaSuccess)
-			e = cudaMalloc((void **)&c->q[i].done,
-				       sizeof(unsigned));
-		if (e == cudaSuccess)
-			e = cudaMemset(c->q[i].done, 0, sizeof(unsigned));
 		if (e != cudaSuccess) {
 			rc = kcu_fail(c, e, "stream", __FILE__, __LINE__);
 			goto fail;
@@ -509,9 +503,6 @@ extern "C" const kern_ops kern_cuda_ops = {
     /* .attn_prep = */ kcu_attn_prep,
     /* .gdn_prep = */ kcu_gdn_prep,
     /* .mlp = */ kcu_mlp,
-    /* .matmul_addnorm = */ kcu_matmul_addnorm,
-    /* .mlp_addnorm = */ kcu_mlp_addnorm,
-    /* .prefetch = */ kcu_prefetch,
 };
 
 extern "C" const kern_ops *const kern_cuda_entry = &kern_cuda_ops;

@@ -35,9 +35,6 @@ struct kern_queue {
 	/* launches may overlap their predecessor's tail (programmatic
 	 * dependent launch, kcu_go): set while a graph is captured */
 	int pdl;
-	/* device unsigned, 0 between launches: the blocks of a GEMV with
-	 * the add + norm in its last block (gemm.cu) that are done */
-	unsigned *done;
 };
 
 struct kern_event {
@@ -338,107 +335,6 @@ static __device__ inline float kcu_block_sum(float v, float *sh)
 	return r;
 }
 
-/* ---- the hidden size's add + norm: elem.cu's k_rmsnorm_v4, and the
- * last block of a GEMV that fuses it (gemm.cu) ---- */
-
-/* 4 weights from element 4 i on (8- or 16-byte aligned) as floats */
-static __device__ inline float4 kcu_w4_at(const void *w, int wdt, int i)
-{
-	if (wdt == KERN_F32)
-		return __ldg((const float4 *)w + i);
-	uint2 u = __ldg((const uint2 *)w + i);
-	if (wdt == KERN_BF16) {
-		const __nv_bfloat16 *e = (const __nv_bfloat16 *)&u;
-		return make_float4(
-		    __bfloat162float(e[0]), __bfloat162float(e[1]),
-		    __bfloat162float(e[2]), __bfloat162float(e[3]));
-	}
-	const __half *e = (const __half *)&u;
-	return make_float4(__half2float(e[0]), __half2float(e[1]),
-			   __half2float(e[2]), __half2float(e[3]));
-}
-
-static __device__ inline float4 kcu_f4_rnd(float4 v, int act)
-{
-	return make_float4(kcu_rnd(v.x, act), kcu_rnd(v.y, act),
-			   kcu_rnd(v.z, act), kcu_rnd(v.w, act));
-}
-
-/* One row of d4 float4s by the block: h = rnd(h + x) (ADD; else h is x),
- * y = rnd((h * inv) * (plus_one ? 1 + w : w)), inv = 1 / sqrt(mean(h^2)
- * + eps). Thread tid takes the float4s i = tid + blockDim.x j, j < V4,
- * those below d4: its squares summed in order of j and within a float4
- * in order x, y, z, w, then kcu_block_sum. One order per (d4, blockDim.x)
- * whatever V4 (a j past the row loads float4 0 and drops it), so a block
- * of 256 threads gets the same bits from V4 = 5 and V4 = 8 at the 27B's
- * 1,280 float4s. Every load of x and h is in flight at once.
- *
- * FUSED (a GEMV's last block, whose x other blocks wrote): x is read
- * through L2 (ld.cg), and the weights are loaded here, after the squares
- * (fewer registers live at once), instead of the caller's wv, which
- * k_rmsnorm_v4 loads before its programmatic wait. */
-template <int V4, bool ADD, bool FUSED>
-static __device__ inline void
-kcu_rms_v4_row(float4 *yr, float4 *hr, const float4 *xr, const float4 *wv,
-	       const void *w, int wdt, int d4, float eps, int plus_one, int act,
-	       float *sh)
-{
-	const int bd = blockDim.x, tid = threadIdx.x;
-	float4 v[V4], hv[V4], wl[V4];
-#pragma unroll
-	for (int j = 0; j < V4; j++) {
-		int i = tid + bd * j;
-		v[j] =
-		    FUSED ? __ldcg(xr + (i < d4 ? i : 0)) : xr[i < d4 ? i : 0];
-		if (ADD)
-			hv[j] = hr[i < d4 ? i : 0];
-	}
-	float ss = 0.0f;
-#pragma unroll
-	for (int j = 0; j < V4; j++) {
-		int i = tid + bd * j;
-		if (i < d4) {
-			if (ADD) {
-				v[j] = kcu_f4_rnd(make_float4(hv[j].x + v[j].x,
-							      hv[j].y + v[j].y,
-							      hv[j].z + v[j].z,
-							      hv[j].w + v[j].w),
-						  act);
-				hr[i] = v[j];
-			}
-			ss += v[j].x * v[j].x;
-			ss += v[j].y * v[j].y;
-			ss += v[j].z * v[j].z;
-			ss += v[j].w * v[j].w;
-		}
-	}
-	if (FUSED) {
-#pragma unroll
-		for (int j = 0; j < V4; j++) {
-			int i = tid + bd * j;
-			wl[j] = kcu_w4_at(w, wdt, i < d4 ? i : 0);
-		}
-		wv = wl;
-	}
-	ss = kcu_block_sum(ss, sh);
-	const float inv = 1.0f / sqrtf(ss / (float)(4 * d4) + eps);
-#pragma unroll
-	for (int j = 0; j < V4; j++) {
-		int i = tid + bd * j;
-		if (i < d4) {
-			float4 ww = wv[j];
-			if (plus_one)
-				ww = make_float4(1.0f + ww.x, 1.0f + ww.y,
-						 1.0f + ww.z, 1.0f + ww.w);
-			yr[i] = kcu_f4_rnd(make_float4((v[j].x * inv) * ww.x,
-						       (v[j].y * inv) * ww.y,
-						       (v[j].z * inv) * ww.z,
-						       (v[j].w * inv) * ww.w),
-					   act);
-		}
-	}
-}
-
 static inline int kcu_dtype_ok(int dt)
 {
 	return dt == KERN_F32 || dt == KERN_BF16 || dt == KERN_F16;
@@ -461,13 +357,6 @@ int kcu_matmul_swiglu(kern_queue *q, float *y, int ldy, const float *gate,
 int kcu_mlp(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 	    float *tmp, const void *Wgu, const void *Wd, int wdt, int T, int H,
 	    int I, int act);
-int kcu_matmul_addnorm(kern_queue *q, float *y, const float *x, int ldx,
-		       const void *W, int wdt, int T, int N, int K, int act,
-		       const kern_addnorm *an);
-int kcu_prefetch(kern_queue *q, const void *p, size_t n);
-int kcu_mlp_addnorm(kern_queue *q, float *y, const float *x, int ldx,
-		    float *tmp, const void *Wgu, const void *Wd, int wdt, int T,
-		    int H, int I, int act, const kern_addnorm *an);
 
 /* elem.cu */
 int kcu_embed(kern_queue *q, float *out, const void *table, int wdt,
@@ -479,11 +368,6 @@ int kcu_rmsnorm(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 int kcu_add_rmsnorm(kern_queue *q, float *h, const float *x, float *y,
 		    const void *w, int wdt, int rows, int dim, float eps,
 		    int act);
-/* Whether add_rmsnorm(an->h, x, an->y; one row of dim) runs
- * k_rmsnorm_v4 in blocks of `threads` (so that a block of that many can
- * repeat it with kcu_rms_v4_row), and then its V4 (<= 8) in *v4. */
-int kcu_addnorm_fusable(const kern_addnorm *an, const float *x, int dim,
-			unsigned threads, int *v4);
 int kcu_gated_rmsnorm(kern_queue *q, float *y, const float *x, const float *z,
 		      int ldz, int zg, const void *w, int wdt, int rows,
 		      int dim, float eps, int act);

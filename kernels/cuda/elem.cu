@@ -209,6 +209,28 @@ static __global__ void k_rmsnorm(float *y, int ldy, float *h, const float *x,
  * instructions, all in flight at once as there. */
 #define RMS_V4_MIN 1024
 
+/* 4 weights from element 4 i on (8- or 16-byte aligned) as floats */
+static __device__ inline float4 w4_at(const void *w, int wdt, int i)
+{
+	if (wdt == KERN_F32)
+		return __ldg((const float4 *)w + i);
+	uint2 u = __ldg((const uint2 *)w + i);
+	if (wdt == KERN_BF16) {
+		const __nv_bfloat16 *e = (const __nv_bfloat16 *)&u;
+		return make_float4(__bfloat162float(e[0]), __bfloat162float(e[1]),
+				   __bfloat162float(e[2]), __bfloat162float(e[3]));
+	}
+	const __half *e = (const __half *)&u;
+	return make_float4(__half2float(e[0]), __half2float(e[1]),
+			   __half2float(e[2]), __half2float(e[3]));
+}
+
+static __device__ inline float4 f4_rnd(float4 v, int act)
+{
+	return make_float4(kcu_rnd(v.x, act), kcu_rnd(v.y, act),
+			   kcu_rnd(v.z, act), kcu_rnd(v.w, act));
+}
+
 template <int V4, bool ADD>
 static __global__ void k_rmsnorm_v4(float *y, int ldy, float *h,
 				    const float *x, int ldx, const void *w,
@@ -219,17 +241,59 @@ static __global__ void k_rmsnorm_v4(float *y, int ldy, float *h,
 	__shared__ float sh[32];
 	const size_t r = blockIdx.x;
 	const int d4 = dim >> 2, bd = blockDim.x, tid = threadIdx.x;
-	float4 wv[V4];
+	float4 *hr = ADD ? (float4 *)(h + r * dim) : NULL;
+	const float4 *xr = (const float4 *)(x + r * (size_t)ldx);
+	float4 *yr = (float4 *)(y + r * (size_t)ldy);
+	float4 v[V4], hv[V4], wv[V4];
 #pragma unroll
 	for (int j = 0; j < V4; j++) {
 		int i = tid + bd * j;
-		wv[j] = kcu_w4_at(w, wdt, i < d4 ? i : 0);
+		wv[j] = w4_at(w, wdt, i < d4 ? i : 0);
 	}
 	kcu_pdl_wait();
-	kcu_rms_v4_row<V4, ADD, false>((float4 *)(y + r * (size_t)ldy),
-				       ADD ? (float4 *)(h + r * dim) : NULL,
-				       (const float4 *)(x + r * (size_t)ldx),
-				       wv, NULL, 0, d4, eps, plus_one, act, sh);
+#pragma unroll
+	for (int j = 0; j < V4; j++) {
+		int i = tid + bd * j;
+		v[j] = xr[i < d4 ? i : 0];
+		if (ADD)
+			hv[j] = hr[i < d4 ? i : 0];
+	}
+	float ss = 0.0f;
+#pragma unroll
+	for (int j = 0; j < V4; j++) {
+		int i = tid + bd * j;
+		if (i < d4) {
+			if (ADD) {
+				v[j] = f4_rnd(make_float4(hv[j].x + v[j].x,
+							  hv[j].y + v[j].y,
+							  hv[j].z + v[j].z,
+							  hv[j].w + v[j].w),
+					      act);
+				hr[i] = v[j];
+			}
+			ss += v[j].x * v[j].x;
+			ss += v[j].y * v[j].y;
+			ss += v[j].z * v[j].z;
+			ss += v[j].w * v[j].w;
+		}
+	}
+	ss = kcu_block_sum(ss, sh);
+	const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+#pragma unroll
+	for (int j = 0; j < V4; j++) {
+		int i = tid + bd * j;
+		if (i < d4) {
+			float4 ww = wv[j];
+			if (plus_one)
+				ww = make_float4(1.0f + ww.x, 1.0f + ww.y,
+						 1.0f + ww.z, 1.0f + ww.w);
+			yr[i] = f4_rnd(make_float4((v[j].x * inv) * ww.x,
+						   (v[j].y * inv) * ww.y,
+						   (v[j].z * inv) * ww.z,
+						   (v[j].w * inv) * ww.w),
+				       act);
+		}
+	}
 }
 
 /* Whether a norm of these rows can run k_rmsnorm_v4 (RMS_V4_MIN). */
@@ -249,18 +313,6 @@ static unsigned row_threads(int dim)
 	while (t < (unsigned)dim && t < 256)
 		t <<= 1;
 	return t;
-}
-
-int kcu_addnorm_fusable(const kern_addnorm *an, const float *x, int dim,
-			unsigned threads, int *v4)
-{
-	if (!an || !an->h || !an->y || !an->w || !x || dim <= 0 ||
-	    !kcu_dtype_ok(an->wdt) ||
-	    !rms_v4_ok(an->y, dim, an->h, x, dim, an->w, an->wdt, dim) ||
-	    row_threads(dim / 4) != threads)
-		return 0;
-	*v4 = (int)((dim / 4 + threads - 1) / threads);
-	return 1;
 }
 
 #define RMS_REG_MAX (32 * 256) /* widest row k_rmsnorm_reg holds */

@@ -380,15 +380,6 @@ static __global__ void round_rows(float *y, int ldy, int T, int N, int vec)
 }
 
 #define GEMV_THREADS 256
-
-/* The add + norm a GEMV's last block runs (k_gemv's NV4) */
-struct gemv_norm {
-	float *h, *y;
-	const void *w;
-	int wdt;
-	float eps;
-	unsigned *done; /* the queue's ticket counter, 0 between launches */
-};
 /* Passes of a warp whose lines k_gemv prefetches before its wait: 2 KB a
  * row at 2, 34 MB for a first wave of 1,056 blocks of 16 rows (L2 is 60
  * MB on the H200, 50 on the H100). */
@@ -458,17 +449,6 @@ static __device__ inline void gemv_x8(float *xf, const void *x, const float *x2,
 	}
 }
 
-/* k_gemv's add + norm, out of line: its registers are not the main
- * loop's (the kernel keeps 5 blocks an SM at 48 a thread) */
-template <int V4>
-static __device__ __noinline__ void gemv_norm_row(gemv_norm nm, const float *y,
-						  int N, int act, float *sh)
-{
-	kcu_rms_v4_row<V4, true, true>((float4 *)nm.y, (float4 *)nm.h,
-				       (const float4 *)y, NULL, nm.w, nm.wdt,
-				       N >> 2, nm.eps, 1, act, sh);
-}
-
 /* y[n] = rnd(sum_k x16[k] W[n, k]) for one row, x16 as gemv_x8<GX>
  * makes it (x2: the SwiGLU's up, GX_SWIGLU only). W bf16
  * [N, K], K % 8 == 0. The block's 8 warps are 8 / KS row groups of RPW
@@ -481,19 +461,11 @@ static __device__ __noinline__ void gemv_norm_row(gemv_norm nm, const float *y,
  * them (each row's sum as above), writes both rounded to y [2N] and the
  * SwiGLU of the pair as stage_swiglu<bf16> makes it to act [N], the down
  * projection's input: the same bits as the product, then the stage, one
- * launch fewer.
- *
- * NV4 > 0 (matmul_addnorm, mlp_addnorm): y [N] is the residual branch
- * of one row, and the grid's last block to finish (a ticket taken from
- * nm.done after each block's writes are fenced) runs add_rmsnorm(nm.h,
- * y, nm.y) as k_rmsnorm_v4 does in a block of GEMV_THREADS
- * (kcu_rms_v4_row, NV4 float4s a thread), and sets nm.done back to 0 for
- * the next launch: the same bits as the norm's own launch, which it
- * saves (a block's wait for the product and its 5 us of latency). */
-template <int GX, int RPW, int KS, int GLU = 0, int NV4 = 0>
-static __global__ void __launch_bounds__(GEMV_THREADS, NV4 ? 5 : 1)
+ * launch fewer. */
+template <int GX, int RPW, int KS, int GLU = 0>
+static __global__ void __launch_bounds__(GEMV_THREADS)
     k_gemv(float *y, const void *x, const float *x2, const __nv_bfloat16 *W,
-	   int N, int K, int act, int pf, __nv_bfloat16 *glu_act, gemv_norm nm)
+	   int N, int K, int act, int pf, __nv_bfloat16 *glu_act)
 {
 	constexpr int RG = GEMV_THREADS / 32 / KS;
 	constexpr int RR = GLU ? 2 * RPW : RPW; /* rows a warp reads */
@@ -556,8 +528,7 @@ static __global__ void __launch_bounds__(GEMV_THREADS, NV4 ? 5 : 1)
 		acc[r] = v;
 	}
 	if (GLU) {
-		static_assert(!GLU || (KS == 2 && GX == GX_F32 && !NV4),
-			      "GLU: KS 2, fp32 x, no norm");
+		static_assert(!GLU || (KS == 2 && GX == GX_F32), "GLU: KS 2, fp32 x");
 		if (lane == 0)
 #pragma unroll
 			for (int r = 0; r < RR; r++)
@@ -579,33 +550,19 @@ static __global__ void __launch_bounds__(GEMV_THREADS, NV4 ? 5 : 1)
 		for (int r = 0; r < RPW; r++)
 			if (lane == 0 && n0 + r < N)
 				y[n0 + r] = kcu_rnd(acc[r], act);
-	} else {
-		if (lane == 0)
-#pragma unroll
-			for (int r = 0; r < RPW; r++)
-				red[rg][ks][r] = acc[r];
-		__syncthreads();
-		if (ks == 0 && lane < RPW && n0 + lane < N) {
-			float v = red[rg][0][lane];
-#pragma unroll
-			for (int j = 1; j < KS; j++)
-				v += red[rg][j][lane];
-			y[n0 + lane] = kcu_rnd(v, act);
-		}
+		return;
 	}
-	if (NV4) {
-		__shared__ float sh[32];
-		__shared__ unsigned last;
-		__threadfence(); /* this thread's y before the block's ticket */
-		__syncthreads();
-		if (threadIdx.x == 0)
-			last = atomicAdd(nm.done, 1u) == gridDim.x - 1;
-		__syncthreads();
-		if (!last)
-			return;
-		if (threadIdx.x == 0)
-			*nm.done = 0;
-		gemv_norm_row<NV4 ? NV4 : 1>(nm, y, N, act, sh);
+	if (lane == 0)
+#pragma unroll
+		for (int r = 0; r < RPW; r++)
+			red[rg][ks][r] = acc[r];
+	__syncthreads();
+	if (ks == 0 && lane < RPW && n0 + lane < N) {
+		float v = red[rg][0][lane];
+#pragma unroll
+		for (int j = 1; j < KS; j++)
+			v += red[rg][j][lane];
+		y[n0 + lane] = kcu_rnd(v, act);
 	}
 }
 
@@ -637,8 +594,8 @@ static void gemv_shape(int N, int *rpw, int *ks)
 
 #define GEMV_GX(G, R, S)                                                       \
 	kcu_go(q, k_gemv<G, R, S>, nb, GEMV_THREADS, 0, y, x, x2,              \
-	       (const __nv_bfloat16 *)W, N, K, act, gemv_pf(),                 \
-	       (__nv_bfloat16 *)NULL, gemv_norm{})
+	       (const __nv_bfloat16 *)W, N, K, act, gemv_pf(),                \
+	       (__nv_bfloat16 *)NULL)
 #define GEMV_CASE(R, S)                                                        \
 	if (rpw == R && ks == S) {                                             \
 		unsigned nb = (unsigned)((N + 8 / S * R - 1) / (8 / S * R));   \
@@ -682,54 +639,8 @@ static int gemv_glu(kern_queue *q, float *y, __nv_bfloat16 *act_out,
 {
 	unsigned nb = (unsigned)((N + 7) / 8); /* 4 groups of 2 a block */
 	kcu_go(q, k_gemv<GX_F32, 2, 2, 1>, nb, GEMV_THREADS, 0, y,
-	       (const void *)x, (const float *)NULL, (const __nv_bfloat16 *)W,
-	       N, K, act, gemv_pf(), act_out, gemv_norm{});
-	KCU_LAUNCHED(q->ctx);
-	return 0;
-}
-
-/* MOOR_DEC_NORM=0 (read once) runs the residual's add + norm after a
- * decode step's products as its own launch (add_rmsnorm) instead of in
- * the GEMV's last block (matmul_addnorm, mlp_addnorm refuse): the same
- * bits, for bench_gpu's A/B. MOOR_DEC_FUSE=0 turns it off too. */
-static int dec_norm_on(void)
-{
-	static int on = -1;
-	return kcu_dec_fuse_on() && kcu_env_once(&on, "MOOR_DEC_NORM", 1);
-}
-
-/* Whether one row's product y [N] can carry add_rmsnorm(an) in its last
- * block, and then the kernel's arguments in *nm and its V4 in *v4. */
-static int addnorm_ok(kern_queue *q, const float *y, const kern_addnorm *an,
-		      int N, gemv_norm *nm, int *v4)
-{
-	if (!dec_norm_on() || !kcu_addnorm_fusable(an, y, N, GEMV_THREADS, v4))
-		return 0;
-	*v4 = *v4 <= 5 ? 5 : 8; /* the same bits from either (cuda.cuh) */
-	*nm = gemv_norm{an->h, an->y, an->w, an->wdt, an->eps, q->done};
-	return 1;
-}
-
-/* One row's product (x fp32, GX_F32, or bf16, GX_B16) with the add +
- * norm in its last block: 2 rows a warp whatever gemv_shape says for N
- * (the bits depend on the K split alone, which is 2 in every shape). */
-#define GEMV_NORM(G, V)                                                        \
-	kcu_go(q, k_gemv<G, 2, 2, 0, V>, nb, GEMV_THREADS, 0, y, x,            \
-	       (const float *)NULL, (const __nv_bfloat16 *)W, N, K, act,       \
-	       gemv_pf(), (__nv_bfloat16 *)NULL, *nm)
-static int gemv_addnorm(kern_queue *q, float *y, const void *x, int gx,
-			const void *W, int N, int K, int act,
-			const gemv_norm *nm, int v4)
-{
-	unsigned nb = (unsigned)((N + 7) / 8); /* 4 groups of 2 rows */
-	if (gx == GX_B16 && v4 == 5)
-		GEMV_NORM(GX_B16, 5);
-	else if (gx == GX_B16)
-		GEMV_NORM(GX_B16, 8);
-	else if (v4 == 5)
-		GEMV_NORM(GX_F32, 5);
-	else
-		GEMV_NORM(GX_F32, 8);
+	       (const void *)x, (const float *)NULL,
+	       (const __nv_bfloat16 *)W, N, K, act, gemv_pf(), act_out);
 	KCU_LAUNCHED(q->ctx);
 	return 0;
 }
@@ -842,10 +753,9 @@ int kcu_matmul_swiglu(kern_queue *q, float *y, int ldy, const float *gate,
  * then matmul_swiglu, the same bits. One row (decode, MOOR_DEC_GLU): the
  * gate | up GEMV writes the SwiGLU's bf16 input itself (gemv_glu), then
  * the down GEMV: two launches for the two ops' three, the same bits. */
-/* kcu_mlp's refusals (MOOR_EUNSUP) and argument checks */
-static int mlp_check(kern_queue *q, float *y, int ldy, const float *x, int ldx,
-		     float *tmp, const void *Wgu, const void *Wd, int wdt,
-		     int T, int H, int I, int act)
+int kcu_mlp(kern_queue *q, float *y, int ldy, const float *x, int ldx,
+	    float *tmp, const void *Wgu, const void *Wd, int wdt, int T, int H,
+	    int I, int act)
 {
 	if (act != KERN_ACT_BF16 || wdt != KERN_BF16 || T < 1 ||
 	    (T == 1 ? !dec_glu_on() || !gemv_ok(x, Wgu, wdt, T, H) ||
@@ -857,16 +767,6 @@ static int mlp_check(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 		rc = mm_check(q, tmp, 2 * I, Wgu, wdt, T, 2 * I, H, act);
 	if (rc || !x || ldx < H || H <= 0 || I <= 0)
 		return rc ? rc : MOOR_ERANGE;
-	return 0;
-}
-
-int kcu_mlp(kern_queue *q, float *y, int ldy, const float *x, int ldx,
-	    float *tmp, const void *Wgu, const void *Wd, int wdt, int T, int H,
-	    int I, int act)
-{
-	int rc = mlp_check(q, y, ldy, x, ldx, tmp, Wgu, Wd, wdt, T, H, I, act);
-	if (rc)
-		return rc;
 	void *st = q->ctx->stage;
 	if (T == 1) { /* decode: gate | up and the SwiGLU, then down */
 		gemv_glu(q, tmp, (__nv_bfloat16 *)st, x, Wgu, I, H, act);
@@ -884,90 +784,4 @@ int kcu_mlp(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 	       st_vec(g, u, st, 2 * I, 2 * I, I));
 	KCU_LAUNCHED(q->ctx);
 	return product(q, y, ldy, st, I, Wd, wdt, T, H, I, act);
-}
-
-/* A decode step's products that end a layer's mixer (o, out: x fp32) with
- * the add + norm after them in the GEMV's last block. */
-int kcu_matmul_addnorm(kern_queue *q, float *y, const float *x, int ldx,
-		       const void *W, int wdt, int T, int N, int K, int act,
-		       const kern_addnorm *an)
-{
-	int rc = mm_check(q, y, N, W, wdt, T, N, K, act);
-	if (rc || !x || ldx < K || !an)
-		return rc ? rc : MOOR_ERANGE;
-	gemv_norm nm;
-	int v4;
-	if (!gemv_ok(x, W, wdt, T, K) || !addnorm_ok(q, y, an, N, &nm, &v4))
-		return MOOR_EUNSUP;
-	return gemv_addnorm(q, y, x, GX_F32, W, N, K, act, &nm, v4);
-}
-
-/* kcu_mlp's decode row with the add + norm in the down GEMV's last
- * block: gate | up with the SwiGLU (gemv_glu), then down and the norm. */
-int kcu_mlp_addnorm(kern_queue *q, float *y, const float *x, int ldx,
-		    float *tmp, const void *Wgu, const void *Wd, int wdt, int T,
-		    int H, int I, int act, const kern_addnorm *an)
-{
-	int rc = mlp_check(q, y, H, x, ldx, tmp, Wgu, Wd, wdt, T, H, I, act);
-	if (rc || !an)
-		return rc ? rc : MOOR_ERANGE;
-	gemv_norm nm;
-	int v4;
-	if (T != 1 || !addnorm_ok(q, y, an, H, &nm, &v4))
-		return MOOR_EUNSUP;
-	void *st = q->ctx->stage;
-	gemv_glu(q, tmp, (__nv_bfloat16 *)st, x, Wgu, I, H, act);
-	return gemv_addnorm(q, y, st, GX_B16, Wd, H, I, act, &nm, v4);
-}
-
-/* ---- prefetch ---- */
-
-#define PF_CHUNK (64u << 10) /* bytes of one bulk prefetch */
-
-/* Thread i asks for bytes [i PF_CHUNK, (i + 1) PF_CHUNK) of p's n into L2
- * (cp.async.bulk.prefetch: no completion to wait for; the lines arrive
- * while the kernels after this one run). */
-static __global__ void k_prefetch(const char *p, size_t n)
-{
-	kcu_pdl_enter();
-	size_t off = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * PF_CHUNK;
-	if (off < n) {
-		unsigned m =
-		    (unsigned)(n - off < PF_CHUNK ? n - off : PF_CHUNK);
-		asm volatile(
-		    "cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off),
-		    "r"(m)
-		    : "memory");
-	}
-}
-
-/* MOOR_DEC_PREFETCH_MB=N (read once) caps what a prefetch asks for (0:
- * prefetch does nothing), for bench_gpu's A/B; by default half the L2. */
-static size_t prefetch_cap(const kern_ctx *c)
-{
-	static long mb = -2;
-	if (mb == -2) {
-		const char *e = getenv("MOOR_DEC_PREFETCH_MB");
-		mb = e ? atol(e) : -1;
-	}
-	if (mb >= 0)
-		return (size_t)mb << 20;
-	return (size_t)c->prop.l2CacheSize / 2;
-}
-
-int kcu_prefetch(kern_queue *q, const void *p, size_t n)
-{
-	if (!q || (!p && n))
-		return MOOR_ERANGE;
-	size_t cap = prefetch_cap(q->ctx);
-	n = n < cap ? n : cap;
-	n &= ~(size_t)15; /* the bulk copy's unit */
-	if (((uintptr_t)p & 15) || n == 0)
-		return 0;
-	unsigned threads = 128;
-	size_t chunks = (n + PF_CHUNK - 1) / PF_CHUNK;
-	kcu_go(q, k_prefetch, kcu_blocks(chunks, threads), threads, 0,
-	       (const char *)p, n);
-	KCU_LAUNCHED(q->ctx);
-	return 0;
 }

@@ -223,28 +223,6 @@ static int p_mlp(kern_queue *q, float *y, int ldy, const float *x, int ldx,
 		  R->mlp(q, y, ldy, x, ldx, tmp, Wgu, Wd, wdt, T, H, I, act));
 }
 
-static int p_matmul_addnorm(kern_queue *q, float *y, const float *x, int ldx,
-			    const void *Wt, int wdt, int T, int N, int K,
-			    int act, const kern_addnorm *an)
-{
-	char b[64];
-	gemm_name(b, sizeof b, "matmul_addnorm", T, N, K);
-	TIMED_OPT(b, q,
-		  R->matmul_addnorm(q, y, x, ldx, Wt, wdt, T, N, K, act, an));
-}
-
-static int p_mlp_addnorm(kern_queue *q, float *y, const float *x, int ldx,
-			 float *tmp, const void *Wgu, const void *Wd, int wdt,
-			 int T, int H, int I, int act, const kern_addnorm *an)
-{
-	char b[64];
-	snprintf(b, sizeof b, "mlp_addnorm %s H=%d I=%d",
-		 T == 1 ? "T=1" : "T>1", H, I);
-	TIMED_OPT(
-	    b, q,
-	    R->mlp_addnorm(q, y, x, ldx, tmp, Wgu, Wd, wdt, T, H, I, act, an));
-}
-
 static int p_attn_prep(kern_queue *q, float *qo, float *go, const float *qg,
 		       const float *k, const float *v, const void *qw,
 		       const void *kw, int wdt, void *K, void *V, int kvdt,
@@ -320,10 +298,6 @@ const kern_ops *kern_prof_wrap(const kern_ops *real)
 		W.matmul_swiglu = p_matmul_swiglu;
 	if (real->mlp)
 		W.mlp = p_mlp;
-	if (real->matmul_addnorm)
-		W.matmul_addnorm = p_matmul_addnorm;
-	if (real->mlp_addnorm)
-		W.mlp_addnorm = p_mlp_addnorm;
 	if (real->attn_prep)
 		W.attn_prep = p_attn_prep;
 	if (real->gdn_prep)
