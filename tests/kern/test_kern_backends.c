@@ -977,9 +977,12 @@ static void case_small(void)
 		b->o->rope(b->q, dx, 8 * 64, T, 8, 64, 16, 12345, 1e7f, KERN_ACT_BF16);
 		down(b, r[i][5], dx, (size_t)T * 8 * 64 * 4);
 	}
-	/* the conv's sums of 4 products in the SPEC's order: fp32 rounding
-	 * of the device's expf in silu then bf16 */
-	close_all("conv1d bf16", r[1][0], r[0][0], (size_t)T * C, 1e-6, 8e-3);
+	/* the conv's sums of 4 products in the SPEC's order, then the device's
+	 * expf in silu: an ulp of fp32 can move the sum's bf16 rounding by
+	 * one ulp, and one bf16 ulp of silu's input is up to two of its
+	 * output (silu' reaches 1.1 and the output lies below the input:
+	 * 0.3828 against 0.3789 seen on an H100, an input near 0.6) */
+	close_all("conv1d bf16", r[1][0], r[0][0], (size_t)T * C, 1e-6, 1.6e-2);
 	ASSERT(!memcmp(r[1][1], r[0][1], (size_t)(Kc - 1) * C * 4), "conv1d tail differs");
 	close_all("conv1d bf16 T=1, 2", r[1][6], r[0][6], (size_t)3 * C, 1e-6, 8e-3);
 	ASSERT(!memcmp(r[1][7], r[0][7], (size_t)(Kc - 1) * C * 4),
