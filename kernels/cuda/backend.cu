@@ -350,14 +350,22 @@ static int cu_wait(kern_queue *q, kern_event *e)
 /* ---- graphs ---- */
 
 /* A captured graph's launches overlap (cuda.cuh, kcu_go) only with
- * MOOR_PDL=1 (read once). Measured on an H100 with the 27B's shapes
- * (bench_gpu, 32 decode steps at 8k): 22.35 ms a step with it, 21.64
- * without: the early launches cost more than they hid, in the form this
- * tree has (every small kernel lets the next launch before its wait). */
+ * MOOR_PDL=1 (every launch) or MOOR_PDL=gemv (the GEMVs' alone), read
+ * once. Measured on an H100 with the 27B's shapes (bench_gpu, 32 decode
+ * steps at 8k): 22.35 ms a step with MOOR_PDL=1, 21.64 without: the
+ * early launches cost more than they hid (every small kernel resident
+ * and waiting before its turn). */
 static int pdl_on(void)
 {
 	static int on = -1;
-	return kcu_env_once(&on, "MOOR_PDL", 0);
+	if (on < 0) {
+		const char *e = getenv("MOOR_PDL");
+		on = !e			  ? KCU_PDL_OFF
+		     : !strcmp(e, "1")	  ? KCU_PDL_ALL
+		     : !strcmp(e, "gemv") ? KCU_PDL_GEMV
+					  : KCU_PDL_OFF;
+	}
+	return on;
 }
 
 static int cu_graph_begin(kern_queue *q, int64_t cap_pos, int64_t max_len)

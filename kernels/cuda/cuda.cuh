@@ -23,6 +23,8 @@ extern "C" {
 #include "ops.h"
 }
 
+enum { KCU_PDL_OFF, KCU_PDL_ALL, KCU_PDL_GEMV };
+
 struct kern_queue {
 	kern_ctx *ctx;
 	cudaStream_t s;
@@ -32,8 +34,9 @@ struct kern_queue {
 	int capturing;
 	int64_t cap_pos, max_len;
 	int64_t *dpos; /* device int64: the launch's position */
-	/* launches may overlap their predecessor's tail (programmatic
-	 * dependent launch, kcu_go): set while a graph is captured */
+	/* which launches may overlap their predecessor's tail
+	 * (programmatic dependent launch, kcu_go): KCU_PDL_*, set while a
+	 * graph is captured */
 	int pdl;
 };
 
@@ -93,14 +96,16 @@ int kcu_fail(kern_ctx *c, cudaError_t e, const char *what, const char *file,
 
 /* ---- launch helpers ---- */
 
-/* Programmatic dependent launch (Hopper), opt-in (MOOR_PDL=1, backend.cu:
- * measured slower in this form). Every kernel a graph can capture begins
+/* Programmatic dependent launch (Hopper), opt-in (MOOR_PDL=1 for every
+ * launch, MOOR_PDL=gemv for the GEMVs' alone: backend.cu says what each
+ * measured). Every kernel a graph can capture begins
  * with kcu_pdl_enter(): it lets the next grid in the stream launch
  * (griddepcontrol.launch_dependents), then waits until the grid before it
  * has completed and its writes are visible (griddepcontrol.wait; both are
  * no-ops for a grid launched without the attribute). kcu_go launches with
- * the attribute when q->pdl is set (while a decode step is captured: some
- * 900 small launches), so the kernels up to the next GEMV are resident
+ * the attribute when q->pdl is KCU_PDL_ALL (while a decode step is
+ * captured: some 900 small launches), so the kernels up to the next GEMV
+ * are resident
  * and waiting while one runs, and the GEMV (k_gemv, which lets the next
  * grid launch only after its wait) is already fetching its weights, which
  * depend on no earlier kernel. The wait comes before any early return and
@@ -108,8 +113,11 @@ int kcu_fail(kern_ctx *c, cudaError_t e, const char *what, const char *file,
  * unwaited would complete before its predecessor, and the grid after it
  * would read unfinished results. The order of results is the stream's,
  * whatever the trigger: a wait covers the whole grid before it, which
- * itself waited for its own. (attn_wg.cu's kernels, never captured, are
- * launched plainly and need none of it.) */
+ * itself waited for its own; a grid launched without the attribute waits
+ * for the whole grid before it, as any. With KCU_PDL_GEMV only the GEMVs
+ * (kcu_go_gemv) launch early: each fetches its first weights while the
+ * small kernel before it runs, and no small kernel sits waiting. (attn_wg.cu's
+ * kernels, never captured, are launched plainly and need none of it.) */
 static __device__ inline void kcu_pdl_wait(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -128,11 +136,11 @@ static __device__ inline void kcu_pdl_enter(void)
 	kcu_pdl_wait();
 }
 
-/* k<<<g, b, shm, q->s>>>(args...), with the PDL attribute when q->pdl.
+/* k<<<g, b, shm, q->s>>>(args...), with the PDL attribute when `early`.
  * Launch errors are left for KCU_LAUNCHED (cudaPeekAtLastError). */
 template <typename... P, typename... A>
-static inline void kcu_go(const kern_queue *q, void (*k)(P...), dim3 g, dim3 b,
-			  size_t shm, A &&...args)
+static inline void kcu_launch(const kern_queue *q, int early, void (*k)(P...),
+			      dim3 g, dim3 b, size_t shm, A &&...args)
 {
 	cudaLaunchConfig_t cfg = {};
 	cudaLaunchAttribute at[1];
@@ -140,13 +148,32 @@ static inline void kcu_go(const kern_queue *q, void (*k)(P...), dim3 g, dim3 b,
 	cfg.blockDim = b;
 	cfg.dynamicSmemBytes = shm;
 	cfg.stream = q->s;
-	if (q->pdl) {
+	if (early) {
 		at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
 		at[0].val.programmaticStreamSerializationAllowed = 1;
 		cfg.attrs = at;
 		cfg.numAttrs = 1;
 	}
 	(void)cudaLaunchKernelEx(&cfg, k, static_cast<A &&>(args)...);
+}
+
+/* A launch with the PDL attribute where q->pdl is KCU_PDL_ALL */
+template <typename... P, typename... A>
+static inline void kcu_go(const kern_queue *q, void (*k)(P...), dim3 g, dim3 b,
+			  size_t shm, A &&...args)
+{
+	kcu_launch(q, q->pdl == KCU_PDL_ALL, k, g, b, shm,
+		   static_cast<A &&>(args)...);
+}
+
+/* A GEMV's launch (k_gemv: its weights load before its wait), with the
+ * attribute where q->pdl is KCU_PDL_ALL or KCU_PDL_GEMV */
+template <typename... P, typename... A>
+static inline void kcu_go_gemv(const kern_queue *q, void (*k)(P...), dim3 g,
+			       dim3 b, size_t shm, A &&...args)
+{
+	kcu_launch(q, q->pdl != KCU_PDL_OFF, k, g, b, shm,
+		   static_cast<A &&>(args)...);
 }
 
 static inline unsigned kcu_blocks(size_t n, unsigned threads)

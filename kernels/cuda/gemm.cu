@@ -593,9 +593,9 @@ static void gemv_shape(int N, int *rpw, int *ks)
 }
 
 #define GEMV_GX(G, R, S)                                                       \
-	kcu_go(q, k_gemv<G, R, S>, nb, GEMV_THREADS, 0, y, x, x2,              \
-	       (const __nv_bfloat16 *)W, N, K, act, gemv_pf(),                \
-	       (__nv_bfloat16 *)NULL)
+	kcu_go_gemv(q, k_gemv<G, R, S>, nb, GEMV_THREADS, 0, y, x, x2,         \
+		    (const __nv_bfloat16 *)W, N, K, act, gemv_pf(),            \
+		    (__nv_bfloat16 *)NULL)
 #define GEMV_CASE(R, S)                                                        \
 	if (rpw == R && ks == S) {                                             \
 		unsigned nb = (unsigned)((N + 8 / S * R - 1) / (8 / S * R));   \
@@ -638,9 +638,9 @@ static int gemv_glu(kern_queue *q, float *y, __nv_bfloat16 *act_out,
 		    const float *x, const void *W, int N, int K, int act)
 {
 	unsigned nb = (unsigned)((N + 7) / 8); /* 4 groups of 2 a block */
-	kcu_go(q, k_gemv<GX_F32, 2, 2, 1>, nb, GEMV_THREADS, 0, y,
-	       (const void *)x, (const float *)NULL,
-	       (const __nv_bfloat16 *)W, N, K, act, gemv_pf(), act_out);
+	kcu_go_gemv(q, k_gemv<GX_F32, 2, 2, 1>, nb, GEMV_THREADS, 0, y,
+		    (const void *)x, (const float *)NULL,
+		    (const __nv_bfloat16 *)W, N, K, act, gemv_pf(), act_out);
 	KCU_LAUNCHED(q->ctx);
 	return 0;
 }
