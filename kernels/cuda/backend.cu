@@ -349,21 +349,25 @@ static int cu_wait(kern_queue *q, kern_event *e)
 
 /* ---- graphs ---- */
 
-/* A captured graph's launches overlap (cuda.cuh, kcu_go) only with
- * MOOR_PDL=1 (every launch) or MOOR_PDL=gemv (the GEMVs' alone), read
- * once. Measured on an H100 with the 27B's shapes (bench_gpu, 32 decode
- * steps at 8k): 22.35 ms a step with MOOR_PDL=1, 21.64 without: the
- * early launches cost more than they hid (every small kernel resident
- * and waiting before its turn). */
+/* Which of a captured graph's launches overlap their predecessor
+ * (cuda.cuh, kcu_go): the GEMVs' alone by default (MOOR_PDL=gemv), every
+ * launch with MOOR_PDL=1, none with MOOR_PDL=0 (read once). Measured on
+ * an H100 with the 27B's shapes (bench_gpu, 32 decode steps), 2026-12-06:
+ * the GEMVs' alone 18.73, 19.46, 20.42 and 22.29 ms a step at 8k, 32k,
+ * 64k and 128k against 18.83, 19.58, 20.58 and 22.43 with none (the GEMV
+ * prefetching 4 passes before its wait instead of 2: 19.12 at 8k);
+ * earlier, every launch 22.35 ms at 8k against 21.64 with none: each
+ * small kernel resident and waiting before its turn cost more than it
+ * hid. The bits are the same in every mode (the GPU suite passed with
+ * none and with the GEMVs' alone, on that H100). */
 static int pdl_on(void)
 {
 	static int on = -1;
 	if (on < 0) {
 		const char *e = getenv("MOOR_PDL");
-		on = !e			  ? KCU_PDL_OFF
-		     : !strcmp(e, "1")	  ? KCU_PDL_ALL
-		     : !strcmp(e, "gemv") ? KCU_PDL_GEMV
-					  : KCU_PDL_OFF;
+		on = e && !strcmp(e, "0")   ? KCU_PDL_OFF
+		     : e && !strcmp(e, "1") ? KCU_PDL_ALL
+					    : KCU_PDL_GEMV;
 	}
 	return on;
 }

@@ -96,9 +96,10 @@ int kcu_fail(kern_ctx *c, cudaError_t e, const char *what, const char *file,
 
 /* ---- launch helpers ---- */
 
-/* Programmatic dependent launch (Hopper), opt-in (MOOR_PDL=1 for every
- * launch, MOOR_PDL=gemv for the GEMVs' alone: backend.cu says what each
- * measured). Every kernel a graph can capture begins
+/* Programmatic dependent launch (Hopper) in captured decode graphs: the
+ * GEMVs' launches alone by default, every launch with MOOR_PDL=1, none
+ * with MOOR_PDL=0 (backend.cu says what each measured). Every kernel a
+ * graph can capture begins
  * with kcu_pdl_enter(): it lets the next grid in the stream launch
  * (griddepcontrol.launch_dependents), then waits until the grid before it
  * has completed and its writes are visible (griddepcontrol.wait; both are
