@@ -99,26 +99,25 @@ int kcu_fail(kern_ctx *c, cudaError_t e, const char *what, const char *file,
 /* Programmatic dependent launch (Hopper) in captured decode graphs: the
  * GEMVs' launches alone by default, every launch with MOOR_PDL=1, none
  * with MOOR_PDL=0 (backend.cu says what each measured). Every kernel a
- * graph can capture begins
- * with kcu_pdl_enter(): it lets the next grid in the stream launch
- * (griddepcontrol.launch_dependents), then waits until the grid before it
- * has completed and its writes are visible (griddepcontrol.wait; both are
- * no-ops for a grid launched without the attribute). kcu_go launches with
- * the attribute when q->pdl is KCU_PDL_ALL (while a decode step is
- * captured: some 900 small launches), so the kernels up to the next GEMV
- * are resident
- * and waiting while one runs, and the GEMV (k_gemv, which lets the next
- * grid launch only after its wait) is already fetching its weights, which
- * depend on no earlier kernel. The wait comes before any early return and
- * before any access but a weight's: a grid whose blocks all returned
- * unwaited would complete before its predecessor, and the grid after it
- * would read unfinished results. The order of results is the stream's,
- * whatever the trigger: a wait covers the whole grid before it, which
- * itself waited for its own; a grid launched without the attribute waits
- * for the whole grid before it, as any. With KCU_PDL_GEMV only the GEMVs
- * (kcu_go_gemv) launch early: each fetches its first weights while the
- * small kernel before it runs, and no small kernel sits waiting. (attn_wg.cu's
- * kernels, never captured, are launched plainly and need none of it.) */
+ * graph can capture begins with kcu_pdl_enter(): it lets the next grid in
+ * the stream launch (griddepcontrol.launch_dependents), then waits until
+ * the grid before it has completed and its writes are visible
+ * (griddepcontrol.wait; both are no-ops for a grid launched without the
+ * attribute). The GEMV (k_gemv) fetches its first weights, which depend
+ * on no earlier kernel, before its wait, and lets the next grid launch
+ * only after it. kcu_go_gemv launches a GEMV with the attribute unless
+ * q->pdl is KCU_PDL_OFF, so it is resident and fetching while the small
+ * kernel before it runs; kcu_go launches every other kernel with it only
+ * when q->pdl is KCU_PDL_ALL (some 900 small launches a decode step, each
+ * then resident and waiting while the one before it runs). The wait
+ * comes before any early return and before any access but a weight's: a
+ * grid whose blocks all returned unwaited would complete before its
+ * predecessor, and the grid after it would read unfinished results. The
+ * order of results is the stream's, whatever the trigger: a wait covers
+ * the whole grid before it, which itself waited for its own, and a grid
+ * launched without the attribute starts after the whole grid before it,
+ * as any. (attn_wg.cu's kernels, never captured, are launched plainly
+ * and need none of it.) */
 static __device__ inline void kcu_pdl_wait(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
