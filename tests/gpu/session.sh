@@ -52,6 +52,10 @@
 #   eprof     bench_kern --only elem (the prefill's conv, 4-tap and
 #             generic, and add + norm at the 27B's width), then ncu's
 #             detail of the conv kernels
+#   aprof     bench_kern --only decode (decode attention at 8k, 32k and
+#             128k keys, GB/s of K and V), then ncu's detail of its split
+#             and combine kernels there, each position called twice
+#             ($OUT/aprof-detail.txt)
 #   prof      ncu times each kernel of one decode step of bench_gpu (27B
 #             shapes, 8k history; MOOR_CUPROF_LAUNCH picks the step) and
 #             tests/gpu/ncu_sum.py sums them by kernel against the step
@@ -174,6 +178,14 @@ for p in "$@"; do
 			--section LaunchStats --section MemoryWorkloadAnalysis \
 			$B/tests/bench/bench_kern --only elem --reps 1 >$OUT/eprof-detail.txt 2>&1; \
 			grep -E 'k_conv1d|k_rmsnorm|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Executed Ipc A' $OUT/eprof-detail.txt | head -40" ;;
+	aprof)
+		phase aprof ${APROF_LIMIT:-120} "$B/tests/bench/bench_kern --only decode; \
+			NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); \
+			\$NCU --clock-control none -k regex:'k_split|k_combine' -c 12 \
+			--section SpeedOfLight --section WarpStateStats --section Occupancy \
+			--section LaunchStats --section MemoryWorkloadAnalysis \
+			$B/tests/bench/bench_kern --only decode --reps 1 >$OUT/aprof-detail.txt 2>&1; \
+			grep -E 'k_split|k_combine|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Waves Per SM' $OUT/aprof-detail.txt | head -60" ;;
 	dprof)
 		phase dprof ${DPROF_LIMIT:-150} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); \
 			for e in ${DPROF_ENVS:-MOOR_GDN_RT=0 MOOR_GDN_TC=0 MOOR_GDN_TC=1}; do echo \"--- \$e\"; env \$e \$NCU --clock-control none \
