@@ -94,6 +94,21 @@ gpu27() { # LABEL ENV... : bench_gpu with the env
 		--lens "${BENCH_LENS:-8192,32768}" --decode "${BENCH_DECODE:-32}"
 }
 
+kdetail() { # NAME ONLY REGEX COUNT KEYS : bench_kern --only ONLY, then
+	# ncu's detail of the first COUNT kernels REGEX matches in one more
+	# run (into $OUT/NAME-detail.txt), and its lines that match KEYS
+	local name=$1 only=$2 rx=$3 count=$4 keys=$5
+	local ncu
+	ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
+	$B/tests/bench/bench_kern --only "$only"
+	$ncu --clock-control none -k regex:"$rx" -c "$count" \
+		--section SpeedOfLight --section WarpStateStats --section Occupancy \
+		--section LaunchStats --section MemoryWorkloadAnalysis \
+		$B/tests/bench/bench_kern --only "$only" --reps 1 >"$OUT/$name-detail.txt" 2>&1
+	grep -E "$rx|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|$keys" \
+		"$OUT/$name-detail.txt" | head -60
+}
+
 for p in "$@"; do
 	case $p in
 	setup)
@@ -171,21 +186,11 @@ for p in "$@"; do
 			--lens \${PROF_LEN:-32768} --decode 4 --profile 1; $B/tests/bench/bench_kern --only mm; \
 			$B/tests/bench/bench_kern --only rows" ;;
 	eprof)
-		phase eprof ${EPROF_LIMIT:-120} "$B/tests/bench/bench_kern --only elem; \
-			NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); \
-			\$NCU --clock-control none -k regex:'conv1d|rmsnorm' -c 3 \
-			--section SpeedOfLight --section WarpStateStats --section Occupancy \
-			--section LaunchStats --section MemoryWorkloadAnalysis \
-			$B/tests/bench/bench_kern --only elem --reps 1 >$OUT/eprof-detail.txt 2>&1; \
-			grep -E 'k_conv1d|k_rmsnorm|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Executed Ipc A' $OUT/eprof-detail.txt | head -40" ;;
+		phase eprof ${EPROF_LIMIT:-120} "$(declare -f kdetail); B=$B; OUT=$OUT; \
+			kdetail eprof elem 'conv1d|rmsnorm' 3 'Executed Ipc A'" ;;
 	aprof)
-		phase aprof ${APROF_LIMIT:-120} "$B/tests/bench/bench_kern --only decode; \
-			NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); \
-			\$NCU --clock-control none -k regex:'k_split|k_combine' -c 12 \
-			--section SpeedOfLight --section WarpStateStats --section Occupancy \
-			--section LaunchStats --section MemoryWorkloadAnalysis \
-			$B/tests/bench/bench_kern --only decode --reps 1 >$OUT/aprof-detail.txt 2>&1; \
-			grep -E 'k_split|k_combine|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Waves Per SM' $OUT/aprof-detail.txt | head -60" ;;
+		phase aprof ${APROF_LIMIT:-120} "$(declare -f kdetail); B=$B; OUT=$OUT; \
+			kdetail aprof decode 'k_split|k_combine' 12 'Waves Per SM'" ;;
 	dprof)
 		phase dprof ${DPROF_LIMIT:-150} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); \
 			for e in ${DPROF_ENVS:-MOOR_GDN_RT=0 MOOR_GDN_TC=0 MOOR_GDN_TC=1}; do echo \"--- \$e\"; env \$e \$NCU --clock-control none \
