@@ -602,16 +602,21 @@ __global__ void __launch_bounds__(DM_THREADS)
 
 #define COMB_THREADS 256
 #define COMB_DIMS 32 /* dims of a combine block: a lane each */
-#define COMB_CHUNK 1024 /* splits whose weights sit in shared memory at once */
+#define COMB_CHUNK 1024 /* k_combine_ref: splits whose weights sit in
+			 * shared memory at once */
+#define COMB_WSPLITS 4096 /* k_combine: the same, 256k keys */
+#define COMB_U 32	  /* k_combine: a lane's loads in flight */
 
 /* grid (Hq, rows, ceil(D / COMB_DIMS)), COMB_THREADS threads: the splits
  * of a row. The max is order-free; L = the block's fixed-order sum of
  * e^(m_s - M) l_s; warp w adds e^(m_s - M) o_s for s = w, w + 8, ... in
  * order (the weights a chunk at a time in shared memory, eight loads in
- * flight), then the 8 warps' sums are added in order. */
+ * flight), then the 8 warps' sums are added in order. k_combine below
+ * does the same arithmetic with its loads in flight: this one stays as
+ * its reference (MOOR_DEC_COMB=0). */
 __global__ void __launch_bounds__(COMB_THREADS)
-    k_combine(float *out, const float *part, int nsplit, int r0,
-	      const int64_t *dpos, int64_t padd, int Hq, int D, int act)
+    k_combine_ref(float *out, const float *part, int nsplit, int r0,
+		  const int64_t *dpos, int64_t padd, int Hq, int D, int act)
 {
 	kcu_pdl_enter();
 	__shared__ float red[32];
@@ -652,6 +657,110 @@ __global__ void __launch_bounds__(COMB_THREADS)
 #pragma unroll 8
 			for (int s = w; s < cn; s += COMB_THREADS / 32)
 				a = fmaf(wsh[s], __ldg(q + (size_t)s * (D + 2)), a);
+		}
+	}
+	acc[w][lane] = a;
+	__syncthreads();
+	if (w == 0 && d < D) {
+		float v = acc[0][lane];
+		for (int i = 1; i < COMB_THREADS / 32; i++)
+			v += acc[i][lane];
+		out[((size_t)t * Hq + h) * D + d] = kcu_rnd(v / L, act);
+	}
+}
+
+/* k_combine_ref's arithmetic, the same bits, with its loads in flight: it
+ * was latency bound (ncu on an H100 at 32k keys: 13.6 us, 0.9 TB/s, a
+ * third of the split kernel's time). The maxima and the (m, l) pairs are
+ * read 4 a thread at a time before they are used; the weights of up to
+ * COMB_WSPLITS splits are kept from L's pass (a longer row computes them
+ * again a chunk at a time); a lane's sum over its splits loads COMB_U
+ * outputs before it adds them in order. (Its launch bounds ask for one
+ * block an SM: with the default, ptxas fits the kernel in 32 registers
+ * and so cannot keep 32 loads in flight; there are only Hq * rows * 8
+ * blocks.) */
+__global__ void __launch_bounds__(COMB_THREADS, 1)
+    k_combine(float *out, const float *part, int nsplit, int r0,
+	      const int64_t *dpos, int64_t padd, int Hq, int D, int act)
+{
+	kcu_pdl_enter();
+	__shared__ float red[32];
+	__shared__ float acc[COMB_THREADS / 32][COMB_DIMS];
+	__shared__ float wsh[COMB_WSPLITS]; /* e^(m_s - M) of a chunk */
+	const int h = blockIdx.x, rl = blockIdx.y, t = r0 + rl;
+	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+	const int d = blockIdx.z * COMB_DIMS + lane;
+	const int64_t len = kcu_pos(dpos, padd) + t + 1;
+	const int ns = (int)splits_of(len);
+	const size_t st = (size_t)D + 2;
+	const float *p = part + ((size_t)rl * Hq + h) * nsplit * st;
+	const int kept = ns <= COMB_WSPLITS; /* L's pass keeps the weights */
+	float M = -INFINITY;
+	for (int s0 = tid; s0 < ns; s0 += 4 * COMB_THREADS) {
+		float m[4];
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			int s = s0 + u * COMB_THREADS;
+			m[u] = s < ns ? p[(size_t)s * st] : -INFINITY;
+		}
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+			M = fmaxf(M, m[u]);
+	}
+	for (int o = 16; o > 0; o >>= 1)
+		M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+	if (lane == 0)
+		red[w] = M;
+	__syncthreads();
+	M = -INFINITY;
+	for (int i = 0; i < COMB_THREADS / 32; i++)
+		M = fmaxf(M, red[i]);
+	/* a thread's splits s = tid, tid + 256, ... in order, as the ref */
+	float l = 0.0f;
+	for (int s0 = tid; s0 < ns; s0 += 4 * COMB_THREADS) {
+		float m[4], ls[4];
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			int s = s0 + u * COMB_THREADS;
+			m[u] = s < ns ? p[(size_t)s * st] : 0.0f;
+			ls[u] = s < ns ? p[(size_t)s * st + 1] : 0.0f;
+		}
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			int s = s0 + u * COMB_THREADS;
+			if (s < ns) {
+				float e = expf(m[u] - M);
+				if (kept)
+					wsh[s] = e;
+				l = fmaf(e, ls[u], l);
+			}
+		}
+	}
+	const float L = kcu_block_sum(l, red); /* its syncs publish wsh */
+	float a = 0.0f;
+	for (int c0 = 0; c0 < ns; c0 += COMB_WSPLITS) {
+		const int cn = ns - c0 < COMB_WSPLITS ? ns - c0 : COMB_WSPLITS;
+		if (!kept) {
+			__syncthreads();
+			for (int i = tid; i < cn; i += COMB_THREADS)
+				wsh[i] = expf(p[(size_t)(c0 + i) * st] - M);
+			__syncthreads();
+		}
+		if (d < D) {
+			const float *q = p + (size_t)c0 * st + 2 + d;
+			int s0 = w;
+			for (; s0 + 8 * (COMB_U - 1) < cn; s0 += 8 * COMB_U) {
+				float v[COMB_U];
+				const float *qs = q + (size_t)s0 * st;
+#pragma unroll
+				for (int u = 0; u < COMB_U; u++)
+					v[u] = __ldg(qs + (size_t)u * 8 * st);
+#pragma unroll
+				for (int u = 0; u < COMB_U; u++)
+					a = fmaf(wsh[s0 + 8 * u], v[u], a);
+			}
+			for (; s0 < cn; s0 += 8) /* the tail, in order */
+				a = fmaf(wsh[s0], __ldg(q + (size_t)s0 * st), a);
 		}
 	}
 	acc[w][lane] = a;
@@ -741,6 +850,8 @@ static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
 			   (int)dm_smem(128)));
 		dm_set = 1;
 	}
+	/* read each call: the kernel test runs both in one process */
+	const int comb_new = kcu_env_flag("MOOR_DEC_COMB", 1);
 	for (int r0 = 0; r0 < T; r0 += KCU_SPLIT_BATCH) {
 		int nr = T - r0 < KCU_SPLIT_BATCH ? T - r0 : KCU_SPLIT_BATCH;
 		dim3 gr(ns, Hkv, nr);
@@ -772,7 +883,7 @@ static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
 			       ns, qv, ldq, K, V, kvdt, r0, dp, pa, Hq, Hkv, D,
 			       scale, act);
 		KCU_LAUNCHED(c);
-		kcu_go(q, k_combine,
+		kcu_go(q, comb_new ? k_combine : k_combine_ref,
 		       dim3(Hq, nr, (D + COMB_DIMS - 1) / COMB_DIMS),
 		       COMB_THREADS, 0, out, c->att_part, ns, r0, dp, pa, Hq, D,
 		       act);

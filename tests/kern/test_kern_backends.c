@@ -2,7 +2,8 @@
  * download) on the CUDA backend against the CPU backend as the reference,
  * on ggml's test-backend-ops pattern; each case's tolerance is written
  * beside it. On the device alone, bit for bit: the same call twice
- * (determinism), the fused ops against the unfused ones they replace,
+ * (determinism), the fused ops against the unfused ones they replace, a
+ * kernel against the one it replaces (kept behind its switch),
  * a graph launched at another position against the direct calls,
  * fill_random and sample() against the CPU's bits.
  *
@@ -627,6 +628,85 @@ static void case_attention(void)
 		free(K);
 		free(V);
 		free(qv);
+	}
+}
+
+/* ---- the split attention's combine: k_combine against k_combine_ref ---- */
+
+/* One attention call on the device with MOOR_DEC_COMB set to v. */
+static void comb_run(float *out, const float *dq, const void *dK,
+		     const void *dV, int kvdt, int T, int64_t pos0, int Hq,
+		     int Hkv, int D, const char *v)
+{
+	size_t no = (size_t)T * Hq * D * 4;
+	float *dO = zz(&gpu, no);
+	setenv("MOOR_DEC_COMB", v, 1);
+	int rc =
+	    gpu.o->attention(gpu.q, dO, dq, Hq * D, dK, dV, kvdt, T, pos0, Hq,
+			     Hkv, D, 1.0f / sqrtf((float)D),
+			     kvdt == KERN_BF16 ? KERN_ACT_BF16 : KERN_ACT_F32);
+	unsetenv("MOOR_DEC_COMB");
+	ASSERT(rc == 0, "attention (MOOR_DEC_COMB=%s): %s", v,
+	       moor_strerror(rc));
+	down(&gpu, out, dO, no);
+	gpu.o->free(gpu.c, dO);
+}
+
+/* The same arithmetic with its loads in flight: bit for bit, from a few
+ * splits to more than either kernel keeps weights of at once (1,024 and
+ * 4,096), bf16 (k_split_mma) and fp32 (k_split) partials. K and V are
+ * filled on the device. */
+static void case_combine(void)
+{
+	const struct {
+		int T;
+		int64_t pos0;
+		int Hq, Hkv, D, kvdt;
+	} cs[] = {
+	    {1, 3000, 24, 4, 256, KERN_BF16},	/* 47 splits */
+	    {5, 700, 24, 4, 256, KERN_BF16},	/* rows of a split launch */
+	    {1, 70000, 24, 4, 256, KERN_BF16},	/* 1,094: ref in 2 chunks */
+	    {1, 300000, 24, 4, 256, KERN_BF16}, /* 4,688: both in chunks */
+	    {2, 5000, 4, 2, 32, KERN_F32},	/* k_split's partials */
+	};
+	kern_limits lim = {
+	    .window = 300001 + 64, .q_heads = 24, .head_dim = 256};
+	int rc = gpu.o->reserve(gpu.c, &lim);
+	ASSERT(rc == 0, "combine: reserve: %s", moor_strerror(rc));
+	for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+		int T = cs[ci].T, Hq = cs[ci].Hq, Hkv = cs[ci].Hkv,
+		    D = cs[ci].D, kvdt = cs[ci].kvdt;
+		int64_t pos0 = cs[ci].pos0, L = pos0 + T;
+		size_t nkv = (size_t)L * Hkv * D;
+		size_t kvb = nkv * (kvdt == KERN_F32 ? 4 : 2);
+		void *dK = zz(&gpu, kvb), *dV = zz(&gpu, kvb);
+		gpu.o->fill_random(gpu.q, dK, kvdt, nkv, 31 + ci, -2, 2);
+		gpu.o->fill_random(gpu.q, dV, kvdt, nkv, 57 + ci, -1, 1);
+		size_t nq = (size_t)T * Hq * D;
+		float *qv = rnd(nq, -1, 1);
+		for (size_t i = 0; i < nq; i++)
+			qv[i] = kt_to_dt(qv[i], kvdt);
+		float *dq = up(&gpu, qv, nq * 4);
+		float *a = malloc(nq * 4), *b = malloc(nq * 4);
+		comb_run(a, dq, dK, dV, kvdt, T, pos0, Hq, Hkv, D, "0");
+		comb_run(b, dq, dK, dV, kvdt, T, pos0, Hq, Hkv, D, "1");
+		char nm[96];
+		snprintf(nm, sizeof nm, "combine T=%d pos=%lld D=%d %s", T,
+			 (long long)pos0, D, kt_dtname(kvdt));
+		size_t nz = 0;
+		for (size_t i = 0; i < nq; i++)
+			nz += a[i] != 0.0f;
+		ASSERT(nz > nq / 2, "%s: %zu of %zu outputs are 0", nm, nz, nq);
+		ASSERT(!memcmp(a, b, nq * 4),
+		       "%s: k_combine differs from k_combine_ref", nm);
+		printf("  %-40s k_combine bit-exact against k_combine_ref\n",
+		       nm);
+		free(qv);
+		free(a);
+		free(b);
+		gpu.o->free(gpu.c, dq);
+		gpu.o->free(gpu.c, dK);
+		gpu.o->free(gpu.c, dV);
 	}
 }
 
@@ -1308,6 +1388,7 @@ int main(void)
 	case_gdn_rt();
 	case_gdn_rt_wide();
 	case_attention();
+	case_combine();
 	case_prep();
 	case_small();
 	case_conv_kc();
