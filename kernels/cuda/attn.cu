@@ -21,10 +21,11 @@
  * k_split for the rest, then k_combine) run decode and rows up to
  * KCU_SPLIT_ROWS, fp32 models, other head dims. A block takes one row and
  * one KV head with all its query heads (the K and V rows are read once for
- * the group) over KCU_SPLIT_KEYS keys; each split writes its max, its sum
- * and its unnormalised output, and k_combine adds the splits in a fixed
- * order (its L in a fixed tree). No atomics anywhere: the same call gives
- * the same bits.
+ * the group) over KCU_SPLIT_KEYS keys (k_split_mma: several such tiles
+ * past 32k keys, so a row has at most KCU_SPLIT_MAX splits); each split
+ * writes its max, its sum and its unnormalised output, and k_combine adds
+ * the splits in a fixed order (its L in a fixed tree). No atomics
+ * anywhere: the same call gives the same bits.
  *
  * Both read the position from the queue's register under graph capture
  * (kcu_pos); the split grid is then shaped for the graph's max_len and the
@@ -82,6 +83,27 @@ static __device__ inline void ldsm_x4_t(uint32_t *r, const void *p)
 static __host__ __device__ inline int64_t splits_of(int64_t len)
 {
 	return (len + KCU_SPLIT_KEYS - 1) / KCU_SPLIT_KEYS;
+}
+
+/* The keys of a split at length len: KCU_SPLIT_KEYS, or with mt (the
+ * tensor-core kernel, MOOR_DEC_MT) whole tiles of them, as few as keep
+ * the splits at most KCU_SPLIT_MAX (a split of a row past 32k keys walks
+ * 2, 3, ... tiles: the partials, which were a fifth of the traffic at
+ * 128k, stay at 512 a head). A rule of len alone, so a graph and a direct
+ * call at the same length agree. */
+#define KCU_SPLIT_MAX 512
+static __host__ __device__ inline int64_t split_keys(int64_t len, int mt)
+{
+	if (!mt)
+		return KCU_SPLIT_KEYS;
+	int64_t tiles = splits_of(len);
+	return (tiles + KCU_SPLIT_MAX - 1) / KCU_SPLIT_MAX * KCU_SPLIT_KEYS;
+}
+
+static __host__ __device__ inline int64_t split_count(int64_t len, int mt)
+{
+	int64_t k = split_keys(len, mt);
+	return (len + k - 1) / k;
 }
 
 static size_t flash_part_bytes(const kern_limits *lim);
@@ -391,16 +413,20 @@ __global__ void __launch_bounds__(SP_THREADS)
 }
 
 /* The split kernel on tensor cores (bf16 K and V, D 128 or 256, G <= 16):
- * grid (splits, Hkv, rows), DM_THREADS threads, the same splits of
- * KCU_SPLIT_KEYS keys and the same partials as k_split (k_combine reads
- * them unchanged). The group's G query rows are the A operand of
- * mma.m16n8k16 (padded to 16 rows with zeros; q is bf16-valued where act
- * is BF16, so its bf16 copy is exact), a warp takes 16 keys of the split
- * for the scores (one n-tile pair over D / 16 k steps), the split's max
- * and sum meet across the 4 warps in shared memory (in order w = 0..3),
- * p = rnd(e^(s - m)) goes to shared memory as bf16 (exact: p is rounded),
- * and a warp takes D / 4 dims of P V over the split's 64 keys (4 k steps
- * in order). K, V and q rows sit in shared memory unpadded, their 16-byte
+ * grid (splits, Hkv, rows), DM_THREADS threads, the partials k_split
+ * writes (k_combine reads them unchanged). A split is one tile of
+ * KCU_SPLIT_KEYS keys, or with mt as many tiles as split_keys() says (up
+ * to 32k keys, one: the same bits either way). The group's G query rows
+ * are the A operand of mma.m16n8k16 (padded to 16 rows with zeros; q is
+ * bf16-valued where act is BF16, so its bf16 copy is exact), a warp takes
+ * 16 keys of a tile for the scores (one n-tile pair over D / 16 k steps),
+ * the tile's max meets across the 4 warps in shared memory (in order w =
+ * 0..3) and with the split's running max, p = rnd(e^(s - m)) goes to
+ * shared memory as bf16 (exact: p is rounded), the running sum and O are
+ * rescaled by e^(m_old - m) (the flash order), and a warp takes D / 4
+ * dims of P V over the tile's 64 keys (4 k steps in order). A tile's K is
+ * fetched again while the last tile's P V runs, its V while the scores
+ * run. K, V and q rows sit in shared memory unpadded, their 16-byte
  * chunks XOR-swizzled by the row (chunk c of row r at c ^ (r & 7)), so
  * the ldmatrix phases are conflict-free and three blocks fit an SM: the
  * loads of one block run under the others' products. (k_split16, its FMA
@@ -422,11 +448,27 @@ template <int D> static __device__ inline int dm_at(int r, int c)
 	return r * D + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7);
 }
 
+/* A tile of KEYS rows of K or V from key jt into a swizzled [KEYS][D]
+ * tile, rows at or past n zero (their scores are -inf, their p 0). */
+template <int D>
+static __device__ inline void dm_tile(bf16 *s, const bf16 *X, int64_t jt,
+				      int n, size_t kstride, int kh)
+{
+	constexpr int KEYS = KCU_SPLIT_KEYS, P8 = D / 8;
+	for (int i = threadIdx.x; i < KEYS * P8; i += DM_THREADS) {
+		int r = i / P8, c = (i - r * P8) * 8, ok = r < n;
+		cp16(s + dm_at<D>(r, c),
+		     X + (size_t)(jt + (ok ? r : 0)) * kstride +
+			 (size_t)kh * D + c,
+		     ok);
+	}
+}
+
 template <int D>
 __global__ void __launch_bounds__(DM_THREADS)
     k_split_mma(float *part, int nsplit, const float *qv, int ldq,
 		const bf16 *K, const bf16 *V, int r0, const int64_t *dpos,
-		int64_t padd, int Hq, int Hkv, float scale)
+		int64_t padd, int Hq, int Hkv, float scale, int mt)
 {
 	kcu_pdl_enter();
 	constexpr int KEYS = KCU_SPLIT_KEYS, P8 = D / 8, DW = D / 4;
@@ -440,28 +482,19 @@ __global__ void __launch_bounds__(DM_THREADS)
 	const int G = Hq / Hkv, kh = blockIdx.y, s = blockIdx.x;
 	const int rl = blockIdx.z, t = r0 + rl;
 	const int64_t len = kcu_pos(dpos, padd) + t + 1;
-	const int64_t j0 = (int64_t)s * KEYS;
+	const int64_t ks = split_keys(len, mt);
+	const int64_t j0 = (int64_t)s * ks;
 	if (j0 >= len)
 		return; /* past this launch's length (a graph's spare split) */
-	const int n = (int)(len - j0 < KEYS ? len - j0 : KEYS);
+	const int64_t jend = len - j0 < ks ? len : j0 + ks;
+	const int ntile = (int)((jend - j0 + KEYS - 1) / KEYS);
 	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
 	const int g = lane >> 2, tq = lane & 3;
 	const size_t kstride = (size_t)Hkv * D;
-	for (int i = tid; i < KEYS * P8; i += DM_THREADS) {
-		int r = i / P8, c = (i - r * P8) * 8, ok = r < n;
-		cp16(Ks + dm_at<D>(r, c),
-		     K + (size_t)(j0 + (ok ? r : 0)) * kstride +
-			 (size_t)kh * D + c,
-		     ok);
-	}
+	int n = (int)(jend - j0 < KEYS ? jend - j0 : KEYS);
+	dm_tile<D>(Ks, K, j0, n, kstride, kh);
 	cp_commit();
-	for (int i = tid; i < KEYS * P8; i += DM_THREADS) {
-		int r = i / P8, c = (i - r * P8) * 8, ok = r < n;
-		cp16(Vs + dm_at<D>(r, c),
-		     V + (size_t)(j0 + (ok ? r : 0)) * kstride +
-			 (size_t)kh * D + c,
-		     ok);
-	}
+	dm_tile<D>(Vs, V, j0, n, kstride, kh);
 	cp_commit();
 	for (int i = tid; i < 16 * P8; i += DM_THREADS) {
 		int h = i / P8, c = (i - h * P8) * 8;
@@ -476,113 +509,152 @@ __global__ void __launch_bounds__(DM_THREADS)
 		}
 		*(uint4 *)(Qs + dm_at<D>(h, c)) = u;
 	}
-	cp_wait<1>();
-	__syncthreads(); /* K and q in */
-
-	/* S = Q K^T: rows = heads, this warp's keys 16 w .. 16 w + 15 */
-	float sc[2][4];
-#pragma unroll
-	for (int i = 0; i < 2; i++)
-		sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
-#pragma unroll
-	for (int ks = 0; ks < D / 16; ks++) {
-		uint32_t a[4], b[4];
-		ldsm_x4(a, Qs + dm_at<D>(lane & 15, ks * 16 + (lane >> 4) * 8));
-		ldsm_x4(b, Ks + dm_at<D>(16 * w + (lane >> 4) * 8 + (lane & 7),
-					 ks * 16 + ((lane >> 3) & 1) * 8));
-		mma16816(sc[0], a, b[0], b[1]);
-		mma16816(sc[1], a, b[2], b[3]);
-	}
-	/* rounded and scaled as ops.h says; keys past the row's length -inf;
-	 * the rows' maxima over this warp's keys (a maximum is exact in any
-	 * order) */
-	float ma = -INFINITY, mb = -INFINITY;
-#pragma unroll
-	for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			int key = 16 * w + 8 * nt + 2 * tq + (e & 1);
-			float v =
-			    kcu_bf16r(__fmul_rn(kcu_bf16r(sc[nt][e]), scale));
-			if (key >= n)
-				v = -INFINITY;
-			sc[nt][e] = v;
-			if (e < 2)
-				ma = fmaxf(ma, v);
-			else
-				mb = fmaxf(mb, v);
-		}
-	for (int m = 1; m <= 2; m <<= 1) {
-		ma = fmaxf(ma, __shfl_xor_sync(0xffffffffu, ma, m));
-		mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, m));
-	}
-	if (tq == 0) {
-		rmax[w * 16 + g] = ma;
-		rmax[w * 16 + g + 8] = mb;
-	}
-	__syncthreads();
-	ma = fmaxf(fmaxf(rmax[g], rmax[16 + g]),
-		   fmaxf(rmax[32 + g], rmax[48 + g]));
-	mb = fmaxf(fmaxf(rmax[g + 8], rmax[24 + g]),
-		   fmaxf(rmax[40 + g], rmax[56 + g]));
-	/* p = rnd(e^(s - m)) (a split has a key, so m is finite); a lane's
-	 * four in order, then the 4 lanes of a row in a butterfly */
-	float la = 0.0f, lb = 0.0f;
-#pragma unroll
-	for (int nt = 0; nt < 2; nt++) {
-		float p0 = kcu_bf16r(expf(sc[nt][0] - ma));
-		float p1 = kcu_bf16r(expf(sc[nt][1] - ma));
-		float p2 = kcu_bf16r(expf(sc[nt][2] - mb));
-		float p3 = kcu_bf16r(expf(sc[nt][3] - mb));
-		la += p0;
-		la += p1;
-		lb += p2;
-		lb += p3;
-		int col = 16 * w + 8 * nt + 2 * tq;
-		*(uint32_t *)(Ps + g * DM_PLD + col) = pack2(p0, p1);
-		*(uint32_t *)(Ps + (g + 8) * DM_PLD + col) = pack2(p2, p3);
-	}
-	for (int m = 1; m <= 2; m <<= 1) {
-		la += __shfl_xor_sync(0xffffffffu, la, m);
-		lb += __shfl_xor_sync(0xffffffffu, lb, m);
-	}
-	if (tq == 0) {
-		rsum[w * 16 + g] = la;
-		rsum[w * 16 + g + 8] = lb;
-	}
-	cp_wait<0>();
-	__syncthreads(); /* V, P and the warps' sums in */
-	if (tid < 16 && tid < G) {
-		float l = rsum[tid];
-		l += rsum[16 + tid];
-		l += rsum[32 + tid];
-		l += rsum[48 + tid];
-		float *o_ =
-		    part +
-		    (((size_t)rl * Hq + kh * G + tid) * nsplit + s) * (D + 2);
-		o_[0] = fmaxf(fmaxf(rmax[tid], rmax[16 + tid]),
-			      fmaxf(rmax[32 + tid], rmax[48 + tid]));
-		o_[1] = l;
-	}
-	/* O = P V over the split's keys, this warp's dims DW w .. */
+	/* the running max of rows g and g + 8 (every lane), of row tid and
+	 * its sum (threads below 16), and O = P V over the tiles so far,
+	 * this warp's dims DW w .. (rows g and g + 8) */
+	float Ma = -INFINITY, Mb = -INFINITY, Mh = -INFINITY, Lh = 0.0f;
 	float o[DW / 8][4];
 #pragma unroll
 	for (int i = 0; i < DW / 8; i++)
 		o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+	for (int it = 0; it < ntile; it++) {
+		cp_wait<1>();
+		__syncthreads(); /* K (and at the first, q) in */
+
+		/* S = Q K^T: rows = heads, this warp's keys 16 w .. 16 w + 15 */
+		float sc[2][4];
 #pragma unroll
-	for (int kk = 0; kk < KEYS / 16; kk++) {
-		uint32_t a[4];
-		ldsm_x4(a,
-			Ps + (lane & 15) * DM_PLD + kk * 16 + (lane >> 4) * 8);
+		for (int i = 0; i < 2; i++)
+			sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
 #pragma unroll
-		for (int n2 = 0; n2 < DW / 16; n2++) {
-			uint32_t b[4];
-			ldsm_x4_t(b, Vs + dm_at<D>(kk * 16 + (lane & 15),
-						   DW * w + n2 * 16 +
-						       (lane >> 4) * 8));
-			mma16816(o[2 * n2], a, b[0], b[1]);
-			mma16816(o[2 * n2 + 1], a, b[2], b[3]);
+		for (int kk = 0; kk < D / 16; kk++) {
+			uint32_t a[4], b[4];
+			ldsm_x4(a, Qs + dm_at<D>(lane & 15,
+						 kk * 16 + (lane >> 4) * 8));
+			ldsm_x4(b, Ks + dm_at<D>(16 * w + (lane >> 4) * 8 +
+						     (lane & 7),
+						 kk * 16 + ((lane >> 3) & 1) * 8));
+			mma16816(sc[0], a, b[0], b[1]);
+			mma16816(sc[1], a, b[2], b[3]);
 		}
+		/* rounded and scaled as ops.h says; keys past the row's
+		 * length -inf; the rows' maxima over this warp's keys (a
+		 * maximum is exact in any order) */
+		float ma = -INFINITY, mb = -INFINITY;
+#pragma unroll
+		for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int key = 16 * w + 8 * nt + 2 * tq + (e & 1);
+				float v = kcu_bf16r(
+				    __fmul_rn(kcu_bf16r(sc[nt][e]), scale));
+				if (key >= n)
+					v = -INFINITY;
+				sc[nt][e] = v;
+				if (e < 2)
+					ma = fmaxf(ma, v);
+				else
+					mb = fmaxf(mb, v);
+			}
+		for (int m = 1; m <= 2; m <<= 1) {
+			ma = fmaxf(ma, __shfl_xor_sync(0xffffffffu, ma, m));
+			mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, m));
+		}
+		if (tq == 0) {
+			rmax[w * 16 + g] = ma;
+			rmax[w * 16 + g + 8] = mb;
+		}
+		__syncthreads();
+		/* the running max with this tile's (a tile has a key, so it
+		 * is finite); the old one's weight e^(M_old - M) rescales
+		 * O and the sum (0 at the first tile) */
+		ma = fmaxf(Ma, fmaxf(fmaxf(rmax[g], rmax[16 + g]),
+				     fmaxf(rmax[32 + g], rmax[48 + g])));
+		mb = fmaxf(Mb, fmaxf(fmaxf(rmax[g + 8], rmax[24 + g]),
+				     fmaxf(rmax[40 + g], rmax[56 + g])));
+		const float ca = expf(Ma - ma), cb = expf(Mb - mb);
+		Ma = ma;
+		Mb = mb;
+		/* p = rnd(e^(s - M)); a lane's four in order, then the 4
+		 * lanes of a row in a butterfly */
+		float la = 0.0f, lb = 0.0f;
+#pragma unroll
+		for (int nt = 0; nt < 2; nt++) {
+			float p0 = kcu_bf16r(expf(sc[nt][0] - ma));
+			float p1 = kcu_bf16r(expf(sc[nt][1] - ma));
+			float p2 = kcu_bf16r(expf(sc[nt][2] - mb));
+			float p3 = kcu_bf16r(expf(sc[nt][3] - mb));
+			la += p0;
+			la += p1;
+			lb += p2;
+			lb += p3;
+			int col = 16 * w + 8 * nt + 2 * tq;
+			*(uint32_t *)(Ps + g * DM_PLD + col) = pack2(p0, p1);
+			*(uint32_t *)(Ps + (g + 8) * DM_PLD + col) =
+			    pack2(p2, p3);
+		}
+		for (int m = 1; m <= 2; m <<= 1) {
+			la += __shfl_xor_sync(0xffffffffu, la, m);
+			lb += __shfl_xor_sync(0xffffffffu, lb, m);
+		}
+		if (tq == 0) {
+			rsum[w * 16 + g] = la;
+			rsum[w * 16 + g + 8] = lb;
+		}
+		__syncthreads(); /* P and the sums in; K read by all */
+		const int64_t jn = j0 + (int64_t)(it + 1) * KEYS;
+		const int nn = (int)(jend - jn < KEYS ? jend - jn : KEYS);
+		if (it + 1 < ntile)
+			dm_tile<D>(Ks, K, jn, nn, kstride, kh);
+		cp_commit(); /* (empty after the last tile: the count holds) */
+		cp_wait<1>();
+		__syncthreads(); /* V in */
+		if (tid < 16 && tid < G) {
+			float mh = fmaxf(Mh, fmaxf(fmaxf(rmax[tid], rmax[16 + tid]),
+						   fmaxf(rmax[32 + tid],
+							 rmax[48 + tid])));
+			float l = rsum[tid];
+			l += rsum[16 + tid];
+			l += rsum[32 + tid];
+			l += rsum[48 + tid];
+			Lh = fmaf(Lh, expf(Mh - mh), l);
+			Mh = mh;
+		}
+		/* O = O e^(M_old - M) + P V over the tile's keys */
+#pragma unroll
+		for (int i = 0; i < DW / 8; i++) {
+			o[i][0] *= ca;
+			o[i][1] *= ca;
+			o[i][2] *= cb;
+			o[i][3] *= cb;
+		}
+#pragma unroll
+		for (int kk = 0; kk < KEYS / 16; kk++) {
+			uint32_t a[4];
+			ldsm_x4(a, Ps + (lane & 15) * DM_PLD + kk * 16 +
+				       (lane >> 4) * 8);
+#pragma unroll
+			for (int n2 = 0; n2 < DW / 16; n2++) {
+				uint32_t b[4];
+				ldsm_x4_t(b, Vs + dm_at<D>(kk * 16 + (lane & 15),
+							   DW * w + n2 * 16 +
+							       (lane >> 4) * 8));
+				mma16816(o[2 * n2], a, b[0], b[1]);
+				mma16816(o[2 * n2 + 1], a, b[2], b[3]);
+			}
+		}
+		__syncthreads(); /* V, P, the maxima and sums read by all */
+		if (it + 1 < ntile)
+			dm_tile<D>(Vs, V, jn, nn, kstride, kh);
+		cp_commit();
+		n = nn;
+	}
+	if (tid < 16 && tid < G) {
+		float *o_ =
+		    part +
+		    (((size_t)rl * Hq + kh * G + tid) * nsplit + s) * (D + 2);
+		o_[0] = Mh;
+		o_[1] = Lh;
 	}
 #pragma unroll
 	for (int half = 0; half < 2; half++) {
@@ -616,7 +688,8 @@ __global__ void __launch_bounds__(DM_THREADS)
  * its reference (MOOR_DEC_COMB=0). */
 __global__ void __launch_bounds__(COMB_THREADS)
     k_combine_ref(float *out, const float *part, int nsplit, int r0,
-		  const int64_t *dpos, int64_t padd, int Hq, int D, int act)
+		  const int64_t *dpos, int64_t padd, int Hq, int D, int act,
+		  int mt)
 {
 	kcu_pdl_enter();
 	__shared__ float red[32];
@@ -626,7 +699,7 @@ __global__ void __launch_bounds__(COMB_THREADS)
 	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
 	const int d = blockIdx.z * COMB_DIMS + lane;
 	const int64_t len = kcu_pos(dpos, padd) + t + 1;
-	const int ns = (int)splits_of(len);
+	const int ns = (int)split_count(len, mt);
 	const float *p = part + ((size_t)rl * Hq + h) * nsplit * (D + 2);
 	float M = -INFINITY;
 	for (int s = tid; s < ns; s += blockDim.x)
@@ -681,7 +754,8 @@ __global__ void __launch_bounds__(COMB_THREADS)
  * blocks.) */
 __global__ void __launch_bounds__(COMB_THREADS, 1)
     k_combine(float *out, const float *part, int nsplit, int r0,
-	      const int64_t *dpos, int64_t padd, int Hq, int D, int act)
+	      const int64_t *dpos, int64_t padd, int Hq, int D, int act,
+		  int mt)
 {
 	kcu_pdl_enter();
 	__shared__ float red[32];
@@ -691,7 +765,7 @@ __global__ void __launch_bounds__(COMB_THREADS, 1)
 	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
 	const int d = blockIdx.z * COMB_DIMS + lane;
 	const int64_t len = kcu_pos(dpos, padd) + t + 1;
-	const int ns = (int)splits_of(len);
+	const int ns = (int)split_count(len, mt);
 	const size_t st = (size_t)D + 2;
 	const float *p = part + ((size_t)rl * Hq + h) * nsplit * st;
 	const int kept = ns <= COMB_WSPLITS; /* L's pass keeps the weights */
@@ -792,6 +866,10 @@ static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
 	/* the grid: this call's keys, or the graph's max_len */
 	int64_t keys = q->capturing ? q->max_len : pos0 + T;
 	int64_t ns64 = splits_of(keys);
+	/* the tensor-core kernel's splits of several tiles past 32k keys
+	 * (MOOR_DEC_MT=0: one tile each, as the other kernels; read each
+	 * call, as MOOR_DEC_COMB) */
+	int mt = 0;
 	if ((size_t)KCU_SPLIT_BATCH * Hq * ns64 * (D + 2) * sizeof(float) >
 	    c->att_part_bytes) {
 		moor_err("attention: %lld keys, %d heads of %d need the split "
@@ -838,6 +916,9 @@ static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
 	/* the tensor-core split kernel: q rows 16-byte aligned too */
 	int mma =
 	    b16 && ldq % 4 == 0 && ((uintptr_t)qv & 15) == 0 && dec_mma_on();
+	mt = mma && kcu_env_flag("MOOR_DEC_MT", 1);
+	if (mt && ns > KCU_SPLIT_MAX)
+		ns = KCU_SPLIT_MAX;
 	static int dm_set;
 	if (mma && !dm_set) {
 		KCU(c, cudaFuncSetAttribute(
@@ -858,7 +939,7 @@ static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
 #define SPLIT_MMA(DD)                                                          \
 	kcu_go(q, k_split_mma<DD>, gr, DM_THREADS, dm_smem(DD), c->att_part,   \
 	       ns, qv, ldq, (const bf16 *)K, (const bf16 *)V, r0, dp, pa, Hq,  \
-	       Hkv, scale)
+	       Hkv, scale, mt)
 		if (mma && D == 256)
 			SPLIT_MMA(256);
 		else if (mma && D == 128)
@@ -886,7 +967,7 @@ static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
 		kcu_go(q, comb_new ? k_combine : k_combine_ref,
 		       dim3(Hq, nr, (D + COMB_DIMS - 1) / COMB_DIMS),
 		       COMB_THREADS, 0, out, c->att_part, ns, r0, dp, pa, Hq, D,
-		       act);
+		       act, mt);
 		KCU_LAUNCHED(c);
 	}
 	return 0;

@@ -631,32 +631,41 @@ static void case_attention(void)
 	}
 }
 
-/* ---- the split attention's combine: k_combine against k_combine_ref ---- */
+/* ---- the split attention at long rows: its tiles and its combine ---- */
 
-/* One attention call on the device with MOOR_DEC_COMB set to v. */
-static void comb_run(float *out, const float *dq, const void *dK,
-		     const void *dV, int kvdt, int T, int64_t pos0, int Hq,
-		     int Hkv, int D, const char *v)
+/* One attention call on the device with the environment variable var set
+ * to v (none when var is NULL). */
+static void split_run(float *out, const float *dq, const void *dK,
+		      const void *dV, int kvdt, int T, int64_t pos0, int Hq,
+		      int Hkv, int D, const char *var, const char *v)
 {
 	size_t no = (size_t)T * Hq * D * 4;
 	float *dO = zz(&gpu, no);
-	setenv("MOOR_DEC_COMB", v, 1);
+	if (var)
+		setenv(var, v, 1);
 	int rc =
 	    gpu.o->attention(gpu.q, dO, dq, Hq * D, dK, dV, kvdt, T, pos0, Hq,
 			     Hkv, D, 1.0f / sqrtf((float)D),
 			     kvdt == KERN_BF16 ? KERN_ACT_BF16 : KERN_ACT_F32);
-	unsetenv("MOOR_DEC_COMB");
-	ASSERT(rc == 0, "attention (MOOR_DEC_COMB=%s): %s", v,
+	if (var)
+		unsetenv(var);
+	ASSERT(rc == 0, "attention (%s=%s): %s", var ? var : "-", v,
 	       moor_strerror(rc));
 	down(&gpu, out, dO, no);
 	gpu.o->free(gpu.c, dO);
 }
 
-/* The same arithmetic with its loads in flight: bit for bit, from a few
- * splits to more than either kernel keeps weights of at once (1,024 and
- * 4,096), bf16 (k_split_mma) and fp32 (k_split) partials. K and V are
- * filled on the device. */
-static void case_combine(void)
+/* From a few splits to rows of 300k keys, bf16 (k_split_mma) and fp32
+ * (k_split), K and V filled on the device:
+ * - k_combine against k_combine_ref (MOOR_DEC_COMB=0), the same
+ *   arithmetic with its loads in flight: bit for bit, past the splits
+ *   either keeps weights of at once (1,024 and 4,096);
+ * - k_split_mma's splits of several tiles past 32k keys against one tile
+ *   a split (MOOR_DEC_MT=0): bit for bit where a split has one tile,
+ *   else both against the CPU;
+ * - a graph captured for 131,072 keys and launched at a long row against
+ *   the direct call, bit for bit (its grid holds the most splits). */
+static void case_split_long(void)
 {
 	const struct {
 		int T;
@@ -665,14 +674,16 @@ static void case_combine(void)
 	} cs[] = {
 	    {1, 3000, 24, 4, 256, KERN_BF16},	/* 47 splits */
 	    {5, 700, 24, 4, 256, KERN_BF16},	/* rows of a split launch */
-	    {1, 70000, 24, 4, 256, KERN_BF16},	/* 1,094: ref in 2 chunks */
-	    {1, 300000, 24, 4, 256, KERN_BF16}, /* 4,688: both in chunks */
+	    {1, 32767, 24, 4, 256, KERN_BF16},	/* 512 splits of a tile */
+	    {3, 32767, 24, 4, 256, KERN_BF16},	/* rows of 1 and 2 tiles */
+	    {1, 70000, 24, 4, 256, KERN_BF16},	/* 1,094 tiles: ref chunks */
+	    {1, 300000, 24, 4, 256, KERN_BF16}, /* 4,688 tiles, 10 a split */
 	    {2, 5000, 4, 2, 32, KERN_F32},	/* k_split's partials */
 	};
 	kern_limits lim = {
 	    .window = 300001 + 64, .q_heads = 24, .head_dim = 256};
 	int rc = gpu.o->reserve(gpu.c, &lim);
-	ASSERT(rc == 0, "combine: reserve: %s", moor_strerror(rc));
+	ASSERT(rc == 0, "split: reserve: %s", moor_strerror(rc));
 	for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
 		int T = cs[ci].T, Hq = cs[ci].Hq, Hkv = cs[ci].Hkv,
 		    D = cs[ci].D, kvdt = cs[ci].kvdt;
@@ -680,30 +691,85 @@ static void case_combine(void)
 		size_t nkv = (size_t)L * Hkv * D;
 		size_t kvb = nkv * (kvdt == KERN_F32 ? 4 : 2);
 		void *dK = zz(&gpu, kvb), *dV = zz(&gpu, kvb);
-		gpu.o->fill_random(gpu.q, dK, kvdt, nkv, 31 + ci, -2, 2);
+		/* K wide enough that a row's weights are far from flat */
+		gpu.o->fill_random(gpu.q, dK, kvdt, nkv, 31 + ci, -6, 6);
 		gpu.o->fill_random(gpu.q, dV, kvdt, nkv, 57 + ci, -1, 1);
 		size_t nq = (size_t)T * Hq * D;
 		float *qv = rnd(nq, -1, 1);
 		for (size_t i = 0; i < nq; i++)
 			qv[i] = kt_to_dt(qv[i], kvdt);
 		float *dq = up(&gpu, qv, nq * 4);
-		float *a = malloc(nq * 4), *b = malloc(nq * 4);
-		comb_run(a, dq, dK, dV, kvdt, T, pos0, Hq, Hkv, D, "0");
-		comb_run(b, dq, dK, dV, kvdt, T, pos0, Hq, Hkv, D, "1");
+		float *a = malloc(nq * 4), *b = malloc(nq * 4),
+		      *c = malloc(nq * 4), *r = malloc(nq * 4);
+		split_run(a, dq, dK, dV, kvdt, T, pos0, Hq, Hkv, D, NULL, "");
+		split_run(b, dq, dK, dV, kvdt, T, pos0, Hq, Hkv, D,
+			  "MOOR_DEC_COMB", "0");
+		split_run(c, dq, dK, dV, kvdt, T, pos0, Hq, Hkv, D,
+			  "MOOR_DEC_MT", "0");
 		char nm[96];
-		snprintf(nm, sizeof nm, "combine T=%d pos=%lld D=%d %s", T,
+		snprintf(nm, sizeof nm, "split T=%d pos=%lld D=%d %s", T,
 			 (long long)pos0, D, kt_dtname(kvdt));
-		size_t nz = 0;
-		for (size_t i = 0; i < nq; i++)
-			nz += a[i] != 0.0f;
-		ASSERT(nz > nq / 2, "%s: %zu of %zu outputs are 0", nm, nz, nq);
 		ASSERT(!memcmp(a, b, nq * 4),
 		       "%s: k_combine differs from k_combine_ref", nm);
-		printf("  %-40s k_combine bit-exact against k_combine_ref\n",
-		       nm);
+		/* the CPU's reference from the same bytes */
+		void *hK = malloc(kvb), *hV = malloc(kvb);
+		down(&gpu, hK, dK, kvb);
+		down(&gpu, hV, dV, kvb);
+		one_attn(&cpu, r, qv, hK, hV, kvb, T, pos0, Hq, Hkv, D, kvdt,
+			 kvdt == KERN_BF16 ? KERN_ACT_BF16 : KERN_ACT_F32);
+		double ss = 0;
+		for (size_t i = 0; i < nq; i++)
+			ss += (double)r[i] * r[i];
+		double rms = sqrt(ss / (double)nq);
+		/* as case_attention, the abs part scaled to these outputs'
+		 * size: the flash order against the CPU's normalised p is a
+		 * few bf16 ulps; fp32 sums in another order */
+		double at = kvdt == KERN_BF16 ? 4e-2 * rms : 1e-5,
+		       rt = kvdt == KERN_BF16 ? 3e-2 : 1e-4;
+		close_all(nm, a, r, nq, at, rt);
+		if (L <= 32768 || kvdt != KERN_BF16)
+			ASSERT(!memcmp(a, c, nq * 4),
+			       "%s: MOOR_DEC_MT=0 differs at one tile a split",
+			       nm);
+		else
+			close_all("  ... one tile a split", c, r, nq, at, rt);
+		printf("  %-32s rms %.3g; k_combine bit-exact, %s\n", nm, rms,
+		       L <= 32768 || kvdt != KERN_BF16
+			   ? "one tile a split bit-exact"
+			   : "both partitions near the CPU");
+		if (ci == 4 && gpu.o->graph_begin) {
+			kern_graph *gr = NULL;
+			float *dO = zz(&gpu, nq * 4);
+			rc = gpu.o->graph_begin(gpu.q, 100, 131072);
+			if (!rc)
+				rc = gpu.o->attention(gpu.q, dO, dq, Hq * D, dK,
+						      dV, kvdt, T, 100, Hq, Hkv,
+						      D, 1.0f / sqrtf((float)D),
+						      KERN_ACT_BF16);
+			int rc2 = gpu.o->graph_end(gpu.q, &gr);
+			ASSERT(rc == 0 && rc2 == 0 && gr,
+			       "graph capture: %s %s", moor_strerror(rc),
+			       moor_strerror(rc2));
+			if (gr) {
+				rc = gpu.o->graph_launch(gpu.q, gr, pos0);
+				ASSERT(rc == 0, "graph launch: %s",
+				       moor_strerror(rc));
+				down(&gpu, b, dO, nq * 4);
+				ASSERT(!memcmp(a, b, nq * 4),
+				       "%s: a graph for 131072 keys launched "
+				       "there differs from the call",
+				       nm);
+				gpu.o->graph_free(gpu.c, gr);
+			}
+			gpu.o->free(gpu.c, dO);
+		}
+		free(hK);
+		free(hV);
 		free(qv);
 		free(a);
 		free(b);
+		free(c);
+		free(r);
 		gpu.o->free(gpu.c, dq);
 		gpu.o->free(gpu.c, dK);
 		gpu.o->free(gpu.c, dV);
@@ -1388,7 +1454,7 @@ int main(void)
 	case_gdn_rt();
 	case_gdn_rt_wide();
 	case_attention();
-	case_combine();
+	case_split_long();
 	case_prep();
 	case_small();
 	case_conv_kc();
