@@ -85,19 +85,19 @@ static __host__ __device__ inline int64_t splits_of(int64_t len)
 	return (len + KCU_SPLIT_KEYS - 1) / KCU_SPLIT_KEYS;
 }
 
-/* The keys of a split at length len: KCU_SPLIT_KEYS, or with mt (the
- * tensor-core kernel, MOOR_DEC_MT) whole tiles of them, as few as keep
- * the splits at most KCU_SPLIT_MAX (a split of a row past 32k keys walks
- * 2, 3, ... tiles: the partials, which were a fifth of the traffic at
- * 128k, stay at 512 a head). A rule of len alone, so a graph and a direct
- * call at the same length agree. */
+/* The keys of a split at length len: KCU_SPLIT_KEYS, or with mt > 0 (the
+ * tensor-core kernel, MOOR_DEC_MT) whole tiles of them, as few as keep a
+ * row at most mt splits (KCU_SPLIT_MAX by default: a split of a row past
+ * 32k keys walks 2, 3, ... tiles, and the partials, which were a fifth of
+ * the traffic at 128k, stay at 512 a head). A rule of len alone, so a
+ * graph and a direct call at the same length agree. */
 #define KCU_SPLIT_MAX 512
 static __host__ __device__ inline int64_t split_keys(int64_t len, int mt)
 {
-	if (!mt)
+	if (mt <= 0)
 		return KCU_SPLIT_KEYS;
 	int64_t tiles = splits_of(len);
-	return (tiles + KCU_SPLIT_MAX - 1) / KCU_SPLIT_MAX * KCU_SPLIT_KEYS;
+	return (tiles + mt - 1) / mt * KCU_SPLIT_KEYS;
 }
 
 static __host__ __device__ inline int64_t split_count(int64_t len, int mt)
@@ -855,6 +855,18 @@ static int dec_mma_on(void)
 	return kcu_env_once(&on, "MOOR_DEC_MMA", 1);
 }
 
+/* MOOR_DEC_MT: k_split_mma's most splits a row (split_keys), read each
+ * call (the kernel test sets it): 0 one tile a split, N >= 64 at most N
+ * splits, else KCU_SPLIT_MAX. */
+static int dec_mt(void)
+{
+	const char *e = getenv("MOOR_DEC_MT");
+	if (!e)
+		return KCU_SPLIT_MAX;
+	int v = atoi(e);
+	return !strcmp(e, "0") ? 0 : v >= 64 ? v : KCU_SPLIT_MAX;
+}
+
 static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
 		     const void *K, const void *V, int kvdt, int T,
 		     int64_t pos0, int Hq, int Hkv, int D, float scale, int act)
@@ -916,9 +928,9 @@ static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
 	/* the tensor-core split kernel: q rows 16-byte aligned too */
 	int mma =
 	    b16 && ldq % 4 == 0 && ((uintptr_t)qv & 15) == 0 && dec_mma_on();
-	mt = mma && kcu_env_flag("MOOR_DEC_MT", 1);
-	if (mt && ns > KCU_SPLIT_MAX)
-		ns = KCU_SPLIT_MAX;
+	mt = mma ? dec_mt() : 0;
+	if (mt > 0 && ns > mt)
+		ns = mt;
 	static int dm_set;
 	if (mma && !dm_set) {
 		KCU(c, cudaFuncSetAttribute(
