@@ -51,6 +51,7 @@ static void cu_destroy(kern_ctx *c)
 	}
 	kcu_gemm_fini(c);
 	kcu_sample_fini(c);
+	kcu_gdn_fini(c);
 	cudaFree(c->stage);
 	cudaFree(c->att_part);
 	free(c);

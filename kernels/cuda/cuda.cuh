@@ -40,6 +40,9 @@ struct kern_queue {
 	int pdl;
 };
 
+#define KCU_GDN_PIECES 16 /* MOOR_GDN_PIPE: most pieces a call */
+#define KCU_GDN_EVENTS (2 * KCU_GDN_PIECES + 2)
+
 struct kern_event {
 	cudaEvent_t e;
 };
@@ -79,6 +82,11 @@ struct kern_ctx {
 	int smp_v;
 	int32_t *smp_host; /* pinned: the picked id */
 	int failed; /* an error was logged: the context is unusable */
+	/* the chunked delta rule's streams (its state pass at the highest
+	 * priority, the rest at the lowest) and events (MOOR_GDN_PIPE,
+	 * gdn.cu), made at their first use */
+	cudaStream_t gdn_hi, gdn_lo;
+	cudaEvent_t gdn_ev[KCU_GDN_EVENTS];
 };
 
 /* ---- errors ---- */
@@ -430,6 +438,7 @@ int kcu_fill_random(kern_queue *q, void *dst, int dt, size_t n, uint64_t seed,
 		    float lo, float hi);
 
 /* gdn.cu */
+void kcu_gdn_fini(kern_ctx *c);
 size_t kcu_delta_ws_bytes(kern_ctx *ctx, int T, int Hv, int dk, int dv);
 int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 		      const float *k, int ldqk, const float *v, int ldv,

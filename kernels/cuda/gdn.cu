@@ -1473,6 +1473,114 @@ static int hstate_nt(void)
 	return e && atoi(e) == 128 ? 128 : 256;
 }
 
+/* MOOR_GDN_PIPE=N (opt-in; read each call, so that one process can
+ * compare): the chunked rule of the default kernels at dk = dv = 128 in
+ * pieces of N sub-chunks, so that the pieces' intra and output kernels
+ * run beside the state pass. The state pass is a chain over the
+ * sub-chunks in 192 blocks (48 heads of 4 column slices), which leaves 72
+ * of an H100's 132 SMs with one block and room for another kernel's;
+ * intra, the state pass and the output took 117, 197 and 100 us a
+ * 1,024-token chunk, one after the other (ncu on an H100). Each piece's
+ * kernels do what the whole call's do for its sub-chunks (the state is
+ * carried in S between the state pass's launches, in fp32 as in shared
+ * memory), so the bits are the same. 0 (the default): one launch of
+ * each. Not yet measured. */
+static int gdn_pipe(void)
+{
+	const char *e = getenv("MOOR_GDN_PIPE");
+	int v = e ? atoi(e) : 0;
+	return v > 0 ? v : 0;
+}
+
+void kcu_gdn_fini(kern_ctx *c)
+{
+	for (int i = 0; i < KCU_GDN_EVENTS; i++)
+		if (c->gdn_ev[i])
+			cudaEventDestroy(c->gdn_ev[i]);
+	if (c->gdn_hi)
+		cudaStreamDestroy(c->gdn_hi);
+	if (c->gdn_lo)
+		cudaStreamDestroy(c->gdn_lo);
+}
+
+/* kcu_delta_chunked's default kernels (k_intra_rt<128>, k_hstate_rt<128,
+ * 256>, k_out4) in pieces of `per` sub-chunks (MOOR_GDN_PIPE), on two
+ * streams forked from q's and joined back to it, ordered by events:
+ *   hi (the highest priority): [intra 0] state 0, [intra 1] state 1, ...
+ *   lo (the lowest): intra 0, intra 1, ..., [state 0] out 0, [state 1]
+ *       out 1, ...
+ * The priorities let the state pass's blocks take the SMs first as they
+ * come free: it is the chain that sets the time. */
+static int delta_pieces(kern_queue *q, float *o, float *S, const float *qq,
+			const float *k, int ldqk, const float *v, int ldv,
+			const float *g, const float *beta, int T, int Hk,
+			int Hv, int dk, int dv, float *ws, int act, int per)
+{
+	kern_ctx *cx = q->ctx;
+	const int nch = (T + C - 1) / C;
+	if ((nch + per - 1) / per > KCU_GDN_PIECES)
+		per = (nch + KCU_GDN_PIECES - 1) / KCU_GDN_PIECES;
+	const int np = (nch + per - 1) / per;
+	if (!cx->gdn_hi) {
+		int lo = 0, hi = 0;
+		KCU(cx, cudaDeviceGetStreamPriorityRange(&lo, &hi));
+		KCU(cx, cudaStreamCreateWithPriority(
+			    &cx->gdn_lo, cudaStreamNonBlocking, lo));
+		KCU(cx, cudaStreamCreateWithPriority(
+			    &cx->gdn_hi, cudaStreamNonBlocking, hi));
+	}
+	for (int i = 0; i < KCU_GDN_EVENTS; i++)
+		if (!cx->gdn_ev[i])
+			KCU(cx, cudaEventCreateWithFlags(
+				    &cx->gdn_ev[i], cudaEventDisableTiming));
+	cudaEvent_t fork = cx->gdn_ev[0], join = cx->gdn_ev[1],
+		    *evi = cx->gdn_ev + 2, *evh = evi + KCU_GDN_PIECES;
+	kern_queue hq = *q, lq = *q;
+	hq.s = cx->gdn_hi;
+	lq.s = cx->gdn_lo;
+	hq.pdl = lq.pdl = KCU_PDL_OFF;
+	const size_t uf = unit_floats(dk, dv);
+	KCU(cx, cudaEventRecord(fork, q->s));
+	KCU(cx, cudaStreamWaitEvent(lq.s, fork, 0));
+	KCU(cx, cudaStreamWaitEvent(hq.s, fork, 0));
+	for (int p = 0; p < np; p++) {
+		const int c0 = p * per, t0 = c0 * C;
+		const int tp = T - t0 < per * C ? T - t0 : per * C;
+		kcu_go(&lq, k_intra_rt<128>, dim3((tp + C - 1) / C, Hv),
+		       INTRA_THREADS, intra_rt_smem(dk, dv),
+		       ws + (size_t)c0 * Hv * uf, qq + (size_t)t0 * ldqk,
+		       k + (size_t)t0 * ldqk, ldqk, v + (size_t)t0 * ldv, ldv,
+		       g + (size_t)t0 * Hv, beta + (size_t)t0 * Hv, tp, Hk, Hv,
+		       dk, dv);
+		KCU_LAUNCHED(cx);
+		KCU(cx, cudaEventRecord(evi[p], lq.s));
+	}
+	for (int p = 0; p < np; p++) {
+		const int c0 = p * per, t0 = c0 * C;
+		const int tp = T - t0 < per * C ? T - t0 : per * C;
+		KCU(cx, cudaStreamWaitEvent(hq.s, evi[p], 0));
+		kcu_go(&hq, k_hstate_rt<128, 256>, dim3(Hv, dv / RT_SW), 256,
+		       hstate_rt_smem(dk), S, ws + (size_t)c0 * Hv * uf, tp,
+		       Hv, dv);
+		KCU_LAUNCHED(cx);
+		KCU(cx, cudaEventRecord(evh[p], hq.s));
+	}
+	for (int p = 0; p < np; p++) {
+		const int c0 = p * per, t0 = c0 * C;
+		const int tp = T - t0 < per * C ? T - t0 : per * C;
+		KCU(cx, cudaStreamWaitEvent(lq.s, evh[p], 0));
+		kcu_go(&lq, k_out4, dim3((tp + C - 1) / C, Hv, dv / 64), 256,
+		       out4_smem(dk), o + (size_t)t0 * Hv * dv,
+		       (const float *)ws + (size_t)c0 * Hv * uf, tp, Hv, dk,
+		       dv, act);
+		KCU_LAUNCHED(cx);
+	}
+	/* lo's last output waited for hi's last state pass */
+	KCU(cx, cudaEventRecord(join, lq.s));
+	KCU(cx, cudaStreamWaitEvent(q->s, join, 0));
+	return 0;
+}
+
 int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 		      const float *k, int ldqk, const float *v, int ldv,
 		      const float *g, const float *beta, int T, int Hk, int Hv,
@@ -1544,6 +1652,11 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    (int)out_smem(DMAX, 16)));
 		attr_set = 1;
 	}
+	const int per = gdn_pipe();
+	if (per && per < nch && !q->capturing && gdn_rt_on(dk, dv) &&
+	    dk == 128 && dv == 128 && !gdn_tc_on() && hstate_nt() == 256)
+		return delta_pieces(q, o, S, qq, k, ldqk, v, ldv, g, beta, T,
+				    Hk, Hv, dk, dv, (float *)ws, act, per);
 	if (gdn_rt_on(dk, dv) && dk == 128 && dv == 128)
 		kcu_go(q, k_intra_rt<128>, dim3(nch, Hv), INTRA_THREADS,
 		       intra_rt_smem(dk, dv), (float *)ws, qq, k, ldqk, v, ldv,

@@ -436,7 +436,8 @@ static void case_gdn_rt(void)
  * value heads of 128, three calls that carry the state (1,024, 1,024 and
  * 72 tokens: a short last sub-chunk) through one workspace that is never
  * cleared, o and the state after each call by memcmp against
- * MOOR_GDN_RT=0's, twice over. Many blocks share each SM here: a missing
+ * MOOR_GDN_RT=0's, twice over; the default kernels in pieces on two
+ * streams (MOOR_GDN_PIPE) too. Many blocks share each SM here: a missing
  * barrier in k_hstate_rt's first sub-chunk read another block's shared
  * memory at these shapes (bench_ttft's resumed turns differed from cold
  * prefills on the H100) and passed case_gdn_rt's four heads. */
@@ -461,14 +462,21 @@ static void case_gdn_rt_wide(void)
 	float *ho = malloc(3 * nv * 4), *hS = malloc(3 * ns * 4);
 	float *ro = malloc(nv * 4), *rS = malloc(ns * 4);
 	ASSERT(ho && hS && ro && rS, "out of memory");
-	/* r = 0: MOOR_GDN_RT=0 (kept); 1: the defaults; 2: MOOR_HSTATE_NT=128 */
+	/* r = 0: MOOR_GDN_RT=0 (kept); 1: the defaults; 2: MOOR_HSTATE_NT=128;
+	 * 3, 4, 5: MOOR_GDN_PIPE=4, 3, 1 (pieces of 4, 3 and 1 sub-chunks:
+	 * 4, 6 and 16 of the 1,024-token calls, 2 of the 72-token call at 1) */
+	static const char *pipe[] = {NULL, NULL, NULL, "4", "3", "1"};
 	for (int rep = 0; rep < 2; rep++)
-		for (int r = 0; r < 3; r++) {
+		for (int r = 0; r < 6; r++) {
 			setenv("MOOR_GDN_RT", r ? "1" : "0", 1);
 			if (r == 2)
 				setenv("MOOR_HSTATE_NT", "128", 1);
 			else
 				unsetenv("MOOR_HSTATE_NT");
+			if (pipe[r])
+				setenv("MOOR_GDN_PIPE", pipe[r], 1);
+			else
+				unsetenv("MOOR_GDN_PIPE");
 			float *dS = up(&gpu, S0, ns * 4), *dO = zz(&gpu, nv * 4);
 			for (int i = 0; i < 3; i++) {
 				int rc = gpu.o->delta_chunked(
@@ -484,18 +492,24 @@ static void case_gdn_rt_wide(void)
 				down(&gpu, ro, dO, no * 4);
 				down(&gpu, rS, dS, ns * 4);
 				ASSERT(!memcmp(ro, ho + i * nv, no * 4) &&
-					       !memcmp(rS, hS + i * ns, ns * 4),
-				       "27B shapes, call %d of %d tokens, round %d: "
-				       "%s differs from MOOR_GDN_RT=0",
+					   !memcmp(rS, hS + i * ns, ns * 4),
+				       "27B shapes, call %d of %d tokens, "
+				       "round %d: "
+				       "%s%s differs from MOOR_GDN_RT=0",
 				       i, Ts[i], rep,
-				       r == 1 ? "the default" : "MOOR_HSTATE_NT=128");
+				       r == 1	? "the default"
+				       : r == 2 ? "MOOR_HSTATE_NT=128"
+						: "MOOR_GDN_PIPE=",
+				       pipe[r] ? pipe[r] : "");
 			}
 			gpu.o->free(gpu.c, dS);
 			gpu.o->free(gpu.c, dO);
 		}
 	unsetenv("MOOR_GDN_RT");
 	unsetenv("MOOR_HSTATE_NT");
-	printf("  %-28s bit-exact against MOOR_GDN_RT=0 (48 heads, 3 calls)\n",
+	unsetenv("MOOR_GDN_PIPE");
+	printf("  %-28s bit-exact against MOOR_GDN_RT=0 (48 heads, 3 calls; "
+	       "MOOR_HSTATE_NT=128, MOOR_GDN_PIPE=4, 3, 1)\n",
 	       "delta at the 27B's shapes");
 	free(ho);
 	free(hS);
