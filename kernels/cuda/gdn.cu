@@ -1503,6 +1503,14 @@ void kcu_gdn_fini(kern_ctx *c)
 		cudaStreamDestroy(c->gdn_lo);
 }
 
+/* Piece p of pieces of per sub-chunks of T rows: its first row (*t0)
+ * and its rows. */
+static int piece(int p, int per, int T, int *t0)
+{
+	*t0 = p * per * C;
+	return T - *t0 < per * C ? T - *t0 : per * C;
+}
+
 /* kcu_delta_chunked's default kernels (k_intra_rt<128>, k_hstate_rt<128,
  * 256>, k_out4) in pieces of `per` sub-chunks (MOOR_GDN_PIPE), on two
  * streams forked from q's and joined back to it, ordered by events:
@@ -1544,11 +1552,10 @@ static int delta_pieces(kern_queue *q, float *o, float *S, const float *qq,
 	KCU(cx, cudaStreamWaitEvent(lq.s, fork, 0));
 	KCU(cx, cudaStreamWaitEvent(hq.s, fork, 0));
 	for (int p = 0; p < np; p++) {
-		const int c0 = p * per, t0 = c0 * C;
-		const int tp = T - t0 < per * C ? T - t0 : per * C;
+		int t0, tp = piece(p, per, T, &t0);
 		kcu_go(&lq, k_intra_rt<128>, dim3((tp + C - 1) / C, Hv),
 		       INTRA_THREADS, intra_rt_smem(dk, dv),
-		       ws + (size_t)c0 * Hv * uf, qq + (size_t)t0 * ldqk,
+		       ws + (size_t)(t0 / C) * Hv * uf, qq + (size_t)t0 * ldqk,
 		       k + (size_t)t0 * ldqk, ldqk, v + (size_t)t0 * ldv, ldv,
 		       g + (size_t)t0 * Hv, beta + (size_t)t0 * Hv, tp, Hk, Hv,
 		       dk, dv);
@@ -1556,22 +1563,20 @@ static int delta_pieces(kern_queue *q, float *o, float *S, const float *qq,
 		KCU(cx, cudaEventRecord(evi[p], lq.s));
 	}
 	for (int p = 0; p < np; p++) {
-		const int c0 = p * per, t0 = c0 * C;
-		const int tp = T - t0 < per * C ? T - t0 : per * C;
+		int t0, tp = piece(p, per, T, &t0);
 		KCU(cx, cudaStreamWaitEvent(hq.s, evi[p], 0));
 		kcu_go(&hq, k_hstate_rt<128, 256>, dim3(Hv, dv / RT_SW), 256,
-		       hstate_rt_smem(dk), S, ws + (size_t)c0 * Hv * uf, tp,
+		       hstate_rt_smem(dk), S, ws + (size_t)(t0 / C) * Hv * uf, tp,
 		       Hv, dv);
 		KCU_LAUNCHED(cx);
 		KCU(cx, cudaEventRecord(evh[p], hq.s));
 	}
 	for (int p = 0; p < np; p++) {
-		const int c0 = p * per, t0 = c0 * C;
-		const int tp = T - t0 < per * C ? T - t0 : per * C;
+		int t0, tp = piece(p, per, T, &t0);
 		KCU(cx, cudaStreamWaitEvent(lq.s, evh[p], 0));
 		kcu_go(&lq, k_out4, dim3((tp + C - 1) / C, Hv, dv / 64), 256,
 		       out4_smem(dk), o + (size_t)t0 * Hv * dv,
-		       (const float *)ws + (size_t)c0 * Hv * uf, tp, Hv, dk,
+		       (const float *)ws + (size_t)(t0 / C) * Hv * uf, tp, Hv, dk,
 		       dv, act);
 		KCU_LAUNCHED(cx);
 	}
