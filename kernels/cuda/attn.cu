@@ -759,7 +759,7 @@ __global__ void __launch_bounds__(COMB_THREADS)
 __global__ void __launch_bounds__(COMB_THREADS, 1)
     k_combine(float *out, const float *part, int nsplit, int r0,
 	      const int64_t *dpos, int64_t padd, int Hq, int D, int act,
-		  int mt)
+	      int mt)
 {
 	kcu_pdl_enter();
 	__shared__ float red[32];
@@ -882,10 +882,6 @@ static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
 	/* the grid: this call's keys, or the graph's max_len */
 	int64_t keys = q->capturing ? q->max_len : pos0 + T;
 	int64_t ns64 = splits_of(keys);
-	/* the tensor-core kernel's splits of several tiles past 32k keys
-	 * (MOOR_DEC_MT=0: one tile each, as the other kernels; read each
-	 * call, as MOOR_DEC_COMB) */
-	int mt = 0;
 	if ((size_t)KCU_SPLIT_BATCH * Hq * ns64 * (D + 2) * sizeof(float) >
 	    c->att_part_bytes) {
 		moor_err("attention: %lld keys, %d heads of %d need the split "
@@ -932,7 +928,9 @@ static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
 	/* the tensor-core split kernel: q rows 16-byte aligned too */
 	int mma =
 	    b16 && ldq % 4 == 0 && ((uintptr_t)qv & 15) == 0 && dec_mma_on();
-	mt = mma ? dec_mt() : 0;
+	/* its splits of several tiles past 32k keys (MOOR_DEC_MT=0: one tile
+	 * each, as the other kernels' splits) */
+	const int mt = mma ? dec_mt() : 0;
 	if (mt > 0 && ns > mt)
 		ns = mt;
 	static int dm_set;
