@@ -465,7 +465,7 @@ static void case_gdn_rt_wide(void)
 	/* r = 0: MOOR_GDN_RT=0 (kept); 1: the defaults; 2: MOOR_HSTATE_NT=128;
 	 * 3, 4, 5: MOOR_GDN_PIPE=4, 3, 1 (pieces of 4, 3 and 1 sub-chunks:
 	 * 4, 6 and 16 of the 1,024-token calls, 2 of the 72-token call at 1) */
-	static const char *pipe[] = {NULL, NULL, NULL, "4", "3", "1"};
+	static const char *pieces[] = {NULL, NULL, NULL, "4", "3", "1"};
 	for (int rep = 0; rep < 2; rep++)
 		for (int r = 0; r < 6; r++) {
 			setenv("MOOR_GDN_RT", r ? "1" : "0", 1);
@@ -473,8 +473,8 @@ static void case_gdn_rt_wide(void)
 				setenv("MOOR_HSTATE_NT", "128", 1);
 			else
 				unsetenv("MOOR_HSTATE_NT");
-			if (pipe[r])
-				setenv("MOOR_GDN_PIPE", pipe[r], 1);
+			if (pieces[r])
+				setenv("MOOR_GDN_PIPE", pieces[r], 1);
 			else
 				unsetenv("MOOR_GDN_PIPE");
 			float *dS = up(&gpu, S0, ns * 4), *dO = zz(&gpu, nv * 4);
@@ -500,7 +500,7 @@ static void case_gdn_rt_wide(void)
 				       r == 1	? "the default"
 				       : r == 2 ? "MOOR_HSTATE_NT=128"
 						: "MOOR_GDN_PIPE=",
-				       pipe[r] ? pipe[r] : "");
+				       pieces[r] ? pieces[r] : "");
 			}
 			gpu.o->free(gpu.c, dS);
 			gpu.o->free(gpu.c, dO);
