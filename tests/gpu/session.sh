@@ -23,6 +23,11 @@
 #   gpuab     bench_gpu at 8k and 32k: the defaults, then once with each
 #             VAR=VALUE of GPU_AB (space-separated)
 #   gpulong   bench_gpu at 8k, 32k, 64k and 128k (the issue's table)
+#   pipe      MOOR_GDN_PIPE (the delta rule in pieces on two streams):
+#             test_kern_backends (its case_gdn_rt_wide compares the
+#             pieces by memcmp), bench_kern's delta row with pieces of 8,
+#             4 and 2 sub-chunks, then bench_gpu at 32k and 128k with
+#             pieces of 16, 8 and 4 against none
 #   golden27  tests/golden/run_golden27.sh (transformers at 27B width)
 #   load      bench_load: an 8-layer checkpoint of the 27B's width from /dev/shm
 #   ttft      bench_ttft on CUDA with dummy 27B weights at 32k and 128k
@@ -158,6 +163,12 @@ for p in "$@"; do
 			for e in \${GPU_AB:-}; do gpu27 \$e \$e; done" ;;
 	gpulong)
 		phase gpulong 580 "$(declare -f gpu27); B=$B; BENCH_LENS=8192,32768,65536,131072 gpu27 long" ;;
+	pipe)
+		phase pipe ${PIPE_LIMIT:-300} "$B/tests/kern/test_kern_backends | grep -E 'delta|FAIL|differ'; \
+			for e in MOOR_GDN_PIPE=0 MOOR_GDN_PIPE=8 MOOR_GDN_PIPE=4 MOOR_GDN_PIPE=2; do echo \"--- \$e\"; \
+			env \$e $B/tests/bench/bench_kern --only delta | grep delta_chunked; done; \
+			$(declare -f gpu27); B=$B; for e in MOOR_GDN_PIPE=0 MOOR_GDN_PIPE=16 MOOR_GDN_PIPE=8 MOOR_GDN_PIPE=4; do \
+			BENCH_LENS=32768,131072 gpu27 \$e \$e | grep -E '^---|^ +[0-9]+ [|]'; done" ;;
 	golden27)
 		phase golden27 580 "tests/golden/run_golden27.sh $B /dev/shm/moor-golden27" ;;
 	load)
