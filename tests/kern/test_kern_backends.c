@@ -672,7 +672,8 @@ static void split_run(float *out, const float *dq, const void *dK,
 /* From a few splits to rows of 300k keys, bf16 (k_split_mma) and fp32
  * (k_split), K and V filled on the device:
  * - k_combine against k_combine_ref (MOOR_DEC_COMB=0), the same
- *   arithmetic with its loads in flight: bit for bit, past the splits
+ *   arithmetic with its loads in flight: bit for bit, at the default
+ *   partition and at one tile a split, where a row has more splits than
  *   either keeps weights of at once (1,024 and 4,096);
  * - k_split_mma's splits of several tiles past 32k keys against one tile
  *   a split (MOOR_DEC_MT=0): bit for bit where a split has one tile,
@@ -685,14 +686,15 @@ static void case_split_long(void)
 		int T;
 		int64_t pos0;
 		int Hq, Hkv, D, kvdt;
+		int graph; /* and from a graph for 131,072 keys */
 	} cs[] = {
-	    {1, 3000, 24, 4, 256, KERN_BF16},	/* 47 splits */
-	    {5, 700, 24, 4, 256, KERN_BF16},	/* rows of a split launch */
-	    {1, 32767, 24, 4, 256, KERN_BF16},	/* 512 splits of a tile */
-	    {3, 32767, 24, 4, 256, KERN_BF16},	/* rows of 1 and 2 tiles */
-	    {1, 70000, 24, 4, 256, KERN_BF16},	/* 1,094 tiles: ref chunks */
-	    {1, 300000, 24, 4, 256, KERN_BF16}, /* 4,688 tiles, 10 a split */
-	    {2, 5000, 4, 2, 32, KERN_F32},	/* k_split's partials */
+	    {1, 3000, 24, 4, 256, KERN_BF16, 0},   /* 47 splits */
+	    {5, 700, 24, 4, 256, KERN_BF16, 0},	   /* rows of a split launch */
+	    {1, 32767, 24, 4, 256, KERN_BF16, 0},  /* 512 splits of a tile */
+	    {3, 32767, 24, 4, 256, KERN_BF16, 0},  /* rows of 1 and 2 tiles */
+	    {1, 70000, 24, 4, 256, KERN_BF16, 1},  /* 1,094 tiles: ref chunks */
+	    {1, 300000, 24, 4, 256, KERN_BF16, 0}, /* 4,688 tiles, 10 a split */
+	    {2, 5000, 4, 2, 32, KERN_F32, 0},	   /* k_split's partials */
 	};
 	kern_limits lim = {
 	    .window = 300001 + 64, .q_heads = 24, .head_dim = 256};
@@ -715,6 +717,7 @@ static void case_split_long(void)
 		float *dq = up(&gpu, qv, nq * 4);
 		float *a = malloc(nq * 4), *b = malloc(nq * 4),
 		      *c = malloc(nq * 4), *r = malloc(nq * 4);
+		const int one_tile = L <= 32768 || kvdt != KERN_BF16;
 		split_run(a, dq, dK, dV, kvdt, T, pos0, Hq, Hkv, D, NULL, "");
 		split_run(b, dq, dK, dV, kvdt, T, pos0, Hq, Hkv, D,
 			  "MOOR_DEC_COMB", "0");
@@ -725,6 +728,16 @@ static void case_split_long(void)
 			 (long long)pos0, D, kt_dtname(kvdt));
 		ASSERT(!memcmp(a, b, nq * 4),
 		       "%s: k_combine differs from k_combine_ref", nm);
+		/* the two combines at one tile a split too: up to 4,688
+		 * splits a row */
+		setenv("MOOR_DEC_MT", "0", 1);
+		split_run(b, dq, dK, dV, kvdt, T, pos0, Hq, Hkv, D,
+			  "MOOR_DEC_COMB", "0");
+		unsetenv("MOOR_DEC_MT");
+		ASSERT(!memcmp(c, b, nq * 4),
+		       "%s: at one tile a split k_combine differs from "
+		       "k_combine_ref",
+		       nm);
 		/* the CPU's reference from the same bytes */
 		void *hK = malloc(kvb), *hV = malloc(kvb);
 		down(&gpu, hK, dK, kvb);
@@ -741,17 +754,16 @@ static void case_split_long(void)
 		double at = kvdt == KERN_BF16 ? 4e-2 * rms : 1e-5,
 		       rt = kvdt == KERN_BF16 ? 3e-2 : 1e-4;
 		close_all(nm, a, r, nq, at, rt);
-		if (L <= 32768 || kvdt != KERN_BF16)
+		if (one_tile)
 			ASSERT(!memcmp(a, c, nq * 4),
 			       "%s: MOOR_DEC_MT=0 differs at one tile a split",
 			       nm);
 		else
 			close_all("  ... one tile a split", c, r, nq, at, rt);
 		printf("  %-32s rms %.3g; k_combine bit-exact, %s\n", nm, rms,
-		       L <= 32768 || kvdt != KERN_BF16
-			   ? "one tile a split bit-exact"
-			   : "both partitions near the CPU");
-		if (ci == 4 && gpu.o->graph_begin) {
+		       one_tile ? "one tile a split bit-exact"
+				: "both partitions near the CPU");
+		if (cs[ci].graph && gpu.o->graph_begin) {
 			kern_graph *gr = NULL;
 			float *dO = zz(&gpu, nq * 4);
 			rc = gpu.o->graph_begin(gpu.q, 100, 131072);
