@@ -1529,18 +1529,17 @@ static int delta_pieces(kern_queue *q, float *o, float *S, const float *qq,
 	if ((nch + per - 1) / per > KCU_GDN_PIECES)
 		per = (nch + KCU_GDN_PIECES - 1) / KCU_GDN_PIECES;
 	const int np = (nch + per - 1) / per;
-	if (!cx->gdn_hi) {
+	if (!cx->gdn_hi) { /* made last: its being there says all are */
 		int lo = 0, hi = 0;
 		KCU(cx, cudaDeviceGetStreamPriorityRange(&lo, &hi));
 		KCU(cx, cudaStreamCreateWithPriority(
 			    &cx->gdn_lo, cudaStreamNonBlocking, lo));
+		for (int i = 0; i < KCU_GDN_EVENTS; i++)
+			KCU(cx, cudaEventCreateWithFlags(
+				    &cx->gdn_ev[i], cudaEventDisableTiming));
 		KCU(cx, cudaStreamCreateWithPriority(
 			    &cx->gdn_hi, cudaStreamNonBlocking, hi));
 	}
-	for (int i = 0; i < KCU_GDN_EVENTS; i++)
-		if (!cx->gdn_ev[i])
-			KCU(cx, cudaEventCreateWithFlags(
-				    &cx->gdn_ev[i], cudaEventDisableTiming));
 	cudaEvent_t fork = cx->gdn_ev[0], join = cx->gdn_ev[1],
 		    *evi = cx->gdn_ev + 2, *evh = evi + KCU_GDN_PIECES;
 	kern_queue hq = *q, lq = *q;
