@@ -864,11 +864,8 @@ static int dec_mma_on(void)
  * splits, else KCU_SPLIT_MAX. */
 static int dec_mt(void)
 {
-	const char *e = getenv("MOOR_DEC_MT");
-	if (!e)
-		return KCU_SPLIT_MAX;
-	int v = atoi(e);
-	return !strcmp(e, "0") ? 0 : v >= 64 ? v : KCU_SPLIT_MAX;
+	long v = kcu_env_int("MOOR_DEC_MT", KCU_SPLIT_MAX);
+	return v == 0 ? 0 : v >= 64 && v <= INT_MAX ? (int)v : KCU_SPLIT_MAX;
 }
 
 static int run_split(kern_queue *q, float *out, const float *qv, int ldq,

@@ -426,8 +426,7 @@ static long cuprof_launch(void)
 {
 	static long n = -1;
 	if (n < 0) {
-		const char *e = getenv("MOOR_CUPROF_LAUNCH");
-		n = e ? strtol(e, NULL, 10) : 0;
+		n = kcu_env_int("MOOR_CUPROF_LAUNCH", 0);
 		n = n > 0 ? n : 0;
 	}
 	return n;

@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,6 +259,17 @@ static inline int kcu_env_flag(const char *name, int dflt)
 {
 	const char *e = getenv(name);
 	return e && !strcmp(e, "1") ? 1 : e && !strcmp(e, "0") ? 0 : dflt;
+}
+/* The kernels' numeric knobs: the decimal integer NAME holds, else dflt
+ * (unset, empty, or not wholly a number). Each caller clamps its own. */
+static inline long kcu_env_int(const char *name, long dflt)
+{
+	const char *e = getenv(name);
+	char *end;
+	if (!e || !*e)
+		return dflt;
+	long v = strtol(e, &end, 10);
+	return *end ? dflt : v;
 }
 static inline int kcu_env_once(int *cache, const char *name, int dflt)
 {

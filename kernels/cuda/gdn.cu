@@ -1469,8 +1469,7 @@ static int gdn_rt_on(int dk, int dv)
  * 204 us against 238. */
 static int hstate_nt(void)
 {
-	const char *e = getenv("MOOR_HSTATE_NT");
-	return e && atoi(e) == 128 ? 128 : 256;
+	return kcu_env_int("MOOR_HSTATE_NT", 256) == 128 ? 128 : 256;
 }
 
 /* MOOR_GDN_PIPE=N (opt-in; read each call, so that one process can
@@ -1487,9 +1486,8 @@ static int hstate_nt(void)
  * each. Not yet measured. */
 static int gdn_pipe(void)
 {
-	const char *e = getenv("MOOR_GDN_PIPE");
-	int v = e ? atoi(e) : 0;
-	return v > 0 ? v : 0;
+	long v = kcu_env_int("MOOR_GDN_PIPE", 0);
+	return v > 0 && v <= INT_MAX ? (int)v : 0;
 }
 
 void kcu_gdn_fini(kern_ctx *c)

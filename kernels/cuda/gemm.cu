@@ -131,10 +131,9 @@ out:
  * whether the rows keep their bits and what the longer product gains. */
 static int bucket_cap(const kern_ctx *c)
 {
-	const char *e = getenv("MOOR_GEMM_BUCKET_MAX");
-	int v = e ? atoi(e) : 0;
-	if (v > 0 && (v & (v - 1)) == 0)
-		return v;
+	long v = kcu_env_int("MOOR_GEMM_BUCKET_MAX", 0);
+	if (v > 0 && v <= (1L << 30) && (v & (v - 1)) == 0)
+		return (int)v;
 	return c->lim.chunk > 0 ? bucket_of(c->lim.chunk) : 0;
 }
 
@@ -391,9 +390,8 @@ static int gemv_pf(void)
 {
 	static int pf = -1;
 	if (pf < 0) {
-		const char *e = getenv("MOOR_GEMV_PF");
-		pf = e ? atoi(e) : GEMV_PREFETCH;
-		pf = pf < 0 ? 0 : pf > 16 ? 16 : pf;
+		long v = kcu_env_int("MOOR_GEMV_PF", GEMV_PREFETCH);
+		pf = v < 0 ? 0 : v > 16 ? 16 : (int)v;
 	}
 	return pf;
 }
@@ -584,9 +582,8 @@ static void gemv_shape(int N, int *rpw, int *ks)
 	 * every N, for a benchmark's sweep (the bits do not depend on it) */
 	static int force = -1;
 	if (force < 0) {
-		const char *e = getenv("MOOR_GEMV_RPW");
-		int v = e ? atoi(e) : 0;
-		force = v == 1 || v == 2 || v == 4 ? v : 0;
+		long v = kcu_env_int("MOOR_GEMV_RPW", 0);
+		force = v == 1 || v == 2 || v == 4 ? (int)v : 0;
 	}
 	*ks = 2;
 	*rpw = force ? force : N >= 8192 ? 4 : N >= 4096 ? 2 : 1;
