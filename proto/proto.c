@@ -38,7 +38,7 @@ _Static_assert(PROTO_TYPE_MAX <= UINT16_MAX, "types are u16");
 #define SECTION_WIRE (2 + 4 + 4 + 4 + 4 * 8 + 8)
 #define VIEW_WIRE (2 + 4 + 4 + 4 + 4 * 8 + 4 + 8)
 #define SLOT_WIRE (8 + 8)
-#define STEP_WIRE (8 + 4 + 4)
+#define STEP_WIRE (8 + 4 + 4 + 4 + 4) /* without the top list */
 #define MAX_NDIM 4 /* dims[4] of sections and views */
 
 /* ---- writer ---- */
@@ -659,7 +659,8 @@ static void enc_generate(moor_buf *b, const proto_msg *m)
 	put_i32s(b, g->n_close, PROTO_MAX_IDS, g->close_ids);
 	put_u64(b, g->salt);
 	put_u64(b, g->user_at);
-	if (g->n_hidden > g->n_close)
+	put_u32(b, g->top_logprobs);
+	if (g->n_hidden > g->n_close || g->top_logprobs > PROTO_MAX_TOP)
 		wr_fail(b, MOOR_ERANGE);
 }
 
@@ -682,7 +683,9 @@ static void dec_generate(rd *r, proto_msg *m)
 	g->close_ids = get_i32s(r, &g->n_close, PROTO_MAX_IDS);
 	g->salt = get_u64(r);
 	g->user_at = get_u64(r);
-	if (!r->err && g->n_hidden > g->n_close)
+	g->top_logprobs = get_u32(r);
+	if (!r->err &&
+	    (g->n_hidden > g->n_close || g->top_logprobs > PROTO_MAX_TOP))
 		rd_fail(r, MOOR_EFORMAT);
 }
 
@@ -703,6 +706,17 @@ static void enc_step(moor_buf *b, const proto_msg *m)
 			put_u64(b, s->e[i].req);
 			put_i32(b, s->e[i].token);
 			put_u32(b, s->e[i].finish);
+			put_f32(b, s->e[i].logprob);
+			uint32_t k = s->e[i].n_top;
+			if (k > PROTO_MAX_TOP) {
+				wr_fail(b, MOOR_ERANGE);
+				break;
+			}
+			put_u32(b, k);
+			for (uint32_t t = 0; t < k; t++) {
+				put_i32(b, s->e[i].top_id[t]);
+				put_f32(b, s->e[i].top_lp[t]);
+			}
 		}
 }
 
@@ -714,6 +728,17 @@ static void dec_step(rd *r, proto_msg *m)
 		s->e[i].req = get_u64(r);
 		s->e[i].token = get_i32(r);
 		s->e[i].finish = get_u32(r);
+		s->e[i].logprob = get_f32(r);
+		uint32_t k = get_u32(r);
+		if (k > PROTO_MAX_TOP) {
+			rd_fail(r, MOOR_EFORMAT);
+			break;
+		}
+		s->e[i].n_top = k;
+		for (uint32_t t = 0; t < k && !r->err; t++) {
+			s->e[i].top_id[t] = get_i32(r);
+			s->e[i].top_lp[t] = get_f32(r);
+		}
 	}
 }
 

@@ -33,8 +33,10 @@
  * 3: the tenant's cache salt in GENERATE, PLAN, PEEK and END_GET; PROGRESS,
  * PLAN's SCRATCH flag, the memory level in PLAN_OK and DONE.
  * 4: user_at (where the last user message starts) in GENERATE and PLAN.
- * 5: PEEK_OK's read_us (the NVMe tiers' read time). */
-#define PROTO_VERSION 5
+ * 5: PEEK_OK's read_us (the NVMe tiers' read time).
+ * 6: logprobs: GENERATE's PROTO_GEN_LOGPROBS and top_logprobs, STEP's
+ * logprob and top list. */
+#define PROTO_VERSION 6
 #define PROTO_HDR_SIZE 24
 /* Largest payload accepted: a 256k-token prompt of ids plus slack. */
 #define PROTO_MAX_PAYLOAD (4u << 20)
@@ -265,6 +267,10 @@ typedef struct proto_generate {
 	int32_t *close_ids;
 	uint64_t salt; /* passed to the plan (PROTO_SALT_NONE: none) */
 	uint64_t user_at; /* passed to the plan (proto_plan's); 0: unknown */
+	/* With PROTO_GEN_LOGPROBS: each STEP entry carries its token's
+	 * logprob and the top_logprobs (<= PROTO_MAX_TOP) likeliest tokens;
+	 * without it, 0. */
+	uint32_t top_logprobs;
 } proto_generate;
 
 /* GENERATE flags of engined's own, in the high half (the low half is
@@ -272,13 +278,28 @@ typedef struct proto_generate {
 enum {
 	PROTO_GEN_IGNORE_EOS = 1u << 16, /* do not stop at the model's eos */
 	PROTO_GEN_THINKING = 1u << 17,   /* the prompt ends inside <think> */
+	PROTO_GEN_LOGPROBS = 1u << 18,   /* STEP carries logprobs */
 };
 
-/* One decode step, every sequence it advanced. */
+/* The most alternatives a STEP entry carries (OpenAI's top_logprobs). */
+#define PROTO_MAX_TOP 20
+
+/* One decode step, every sequence it advanced. With PROTO_GEN_LOGPROBS the
+ * logprobs are the log-softmax of the model's raw logits at the token's
+ * position (before temperature, top-k, top-p and min-p: vLLM's default,
+ * "raw_logprobs"), as kern_ops.logprobs computes them: logprob the token's,
+ * then the n_top likeliest tokens by (logprob desc, id asc). A token the
+ * engine forwarded rather than sampled (the reasoning budget's close) has
+ * the logprob the model gave it. -inf is a possible value. Without the
+ * flag: logprob 0, n_top 0. */
 typedef struct proto_step_entry {
 	uint64_t req;
 	int32_t token;
 	uint32_t finish; /* proto_finish; NONE while running */
+	float logprob;
+	uint32_t n_top; /* <= PROTO_MAX_TOP */
+	int32_t top_id[PROTO_MAX_TOP];
+	float top_lp[PROTO_MAX_TOP];
 } proto_step_entry;
 
 typedef struct proto_step {

@@ -225,6 +225,7 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 		g->stop_ids = sample_i32s(g->n_stop);
 		g->salt = size == S_EMPTY ? 0 : rnd();
 		g->user_at = size == S_EMPTY ? 0 : rnd();
+		g->top_logprobs = size == S_MAX ? PROTO_MAX_TOP : 0;
 		break;
 	}
 	case PROTO_STEP: {
@@ -235,6 +236,15 @@ static inline void sample_make(proto_msg *m, uint16_t type, int size)
 			s->e[i].req = rnd();
 			s->e[i].token = (int32_t)rnd();
 			s->e[i].finish = (uint32_t)(rnd() % 5);
+			/* a top list on every 64th (a full one at S_MAX's
+			 * 65,536 entries would pass the payload limit) */
+			uint32_t k = i % 64 ? 0 : (uint32_t)(rnd() % 21);
+			s->e[i].n_top = k;
+			s->e[i].logprob = i % 64 ? 0.0f : -(float)(rnd() % 1000) / 7;
+			for (uint32_t t = 0; t < k; t++) {
+				s->e[i].top_id[t] = (int32_t)rnd();
+				s->e[i].top_lp[t] = -(float)t / 3;
+			}
 		}
 		break;
 	}
@@ -433,6 +443,7 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 		DIFF(ARR_EQ(x->n_stop, x->stop_ids, y->stop_ids), "stop_ids");
 		DIFF(x->salt == y->salt, "gen.salt");
 		DIFF(x->user_at == y->user_at, "gen.user_at");
+		DIFF(x->top_logprobs == y->top_logprobs, "gen.top_logprobs");
 		break;
 	}
 	case PROTO_STEP:
@@ -443,6 +454,11 @@ static inline const char *msg_diff(const proto_msg *a, const proto_msg *b)
 			DIFF(x->req == y->req, "step.req");
 			DIFF(x->token == y->token, "step.token");
 			DIFF(x->finish == y->finish, "step.finish");
+			DIFF(!memcmp(&x->logprob, &y->logprob, 4), "step.logprob");
+			DIFF(x->n_top == y->n_top, "step.n_top");
+			DIFF(!memcmp(x->top_id, y->top_id, x->n_top * 4) &&
+				 !memcmp(x->top_lp, y->top_lp, x->n_top * 4),
+			     "step.top");
 		}
 		break;
 	case PROTO_DONE: {

@@ -400,7 +400,8 @@ static void test_counts_at_encode(void)
 	/* STEP has no count limit but the payload's */
 	memset(&m, 0, sizeof m);
 	m.h.type = PROTO_STEP;
-	m.u.step.n = PROTO_MAX_PAYLOAD / 16;
+	/* 24 bytes an entry without a top list, after the u32 count */
+	m.u.step.n = PROTO_MAX_PAYLOAD / 24 + 1;
 	m.u.step.e = xmalloc(m.u.step.n * sizeof(proto_step_entry));
 	CHECK(proto_encode(&b, &m) == MOOR_ERANGE, "STEP over 4 MiB");
 	m.u.step.n--;
@@ -644,6 +645,27 @@ static void test_headers(void)
 	moor_buf cb = {0};
 	EXPECT(proto_encode(&cb, &c0), MOOR_ERANGE, "encode a CREDIT of 0");
 	moor_buf_fini(&cb);
+
+	/* a STEP entry's top list: at most PROTO_MAX_TOP, and all there */
+	for (uint32_t k = PROTO_MAX_TOP; k <= PROTO_MAX_TOP + 1; k++)
+		for (int cut = 0; cut <= 1; cut++) {
+			raw_hdr(&r, PROTO_STEP, 3);
+			raw_le(&r, 1, 4);
+			raw_le(&r, 7, 8);
+			raw_le(&r, 1, 4);
+			raw_le(&r, 0, 4);
+			raw_le(&r, 0, 4);
+			raw_le(&r, k, 4);
+			for (uint32_t t = 0; t < k - (uint32_t)cut; t++) {
+				raw_le(&r, t, 4);
+				raw_le(&r, 0, 4);
+			}
+			raw_end(&r);
+			EXPECT(decode_rv(r.p, r.n),
+			       k <= PROTO_MAX_TOP && !cut ? 0 : MOOR_EFORMAT,
+			       "STEP top list of %u%s", k,
+			       cut ? ", one pair short" : "");
+		}
 
 	raw_hdr(&r, PROTO_CANCEL, 42);
 	raw_le(&r, 7, 8);

@@ -83,7 +83,7 @@ static void test_wire_layout(void)
 	REQUIRE(proto_encode(&b, &m) == 0, "encode plan");
 	static const uint8_t want[] = {
 	    0x4d, 0x4f, 0x4f, 0x52, /* "MOOR" */
-	    5,	  0,	12,   0,    /* version 5, PLAN */
+	    6,	  0,	12,   0,    /* version 6, PLAN */
 	    44,	  0,	0,    0,    /* length */
 	    0,	  0,	0,    0,    /* flags */
 	    0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, /* req */
@@ -109,8 +109,33 @@ static void test_wire_layout(void)
 	raw_le(&r, 7, 8);
 	raw_le(&r, 0xffffffffu, 4);
 	raw_le(&r, 2, 4);
+	raw_le(&r, 0, 4); /* logprob */
+	raw_le(&r, 0, 4); /* n_top */
 	raw_end(&r);
 	CHECK(b.len == r.n && !memcmp(b.p, r.p, r.n), "STEP bytes");
+
+	/* with logprobs: logprob, n_top, then (id, logprob) pairs */
+	e = (proto_step_entry){.req = 7, .token = 5, .logprob = -0.5f,
+			       .n_top = 2, .top_id = {5, 9},
+			       .top_lp = {-0.5f, -2.0f}};
+	REQUIRE(proto_encode(&b, &m) == 0, "encode step with logprobs");
+	raw_hdr(&r, PROTO_STEP, 0);
+	raw_le(&r, 1, 4);
+	raw_le(&r, 7, 8);
+	raw_le(&r, 5, 4);
+	raw_le(&r, 0, 4);
+	raw_le(&r, 0xbf000000u, 4); /* -0.5f */
+	raw_le(&r, 2, 4);
+	raw_le(&r, 5, 4);
+	raw_le(&r, 0xbf000000u, 4);
+	raw_le(&r, 9, 4);
+	raw_le(&r, 0xc0000000u, 4); /* -2.0f */
+	raw_end(&r);
+	CHECK(b.len == r.n && !memcmp(b.p, r.p, r.n),
+	      "STEP bytes with logprobs");
+	e.n_top = PROTO_MAX_TOP + 1;
+	CHECK(proto_encode(&b, &m) == MOOR_ERANGE,
+	      "STEP with more than PROTO_MAX_TOP alternatives");
 
 	memset(&m, 0, sizeof m);
 	m.h.type = PROTO_GENERATE;
@@ -135,6 +160,7 @@ static void test_wire_layout(void)
 	raw_le(&r, 0, 4);	    /* n_close */
 	raw_le(&r, 0, 8);	    /* salt */
 	raw_le(&r, 0x0102030405060708ull, 8); /* user_at */
+	raw_le(&r, 0, 4);		      /* top_logprobs */
 	raw_end(&r);
 	CHECK(b.len == r.n && !memcmp(b.p, r.p, r.n), "GENERATE bytes");
 
