@@ -209,5 +209,11 @@ int32_t eng_sample(eng_sampler *s, const float *logits);
  * left on the device, on the device: only the id comes back. The same seed
  * and logits give the same tokens as eng_sample. */
 int eng_model_sample(eng_model *m, eng_sampler *s, int32_t *out);
+/* The logprobs (kern_ops.logprobs: the raw logits' log-softmax) of those
+ * same logits, on the device: lp[0] token tok's, then the n_top
+ * (<= KERN_LOGPROBS_MAX) likeliest tokens in ids with their values in
+ * lp[1..]. Only 2 n_top + 1 values come back. */
+int eng_model_logprobs(eng_model *m, int32_t tok, int n_top, float *lp,
+		       int32_t *ids);
 
 #endif

@@ -221,7 +221,7 @@ int eng_serve(const eng_serve_cfg *cfg)
 	s->seq.view = calloc((size_t)y->n_views + 1, sizeof *s->seq.view);
 	s->gen = malloc((size_t)y->window * sizeof *s->gen);
 	s->slots = calloc(PROTO_MAX_SLOTS, sizeof *s->slots);
-	s->pend = calloc((size_t)y->window + 1, sizeof *s->pend);
+	s->pend = calloc(ENG_STEP_MAX, sizeof *s->pend);
 	s->queue = calloc((size_t)cfg->queue_max + 1, sizeof *s->queue);
 	if (!s->seq.sec || !s->seq.view || !s->gen || !s->slots ||
 	    !s->pend || !s->queue) {

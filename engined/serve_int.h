@@ -32,6 +32,13 @@
 #include "serve.h"
 
 /* A GENERATE waiting or running: the decoded message owns its arrays. */
+/* A STEP's most entries (turn.c's steps_flush): ENG_STEP_MAX without
+ * logprobs (24 bytes each on the wire), ENG_STEP_MAX_LP with them (up to
+ * 184): either keeps one STEP under PROTO_MAX_PAYLOAD. pend holds
+ * ENG_STEP_MAX. */
+#define ENG_STEP_MAX 65536
+#define ENG_STEP_MAX_LP 16384
+
 typedef struct job {
 	nng_pipe pipe;
 	proto_msg m; /* m.u.gen */
@@ -85,7 +92,7 @@ typedef struct srv {
 	/* worker scratch, allocated once */
 	int32_t *gen;		/* [window] tokens the state absorbed */
 	eng_slot *slots;	/* [PROTO_MAX_SLOTS] */
-	proto_step_entry *pend; /* [window + 1] steps not sent yet */
+	proto_step_entry *pend; /* [ENG_STEP_MAX] steps not sent yet */
 	uint32_t n_pend;
 	char done_msg[MOOR_ERRLEN]; /* the running request's DONE text */
 } srv;

@@ -70,15 +70,16 @@ static int plan_check(srv *s, const proto_plan_ok *p, uint64_t n, char *msg)
 /* A STEP leaves when the client's pipe can take it (outbox.h: credit
  * left, nothing waiting); until then decode steps pile up in pend and
  * leave together, entries in order, so a client that reads slowly gets
- * fewer, larger STEPs and the engine never waits for it. STEP_MAX entries
- * (16 bytes each on the wire) keep one STEP well under PROTO_MAX_PAYLOAD. */
-#define STEP_MAX 65536
-
+ * fewer, larger STEPs and the engine never waits for it. Every entry
+ * pushed is followed by a flush, which sends at the request's cap
+ * (ENG_STEP_MAX or, with logprobs, ENG_STEP_MAX_LP). */
 static void steps_flush(srv *s, const job *j, int last)
 {
 	if (s->n_pend == 0)
 		return;
-	if (!last && s->n_pend < STEP_MAX && !eng_out_ready(s->out, j->pipe))
+	uint32_t cap = j->m.u.gen.flags & PROTO_GEN_LOGPROBS ? ENG_STEP_MAX_LP
+							     : ENG_STEP_MAX;
+	if (!last && s->n_pend < cap && !eng_out_ready(s->out, j->pipe))
 		return; /* keep them for the next flush */
 	proto_msg st = {0};
 	st.h.type = PROTO_STEP;
@@ -253,6 +254,27 @@ static int turn_prefill(turn *t)
 	return rc;
 }
 
+_Static_assert(PROTO_MAX_TOP <= KERN_LOGPROBS_MAX,
+	       "a STEP's top list fits what logprobs() returns");
+
+/* e's logprobs where the request asked (PROTO_GEN_LOGPROBS): of the
+ * logits on the device, which predict e->token. */
+static int step_logprobs(turn *t, proto_step_entry *e)
+{
+	const proto_generate *g = t->g;
+	if (!(g->flags & PROTO_GEN_LOGPROBS))
+		return 0;
+	float lp[PROTO_MAX_TOP + 1];
+	int n = (int)g->top_logprobs;
+	int rc = eng_model_logprobs(t->s->model, e->token, n, lp, e->top_id);
+	if (rc)
+		return rc;
+	e->logprob = lp[0];
+	e->n_top = (uint32_t)n;
+	memcpy(e->top_lp, lp + 1, (size_t)n * sizeof *lp);
+	return 0;
+}
+
 /* One pick on the device per step, one STEP per step (batched by
  * steps_flush), until a stop token, max_tokens, the window or a cancel. */
 static int turn_decode(turn *t)
@@ -290,14 +312,19 @@ static int turn_decode(turn *t)
 			t->hid.len = g->n_hidden;
 			for (uint32_t i = 0; i < g->n_close && !rc; i++) {
 				int32_t ct = g->close_ids[i];
+				proto_step_entry e = {.req = t->req,
+						      .token = ct};
+				/* its logprobs are of the logits before it */
+				if (i >= g->n_hidden &&
+				    (rc = step_logprobs(t, &e)))
+					break;
 				rc = eng_decode(s->model, &s->seq, ct, NULL);
 				if (rc)
 					break;
 				s->gen[t->absorbed++] = ct;
 				if (i >= g->n_hidden) {
 					t->produced++;
-					s->pend[s->n_pend++] = (proto_step_entry){
-					    .req = t->req, .token = ct};
+					s->pend[s->n_pend++] = e;
 					steps_flush(s, t->j, 0);
 				}
 			}
@@ -343,8 +370,13 @@ static int turn_decode(turn *t)
 		else if (t->produced >= g->max_tokens ||
 			 s->seq.len + 1 > s->lay->window)
 			f = PROTO_FINISH_LENGTH;
-		s->pend[s->n_pend++] =
-		    (proto_step_entry){.req = t->req, .token = tok, .finish = f};
+		proto_step_entry e = {.req = t->req, .token = tok, .finish = f};
+		if ((rc = step_logprobs(t, &e))) {
+			moor_errf(t->msg, "logprobs at %lld: %s",
+				  (long long)s->seq.len, moor_strerror(rc));
+			break;
+		}
+		s->pend[s->n_pend++] = e;
 		steps_flush(s, t->j, f != 0);
 		if (f) {
 			finish = f;

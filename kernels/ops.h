@@ -71,7 +71,7 @@
 #include <stdint.h>
 
 /* Bumped on any incompatible change of struct kern_ops. */
-#define KERN_ABI_VERSION 3
+#define KERN_ABI_VERSION 4
 
 enum kern_dtype { KERN_F32 = 0, KERN_BF16 = 1, KERN_F16 = 2 };
 enum kern_act { KERN_ACT_F32 = 0, KERN_ACT_BF16 = 1 };
@@ -149,8 +149,10 @@ typedef struct kern_sampling {
 	float min_p; /* 0: off */
 } kern_sampling;
 
-/* Elements per block of the sampler's blocked sums (sample()). */
+/* Elements per block of the sampler's blocked sums (sample(), logprobs()). */
 #define KERN_SAMPLE_BLOCK 256
+/* The most alternatives logprobs() returns (OpenAI's top_logprobs). */
+#define KERN_LOGPROBS_MAX 20
 
 typedef struct kern_ops {
 	uint32_t abi; /* KERN_ABI_VERSION */
@@ -397,6 +399,24 @@ typedef struct kern_ops {
 		      const kern_sampling *p, uint64_t draw, int32_t *dev_id,
 		      int32_t *host_id);
 
+	/* The log-probabilities of logits [V] (device, fp32; the raw
+	 * logits: no temperature, no cut), for OpenAI's logprobs: lp[0] is
+	 * token tok's; ids[0..n_top) are the n_top likeliest tokens by
+	 * (logit desc, index asc), lp[1 + r] that of ids[r]. 0 <= n_top <=
+	 * KERN_LOGPROBS_MAX and n_top <= V; lp and ids are host memory, and
+	 * the call synchronises q (2 n_top + 1 values come back, never the
+	 * logits).
+	 *
+	 * The rule, the same bits on every backend: keys as sample()'s (NaN
+	 * is -inf, -0 is +0), mx the largest; S sums w_i =
+	 * kern_exp_det((double)key_i - mx) in blocks of KERN_SAMPLE_BLOCK
+	 * indices (each block in index order from +0, then the blocks' sums
+	 * in order from +0); lp_i = (float)(((double)key_i - mx) -
+	 * kern_log_det(S)). With mx not finite, lp_i is 0 where key_i = mx =
+	 * +inf and -inf elsewhere. */
+	int (*logprobs)(kern_queue *q, const float *logits, int V, int32_t tok,
+			int n_top, float *lp, int32_t *ids);
+
 	/* ---- staging memory (optional: NULL on backends whose upload
 	 * reads any host memory at full speed, or that have none) ---- */
 
@@ -482,6 +502,10 @@ extern const char *const kern_bits_env[];
  * x <= 0 (the sampler's range): below -745 it gives 0. */
 double kern_exp_det(double x);
 
+/* ln x in double from +, *, / and the bits alone (x = m 2^e, an
+ * atanh series of m), the same bits on the CPU and a GPU. x normal, > 0. */
+double kern_log_det(double x);
+
 /* fill_random()'s element i as fp32 before its conversion to the dtype:
  * lo + (hi - lo) * u, u = the top 24 bits of SplitMix64(seed + i *
  * 0x9e3779b97f4a7c15) times 2^-24, in fp32 with each operation rounded. */
@@ -492,6 +516,10 @@ float kern_fill_value(uint64_t seed, uint64_t i, float lo, float hi);
 int32_t kern_sample_host(const float *logits, int V, const kern_sampling *p,
 			 uint64_t draw, void *work);
 size_t kern_sample_work_bytes(int V);
+
+/* The host implementation of logprobs()'s rule over host logits [V]. */
+int kern_logprobs_host(const float *logits, int V, int32_t tok, int n_top,
+		       float *lp, int32_t *ids);
 
 /* The backends' vtables: for the registry and each backend's own tests
  * only (kernels/registry.c). kern_cuda_ops exists when CUDA is built. */

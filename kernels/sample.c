@@ -13,6 +13,11 @@ double kern_exp_det(double x)
 	return ksr_exp(x);
 }
 
+double kern_log_det(double x)
+{
+	return ksr_log(x);
+}
+
 float kern_fill_value(uint64_t seed, uint64_t i, float lo, float hi)
 {
 	return ksr_fill(seed, i, lo, hi);
@@ -515,4 +520,60 @@ int32_t kern_sample_host(const float *logits, int V, const kern_sampling *p,
 		t = sample_np(logits, V, n, n, p, draw, mx, &s);
 	}
 	return t;
+}
+
+/* ---- logprobs() ----
+ *
+ * One pass finds mx and the n_top first candidates in the rule's order
+ * (kdesc << 32 | index ascending, kept sorted by insertion: past the first
+ * few hundred logits a candidate rarely beats the last kept); a second
+ * sums the weights a block at a time, the block's keys through weights()
+ * at temperature 1 (x / 1 is x: the rule's x), the block's sum in order. */
+int kern_logprobs_host(const float *logits, int V, int32_t tok, int n_top,
+		       float *lp, int32_t *ids)
+{
+	if (!logits || V <= 0 || tok < 0 || tok >= V || n_top < 0 ||
+	    n_top > KERN_LOGPROBS_MAX || n_top > V || !lp || (n_top && !ids))
+		return MOOR_ERANGE;
+	uint64_t top[KERN_LOGPROBS_MAX + 1];
+	int kept = 0;
+	uint32_t dmx = UINT32_MAX;
+	for (int i = 0; i < V; i++) {
+		uint32_t d = kdesc(ksr_key(logits[i]));
+		dmx = d < dmx ? d : dmx;
+		if (!n_top)
+			continue;
+		uint64_t v = (uint64_t)d << 32 | (uint32_t)i;
+		if (kept == n_top && v >= top[kept - 1])
+			continue;
+		int j = kept < n_top ? kept++ : n_top - 1;
+		for (; j > 0 && top[j - 1] > v; j--)
+			top[j] = top[j - 1];
+		top[j] = v;
+	}
+	float mx = key_of(dmx);
+	double lnS = 0.0;
+	if (mx > -INFINITY && mx < INFINITY) {
+		uint32_t c[KERN_SAMPLE_BLOCK];
+		double w[KERN_SAMPLE_BLOCK];
+		double S = 0.0;
+		for (int b0 = 0; b0 < V; b0 += KERN_SAMPLE_BLOCK) {
+			int m = V - b0 < KERN_SAMPLE_BLOCK ? V - b0
+							   : KERN_SAMPLE_BLOCK;
+			for (int i = 0; i < m; i++)
+				c[i] = kdesc(ksr_key(logits[b0 + i]));
+			weights(w, c, m, mx, 1.0);
+			double r = 0.0;
+			for (int i = 0; i < m; i++)
+				r += w[i];
+			S += r;
+		}
+		lnS = ksr_log(S); /* S >= 1: mx's own weight is 1 */
+	}
+	lp[0] = ksr_lp(ksr_key(logits[tok]), mx, lnS);
+	for (int r = 0; r < n_top; r++) {
+		ids[r] = (int32_t)(uint32_t)top[r];
+		lp[1 + r] = ksr_lp(key_of((uint32_t)(top[r] >> 32)), mx, lnS);
+	}
+	return 0;
 }

@@ -79,6 +79,67 @@ KSR_FN double ksr_exp(double x)
 	return KSR_MUL(KSR_MUL(p, ksr_pow2(n1)), ksr_pow2(n2));
 }
 
+/* kern_log_det (ops.h): ln x for a normal x > 0. x = m 2^e with m in
+ * [sqrt(2)/2, sqrt(2)] from the bits (exact); s = (m - 1) / (m + 1),
+ * |s| <= 0.1716; ln m = 2 s (1 + s^2/3 + ... + s^24/25) in Horner form
+ * (the first term left out is under 1e-19 of the sum); ln x = e ln2_hi +
+ * (e ln2_lo + ln m), where e ln2_hi is exact (ln2_hi's low bits are 0). Every
+ * operation is IEEE double (a division included), so both compilers give
+ * the same bits. */
+KSR_FN double ksr_log(double x)
+{
+	uint64_t u;
+#ifdef __CUDACC__
+	u = (uint64_t)__double_as_longlong(x);
+#else
+	memcpy(&u, &x, sizeof u);
+#endif
+	int e = (int)((u >> 52) & 0x7ff) - 1023;
+	double m =
+	    KSR_FROM_BITS((u & 0x000fffffffffffffull) | 0x3ff0000000000000ull);
+	if (m > 1.4142135623730951) {
+		m = KSR_MUL(m, 0.5);
+		e++;
+	}
+#ifdef __CUDACC__
+	double s = __ddiv_rn(KSR_SUB(m, 1.0), KSR_ADD(m, 1.0));
+#else
+	double s = (m - 1.0) / (m + 1.0);
+#endif
+	double z = KSR_MUL(s, s);
+	/* 1/(2k+1) for k = 12 down to 0 */
+	const double c[13] = {0.04,
+			      0.043478260869565216,
+			      0.047619047619047616,
+			      0.05263157894736842,
+			      0.058823529411764705,
+			      0.06666666666666667,
+			      0.07692307692307693,
+			      0.09090909090909091,
+			      0.1111111111111111,
+			      0.14285714285714285,
+			      0.2,
+			      0.3333333333333333,
+			      1.0};
+	double p = c[0];
+	for (int i = 1; i < 13; i++)
+		p = KSR_ADD(KSR_MUL(p, z), c[i]);
+	double lnm = KSR_MUL(KSR_MUL(2.0, s), p);
+	const double ln2_hi = 6.93147180369123816490e-01;
+	const double ln2_lo = 1.90821492927058770002e-10;
+	double de = (double)e;
+	return KSR_ADD(KSR_MUL(de, ln2_hi), KSR_ADD(KSR_MUL(de, ln2_lo), lnm));
+}
+
+/* logprobs()'s value of a key (ops.h): mx the largest key, lnS the log of
+ * the sum of the weights (mx finite). */
+KSR_FN float ksr_lp(float key, float mx, double lnS)
+{
+	if (!(mx > -INFINITY && mx < INFINITY))
+		return mx == INFINITY && key == INFINITY ? 0.0f : -INFINITY;
+	return (float)KSR_SUB(KSR_SUB((double)key, (double)mx), lnS);
+}
+
 /* A logit as the sampler orders it: NaN is -inf, -0 is +0. */
 KSR_FN float ksr_key(float x)
 {

@@ -1535,6 +1535,15 @@ int eng_model_sample(eng_model *m, eng_sampler *smp, int32_t *out)
 	return 0;
 }
 
+int eng_model_logprobs(eng_model *m, int32_t tok, int n_top, float *lp,
+		       int32_t *ids)
+{
+	if (!m->logits_kept)
+		return MOOR_ERANGE;
+	return m->ops->logprobs(m->q, m->logits, m->c.vocab, tok, n_top, lp,
+				ids);
+}
+
 int eng_model_sync(eng_model *m)
 {
 	int rc = m->ops->sync(m->cq);

@@ -329,6 +329,15 @@ int kcpu_sample(kern_queue *q, const float *logits, int V,
 	return 0;
 }
 
+/* logprobs(): the host rule over the logits where they are. */
+static int cpu_logprobs(kern_queue *q, const float *logits, int V, int32_t tok,
+			int n_top, float *lp, int32_t *ids)
+{
+	if (!q)
+		return MOOR_ERANGE;
+	return kern_logprobs_host(logits, V, tok, n_top, lp, ids);
+}
+
 const kern_ops kern_cpu_ops = {
     .abi = KERN_ABI_VERSION,
     .name = "cpu",
@@ -376,4 +385,5 @@ const kern_ops kern_cpu_ops = {
      * fused ones save device-memory passes, which the CPU has no use for) */
     .fill_random = kcpu_fill_random,
     .sample = kcpu_sample,
+    .logprobs = cpu_logprobs,
 };

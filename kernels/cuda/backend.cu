@@ -510,6 +510,7 @@ extern "C" const kern_ops kern_cuda_ops = {
     /* .matmul_swiglu = */ kcu_matmul_swiglu,
     /* .fill_random = */ kcu_fill_random,
     /* .sample = */ kcu_sample,
+    /* .logprobs = */ kcu_logprobs,
     /* .host_alloc = */ cu_host_alloc,
     /* .host_free = */ cu_host_free,
     /* .attn_prep = */ kcu_attn_prep,

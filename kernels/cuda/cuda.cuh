@@ -81,7 +81,7 @@ struct kern_ctx {
 	void *smp;
 	size_t smp_bytes, smp_cub_bytes;
 	int smp_v;
-	int32_t *smp_host; /* pinned: the picked id */
+	int32_t *smp_host; /* pinned: the picked id, logprobs()' result */
 	int failed; /* an error was logged: the context is unusable */
 	/* the chunked delta rule's streams (its state pass at the highest
 	 * priority, the rest at the lowest) and events (MOOR_GDN_PIPE,
@@ -489,6 +489,8 @@ int kcu_attention_wg(kern_queue *q, float *out, const float *qv, int ldq,
 /* sample.cu */
 int kcu_sample_reserve(kern_ctx *c, int V);
 void kcu_sample_fini(kern_ctx *c);
+int kcu_logprobs(kern_queue *q, const float *logits, int V, int32_t tok,
+		 int n_top, float *lp, int32_t *ids);
 int kcu_sample(kern_queue *q, const float *logits, int V,
 	       const kern_sampling *p, uint64_t draw, int32_t *dev_id,
 	       int32_t *host_id);

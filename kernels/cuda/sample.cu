@@ -10,13 +10,27 @@
  * thread, the rule's sequence of adds), and one block finishes: the blocks'
  * prefix P in order, min_p, top_p and the draw as searches for a first
  * index. Every double product and sum is an explicitly rounded intrinsic.
- * The picked id goes to dev_id and, through pinned memory, to the host. */
+ * The picked id goes to dev_id and, through pinned memory, to the host.
+ *
+ * logprobs() (ops.h) is three kernels: each block of KERN_SAMPLE_BLOCK
+ * logits finds its largest key and its n first candidates in the rule's
+ * order (n rounds of a block argmax); each block then takes mx from the
+ * blocks' maxima and sums its weights in order (one thread, as sample's
+ * R); one block finishes: S in block order, kern_log_det(S), the token's
+ * value and n rounds of an argmax over the blocks' candidates. */
 #include <cub/cub.cuh>
 
 #include "cuda.cuh"
 #include "sample_rule.h"
 
 #define SMP_FIN 1024 /* threads of the finishing block */
+/* The result words: sample()'s id at 0; logprobs()' ids at 0, its values
+ * (floats) from SMP_RES_LP. */
+#define SMP_RES 64
+#define SMP_RES_LP 32
+static_assert(KERN_LOGPROBS_MAX <= SMP_RES_LP &&
+		  KERN_LOGPROBS_MAX + 1 <= SMP_RES - SMP_RES_LP,
+	      "logprobs' result fits the result words");
 
 /* The scratch, carved from c->smp for c->smp_v candidates. */
 typedef struct smp_lay {
@@ -49,7 +63,7 @@ static size_t smp_layout(void *base, int V, size_t cub_bytes, smp_lay *L)
 	TAKE(w, double, v);
 	TAKE(R, double, v);
 	TAKE(P, double, v / KERN_SAMPLE_BLOCK + 2);
-	TAKE(res, int32_t, 4);
+	TAKE(res, int32_t, SMP_RES);
 #undef TAKE
 	if (L)
 		L->cub = b + o;
@@ -75,7 +89,8 @@ int kcu_sample_reserve(kern_ctx *c, int V)
 	c->smp_cub_bytes = cub_bytes;
 	c->smp_v = V;
 	if (!c->smp_host)
-		KCU(c, cudaMallocHost((void **)&c->smp_host, 4 * sizeof(int32_t)));
+		KCU(c, cudaMallocHost((void **)&c->smp_host,
+				      SMP_RES * sizeof(int32_t)));
 	return 0;
 }
 
@@ -256,6 +271,198 @@ out:
 		if (dev_id)
 			*dev_id = iout[pick];
 	}
+}
+
+/* ---- logprobs() ---- */
+
+/* Block b's largest key to bmax[b], its n first candidates (n >= 1) in the
+ * rule's order to ck/ci[b n ..], padded with (-inf, INT_MAX). */
+__global__ void __launch_bounds__(KERN_SAMPLE_BLOCK)
+    k_lp_block(const float *logits, int V, int n, float *bmax, float *ck,
+	       int32_t *ci)
+{
+	kcu_pdl_enter();
+	__shared__ float rk[KERN_SAMPLE_BLOCK];
+	__shared__ int ri[KERN_SAMPLE_BLOCK];
+	const int tid = threadIdx.x;
+	const int i = blockIdx.x * KERN_SAMPLE_BLOCK + tid;
+	float k = i < V ? ksr_key(logits[i]) : -INFINITY;
+	int idx = i < V ? i : INT_MAX;
+	for (int r = 0; r < n; r++) {
+		rk[tid] = k;
+		ri[tid] = idx;
+		__syncthreads();
+		for (int s = KERN_SAMPLE_BLOCK / 2; s > 0; s >>= 1) {
+			if (tid < s) {
+				float a = rk[tid];
+				int ai = ri[tid];
+				best_of(&a, &ai, rk[tid + s], ri[tid + s]);
+				rk[tid] = a;
+				ri[tid] = ai;
+			}
+			__syncthreads();
+		}
+		const float wk = rk[0];
+		const int wi = ri[0];
+		if (tid == 0) {
+			if (r == 0)
+				bmax[blockIdx.x] = wk;
+			ck[(size_t)blockIdx.x * n + r] = wk;
+			ci[(size_t)blockIdx.x * n + r] = wi;
+		}
+		if (idx == wi) { /* taken (padding stays padding) */
+			k = -INFINITY;
+			idx = INT_MAX;
+		}
+		__syncthreads(); /* rk, ri are rewritten next round */
+	}
+}
+
+/* The largest of bmax[0..nb), by a block of blockDim.x threads (sh holds
+ * blockDim.x floats). Exact: a maximum has no order. */
+static __device__ inline float block_max(const float *bmax, int nb, float *sh)
+{
+	float m = -INFINITY;
+	for (int j = threadIdx.x; j < nb; j += blockDim.x)
+		m = fmaxf(m, bmax[j]);
+	sh[threadIdx.x] = m;
+	__syncthreads();
+	for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+		if (threadIdx.x < s)
+			sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
+		__syncthreads();
+	}
+	m = sh[0];
+	__syncthreads();
+	return m;
+}
+
+/* Block b's sum of w_i in index order from +0 to part[b]. */
+__global__ void __launch_bounds__(KERN_SAMPLE_BLOCK)
+    k_lp_sum(const float *logits, int V, const float *bmax, int nb,
+	     double *part)
+{
+	kcu_pdl_enter();
+	__shared__ float sh[KERN_SAMPLE_BLOCK];
+	__shared__ double sw[KERN_SAMPLE_BLOCK];
+	const float mx = block_max(bmax, nb, sh);
+	const int i = blockIdx.x * KERN_SAMPLE_BLOCK + threadIdx.x;
+	if (i < V)
+		sw[threadIdx.x] = ksr_exp(
+		    __dsub_rn((double)ksr_key(logits[i]), (double)mx));
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		int m = V - blockIdx.x * KERN_SAMPLE_BLOCK;
+		if (m > KERN_SAMPLE_BLOCK)
+			m = KERN_SAMPLE_BLOCK;
+		double r = 0.0;
+		for (int j = 0; j < m; j++)
+			r = __dadd_rn(r, sw[j]);
+		part[blockIdx.x] = r;
+	}
+}
+
+/* S, kern_log_det(S), the token's value, then n rounds of an argmax over
+ * the nb n candidates (a winner's slot marked taken): ids to res[0..n),
+ * values to res[SMP_RES_LP..] as floats. */
+__global__ void __launch_bounds__(SMP_FIN)
+    k_lp_fin(const float *logits, int tok, int n, const float *bmax, int nb,
+	     const double *part, float *ck, int32_t *ci, int32_t *res)
+{
+	kcu_pdl_enter();
+	__shared__ float sk[SMP_FIN];
+	__shared__ int si[SMP_FIN];
+	__shared__ double lnS;
+	const int tid = threadIdx.x;
+	const float mx = block_max(bmax, nb, sk);
+	float *out = (float *)(res + SMP_RES_LP);
+	if (tid == 0) {
+		double S = 0.0, l = 0.0;
+		if (mx > -INFINITY && mx < INFINITY) {
+			for (int b = 0; b < nb; b++)
+				S = __dadd_rn(S, part[b]);
+			l = ksr_log(S);
+		}
+		lnS = l;
+		out[0] = ksr_lp(ksr_key(logits[tok]), mx, l);
+	}
+	__syncthreads();
+	const int nc = nb * n;
+	for (int r = 0; r < n; r++) {
+		float bk = -INFINITY;
+		int bi = INT_MAX;
+		for (int j = tid; j < nc; j += SMP_FIN)
+			best_of(&bk, &bi, ck[j], ci[j]);
+		sk[tid] = bk;
+		si[tid] = bi;
+		__syncthreads();
+		for (int s = SMP_FIN / 2; s > 0; s >>= 1) {
+			if (tid < s) {
+				float a = sk[tid];
+				int ai = si[tid];
+				best_of(&a, &ai, sk[tid + s], si[tid + s]);
+				sk[tid] = a;
+				si[tid] = ai;
+			}
+			__syncthreads();
+		}
+		const float wk = sk[0];
+		const int wi = si[0];
+		if (tid == 0) {
+			res[r] = wi;
+			out[1 + r] = ksr_lp(wk, mx, lnS);
+		}
+		/* an index is among one block's candidates at most once */
+		for (int j = tid; j < nc; j += SMP_FIN)
+			if (ci[j] == wi) {
+				ck[j] = -INFINITY;
+				ci[j] = INT_MAX;
+			}
+		__syncthreads();
+	}
+}
+
+int kcu_logprobs(kern_queue *q, const float *logits, int V, int32_t tok,
+		 int n_top, float *lp, int32_t *ids)
+{
+	if (!q || !logits || V <= 0 || tok < 0 || tok >= V || n_top < 0 ||
+	    n_top > KERN_LOGPROBS_MAX || n_top > V || !lp || (n_top && !ids))
+		return MOOR_ERANGE;
+	if (q->capturing)
+		return MOOR_ERANGE; /* it synchronises (ops.h) */
+	kern_ctx *c = q->ctx;
+	if (V > c->smp_v) {
+		moor_err("logprobs: %d logits, reserve() sized %d", V, c->smp_v);
+		return MOOR_ERANGE;
+	}
+	kcu_use(c);
+	smp_lay L;
+	smp_layout(c->smp, c->smp_v, c->smp_cub_bytes, &L);
+	/* sample()'s scratch: nb n <= V candidates (nb = ceil(V / 256),
+	 * n <= 20, n <= V) in kin and iin, the maxima in kout, the sums in
+	 * R */
+	const int nb = (V + KERN_SAMPLE_BLOCK - 1) / KERN_SAMPLE_BLOCK;
+	const int n = n_top ? n_top : 1; /* round 0 finds the block's max */
+	kcu_go(q, k_lp_block, nb, KERN_SAMPLE_BLOCK, 0, logits, V, n, L.kout,
+	       L.kin, L.iin);
+	KCU_LAUNCHED(c);
+	kcu_go(q, k_lp_sum, nb, KERN_SAMPLE_BLOCK, 0, logits, V,
+	       (const float *)L.kout, nb, L.R);
+	KCU_LAUNCHED(c);
+	kcu_go(q, k_lp_fin, 1, SMP_FIN, 0, logits, (int)tok, n_top,
+	       (const float *)L.kout, nb, (const double *)L.R, L.kin, L.iin,
+	       L.res);
+	KCU_LAUNCHED(c);
+	KCU(c, cudaMemcpyAsync(c->smp_host, L.res, SMP_RES * sizeof(int32_t),
+			       cudaMemcpyDeviceToHost, q->s));
+	KCU(c, cudaStreamSynchronize(q->s));
+	const float *v = (const float *)(c->smp_host + SMP_RES_LP);
+	lp[0] = v[0];
+	for (int r = 0; r < n_top; r++) {
+		ids[r] = c->smp_host[r];
+		lp[1 + r] = v[1 + r];
+	}
+	return 0;
 }
 
 int kcu_sample(kern_queue *q, const float *logits, int V,

@@ -64,6 +64,7 @@ void mc_close(mc_conn *c)
 void mc_result_fini(mc_result *r)
 {
 	free(r->tokens);
+	free(r->steps);
 	memset(r, 0, sizeof *r);
 }
 
@@ -93,6 +94,12 @@ int mc_send_generate(mc_conn *c, uint64_t req, const mc_params *p)
 	g->ids = (int32_t *)p->ids;
 	g->n_stop = p->n_stop;
 	g->stop_ids = (int32_t *)p->stop_ids;
+	g->top_logprobs = p->top_logprobs;
+	g->budget = p->budget;
+	g->think_close = p->think_close;
+	g->n_hidden = p->n_hidden;
+	g->n_close = p->n_close;
+	g->close_ids = (int32_t *)p->close_ids;
 	return proto_send(c->s, &m, (nng_pipe)NNG_PIPE_INITIALIZER);
 }
 
@@ -105,16 +112,22 @@ int mc_send_cancel(mc_conn *c, uint64_t req, uint64_t target)
 	return proto_send(c->s, &m, (nng_pipe)NNG_PIPE_INITIALIZER);
 }
 
-static int push_token(mc_result *r, int32_t t, uint32_t *cap)
+static int push_token(mc_result *r, const proto_step_entry *e, uint32_t *cap)
 {
 	if (r->n_tokens == *cap) {
-		*cap = *cap ? 2 * *cap : 64;
-		int32_t *n = realloc(r->tokens, *cap * sizeof *n);
-		if (!n)
+		uint32_t c = *cap ? 2 * *cap : 64;
+		int32_t *n = realloc(r->tokens, c * sizeof *n);
+		if (n)
+			r->tokens = n;
+		proto_step_entry *s = realloc(r->steps, c * sizeof *s);
+		if (s)
+			r->steps = s;
+		if (!n || !s)
 			return -ENOMEM;
-		r->tokens = n;
+		*cap = c;
 	}
-	r->tokens[r->n_tokens++] = t;
+	r->steps[r->n_tokens] = *e;
+	r->tokens[r->n_tokens++] = e->token;
 	return 0;
 }
 
@@ -154,7 +167,7 @@ int mc_wait(mc_conn *c, uint64_t req, mc_result *r, int timeout_ms,
 		if (m.h.type == PROTO_STEP) {
 			for (uint32_t i = 0; i < m.u.step.n; i++)
 				if (m.u.step.e[i].req == req &&
-				    push_token(r, m.u.step.e[i].token, &cap)) {
+				    push_token(r, &m.u.step.e[i], &cap)) {
 					proto_msg_fini(&m);
 					return r->rv = -ENOMEM;
 				}

@@ -37,11 +37,17 @@ typedef struct mc_params {
 	const char *session;
 	const int32_t *stop_ids;
 	uint32_t n_stop;
+	uint32_t top_logprobs; /* with PROTO_GEN_LOGPROBS in flags */
+	/* the reasoning budget (proto_generate's), with PROTO_GEN_THINKING */
+	uint32_t budget, n_hidden, n_close;
+	int32_t think_close;
+	const int32_t *close_ids;
 } mc_params;
 
 typedef struct mc_result {
 	int rv;		 /* 0: a DONE came; else the wait's error */
 	int32_t *tokens; /* heap, the STEPs' tokens in order */
+	proto_step_entry *steps; /* heap, the STEPs' entries, as tokens */
 	uint32_t n_tokens;
 	uint32_t finish; /* DONE's fields */
 	int32_t code;

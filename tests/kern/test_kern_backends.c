@@ -1440,6 +1440,52 @@ static void case_bits(void)
 	ASSERT(same == total, "sample: %d of %d draws differ from the CPU's", total - same,
 	       total);
 	printf("  sample: %d of %d draws give the CPU's token\n", same, total);
+
+	/* logprobs(): the CPU's bits, ids and values (ops.h's rule is the
+	 * same double arithmetic on both), on the logits above (a NaN, ties
+	 * at the top and inside the top 20), at every n_top, and on logits
+	 * with -inf among them, all -inf, and a +inf */
+	for (int lc = 0; lc < 4; lc++) {
+		if (lc == 1)
+			for (int i = 0; i < V; i += 3)
+				lg[i] = -INFINITY;
+		if (lc == 2)
+			for (int i = 0; i < V; i++)
+				lg[i] = -INFINITY;
+		if (lc == 3)
+			lg[777] = INFINITY;
+		if (lc) {
+			cpu.o->free(cpu.c, dc);
+			gpu.o->free(gpu.c, dg);
+			dc = up(&cpu, lg, (size_t)V * 4);
+			dg = up(&gpu, lg, (size_t)V * 4);
+		}
+		for (int nt = 0; nt <= KERN_LOGPROBS_MAX;
+		     nt += nt < 3 ? 1 : 6) {
+			int32_t tok = (int32_t)((nt * 7919 + lc * 104729) % V);
+			float lc_[KERN_LOGPROBS_MAX + 1],
+			    lg_[KERN_LOGPROBS_MAX + 1];
+			int32_t ic[KERN_LOGPROBS_MAX], ig[KERN_LOGPROBS_MAX];
+			memset(lc_, 0, sizeof lc_);
+			memset(lg_, 0xff, sizeof lg_);
+			memset(ic, 0, sizeof ic);
+			memset(ig, 0xff, sizeof ig);
+			int rc =
+			    cpu.o->logprobs(cpu.q, dc, V, tok, nt, lc_, ic);
+			int rc2 =
+			    gpu.o->logprobs(gpu.q, dg, V, tok, nt, lg_, ig);
+			ASSERT(rc == 0 && rc2 == 0, "logprobs: %s %s",
+			       moor_strerror(rc), moor_strerror(rc2));
+			ASSERT(!memcmp(lc_, lg_, (size_t)(nt + 1) * 4) &&
+				   !memcmp(ic, ig, (size_t)nt * 4),
+			       "logprobs (logits %d, n_top %d) differ from the "
+			       "CPU's: token %.9g against %.9g, first id %d "
+			       "against %d",
+			       lc, nt, lg_[0], lc_[0], nt ? ig[0] : -1,
+			       nt ? ic[0] : -1);
+		}
+	}
+	printf("  logprobs: the CPU's bits on 4 logit sets, n_top 0..20\n");
 	free(lg);
 }
 
