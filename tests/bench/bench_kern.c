@@ -2,12 +2,14 @@
  * (SPEC-qwen35.md), each against its line in GPU-BUDGET.md.
  *
  *   bench_kern [--backend cuda] [--reps N]
- *              [--only attention|delta|decode|elem|mm|gemv|rows]
+ *              [--only attention|delta|decode|elem|sample|mm|gemv|rows]
  *
  * Prints one table: prefill attention (a 1,024-row chunk at several
  * positions, TFLOP/s counting the causal products only; k_flash and, on
  * an sm_90 device, k_flash_wg side by side), the chunked delta
- * rule (one layer's 1,024-token chunk), the decode GEMVs (one row: GB/s of
+ * rule (one layer's 1,024-token chunk), the sampler and logprobs at the
+ * 248,320 vocabulary (ms a call, its sync and download included: a
+ * decode step pays them whole), the decode GEMVs (one row: GB/s of
  * the weight read) and prefill GEMMs (1,024 rows: TFLOP/s). Inputs are
  * fill_random values (the bits do not matter to the times). Each figure
  * is the mean of N synced runs after one warm-up. Exits 0 with a line
@@ -74,7 +76,9 @@ int main(int argc, char **argv)
 			only = argv[++i];
 		else {
 			fprintf(stderr, "usage: bench_kern [--backend NAME] "
-					"[--reps N] [--only attention|delta|decode|elem|mm|gemv|rows]\n");
+					"[--reps N] [--only "
+					"attention|delta|decode|elem|sample|mm|"
+					"gemv|rows]\n");
 			return 2;
 		}
 	}
@@ -241,6 +245,38 @@ int main(int argc, char **argv)
 		o->free(cx, h);
 		o->free(cx, xn);
 		o->free(cx, nw);
+	}
+
+	/* a decode step's pick: greedy, top-p (a sort of the vocabulary),
+	 * and logprobs with 0, 5 and 20 alternatives; the line is the
+	 * logits' read at 4.3 TB/s, which none of them comes near (each is
+	 * a few small kernels and a sync) */
+	if (want(only, "sample")) {
+		const int Vv = 248320;
+		float *lg = dev((size_t)Vv * 4, KERN_F32, -8, 12);
+		int32_t *id = dev(4, KERN_F32, 0, 0);
+		int32_t tok = 0, ids[KERN_LOGPROBS_MAX];
+		float lp[KERN_LOGPROBS_MAX + 1];
+		kern_sampling greedy = {0.0f, 0, 1.0f, 0.0f},
+			      topp = {0.7f, 0, 0.95f, 0.0f};
+		double ms;
+		TIME(ms, o->sample(q, lg, Vv, &greedy, 0, id, &tok));
+		printf("| sample (greedy) | %d logits | %.4f | | 0.0002 |\n",
+		       Vv, ms);
+		TIME(ms, o->sample(q, lg, Vv, &topp, 0x9e3779b97f4a7c15ull, id,
+				   &tok));
+		printf(
+		    "| sample (top-p 0.95) | %d logits | %.4f | | 0.0002 |\n",
+		    Vv, ms);
+		for (int n = 0; n <= KERN_LOGPROBS_MAX; n += n ? 15 : 5) {
+			TIME(ms, o->logprobs(q, lg, Vv, tok, n, lp, ids));
+			printf(
+			    "| logprobs (%d alternatives) | %d logits | %.4f | "
+			    "| 0.0002 |\n",
+			    n, Vv, ms);
+		}
+		o->free(cx, lg);
+		o->free(cx, id);
 	}
 
 	/* GEMVs and GEMMs at the 27B's projections */
