@@ -14,6 +14,8 @@
  *   job.c      a generation's job: prepared on the pool, sent to engined,
  *              its events dispatched, waited for, cancelled, refused
  *   reply.c    the tokens turned into the OpenAI reply; usage; the end
+ *   logprobs.c a generation's logprobs in OpenAI's shapes (logprobs.h:
+ *              pure, no HTTP)
  *   sse.c      the streamed reply: SSE frames and h2o's send/proceed
  *   align.c    the end alignment of a copy (asks cached, text/endalign.c)
  *   compact.c  compaction as a continuation of the session's end anchor
@@ -66,6 +68,7 @@
 #include <h2o.h>
 
 #include "buf.h"
+#include "logprobs.h"
 #include "moor.h"
 #include "net.h"
 #include "params.h"
@@ -309,6 +312,12 @@ typedef struct gw_job {
 	int ts_init;
 	gw_rs *rs;
 	uint64_t n_tokens;
+	/* p.logprobs: the output tokens' logprobs (reply.c keeps them, a
+	 * streamed chunk carries those since the last one, the whole reply
+	 * all); lp_failed: one could not be kept (no memory), the request
+	 * ends with an error */
+	gw_lp lp;
+	int lp_failed;
 	char id[48]; /* chatcmpl-... / cmpl-... */
 	int64_t created;
 	/* streamed SSE: what waits for the next h2o_send */
@@ -638,6 +647,7 @@ typedef struct gw_rc gw_rc;
 /* s->rc allocated when the cache is on (NULL when off); 0 or -ENOMEM. */
 int gw_rc_init(struct gw_srv *s);
 void gw_rc_fini(struct gw_srv *s); /* frees every entry; safe when off */
+/* Whether the cache deals with j: greedy, not a prewarm, no logprobs. */
 int gw_rc_greedy(const gw_job *j);
 /* Answers j from memory when an identical greedy request was kept: 1 (the
  * reply went out), 0 (send it to engined). */

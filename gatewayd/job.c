@@ -78,6 +78,7 @@ void gw_job_unref(gw_job *j)
 	if (j->ts_init)
 		gw_tok_stream_fini(&j->ts);
 	gw_rs_free(j->rs);
+	gw_lp_fini(&j->lp);
 	json_decref(j->json);
 	proto_msg_fini(&j->q);
 	proto_msg_fini(&j->reply);
@@ -186,6 +187,10 @@ static int send_generate(gw_job *j)
 	g->ids = j->p.ids;
 	g->salt = j->salt;
 	g->user_at = j->p.user_at;
+	if (j->p.logprobs) {
+		g->flags |= PROTO_GEN_LOGPROBS;
+		g->top_logprobs = j->p.top_logprobs;
+	}
 	if (!j->p.ignore_eos) {
 		g->n_stop = (uint32_t)s->n_stop_ids;
 		g->stop_ids = s->stop_ids;

@@ -128,6 +128,38 @@ static const char *session_of(const json_t *b, const char *hdr)
 	return hdr ? hdr : "";
 }
 
+/* logprobs and top_logprobs (params.h says how each route reads them). */
+static int read_logprobs(int kind, const json_t *b, gw_params *p, gw_fail *f)
+{
+	const json_t *top = json_object_get(b, "top_logprobs");
+	int has_top = top && !json_is_null(top);
+	long long n = 0;
+	if (kind == GW_KIND_COMPLETION) {
+		if (has_top)
+			return unsup(f, "top_logprobs",
+				     "'top_logprobs' (a chat parameter; a "
+				     "completion asks for N alternatives with "
+				     "'logprobs': N)");
+		int r = get_int(b, "logprobs", 0, PROTO_MAX_TOP, &n, f);
+		if (r < 0)
+			return -1;
+		p->logprobs = r;
+		p->top_logprobs = (uint32_t)n;
+		return 0;
+	}
+	if (get_bool(b, "logprobs", &p->logprobs, f) < 0)
+		return -1;
+	if (!has_top)
+		return 0;
+	if (get_int(b, "top_logprobs", 0, PROTO_MAX_TOP, &n, f) < 0)
+		return -1;
+	if (!p->logprobs)
+		return bad(f, "top_logprobs",
+			   "'top_logprobs' needs 'logprobs' to be true");
+	p->top_logprobs = (uint32_t)n;
+	return 0;
+}
+
 /* The fields both routes share: sampling, stop, stream, model, n. */
 static int read_common(const gw_params_env *env, int kind, const json_t *b,
 		       const char *hdr_session, uint64_t seed_default,
@@ -222,18 +254,9 @@ static int read_common(const gw_params_env *env, int kind, const json_t *b,
 		}
 	}
 
+	if (read_logprobs(kind, b, p, f))
+		return -1;
 	/* what we do not do is refused, not ignored */
-	v = json_object_get(b, "logprobs");
-	if (v && !json_is_null(v)) {
-		if (kind != GW_KIND_COMPLETION && !json_is_boolean(v))
-			return bad(f, "logprobs",
-				   "'logprobs' must be a boolean");
-		if (json_is_true(v) || json_is_integer(v))
-			return unsup(f, "logprobs", "'logprobs'");
-	}
-	v = json_object_get(b, "top_logprobs");
-	if (v && !json_is_null(v))
-		return unsup(f, "top_logprobs", "'top_logprobs'");
 	v = json_object_get(b, "logit_bias");
 	if (v && !json_is_null(v) &&
 	    !(json_is_object(v) && json_object_size(v) == 0))

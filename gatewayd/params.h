@@ -8,9 +8,18 @@
  *
  * Choices written down:
  *   - What the server does not do is refused (400, code
- *     unsupported_parameter), never ignored: logprobs, top_logprobs, a
- *     logit_bias, nonzero penalties, a response_format other than text, n
- *     other than 1, echo, suffix, best_of other than 1.
+ *     unsupported_parameter), never ignored: a logit_bias, nonzero
+ *     penalties, a response_format other than text, n other than 1, echo,
+ *     suffix, best_of other than 1, a completion's top_logprobs (a chat
+ *     field; a completion asks with logprobs: N).
+ *   - logprobs, as OpenAI and vLLM read them: a chat's logprobs is a
+ *     boolean and its top_logprobs an integer in [0, 20] (PROTO_MAX_TOP)
+ *     that needs logprobs true (vLLM's rule: a top_logprobs, 0 included,
+ *     without it is 400); a completion's logprobs is an integer in
+ *     [0, 20], the alternatives besides the sampled token, whose own
+ *     logprob is always given (0: the sampled token's alone). null is
+ *     absent. The values are the model's raw log-softmax (proto.h's STEP),
+ *     before temperature and the other samplers, as vLLM's default.
  *   - tool_choice "none": the tools are not rendered into the prompt (the
  *     model is told of no tools, OpenAI's "the model will not call any
  *     tool"); "auto" or absent renders them; "required" and a named
@@ -86,6 +95,11 @@ typedef struct gw_params {
 	float temperature, top_p, min_p;
 	int32_t top_k;
 	uint64_t seed;
+	/* logprobs asked (a chat's logprobs true, a completion's logprobs
+	 * not null); top_logprobs: the alternatives a token lists (a chat's
+	 * top_logprobs, a completion's logprobs), <= PROTO_MAX_TOP */
+	int logprobs;
+	uint32_t top_logprobs;
 	char *stop[GW_MAX_STOP]; /* [n_stop] malloc'd */
 	size_t n_stop;
 	int ignore_eos;

@@ -70,6 +70,7 @@ static void prewarm(gw_job *j, const proto_peek_ok *pk)
 	j->p.max_tokens = 0;
 	j->p.stream = 0;
 	j->p.reasoning_budget = 0;
+	j->p.logprobs = 0; /* no token comes back */
 	gw_job_submit(j);
 }
 

@@ -37,8 +37,9 @@
  * element (so: the same end anchor, system text, instructions and
  * template), with the same sampling parameters (and no seed in the body
  * unless greedy: a sampled request without a seed takes any draw), no stop
- * strings and no ignore_eos, is answered from the prepared tokens without
- * the engine, whole or streamed, usage.moor.source "prepared". A
+ * strings, no ignore_eos and no logprobs (the run kept none), is answered
+ * from the prepared tokens without the engine, whole or streamed,
+ * usage.moor.source "prepared". A
  * max_tokens below the prepared length cuts it there (finish "length"), as
  * the engine would have; a prepared run that stopped at its max_tokens
  * serves no request that asks for more. Loop thread only, but for the
@@ -452,7 +453,7 @@ int gw_prep_replay(gw_job *j)
 	if (j->p.temperature != p->r_temperature || j->p.top_p != p->r_top_p ||
 	    j->p.min_p != p->r_min_p || j->p.top_k != p->r_top_k ||
 	    (!greedy && json_object_get(j->json, "seed")) || j->p.ignore_eos ||
-	    j->p.n_stop) {
+	    j->p.n_stop || j->p.logprobs) {
 		moor_info("compaction of session %s: the prepared summary was "
 			  "written with other parameters: served by the engine",
 			  j->p.session);

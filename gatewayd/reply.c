@@ -14,10 +14,18 @@
  *     eos_token_id(s); the token that stopped is not text. ignore_eos
  *     (vLLM's extension) sends none of them (they are all eos-like) and
  *     sets PROTO_GEN_IGNORE_EOS; stop strings still apply.
+ *   - logprobs (logprobs.h): every token that reaches the text has an
+ *     entry, kept before its piece goes through the stream parser (so a
+ *     streamed chunk its text makes carries it): not the token that
+ *     stopped the generation, the one where a stop string matched and
+ *     none after it. One that cannot be kept (no memory) cancels the
+ *     generation and the request ends with an error, never a reply whose
+ *     logprobs miss tokens.
  *   - The non-streamed reply is gw_reply_parse of the text the stream
  *     parser kept (stop strings cut): by replystream's contract the same
  *     reasoning, content and calls the streamed deltas add up to.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,10 +61,21 @@ void gw_reply_token(gw_job *j, const proto_step_entry *e)
 	 * text */
 	if (e->finish == PROTO_FINISH_STOP || j->stopped)
 		return;
+	/* a token of the output has its logprobs, kept before its piece
+	 * goes through the stream parser so that the chunk its text makes
+	 * carries them (the one where a stop string matches too) */
+	if (j->p.logprobs && !j->lp_failed &&
+	    gw_lp_add(&j->lp, e, j->p.top_logprobs)) {
+		j->lp_failed = 1;
+		gw_job_cancel(j);
+	}
 	const char *piece;
 	size_t len;
-	if (gw_tok_stream_push(&j->ts, e->token, &piece, &len) == 0)
+	if (gw_tok_stream_push(&j->ts, e->token, &piece, &len) == 0) {
+		if (j->p.logprobs)
+			gw_lp_text(&j->lp, piece, len);
 		push_piece(j, piece, len);
+	}
 	gw_sse_flush(j);
 }
 
@@ -162,6 +181,29 @@ static void error_of(int code, int *status, const char **type, int *retry)
 	}
 }
 
+/* The whole reply's dump t (NULL: no memory) sent with the logprobs in
+ * place of its choice's null; what cannot be written is a 500, never a
+ * reply without them. */
+static void reply_logprobs(gw_job *j, const char *t)
+{
+	moor_buf lp = {0}, body = {0};
+	int rv = !t ? -ENOMEM
+		    : gw_lp_write(&j->lp, j->s->tok, j->kind == GW_KIND_CHAT, 0,
+				  j->lp.n, &lp);
+	if (!rv)
+		rv = gw_lp_splice(&body, t, strlen(t), lp.p, lp.len);
+	moor_buf_fini(&lp);
+	if (rv) {
+		gw_metrics_count(j->s, j->route, 500);
+		gw_send_error(j->req, 500, "server_error", NULL, NULL, 0,
+			      "out of memory writing the logprobs");
+	} else {
+		gw_metrics_count(j->s, j->route, 200);
+		gw_send_json(j->req, 200, body.p, body.len);
+	}
+	moor_buf_fini(&body);
+}
+
 static void reply_whole(gw_job *j)
 {
 	gw_srv *s = j->s;
@@ -213,6 +255,7 @@ static void reply_whole(gw_job *j)
 		json_object_set_new(c, "text",
 				    json_stringn(text ? text : "", tl));
 	}
+	/* logprobs asked: spliced in for the null below (gw_lp_splice) */
 	json_object_set_new(c, "logprobs", json_null());
 	json_object_set_new(c, "finish_reason",
 			    json_string(gw_reply_finish_name(j, n_calls)));
@@ -223,6 +266,11 @@ static void reply_whole(gw_job *j)
 	gw_journal_turn(j, gw_reply_finish_name(j, n_calls));
 	char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(o);
+	if (j->p.logprobs) {
+		reply_logprobs(j, t);
+		free(t);
+		return;
+	}
 	gw_metrics_count(s, j->route, 200);
 	gw_send_json(j->req, 200, t ? t : "{}", t ? strlen(t) : 2);
 	free(t);
@@ -237,6 +285,14 @@ void gw_reply_finish(gw_job *j)
 		gw_admit_leave(j);
 		gw_job_unref(j); /* the engine's */
 		return;
+	}
+	if (j->lp_failed && d->finish != PROTO_FINISH_ERROR) {
+		/* logprobs were asked and one could not be kept: no reply
+		 * that lacks some */
+		j->dn.finish = PROTO_FINISH_ERROR;
+		j->dn.code = -ENOMEM;
+		snprintf(j->err_msg, sizeof j->err_msg,
+			 "out of memory keeping the logprobs");
 	}
 	if (d->finish != PROTO_FINISH_ERROR) {
 		const char *piece;

@@ -11,7 +11,10 @@
  * among them (engined never streams it). usage says source
  * "response_cache", every prompt token cached, nothing re-read. A bounded
  * ring of GW_RC_ENTRIES; a hit compares the ids element by element (the
- * hash is a hint). Loop thread only. */
+ * hash is a hint). A request that asks for logprobs is kept out of it,
+ * neither answered from it nor kept in it (gw_rc_greedy): an entry keeps
+ * the tokens, not their logprobs, and replaying them would need the
+ * alternatives of every token too. Loop thread only. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +72,7 @@ void gw_rc_fini(gw_srv *s)
 
 int gw_rc_greedy(const gw_job *j)
 {
-	if (j->route == GW_ROUTE_PREWARM)
+	if (j->route == GW_ROUTE_PREWARM || j->p.logprobs)
 		return 0;
 	return j->p.temperature == 0.0f || j->p.top_k == 1;
 }

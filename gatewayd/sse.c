@@ -2,12 +2,16 @@
  * once, one `data: {chunk}` frame per event of the stream parser (a chat
  * delta of role, reasoning_content, content or tool_calls; a completion's
  * text), then the finish chunk, the usage chunk when stream_options asked
- * for it, and `data: [DONE]`. A long prefill's progress (engined's
- * PROGRESS) comes before the first token as an SSE comment line,
+ * for it, and `data: [DONE]`. With logprobs asked, the entries of the
+ * tokens received since the last chunk ride on the next choice chunk (not
+ * the role's), the rest on the finish chunk (pend_choice). A long
+ * prefill's progress (engined's PROGRESS) comes before the first token as
+ * an SSE comment line,
  * `: progress DONE/TOTAL tokens (cached N), R tokens/s, eta S s`, which
- * SSE clients skip; it starts the response. Frames wait in the job's pend buffer while
- * h2o sends the previous ones (one h2o_send in flight; its proceed
- * callback sends the rest), so a burst of tokens costs one write. */
+ * SSE clients skip; it starts the response. Frames wait in the job's pend
+ * buffer while h2o sends the previous ones (one h2o_send in flight; its
+ * proceed callback sends the rest), so a burst of tokens costs one write.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,9 +43,14 @@ static json_t *chunk_head(gw_job *j)
 	return o;
 }
 
-/* One choice chunk: a chat delta (taken) or a completion text. */
+/* One choice chunk: a chat delta (taken) or a completion text; carry: it
+ * may carry logprobs (every chunk but the role's). With logprobs asked it
+ * carries the entries of the tokens received since the last chunk that
+ * carried some (a chunk of held-back text may carry none: empty lists), so
+ * the chunks' lists concatenated are the whole reply's; one that cannot be
+ * written (no memory) goes with null, its entries on the next chunk. */
 static void pend_choice(gw_job *j, json_t *delta, const char *text, size_t len,
-			const char *finish)
+			const char *finish, int carry)
 {
 	json_t *o = chunk_head(j);
 	json_t *c = json_object();
@@ -57,7 +66,29 @@ static void pend_choice(gw_job *j, json_t *delta, const char *text, size_t len,
 	json_t *a = json_array();
 	json_array_append_new(a, c);
 	json_object_set_new(o, "choices", a);
-	pend_json(j, o);
+	if (!j->p.logprobs || !carry) {
+		pend_json(j, o);
+		return;
+	}
+	char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(o);
+	if (!t)
+		return;
+	moor_buf lp = {0}, frame = {0};
+	int ok = !gw_lp_write(&j->lp, j->s->tok, j->kind == GW_KIND_CHAT,
+			      j->lp.sent, j->lp.n, &lp) &&
+		 !gw_lp_splice(&frame, t, strlen(t), lp.p, lp.len);
+	if (ok)
+		j->lp.sent = j->lp.n;
+	moor_buf_put(&j->pend, "data: ", 6);
+	if (ok)
+		moor_buf_put(&j->pend, frame.p, frame.len);
+	else
+		moor_buf_puts(&j->pend, t);
+	moor_buf_put(&j->pend, "\n\n", 2);
+	moor_buf_fini(&lp);
+	moor_buf_fini(&frame);
+	free(t);
 }
 
 void gw_sse_flush(gw_job *j)
@@ -107,7 +138,7 @@ void gw_sse_start(gw_job *j)
 		json_t *d = json_object();
 		json_object_set_new(d, "role", json_string("assistant"));
 		json_object_set_new(d, "content", json_string(""));
-		pend_choice(j, d, NULL, 0, NULL);
+		pend_choice(j, d, NULL, 0, NULL, 0);
 	}
 }
 
@@ -118,7 +149,7 @@ int gw_sse_event(void *arg, const gw_rs_event *ev)
 		return 0;
 	if (j->kind != GW_KIND_CHAT) {
 		if (ev->kind == GW_RS_CONTENT && ev->len)
-			pend_choice(j, NULL, ev->text, ev->len, NULL);
+			pend_choice(j, NULL, ev->text, ev->len, NULL, 1);
 		return 0;
 	}
 	json_t *d = json_object();
@@ -162,7 +193,7 @@ int gw_sse_event(void *arg, const gw_rs_event *ev)
 		json_decref(d);
 		return 0;
 	}
-	pend_choice(j, d, NULL, 0, NULL);
+	pend_choice(j, d, NULL, 0, NULL, 1);
 	return 0;
 }
 
@@ -170,9 +201,9 @@ void gw_sse_end(gw_job *j)
 {
 	if (j->kind == GW_KIND_CHAT)
 		pend_choice(j, json_object(), NULL, 0,
-			    gw_reply_finish_name(j, j->n_tool_calls));
+			    gw_reply_finish_name(j, j->n_tool_calls), 1);
 	else
-		pend_choice(j, NULL, "", 0, gw_reply_finish_name(j, 0));
+		pend_choice(j, NULL, "", 0, gw_reply_finish_name(j, 0), 1);
 	if (j->p.include_usage) {
 		json_t *o = chunk_head(j);
 		json_object_set_new(o, "choices", json_array());

@@ -70,6 +70,45 @@ let tn = 0;
 for await (const c of ts) tn++;
 check(tn >= 2, 'streamed tools chunks ' + tn);
 
+// logprobs, whole and streamed through the SDK's types (greedy: the
+// sampled token is the first of its top list; each token's bytes decode to
+// its text as WHATWG's decoder does): the chunks' entries concatenated are
+// the whole reply's; a legacy completion's
+const lpReq = { ...base, logprobs: true, top_logprobs: 2 };
+const lw = await client.chat.completions.create(lpReq);
+const lc = lw.choices[0].logprobs?.content;
+check(Array.isArray(lc) && lw.choices[0].logprobs.refusal === null,
+  'logprobs ' + JSON.stringify(lw.choices[0].logprobs));
+check(lc.length === lw.usage.completion_tokens
+  - (lw.choices[0].finish_reason === 'stop' ? 1 : 0),
+  `${lc.length} logprobs entries, usage ${JSON.stringify(lw.usage)}`);
+check(lc.every(e => typeof e.token === 'string' && typeof e.logprob === 'number'
+  && e.logprob <= 0 && Array.isArray(e.bytes) && e.top_logprobs.length === 2
+  && Buffer.from(e.bytes).toString('utf8') === e.token
+  && e.top_logprobs[0].token === e.token && e.top_logprobs[0].logprob === e.logprob),
+  'logprobs entries ' + JSON.stringify(lc));
+const ls = await client.chat.completions.create({ ...lpReq, stream: true });
+const lsc = [];
+for await (const c of ls)
+  for (const ch of c.choices) if (ch.logprobs?.content) lsc.push(...ch.logprobs.content);
+check(JSON.stringify(lsc) === JSON.stringify(lc),
+  `streamed logprobs ${JSON.stringify(lsc)} vs ${JSON.stringify(lc)}`);
+const lt = await client.completions.create({ model: 'tiny', temperature: 0,
+  max_tokens: 6, prompt: 'The capital of France is', logprobs: 1 });
+const ll = lt.choices[0].logprobs;
+check(ll && ll.tokens.length === ll.token_logprobs.length
+  && ll.tokens.length === ll.top_logprobs.length
+  && ll.tokens.length === ll.text_offset.length
+  && ll.top_logprobs.every((d, i) => d[ll.tokens[i]] === ll.token_logprobs[i]
+    && Object.keys(d).length <= 2)
+  && (ll.tokens.some(t => t.includes('\ufffd'))
+    || ll.tokens.join('') === lt.choices[0].text),
+  'completion logprobs ' + JSON.stringify(lt.choices[0]));
+const none = await client.chat.completions.create(base);
+check(none.choices[0].logprobs === null, 'logprobs not asked: '
+  + JSON.stringify(none.choices[0].logprobs));
+console.log(`openai sdk: logprobs of ${lc.length} tokens, whole and streamed`);
+
 // a follow-up turn resumes from the cache
 const sys = 'You are a careful assistant who answers briefly. '.repeat(30);
 const opts = { headers: { 'x-session-id': 'sdk-conv' } };

@@ -2,9 +2,11 @@
  * the OpenAI error shape {"error": {message, type, param, code}} naming the
  * field: invalid JSON, a body that is not an object, wrong types (messages
  * not an array, max_tokens a string, temperature negative, stop a number),
- * an unknown model (404 model_not_found), n > 1, features we do not do
- * (logprobs, tool_choice "required", response_format json_schema, echo,
- * a batch of prompts), a malformed message (no role), a prompt longer than
+ * an unknown model (404 model_not_found), n > 1, malformed logprobs (a
+ * chat's logprobs not a boolean, top_logprobs without logprobs or past
+ * 20, a completion's logprobs past 20 or not an integer), features we do
+ * not do (tool_choice "required", response_format json_schema, echo, a
+ * batch of prompts), a malformed message (no role), a prompt longer than
  * engined's window (engined's refusal, 400; cached's for a peek of it),
  * a template error (qwen3.5:
  * "System message must be at the beginning.", the template's own words,
@@ -95,8 +97,18 @@ int main(int argc, char **argv)
 	}
 	snprintf(b, sizeof b, "{%s,\"n\":2}", U);
 	want_error(port, C, b, 400, "n", NULL);
-	snprintf(b, sizeof b, "{%s,\"logprobs\":true}", U);
-	want_error(port, C, b, 400, "logprobs", NULL);
+	/* logprobs are served; what is malformed of them is a 400 naming
+	 * the field */
+	snprintf(b, sizeof b, "{%s,\"logprobs\":1}", U);
+	want_error(port, C, b, 400, "logprobs", "boolean");
+	snprintf(b, sizeof b, "{%s,\"top_logprobs\":2}", U);
+	want_error(port, C, b, 400, "top_logprobs", "'logprobs' to be true");
+	snprintf(b, sizeof b, "{%s,\"logprobs\":true,\"top_logprobs\":21}", U);
+	want_error(port, C, b, 400, "top_logprobs", "[0, 20]");
+	want_error(port, T, "{\"prompt\":\"hi\",\"logprobs\":21}", 400,
+		   "logprobs", "[0, 20]");
+	want_error(port, T, "{\"prompt\":\"hi\",\"logprobs\":true}", 400,
+		   "logprobs", "integer");
 	snprintf(b, sizeof b, "{%s,\"tool_choice\":\"required\"}", U);
 	want_error(port, C, b, 400, "tool_choice", NULL);
 	snprintf(b, sizeof b,

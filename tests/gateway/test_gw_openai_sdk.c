@@ -1,7 +1,8 @@
 /* test_gw_openai_sdk: the openai npm SDK (.oracles/node_modules/openai, in
  * node) against the running stack: a non-streamed chat, the same streamed
  * (one id, same text, usage), chats with tools (a request with tools, a
- * history with a call and its result, streamed), a follow-up turn whose
+ * history with a call and its result, streamed), logprobs (a chat's,
+ * whole and streamed alike; a legacy completion's), a follow-up turn whose
  * usage shows cached tokens, the SDK's typed errors from our error shape,
  * the model list. The script is openai_sdk.mjs; node is $NODE or node. A
  * machine without node or the oracles fails this test, unless it has none

@@ -1,6 +1,8 @@
 /* test_gw_params_read: a request body read into gw_params (params.h) with
  * no HTTP server, loop or engine: the defaults and what a body overrides,
- * every refusal with its status, param and code, the session's spellings,
+ * every refusal with its status, param and code, logprobs and
+ * top_logprobs (a chat's boolean and its 0..20 that needs it, a
+ * completion's 0..20; types, ranges), the session's spellings,
  * the seed, max_tokens against the window, a chat's ids equal to the
  * template's rendering tokenized, tool_choice "none" rendering no tools,
  * and a completion's string, ids and one-element batch; user_at against
@@ -118,6 +120,7 @@ static void test_defaults_and_overrides(void)
 		  !strcmp(p.stop[1], "bc"),
 	      "stop strings");
 	CHECK(p.max_tokens_set && p.max_tokens == 9, "max_tokens 9.0 is 9");
+	CHECK(!p.logprobs && p.top_logprobs == 0, "logprobs false: off");
 	gw_params_fini(&p);
 	json_decref(b);
 
@@ -157,11 +160,6 @@ static void test_refusals(void)
 	refused(C, CHAT(",\"stop\":[\"a\",1]"), 400, "stop", NULL);
 	refused(C, CHAT(",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]"), 400,
 		"stop", NULL);
-	refused(C, CHAT(",\"logprobs\":true"), 400, "logprobs",
-		"unsupported_parameter");
-	refused(C, CHAT(",\"logprobs\":1"), 400, "logprobs", NULL);
-	refused(C, CHAT(",\"top_logprobs\":2"), 400, "top_logprobs",
-		"unsupported_parameter");
 	refused(C, CHAT(",\"logit_bias\":{\"1\":5}"), 400, "logit_bias",
 		"unsupported_parameter");
 	refused(C, CHAT(",\"frequency_penalty\":0.5"), 400, "frequency_penalty",
@@ -216,8 +214,113 @@ static void test_refusals(void)
 		"unsupported_parameter");
 	refused(P, "{\"prompt\":\"a\",\"best_of\":2}", 400, "best_of",
 		"unsupported_parameter");
-	refused(P, "{\"prompt\":\"a\",\"logprobs\":2}", 400, "logprobs",
-		"unsupported_parameter");
+}
+
+/* A refusal of a logprobs field: 400 invalid_request_error naming param,
+ * with code (NULL: none) and a message that names the field and says
+ * what is wrong (has). */
+static void refused_lp(int kind, const char *body, const char *param,
+		       const char *code, const char *has)
+{
+	gw_params p;
+	gw_fail f;
+	int rv = readf(kind, NULL, &p, &f, NULL, "%s", body);
+	CHECK(rv == -1 && f.status == 400 &&
+		  !strcmp(f.type, "invalid_request_error") &&
+		  !strcmp(f.param, param) &&
+		  !strcmp(f.code, code ? code : "") && strstr(f.msg, param) &&
+		  strstr(f.msg, has),
+	      "%s: rv %d status %d type '%s' param '%s' code '%s' (%s)", body,
+	      rv, f.status, f.type, f.param, f.code, f.msg);
+	gw_params_fini(&p);
+}
+
+/* What a body may ask of logprobs (params.h): a chat's logprobs boolean
+ * and top_logprobs in [0, 20] that needs logprobs true; a completion's
+ * logprobs in [0, 20]; null is absent; and what is refused. */
+static void test_logprobs(void)
+{
+	static const struct {
+		int kind;
+		const char *body;
+		int logprobs;
+		uint32_t top;
+	} ok[] = {
+	    {GW_KIND_CHAT, CHAT(""), 0, 0},
+	    {GW_KIND_CHAT, CHAT(",\"logprobs\":null"), 0, 0},
+	    {GW_KIND_CHAT, CHAT(",\"logprobs\":false"), 0, 0},
+	    {GW_KIND_CHAT, CHAT(",\"logprobs\":false,\"top_logprobs\":null"), 0,
+	     0},
+	    {GW_KIND_CHAT, CHAT(",\"logprobs\":true"), 1, 0},
+	    {GW_KIND_CHAT, CHAT(",\"logprobs\":true,\"top_logprobs\":null"), 1,
+	     0},
+	    {GW_KIND_CHAT, CHAT(",\"logprobs\":true,\"top_logprobs\":0"), 1, 0},
+	    {GW_KIND_CHAT, CHAT(",\"logprobs\":true,\"top_logprobs\":5"), 1, 5},
+	    {GW_KIND_CHAT, CHAT(",\"top_logprobs\":20,\"logprobs\":true"), 1,
+	     20},
+	    {GW_KIND_CHAT, CHAT(",\"logprobs\":true,\"top_logprobs\":3.0"), 1,
+	     3},
+	    {GW_KIND_PEEK, CHAT(",\"logprobs\":true,\"top_logprobs\":2"), 1, 2},
+	    {GW_KIND_COMPLETION, "{\"prompt\":\"a\"}", 0, 0},
+	    {GW_KIND_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":null}", 0, 0},
+	    {GW_KIND_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":0}", 1, 0},
+	    {GW_KIND_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":3}", 1, 3},
+	    {GW_KIND_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":20}", 1, 20},
+	    {GW_KIND_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":2.0}", 1, 2},
+	};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		gw_params p;
+		gw_fail f;
+		int rv =
+		    readf(ok[i].kind, NULL, &p, &f, NULL, "%s", ok[i].body);
+		CHECK(rv == 0 && p.logprobs == ok[i].logprobs &&
+			  p.top_logprobs == ok[i].top,
+		      "%s: rv %d logprobs %d top %u, want %d %u (%s)",
+		      ok[i].body, rv, p.logprobs, p.top_logprobs,
+		      ok[i].logprobs, ok[i].top, rv ? f.msg : "");
+		gw_params_fini(&p);
+	}
+
+	const int C = GW_KIND_CHAT, P = GW_KIND_COMPLETION;
+	/* a chat's logprobs is a boolean */
+	refused_lp(C, CHAT(",\"logprobs\":1"), "logprobs", NULL, "boolean");
+	refused_lp(C, CHAT(",\"logprobs\":\"true\""), "logprobs", NULL,
+		   "boolean");
+	refused_lp(C, CHAT(",\"logprobs\":[]"), "logprobs", NULL, "boolean");
+	/* top_logprobs needs logprobs true, 0 too (vLLM's rule) */
+	refused_lp(C, CHAT(",\"top_logprobs\":2"), "top_logprobs", NULL,
+		   "'logprobs' to be true");
+	refused_lp(C, CHAT(",\"top_logprobs\":0"), "top_logprobs", NULL,
+		   "'logprobs' to be true");
+	refused_lp(C, CHAT(",\"logprobs\":false,\"top_logprobs\":2"),
+		   "top_logprobs", NULL, "'logprobs' to be true");
+	refused_lp(C, CHAT(",\"logprobs\":null,\"top_logprobs\":2"),
+		   "top_logprobs", NULL, "'logprobs' to be true");
+	/* its range and type */
+	refused_lp(C, CHAT(",\"logprobs\":true,\"top_logprobs\":21"),
+		   "top_logprobs", NULL, "[0, 20]");
+	refused_lp(C, CHAT(",\"logprobs\":true,\"top_logprobs\":-1"),
+		   "top_logprobs", NULL, "[0, 20]");
+	refused_lp(C, CHAT(",\"logprobs\":true,\"top_logprobs\":2.5"),
+		   "top_logprobs", NULL, "integer");
+	refused_lp(C, CHAT(",\"logprobs\":true,\"top_logprobs\":\"5\""),
+		   "top_logprobs", NULL, "integer");
+	refused_lp(C, CHAT(",\"logprobs\":true,\"top_logprobs\":true"),
+		   "top_logprobs", NULL, "integer");
+	/* a completion's logprobs is an integer in [0, 20] */
+	refused_lp(P, "{\"prompt\":\"a\",\"logprobs\":21}", "logprobs", NULL,
+		   "[0, 20]");
+	refused_lp(P, "{\"prompt\":\"a\",\"logprobs\":-1}", "logprobs", NULL,
+		   "[0, 20]");
+	refused_lp(P, "{\"prompt\":\"a\",\"logprobs\":true}", "logprobs", NULL,
+		   "integer");
+	refused_lp(P, "{\"prompt\":\"a\",\"logprobs\":\"2\"}", "logprobs", NULL,
+		   "integer");
+	refused_lp(P, "{\"prompt\":\"a\",\"logprobs\":1.5}", "logprobs", NULL,
+		   "integer");
+	/* top_logprobs is a chat field: a completion names N with logprobs */
+	refused_lp(P, "{\"prompt\":\"a\",\"logprobs\":2,\"top_logprobs\":2}",
+		   "top_logprobs", "unsupported_parameter", "'logprobs': N");
 }
 
 static void test_sessions(void)
@@ -558,6 +661,7 @@ int main(void)
 	test_parse();
 	test_defaults_and_overrides();
 	test_refusals();
+	test_logprobs();
 	test_sessions();
 	test_chat_prompt();
 	test_user_at();

@@ -4,7 +4,9 @@
  * (its plans counter does not move), whole or streamed (the streamed
  * deltas add up to the same content). A sampled request (temperature 1) is
  * never answered from it, and a request that differs in max_tokens is a
- * miss. A reasoning budget's hidden close phrase is in neither the first
+ * miss. A request with logprobs is kept out of it: not answered from the
+ * same greedy body's entry, and not kept (its second asking goes to the
+ * engine too). A reasoning budget's hidden close phrase is in neither the first
  * answer nor its hit (a second gateway, the Qwen3.8 template). Off by
  * default: tests/gateway/test_gw_end_align and the others run without
  * it. */
@@ -100,6 +102,25 @@ int main(int argc, char **argv)
 	      "a sampled request answered from the cache");
 	json_decref(x);
 	json_decref(y);
+	/* logprobs: kept out, neither answered (the same body as the kept
+	 * answer but for logprobs) nor kept (asked twice); the engine's
+	 * answer carries them */
+	char *b4 = gt_chat_body("Tell me about tides.", 32,
+				"\"logprobs\":true,\"top_logprobs\":2");
+	for (int k = 0; k < 2; k++) {
+		json_t *l = chat(b4);
+		const char *ls = gt_str(l, "usage.moor.source");
+		CHECK(ls && strcmp(ls, "response_cache"),
+		      "a logprobs request answered from the cache (%d)", k);
+		CHECK(json_is_array(json_object_get(
+			  json_object_get(
+			      json_array_get(json_object_get(l, "choices"), 0),
+			      "logprobs"),
+			  "content")),
+		      "a logprobs request without its logprobs (%d)", k);
+		json_decref(l);
+	}
+	free(b4);
 	json_decref(a);
 	json_decref(c);
 	free(b);
