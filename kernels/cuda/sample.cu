@@ -275,6 +275,28 @@ out:
 
 /* ---- logprobs() ---- */
 
+/* The block's best of every thread's (*k, *i) by best_of, through sk and
+ * si (blockDim.x each), into every thread's *k and *i. */
+static __device__ inline void block_best(float *k, int *i, float *sk, int *si)
+{
+	sk[threadIdx.x] = *k;
+	si[threadIdx.x] = *i;
+	__syncthreads();
+	for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+		if (threadIdx.x < s) {
+			float a = sk[threadIdx.x];
+			int ai = si[threadIdx.x];
+			best_of(&a, &ai, sk[threadIdx.x + s], si[threadIdx.x + s]);
+			sk[threadIdx.x] = a;
+			si[threadIdx.x] = ai;
+		}
+		__syncthreads();
+	}
+	*k = sk[0];
+	*i = si[0];
+	__syncthreads(); /* sk and si are rewritten next */
+}
+
 /* Block b's largest key to bmax[b], its n first candidates (n >= 1) in the
  * rule's order to ck/ci[b n ..], padded with (-inf, INT_MAX). */
 __global__ void __launch_bounds__(KERN_SAMPLE_BLOCK)
@@ -289,21 +311,9 @@ __global__ void __launch_bounds__(KERN_SAMPLE_BLOCK)
 	float k = i < V ? ksr_key(logits[i]) : -INFINITY;
 	int idx = i < V ? i : INT_MAX;
 	for (int r = 0; r < n; r++) {
-		rk[tid] = k;
-		ri[tid] = idx;
-		__syncthreads();
-		for (int s = KERN_SAMPLE_BLOCK / 2; s > 0; s >>= 1) {
-			if (tid < s) {
-				float a = rk[tid];
-				int ai = ri[tid];
-				best_of(&a, &ai, rk[tid + s], ri[tid + s]);
-				rk[tid] = a;
-				ri[tid] = ai;
-			}
-			__syncthreads();
-		}
-		const float wk = rk[0];
-		const int wi = ri[0];
+		float wk = k;
+		int wi = idx;
+		block_best(&wk, &wi, rk, ri);
 		if (tid == 0) {
 			if (r == 0)
 				bmax[blockIdx.x] = wk;
@@ -314,7 +324,6 @@ __global__ void __launch_bounds__(KERN_SAMPLE_BLOCK)
 			k = -INFINITY;
 			idx = INT_MAX;
 		}
-		__syncthreads(); /* rk, ri are rewritten next round */
 	}
 }
 
@@ -402,25 +411,11 @@ __global__ void __launch_bounds__(SMP_FIN)
 	__syncthreads();
 	const int nc = nb * n;
 	for (int r = 0; r < n; r++) {
-		float bk = -INFINITY;
-		int bi = INT_MAX;
+		float wk = -INFINITY;
+		int wi = INT_MAX;
 		for (int j = tid; j < nc; j += SMP_FIN)
-			best_of(&bk, &bi, ck[j], ci[j]);
-		sk[tid] = bk;
-		si[tid] = bi;
-		__syncthreads();
-		for (int s = SMP_FIN / 2; s > 0; s >>= 1) {
-			if (tid < s) {
-				float a = sk[tid];
-				int ai = si[tid];
-				best_of(&a, &ai, sk[tid + s], si[tid + s]);
-				sk[tid] = a;
-				si[tid] = ai;
-			}
-			__syncthreads();
-		}
-		const float wk = sk[0];
-		const int wi = si[0];
+			best_of(&wk, &wi, ck[j], ci[j]);
+		block_best(&wk, &wi, sk, si);
 		if (tid == 0) {
 			res[r] = wi;
 			out[1 + r] = ksr_lp(wk, mx, lnS);
