@@ -31,7 +31,6 @@
 #include "proto.h"
 #include "serve.h"
 
-/* A GENERATE waiting or running: the decoded message owns its arrays. */
 /* A STEP's most entries (turn.c's steps_flush): ENG_STEP_MAX without
  * logprobs (24 bytes each on the wire), ENG_STEP_MAX_LP with them (up to
  * 184): either keeps one STEP under PROTO_MAX_PAYLOAD. pend holds
@@ -39,6 +38,7 @@
 #define ENG_STEP_MAX 65536
 #define ENG_STEP_MAX_LP 16384
 
+/* A GENERATE waiting or running: the decoded message owns its arrays. */
 typedef struct job {
 	nng_pipe pipe;
 	proto_msg m; /* m.u.gen */
