@@ -73,6 +73,11 @@ static int plan_check(srv *s, const proto_plan_ok *p, uint64_t n, char *msg)
  * fewer, larger STEPs and the engine never waits for it. Every entry
  * pushed is followed by a flush, which sends at the request's cap
  * (ENG_STEP_MAX or, with logprobs, ENG_STEP_MAX_LP). */
+_Static_assert(4 + (uint64_t)ENG_STEP_MAX * 24 <= PROTO_MAX_PAYLOAD &&
+		   4 + (uint64_t)ENG_STEP_MAX_LP * (24 + 8 * PROTO_MAX_TOP) <=
+		       PROTO_MAX_PAYLOAD,
+	       "a STEP of the most entries fits a message");
+
 static void steps_flush(srv *s, const job *j, int last)
 {
 	if (s->n_pend == 0)
