@@ -1530,11 +1530,16 @@ static int delta_pieces(kern_queue *q, float *o, float *S, const float *qq,
 	if (!cx->gdn_hi) { /* made last: its being there says all are */
 		int lo = 0, hi = 0;
 		KCU(cx, cudaDeviceGetStreamPriorityRange(&lo, &hi));
-		KCU(cx, cudaStreamCreateWithPriority(
-			    &cx->gdn_lo, cudaStreamNonBlocking, lo));
+		/* each made once: a call after a failure part way makes
+		 * only what is missing (kcu_gdn_fini frees what is there) */
+		if (!cx->gdn_lo)
+			KCU(cx, cudaStreamCreateWithPriority(
+				    &cx->gdn_lo, cudaStreamNonBlocking, lo));
 		for (int i = 0; i < KCU_GDN_EVENTS; i++)
-			KCU(cx, cudaEventCreateWithFlags(
-				    &cx->gdn_ev[i], cudaEventDisableTiming));
+			if (!cx->gdn_ev[i])
+				KCU(cx, cudaEventCreateWithFlags(
+					    &cx->gdn_ev[i],
+					    cudaEventDisableTiming));
 		KCU(cx, cudaStreamCreateWithPriority(
 			    &cx->gdn_hi, cudaStreamNonBlocking, hi));
 	}
