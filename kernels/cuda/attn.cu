@@ -22,7 +22,7 @@
  * KCU_SPLIT_ROWS, fp32 models, other head dims. A block takes one row and
  * one KV head with all its query heads (the K and V rows are read once for
  * the group) over KCU_SPLIT_KEYS keys (k_split_mma: several such tiles
- * past 32k keys, so a row has at most KCU_SPLIT_MAX splits); each split
+ * past 4k keys, so a row has at most KCU_SPLIT_MAX splits); each split
  * writes its max, its sum and its unnormalised output, and k_combine adds
  * the splits in a fixed order (its L in a fixed tree). No atomics
  * anywhere: the same call gives the same bits.
@@ -88,13 +88,17 @@ static __host__ __device__ inline int64_t splits_of(int64_t len)
 /* The keys of a split at length len: KCU_SPLIT_KEYS, or with mt > 0 (the
  * tensor-core kernel, MOOR_DEC_MT) whole tiles of them, as few as keep a
  * row at most mt splits (KCU_SPLIT_MAX by default: a split of a row past
- * 32k keys walks 2, 3, ... tiles, and the partials, which were a fifth of
- * the traffic at 128k, stay at 512 a head). A rule of len alone, so a
- * graph and a direct call at the same length agree. bench_kern on an
- * H100, a layer at 128k keys: 0.195 ms at most 512 splits, 0.189 at 256,
- * 0.206 at 1,024, 0.225 with one tile a split; bench_gpu's decode step
- * the same at 256 and 512 (21.53 and 21.50 ms at 128k). */
-#define KCU_SPLIT_MAX 512
+ * 4k keys walks 2, 3, ... tiles, and the partials, a fifth of the traffic
+ * at 128k with one tile a split, stay at 64 a head). A rule of len alone,
+ * so a graph and a direct call at the same length agree. bench_kern on
+ * an H100 (2026-12-07), a layer at 8k / 32k / 128k keys: 0.0177 / 0.0559
+ * / 0.1837 ms at most 64 splits, 0.0191 / 0.0576 / 0.1859 at 96, 0.0221
+ * / 0.0641 / 0.1956 at 512 (the default before; one tile a split up to
+ * 32k); bench_gpu's decode step 18.73 against 18.75 ms at 8k and 21.37
+ * against 21.51 at 128k. Fewer splits: the 24 heads' 4 KV groups still
+ * fill 256 blocks at 64, and each split's fixed cost (its q tile, its
+ * partial's write, the combine's read) is paid fewer times. */
+#define KCU_SPLIT_MAX 64
 static __host__ __device__ inline int64_t split_keys(int64_t len, int mt)
 {
 	if (mt <= 0)
@@ -925,7 +929,7 @@ static int run_split(kern_queue *q, float *out, const float *qv, int ldq,
 	/* the tensor-core split kernel: q rows 16-byte aligned too */
 	int mma =
 	    b16 && ldq % 4 == 0 && ((uintptr_t)qv & 15) == 0 && dec_mma_on();
-	/* its splits of several tiles past 32k keys (MOOR_DEC_MT=0: one tile
+	/* its splits of several tiles past 4k keys (MOOR_DEC_MT=0: one tile
 	 * each, as the other kernels' splits) */
 	const int mt = mma ? dec_mt() : 0;
 	if (mt > 0 && ns > mt)

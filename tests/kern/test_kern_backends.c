@@ -675,7 +675,7 @@ static void split_run(float *out, const float *dq, const void *dK,
  *   arithmetic with its loads in flight: bit for bit, at the default
  *   partition and at one tile a split, where a row has more splits than
  *   either keeps weights of at once (1,024 and 4,096);
- * - k_split_mma's splits of several tiles past 32k keys against one tile
+ * - k_split_mma's splits of several tiles past 4k keys against one tile
  *   a split (MOOR_DEC_MT=0): bit for bit where a split has one tile,
  *   else both against the CPU;
  * - a graph captured for 131,072 keys and launched at a long row against
@@ -690,10 +690,11 @@ static void case_split_long(void)
 	} cs[] = {
 	    {1, 3000, 24, 4, 256, KERN_BF16, 0},   /* 47 splits */
 	    {5, 700, 24, 4, 256, KERN_BF16, 0},	   /* rows of a split launch */
-	    {1, 32767, 24, 4, 256, KERN_BF16, 0},  /* 512 splits of a tile */
-	    {3, 32767, 24, 4, 256, KERN_BF16, 0},  /* rows of 1 and 2 tiles */
+	    {1, 4095, 24, 4, 256, KERN_BF16, 0},   /* 64 splits of a tile */
+	    {3, 4095, 24, 4, 256, KERN_BF16, 0},   /* rows of 1 and 2 tiles */
+	    {1, 32767, 24, 4, 256, KERN_BF16, 0},  /* 512 tiles, 8 a split */
 	    {1, 70000, 24, 4, 256, KERN_BF16, 1},  /* 1,094 tiles: ref chunks */
-	    {1, 300000, 24, 4, 256, KERN_BF16, 0}, /* 4,688 tiles, 10 a split */
+	    {1, 300000, 24, 4, 256, KERN_BF16, 0}, /* 4,688 tiles, 74 a split */
 	    {2, 5000, 4, 2, 32, KERN_F32, 0},	   /* k_split's partials */
 	};
 	kern_limits lim = {
@@ -717,7 +718,9 @@ static void case_split_long(void)
 		float *dq = up(&gpu, qv, nq * 4);
 		float *a = malloc(nq * 4), *b = malloc(nq * 4),
 		      *c = malloc(nq * 4), *r = malloc(nq * 4);
-		const int one_tile = L <= 32768 || kvdt != KERN_BF16;
+		/* the default partition keeps a row at 64 splits (attn.cu's
+		 * KCU_SPLIT_MAX): one 64-key tile a split up to 4,096 keys */
+		const int one_tile = L <= 4096 || kvdt != KERN_BF16;
 		split_run(a, dq, dK, dV, kvdt, T, pos0, Hq, Hkv, D, NULL, "");
 		split_run(b, dq, dK, dV, kvdt, T, pos0, Hq, Hkv, D,
 			  "MOOR_DEC_COMB", "0");
