@@ -273,6 +273,23 @@ out:
 	}
 }
 
+/* What sample() and logprobs() check first (both synchronise, so neither
+ * may be captured; reserve() sized the scratch for V), then the scratch's
+ * layout into *L. */
+static int smp_begin(kern_queue *q, int V, const char *what, smp_lay *L)
+{
+	if (q->capturing)
+		return MOOR_ERANGE;
+	kern_ctx *c = q->ctx;
+	if (V > c->smp_v) {
+		moor_err("%s: %d logits, reserve() sized %d", what, V, c->smp_v);
+		return MOOR_ERANGE;
+	}
+	kcu_use(c);
+	smp_layout(c->smp, c->smp_v, c->smp_cub_bytes, L);
+	return 0;
+}
+
 /* ---- logprobs() ---- */
 
 /* The block's best of every thread's (*k, *i) by best_of, through sk and
@@ -436,16 +453,11 @@ int kcu_logprobs(kern_queue *q, const float *logits, int V, int32_t tok,
 	if (!q || !logits || V <= 0 || tok < 0 || tok >= V || n_top < 0 ||
 	    n_top > KERN_LOGPROBS_MAX || n_top > V || !lp || (n_top && !ids))
 		return MOOR_ERANGE;
-	if (q->capturing)
-		return MOOR_ERANGE; /* it synchronises (ops.h) */
 	kern_ctx *c = q->ctx;
-	if (V > c->smp_v) {
-		moor_err("logprobs: %d logits, reserve() sized %d", V, c->smp_v);
-		return MOOR_ERANGE;
-	}
-	kcu_use(c);
 	smp_lay L;
-	smp_layout(c->smp, c->smp_v, c->smp_cub_bytes, &L);
+	int rc = smp_begin(q, V, "logprobs", &L);
+	if (rc)
+		return rc;
 	/* sample()'s scratch: nb n <= V candidates (nb = ceil(V / 256),
 	 * n <= 20, n <= V) in kin and iin, the maxima in kout, the sums in
 	 * R */
@@ -479,16 +491,11 @@ int kcu_sample(kern_queue *q, const float *logits, int V,
 {
 	if (!q || !logits || V <= 0 || !p || !host_id)
 		return MOOR_ERANGE;
-	if (q->capturing)
-		return MOOR_ERANGE; /* it synchronises (ops.h) */
 	kern_ctx *c = q->ctx;
-	if (V > c->smp_v) {
-		moor_err("sample: %d logits, reserve() sized %d", V, c->smp_v);
-		return MOOR_ERANGE;
-	}
-	kcu_use(c);
 	smp_lay L;
-	smp_layout(c->smp, c->smp_v, c->smp_cub_bytes, &L);
+	int rc = smp_begin(q, V, "sample", &L);
+	if (rc)
+		return rc;
 	if (p->temperature <= 0.0f || p->top_k == 1) {
 		kcu_go(q, k_argmax, 1, SMP_FIN, 0, logits, V, L.res, dev_id);
 		KCU_LAUNCHED(c);
