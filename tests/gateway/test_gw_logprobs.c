@@ -481,6 +481,21 @@ static void check_null_stream(const json_t *ev, const char *what)
 
 /* ---- the cases --------------------------------------------------------- */
 
+/* body streamed: its chunks' logprobs, concatenated, equal whole (the
+ * non-streamed reply's logprobs) exactly */
+static void check_streamed(const char *path, const char *body, int chat,
+			   const json_t *whole, const char *what)
+{
+	char *sb = with(body, "\"stream\":true");
+	json_t *ev = post_stream(path, sb);
+	json_t *sl = stream_logprobs(ev, chat);
+	CHECK(json_equal(sl, whole),
+	      "%s: streamed logprobs differ from the whole reply's", what);
+	json_decref(sl);
+	json_decref(ev);
+	free(sb);
+}
+
 static const char *const C = "/v1/chat/completions", *const T =
 							 "/v1/completions";
 
@@ -494,14 +509,7 @@ int main(int argc, char **argv)
 	    gt_chat_body(CHAT_USER, 24, "\"logprobs\":true,\"top_logprobs\":5");
 	json_t *chat = post_whole(C, cb);
 	const json_t *content = check_chat(chat, 5, NO_CLOSE);
-	char *sb = with(cb, "\"stream\":true");
-	json_t *ev = post_stream(C, sb);
-	json_t *sl = stream_logprobs(ev, 1);
-	CHECK(json_equal(sl, lp_of(chat)),
-	      "streamed chat logprobs differ from the whole reply's");
-	json_decref(sl);
-	json_decref(ev);
-	free(sb);
+	check_streamed(C, cb, 1, lp_of(chat), "chat");
 	free(cb);
 
 	/* logprobs without top_logprobs: empty top lists */
@@ -525,14 +533,7 @@ int main(int argc, char **argv)
 	       n, ct, fin ? fin : "?", gt_str(cmpl, "choices.0.text"));
 	CHECK((long long)n == ct - (fin && !strcmp(fin, "stop")),
 	      "%zu entries, completion_tokens %lld, finish %s", n, ct, fin);
-	sb = with(tb, "\"stream\":true");
-	ev = post_stream(T, sb);
-	sl = stream_logprobs(ev, 0);
-	CHECK(json_equal(sl, lp_of(cmpl)),
-	      "streamed completion logprobs differ from the whole reply's");
-	json_decref(sl);
-	json_decref(ev);
-	free(sb);
+	check_streamed(T, tb, 0, lp_of(cmpl), "completion");
 
 	/* logprobs 0: the sampled token alone */
 	o = post_whole(T, "{\"prompt\":\"The capital of France is\","
@@ -648,14 +649,7 @@ int main(int argc, char **argv)
 				    json_object_get(lp_of(cmpl), lists[l]), i)),
 			    "stop: %s[%zu] differs from the run without",
 			    lists[l], i);
-	char *ps2 = with(ps, "\"stream\":true");
-	ev = post_stream(T, ps2);
-	sl = stream_logprobs(ev, 0);
-	CHECK(json_equal(sl, slp),
-	      "stop: streamed logprobs differ from the whole reply's");
-	json_decref(sl);
-	json_decref(ev);
-	free(ps2);
+	check_streamed(T, ps, 0, slp, "stop");
 	free(ps);
 	json_decref(st);
 
@@ -664,8 +658,8 @@ int main(int argc, char **argv)
 	o = post_whole(C, cb);
 	check_null(o, "chat");
 	json_decref(o);
-	sb = with(cb, "\"stream\":true");
-	ev = post_stream(C, sb);
+	char *sb = with(cb, "\"stream\":true");
+	json_t *ev = post_stream(C, sb);
 	check_null_stream(ev, "chat stream");
 	json_decref(ev);
 	free(sb);
@@ -709,14 +703,7 @@ int main(int argc, char **argv)
 	      "the entries' text: '%s'", (char *)rb);
 	CHECK(h_log_has("engined1", "the reasoning budget (8) closed"),
 	      "the budget did not close the reasoning (engined's log)");
-	sb = with(cb, "\"stream\":true");
-	ev = post_stream(C, sb);
-	sl = stream_logprobs(ev, 1);
-	CHECK(json_equal(sl, lp_of(o)),
-	      "streamed reasoning logprobs differ from the whole reply's");
-	json_decref(sl);
-	json_decref(ev);
-	free(sb);
+	check_streamed(C, cb, 1, lp_of(o), "reasoning");
 	free(cb);
 	json_decref(o);
 	port = port1;

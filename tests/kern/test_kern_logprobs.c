@@ -56,15 +56,6 @@ static void ref_logprobs(const float *l, int V, int32_t tok, int n, float *lp,
 	free(c);
 }
 
-static float bf16_round(float x)
-{
-	uint32_t u;
-	memcpy(&u, &x, 4);
-	u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
-	memcpy(&x, &u, 4);
-	return x;
-}
-
 static void fill(float *l, int V, int kind)
 {
 	for (int i = 0; i < V; i++) {
@@ -76,7 +67,7 @@ static void fill(float *l, int V, int kind)
 			l[i] = kt_unif(-300, 300);
 			break;
 		case 2:
-			l[i] = bf16_round(kt_unif(-8, 8));
+			l[i] = kt_to_dt(kt_unif(-8, 8), KERN_BF16);
 			break;
 		case 3:
 			l[i] = (float)(kt_next() % 5);
