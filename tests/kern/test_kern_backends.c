@@ -1492,6 +1492,88 @@ static void case_bits(void)
 	free(lg);
 }
 
+/* ---- greedy sample(): the rule's token at every kind of maximum ---- */
+
+/* The lowest index among the maxima, NaN as -inf (kern_sample_host, the
+ * rule), from the device's blocks of KERN_SAMPLE_BLOCK and their finish:
+ * V of 1, a block and one either side, several blocks with the last
+ * partial, the tiny model's and the 248k family's vocabularies; the
+ * maximum at a block's first or last index or in the last partial block,
+ * ties of it across blocks and inside one, NaNs (at index 0 too), -0
+ * against +0, +inf, all -inf and all NaN. dev_id gets the same token. */
+static void case_greedy(void)
+{
+	static const int Vs[] = {1, 2, 255, 256, 257, 4097, 151669, 248320};
+	const kern_sampling g = {
+	    .temperature = 0.0f, .top_k = 0, .top_p = 1.0f};
+	int cases = 0;
+	kern_limits lim = {.rows = 1, .width = 1, .vocab = 248320};
+	ASSERT(gpu.o->reserve(gpu.c, &lim) == 0, "reserve");
+	for (size_t vi = 0; vi < sizeof Vs / sizeof Vs[0]; vi++) {
+		const int V = Vs[vi];
+		float *lg = malloc((size_t)V * 4);
+		int32_t *gid = zz(&gpu, 4);
+		for (int kind = 0; kind < 10; kind++) {
+			for (int i = 0; i < V; i++)
+				lg[i] = kt_unif(-4.0f, 4.0f);
+			const int B = KERN_SAMPLE_BLOCK;
+			switch (kind) {
+			case 1: /* a block's first index */
+				lg[(V / 2) / B * B] = 9.0f;
+				break;
+			case 2: /* a block's last index (or the last) */
+				lg[V - 1 < B - 1 ? V - 1 : B - 1] = 9.0f;
+				break;
+			case 3: /* the last partial block */
+				lg[V - 1] = 9.0f;
+				break;
+			case 4: /* a tie across blocks: the lower wins */
+				lg[V - 1] = lg[V / 3] = 9.0f;
+				break;
+			case 5: /* NaNs, index 0 among them, above a tie */
+				for (int i = 0; i < V; i += 97)
+					lg[i] = NAN;
+				lg[V / 2] = lg[V - 1] = 9.0f;
+				lg[0] = NAN;
+				break;
+			case 6: /* -0 against +0 at the top: a tie */
+				for (int i = 0; i < V; i++)
+					lg[i] = -1.0f;
+				lg[V - 1] = 0.0f;
+				lg[V / 2] = -0.0f;
+				break;
+			case 7: /* +inf */
+				lg[(V * 2) / 3] = INFINITY;
+				break;
+			case 8: /* all -inf */
+				for (int i = 0; i < V; i++)
+					lg[i] = -INFINITY;
+				break;
+			case 9: /* all NaN */
+				for (int i = 0; i < V; i++)
+					lg[i] = NAN;
+				break;
+			}
+			int32_t want = kern_sample_host(lg, V, &g, 0, NULL);
+			float *dg = up(&gpu, lg, (size_t)V * 4);
+			int32_t got = -1, dev = -1;
+			int rc = gpu.o->sample(gpu.q, dg, V, &g, 7, gid, &got);
+			down(&gpu, &dev, gid, 4);
+			ASSERT(rc == 0, "greedy V %d kind %d: %s", V, kind,
+			       moor_strerror(rc));
+			ASSERT(got == want && dev == want,
+			       "greedy V %d kind %d: token %d (device %d), the "
+			       "rule says %d",
+			       V, kind, got, dev, want);
+			gpu.o->free(gpu.c, dg);
+			cases++;
+		}
+		gpu.o->free(gpu.c, gid);
+		free(lg);
+	}
+	printf("  greedy: the rule's token in %d cases\n", cases);
+}
+
 int main(void)
 {
 	const kern_ops *g = kern_backend("cuda");
@@ -1534,6 +1616,7 @@ int main(void)
 	case_small();
 	case_conv_kc();
 	case_bits();
+	case_greedy();
 	/* last: a fault there (a new kernel) leaves the other cases' results */
 	case_attention_wg(d);
 	cpu.o->destroy(cpu.c);
