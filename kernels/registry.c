@@ -9,13 +9,14 @@
 
 extern const kern_ops *const kern_cuda_entry;
 
-/* CUDA: MOOR_GDN_TC=1, the delta rule's state pass on 3xTF32 tensor
- * cores; MOOR_GEMM_BUCKET_MAX, another algorithm for longer products;
+/* CUDA: MOOR_NORM_V4=0, the hidden size's norms on the scalar kernel
+ * (another order of the sum of squares); MOOR_GEMM_BUCKET_MAX, another
+ * algorithm for longer products;
  * MOOR_DEC_MMA and MOOR_DEC_MT, the split attention's kernel and
  * partition, which run decode and also a prefill call of up to
  * KCU_SPLIT_ROWS rows (a short turn, a prompt's tail past its last grid
  * line), so they are not decode-only switches. */
-const char *const kern_bits_env[] = {"MOOR_GDN_TC", "MOOR_GEMM_BUCKET_MAX",
+const char *const kern_bits_env[] = {"MOOR_NORM_V4", "MOOR_GEMM_BUCKET_MAX",
 				     "MOOR_DEC_MMA", "MOOR_DEC_MT", NULL};
 
 const kern_ops *kern_backend(const char *name)

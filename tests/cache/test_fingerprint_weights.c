@@ -171,13 +171,13 @@ int main(void)
 	 * one that keeps them does not */
 	uint8_t e0[32], e1[32], e2[32];
 	REQUIRE(fp_of(m1, 1024, "cuda", NULL, e0, err) == 0, "%s", err);
-	setenv("MOOR_GDN_TC", "1", 1);
+	setenv("MOOR_NORM_V4", "0", 1);
 	REQUIRE(fp_of(m1, 1024, "cuda", NULL, e1, err) == 0, "%s", err);
-	setenv("MOOR_GDN_TC", "0", 1);
+	setenv("MOOR_NORM_V4", "1", 1);
 	REQUIRE(fp_of(m1, 1024, "cuda", NULL, e2, err) == 0, "%s", err);
-	unsetenv("MOOR_GDN_TC");
+	unsetenv("MOOR_NORM_V4");
 	CHECK(memcmp(e0, e1, 32) && memcmp(e1, e2, 32),
-	      "MOOR_GDN_TC=1 and =0 are in the fingerprint");
+	      "MOOR_NORM_V4=0 and =1 are in the fingerprint");
 	setenv("MOOR_GDN_RT", "0", 1);
 	REQUIRE(fp_of(m1, 1024, "cuda", NULL, e1, err) == 0, "%s", err);
 	unsetenv("MOOR_GDN_RT");

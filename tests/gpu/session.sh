@@ -11,7 +11,6 @@
 #             on one stream (MOOR_MOVER_BATCH=0 MOOR_MOVER_LANES=0), or with
 #             each of MOVER_ENVS (space-separated; VAR=V,VAR=V a run) over
 #             MOVER_TESTS (meson test's arguments; default --suite gpu)
-#   tc        the kern and golden GPU tests again with MOOR_GDN_TC=1
 #   rt        the kern and golden GPU tests again with MOOR_GDN_RT=0 (the
 #             delta rule's first kernels), then bench_kern's delta row
 #             with it
@@ -47,8 +46,8 @@
 #             4,096 rows, and whether their rows keep their bits)
 #   dprof     ncu times the chunked delta rule's kernels (bench_kern
 #             --only delta: intra, state pass, output): MOOR_GDN_RT=0,
-#             the defaults, MOOR_GDN_TC=1 (or each VAR=VALUE of
-#             DPROF_ENVS); and the detail of intra and the state pass
+#             the defaults (or each VAR=VALUE of DPROF_ENVS); and the
+#             detail of intra and the state pass
 #   dsrc      ncu's full set on the delta rule's intra, state pass and output
 #             (bench_kern --only delta): its per-instruction pages (SASS,
 #             stall samples) and details in $OUT/dsrc.tgz (one file: a
@@ -69,7 +68,7 @@
 #             /dev/shm/moor-trained, then bench_spill's part 1 (the codec)
 #             on 8,192 tokens: its held-out text on the trained model beside
 #             random ids on models/tiny
-# Knobs: SESSION_ENV (exported before every phase, e.g. MOOR_GDN_TC=1),
+# Knobs: SESSION_ENV (exported before every phase, e.g. MOOR_GDN_RT=0),
 # BENCH_LENS (gpu), BENCH_DECODE (decode steps, default 32).
 set -u
 cd "$(dirname "$0")/../.."
@@ -139,10 +138,6 @@ for p in "$@"; do
 			echo \"--- \$e\"; env \${e//,/ } meson test -C $B ${MOVER_TESTS:---suite gpu} \
 			--num-processes 4 --print-errorlogs >\$OUT/mover-\${e//[=,]/-}.txt 2>&1; \
 			grep -E '^ *[0-9]+/[0-9]+ |^(Ok|Fail|Skipped):' \$OUT/mover-\${e//[=,]/-}.txt; done" ;;
-	tc)
-		phase tc 120 "MOOR_GDN_TC=1 meson test -C $B test_kern_backends test_kern_deterministic \
-			test_golden_transformers_cuda test_prefill_split_exact_tiny_cuda --num-processes 4 \
-			--print-errorlogs" ;;
 	rt)
 		phase rt 120 "MOOR_GDN_RT=0 meson test -C $B test_kern_backends test_kern_deterministic \
 			test_golden_transformers_cuda test_prefill_split_exact_tiny_cuda --num-processes 4 \
@@ -152,8 +147,7 @@ for p in "$@"; do
 			test_prefill_split_exact_tiny_cuda --num-processes 3 --print-errorlogs" ;;
 	kern)
 		phase kern ${KERN_LIMIT:-150} "for o in attention decode delta; do $B/tests/bench/bench_kern --only \$o; done; \
-			MOOR_DEC_MMA=0 $B/tests/bench/bench_kern --only decode; \
-			MOOR_GDN_TC=1 $B/tests/bench/bench_kern --only delta" ;;
+			MOOR_DEC_MMA=0 $B/tests/bench/bench_kern --only decode" ;;
 	gpu)
 		phase gpu ${GPU_LIMIT:-180} "$(declare -f gpu27); B=$B; gpu27 default; gpu27 before MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0; \
 			gpu27 pdl MOOR_PDL=1; gpu27 unfused-prefill MOOR_PF_FUSE=0; \
@@ -204,7 +198,7 @@ for p in "$@"; do
 			kdetail aprof decode 'k_split|k_combine' 12 'Waves Per SM'" ;;
 	dprof)
 		phase dprof ${DPROF_LIMIT:-150} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); \
-			for e in ${DPROF_ENVS:-MOOR_GDN_RT=0 MOOR_GDN_TC=0 MOOR_GDN_TC=1}; do echo \"--- \$e\"; env \$e \$NCU --clock-control none \
+			for e in ${DPROF_ENVS:-MOOR_GDN_RT=0 MOOR_GDN_RT=1}; do echo \"--- \$e\"; env \$e \$NCU --clock-control none \
 			--metrics gpu__time_duration.sum --csv --print-units base \
 			$B/tests/bench/bench_kern --only delta --reps 2 >$OUT/dprof-\${e//=/-}.csv 2>&1; \
 			python3 tests/gpu/ncu_sum.py $OUT/dprof-\${e//=/-}.csv | head -12; \
