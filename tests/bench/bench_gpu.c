@@ -81,6 +81,7 @@ static void make_ids(int32_t *ids, int64_t n, int V, uint64_t x)
 /* the config's numbers the floors need */
 typedef struct shape {
 	int H, V, L, n_attn, Hq, D;
+	int tied; /* one V x H matrix: the embedding is the lm_head */
 } shape;
 
 static int read_shape(const char *dir, shape *s)
@@ -108,6 +109,10 @@ static int read_shape(const char *dir, shape *s)
 	NUM("num_attention_heads", s->Hq);
 	NUM("head_dim", s->D);
 #undef NUM
+	char *t = strstr(buf, "\"tie_word_embeddings\"");
+	t = t ? strchr(t, ':') : NULL;
+	t = t ? t + strspn(t + 1, " \t\r\n") + 1 : NULL;
+	s->tied = t && strncmp(t, "true", 4) == 0;
 	s->n_attn = 0;
 	for (char *q = buf; (q = strstr(q, "\"full_attention\"")); q++)
 		s->n_attn++;
@@ -207,8 +212,12 @@ int main(int argc, char **argv)
 	eng_sampler *smp = eng_sampler_new(V, &gp);
 	/* the GEMMs' weights a token multiplies: all but the embedding table
 	 * (the lm_head runs on the last token only: left out) */
-	double gemm_params = wb / 2 - 2.0 * sh.V * sh.H;
-	double read_bytes = wb - 2.0 * sh.V * sh.H; /* a decode step's weights */
+	/* the products of every row leave out the embedding and the lm_head
+	 * (the last row's alone); a decode step reads every weight but the
+	 * embedding (one row of it), and all of a tied one (its lm_head) */
+	const double vh = (double)sh.V * sh.H;
+	double gemm_params = wb / 2 - (sh.tied ? 1.0 : 2.0) * vh;
+	double read_bytes = wb - (sh.tied ? 0.0 : 2.0 * vh);
 	printf("\n%8s | %9s %9s %8s %6s | %8s %8s %6s %7s | %9s | %7s %7s | %s\n",
 	       "prompt", "prefill s", "tok/s", "floor s", "ratio", "decode",
 	       "bound", "ratio", "tok/s", "+100 tok", "x hf", "x hf", "goal");

@@ -21,7 +21,7 @@
 #             MOOR_PDL=1, MOOR_PF_FUSE=0
 #   gpuab     bench_gpu at 8k and 32k: the defaults, then once with each
 #             VAR=VALUE of GPU_AB (space-separated)
-#   gpulong   bench_gpu at 8k, 32k, 64k and 128k (the issue's table)
+#   gpulong   bench_gpu at 1k, 8k, 32k, 64k and 128k (the issue's table)
 #   pipe      MOOR_GDN_PIPE (the delta rule in pieces on two streams):
 #             test_kern_backends (its case_gdn_rt_wide compares the
 #             pieces by memcmp), bench_kern's delta row with pieces of 8,
@@ -156,7 +156,7 @@ for p in "$@"; do
 		phase gpuab ${GPU_LIMIT:-180} "$(declare -f gpu27); B=$B; gpu27 default; \
 			for e in \${GPU_AB:-}; do gpu27 \$e \$e; done" ;;
 	gpulong)
-		phase gpulong 580 "$(declare -f gpu27); B=$B; BENCH_LENS=8192,32768,65536,131072 gpu27 long" ;;
+		phase gpulong 580 "$(declare -f gpu27); B=$B; BENCH_LENS=1024,8192,32768,65536,131072 gpu27 long" ;;
 	pipe)
 		phase pipe ${PIPE_LIMIT:-300} "$B/tests/kern/test_kern_backends | grep -E 'delta|FAIL|differ'; \
 			for e in MOOR_GDN_PIPE=0 MOOR_GDN_PIPE=8 MOOR_GDN_PIPE=4 MOOR_GDN_PIPE=2; do echo \"--- \$e\"; \
