@@ -10,14 +10,17 @@
 extern const kern_ops *const kern_cuda_entry;
 
 /* CUDA: MOOR_NORM_V4=0, the hidden size's norms on the scalar kernel
- * (another order of the sum of squares); MOOR_GEMM_BUCKET_MAX, another
- * algorithm for longer products;
- * MOOR_DEC_MMA and MOOR_DEC_MT, the split attention's kernel and
+ * (another order of the sum of squares); MOOR_ATTN_WG, prefill attention
+ * on mma.sync or wgmma (the same bits on the H100 in every case of
+ * test_kern_backends, which the PTX ISA does not promise: the order an
+ * MMA adds its products in); MOOR_GEMM_BUCKET_MAX, another algorithm for
+ * longer products; MOOR_DEC_MMA and MOOR_DEC_MT, the split attention's kernel and
  * partition, which run decode and also a prefill call of up to
  * KCU_SPLIT_ROWS rows (a short turn, a prompt's tail past its last grid
  * line), so they are not decode-only switches. */
-const char *const kern_bits_env[] = {"MOOR_NORM_V4", "MOOR_GEMM_BUCKET_MAX",
-				     "MOOR_DEC_MMA", "MOOR_DEC_MT", NULL};
+const char *const kern_bits_env[] = {"MOOR_NORM_V4",	     "MOOR_ATTN_WG",
+				     "MOOR_GEMM_BUCKET_MAX", "MOOR_DEC_MMA",
+				     "MOOR_DEC_MT",	     NULL};
 
 const kern_ops *kern_backend(const char *name)
 {
