@@ -49,7 +49,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 			      .tok = tok,
 			      .family = fam,
 			      .window = 4096,
-			      .default_max_tokens = 16};
+			      .default_max_tokens = 16,
+			      .max_logprobs = PROTO_MAX_TOP};
 	moor_log_level = MOOR_LOG_ERROR;
 	return 0;
 }

@@ -184,6 +184,14 @@ typedef struct gw_cfg {
 	int compaction_prepare;	 /* --compaction-prepare (prepare.c), on */
 	double compaction_idle_s; /* --compaction-idle-s, 30 */
 	uint32_t compaction_min_tokens; /* --compaction-min-tokens, 32768 */
+	/* --max-logprobs: the most alternatives a token may list, 20
+	 * (PROTO_MAX_TOP); 0: logprobs are refused (params.h) */
+	uint32_t max_logprobs;
+	/* what one token's logprobs can cost at max_logprobs, kept and
+	 * written (gw_lp_token_bytes of the model's tokenizer; main.c sets
+	 * it once the tokenizer is loaded); 0 when logprobs are off: the
+	 * RSS bound's logprobs term (limits.c) */
+	uint64_t lp_token_bytes;
 } gw_cfg;
 
 /* ---- the engine link (link.c) ---------------------------------------- */
@@ -313,15 +321,17 @@ typedef struct gw_job {
 	gw_rs *rs;
 	uint64_t n_tokens;
 	/* p.logprobs: the output tokens' logprobs (reply.c keeps them, a
-	 * streamed chunk carries those since the last one, the whole reply
-	 * all); lp_failed: one could not be kept (no memory), the request
-	 * ends with an error */
+	 * streamed chunk carries those since the last one and drops them,
+	 * the whole reply all); lp_failed: one could not be kept (no
+	 * memory), the request ends with an error */
 	gw_lp lp;
 	int lp_failed;
 	char id[48]; /* chatcmpl-... / cmpl-... */
 	int64_t created;
-	/* streamed SSE: what waits for the next h2o_send */
-	moor_buf pend;
+	/* streamed SSE: what waits for the next h2o_send, and what the send
+	 * in flight (or the final one) reads until proceed (or the request's
+	 * end): the two are swapped at each send (sse.c) */
+	moor_buf pend, wire;
 	int sending, final_sent;
 	double t_send; /* when the send in flight began */
 	int n_tool_calls;
@@ -365,6 +375,8 @@ int gw_limits_check(const json_t *body, gw_fail *f);
  * tokenizer and template loaded, no request), in bytes, from cfg's limits;
  * limits.c says what each term is. gatewayd logs it at start. */
 uint64_t gw_limits_rss_bound(const gw_cfg *cfg);
+/* Its logprobs term, in bytes (0 with --max-logprobs 0). */
+uint64_t gw_limits_rss_lp(const gw_cfg *cfg);
 
 /* ---- the admission queue (admit.c) ------------------------------------ */
 
@@ -567,6 +579,11 @@ int gw_http_start(gw_srv *s, char *err);
 void gw_http_stop(gw_srv *s);
 /* Answers req with status and a JSON body (len bytes; copied). */
 void gw_send_json(h2o_req_t *req, int status, const char *body, size_t len);
+/* The same with body's bytes taken, not copied (a whole reply with
+ * logprobs: its largest): h2o's request pool owns them and frees them
+ * when the request ends; body is zeroed. A body with its err set or
+ * nothing put: 500. */
+void gw_send_json_take(h2o_req_t *req, int status, moor_buf *body);
 /* The OpenAI error shape. param / code may be NULL (null in the JSON). */
 void gw_send_error(h2o_req_t *req, int status, const char *type,
 		   const char *param, const char *code, int retry_after,

@@ -63,17 +63,42 @@ const h2o_iovec_t *gw_header(h2o_req_t *req, const char *name)
 	return i < 0 ? NULL : &req->headers.entries[i].value;
 }
 
-void gw_send_json(h2o_req_t *req, int status, const char *body, size_t len)
+static void send_json_iov(h2o_req_t *req, int status, h2o_iovec_t b)
 {
 	static h2o_generator_t none = {NULL, NULL};
 	req->res.status = status;
 	req->res.reason = status == 200 ? "OK" : "Error";
 	h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE,
 		       NULL, H2O_STRLIT("application/json"));
-	h2o_iovec_t b = h2o_strdup(&req->pool, body, len);
-	req->res.content_length = len;
+	req->res.content_length = b.len;
 	h2o_start_response(req, &none);
 	h2o_send(req, &b, 1, H2O_SEND_STATE_FINAL);
+}
+
+void gw_send_json(h2o_req_t *req, int status, const char *body, size_t len)
+{
+	send_json_iov(req, status, h2o_strdup(&req->pool, body, len));
+}
+
+/* a taken body's bytes, freed when h2o clears the request's pool */
+static void taken_dispose(void *p)
+{
+	free(*(char **)p);
+}
+
+void gw_send_json_take(h2o_req_t *req, int status, moor_buf *body)
+{
+	size_t len;
+	char *p = moor_buf_take(body, &len);
+	if (!p) { /* nothing put, or a failed put */
+		gw_send_error(req, 500, "server_error", NULL, NULL, 0,
+			      "out of memory writing the reply");
+		return;
+	}
+	char **own =
+	    h2o_mem_alloc_shared(&req->pool, sizeof *own, taken_dispose);
+	*own = p;
+	send_json_iov(req, status, h2o_iovec_init(p, len));
 }
 
 static void send_error_v(h2o_req_t *req, int status, const char *type,

@@ -74,6 +74,7 @@ void gw_job_unref(gw_job *j)
 	free(j->rec);
 	free(j->rec_fin);
 	moor_buf_fini(&j->pend);
+	moor_buf_fini(&j->wire);
 	gw_params_fini(&j->p);
 	if (j->ts_init)
 		gw_tok_stream_fini(&j->ts);
@@ -138,6 +139,7 @@ static void prepare_work(uv_work_t *w)
 	    .window = s->cfg.window,
 	    .default_max_tokens = s->cfg.default_max_tokens,
 	    .reasoning_budget = s->cfg.reasoning_budget,
+	    .max_logprobs = s->cfg.max_logprobs,
 	};
 	/* no seed in the body: a different one per request */
 	uint64_t seed = (uint64_t)j->created * 0x9e3779b97f4a7c15ull ^ j->rid ^

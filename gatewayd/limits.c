@@ -94,9 +94,34 @@ int gw_limits_check(const json_t *b, gw_fail *f)
  *  - the streams' bytes waiting behind a client that does not read, up to
  *    GW_MAX_PENDING each, for the requests running [4 x 4];
  *  - every connection at rest, every waiting request's job
- *    [4096 x 24 KiB, 4096 x ~1 KiB].
+ *    [4096 x 24 KiB, 4096 x ~1 KiB];
+ *  - the logprobs (gw_limits_rss_lp): for each of the requests running,
+ *    --window tokens (the most a generation makes: max_tokens past it is
+ *    400, job.c, and engined stops at its window) at the most a token
+ *    can cost with --max-logprobs alternatives, its entry and its JSON
+ *    (gw_lp_token_bytes: the model's costliest tokens as escaped strings
+ *    and bytes lists; 9,378 bytes a token for Qwen3's tokenizer at 20,
+ *    five times the 1.7 KB a token of the tiny model's greedy replies
+ *    takes). A whole reply holds its entries and one copy of their JSON,
+ *    written into its body, which h2o takes without a copy (reply.c); a
+ *    stream holds only the entries not yet sent (a chunk drops those it
+ *    carried; all of them while the stream parser holds text back, a
+ *    <tool_call> block) and their JSON in its two frame buffers (sse.c).
+ *    A buffer's room past what it holds is not counted: its pages are
+ *    touched only as they are written (a block past GW_MMAP_THRESHOLD
+ *    is a mapping of its own, main.c) [4 x 32768 x 9,378 B: 1,172].
+ *    --max-logprobs 0 refuses logprobs and removes the term.
  * A peek's and a prewarm's bodies are read by admitted jobs like a chat's
- * (job.c), so they are in the parses' term. */
+ * (job.c), so they are in the parses' term. A reply whose generation
+ * ended gives its place to the next request while its client still
+ * takes it (a stream's last frames, a whole reply's body): a client
+ * that does not read holds its reply past that, to --write-timeout-s for
+ * a stream (job.c) and to the connection's end for a whole reply. */
+uint64_t gw_limits_rss_lp(const gw_cfg *c)
+{
+	return (uint64_t)c->inflight * c->window * c->lp_token_bytes;
+}
+
 uint64_t gw_limits_rss_bound(const gw_cfg *c)
 {
 	uint64_t body = c->max_body, half = c->body_budget / 2;
@@ -106,5 +131,5 @@ uint64_t gw_limits_rss_bound(const gw_cfg *c)
 	       p * (body + GW_PARSE_BYTES) +
 	       (uint64_t)c->inflight * GW_MAX_PENDING +
 	       (uint64_t)c->max_conns * GW_CONN_BYTES +
-	       (uint64_t)c->queue_max * sizeof(gw_job);
+	       (uint64_t)c->queue_max * sizeof(gw_job) + gw_limits_rss_lp(c);
 }

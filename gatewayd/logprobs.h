@@ -37,8 +37,15 @@
  * Memory: two moor_bufs that grow as tokens come (a token costs 24 bytes
  * and 8 a kept alternative); a failed growth is sticky (gw_lp_add returns
  * -ENOMEM from then on) and the caller ends the request with an error:
- * a reply whose logprobs miss tokens is never sent. The JSON is written
- * as text (gw_lp_write) and spliced into the reply's dump.
+ * a reply whose logprobs miss tokens is never sent. A whole reply keeps
+ * every entry to its end; a stream drops the ones a chunk carried
+ * (gw_lp_drop), so it holds only those not yet sent: nothing after a
+ * chunk reads them (no entry is ever taken back, a stop string's cut
+ * included: the held-back tokens before it keep theirs), and text_offset
+ * is the character count lp->chars, not the entries. The JSON is written
+ * as text straight into the reply's or the chunk's buffer, in place of
+ * its dump's null (gw_lp_splice_into); gw_lp_token_bytes says what a
+ * token can cost, kept and written, for the stated RSS bound (limits.c).
  */
 #ifndef GW_LOGPROBS_H
 #define GW_LOGPROBS_H
@@ -74,7 +81,6 @@ typedef struct gw_lp {
 	moor_buf alts; /* gw_lp_alt [the sum of n_top] */
 	size_t n;
 	uint64_t chars; /* the characters the generated text has so far */
-	size_t sent;	/* the entries a streamed chunk already carried */
 } gw_lp;
 
 /* Frees what lp holds and zeroes it; safe on a zeroed struct. */
@@ -85,6 +91,11 @@ void gw_lp_fini(gw_lp *lp);
  * gw_lp_text of the token's piece). 0, or -ENOMEM with nothing kept
  * (sticky: every later call fails too). */
 int gw_lp_add(gw_lp *lp, const proto_step_entry *e, uint32_t top);
+
+/* Forgets the entries kept (a stream's chunk carried them): n is 0, the
+ * buffers are kept for the next ones (a stream holds at most what is
+ * pending), the character count goes on and a failure stays sticky. */
+void gw_lp_drop(gw_lp *lp);
 
 /* The generated text grew by piece (len bytes of whole UTF-8 characters,
  * as gw_tok_stream hands them out): text_offset's count. */
@@ -110,5 +121,37 @@ int gw_lp_write(const gw_lp *lp, const gw_tok *tok, int chat, size_t from,
  * choice. 0 or -ENOMEM (out's err). */
 int gw_lp_splice(moor_buf *out, const char *dump, size_t n, const char *lp,
 		 size_t lp_len);
+
+/* gw_lp_splice of gw_lp_write's text of entries [from, to), written into
+ * out in place (no copy of the logprobs' text: a whole reply's is the
+ * most a request holds). 0, or -ENOMEM with out cut back to what it held
+ * before the call (its err cleared): the caller may write the frame
+ * another way. */
+int gw_lp_splice_into(moor_buf *out, const char *dump, size_t n,
+		      const gw_lp *lp, const gw_tok *tok, int chat, size_t from,
+		      size_t to);
+
+/* The most bytes one token's logprobs can cost with top alternatives: its
+ * entry (gw_lp_tok and top gw_lp_alt) and its JSON in the larger of the
+ * two shapes (a chat's entry or a completion's four list items), for the
+ * worst tokens tok has (what each id's bytes can become as an escaped
+ * string, U+FFFD and \u00XX included, and as a bytes list; the sampled
+ * token the costliest, the alternatives the top costliest distinct ids,
+ * each logprob its longest form, GW_LP_NUM_MAX). Reads the whole
+ * vocabulary: once, at start. */
+uint64_t gw_lp_token_bytes(const gw_tok *tok, uint32_t top);
+
+/* A logprob's longest text (put_num): "%.17g" of a double, a sign, 17
+ * digits, the point and "e-45" at most, 23 bytes; with room. */
+#define GW_LP_NUM_MAX 24
+
+/* The fault seam (tests only; 0 in production, where nothing sets it):
+ * when nonzero, the gw_lp_add call of that number (1: the first, counted
+ * over every lp while it is set) fails as a failed growth does: -ENOMEM,
+ * sticky for its lp. Once. gatewayd sets it from MOOR_GW_LP_FAULT at
+ * start, so it counts the process's calls
+ * (tests/gateway/test_gw_logprobs_oom.c). The loop thread's: not
+ * atomic. */
+extern uint64_t gw_lp_fault_at;
 
 #endif

@@ -118,6 +118,12 @@ static void usage(FILE *f)
 		"                           reasoning (0: none; a body's "
 		"reasoning_budget\n"
 		"                           or thinking_budget wins) (0)\n"
+		"  --max-logprobs N         the most alternatives a token's "
+		"logprobs\n"
+		"                           may list, 0 to 20 (more: 400); 0 "
+		"refuses\n"
+		"                           logprobs, and their RSS bound's "
+		"term (20)\n"
 		"  --log-level L            error, warn, info, debug (info)\n");
 }
 
@@ -287,6 +293,7 @@ int main(int argc, char **argv)
 	s->cfg.compaction_prepare = 1;
 	s->cfg.compaction_idle_s = 30;
 	s->cfg.compaction_min_tokens = 32768;
+	s->cfg.max_logprobs = PROTO_MAX_TOP;
 	s->cfg.admin_token = getenv("MOOR_ADMIN_TOKEN");
 	s->defs = (gw_gen_defaults){.temperature = 1.0, .top_p = 1.0};
 
@@ -322,6 +329,7 @@ int main(int argc, char **argv)
 		O_CPREP,
 		O_CIDLE,
 		O_CMIN,
+		O_MAXLP,
 		O_HELP
 	};
 	static const struct option lo[] = {
@@ -356,6 +364,7 @@ int main(int argc, char **argv)
 	    {"compaction-prepare", 1, 0, O_CPREP},
 	    {"compaction-idle-s", 1, 0, O_CIDLE},
 	    {"compaction-min-tokens", 1, 0, O_CMIN},
+	    {"max-logprobs", 1, 0, O_MAXLP},
 	    {"help", 0, 0, O_HELP},
 	    {0, 0, 0, 0},
 	};
@@ -568,6 +577,16 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case O_MAXLP:
+			if (moor_parse_u32(optarg, &s->cfg.max_logprobs) ||
+			    s->cfg.max_logprobs > PROTO_MAX_TOP) {
+				fprintf(stderr,
+					"gatewayd: --max-logprobs %s: expected "
+					"an integer in [0, %d]\n",
+					optarg, PROTO_MAX_TOP);
+				return 2;
+			}
+			break;
 		case O_RCACHE:
 		case O_ALIGN:
 		case O_CPREP:
@@ -677,6 +696,21 @@ int main(int argc, char **argv)
 			s->stop_ids[s->n_stop_ids++] = id;
 	}
 	read_gen_config(s);
+	if (s->cfg.max_logprobs)
+		s->cfg.lp_token_bytes =
+		    gw_lp_token_bytes(s->tok, s->cfg.max_logprobs);
+	{
+		/* the logprobs' fault seam (logprobs.h), for tests */
+		const char *f = getenv("MOOR_GW_LP_FAULT");
+		char *end;
+		unsigned long long at = f ? strtoull(f, &end, 10) : 0;
+		if (f && *f && !*end && at) {
+			gw_lp_fault_at = at;
+			moor_warn("MOOR_GW_LP_FAULT=%llu: keeping logprobs "
+				  "entry %llu will fail (a test's fault seam)",
+				  at, at);
+		}
+	}
 	s->think_close = gw_tok_token_id(s->tok, "</think>");
 	if (s->think_close >= 0) {
 		int32_t *a = NULL, *b = NULL;
@@ -739,10 +773,14 @@ int main(int argc, char **argv)
 	uv_timer_start(&s->tick, on_tick, 50, 50);
 
 	moor_info("memory: requests buffered up to %llu MiB "
-		  "(--body-budget-bytes), %u parsed at once, %u connections: "
-		  "RSS bound %llu MiB over the base",
+		  "(--body-budget-bytes), %u parsed at once, %u connections, "
+		  "logprobs of %u alternatives (--max-logprobs; %llu bytes a "
+		  "token, %llu MiB): RSS bound %llu MiB over the base",
 		  (unsigned long long)(s->cfg.body_budget >> 20),
 		  s->cfg.inflight < 8 ? s->cfg.inflight : 8, s->cfg.max_conns,
+		  s->cfg.max_logprobs,
+		  (unsigned long long)s->cfg.lp_token_bytes,
+		  (unsigned long long)(gw_limits_rss_lp(&s->cfg) >> 20),
 		  (unsigned long long)(gw_limits_rss_bound(&s->cfg) >> 20));
 	moor_info("serving %s (%s template) on http://%s:%d, run dir %s",
 		  s->cfg.served, gw_tmpl_name(s->family), s->cfg.listen_host,

@@ -128,8 +128,27 @@ static const char *session_of(const json_t *b, const char *hdr)
 	return hdr ? hdr : "";
 }
 
+/* logprobs asked of a server whose --max-logprobs is 0 */
+static int lp_off(gw_fail *f)
+{
+	return bad(f, "logprobs",
+		   "'logprobs' is turned off on this server (--max-logprobs "
+		   "0)");
+}
+
+/* n alternatives asked (key: the field) past --max-logprobs */
+static int lp_over(const gw_params_env *env, const char *key, long long n,
+		   gw_fail *f)
+{
+	return bad(f, key,
+		   "'%s' is %lld: this server gives at most %u alternatives "
+		   "(--max-logprobs)",
+		   key, n, env->max_logprobs);
+}
+
 /* logprobs and top_logprobs (params.h says how each route reads them). */
-static int read_logprobs(int kind, const json_t *b, gw_params *p, gw_fail *f)
+static int read_logprobs(const gw_params_env *env, int kind, const json_t *b,
+			 gw_params *p, gw_fail *f)
 {
 	const json_t *top = json_object_get(b, "top_logprobs");
 	int has_top = top && !json_is_null(top);
@@ -143,12 +162,18 @@ static int read_logprobs(int kind, const json_t *b, gw_params *p, gw_fail *f)
 		int r = get_int(b, "logprobs", 0, PROTO_MAX_TOP, &n, f);
 		if (r < 0)
 			return -1;
+		if (r && !env->max_logprobs)
+			return lp_off(f);
+		if (n > env->max_logprobs)
+			return lp_over(env, "logprobs", n, f);
 		p->logprobs = r;
 		p->top_logprobs = (uint32_t)n;
 		return 0;
 	}
 	if (get_bool(b, "logprobs", &p->logprobs, f) < 0)
 		return -1;
+	if (p->logprobs && !env->max_logprobs)
+		return lp_off(f);
 	if (!has_top)
 		return 0;
 	if (get_int(b, "top_logprobs", 0, PROTO_MAX_TOP, &n, f) < 0)
@@ -156,6 +181,8 @@ static int read_logprobs(int kind, const json_t *b, gw_params *p, gw_fail *f)
 	if (!p->logprobs)
 		return bad(f, "top_logprobs",
 			   "'top_logprobs' needs 'logprobs' to be true");
+	if (n > env->max_logprobs)
+		return lp_over(env, "top_logprobs", n, f);
 	p->top_logprobs = (uint32_t)n;
 	return 0;
 }
@@ -254,7 +281,7 @@ static int read_common(const gw_params_env *env, int kind, const json_t *b,
 		}
 	}
 
-	if (read_logprobs(kind, b, p, f))
+	if (read_logprobs(env, kind, b, p, f))
 		return -1;
 	/* what we do not do is refused, not ignored */
 	v = json_object_get(b, "logit_bias");

@@ -19,7 +19,11 @@
  *     [0, 20], the alternatives besides the sampled token, whose own
  *     logprob is always given (0: the sampled token's alone). null is
  *     absent. The values are the model's raw log-softmax (proto.h's STEP),
- *     before temperature and the other samplers, as vLLM's default.
+ *     before temperature and the other samplers, as vLLM's default. The
+ *     server's --max-logprobs (env->max_logprobs, vLLM's flag) caps the
+ *     alternatives: more is 400 naming top_logprobs (a completion's
+ *     logprobs); at 0 any request for logprobs is 400 naming logprobs (a
+ *     peek's body too: it is read as its chat would be).
  *   - tool_choice "none": the tools are not rendered into the prompt (the
  *     model is told of no tools, OpenAI's "the model will not call any
  *     tool"); "auto" or absent renders them; "required" and a named
@@ -85,6 +89,9 @@ typedef struct gw_params_env {
 	uint32_t window;	     /* engined's window, tokens */
 	uint32_t default_max_tokens; /* a chat's max_tokens when unset */
 	uint32_t reasoning_budget;   /* --reasoning-budget (0: none) */
+	/* --max-logprobs: the most alternatives a token may list
+	 * (<= PROTO_MAX_TOP); 0: logprobs are refused */
+	uint32_t max_logprobs;
 } gw_params_env;
 
 /* What a request asked for. */

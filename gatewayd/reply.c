@@ -58,16 +58,20 @@ void gw_reply_token(gw_job *j, const proto_step_entry *e)
 	if (j->p.stream && j->req)
 		gw_sse_start(j);
 	/* the token that stopped the generation (eos, a stop id) is not
-	 * text */
-	if (e->finish == PROTO_FINISH_STOP || j->stopped)
+	 * text; after a logprob that could not be kept no text is: the
+	 * request ends with an error */
+	if (e->finish == PROTO_FINISH_STOP || j->stopped || j->lp_failed)
 		return;
 	/* a token of the output has its logprobs, kept before its piece
 	 * goes through the stream parser so that the chunk its text makes
-	 * carries them (the one where a stop string matches too) */
-	if (j->p.logprobs && !j->lp_failed &&
-	    gw_lp_add(&j->lp, e, j->p.top_logprobs)) {
+	 * carries them (the one where a stop string matches too); one that
+	 * cannot be kept stops the text before its piece, so no chunk
+	 * carries text without its entry */
+	if (j->p.logprobs && gw_lp_add(&j->lp, e, j->p.top_logprobs)) {
 		j->lp_failed = 1;
 		gw_job_cancel(j);
+		gw_sse_flush(j);
+		return;
 	}
 	const char *piece;
 	size_t len;
@@ -183,23 +187,23 @@ static void error_of(int code, int *status, const char **type, int *retry)
 
 /* The whole reply's dump t (NULL: no memory) sent with the logprobs in
  * place of its choice's null; what cannot be written is a 500, never a
- * reply without them. */
+ * reply without them. Its memory is one copy of the logprobs' text: it
+ * is written into the body, the entries are freed, and h2o takes the
+ * body as it is (limits.c counts it). */
 static void reply_logprobs(gw_job *j, const char *t)
 {
-	moor_buf lp = {0}, body = {0};
+	moor_buf body = {0};
 	int rv = !t ? -ENOMEM
-		    : gw_lp_write(&j->lp, j->s->tok, j->kind == GW_KIND_CHAT, 0,
-				  j->lp.n, &lp);
-	if (!rv)
-		rv = gw_lp_splice(&body, t, strlen(t), lp.p, lp.len);
-	moor_buf_fini(&lp);
+		    : gw_lp_splice_into(&body, t, strlen(t), &j->lp, j->s->tok,
+					j->kind == GW_KIND_CHAT, 0, j->lp.n);
+	gw_lp_fini(&j->lp);
 	if (rv) {
 		gw_metrics_count(j->s, j->route, 500);
 		gw_send_error(j->req, 500, "server_error", NULL, NULL, 0,
 			      "out of memory writing the logprobs");
 	} else {
 		gw_metrics_count(j->s, j->route, 200);
-		gw_send_json(j->req, 200, body.p, body.len);
+		gw_send_json_take(j->req, 200, &body);
 	}
 	moor_buf_fini(&body);
 }

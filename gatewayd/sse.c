@@ -11,6 +11,10 @@
  * SSE clients skip; it starts the response. Frames wait in the job's pend
  * buffer while h2o sends the previous ones (one h2o_send in flight; its
  * proceed callback sends the rest), so a burst of tokens costs one write.
+ * The send is of the job's wire buffer: pend's bytes, the two buffers
+ * swapped at each send, so a stream holds what waits and what is being
+ * sent, never what went before (a copy of each send on the request's pool
+ * would stay there to the stream's end: ~1 byte of RSS a byte streamed).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,8 +51,10 @@ static json_t *chunk_head(gw_job *j)
  * may carry logprobs (every chunk but the role's). With logprobs asked it
  * carries the entries of the tokens received since the last chunk that
  * carried some (a chunk of held-back text may carry none: empty lists), so
- * the chunks' lists concatenated are the whole reply's; one that cannot be
- * written (no memory) goes with null, its entries on the next chunk. */
+ * the chunks' lists concatenated are the whole reply's, and drops them
+ * (gw_lp_drop: the stream keeps only entries not yet sent); one that
+ * cannot be written (no memory) goes with null, its entries on the next
+ * chunk. */
 static void pend_choice(gw_job *j, json_t *delta, const char *text, size_t len,
 			const char *finish, int carry)
 {
@@ -74,20 +80,16 @@ static void pend_choice(gw_job *j, json_t *delta, const char *text, size_t len,
 	json_decref(o);
 	if (!t)
 		return;
-	moor_buf lp = {0}, frame = {0};
-	int ok = !gw_lp_write(&j->lp, j->s->tok, j->kind == GW_KIND_CHAT,
-			      j->lp.sent, j->lp.n, &lp) &&
-		 !gw_lp_splice(&frame, t, strlen(t), lp.p, lp.len);
-	if (ok)
-		j->lp.sent = j->lp.n;
 	moor_buf_put(&j->pend, "data: ", 6);
-	if (ok)
-		moor_buf_put(&j->pend, frame.p, frame.len);
-	else
+	/* written straight into pend; a pend that already failed is
+	 * lost as it was (gw_sse_flush) */
+	if (j->pend.err ||
+	    gw_lp_splice_into(&j->pend, t, strlen(t), &j->lp, j->s->tok,
+			      j->kind == GW_KIND_CHAT, 0, j->lp.n))
 		moor_buf_puts(&j->pend, t);
+	else
+		gw_lp_drop(&j->lp);
 	moor_buf_put(&j->pend, "\n\n", 2);
-	moor_buf_fini(&lp);
-	moor_buf_fini(&frame);
 	free(t);
 }
 
@@ -99,10 +101,15 @@ void gw_sse_flush(gw_job *j)
 	if (!j->pend.len && !final)
 		return;
 	h2o_req_t *req = j->req;
-	/* a frame that did not fit (no memory) is lost; the stream goes on */
-	h2o_iovec_t b =
-	    h2o_strdup(&req->pool, j->pend.p ? j->pend.p : "", j->pend.len);
+	/* pend goes out as it is and the last send's buffer, which h2o no
+	 * longer reads (its proceed came, or none was sent), takes pend's
+	 * place; a frame that did not fit (no memory) is lost, the stream
+	 * goes on */
+	moor_buf sent = j->wire;
+	j->wire = j->pend;
+	j->pend = sent;
 	moor_buf_reset(&j->pend);
+	h2o_iovec_t b = h2o_iovec_init(j->wire.p ? j->wire.p : "", j->wire.len);
 	j->sending = 1;
 	j->t_send = moor_now();
 	if (final)

@@ -621,4 +621,26 @@ static inline long gt_stated_bound_mib(const char *logname)
 	return mib;
 }
 
+/* The bytes a token's logprobs can cost that gatewayd's log (logname)
+ * states on its memory line ("N bytes a token", gw_lp_token_bytes; 0 with
+ * --max-logprobs 0); -1 if none. */
+static inline long long gt_stated_lp_token_bytes(const char *logname)
+{
+	char log[300], line[2048];
+	snprintf(log, sizeof log, "%s/%s.log", h_.dir, logname);
+	FILE *f = fopen(log, "r");
+	long long n = -1;
+	while (f && fgets(line, sizeof line, f)) {
+		const char *p = strstr(line, " bytes a token");
+		if (!p)
+			continue;
+		while (p > line && p[-1] >= '0' && p[-1] <= '9')
+			p--;
+		n = atoll(p);
+	}
+	if (f)
+		fclose(f);
+	return n;
+}
+
 #endif

@@ -2,7 +2,8 @@
  * no HTTP server, loop or engine: the defaults and what a body overrides,
  * every refusal with its status, param and code, logprobs and
  * top_logprobs (a chat's boolean and its 0..20 that needs it, a
- * completion's 0..20; types, ranges), the session's spellings,
+ * completion's 0..20; types, ranges; --max-logprobs 5 and 0), the
+ * session's spellings,
  * the seed, max_tokens against the window, a chat's ids equal to the
  * template's rendering tokenized, tool_choice "none" rendering no tools,
  * and a completion's string, ids and one-element batch; user_at against
@@ -321,6 +322,78 @@ static void test_logprobs(void)
 	/* top_logprobs is a chat field: a completion names N with logprobs */
 	refused_lp(P, "{\"prompt\":\"a\",\"logprobs\":2,\"top_logprobs\":2}",
 		   "top_logprobs", "unsupported_parameter", "'logprobs': N");
+}
+
+/* One body read under --max-logprobs max: accepted with top alternatives
+ * (want_top >= 0) or refused naming param (want_top < 0). */
+static void under_max(uint32_t max, int kind, const char *body, int want_top,
+		      const char *param)
+{
+	uint32_t keep = env.max_logprobs;
+	env.max_logprobs = max;
+	if (want_top >= 0) {
+		gw_params p;
+		gw_fail f;
+		int rv = readf(kind, NULL, &p, &f, NULL, "%s", body);
+		CHECK(rv == 0 && p.logprobs &&
+			  p.top_logprobs == (uint32_t)want_top,
+		      "--max-logprobs %u, %s: rv %d logprobs %d top %u (%s)",
+		      max, body, rv, p.logprobs, p.top_logprobs,
+		      rv ? f.msg : "");
+		gw_params_fini(&p);
+	} else {
+		refused_lp(kind, body, param, NULL, "--max-logprobs");
+	}
+	env.max_logprobs = keep;
+}
+
+/* --max-logprobs (env.max_logprobs): more alternatives than it are 400
+ * naming the field that asked; 0 refuses logprobs at all, naming
+ * logprobs (a completion's logprobs 0 too: it asks for the sampled
+ * token's); what asks for none is read as before. */
+static void test_max_logprobs(void)
+{
+	const int C = GW_KIND_CHAT, P = GW_KIND_COMPLETION, K = GW_KIND_PEEK;
+	under_max(5, C, CHAT(",\"logprobs\":true,\"top_logprobs\":5"), 5, NULL);
+	under_max(5, C, CHAT(",\"logprobs\":true,\"top_logprobs\":6"), -1,
+		  "top_logprobs");
+	under_max(5, C, CHAT(",\"logprobs\":true"), 0, NULL);
+	under_max(5, K, CHAT(",\"logprobs\":true,\"top_logprobs\":6"), -1,
+		  "top_logprobs");
+	under_max(5, P, "{\"prompt\":\"a\",\"logprobs\":5}", 5, NULL);
+	under_max(5, P, "{\"prompt\":\"a\",\"logprobs\":6}", -1, "logprobs");
+	under_max(0, C, CHAT(",\"logprobs\":true"), -1, "logprobs");
+	under_max(0, C, CHAT(",\"logprobs\":true,\"top_logprobs\":0"), -1,
+		  "logprobs");
+	under_max(0, P, "{\"prompt\":\"a\",\"logprobs\":0}", -1, "logprobs");
+	/* past the protocol's 20 the range's own message, as before */
+	uint32_t keep = env.max_logprobs;
+	env.max_logprobs = 5;
+	refused_lp(C, CHAT(",\"logprobs\":true,\"top_logprobs\":21"),
+		   "top_logprobs", NULL, "[0, 20]");
+	/* top_logprobs without logprobs: that refusal first */
+	refused_lp(C, CHAT(",\"top_logprobs\":6"), "top_logprobs", NULL,
+		   "'logprobs' to be true");
+	env.max_logprobs = 0;
+	static const char *const none[] = {
+	    CHAT(""), CHAT(",\"logprobs\":false"), CHAT(",\"logprobs\":null")};
+	for (size_t i = 0; i < 3; i++) {
+		gw_params p;
+		gw_fail f;
+		int rv = readf(C, NULL, &p, &f, NULL, "%s", none[i]);
+		CHECK(rv == 0 && !p.logprobs,
+		      "--max-logprobs 0, %s: rv %d logprobs %d (%s)", none[i],
+		      rv, p.logprobs, rv ? f.msg : "");
+		gw_params_fini(&p);
+	}
+	gw_params p;
+	gw_fail f;
+	int rv = readf(P, NULL, &p, &f, NULL, "%s",
+		       "{\"prompt\":\"a\",\"logprobs\":null}");
+	CHECK(rv == 0 && !p.logprobs, "--max-logprobs 0, logprobs null: %d",
+	      rv);
+	gw_params_fini(&p);
+	env.max_logprobs = keep;
 }
 
 static void test_sessions(void)
@@ -657,11 +730,13 @@ int main(void)
 	    .family = GW_TMPL_QWEN3,
 	    .window = 4096,
 	    .default_max_tokens = 1024,
+	    .max_logprobs = PROTO_MAX_TOP,
 	};
 	test_parse();
 	test_defaults_and_overrides();
 	test_refusals();
 	test_logprobs();
+	test_max_logprobs();
 	test_sessions();
 	test_chat_prompt();
 	test_user_at();
