@@ -29,6 +29,9 @@
 #             pieces of 16, 8 and 4 against none
 #   golden27  tests/golden/run_golden27.sh (transformers at 27B width)
 #   load      bench_load: an 8-layer checkpoint of the 27B's width from /dev/shm
+#   restore   bench_restore on CUDA: host arena <-> device GB/s, and the
+#             anchor copy of a grid line (144 MiB) under the next chunk's
+#             compute (the issue's "hidden" row)
 #   ttft      bench_ttft on CUDA with dummy 27B weights at 32k and 128k
 #   stack     stack_ttft: the whole stack (deploy/run, HTTP) on CUDA, dummy 27B
 #   disk      bench_spill on the host's disk (the drive's O_DIRECT rate
@@ -168,6 +171,8 @@ for p in "$@"; do
 	load)
 		phase load 240 "$B/tests/bench/bench_load tests/bench/qwen35-27b --dir /dev/shm/moor-load \
 			--layers 8 --backend cuda; rm -rf /dev/shm/moor-load" ;;
+	restore)
+		phase restore ${RESTORE_LIMIT:-120} "$B/tests/bench/bench_restore --backend cuda" ;;
 	ttft)
 		phase ttft ${TTFT_LIMIT:-580} "$B/tests/bench/bench_ttft tests/bench/qwen35-27b --backend cuda \
 			--load-format dummy --lens ${TTFT_LENS:-32768,131072}" ;;
