@@ -334,6 +334,11 @@ typedef struct gw_job {
 	moor_buf pend, wire;
 	int sending, final_sent;
 	double t_send; /* when the send in flight began */
+	/* a whole reply's write deadline (gw_jobs_tick) runs from the first
+	 * tick that saw have_done, and again from each tick that found its
+	 * socket's send queue (unsent) changed: the client took bytes */
+	double t_done;
+	long unsent;
 	int n_tool_calls;
 	/* non-streamed and streamed: the finished reply's parts */
 	proto_done dn;
@@ -592,6 +597,9 @@ void gw_send_fail(h2o_req_t *req, const gw_fail *f);
 /* Whether the client of req has closed its connection (an EOF or a reset
  * seen without consuming anything). */
 int gw_client_gone(gw_srv *s, h2o_req_t *req);
+/* The bytes req's connection has written that its client has not taken
+ * yet (the socket's send queue), or -1 when its socket is not found. */
+long gw_conn_unsent(gw_srv *s, h2o_req_t *req);
 /* Shuts req's connection down (a client that stopped reading): h2o's
  * pending write fails and h2o closes the connection, freeing req. */
 void gw_conn_abort(gw_srv *s, h2o_req_t *req);

@@ -41,10 +41,12 @@
  * to read and libuv does not. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/sockios.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include "gw.h"
@@ -720,6 +722,12 @@ void gw_conn_abort(gw_srv *s, h2o_req_t *req)
 	 * itself (closing it under h2o would free what h2o still uses) */
 	if (fd >= 0)
 		shutdown(fd, SHUT_RDWR);
+}
+
+long gw_conn_unsent(gw_srv *s, h2o_req_t *req)
+{
+	int fd = conn_fd(s, req), n = 0;
+	return fd >= 0 && ioctl(fd, SIOCOUTQ, &n) == 0 ? n : -1;
 }
 
 int gw_client_gone(gw_srv *s, h2o_req_t *req)

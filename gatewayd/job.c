@@ -522,6 +522,30 @@ void gw_jobs_tick(gw_srv *s)
 			gw_conn_abort(s, j->req);
 			j->t_send = now; /* once a timeout, not every tick */
 		}
+		/* a whole reply whose client does not take it: h2o keeps the
+		 * request, and the job with it, until the answer is written,
+		 * which has no deadline of its own; a client that took no
+		 * byte of it for --write-timeout-s (its socket's send queue
+		 * unchanged) loses the connection, as a stream's does */
+		if (j->have_done && !j->t_done) {
+			j->t_done = now;
+			j->unsent = -2;
+		}
+		if (j->req && j->have_done && !j->started) {
+			long q = gw_conn_unsent(s, j->req);
+			if (q != j->unsent) {
+				j->unsent = q;
+				j->t_done = now;
+			} else if (now - j->t_done > s->cfg.write_timeout_s) {
+				moor_info("req %llu: the client has taken none "
+					  "of its reply for %.1f s (%ld bytes "
+					  "wait): closing",
+					  (unsigned long long)j->rid,
+					  now - j->t_done, q);
+				gw_conn_abort(s, j->req);
+				j->t_done = now; /* once, not every tick */
+			}
+		}
 		/* the deadline of a job sent: whatever engined does, the
 		 * client gets an answer */
 		if (j->sent && !j->have_done &&

@@ -17,7 +17,10 @@
  * - --read-timeout-s 1: a client that sends half a head is closed within
  *   3 s;
  * - --write-timeout-s 1: a streamed reply whose client stops reading is
- *   cut off and its generation cancelled. */
+ *   cut off and its generation cancelled; a whole reply (its logprobs
+ *   make it ~0.6 MB, past the sockets' buffers) whose client reads none
+ *   of it is cut off, and the connection closes, while one read a few
+ *   KiB every 0.1 s (for several deadlines) arrives whole. */
 #include <stdlib.h>
 
 #include "t.h"
@@ -67,6 +70,29 @@ static int closed_within(int fd, double s)
 			return 1;
 	}
 	return 0;
+}
+
+/* A connection to port with a small receive buffer that posts body (a
+ * chat; freed here) and reads nothing. */
+static int unread_client(int port, char *body)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	int rcv = 2048;
+	setsockopt(s, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)port)};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	REQUIRE(connect(s, (struct sockaddr *)&sa, sizeof sa) == 0, "connect");
+	char head[256];
+	int hl = snprintf(head, sizeof head,
+			  "POST /v1/chat/completions HTTP/1.1\r\n"
+			  "Host: 127.0.0.1\r\nContent-Type: "
+			  "application/json\r\nContent-Length: %zu\r\n\r\n",
+			  strlen(body));
+	CHECK(write(s, head, (size_t)hl) == hl, "write");
+	CHECK(write(s, body, strlen(body)) == (ssize_t)strlen(body), "write");
+	free(body);
+	return s;
 }
 
 int main(int argc, char **argv)
@@ -212,27 +238,64 @@ int main(int argc, char **argv)
 		CHECK(closed == 4 && moor_now() - t0 < 8,
 		      "%d of 4 half-head clients closed, after %.1f s", closed,
 		      moor_now() - t0);
+		/* a whole reply read slowly (a read every 0.1 s, a few KiB
+		 * each through the small receive buffer: several deadlines
+		 * of 1 s after the job ended): every byte arrives, as long
+		 * as the client takes some within each deadline */
+		int sl = unread_client(p3, gt_chat_body("Hello", 150,
+							"\"ignore_eos\":true,"
+							"\"logprobs\":true,"
+							"\"top_logprobs\":20"));
+		size_t got = 0, want = 0;
+		char *rb = malloc(1 << 22);
+		double t_sl = moor_now();
+		while (moor_now() - t_sl < 120 && (!want || got < want) &&
+		       got + 8192 < (1 << 22)) {
+			usleep(100 * 1000);
+			struct pollfd pf = {sl, POLLIN, 0};
+			if (poll(&pf, 1, 0) <= 0)
+				continue;
+			ssize_t rn = read(sl, rb + got, 8192);
+			if (rn <= 0)
+				break;
+			got += (size_t)rn;
+			rb[got] = 0;
+			char *he = strstr(rb, "\r\n\r\n");
+			char *cl = strcasestr(rb, "content-length:");
+			if (!want && he && cl && cl < he)
+				want = (size_t)(he + 4 - rb) +
+				       strtoull(cl + 15, NULL, 10);
+		}
+		close(sl);
+		CHECK(want > 64 * 1024 && got == want,
+		      "a slow reader got %zu of %zu bytes of its whole reply "
+		      "in %.1f s",
+		      got, want, moor_now() - t_sl);
+		CHECK(!h_log_has("gatewayd3", "has taken none of its reply"),
+		      "a slow reader was cut off");
+		printf("a slow reader took its %zu bytes in %.1f s\n", got,
+		       moor_now() - t_sl);
+		free(rb);
+		/* a whole reply nobody reads: h2o holds it until it is
+		 * written, which only the write deadline ends */
+		int w = unread_client(p3, gt_chat_body("Hello", 400,
+						       "\"ignore_eos\":true,"
+						       "\"logprobs\":true,"
+						       "\"top_logprobs\":20"));
+		double wend = moor_now() + 180;
+		while (moor_now() < wend &&
+		       !h_log_has("gatewayd3", "has taken none of its reply"))
+			usleep(100 * 1000);
+		CHECK(h_log_has("gatewayd3", "has taken none of its reply"),
+		      "a whole reply nobody read was not cut off in 180 s");
+		/* the connection closes: what the buffers held, then EOF */
+		CHECK(closed_within(w, 10),
+		      "the unread whole reply's connection stayed open");
+		close(w);
 		/* a stream nobody reads: a small receive buffer fills */
-		int s = socket(AF_INET, SOCK_STREAM, 0);
-		int rcv = 2048;
-		setsockopt(s, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
-		struct sockaddr_in sa = {.sin_family = AF_INET,
-					 .sin_port = htons((uint16_t)p3)};
-		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		REQUIRE(connect(s, (struct sockaddr *)&sa, sizeof sa) == 0,
-			"connect");
-		char *body = gt_chat_body("Hello", 3000,
-					  "\"ignore_eos\":true,\"stream\":true");
-		char head[256];
-		int hl = snprintf(head, sizeof head,
-				  "POST /v1/chat/completions HTTP/1.1\r\n"
-				  "Host: 127.0.0.1\r\nContent-Type: "
-				  "application/json\r\nContent-Length: %zu\r\n\r\n",
-				  strlen(body));
-		CHECK(write(s, head, (size_t)hl) == hl, "write");
-		CHECK(write(s, body, strlen(body)) == (ssize_t)strlen(body),
-		      "write");
-		free(body);
+		int s = unread_client(p3, gt_chat_body("Hello", 3000,
+						       "\"ignore_eos\":true,"
+						       "\"stream\":true"));
 		/* the buffers hold ~750 SSE chunks: a few seconds of decode
 		 * in the release build, a minute or more under ASan on a
 		 * loaded 2-core box */
