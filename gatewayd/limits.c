@@ -115,8 +115,9 @@ int gw_limits_check(const json_t *b, gw_fail *f)
  * (job.c), so they are in the parses' term. A reply whose generation
  * ended gives its place to the next request while its client still
  * takes it (a stream's last frames, a whole reply's body): a client
- * that does not read holds its reply past that, to --write-timeout-s for
- * a stream (job.c) and to the connection's end for a whole reply. */
+ * that does not read holds its reply past that, until it has taken no
+ * byte for --write-timeout-s (job.c: a stream's send, a whole reply's
+ * socket send queue). */
 uint64_t gw_limits_rss_lp(const gw_cfg *c)
 {
 	return (uint64_t)c->inflight * c->window * c->lp_token_bytes;
