@@ -252,6 +252,49 @@ static inline int gt_sse(const char *body, json_t *events, int *done_last)
 	return 0;
 }
 
+/* body (a JSON object's text) with its closing brace replaced by
+ * ",extra}"; malloc'd */
+static inline char *gt_with(const char *body, const char *extra)
+{
+	size_t n = strlen(body);
+	char *o = malloc(n + strlen(extra) + 4);
+	sprintf(o, "%.*s,%s}", (int)n - 1, body, extra);
+	return o;
+}
+
+/* choices[0] of a reply or a chunk */
+static inline const json_t *gt_choice0(const json_t *o)
+{
+	return json_array_get(json_object_get(o, "choices"), 0);
+}
+
+/* POST body to path: a 200 with a JSON body is required; the JSON */
+static inline json_t *gt_post_whole(int port, const char *path,
+				    const char *body)
+{
+	gt_resp r = gt_post(port, path, body);
+	REQUIRE(r.status == 200, "%s %s: %d %s", path, body, r.status, r.body);
+	json_t *o = gt_json(&r);
+	REQUIRE(o, "not JSON: %s", r.body);
+	gt_resp_fini(&r);
+	return o;
+}
+
+/* POST body (a streamed request) to path: a 200 whose SSE events end with
+ * [DONE] is required; the events but [DONE] */
+static inline json_t *gt_post_stream(int port, const char *path,
+				     const char *body)
+{
+	gt_resp r = gt_post(port, path, body);
+	REQUIRE(r.status == 200, "%s %s: %d %s", path, body, r.status, r.body);
+	json_t *ev = json_array();
+	int done_last = 0;
+	REQUIRE(gt_sse(r.body, ev, &done_last) == 0 && done_last,
+		"SSE framing, [DONE] last: %s", r.body);
+	gt_resp_fini(&r);
+	return ev;
+}
+
 static inline const char *gt_str(const json_t *o, const char *path)
 {
 	/* a.b.c with numbers for array indices */

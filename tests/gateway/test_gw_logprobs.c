@@ -70,43 +70,17 @@ static int port;
 
 static json_t *post_whole(const char *path, const char *body)
 {
-	gt_resp r = gt_post(port, path, body);
-	REQUIRE(r.status == 200, "%s %s: %d %s", path, body, r.status, r.body);
-	json_t *o = gt_json(&r);
-	REQUIRE(o, "not JSON: %s", r.body);
-	gt_resp_fini(&r);
-	return o;
+	return gt_post_whole(port, path, body);
 }
 
 static json_t *post_stream(const char *path, const char *body)
 {
-	gt_resp r = gt_post(port, path, body);
-	REQUIRE(r.status == 200, "%s %s: %d %s", path, body, r.status, r.body);
-	json_t *ev = json_array();
-	int done_last = 0;
-	REQUIRE(gt_sse(r.body, ev, &done_last) == 0 && done_last,
-		"SSE framing: %s", r.body);
-	gt_resp_fini(&r);
-	return ev;
-}
-
-/* body with its closing brace replaced by ",extra}"; malloc'd */
-static char *with(const char *body, const char *extra)
-{
-	size_t n = strlen(body);
-	char *o = malloc(n + strlen(extra) + 4);
-	sprintf(o, "%.*s,%s}", (int)n - 1, body, extra);
-	return o;
-}
-
-static const json_t *choice0(const json_t *o)
-{
-	return json_array_get(json_object_get(o, "choices"), 0);
+	return gt_post_stream(port, path, body);
 }
 
 static const json_t *lp_of(const json_t *o)
 {
-	return json_object_get(choice0(o), "logprobs");
+	return json_object_get(gt_choice0(o), "logprobs");
 }
 
 static int is_num(const json_t *v)
@@ -432,7 +406,7 @@ static json_t *stream_logprobs(const json_t *ev, int chat)
 			json_object_set_new(all, lists[k], json_array());
 	}
 	for (size_t i = 0; i < json_array_size(ev); i++) {
-		const json_t *ch = choice0(json_array_get(ev, i));
+		const json_t *ch = gt_choice0(json_array_get(ev, i));
 		if (!ch)
 			continue; /* the usage chunk */
 		const json_t *lp = json_object_get(ch, "logprobs");
@@ -470,7 +444,7 @@ static void check_null(const json_t *o, const char *what)
 static void check_null_stream(const json_t *ev, const char *what)
 {
 	for (size_t i = 0; i < json_array_size(ev); i++) {
-		const json_t *ch = choice0(json_array_get(ev, i));
+		const json_t *ch = gt_choice0(json_array_get(ev, i));
 		if (!ch)
 			continue;
 		const json_t *lp = json_object_get(ch, "logprobs");
@@ -486,7 +460,7 @@ static void check_null_stream(const json_t *ev, const char *what)
 static void check_streamed(const char *path, const char *body, int chat,
 			   const json_t *whole, const char *what)
 {
-	char *sb = with(body, "\"stream\":true");
+	char *sb = gt_with(body, "\"stream\":true");
 	json_t *ev = post_stream(path, sb);
 	json_t *sl = stream_logprobs(ev, chat);
 	CHECK(json_equal(sl, whole),
@@ -658,7 +632,7 @@ int main(int argc, char **argv)
 	o = post_whole(C, cb);
 	check_null(o, "chat");
 	json_decref(o);
-	char *sb = with(cb, "\"stream\":true");
+	char *sb = gt_with(cb, "\"stream\":true");
 	json_t *ev = post_stream(C, sb);
 	check_null_stream(ev, "chat stream");
 	json_decref(ev);
@@ -669,7 +643,7 @@ int main(int argc, char **argv)
 	o = post_whole(T, tb);
 	check_null(o, "completion");
 	json_decref(o);
-	sb = with(tb, "\"stream\":true");
+	sb = gt_with(tb, "\"stream\":true");
 	ev = post_stream(T, sb);
 	check_null_stream(ev, "completion stream");
 	json_decref(ev);

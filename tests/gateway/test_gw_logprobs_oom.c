@@ -38,43 +38,17 @@
 static const char *const C = "/v1/chat/completions", *const T =
 							 "/v1/completions";
 
-/* body with its closing brace replaced by ",extra}"; malloc'd */
-static char *with(const char *body, const char *extra)
-{
-	size_t n = strlen(body);
-	char *o = malloc(n + strlen(extra) + 4);
-	sprintf(o, "%.*s,%s}", (int)n - 1, body, extra);
-	return o;
-}
-
-static const json_t *choice0(const json_t *o)
-{
-	return json_array_get(json_object_get(o, "choices"), 0);
-}
-
 static json_t *whole(int port, const char *path, const char *body)
 {
-	gt_resp r = gt_post(port, path, body);
-	REQUIRE(r.status == 200, "%s %s: %d %s", path, body, r.status, r.body);
-	json_t *o = gt_json(&r);
-	REQUIRE(o, "not JSON: %s", r.body);
-	gt_resp_fini(&r);
-	return o;
+	return gt_post_whole(port, path, body);
 }
 
-/* The events of a stream (its [DONE] required last); NULL when the
- * answer is not a 200. */
+/* The events of a stream (its [DONE] required last) */
 static json_t *stream(int port, const char *path, const char *body)
 {
-	char *sb = with(body, "\"stream\":true");
-	gt_resp r = gt_post(port, path, sb);
+	char *sb = gt_with(body, "\"stream\":true");
+	json_t *ev = gt_post_stream(port, path, sb);
 	free(sb);
-	REQUIRE(r.status == 200, "%s stream: %d %s", path, r.status, r.body);
-	json_t *ev = json_array();
-	int done_last = 0;
-	CHECK(gt_sse(r.body, ev, &done_last) == 0 && done_last,
-	      "SSE framing, [DONE] last: %s", r.body);
-	gt_resp_fini(&r);
 	return ev;
 }
 
@@ -84,8 +58,8 @@ static size_t entries(const json_t *ev, int chat)
 {
 	size_t n = 0;
 	for (size_t i = 0; i < json_array_size(ev); i++) {
-		const json_t *lp =
-		    json_object_get(choice0(json_array_get(ev, i)), "logprobs");
+		const json_t *lp = json_object_get(
+		    gt_choice0(json_array_get(ev, i)), "logprobs");
 		n += json_array_size(
 		    json_object_get(lp, chat ? "content" : "tokens"));
 	}
@@ -137,7 +111,7 @@ static void serves_on(int port, const char *path, const char *plain,
 		      const json_t *good_stream, int chat)
 {
 	json_t *o = whole(port, path, plain);
-	CHECK(json_is_null(json_object_get(choice0(o), "logprobs")) &&
+	CHECK(json_is_null(json_object_get(gt_choice0(o), "logprobs")) &&
 		  gt_str(o, "choices.0.finish_reason"),
 	      "a plain request after the fault");
 	json_decref(o);
@@ -150,8 +124,8 @@ static void serves_on(int port, const char *path, const char *plain,
 	      "a plain stream after the fault has no finish chunk");
 	json_decref(ev);
 	o = whole(port, path, body);
-	CHECK(json_equal(json_object_get(choice0(o), "logprobs"),
-			 json_object_get(choice0(good_whole), "logprobs")),
+	CHECK(json_equal(json_object_get(gt_choice0(o), "logprobs"),
+			 json_object_get(gt_choice0(good_whole), "logprobs")),
 	      "the logprobs request after the fault differs from a "
 	      "faultless gatewayd's");
 	json_decref(o);
