@@ -19,7 +19,8 @@
  *     decode step's shape (T = 1, N = 768, K = 256, bf16) and of a prefill
  *     chunk's (T = 64) give the bits of a 1-thread backend, and the decode
  *     matmul's median stays within 0.15 ms of the 1-thread backend's
- *     (measured: 0.03 ms in all; 0.34 ms with pause-only spinners). */
+ *     (measured: 0.03 ms in all; 0.34 ms with pause-only spinners), the
+ *     two timed in turns, in up to three attempts. */
 #include "kt.h"
 #include "pool.h"
 
@@ -97,14 +98,7 @@ int main(void)
 	kt_fill(x, (size_t)64 * K, -1, 1);
 	float *y3 = malloc((size_t)64 * N * 4),
 	      *y1 = malloc((size_t)64 * N * 4);
-	static double m[MMR];
-	for (int r = 0; r < MMR; r++) {
-		double t0 = moor_now();
-		int rc = b3.o->matmul(b3.q, y3, N, x, K, W, KERN_BF16, 1, N, K,
-				      KERN_ACT_F32);
-		m[r] = moor_now() - t0;
-		ASSERT(rc == 0, "matmul: %d", rc);
-	}
+	b3.o->matmul(b3.q, y3, N, x, K, W, KERN_BF16, 1, N, K, KERN_ACT_F32);
 	b1.o->matmul(b1.q, y1, N, x, K, W, KERN_BF16, 1, N, K, KERN_ACT_F32);
 	ASSERT(memcmp(y1, y3, (size_t)N * 4) == 0,
 	       "T = 1 on 3 threads on one CPU differs from 1 thread");
@@ -114,16 +108,32 @@ int main(void)
 	       "T = 64 on 3 threads on one CPU differs from 1 thread");
 	/* the bound is the 1-thread backend's own median plus 0.15 ms of the
 	 * pool's (pause-only spinners add 0.3 ms): the matmul's own time
-	 * depends on the build (0.03 ms released, 0.2 ms under ASan) */
-	static double m1[MMR];
-	for (int r = 0; r < MMR; r++) {
-		double t0 = moor_now();
-		b1.o->matmul(b1.q, y1, N, x, K, W, KERN_BF16, 1, N, K,
-			     KERN_ACT_F32);
-		m1[r] = moor_now() - t0;
+	 * depends on the build (0.03 ms released, 0.2 ms under ASan). The
+	 * two are timed in turns, so that both medians see the same load
+	 * (timed one after the other, the 3-thread runs once met a busier
+	 * machine under ASan: 0.632 against 0.382 ms); a pool that holds the
+	 * CPU pays its spin every run, so it fails every attempt of three */
+	static double m[MMR], m1[MMR];
+	for (int att = 0; att < 3; att++) {
+		for (int r = 0; r < MMR; r++) {
+			double t0 = moor_now();
+			int rc = b3.o->matmul(b3.q, y3, N, x, K, W, KERN_BF16,
+					      1, N, K, KERN_ACT_F32);
+			double t1 = moor_now();
+			b1.o->matmul(b1.q, y1, N, x, K, W, KERN_BF16, 1, N, K,
+				     KERN_ACT_F32);
+			m[r] = t1 - t0;
+			m1[r] = moor_now() - t1;
+			ASSERT(rc == 0, "matmul: %d", rc);
+		}
+		qsort(m, MMR, sizeof *m, cmp_dbl);
+		qsort(m1, MMR, sizeof *m1, cmp_dbl);
+		if (m[MMR / 2] < m1[MMR / 2] + 0.15e-3)
+			break;
+		printf("one CPU: attempt %d: 3 threads %.3f ms, 1 thread "
+		       "%.3f ms\n",
+		       att + 1, 1e3 * m[MMR / 2], 1e3 * m1[MMR / 2]);
 	}
-	qsort(m, MMR, sizeof *m, cmp_dbl);
-	qsort(m1, MMR, sizeof *m1, cmp_dbl);
 	ASSERT(m[MMR / 2] < m1[MMR / 2] + 0.15e-3,
 	       "decode matmul on 3 threads, one CPU: median %.3f ms, on 1 "
 	       "thread %.3f ms",
