@@ -20,7 +20,7 @@
  *   cut off and its generation cancelled; a whole reply (its logprobs
  *   make it ~0.6 MB, past the sockets' buffers) whose client reads none
  *   of it is cut off, and the connection closes, while one read a few
- *   KiB every 0.1 s (for several deadlines) arrives whole. */
+ *   KiB every 0.05 s (for several deadlines) arrives whole. */
 #include <stdlib.h>
 
 #include "t.h"
@@ -238,10 +238,11 @@ int main(int argc, char **argv)
 		CHECK(closed == 4 && moor_now() - t0 < 8,
 		      "%d of 4 half-head clients closed, after %.1f s", closed,
 		      moor_now() - t0);
-		/* a whole reply read slowly (a read every 0.1 s, a few KiB
-		 * each through the small receive buffer: several deadlines
-		 * of 1 s after the job ended): every byte arrives, as long
-		 * as the client takes some within each deadline */
+		/* a whole reply read slowly (a read every 0.05 s, a few KiB
+		 * each through the small receive buffer: seconds, several
+		 * deadlines of 1 s, after the job ended): every byte
+		 * arrives, as long as the client takes some within each
+		 * deadline */
 		int sl = unread_client(p3, gt_chat_body("Hello", 150,
 							"\"ignore_eos\":true,"
 							"\"logprobs\":true,"
@@ -251,7 +252,7 @@ int main(int argc, char **argv)
 		double t_sl = moor_now();
 		while (moor_now() - t_sl < 120 && (!want || got < want) &&
 		       got + 8192 < (1 << 22)) {
-			usleep(100 * 1000);
+			usleep(50 * 1000);
 			struct pollfd pf = {sl, POLLIN, 0};
 			if (poll(&pf, 1, 0) <= 0)
 				continue;
