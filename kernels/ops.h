@@ -71,7 +71,7 @@
 #include <stdint.h>
 
 /* Bumped on any incompatible change of struct kern_ops. */
-#define KERN_ABI_VERSION 4
+#define KERN_ABI_VERSION 5
 
 enum kern_dtype { KERN_F32 = 0, KERN_BF16 = 1, KERN_F16 = 2 };
 enum kern_act { KERN_ACT_F32 = 0, KERN_ACT_BF16 = 1 };
@@ -428,8 +428,8 @@ typedef struct kern_ops {
 	int (*host_alloc)(kern_ctx *ctx, size_t bytes, void **out);
 	void (*host_free)(kern_ctx *ctx, void *p); /* safe on NULL */
 
-	/* ---- decode's fused prologues (optional: NULL, or MOOR_EUNSUP
-	 * for a shape the backend does not fuse, means the model runs the
+	/* ---- the fused prologues (optional: NULL, or MOOR_EUNSUP for a
+	 * shape the backend does not fuse, means the model runs the
 	 * unfused ops named, which stay the reference in the tests) ---- */
 
 	/* A full-attention layer's ops between its projection and attention,
@@ -446,17 +446,20 @@ typedef struct kern_ops {
 			 int T, int Hq, int Hkv, int D, int rot, int64_t pos0,
 			 float theta, float eps, int act);
 	/* A GDN layer's ops between its projection and the delta rule, for
-	 * one token (T = 1), with the same bits as conv1d(u, mixed, tail; cw)
-	 * over C = 2 Hk dk + Hv dv channels (q heads, k heads, v heads),
-	 * l2norm() of u's q heads with scale qscale and of its k heads with
-	 * scale 1 (both in fp32, act F32, eps), and gdn_gates(beta, g; b, a,
-	 * A_log, dt_bias) over Hv heads with act. */
+	 * T tokens, with the same bits as conv1d(u [T, C], mixed (rows ldin
+	 * apart), tail; cw) over C = 2 Hk dk + Hv dv channels (q heads, k
+	 * heads, v heads), l2norm() of u's q heads with scale qscale and of
+	 * its k heads with scale 1 (both in fp32, act F32, eps), and
+	 * gdn_gates(beta, g [T, Hv]; b, a (rows ldba apart), A_log, dt_bias)
+	 * over Hv heads with act. Decode's step (T = 1) and a prefill's
+	 * chunk are both fusable; which shapes a backend fuses is its own
+	 * (CUDA: any at T = 1, dk = 128 and a 4-tap conv above). */
 	int (*gdn_prep)(kern_queue *q, float *u, const float *mixed,
-			float *tail, const void *cw, int cwdt, int Kc, int Hk,
-			int dk, int Hv, int dv, float eps, float qscale,
+			int ldin, float *tail, const void *cw, int cwdt, int Kc,
+			int Hk, int dk, int Hv, int dv, float eps, float qscale,
 			float *beta, float *g, const float *b, const float *a,
-			const float *A_log, const float *dt_bias, int T,
-			int act);
+			int ldba, const float *A_log, const float *dt_bias,
+			int T, int act);
 
 	/* ---- the fused MLP (optional: NULL, or MOOR_EUNSUP for a case
 	 * the backend does not fuse, means the model runs the two ops

@@ -1061,10 +1061,11 @@ static int gdn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 		 * the logits' error by six */
 		int rc = MOOR_EUNSUP;
 		if (o->gdn_prep && !PROBING(m))
-			rc = o->gdn_prep(q, pu, mx, s->sec[l->sec_conv], l->conv.p,
-					 l->conv.dt, c->conv_kernel, Hk, dk, Hv, dv,
-					 1e-6f, 1.0f / sqrtf((float)dk), beta, g,
-					 pb, pa, l->A_log, l->dt_bias, n, act);
+			rc = o->gdn_prep(q, pu, mx, ldm, s->sec[l->sec_conv],
+					 l->conv.p, l->conv.dt, c->conv_kernel,
+					 Hk, dk, Hv, dv, 1e-6f,
+					 1.0f / sqrtf((float)dk), beta, g, pb, pa,
+					 ldba, l->A_log, l->dt_bias, n, act);
 		if (rc && rc != MOOR_EUNSUP)
 			return rc;
 		if (rc) { /* the unfused ops (the fused one's reference) */

@@ -441,10 +441,10 @@ int kcu_attn_prep(kern_queue *q, float *qo, float *go, const float *qg,
 		  const void *kw, int wdt, void *K, void *V, int kvdt, int T,
 		  int Hq, int Hkv, int D, int rot, int64_t pos0, float theta,
 		  float eps, int act);
-int kcu_gdn_prep(kern_queue *q, float *u, const float *mixed, float *tail,
-		 const void *cw, int cwdt, int Kc, int Hk, int dk, int Hv,
-		 int dv, float eps, float qscale, float *beta, float *g,
-		 const float *b, const float *a, const float *A_log,
+int kcu_gdn_prep(kern_queue *q, float *u, const float *mixed, int ldin,
+		 float *tail, const void *cw, int cwdt, int Kc, int Hk, int dk,
+		 int Hv, int dv, float eps, float qscale, float *beta, float *g,
+		 const float *b, const float *a, int ldba, const float *A_log,
 		 const float *dt_bias, int T, int act);
 int kcu_fill_random(kern_queue *q, void *dst, int dt, size_t n, uint64_t seed,
 		    float lo, float hi);

@@ -978,6 +978,119 @@ k_gdn_prep(float *u, const float *in, float *tail, const void *w, int wdt,
 			u[c0 + l + 32 * j] = y[j];
 }
 
+/* T > 1 (a prefill's chunk): k_conv1d<4>'s blocks of 128 channels and
+ * CONV_TT tokens, the conv's arithmetic as there (a thread a channel, its
+ * window in registers, tile 0's thread the only one that reads and then
+ * writes the channel's tail). With dk = 128 a q or k head is one block's
+ * channels: its outputs go to shared memory and a warp a token takes
+ * k_l2norm's sum (lane l: channels l, l + 32, ... in order, then
+ * warp_sum) and scaling. One more column of blocks (blockIdx.x = nconv)
+ * computes the tile's gates as k_gates. It replaces 4 launches and a pass
+ * of q and k through memory; bench_kern --only elem times it beside the
+ * unfused ops. */
+#define GPF_THREADS 128
+
+template <int KC>
+static __global__ void __launch_bounds__(GPF_THREADS)
+    k_gdn_prep_pf(float *u, const float *in, int ldin, float *tail,
+		  const void *w, int wdt, int T, int C, int Hk, int nconv,
+		  float eps, float qscale, float *beta, float *g,
+		  const float *b, const float *a, int ldba, const float *A_log,
+		  const float *dt_bias, int Hv, int act)
+{
+	kcu_pdl_enter();
+	__shared__ float sy[CONV_TT][GPF_THREADS];
+	const int tid = threadIdx.x;
+	const int ta = blockIdx.y * CONV_TT;
+	const int tb = ta + CONV_TT < T ? ta + CONV_TT : T;
+	if ((int)blockIdx.x == nconv) { /* the gates: k_gates' arithmetic */
+		for (int i = tid; i < (tb - ta) * Hv; i += blockDim.x) {
+			const size_t t = (size_t)ta + i / Hv, h = i % Hv;
+			float x = a[t * ldba + h] + dt_bias[h];
+			float sp = x > 20.0f ? x : log1pf(expf(x));
+			beta[t * Hv + h] =
+			    kcu_rnd(kcu_sigmoid(b[t * ldba + h]), act);
+			g[t * Hv + h] = -expf(A_log[h]) * sp;
+		}
+		return;
+	}
+	const int norm = (int)blockIdx.x < 2 * Hk; /* every thread's c < C */
+	const int c = blockIdx.x * GPF_THREADS + tid;
+	if (!norm && c >= C)
+		return;
+	float wt[KC], win[KC];
+	kcu_wgather<KC>(wt, w, wdt,
+			[&](int k) { return (long long)c * KC + k; });
+#pragma unroll
+	for (int k = 0; k < KC; k++) {
+		int t = ta - (KC - 1) + k;
+		win[k] = k >= KC - 1 ? 0.0f
+		       : t >= 0	     ? in[(size_t)t * ldin + c]
+				     : tail[(size_t)(t + KC - 1) * C + c];
+	}
+	float xin[CONV_TT];
+#pragma unroll
+	for (int i = 0; i < CONV_TT; i++)
+		xin[i] = kcu_ldz(in + c, (long long)(ta + i) * ldin, ta + i < tb);
+#pragma unroll
+	for (int i = 0; i < CONV_TT; i++) {
+		const int t = ta + i;
+		if (t >= tb)
+			break;
+		float cur = xin[i];
+		float acc = 0.0f;
+#pragma unroll
+		for (int k = 0; k < KC; k++)
+			acc += wt[k] * (k < KC - 1 ? win[k] : cur);
+		const float y = kcu_rnd(kcu_silu(kcu_rnd(acc, act)), act);
+		if (norm)
+			sy[i][tid] = y;
+		else
+			u[(size_t)t * C + c] = y;
+#pragma unroll
+		for (int k = 0; k + 2 < KC; k++)
+			win[k] = win[k + 1];
+		win[KC - 2] = cur;
+	}
+	if (blockIdx.y == 0) {
+		/* the new tail: inputs T - (KC - 1) .. T - 1, as k_conv1d */
+		float old[KC];
+#pragma unroll
+		for (int k = 0; k < KC - 1; k++)
+			old[k] = tail[(size_t)k * C + c];
+#pragma unroll
+		for (int k = 0; k < KC - 1; k++) {
+			int t = T - (KC - 1) + k;
+			float x = 0.0f;
+			if (t >= 0)
+				x = in[(size_t)t * ldin + c];
+			else
+#pragma unroll
+				for (int j = 0; j < KC - 1; j++)
+					if (j == t + KC - 1)
+						x = old[j];
+			tail[(size_t)k * C + c] = x;
+		}
+	}
+	if (!norm)
+		return;
+	__syncthreads(); /* the tile's conv outputs in sy */
+	const int l = tid & 31;
+	const float scale = (int)blockIdx.x < Hk ? qscale : 1.0f;
+	for (int i = tid >> 5; i < tb - ta; i += GPF_THREADS / 32) {
+		float ss = 0.0f;
+#pragma unroll
+		for (int j = l; j < GPF_THREADS; j += 32)
+			ss += sy[i][j] * sy[i][j];
+		ss = warp_sum(ss);
+		float inv = 1.0f / sqrtf(ss + eps);
+		float *ur = u + (size_t)(ta + i) * C + blockIdx.x * GPF_THREADS;
+#pragma unroll
+		for (int j = l; j < GPF_THREADS; j += 32)
+			ur[j] = kcu_rnd(sy[i][j] * inv, KERN_ACT_F32) * scale;
+	}
+}
+
 #define GP_CASE(K, V)                                                          \
 	if (Kc == K && nv <= V) {                                              \
 		kcu_go(q, k_gdn_prep<K, V>, blocks, GP_WARPS * 32, 0, u, mixed, \
@@ -989,18 +1102,34 @@ k_gdn_prep(float *u, const float *in, float *tail, const void *w, int wdt,
 #define GP_CASES(K)                                                            \
 	GP_CASE(K, 1) GP_CASE(K, 2) GP_CASE(K, 4) GP_CASE(K, 8)
 
-int kcu_gdn_prep(kern_queue *q, float *u, const float *mixed, float *tail,
-		 const void *cw, int cwdt, int Kc, int Hk, int dk, int Hv,
-		 int dv, float eps, float qscale, float *beta, float *g,
-		 const float *b, const float *a, const float *A_log,
+int kcu_gdn_prep(kern_queue *q, float *u, const float *mixed, int ldin,
+		 float *tail, const void *cw, int cwdt, int Kc, int Hk, int dk,
+		 int Hv, int dv, float eps, float qscale, float *beta, float *g,
+		 const float *b, const float *a, int ldba, const float *A_log,
 		 const float *dt_bias, int T, int act)
 {
 	if (!q || !u || !mixed || !cw || (Kc > 1 && !tail) || !beta || !g ||
 	    !b || !a || !A_log || !dt_bias || Kc < 1 || Kc > CONV_KMAX ||
-	    Hk <= 0 || dk <= 0 || Hv <= 0 || dv <= 0 || T < 0)
+	    Hk <= 0 || dk <= 0 || Hv <= 0 || dv <= 0 || T < 0 ||
+	    (int64_t)ldin < 2 * (int64_t)Hk * dk + (int64_t)Hv * dv ||
+	    ldba < Hv)
 		return MOOR_ERANGE;
 	if (!kcu_dtype_ok(cwdt) || !kcu_act_ok(act))
 		return MOOR_EDTYPE;
+	if (T > 1) {
+		if (dk != GPF_THREADS || Kc != 4 ||
+		    (T + CONV_TT - 1) / CONV_TT > 65535 || !kcu_pf_fuse_on())
+			return MOOR_EUNSUP; /* the unfused ops take it */
+		int C = 2 * Hk * dk + Hv * dv;
+		int nconv = (C + GPF_THREADS - 1) / GPF_THREADS;
+		kcu_go(q, k_gdn_prep_pf<4>,
+		       dim3(nconv + 1, (T + CONV_TT - 1) / CONV_TT),
+		       GPF_THREADS, 0, u, mixed, ldin, tail, cw, cwdt, T, C, Hk,
+		       nconv, eps, qscale, beta, g, b, a, ldba, A_log, dt_bias,
+		       Hv, act);
+		KCU_LAUNCHED(q->ctx);
+		return 0;
+	}
 	if (T != 1 || dk > 32 * GP_MAXV || dv > 32 * GP_MAXV ||
 	    Kc > GP_MAXK || !kcu_dec_fuse_on())
 		return MOOR_EUNSUP; /* the unfused ops take it */

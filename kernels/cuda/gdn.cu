@@ -31,6 +31,8 @@
  * Supported: dk, dv <= 128, and dv a multiple of 32 or below 32. */
 #include "cuda.cuh"
 
+#include <cooperative_groups.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -945,6 +947,211 @@ static size_t hstate_rt_smem(int dk)
 	       sizeof(float);
 }
 
+/* k_hstate_cl: k_hstate_rt<128>'s state pass on clusters of two CTAs a
+ * (value head, 32 value columns), every element's sums in k_hstate_rt's
+ * order (over d, then over j, each from 0): the same bits.
+ * k_hstate_rt's 192 blocks of 93 KB fill 96 of an H100's 132 SMs, two an
+ * SM, and the pass is the chain of the chunked rule (197 us of its 414 a
+ * 1,024-token chunk of the 27B's heads). Here CTA r of a pair (r = 0, 1)
+ * owns V' rows 32 r .. 32 r + 31 and state rows 64 r .. 64 r + 63, and
+ * holds the whole state and the whole V':
+ *   V' = U - W S   its 32 rows from its rows of W and the whole state
+ *                  (rows ty + 16 i, i < 2; tx's 4 columns), written to its
+ *                  own shared memory and to the peer's (DSMEM);
+ *   cluster barrier;
+ *   S update       its 64 rows from its 64 columns of k e^(G_last - G)
+ *                  and the whole V' (rows 4 ty + k), written to both
+ *                  CTAs' copies of the state;
+ *   cluster barrier (the next sub-chunk's W S reads the whole state).
+ * 384 CTAs of 60.5 KB, three an SM: one wave on 128 SMs. Shared: W's
+ * rows [32][DK + 4], k's columns [C][64 + 4], U then V' [C][RT_PS], S
+ * [DK][RT_PS]. Taken with MOOR_GDN_CL=1 (read at each call; case_gdn_rt
+ * compares it with the default by memcmp). */
+#define CL_NT 128
+#define CL_PW (128 + 4)
+#define CL_PK (64 + 4)
+
+static size_t hstate_cl_smem(void)
+{
+	return ((size_t)(C / 2) * CL_PW + (size_t)C * CL_PK +
+		(size_t)C * RT_PS + (size_t)128 * RT_PS) *
+	       sizeof(float);
+}
+
+static __global__ void __cluster_dims__(1, 1, 2) __launch_bounds__(CL_NT, 3)
+    k_hstate_cl(float *S, float *ws, int T, int Hv, int dv)
+{
+	kcu_pdl_enter();
+	namespace cg = cooperative_groups;
+	constexpr int DK = 128, HR = C / 2, HD = DK / 2;
+	extern __shared__ __align__(16) float csm[];
+	float *sW = csm;	      /* [HR][CL_PW] W, this CTA's rows */
+	float *sK = sW + HR * CL_PW;  /* [C][CL_PK] k e^(G_last - G), its columns */
+	float *sU = sK + C * CL_PK;   /* [C][RT_PS] U (its rows), then V' */
+	float *sS = sU + C * RT_PS;   /* [DK][RT_PS] the state */
+	cg::cluster_group cl = cg::this_cluster();
+	const int rk = (int)cl.block_rank();
+	float *pU = cl.map_shared_rank(sU, rk ^ 1);
+	float *pS = cl.map_shared_rank(sS, rk ^ 1);
+	const int h = blockIdx.x, s0 = blockIdx.y * RT_SW;
+	const int tid = threadIdx.x, tx = tid & 7, ty = (tid >> 3) & 15,
+		  c4 = 4 * tx;
+	const int r0 = rk * HR, d0 = rk * HD;
+	float *Sh = S + (size_t)h * DK * dv;
+	const size_t uf = unit_floats(DK, dv);
+	const size_t oU = off_U(DK), oG = off_G(DK, dv), oK = off_K(DK, dv),
+		     oS = off_S(DK, dv);
+
+	for (int e = tid; e < DK * RT_SW; e += CL_NT)
+		sS[(e / RT_SW) * RT_PS + e % RT_SW] =
+		    Sh[(size_t)(e / RT_SW) * dv + s0 + e % RT_SW];
+	/* W's rows r0 .. r0 + HR - 1 */
+	for (int e = tid; e < HR * (DK / 4); e += CL_NT) {
+		int r = e / (DK / 4), p = (e % (DK / 4)) * 4;
+		cp16(sW + r * CL_PW + p,
+		     ws + (size_t)h * uf + (size_t)(r0 + r) * DK + p, 1);
+	}
+	cp_commit();
+	/* the state in (k_hstate_rt's first barrier), and the peer started:
+	 * no CTA touches the other's shared memory before this */
+	cl.sync();
+	const int nch = (T + C - 1) / C;
+	for (int c = 0; c < nch; c++) {
+		const int n = T - c * C < C ? T - c * C : C;
+		float *u = ws + ((size_t)c * Hv + h) * uf;
+		const float gl = u[oG + n - 1];
+		for (int e = tid; e < C * (HD / 4); e += CL_NT) {
+			int j = e / (HD / 4), p = (e % (HD / 4)) * 4;
+			cp16(sK + j * CL_PK + p, u + oK + (size_t)j * DK + d0 + p,
+			     1);
+		}
+		for (int e = tid; e < HR * (RT_SW / 4); e += CL_NT) {
+			int r = r0 + e / (RT_SW / 4), p = (e % (RT_SW / 4)) * 4;
+			cp16(sU + r * RT_PS + p, u + oU + (size_t)r * dv + s0 + p,
+			     1);
+		}
+		cp_commit();
+		/* the state this sub-chunk starts from, for k_out: its rows */
+		for (int e = tid; e < HD * (RT_SW / 4); e += CL_NT) {
+			int d = d0 + e / (RT_SW / 4), p = (e % (RT_SW / 4)) * 4;
+			*(float4 *)(u + oS + (size_t)d * dv + s0 + p) =
+			    *(const float4 *)(sS + d * RT_PS + p);
+		}
+		cp_wait<1>();
+		__syncthreads(); /* W in */
+		/* W S for its rows ty + 16 i; the next step's float4s loaded
+		 * before this step's products (as k_hstate_rt) */
+		float acc[2][4] = {};
+		float4 wn[2], sn[4];
+#pragma unroll
+		for (int i = 0; i < 2; i++)
+			wn[i] = *(const float4 *)(sW + (ty + 16 * i) * CL_PW);
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			sn[k] = *(const float4 *)(sS + k * RT_PS + c4);
+#pragma unroll 2
+		for (int d = 0; d < DK; d += 4) {
+			float4 wv[2], sv[4];
+			const int dn = d + 4 < DK ? d + 4 : d;
+#pragma unroll
+			for (int i = 0; i < 2; i++) {
+				wv[i] = wn[i];
+				wn[i] = *(const float4 *)(sW + (ty + 16 * i) * CL_PW +
+							  dn);
+			}
+#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				sv[k] = sn[k];
+				sn[k] = *(const float4 *)(sS + (dn + k) * RT_PS + c4);
+			}
+#pragma unroll
+			for (int i = 0; i < 2; i++) {
+				const float a[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
+#pragma unroll
+				for (int k = 0; k < 4; k++) {
+					acc[i][0] += a[k] * sv[k].x;
+					acc[i][1] += a[k] * sv[k].y;
+					acc[i][2] += a[k] * sv[k].z;
+					acc[i][3] += a[k] * sv[k].w;
+				}
+			}
+		}
+		cp_wait<0>();
+		__syncthreads(); /* k and U in; W read */
+		if (c + 1 < nch)
+			for (int e = tid; e < HR * (DK / 4); e += CL_NT) {
+				int r = e / (DK / 4), p = (e % (DK / 4)) * 4;
+				cp16(sW + r * CL_PW + p,
+				     u + (size_t)Hv * uf + (size_t)(r0 + r) * DK + p,
+				     1);
+			}
+		cp_commit();
+#pragma unroll
+		for (int i = 0; i < 2; i++) {
+			const int r = r0 + ty + 16 * i;
+			if (r < n) {
+				float4 uv = *(const float4 *)(sU + r * RT_PS + c4);
+				float4 v = make_float4(uv.x - acc[i][0], uv.y - acc[i][1],
+						       uv.z - acc[i][2], uv.w - acc[i][3]);
+				*(float4 *)(sU + r * RT_PS + c4) = v;
+				*(float4 *)(pU + r * RT_PS + c4) = v;
+				*(float4 *)(u + oU + (size_t)r * dv + s0 + c4) = v;
+			}
+		}
+		cl.sync(); /* V' whole in both CTAs */
+		/* S <- e^(G_last) S + (k e^(G_last - G))^T V', rows d0 + 4 ty
+		 * + k */
+		{
+			const float egl = expf(gl);
+			float ac[4][4] = {};
+			float4 un = *(const float4 *)(sU + c4);
+			float4 kn = *(const float4 *)(sK + 4 * ty);
+#pragma unroll 4
+			for (int j = 0; j < n; j++) {
+				const int jn = j + 1 < C ? j + 1 : j;
+				const float4 uv = un, kv = kn;
+				un = *(const float4 *)(sU + jn * RT_PS + c4);
+				kn = *(const float4 *)(sK + jn * CL_PK + 4 * ty);
+				const float kd[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+				for (int k = 0; k < 4; k++) {
+					ac[k][0] += kd[k] * uv.x;
+					ac[k][1] += kd[k] * uv.y;
+					ac[k][2] += kd[k] * uv.z;
+					ac[k][3] += kd[k] * uv.w;
+				}
+			}
+#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				const int o = (d0 + 4 * ty + k) * RT_PS + c4;
+				float4 sv = *(float4 *)(sS + o);
+				sv.x = sv.x * egl + ac[k][0];
+				sv.y = sv.y * egl + ac[k][1];
+				sv.z = sv.z * egl + ac[k][2];
+				sv.w = sv.w * egl + ac[k][3];
+				*(float4 *)(sS + o) = sv;
+				*(float4 *)(pS + o) = sv;
+			}
+		}
+		cl.sync(); /* the state whole in both; k and V' read */
+	}
+	cp_wait<0>();
+	for (int e = tid; e < HD * RT_SW; e += CL_NT) {
+		int d = d0 + e / RT_SW;
+		Sh[(size_t)d * dv + s0 + e % RT_SW] =
+		    sS[d * RT_PS + e % RT_SW];
+	}
+}
+
+/* MOOR_GDN_CL=1 (read at each call): k_hstate_cl for the state pass
+ * where k_hstate_rt<128> would run, on a device with clusters (cc 9.0 and
+ * later) */
+static int gdn_cl_on(const kern_ctx *cx)
+{
+	return cx->prop.major >= 9 && kcu_env_flag("MOOR_GDN_CL", 0);
+}
+
+
 /* O for a sub-chunk's rows and OC value columns: 256 threads, a thread
  * (tx = tid % (OC / 4), ty = tid / (OC / 4)) holds columns 4 tx .. 4 tx +
  * 3 of rows ty + TY a. */
@@ -1360,6 +1567,10 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_rt_smem(128)));
 		KCU(cx, cudaFuncSetAttribute(
+			    k_hstate_cl,
+			    cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)hstate_cl_smem()));
+		KCU(cx, cudaFuncSetAttribute(
 			    k_hstate_rt<64>,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_rt_smem(64)));
@@ -1410,6 +1621,9 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			kcu_go(q, k_hstate<SL16>, dim3(Hv, dv / SL16), 16 * SL16,
 			       hstate_smem(dk, SL16), S, (float *)ws, T, Hv, dk,
 			       dv);
+		else if (dk == 128 && gdn_cl_on(cx))
+			kcu_go(q, k_hstate_cl, dim3(Hv, dv / RT_SW, 2), CL_NT,
+			       hstate_cl_smem(), S, (float *)ws, T, Hv, dv);
 		else if (dk == 128 && hstate_nt() == 256)
 			kcu_go(q, k_hstate_rt<128, 256>, rg, 256,
 			       hstate_rt_smem(dk), S, (float *)ws, T, Hv, dv);

@@ -220,6 +220,49 @@ int main(int argc, char **argv)
 			       v ? " (4 taps)" : " (generic)", T, C, ms, gb / ms * 1e3);
 		}
 		unsetenv("MOOR_CONV_KC");
+		/* a GDN layer's prologue: the conv, l2norm of q and k and the
+		 * gates as four ops, then gdn_prep (one kernel, the same bits;
+		 * b and a at the end of the projection's rows) */
+		if (o->gdn_prep) {
+			float *bt = dev((size_t)T * Hv * 4, KERN_F32, 0, 0);
+			float *gg = dev((size_t)T * Hv * 4, KERN_F32, 0, 0);
+			float *al = dev((size_t)Hv * 4, KERN_F32, -1, 1);
+			float *db = dev((size_t)Hv * 4, KERN_F32, -1, 1);
+			const float *pb = in + C + Hv * dv, *pa = pb + Hv;
+			const float qs = 0.0883883f;
+			TIME(ms,
+			     o->conv1d(q, out, in, ldin, tl, w, KERN_BF16, T, C,
+				       Kc, KERN_ACT_BF16) ||
+				 o->l2norm(q, out, C, T, Hk, dk, 1e-6f, qs,
+					   KERN_ACT_F32) ||
+				 o->l2norm(q, out + Hk * dk, C, T, Hk, dk,
+					   1e-6f, 1.0f, KERN_ACT_F32) ||
+				 o->gdn_gates(q, bt, gg, pb, ldin, pa, ldin, al,
+					      db, T, Hv, KERN_ACT_BF16));
+			printf("| conv1d + l2norm x2 + gates | %d tokens, %d "
+			       "channels | %.4f | %.0f GB/s | 4300 (copy) |\n",
+			       T, C, ms, gb / ms * 1e3);
+			int rc = 0;
+			TIME(ms,
+			     (rc = o->gdn_prep(
+				  q, out, in, ldin, tl, w, KERN_BF16, Kc, Hk,
+				  dk, Hv, dv, 1e-6f, qs, bt, gg, pb, pa, ldin,
+				  al, db, T, KERN_ACT_BF16)) == MOOR_EUNSUP
+				 ? 0
+				 : rc);
+			if (rc == MOOR_EUNSUP)
+				printf("| gdn_prep | not fused at %d tokens "
+				       "| | | |\n",
+				       T);
+			else
+				printf("| gdn_prep | %d tokens, %d channels | "
+				       "%.4f | %.0f GB/s | 4300 (copy) |\n",
+				       T, C, ms, gb / ms * 1e3);
+			o->free(cx, bt);
+			o->free(cx, gg);
+			o->free(cx, al);
+			o->free(cx, db);
+		}
 		float *h = dev((size_t)T * H * 4, KERN_F32, -1, 1);
 		float *xn = dev((size_t)T * H * 4, KERN_F32, 0, 0);
 		void *nw = dev((size_t)H * 2, KERN_BF16, -0.5f, 0.5f);

@@ -235,15 +235,16 @@ static int p_attn_prep(kern_queue *q, float *qo, float *go, const float *qg,
 }
 
 static int p_gdn_prep(kern_queue *q, float *u, const float *mixed,
-		      float *tail, const void *cw, int cwdt, int Kc, int Hk,
-		      int dk, int Hv, int dv, float eps, float qscale,
+		      int ldin, float *tail, const void *cw, int cwdt, int Kc,
+		      int Hk, int dk, int Hv, int dv, float eps, float qscale,
 		      float *beta, float *g, const float *b, const float *a,
-		      const float *A_log, const float *dt_bias, int T, int act)
+		      int ldba, const float *A_log, const float *dt_bias, int T,
+		      int act)
 {
 	TIMED_OPT("gdn_prep", q,
-		  R->gdn_prep(q, u, mixed, tail, cw, cwdt, Kc, Hk, dk, Hv, dv,
-			      eps, qscale, beta, g, b, a, A_log, dt_bias, T,
-			      act));
+		  R->gdn_prep(q, u, mixed, ldin, tail, cw, cwdt, Kc, Hk, dk, Hv,
+			      dv, eps, qscale, beta, g, b, a, ldba, A_log,
+			      dt_bias, T, act));
 }
 
 static int p_copy(kern_queue *q, void *dst, const void *src, size_t n)

@@ -373,15 +373,20 @@ static void case_gdn_rt(void)
 			      KERN_ACT_F32);
 		gpu.o->l2norm(gpu.q, dk_, ldqk, T, Hk, dk, 1e-6f, 1.0f, KERN_ACT_F32);
 		size_t wsb = gpu.o->delta_ws_bytes(gpu.c, T, Hv, dk, dv);
-		/* r = 0: MOOR_GDN_RT=0; 1: the defaults; 2: MOOR_HSTATE_NT=128 */
-		float *ho[3], *hS[3];
-		unsigned char *hw[3];
-		for (int r = 0; r < 3; r++) {
+		/* r = 0: MOOR_GDN_RT=0; 1: the defaults; 2: MOOR_HSTATE_NT=128;
+		 * 3: MOOR_GDN_CL=1 (the state pass on CTA pairs at dk 128) */
+		float *ho[4], *hS[4];
+		unsigned char *hw[4];
+		for (int r = 0; r < 4; r++) {
 			setenv("MOOR_GDN_RT", r ? "1" : "0", 1);
 			if (r == 2)
 				setenv("MOOR_HSTATE_NT", "128", 1);
 			else
 				unsetenv("MOOR_HSTATE_NT");
+			if (r == 3)
+				setenv("MOOR_GDN_CL", "1", 1);
+			else
+				unsetenv("MOOR_GDN_CL");
 			float *dS = up(&gpu, S0, ns * 4), *dO = zz(&gpu, nv * 4);
 			void *ws = zz(&gpu, wsb);
 			int rc = gpu.o->delta_chunked(gpu.q, dO, dS, dq, dk_, ldqk, dv_,
@@ -400,20 +405,25 @@ static void case_gdn_rt(void)
 		}
 		unsetenv("MOOR_GDN_RT");
 		unsetenv("MOOR_HSTATE_NT");
-		for (int r = 1; r < 3; r++)
+		unsetenv("MOOR_GDN_CL");
+		for (int r = 1; r < 4; r++)
 			ASSERT(!memcmp(ho[r - 1], ho[r], nv * 4) &&
-				       !memcmp(hS[r - 1], hS[r], ns * 4) &&
-				       !memcmp(hw[r - 1], hw[r], wsb),
+				   !memcmp(hS[r - 1], hS[r], ns * 4) &&
+				   !memcmp(hw[r - 1], hw[r], wsb),
 			       "%s (dk=dv=%d)",
-			       r == 1 ? "the default kernels differ from MOOR_GDN_RT=0's"
-				      : "MOOR_HSTATE_NT=128 differs from the default",
+			       r == 1	? "the default kernels differ from "
+					  "MOOR_GDN_RT=0's"
+			       : r == 2 ? "MOOR_HSTATE_NT=128 differs from the "
+					  "default"
+					: "MOOR_GDN_CL=1 differs from "
+					  "MOOR_HSTATE_NT=128",
 			       dk);
-		printf("  %-28s bit-exact against MOOR_GDN_RT=0 and "
-		       "MOOR_HSTATE_NT=128\n",
-		       dk == 128 ? "delta state pass dk=128" :
-		       dk == 64  ? "delta state pass dk=64" :
-				   "delta state pass dk=32");
-		for (int r = 0; r < 3; r++) {
+		printf("  %-28s bit-exact against MOOR_GDN_RT=0, "
+		       "MOOR_HSTATE_NT=128 and MOOR_GDN_CL=1\n",
+		       dk == 128  ? "delta state pass dk=128"
+		       : dk == 64 ? "delta state pass dk=64"
+				  : "delta state pass dk=32");
+		for (int r = 0; r < 4; r++) {
 			free(ho[r]);
 			free(hS[r]);
 			free(hw[r]);
@@ -465,14 +475,19 @@ static void case_gdn_rt_wide(void)
 	/* r = 0: MOOR_GDN_RT=0 (kept); 1: the defaults; 2: MOOR_HSTATE_NT=128;
 	 * 3, 4, 5: MOOR_GDN_PIPE=4, 3, 1 (pieces of 4, 3 and 1 sub-chunks:
 	 * 4, 6 and 16 of the 1,024-token calls, 2 of the 72-token call at 1) */
-	static const char *pieces[] = {NULL, NULL, NULL, "4", "3", "1"};
+	/* 6: MOOR_GDN_CL=1 */
+	static const char *pieces[] = {NULL, NULL, NULL, "4", "3", "1", NULL};
 	for (int rep = 0; rep < 2; rep++)
-		for (int r = 0; r < 6; r++) {
+		for (int r = 0; r < 7; r++) {
 			setenv("MOOR_GDN_RT", r ? "1" : "0", 1);
 			if (r == 2)
 				setenv("MOOR_HSTATE_NT", "128", 1);
 			else
 				unsetenv("MOOR_HSTATE_NT");
+			if (r == 6)
+				setenv("MOOR_GDN_CL", "1", 1);
+			else
+				unsetenv("MOOR_GDN_CL");
 			if (pieces[r])
 				setenv("MOOR_GDN_PIPE", pieces[r], 1);
 			else
@@ -499,6 +514,7 @@ static void case_gdn_rt_wide(void)
 				       i, Ts[i], rep,
 				       r == 1	? "the default"
 				       : r == 2 ? "MOOR_HSTATE_NT=128"
+				       : r == 6 ? "MOOR_GDN_CL=1"
 						: "MOOR_GDN_PIPE=",
 				       pieces[r] ? pieces[r] : "");
 			}
@@ -508,8 +524,9 @@ static void case_gdn_rt_wide(void)
 	unsetenv("MOOR_GDN_RT");
 	unsetenv("MOOR_HSTATE_NT");
 	unsetenv("MOOR_GDN_PIPE");
+	unsetenv("MOOR_GDN_CL");
 	printf("  %-28s bit-exact against MOOR_GDN_RT=0 (48 heads, 3 calls; "
-	       "MOOR_HSTATE_NT=128, MOOR_GDN_PIPE=4, 3, 1)\n",
+	       "MOOR_HSTATE_NT=128, MOOR_GDN_PIPE=4, 3, 1, MOOR_GDN_CL=1)\n",
 	       "delta at the 27B's shapes");
 	free(ho);
 	free(hS);
@@ -1296,97 +1313,124 @@ static void case_prep(void)
 	}
 
 	/* GDN: the 27B's heads (16 q/k heads of 128, 48 v heads of 128, conv
-	 * of 4) and a small shape; b and a inside the projection's row */
+	 * of 4), a small shape and one whose v channels end in a partial
+	 * block of 128; b and a inside the projection's rows. One token (a
+	 * decode step) and prefill chunks: shorter than the conv's window
+	 * (the tail read and rewritten), within one tile of 16 tokens,
+	 * across tiles with a partial one, and a grid chunk. Where the CUDA
+	 * backend does not fuse (T > 1 at dk 64) it must say so */
 	const struct {
 		int Hk, dk, Hv, dv;
-	} gc[] = {{16, 128, 48, 128}, {2, 64, 4, 32}};
-	for (size_t ci = 0; ci < sizeof gc / sizeof gc[0]; ci++) {
-		int Hk = gc[ci].Hk, dk = gc[ci].dk, Hv = gc[ci].Hv,
-		    dv = gc[ci].dv;
-		int Kc = 4, C = 2 * Hk * dk + Hv * dv, W = C + 2 * Hv;
-		void *Wc;
-		float *wc =
-		    kt_weights((size_t)C * Kc, KERN_BF16, -0.5f, 0.5f, &Wc);
-		float *mixed = rnd(W, -2, 2),
-		      *tail = rnd((size_t)(Kc - 1) * C, -1, 1);
-		float *alog = rnd(Hv, -1, 1), *dtb = rnd(Hv, -1, 1);
-		for (int i = 0; i < W; i++)
-			mixed[i] = kt_to_dt(mixed[i], KERN_BF16);
-		float *dm = up(b, mixed, W * 4), *dal = up(b, alog, Hv * 4);
-		float *ddt = up(b, dtb, Hv * 4);
-		void *dw = up(b, Wc, (size_t)C * Kc * 2);
-		float *res[2][4];
-		float qs = 1.0f / sqrtf((float)dk);
-		for (int f = 0; f < 2; f++) {
-			float *dt = up(b, tail, (size_t)(Kc - 1) * C * 4);
-			float *du = zz(b, (size_t)C * 4), *dbe = zz(b, Hv * 4),
-			      *dg = zz(b, Hv * 4);
-			const float *db = dm + C, *da = dm + C + Hv;
-			int rc;
-			if (f) {
-				rc = b->o->gdn_prep(
-				    b->q, du, dm, dt, dw, KERN_BF16, Kc, Hk, dk,
-				    Hv, dv, 1e-6f, qs, dbe, dg, db, da, dal,
-				    ddt, 1, KERN_ACT_BF16);
-			} else {
-				rc = b->o->conv1d(b->q, du, dm, W, dt, dw,
-						  KERN_BF16, 1, C, Kc,
-						  KERN_ACT_BF16);
-				rc = rc ? rc
-					: b->o->l2norm(b->q, du, C, 1, Hk, dk,
-						       1e-6f, qs, KERN_ACT_F32);
-				rc = rc ? rc
-					: b->o->l2norm(b->q, du + Hk * dk, C, 1,
-						       Hk, dk, 1e-6f, 1.0f,
-						       KERN_ACT_F32);
-				rc = rc ? rc
-					: b->o->gdn_gates(b->q, dbe, dg, db, W,
-							  da, W, dal, ddt, 1,
-							  Hv, KERN_ACT_BF16);
+	} gc[] = {{16, 128, 48, 128}, {2, 64, 4, 32}, {1, 128, 3, 96}};
+	const int gT[] = {1, 2, 5, 17, 100, 1024};
+	for (size_t ci = 0; ci < sizeof gc / sizeof gc[0]; ci++)
+		for (size_t ti = 0; ti < sizeof gT / sizeof gT[0]; ti++) {
+			int Hk = gc[ci].Hk, dk = gc[ci].dk, Hv = gc[ci].Hv,
+			    dv = gc[ci].dv, T = gT[ti];
+			int Kc = 4, C = 2 * Hk * dk + Hv * dv, W = C + 2 * Hv;
+			size_t nm = (size_t)T * W, nu = (size_t)T * C,
+			       ng = (size_t)T * Hv;
+			void *Wc;
+			float *wc = kt_weights((size_t)C * Kc, KERN_BF16, -0.5f,
+					       0.5f, &Wc);
+			float *mixed = rnd(nm, -2, 2),
+			      *tail = rnd((size_t)(Kc - 1) * C, -1, 1);
+			float *alog = rnd(Hv, -1, 1), *dtb = rnd(Hv, -1, 1);
+			for (size_t i = 0; i < nm; i++)
+				mixed[i] = kt_to_dt(mixed[i], KERN_BF16);
+			float *dm = up(b, mixed, nm * 4),
+			      *dal = up(b, alog, Hv * 4);
+			float *ddt = up(b, dtb, Hv * 4);
+			void *dw = up(b, Wc, (size_t)C * Kc * 2);
+			float *res[2][4] = {{0}};
+			float qs = 1.0f / sqrtf((float)dk);
+			int fused = 1;
+			for (int f = 0; f < 2 && fused; f++) {
+				float *dt =
+				    up(b, tail, (size_t)(Kc - 1) * C * 4);
+				float *du = zz(b, nu * 4), *dbe = zz(b, ng * 4),
+				      *dg = zz(b, ng * 4);
+				const float *db = dm + C, *da = dm + C + Hv;
+				int rc;
+				if (f) {
+					rc = b->o->gdn_prep(
+					    b->q, du, dm, W, dt, dw, KERN_BF16,
+					    Kc, Hk, dk, Hv, dv, 1e-6f, qs, dbe,
+					    dg, db, da, W, dal, ddt, T,
+					    KERN_ACT_BF16);
+					/* T = 1 and the 27B's heads are fused
+					 */
+					ASSERT(
+					    rc != MOOR_EUNSUP ||
+						(T > 1 && dk != 128),
+					    "gdn_prep did not fuse T %d dk %d",
+					    T, dk);
+					if (rc == MOOR_EUNSUP) {
+						fused = 0;
+						rc = 0;
+					}
+				} else {
+					rc = b->o->conv1d(b->q, du, dm, W, dt,
+							  dw, KERN_BF16, T, C,
+							  Kc, KERN_ACT_BF16);
+					rc = rc ? rc
+						: b->o->l2norm(
+						      b->q, du, C, T, Hk, dk,
+						      1e-6f, qs, KERN_ACT_F32);
+					rc = rc ? rc
+						: b->o->l2norm(
+						      b->q, du + Hk * dk, C, T,
+						      Hk, dk, 1e-6f, 1.0f,
+						      KERN_ACT_F32);
+					rc = rc ? rc
+						: b->o->gdn_gates(
+						      b->q, dbe, dg, db, W, da,
+						      W, dal, ddt, T, Hv,
+						      KERN_ACT_BF16);
+				}
+				ASSERT(rc == 0, "gdn prologue (fused %d): %s",
+				       f, moor_strerror(rc));
+				size_t sz[4] = {nu * 4,
+						(size_t)(Kc - 1) * C * 4,
+						ng * 4, ng * 4};
+				void *src[4] = {du, dt, dbe, dg};
+				for (int j = 0; fused && j < 4; j++) {
+					res[f][j] = malloc(sz[j]);
+					down(b, res[f][j], src[j], sz[j]);
+				}
+				ASSERT(
+				    !fused ||
+					(bits_eq(res[0][0], res[f][0], sz[0]) &&
+					 bits_eq(res[0][1], res[f][1], sz[1]) &&
+					 bits_eq(res[0][2], res[f][2], sz[2]) &&
+					 bits_eq(res[0][3], res[f][3], sz[3])),
+				    "gdn_prep differs from its unfused ops (Hk "
+				    "%d, "
+				    "dk %d, Hv %d, dv %d, T %d)",
+				    Hk, dk, Hv, dv, T);
+				b->o->free(b->c, dt);
+				b->o->free(b->c, du);
+				b->o->free(b->c, dbe);
+				b->o->free(b->c, dg);
 			}
-			ASSERT(rc == 0, "gdn prologue (fused %d): %s", f,
-			       moor_strerror(rc));
-			size_t sz[4] = {(size_t)C * 4, (size_t)(Kc - 1) * C * 4,
-					(size_t)Hv * 4, (size_t)Hv * 4};
-			void *src[4] = {du, dt, dbe, dg};
-			for (int j = 0; j < 4; j++) {
-				res[f][j] = malloc(sz[j]);
-				down(b, res[f][j], src[j], sz[j]);
-			}
-			ASSERT(bits_eq(res[0][0], res[f][0], sz[0]) &&
-				   bits_eq(res[0][1], res[f][1], sz[1]) &&
-				   bits_eq(res[0][2], res[f][2], sz[2]) &&
-				   bits_eq(res[0][3], res[f][3], sz[3]),
-			       "gdn_prep differs from its unfused ops (Hk %d, "
-			       "dk %d, Hv %d)",
-			       Hk, dk, Hv);
-			b->o->free(b->c, dt);
-			b->o->free(b->c, du);
-			b->o->free(b->c, dbe);
-			b->o->free(b->c, dg);
+			printf("  %-28s Hk %d dk %d Hv %d dv %d T %d: %s\n",
+			       "gdn_prep", Hk, dk, Hv, dv, T,
+			       fused ? "same bits"
+				     : "not fused (the unfused ops run)");
+			for (int f = 0; f < 2; f++)
+				for (int j = 0; j < 4; j++)
+					free(res[f][j]);
+			b->o->free(b->c, dm);
+			b->o->free(b->c, dal);
+			b->o->free(b->c, ddt);
+			b->o->free(b->c, dw);
+			free(wc);
+			free(Wc);
+			free(mixed);
+			free(tail);
+			free(alog);
+			free(dtb);
 		}
-		printf("  %-28s Hk %d dk %d Hv %d dv %d: same bits\n",
-		       "gdn_prep", Hk, dk, Hv, dv);
-		/* T > 1 is not fused: the caller runs the unfused ops */
-		ASSERT(b->o->gdn_prep(b->q, dm, dm, dm, dw, KERN_BF16, Kc, Hk,
-				      dk, Hv, dv, 1e-6f, qs, dm, dm, dm, dm,
-				      dal, ddt, 2,
-				      KERN_ACT_BF16) == MOOR_EUNSUP,
-		       "gdn_prep took T = 2");
-		for (int f = 0; f < 2; f++)
-			for (int j = 0; j < 4; j++)
-				free(res[f][j]);
-		b->o->free(b->c, dm);
-		b->o->free(b->c, dal);
-		b->o->free(b->c, ddt);
-		b->o->free(b->c, dw);
-		free(wc);
-		free(Wc);
-		free(mixed);
-		free(tail);
-		free(alog);
-		free(dtb);
-	}
 }
 
 /* ---- fill_random and sample(): the CPU's bits ---- */
