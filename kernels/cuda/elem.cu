@@ -547,23 +547,17 @@ int kcu_l2norm(kern_queue *q, float *x, int ld, int T, int heads, int dim,
  * tap loop run to CONV_KMAX under a runtime test (the generic kernel took
  * 127 to 154 us a 1,024-token chunk of the 27B's 10,240 channels on the
  * H100, 5x the time its bytes take). The same sums in the same order. */
-template <int KC>
-static __global__ void k_conv1d(float *out, const float *in, int ldin,
-				float *tail, const void *w, int wdt, int T,
-				int C, int kc_rt, int act)
+/* The conv of channel c over the tile's tokens ta .. tb - 1, KM taps a
+ * loop (Kc of them live), weights wt: emit(i, t, y) takes token t = ta +
+ * i's output. Tile 0's thread (blockIdx.y 0) then writes the channel's
+ * new tail. k_conv1d and gdn_prep's prefill kernel share it. */
+template <int KM, typename Emit>
+static __device__ inline void conv_tile(const float *in, int ldin,
+					float *tail, const float *wt, int Kc,
+					int T, int C, int c, int ta, int tb,
+					int act, Emit emit)
 {
-	kcu_pdl_enter();
-	constexpr int KM = KC > 0 ? KC : CONV_KMAX; /* taps a loop runs */
-	const int Kc = KC > 0 ? KC : kc_rt;
-	int c = blockIdx.x * blockDim.x + threadIdx.x;
-	if (c >= C)
-		return;
-	const int ta = blockIdx.y * CONV_TT;
-	const int tb = ta + CONV_TT < T ? ta + CONV_TT : T;
-	float wt[KM], win[KM]; /* win: the Kc - 1 inputs before t */
-	kcu_wgather<KM>(wt, w, wdt, [&](int k) {
-		return k < Kc ? (long long)c * Kc + k : -1LL;
-	});
+	float win[KM]; /* the Kc - 1 inputs before t */
 #pragma unroll
 	for (int k = 0; k < KM; k++) {
 		/* input ta - (Kc - 1) + k */
@@ -591,7 +585,7 @@ static __global__ void k_conv1d(float *out, const float *in, int ldin,
 		for (int k = 0; k < KM; k++)
 			if (k < Kc)
 				acc += wt[k] * (k < Kc - 1 ? win[k] : cur);
-		out[(size_t)t * C + c] = kcu_rnd(kcu_silu(kcu_rnd(acc, act)), act);
+		emit(i, t, kcu_rnd(kcu_silu(kcu_rnd(acc, act)), act));
 #pragma unroll
 		for (int k = 0; k + 1 < KM; k++)
 			if (k + 1 < Kc - 1)
@@ -622,6 +616,27 @@ static __global__ void k_conv1d(float *out, const float *in, int ldin,
 						x = old[j];
 			tail[(size_t)k * C + c] = x;
 		}
+}
+
+template <int KC>
+static __global__ void k_conv1d(float *out, const float *in, int ldin,
+				float *tail, const void *w, int wdt, int T,
+				int C, int kc_rt, int act)
+{
+	kcu_pdl_enter();
+	constexpr int KM = KC > 0 ? KC : CONV_KMAX; /* taps a loop runs */
+	const int Kc = KC > 0 ? KC : kc_rt;
+	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= C)
+		return;
+	const int ta = blockIdx.y * CONV_TT;
+	const int tb = ta + CONV_TT < T ? ta + CONV_TT : T;
+	float wt[KM];
+	kcu_wgather<KM>(wt, w, wdt, [&](int k) {
+		return k < Kc ? (long long)c * Kc + k : -1LL;
+	});
+	conv_tile<KM>(in, ldin, tail, wt, Kc, T, C, c, ta, tb, act,
+		      [&](int, int t, float y) { out[(size_t)t * C + c] = y; });
 }
 
 int kcu_conv1d(kern_queue *q, float *out, const float *in, int ldin,
@@ -979,9 +994,9 @@ k_gdn_prep(float *u, const float *in, float *tail, const void *w, int wdt,
 }
 
 /* T > 1 (a prefill's chunk): k_conv1d<4>'s blocks of 128 channels and
- * CONV_TT tokens, the conv's arithmetic as there (a thread a channel, its
- * window in registers, tile 0's thread the only one that reads and then
- * writes the channel's tail). With dk = 128 a q or k head is one block's
+ * CONV_TT tokens and its conv (conv_tile: a thread a channel, its window
+ * in registers, tile 0's thread the only one that reads and then writes
+ * the channel's tail). With dk = 128 a q or k head is one block's
  * channels: its outputs go to shared memory and a warp a token takes
  * k_l2norm's sum (lane l: channels l, l + 32, ... in order, then
  * warp_sum) and scaling. One more column of blocks (blockIdx.x = nconv)
@@ -1018,60 +1033,16 @@ static __global__ void __launch_bounds__(GPF_THREADS)
 	const int c = blockIdx.x * GPF_THREADS + tid;
 	if (!norm && c >= C)
 		return;
-	float wt[KC], win[KC];
+	float wt[KC];
 	kcu_wgather<KC>(wt, w, wdt,
 			[&](int k) { return (long long)c * KC + k; });
-#pragma unroll
-	for (int k = 0; k < KC; k++) {
-		int t = ta - (KC - 1) + k;
-		win[k] = k >= KC - 1 ? 0.0f
-		       : t >= 0	     ? in[(size_t)t * ldin + c]
-				     : tail[(size_t)(t + KC - 1) * C + c];
-	}
-	float xin[CONV_TT];
-#pragma unroll
-	for (int i = 0; i < CONV_TT; i++)
-		xin[i] = kcu_ldz(in + c, (long long)(ta + i) * ldin, ta + i < tb);
-#pragma unroll
-	for (int i = 0; i < CONV_TT; i++) {
-		const int t = ta + i;
-		if (t >= tb)
-			break;
-		float cur = xin[i];
-		float acc = 0.0f;
-#pragma unroll
-		for (int k = 0; k < KC; k++)
-			acc += wt[k] * (k < KC - 1 ? win[k] : cur);
-		const float y = kcu_rnd(kcu_silu(kcu_rnd(acc, act)), act);
-		if (norm)
-			sy[i][tid] = y;
-		else
-			u[(size_t)t * C + c] = y;
-#pragma unroll
-		for (int k = 0; k + 2 < KC; k++)
-			win[k] = win[k + 1];
-		win[KC - 2] = cur;
-	}
-	if (blockIdx.y == 0) {
-		/* the new tail: inputs T - (KC - 1) .. T - 1, as k_conv1d */
-		float old[KC];
-#pragma unroll
-		for (int k = 0; k < KC - 1; k++)
-			old[k] = tail[(size_t)k * C + c];
-#pragma unroll
-		for (int k = 0; k < KC - 1; k++) {
-			int t = T - (KC - 1) + k;
-			float x = 0.0f;
-			if (t >= 0)
-				x = in[(size_t)t * ldin + c];
-			else
-#pragma unroll
-				for (int j = 0; j < KC - 1; j++)
-					if (j == t + KC - 1)
-						x = old[j];
-			tail[(size_t)k * C + c] = x;
-		}
-	}
+	conv_tile<KC>(in, ldin, tail, wt, KC, T, C, c, ta, tb, act,
+		      [&](int i, int t, float y) {
+			      if (norm)
+				      sy[i][tid] = y;
+			      else
+				      u[(size_t)t * C + c] = y;
+		      });
 	if (!norm)
 		return;
 	__syncthreads(); /* the tile's conv outputs in sy */

@@ -770,6 +770,51 @@ static __global__ void __launch_bounds__(16 * SW, 2)
 #define RT_SW 32
 #define RT_PS (RT_SW + 4)
 
+/* W S for a thread's NV rows ty + TY i (W's rows PW floats apart) and
+ * its 4 columns c4 .. c4 + 3 of the state [DK][RT_PS]: acc[i][e] summed
+ * over d from 0, a float4 of W a row and four of S a step of four d; the
+ * next step's float4s are loaded before this step's products. The state
+ * pass's kernels (k_hstate_rt, k_hstate_cl) share it, and with it the
+ * order of every sum. */
+template <int DK, int NV, int TY, int PW>
+static __device__ inline void ws_rows(float (&acc)[NV][4], const float *sW,
+				      const float *sS, int ty, int c4)
+{
+	float4 wn[NV], sn[4];
+#pragma unroll
+	for (int i = 0; i < NV; i++)
+		wn[i] = *(const float4 *)(sW + (ty + TY * i) * PW);
+#pragma unroll
+	for (int k = 0; k < 4; k++)
+		sn[k] = *(const float4 *)(sS + k * RT_PS + c4);
+#pragma unroll 2
+	for (int d = 0; d < DK; d += 4) {
+		float4 wv[NV], sv[4];
+		const int dn = d + 4 < DK ? d + 4 : d;
+#pragma unroll
+		for (int i = 0; i < NV; i++) {
+			wv[i] = wn[i];
+			wn[i] = *(const float4 *)(sW + (ty + TY * i) * PW + dn);
+		}
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			sv[k] = sn[k];
+			sn[k] = *(const float4 *)(sS + (dn + k) * RT_PS + c4);
+		}
+#pragma unroll
+		for (int i = 0; i < NV; i++) {
+			const float a[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
+#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				acc[i][0] += a[k] * sv[k].x;
+				acc[i][1] += a[k] * sv[k].y;
+				acc[i][2] += a[k] * sv[k].z;
+				acc[i][3] += a[k] * sv[k].w;
+			}
+		}
+	}
+}
+
 template <int DK, int NT = 128>
 static __global__ void __launch_bounds__(NT, 2)
     k_hstate_rt(float *S, float *ws, int T, int Hv, int dv)
@@ -824,45 +869,9 @@ static __global__ void __launch_bounds__(NT, 2)
 		}
 		cp_wait<1>();
 		__syncthreads(); /* W in */
-		/* W S for rows ty + TY i; the next step's float4s are loaded
-		 * before this step's products */
+		/* W S for rows ty + TY i */
 		float acc[NV][4] = {};
-		float4 wn[NV], sn[4];
-#pragma unroll
-		for (int i = 0; i < NV; i++)
-			wn[i] = *(const float4 *)(sW + (ty + TY * i) * PK);
-#pragma unroll
-		for (int k = 0; k < 4; k++)
-			sn[k] = *(const float4 *)(sS + k * RT_PS + c4);
-#pragma unroll 2
-		for (int d = 0; d < DK; d += 4) {
-			float4 wv[NV], sv[4];
-			const int dn = d + 4 < DK ? d + 4 : d;
-#pragma unroll
-			for (int i = 0; i < NV; i++) {
-				wv[i] = wn[i];
-				wn[i] =
-				    *(const float4 *)(sW + (ty + TY * i) * PK +
-						      dn);
-			}
-#pragma unroll
-			for (int k = 0; k < 4; k++) {
-				sv[k] = sn[k];
-				sn[k] = *(
-				    const float4 *)(sS + (dn + k) * RT_PS + c4);
-			}
-#pragma unroll
-			for (int i = 0; i < NV; i++) {
-				const float a[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
-#pragma unroll
-				for (int k = 0; k < 4; k++) {
-					acc[i][0] += a[k] * sv[k].x;
-					acc[i][1] += a[k] * sv[k].y;
-					acc[i][2] += a[k] * sv[k].z;
-					acc[i][3] += a[k] * sv[k].w;
-				}
-			}
-		}
+		ws_rows<DK, NV, TY, PK>(acc, sW, sS, ty, c4);
 		cp_wait<0>();
 		__syncthreads(); /* k e^(G_last - G) and U in; W read */
 		if (c + 1 < nch)
@@ -1039,43 +1048,9 @@ static __global__ void __cluster_dims__(1, 1, 2) __launch_bounds__(CL_NT, 3)
 		}
 		cp_wait<1>();
 		__syncthreads(); /* W in */
-		/* W S for its rows ty + 16 i; the next step's float4s loaded
-		 * before this step's products (as k_hstate_rt) */
+		/* W S for its rows ty + 16 i */
 		float acc[2][4] = {};
-		float4 wn[2], sn[4];
-#pragma unroll
-		for (int i = 0; i < 2; i++)
-			wn[i] = *(const float4 *)(sW + (ty + 16 * i) * CL_PW);
-#pragma unroll
-		for (int k = 0; k < 4; k++)
-			sn[k] = *(const float4 *)(sS + k * RT_PS + c4);
-#pragma unroll 2
-		for (int d = 0; d < DK; d += 4) {
-			float4 wv[2], sv[4];
-			const int dn = d + 4 < DK ? d + 4 : d;
-#pragma unroll
-			for (int i = 0; i < 2; i++) {
-				wv[i] = wn[i];
-				wn[i] = *(const float4 *)(sW + (ty + 16 * i) * CL_PW +
-							  dn);
-			}
-#pragma unroll
-			for (int k = 0; k < 4; k++) {
-				sv[k] = sn[k];
-				sn[k] = *(const float4 *)(sS + (dn + k) * RT_PS + c4);
-			}
-#pragma unroll
-			for (int i = 0; i < 2; i++) {
-				const float a[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
-#pragma unroll
-				for (int k = 0; k < 4; k++) {
-					acc[i][0] += a[k] * sv[k].x;
-					acc[i][1] += a[k] * sv[k].y;
-					acc[i][2] += a[k] * sv[k].z;
-					acc[i][3] += a[k] * sv[k].w;
-				}
-			}
-		}
+		ws_rows<DK, 2, 16, CL_PW>(acc, sW, sS, ty, c4);
 		cp_wait<0>();
 		__syncthreads(); /* k and U in; W read */
 		if (c + 1 < nch)
