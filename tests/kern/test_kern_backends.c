@@ -1431,6 +1431,21 @@ static void case_prep(void)
 			free(alog);
 			free(dtb);
 		}
+	/* rows narrower than the channels, or b and a's narrower than Hv:
+	 * refused before anything runs (no pointer is read) */
+	{
+		float *d = zz(b, 64);
+		ASSERT(b->o->gdn_prep(b->q, d, d, 2 * 128 + 128 - 1, d, d,
+				      KERN_BF16, 4, 1, 128, 1, 128, 1e-6f, 1.0f,
+				      d, d, d, d, 1, d, d, 16,
+				      KERN_ACT_BF16) == MOOR_ERANGE &&
+			   b->o->gdn_prep(b->q, d, d, 2 * 128 + 2 * 128, d, d,
+					  KERN_BF16, 4, 1, 128, 2, 128, 1e-6f,
+					  1.0f, d, d, d, d, 1, d, d, 16,
+					  KERN_ACT_BF16) == MOOR_ERANGE,
+		       "gdn_prep took rows narrower than its channels or gates");
+		b->o->free(b->c, d);
+	}
 }
 
 /* ---- fill_random and sample(): the CPU's bits ---- */
