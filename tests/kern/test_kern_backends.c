@@ -373,8 +373,9 @@ static void case_gdn_rt(void)
 			      KERN_ACT_F32);
 		gpu.o->l2norm(gpu.q, dk_, ldqk, T, Hk, dk, 1e-6f, 1.0f, KERN_ACT_F32);
 		size_t wsb = gpu.o->delta_ws_bytes(gpu.c, T, Hv, dk, dv);
-		/* r = 0: MOOR_GDN_RT=0; 1: the defaults; 2: MOOR_HSTATE_NT=128;
-		 * 3: MOOR_GDN_CL=1 (the state pass on CTA pairs at dk 128) */
+		/* r = 0: MOOR_GDN_RT=0; 1: the defaults (at dk 128 the state
+		 * pass on CTA pairs, k_hstate_cl); 2: MOOR_GDN_CL=0
+		 * MOOR_HSTATE_NT=128; 3: MOOR_GDN_CL=0 */
 		float *ho[4], *hS[4];
 		unsigned char *hw[4];
 		for (int r = 0; r < 4; r++) {
@@ -383,8 +384,8 @@ static void case_gdn_rt(void)
 				setenv("MOOR_HSTATE_NT", "128", 1);
 			else
 				unsetenv("MOOR_HSTATE_NT");
-			if (r == 3)
-				setenv("MOOR_GDN_CL", "1", 1);
+			if (r >= 2)
+				setenv("MOOR_GDN_CL", "0", 1);
 			else
 				unsetenv("MOOR_GDN_CL");
 			float *dS = up(&gpu, S0, ns * 4), *dO = zz(&gpu, nv * 4);
@@ -415,11 +416,11 @@ static void case_gdn_rt(void)
 					  "MOOR_GDN_RT=0's"
 			       : r == 2 ? "MOOR_HSTATE_NT=128 differs from the "
 					  "default"
-					: "MOOR_GDN_CL=1 differs from "
+					: "MOOR_GDN_CL=0 differs from "
 					  "MOOR_HSTATE_NT=128",
 			       dk);
 		printf("  %-28s bit-exact against MOOR_GDN_RT=0, "
-		       "MOOR_HSTATE_NT=128 and MOOR_GDN_CL=1\n",
+		       "MOOR_HSTATE_NT=128 and MOOR_GDN_CL=0\n",
 		       dk == 128  ? "delta state pass dk=128"
 		       : dk == 64 ? "delta state pass dk=64"
 				  : "delta state pass dk=32");
@@ -475,7 +476,8 @@ static void case_gdn_rt_wide(void)
 	/* r = 0: MOOR_GDN_RT=0 (kept); 1: the defaults; 2: MOOR_HSTATE_NT=128;
 	 * 3, 4, 5: MOOR_GDN_PIPE=4, 3, 1 (pieces of 4, 3 and 1 sub-chunks:
 	 * 4, 6 and 16 of the 1,024-token calls, 2 of the 72-token call at 1) */
-	/* 6: MOOR_GDN_CL=1 */
+	/* 6: MOOR_GDN_CL=0 (k_hstate_rt where the default takes
+	 * k_hstate_cl) */
 	static const char *pieces[] = {NULL, NULL, NULL, "4", "3", "1", NULL};
 	for (int rep = 0; rep < 2; rep++)
 		for (int r = 0; r < 7; r++) {
@@ -484,8 +486,8 @@ static void case_gdn_rt_wide(void)
 				setenv("MOOR_HSTATE_NT", "128", 1);
 			else
 				unsetenv("MOOR_HSTATE_NT");
-			if (r == 6)
-				setenv("MOOR_GDN_CL", "1", 1);
+			if (r == 2 || r == 6)
+				setenv("MOOR_GDN_CL", "0", 1);
 			else
 				unsetenv("MOOR_GDN_CL");
 			if (pieces[r])
@@ -514,7 +516,7 @@ static void case_gdn_rt_wide(void)
 				       i, Ts[i], rep,
 				       r == 1	? "the default"
 				       : r == 2 ? "MOOR_HSTATE_NT=128"
-				       : r == 6 ? "MOOR_GDN_CL=1"
+				       : r == 6 ? "MOOR_GDN_CL=0"
 						: "MOOR_GDN_PIPE=",
 				       pieces[r] ? pieces[r] : "");
 			}
@@ -526,7 +528,7 @@ static void case_gdn_rt_wide(void)
 	unsetenv("MOOR_GDN_PIPE");
 	unsetenv("MOOR_GDN_CL");
 	printf("  %-28s bit-exact against MOOR_GDN_RT=0 (48 heads, 3 calls; "
-	       "MOOR_HSTATE_NT=128, MOOR_GDN_PIPE=4, 3, 1, MOOR_GDN_CL=1)\n",
+	       "MOOR_HSTATE_NT=128, MOOR_GDN_PIPE=4, 3, 1, MOOR_GDN_CL=0)\n",
 	       "delta at the 27B's shapes");
 	free(ho);
 	free(hS);
