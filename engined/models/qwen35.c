@@ -1131,8 +1131,7 @@ static int attn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	PROBE(m, "k", li, k, T, kd, kd);
 	PROBE(m, "v", li, v, T, kd, kd);
 	int rc = MOOR_EUNSUP;
-	if (o->attn_prep && T == 1 && l->q_norm.dt == l->k_norm.dt &&
-	    !PROBING(m))
+	if (o->attn_prep && l->q_norm.dt == l->k_norm.dt && !PROBING(m))
 		rc = o->attn_prep(q, qo, go, qg, k, v, l->q_norm.p, l->k_norm.p,
 				  l->q_norm.dt, s->view[l->view_K],
 				  s->view[l->view_V], m->kvdt, T, Hq, Hkv, D,

@@ -279,7 +279,8 @@ static inline int kcu_env_once(int *cache, const char *name, int dflt)
 }
 
 /* MOOR_DEC_FUSE=0 (read once a file) turns decode's fusions off: the
- * prologues of elem.cu (attn_prep, gdn_prep refuse, the unfused ops run);
+ * prologues of elem.cu (attn_prep, gdn_prep refuse T = 1, the unfused ops
+ * run);
  * bench_gpu's "before" row and the tests' references. (The SwiGLU in the
  * down projection's GEMV has its own opt-in: gemm.cu, gemv_swiglu_on.) */
 static inline int kcu_dec_fuse_on(void)
@@ -289,8 +290,9 @@ static inline int kcu_dec_fuse_on(void)
 }
 
 /* MOOR_PF_FUSE=0 (read once a file) turns prefill's fusions off
- * (gemm.cu's kcu_mlp refuses: the model runs matmul and matmul_swiglu),
- * for bench_gpu's A/B; the bits are the same either way. */
+ * (gemm.cu's kcu_mlp refuses: the model runs matmul and matmul_swiglu;
+ * elem.cu's prologues refuse T > 1), for bench_gpu's A/B; the bits are
+ * the same either way. */
 static inline int kcu_pf_fuse_on(void)
 {
 	static int on = -1;

@@ -263,6 +263,69 @@ int main(int argc, char **argv)
 			o->free(cx, al);
 			o->free(cx, db);
 		}
+		/* a full-attention layer's prologue at a grid line (row
+		 * 3,072): split_qgate, the q and k norms, rope of both and the
+		 * KV rows as seven ops, then attn_prep (one kernel, the same
+		 * bits); GB/s of qg, k and v read and qo, go, K and V written
+		 */
+		if (o->attn_prep) {
+			const int64_t p0 = 3072;
+			size_t nq = (size_t)T * Hq * D,
+			       nk = (size_t)T * Hkv * D;
+			size_t nkv = (size_t)(p0 + T) * Hkv * D;
+			float *qg = dev(2 * nq * 4, KERN_F32, -2, 2);
+			float *kk = dev(nk * 4, KERN_F32, -2, 2);
+			float *vv = dev(nk * 4, KERN_F32, -2, 2);
+			float *qo = dev(nq * 4, KERN_F32, 0, 0);
+			float *go = dev(nq * 4, KERN_F32, 0, 0);
+			void *Kr = dev(nkv * 2, KERN_BF16, 0, 0);
+			void *Vr = dev(nkv * 2, KERN_BF16, 0, 0);
+			void *qw = dev((size_t)D * 2, KERN_BF16, -0.5f, 0.5f);
+			void *kw = dev((size_t)D * 2, KERN_BF16, -0.5f, 0.5f);
+			double ab = ((double)3 * nq * 4 + 2.0 * nk * 4 +
+				     (double)nk * 2 * 2 + (double)nk * 4) /
+				    1e9;
+			TIME(ms, o->split_qgate(q, qo, go, qg, T, Hq, D) ||
+				     o->rmsnorm(q, qo, D, qo, D, qw, KERN_BF16,
+						T * Hq, D, 1e-6f, 1,
+						KERN_ACT_BF16) ||
+				     o->rmsnorm(q, kk, D, kk, D, kw, KERN_BF16,
+						T * Hkv, D, 1e-6f, 1,
+						KERN_ACT_BF16) ||
+				     o->rope(q, qo, Hq * D, T, Hq, D, 64, p0,
+					     1e7f, KERN_ACT_BF16) ||
+				     o->rope(q, kk, Hkv * D, T, Hkv, D, 64, p0,
+					     1e7f, KERN_ACT_BF16) ||
+				     o->kv_write(q, Kr, KERN_BF16, p0, kk,
+						 Hkv * D, T, Hkv * D) ||
+				     o->kv_write(q, Vr, KERN_BF16, p0, vv,
+						 Hkv * D, T, Hkv * D));
+			printf(
+			    "| split_qgate + rmsnorm x2 + rope x2 + kv_write "
+			    "x2 | %d tokens, %d + %d heads of %d | %.4f | "
+			    "%.0f GB/s | 4300 (copy) |\n",
+			    T, Hq, Hkv, D, ms, ab / ms * 1e3);
+			int rc = 0;
+			TIME(ms,
+			     (rc = o->attn_prep(q, qo, go, qg, kk, vv, qw, kw,
+						KERN_BF16, Kr, Vr, KERN_BF16, T,
+						Hq, Hkv, D, 64, p0, 1e7f, 1e-6f,
+						KERN_ACT_BF16)) == MOOR_EUNSUP
+				 ? 0
+				 : rc);
+			if (rc == MOOR_EUNSUP)
+				printf("| attn_prep | not fused at %d tokens "
+				       "| | | |\n",
+				       T);
+			else
+				printf("| attn_prep | %d tokens, %d + %d heads "
+				       "of %d | %.4f | %.0f GB/s | 4300 (copy) "
+				       "|\n",
+				       T, Hq, Hkv, D, ms, ab / ms * 1e3);
+			void *fr[] = {qg, kk, vv, qo, go, Kr, Vr, qw, kw};
+			for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++)
+				o->free(cx, fr[i]);
+		}
 		float *h = dev((size_t)T * H * 4, KERN_F32, -1, 1);
 		float *xn = dev((size_t)T * H * 4, KERN_F32, 0, 0);
 		void *nw = dev((size_t)H * 2, KERN_BF16, -0.5f, 0.5f);

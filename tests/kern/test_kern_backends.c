@@ -1207,13 +1207,15 @@ static void case_prep(void)
 	}
 	bk *b = &gpu;
 	/* attention: the 27B's shapes (24 query heads, 4 KV heads of 256,
-	 * rot 64) and a small one, one row at a far position */
+	 * rot 64) and a small one, one row at a far position; a few rows;
+	 * a prefill chunk of the 27B's at a grid line */
 	const struct {
 		int Hq, Hkv, D, rot, T;
 		int64_t pos;
 	} ac[] = {{24, 4, 256, 64, 1, 70001},
 		  {8, 2, 64, 16, 1, 3},
-		  {8, 2, 128, 32, 3, 500}};
+		  {8, 2, 128, 32, 3, 500},
+		  {24, 4, 256, 64, 1024, 3072}};
 	for (size_t ci = 0; ci < sizeof ac / sizeof ac[0]; ci++) {
 		int Hq = ac[ci].Hq, Hkv = ac[ci].Hkv, D = ac[ci].D,
 		    T = ac[ci].T;
