@@ -1130,8 +1130,14 @@ static int attn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 	PROBE(m, "qg", li, qg, T, 2 * qd, 2 * qd);
 	PROBE(m, "k", li, k, T, kd, kd);
 	PROBE(m, "v", li, v, T, kd, kd);
+	/* one row: the fused prologue. A prefill chunk's rows run the
+	 * unfused ops: attn_prep takes them with the same bits (case_prep,
+	 * 1,024 rows at the 27B's shapes), but whether its block a row
+	 * beats seven launches there is bench_kern --only elem's to say,
+	 * and it has not run on a GPU yet */
 	int rc = MOOR_EUNSUP;
-	if (o->attn_prep && l->q_norm.dt == l->k_norm.dt && !PROBING(m))
+	if (o->attn_prep && T == 1 && l->q_norm.dt == l->k_norm.dt &&
+	    !PROBING(m))
 		rc = o->attn_prep(q, qo, go, qg, k, v, l->q_norm.p, l->k_norm.p,
 				  l->q_norm.dt, s->view[l->view_K],
 				  s->view[l->view_V], m->kvdt, T, Hq, Hkv, D,
