@@ -754,7 +754,8 @@ static __global__ void __launch_bounds__(16 * SW, 2)
  * Shared: W and k e^(G_last - G) [C][DK + 4] (rows 4 banks apart: a
  * warp's four row groups hit four bank quads), U then V' [C][36], S
  * [DK][36]; 93 KB at DK 128. W of the next sub-chunk is copied under
- * the update, as in k_hstate. The default where it applies (gdn_rt_on).
+ * the update, as in k_hstate. The default where it applies (gdn_rt_on),
+ * but at dk 128 on Hopper, where k_hstate_cl takes its place.
  *
  * NT = 256 (the default at dk 128, hstate_nt): twice the warps on the
  * same tiles' columns, ty = tid / 8 < 32: V' rows ty + 32 i (i < 2),
