@@ -1362,8 +1362,7 @@ static void case_prep(void)
 					    Kc, Hk, dk, Hv, dv, 1e-6f, qs, dbe,
 					    dg, db, da, W, dal, ddt, T,
 					    KERN_ACT_BF16);
-					/* T = 1 and the 27B's heads are fused
-					 */
+					/* T = 1 and dk 128 are fused */
 					ASSERT(
 					    rc != MOOR_EUNSUP ||
 						(T > 1 && dk != 128),
