@@ -542,11 +542,6 @@ int kcu_l2norm(kern_queue *q, float *x, int ld, int T, int heads, int dim,
 #define CONV_KMAX 16
 #define CONV_TT 16
 
-/* KC > 0: the kernel of a KC-tap conv (Qwen3.5's 4), its loops and
- * windows sized at compile time; KC = 0: any Kc up to CONV_KMAX, every
- * tap loop run to CONV_KMAX under a runtime test (the generic kernel took
- * 127 to 154 us a 1,024-token chunk of the 27B's 10,240 channels on the
- * H100, 5x the time its bytes take). The same sums in the same order. */
 /* The conv of channel c over the tile's tokens ta .. tb - 1, KM taps a
  * loop (Kc of them live), weights wt: emit(i, t, y) takes token t = ta +
  * i's output. Tile 0's thread (blockIdx.y 0) then writes the channel's
@@ -618,6 +613,11 @@ static __device__ inline void conv_tile(const float *in, int ldin,
 		}
 }
 
+/* KC > 0: the kernel of a KC-tap conv (Qwen3.5's 4), its loops and
+ * windows sized at compile time; KC = 0: any Kc up to CONV_KMAX, every
+ * tap loop run to CONV_KMAX under a runtime test (the generic kernel took
+ * 127 to 154 us a 1,024-token chunk of the 27B's 10,240 channels on the
+ * H100, 5x the time its bytes take). The same sums in the same order. */
 template <int KC>
 static __global__ void k_conv1d(float *out, const float *in, int ldin,
 				float *tail, const void *w, int wdt, int T,

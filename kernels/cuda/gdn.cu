@@ -1135,7 +1135,6 @@ static int gdn_cl_on(const kern_ctx *cx)
 	return cx->prop.major >= 9 && kcu_env_flag("MOOR_GDN_CL", 1);
 }
 
-
 /* O for a sub-chunk's rows and OC value columns: 256 threads, a thread
  * (tx = tid % (OC / 4), ty = tid / (OC / 4)) holds columns 4 tx .. 4 tx +
  * 3 of rows ty + TY a. */

@@ -98,12 +98,18 @@ int main(void)
 	kt_fill(x, (size_t)64 * K, -1, 1);
 	float *y3 = malloc((size_t)64 * N * 4),
 	      *y1 = malloc((size_t)64 * N * 4);
-	b3.o->matmul(b3.q, y3, N, x, K, W, KERN_BF16, 1, N, K, KERN_ACT_F32);
-	b1.o->matmul(b1.q, y1, N, x, K, W, KERN_BF16, 1, N, K, KERN_ACT_F32);
+	ASSERT(b3.o->matmul(b3.q, y3, N, x, K, W, KERN_BF16, 1, N, K,
+			    KERN_ACT_F32) == 0 &&
+		   b1.o->matmul(b1.q, y1, N, x, K, W, KERN_BF16, 1, N, K,
+				KERN_ACT_F32) == 0,
+	       "matmul T = 1 failed");
 	ASSERT(memcmp(y1, y3, (size_t)N * 4) == 0,
 	       "T = 1 on 3 threads on one CPU differs from 1 thread");
-	b3.o->matmul(b3.q, y3, N, x, K, W, KERN_BF16, 64, N, K, KERN_ACT_F32);
-	b1.o->matmul(b1.q, y1, N, x, K, W, KERN_BF16, 64, N, K, KERN_ACT_F32);
+	ASSERT(b3.o->matmul(b3.q, y3, N, x, K, W, KERN_BF16, 64, N, K,
+			    KERN_ACT_F32) == 0 &&
+		   b1.o->matmul(b1.q, y1, N, x, K, W, KERN_BF16, 64, N, K,
+				KERN_ACT_F32) == 0,
+	       "matmul T = 64 failed");
 	ASSERT(memcmp(y1, y3, (size_t)64 * N * 4) == 0,
 	       "T = 64 on 3 threads on one CPU differs from 1 thread");
 	/* the bound is the 1-thread backend's own median plus 0.15 ms of the
