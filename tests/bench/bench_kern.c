@@ -46,6 +46,45 @@ static void *dev(size_t bytes, int dt, float lo, float hi)
 	return p;
 }
 
+/* The unfused prologues that bench_kern times beside attn_prep and
+ * gdn_prep: the first op's error stops each, and is its result. */
+static int gdn_prologue_ops(float *u, const float *in, int ldin, float *tail,
+			    const void *w, int Kc, int T, int C, int Hk, int dk,
+			    float qs, float *beta, float *g, const float *b,
+			    const float *a, const float *A_log,
+			    const float *dt_bias, int Hv)
+{
+	int rc;
+	if ((rc = o->conv1d(q, u, in, ldin, tail, w, KERN_BF16, T, C, Kc,
+			    KERN_ACT_BF16)) ||
+	    (rc = o->l2norm(q, u, C, T, Hk, dk, 1e-6f, qs, KERN_ACT_F32)) ||
+	    (rc = o->l2norm(q, u + (size_t)Hk * dk, C, T, Hk, dk, 1e-6f, 1.0f,
+			    KERN_ACT_F32)))
+		return rc;
+	return o->gdn_gates(q, beta, g, b, ldin, a, ldin, A_log, dt_bias, T, Hv,
+			    KERN_ACT_BF16);
+}
+
+static int attn_prologue_ops(float *qo, float *go, const float *qg, float *k,
+			     const float *v, const void *qw, const void *kw,
+			     void *K, void *V, int T, int Hq, int Hkv, int D,
+			     int64_t p0)
+{
+	int rc;
+	if ((rc = o->split_qgate(q, qo, go, qg, T, Hq, D)) ||
+	    (rc = o->rmsnorm(q, qo, D, qo, D, qw, KERN_BF16, T * Hq, D, 1e-6f,
+			     1, KERN_ACT_BF16)) ||
+	    (rc = o->rmsnorm(q, k, D, k, D, kw, KERN_BF16, T * Hkv, D, 1e-6f, 1,
+			     KERN_ACT_BF16)) ||
+	    (rc = o->rope(q, qo, Hq * D, T, Hq, D, 64, p0, 1e7f,
+			  KERN_ACT_BF16)) ||
+	    (rc = o->rope(q, k, Hkv * D, T, Hkv, D, 64, p0, 1e7f,
+			  KERN_ACT_BF16)) ||
+	    (rc = o->kv_write(q, K, KERN_BF16, p0, k, Hkv * D, T, Hkv * D)))
+		return rc;
+	return o->kv_write(q, V, KERN_BF16, p0, v, Hkv * D, T, Hkv * D);
+}
+
 #define TIME(ms, call)                                                         \
 	do {                                                                   \
 		int rc_ = (call);                                              \
@@ -230,15 +269,9 @@ int main(int argc, char **argv)
 			float *db = dev((size_t)Hv * 4, KERN_F32, -1, 1);
 			const float *pb = in + C + Hv * dv, *pa = pb + Hv;
 			const float qs = 0.0883883f;
-			TIME(ms,
-			     o->conv1d(q, out, in, ldin, tl, w, KERN_BF16, T, C,
-				       Kc, KERN_ACT_BF16) ||
-				 o->l2norm(q, out, C, T, Hk, dk, 1e-6f, qs,
-					   KERN_ACT_F32) ||
-				 o->l2norm(q, out + Hk * dk, C, T, Hk, dk,
-					   1e-6f, 1.0f, KERN_ACT_F32) ||
-				 o->gdn_gates(q, bt, gg, pb, ldin, pa, ldin, al,
-					      db, T, Hv, KERN_ACT_BF16));
+			TIME(ms, gdn_prologue_ops(out, in, ldin, tl, w, Kc, T,
+						  C, Hk, dk, qs, bt, gg, pb, pa,
+						  al, db, Hv));
 			printf("| conv1d + l2norm x2 + gates | %d tokens, %d "
 			       "channels | %.4f | %.0f GB/s | 4300 (copy) |\n",
 			       T, C, ms, gb / ms * 1e3);
@@ -285,21 +318,8 @@ int main(int argc, char **argv)
 			double ab = ((double)3 * nq * 4 + 2.0 * nk * 4 +
 				     (double)nk * 2 * 2 + (double)nk * 4) /
 				    1e9;
-			TIME(ms, o->split_qgate(q, qo, go, qg, T, Hq, D) ||
-				     o->rmsnorm(q, qo, D, qo, D, qw, KERN_BF16,
-						T * Hq, D, 1e-6f, 1,
-						KERN_ACT_BF16) ||
-				     o->rmsnorm(q, kk, D, kk, D, kw, KERN_BF16,
-						T * Hkv, D, 1e-6f, 1,
-						KERN_ACT_BF16) ||
-				     o->rope(q, qo, Hq * D, T, Hq, D, 64, p0,
-					     1e7f, KERN_ACT_BF16) ||
-				     o->rope(q, kk, Hkv * D, T, Hkv, D, 64, p0,
-					     1e7f, KERN_ACT_BF16) ||
-				     o->kv_write(q, Kr, KERN_BF16, p0, kk,
-						 Hkv * D, T, Hkv * D) ||
-				     o->kv_write(q, Vr, KERN_BF16, p0, vv,
-						 Hkv * D, T, Hkv * D));
+			TIME(ms, attn_prologue_ops(qo, go, qg, kk, vv, qw, kw,
+						   Kr, Vr, T, Hq, Hkv, D, p0));
 			printf(
 			    "| split_qgate + rmsnorm x2 + rope x2 + kv_write "
 			    "x2 | %d tokens, %d + %d heads of %d | %.4f | "
