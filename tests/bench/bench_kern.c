@@ -5,15 +5,16 @@
  *              [--only attention|delta|decode|elem|sample|mm|gemv|rows]
  *
  * Prints one table: prefill attention (a 1,024-row chunk at several
- * positions, TFLOP/s counting the causal products only; k_flash and, on
- * an sm_90 device, k_flash_wg side by side), the chunked delta
- * rule (one layer's 1,024-token chunk), the sampler and logprobs at the
- * 248,320 vocabulary (ms a call, its sync and download included: a
- * decode step pays them whole), the decode GEMVs (one row: GB/s of
- * the weight read) and prefill GEMMs (1,024 rows: TFLOP/s). Inputs are
- * fill_random values (the bits do not matter to the times). Each figure
- * is the mean of N synced runs after one warm-up. Exits 0 with a line
- * saying why when the backend is not built or no device answers. */
+ * positions, and with --only attention the 4,096-row forwards that end a
+ * 32k and a 128k prefill; TFLOP/s counting the causal products only; k_flash
+ * and, on an sm_90 device, k_flash_wg side by side), the chunked delta rule
+ * (one layer's 1,024-token chunk), the sampler and logprobs at the 248,320
+ * vocabulary (ms a call, its sync and download included: a decode step pays
+ * them whole), the decode GEMVs (one row: GB/s of the weight read) and prefill
+ * GEMMs (1,024 rows: TFLOP/s). Inputs are fill_random values (the bits do not
+ * matter to the times). Each figure is the mean of N synced runs after one
+ * warm-up. Exits 0 with a line saying why when the backend is not built or no
+ * device answers. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,29 @@ static int attn_prologue_ops(float *qo, float *go, const float *qg, float *k,
 		}                                                              \
 	} while (0)
 
+/* prefill attention at the 27B's shapes (24 query heads, 4 KV heads of
+ * 256): rows from pos0 in calls of piece rows; the FLOPs of its causal
+ * products */
+static int attn_pieces(float *ao, const float *qv, const void *K, const void *V,
+		       int rows, int64_t pos0, int piece)
+{
+	const int Hq = 24, D = 256;
+	int rc = 0;
+	for (int off = 0; off < rows && !rc; off += piece)
+		rc = o->attention(q, ao + (size_t)off * Hq * D,
+				  qv + (size_t)off * Hq * D, Hq * D, K, V,
+				  KERN_BF16,
+				  rows - off < piece ? rows - off : piece,
+				  pos0 + off, Hq, 4, D, 0.0625f, KERN_ACT_BF16);
+	return rc;
+}
+
+static double attn_flop(int rows, int64_t pos0)
+{
+	return 4.0 * 256 * 24 *
+	       ((double)rows * pos0 + (double)rows * (rows + 1) / 2);
+}
+
 int main(int argc, char **argv)
 {
 	const char *be = "cuda", *only = "";
@@ -142,11 +166,16 @@ int main(int argc, char **argv)
 	const int T = 1024, H = 5120, Hq = 24, Hkv = 4, D = 256, I = 17408;
 	const int Hk = 16, Hv = 48, dk = 128, dv = 128;
 	const int64_t maxpos = 131072;
-	/* --only rows: products of 4 T rows (the stage holds them) */
+	/* --only rows: products of 4 T rows (the stage holds them);
+	 * --only attention adds chunks of 4 T rows, a prefill forward's */
 	const int rows_mode = !strcmp(only, "rows");
-	kern_limits lim = {.rows = rows_mode ? 4 * T : T, .width = I,
+	const int big = rows_mode || !strcmp(only, "attention");
+	kern_limits lim = {.rows = big ? 4 * T : T,
+			   .width = I,
 			   .window = maxpos,
-			   .q_heads = Hq, .head_dim = D, .vocab = 248320};
+			   .q_heads = Hq,
+			   .head_dim = D,
+			   .vocab = 248320};
 	if (o->reserve && o->reserve(cx, &lim)) {
 		fprintf(stderr, "bench_kern: reserve failed\n");
 		return 1;
@@ -156,34 +185,42 @@ int main(int argc, char **argv)
 	printf("bench_kern: %s, %d runs each\n\n", desc, reps);
 	printf("| op | shape | ms | rate | line |\n|---|---|---|---|---|\n");
 
-	/* attention: a chunk of T rows ending at pos0 + T */
-	float *qv = dev((size_t)T * Hq * D * 4, KERN_F32, -1, 1);
-	float *ao = dev((size_t)T * Hq * D * 4, KERN_F32, 0, 0);
+	/* attention: a chunk of T (or 4 T) rows ending at pos0 + rows */
+	float *qv = dev((size_t)lim.rows * Hq * D * 4, KERN_F32, -1, 1);
+	float *ao = dev((size_t)lim.rows * Hq * D * 4, KERN_F32, 0, 0);
 	void *K = dev((size_t)maxpos * Hkv * D * 2, KERN_BF16, -1, 1);
 	void *V = dev((size_t)maxpos * Hkv * D * 2, KERN_BF16, -1, 1);
-	/* qv as bf16 values (the model's rows are) */
-	int64_t pos[] = {0, 7168, 31744, 64512, 130048};
-	/* a row per kernel: k_flash (mma.sync) and, on a cc 9.0 device,
+	/* T rows at five positions, k_flash and, on a cc 9.0 device,
 	 * k_flash_wg (wgmma; MOOR_ATTN_WG picks it), same inputs */
+	int64_t pos[] = {0, 7168, 31744, 64512, 130048};
 	const int wg = strstr(desc, "cc 9.0,") != NULL;
-	for (size_t i = 0;
-	     i < sizeof pos / sizeof pos[0] && want(only, "attention"); i++)
+	for (size_t i = 0; i < 5 && want(only, "attention"); i++)
 		for (int k = 0; k < 1 + wg; k++) {
 			static const char *mode[] = {"0", "1"};
 			static const char *name[] = {"k_flash", "k_flash_wg"};
 			double ms;
 			setenv("MOOR_ATTN_WG", mode[k], 1);
-			TIME(ms, o->attention(q, ao, qv, Hq * D, K, V,
-					      KERN_BF16, T, pos[i], Hq, Hkv, D,
-					      0.0625f, KERN_ACT_BF16));
+			TIME(ms, attn_pieces(ao, qv, K, V, T, pos[i], T));
 			unsetenv("MOOR_ATTN_WG");
-			double keys =
-			    (double)T * pos[i] + (double)T * (T + 1) / 2;
-			double fl = 4.0 * D * Hq * keys;
 			printf("| attention %s | %d rows at %lld, %d heads "
 			       "of %d | %.3f | %.0f TFLOP/s | 645 (SDPA) |\n",
 			       name[k], T, (long long)pos[i], Hq, D, ms,
-			       fl / ms / 1e9);
+			       attn_flop(T, pos[i]) / ms / 1e9);
+		}
+	/* --only attention: the last 4 T-row forward of a 32k and of a
+	 * 128k prefill, in one call and in pieces of T rows (the model's
+	 * calls: a piece ends on each grid line) */
+	int64_t fpos[] = {32768 - 4 * T, maxpos - 4 * T};
+	for (size_t i = 0; i < 2 && big && wg; i++)
+		for (int piece = 4 * T; piece >= T; piece -= 3 * T) {
+			double ms;
+			TIME(ms,
+			     attn_pieces(ao, qv, K, V, 4 * T, fpos[i], piece));
+			printf(
+			    "| attention k_flash_wg | %d rows at %lld in calls "
+			    "of %d | %.3f | %.0f TFLOP/s | 645 (SDPA) |\n",
+			    4 * T, (long long)fpos[i], piece, ms,
+			    attn_flop(4 * T, fpos[i]) / ms / 1e9);
 		}
 	if (!wg && want(only, "attention"))
 		printf("| attention k_flash_wg | not run: the device is not "
