@@ -667,6 +667,19 @@ int kcu_conv1d(kern_queue *q, float *out, const float *in, int ldin,
 
 /* ---- gdn_gates ---- */
 
+/* One (token, head)'s gates: beta = sigmoid(b) at the activation's
+ * precision, g = -e^A_log softplus(a + dt_bias) (softplus is x past 20).
+ * k_gates, k_gdn_prep and k_gdn_prep_pf all call this: their bits are the
+ * same by construction. */
+static __device__ inline void gdn_gate(float *beta, float *g, float b, float a,
+				       float A_log, float dt_bias, int act)
+{
+	const float x = a + dt_bias;
+	const float sp = x > 20.0f ? x : log1pf(expf(x));
+	*beta = kcu_rnd(kcu_sigmoid(b), act);
+	*g = -expf(A_log) * sp;
+}
+
 static __global__ void k_gates(float *beta, float *g, const float *b, int ldb,
 			       const float *a, int lda, const float *A_log,
 			       const float *dt_bias, int T, int Hv, int act)
@@ -675,10 +688,8 @@ static __global__ void k_gates(float *beta, float *g, const float *b, int ldb,
 	FOR_N(i, (size_t)T * Hv)
 	{
 		size_t t = i / Hv, h = i % Hv;
-		float x = a[t * lda + h] + dt_bias[h];
-		float sp = x > 20.0f ? x : log1pf(expf(x));
-		beta[i] = kcu_rnd(kcu_sigmoid(b[t * ldb + h]), act);
-		g[i] = -expf(A_log[h]) * sp;
+		gdn_gate(beta + i, g + i, b[t * ldb + h], a[t * lda + h],
+			 A_log[h], dt_bias[h], act);
 	}
 }
 
@@ -985,10 +996,7 @@ k_gdn_prep(float *u, const float *in, float *tail, const void *w, int wdt,
 				    kcu_rnd(y[j] * inv, KERN_ACT_F32) * scale;
 	} else if (l == 0) {
 		const int h = r - 2 * Hk;
-		float x = a[h] + dt_bias[h];
-		float sp = x > 20.0f ? x : log1pf(expf(x));
-		beta[h] = kcu_rnd(kcu_sigmoid(b[h]), act);
-		g[h] = -expf(A_log[h]) * sp;
+		gdn_gate(beta + h, g + h, b[h], a[h], A_log[h], dt_bias[h], act);
 	}
 #pragma unroll
 	for (int j = 0; j < NV; j++)
@@ -1022,14 +1030,12 @@ static __global__ void __launch_bounds__(GPF_THREADS)
 	const int tid = threadIdx.x;
 	const int ta = blockIdx.y * CONV_TT;
 	const int tb = ta + CONV_TT < T ? ta + CONV_TT : T;
-	if ((int)blockIdx.x == nconv) { /* the gates: k_gates' arithmetic */
+	if ((int)blockIdx.x == nconv) { /* the gates */
 		for (int i = tid; i < (tb - ta) * Hv; i += blockDim.x) {
 			const size_t t = (size_t)ta + i / Hv, h = i % Hv;
-			float x = a[t * ldba + h] + dt_bias[h];
-			float sp = x > 20.0f ? x : log1pf(expf(x));
-			beta[t * Hv + h] =
-			    kcu_rnd(kcu_sigmoid(b[t * ldba + h]), act);
-			g[t * Hv + h] = -expf(A_log[h]) * sp;
+			gdn_gate(beta + t * Hv + h, g + t * Hv + h,
+				 b[t * ldba + h], a[t * ldba + h], A_log[h],
+				 dt_bias[h], act);
 		}
 		return;
 	}

@@ -818,6 +818,48 @@ static __device__ inline void ws_rows(float (&acc)[NV][4], const float *sW,
 	}
 }
 
+/* The state update's sums for a thread's state rows d0 + k (k < 4),
+ * d0 = 4 ty + 4 TY i (i < NI; rows at or past DK are skipped), and its 4
+ * columns c4 .. c4 + 3 of V' [C][RT_PS]: ac[i][k][e] summed over j < n
+ * from 0, a float4 of k e^(G_last - G)'s row j (rows PK floats apart,
+ * the thread's state rows as its columns) an i and one of V''s row j;
+ * row j + 1's float4s are loaded before row j's products. k_hstate_rt
+ * and k_hstate_cl share it, and with it the order of every sum. */
+template <int NI, int TY, int DK, int PK>
+static __device__ inline void kv_rows(float (&ac)[NI][4][4], const float *sK,
+				      const float *sU, int ty, int c4, int n)
+{
+	float4 un = *(const float4 *)(sU + c4), kn[NI];
+#pragma unroll
+	for (int i = 0; i < NI; i++) {
+		const int d0 = 4 * ty + 4 * TY * i;
+		kn[i] = *(const float4 *)(sK + (d0 < DK ? d0 : 0));
+	}
+#pragma unroll 4
+	for (int j = 0; j < n; j++) {
+		const int jn = j + 1 < C ? j + 1 : j;
+		const float4 uv = un;
+		un = *(const float4 *)(sU + jn * RT_PS + c4);
+#pragma unroll
+		for (int i = 0; i < NI; i++) {
+			const int d0 = 4 * ty + 4 * TY * i;
+			const float4 kv = kn[i];
+			kn[i] = *(const float4 *)(sK + jn * PK +
+						  (d0 < DK ? d0 : 0));
+			if (d0 < DK) {
+				const float kd[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+				for (int k = 0; k < 4; k++) {
+					ac[i][k][0] += kd[k] * uv.x;
+					ac[i][k][1] += kd[k] * uv.y;
+					ac[i][k][2] += kd[k] * uv.z;
+					ac[i][k][3] += kd[k] * uv.w;
+				}
+			}
+		}
+	}
+}
+
 template <int DK, int NT = 128>
 static __global__ void __launch_bounds__(NT, 2)
     k_hstate_rt(float *S, float *ws, int T, int Hv, int dv)
@@ -896,38 +938,7 @@ static __global__ void __launch_bounds__(NT, 2)
 		{
 			const float egl = expf(gl);
 			float ac[NI][4][4] = {};
-			float4 un = *(const float4 *)(sU + c4), kn[NI];
-#pragma unroll
-			for (int i = 0; i < NI; i++) {
-				const int d0 = 4 * ty + 4 * TY * i;
-				kn[i] =
-				    *(const float4 *)(sK + (d0 < DK ? d0 : 0));
-			}
-#pragma unroll 4
-			for (int j = 0; j < n; j++) {
-				/* row j's float4s; row j + 1's set off */
-				const int jn = j + 1 < C ? j + 1 : j;
-				const float4 uv = un;
-				un = *(const float4 *)(sU + jn * RT_PS + c4);
-#pragma unroll
-				for (int i = 0; i < NI; i++) {
-					const int d0 = 4 * ty + 4 * TY * i;
-					const float4 kv = kn[i];
-					kn[i] = *(
-					    const float4 *)(sK + jn * PK +
-							    (d0 < DK ? d0 : 0));
-					if (d0 < DK) {
-						const float kd[4] = {kv.x, kv.y, kv.z, kv.w};
-#pragma unroll
-						for (int k = 0; k < 4; k++) {
-							ac[i][k][0] += kd[k] * uv.x;
-							ac[i][k][1] += kd[k] * uv.y;
-							ac[i][k][2] += kd[k] * uv.z;
-							ac[i][k][3] += kd[k] * uv.w;
-						}
-					}
-				}
-			}
+			kv_rows<NI, TY, DK, PK>(ac, sK, sU, ty, c4, n);
 #pragma unroll
 			for (int i = 0; i < NI; i++) {
 				const int d0 = 4 * ty + 4 * TY * i;
@@ -980,7 +991,10 @@ static size_t hstate_rt_smem(int dk)
  * [DK][RT_PS]. The default where it applies (gdn_cl_on); case_gdn_rt and
  * case_gdn_rt_wide compare it with k_hstate_rt by memcmp. ncu on the H100
  * (a 1,024-token chunk of the 27B's heads): 170 us against 197, 0.97
- * waves, 137 registers a thread. */
+ * waves, 146 registers a thread, L1 76% busy: shared loads bound it.
+ * 256 threads a CTA (one W row a thread in W S, two state rows in the
+ * update: the same sums) took 244 us (2026-12-07): each float4 of S
+ * then feeds half the products. */
 #define CL_NT 128
 #define CL_PW (128 + 4)
 #define CL_PK (64 + 4)
@@ -990,6 +1004,16 @@ static size_t hstate_cl_smem(void)
 	return ((size_t)(C / 2) * CL_PW + (size_t)C * CL_PK +
 		(size_t)C * RT_PS + (size_t)128 * RT_PS) *
 	       sizeof(float);
+}
+
+/* W's rows r0 .. r0 + C / 2 - 1 of a sub-chunk's unit (from Wg) into sW */
+static __device__ inline void cl_w_rows(float *sW, const float *Wg, int r0,
+					int tid)
+{
+	for (int e = tid; e < (C / 2) * (128 / 4); e += CL_NT) {
+		int r = e / (128 / 4), p = (e % (128 / 4)) * 4;
+		cp16(sW + r * CL_PW + p, Wg + (size_t)(r0 + r) * 128 + p, 1);
+	}
 }
 
 static __global__ void __cluster_dims__(1, 1, 2) __launch_bounds__(CL_NT, 3)
@@ -1019,12 +1043,7 @@ static __global__ void __cluster_dims__(1, 1, 2) __launch_bounds__(CL_NT, 3)
 	for (int e = tid; e < DK * RT_SW; e += CL_NT)
 		sS[(e / RT_SW) * RT_PS + e % RT_SW] =
 		    Sh[(size_t)(e / RT_SW) * dv + s0 + e % RT_SW];
-	/* W's rows r0 .. r0 + HR - 1 */
-	for (int e = tid; e < HR * (DK / 4); e += CL_NT) {
-		int r = e / (DK / 4), p = (e % (DK / 4)) * 4;
-		cp16(sW + r * CL_PW + p,
-		     ws + (size_t)h * uf + (size_t)(r0 + r) * DK + p, 1);
-	}
+	cl_w_rows(sW, ws + (size_t)h * uf, r0, tid);
 	cp_commit();
 	/* the state in (k_hstate_rt's first barrier), and the peer started:
 	 * no CTA touches the other's shared memory before this */
@@ -1059,12 +1078,7 @@ static __global__ void __cluster_dims__(1, 1, 2) __launch_bounds__(CL_NT, 3)
 		cp_wait<0>();
 		__syncthreads(); /* k and U in; W read */
 		if (c + 1 < nch)
-			for (int e = tid; e < HR * (DK / 4); e += CL_NT) {
-				int r = e / (DK / 4), p = (e % (DK / 4)) * 4;
-				cp16(sW + r * CL_PW + p,
-				     u + (size_t)Hv * uf + (size_t)(r0 + r) * DK + p,
-				     1);
-			}
+			cl_w_rows(sW, u + (size_t)Hv * uf, r0, tid);
 		cp_commit();
 #pragma unroll
 		for (int i = 0; i < 2; i++) {
@@ -1083,32 +1097,16 @@ static __global__ void __cluster_dims__(1, 1, 2) __launch_bounds__(CL_NT, 3)
 		 * + k */
 		{
 			const float egl = expf(gl);
-			float ac[4][4] = {};
-			float4 un = *(const float4 *)(sU + c4);
-			float4 kn = *(const float4 *)(sK + 4 * ty);
-#pragma unroll 4
-			for (int j = 0; j < n; j++) {
-				const int jn = j + 1 < C ? j + 1 : j;
-				const float4 uv = un, kv = kn;
-				un = *(const float4 *)(sU + jn * RT_PS + c4);
-				kn = *(const float4 *)(sK + jn * CL_PK + 4 * ty);
-				const float kd[4] = {kv.x, kv.y, kv.z, kv.w};
-#pragma unroll
-				for (int k = 0; k < 4; k++) {
-					ac[k][0] += kd[k] * uv.x;
-					ac[k][1] += kd[k] * uv.y;
-					ac[k][2] += kd[k] * uv.z;
-					ac[k][3] += kd[k] * uv.w;
-				}
-			}
+			float ac[1][4][4] = {};
+			kv_rows<1, 16, HD, CL_PK>(ac, sK, sU, ty, c4, n);
 #pragma unroll
 			for (int k = 0; k < 4; k++) {
 				const int o = (d0 + 4 * ty + k) * RT_PS + c4;
 				float4 sv = *(float4 *)(sS + o);
-				sv.x = sv.x * egl + ac[k][0];
-				sv.y = sv.y * egl + ac[k][1];
-				sv.z = sv.z * egl + ac[k][2];
-				sv.w = sv.w * egl + ac[k][3];
+				sv.x = sv.x * egl + ac[0][k][0];
+				sv.y = sv.y * egl + ac[0][k][1];
+				sv.z = sv.z * egl + ac[0][k][2];
+				sv.w = sv.w * egl + ac[0][k][3];
 				*(float4 *)(sS + o) = sv;
 				*(float4 *)(pS + o) = sv;
 			}
