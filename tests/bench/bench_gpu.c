@@ -224,15 +224,22 @@ int main(int argc, char **argv)
 	printf("%8s | %9s %9s %8s %6s | %8s %8s %6s %7s | %9s | %7s %7s | %s\n",
 	       "tokens", "", "", "", "", "ms/tok", "ms/tok", "", "", "ms",
 	       "prefill", "decode", "prefill, decode");
-	/* a warm-up: the algorithms are picked, the graphs captured */
+	/* a warm-up: the algorithms are picked, the graphs captured, a
+	 * 100-row follow-up's products too (without it the first length's
+	 * +100 figure paid them: 42 to 50 ms at 1k against 31 at 8k on an
+	 * H100) */
 	eng_seq_reset(m, &s);
-	make_ids(ids, 2048, V, 7);
+	make_ids(ids, 2048 + 100, V, 7);
 	int32_t id = 0;
 	int wrc = eng_prefill(m, &s, ids, 2048, NULL, ENG_LOGITS_KEEP);
 	if (!wrc)
 		wrc = eng_model_sample(m, smp, &id);
 	if (!wrc)
 		wrc = eng_decode(m, &s, id, NULL);
+	if (!wrc)
+		wrc = eng_model_sample(m, smp, &id);
+	if (!wrc)
+		wrc = eng_prefill(m, &s, ids + 2048, 100, NULL, ENG_LOGITS_KEEP);
 	if (!wrc)
 		wrc = eng_model_sample(m, smp, &id);
 	if (wrc) {
