@@ -14,13 +14,18 @@ extern const kern_ops *const kern_cuda_entry;
  * on mma.sync or wgmma (the same bits on the H100 in every case of
  * test_kern_backends, which the PTX ISA does not promise: the order an
  * MMA adds its products in); MOOR_GEMM_BUCKET_MAX, another algorithm for
- * longer products; MOOR_DEC_MMA and MOOR_DEC_MT, the split attention's kernel and
- * partition, which run decode and also a prefill call of up to
- * KCU_SPLIT_ROWS rows (a short turn, a prompt's tail past its last grid
- * line), so they are not decode-only switches. */
-const char *const kern_bits_env[] = {"MOOR_NORM_V4",	     "MOOR_ATTN_WG",
-				     "MOOR_GEMM_BUCKET_MAX", "MOOR_DEC_MMA",
-				     "MOOR_DEC_MT",	     NULL};
+ * longer products, and MOOR_GEMM_PICK, another for every product (the
+ * heuristic's next candidates, for a benchmark); MOOR_DEC_MMA and MOOR_DEC_MT,
+ * the split attention's kernel and partition, which run decode and also a
+ * prefill call of up to KCU_SPLIT_ROWS rows (a short turn, a prompt's tail past
+ * its last grid line), so they are not decode-only switches. */
+const char *const kern_bits_env[] = {"MOOR_NORM_V4",
+				     "MOOR_ATTN_WG",
+				     "MOOR_GEMM_BUCKET_MAX",
+				     "MOOR_GEMM_PICK",
+				     "MOOR_DEC_MMA",
+				     "MOOR_DEC_MT",
+				     NULL};
 
 const kern_ops *kern_backend(const char *name)
 {

@@ -57,6 +57,7 @@ struct kern_graph {
 typedef struct kcu_algo {
 	int used;
 	int N, K, bucket, ldx, ldy, wdt, act_out_bf16;
+	int pick; /* MOOR_GEMM_PICK's value when it was picked */
 	cublasLtMatmulAlgo_t algo;
 	size_t ws;
 } kcu_algo;

@@ -137,20 +137,32 @@ static int bucket_cap(const kern_ctx *c)
 	return c->lim.chunk > 0 ? bucket_of(c->lim.chunk) : 0;
 }
 
+/* MOOR_GEMM_PICK=P (read at each call; default 0): a new shape takes the
+ * heuristic's candidate P places after the one it takes by default, counting
+ * only the candidates it may take (no split-K), and a product with no such
+ * candidate fails (MOOR_EUNSUP). Other algorithms give other bits: for
+ * bench_kern --only picks, which times the candidates side by side. */
+static int gemm_pick(void)
+{
+	long v = kcu_env_int("MOOR_GEMM_PICK", 0);
+	return v > 0 && v < 16 ? (int)v : 0;
+}
+
 /* The pinned algorithm of a product shape, picked at its first use. */
 static int algo_get(kern_ctx *c, int wdt, int N, int K, int T, int ldb,
 		    int ldy, const kcu_algo **out)
 {
-	int bucket = bucket_of(T), cap = bucket_cap(c);
+	int bucket = bucket_of(T), cap = bucket_cap(c), want = gemm_pick();
 	if (cap && bucket > cap)
 		bucket = cap;
 	unsigned h = (unsigned)N * 2654435761u ^ (unsigned)K * 40503u ^
 		     (unsigned)bucket * 97u ^ (unsigned)ldb * 131u ^
-		     (unsigned)ldy * 7u ^ (unsigned)wdt;
+		     (unsigned)ldy * 7u ^ (unsigned)wdt ^ (unsigned)want * 7919u;
 	for (int probe = 0; probe < KCU_ALGOS; probe++) {
 		kcu_algo *a = &c->algo[(h + probe) % KCU_ALGOS];
 		if (a->used && a->N == N && a->K == K && a->bucket == bucket &&
-		    a->ldx == ldb && a->ldy == ldy && a->wdt == wdt) {
+		    a->ldx == ldb && a->ldy == ldy && a->wdt == wdt &&
+		    a->pick == want) {
 			*out = a;
 			return 0;
 		}
@@ -163,7 +175,8 @@ static int algo_get(kern_ctx *c, int wdt, int N, int K, int T, int ldb,
 			return rc;
 		cublasLtMatmulPreference_t pref = NULL;
 		cublasLtMatmulHeuristicResult_t res[16];
-		int nres = 0, pick = -1;
+		int nres = 0, pick = -1, skip = want;
+		char plain[16] = {0}; /* no split-K as the heuristic gave it */
 		uint64_t wsmax = c->lt_ws_bytes;
 		LT(cublasLtMatmulPreferenceCreate(&pref));
 		LT(cublasLtMatmulPreferenceSetAttribute(
@@ -179,13 +192,15 @@ static int algo_get(kern_ctx *c, int wdt, int N, int K, int T, int ldb,
 			cublasLtMatmulAlgoConfigGetAttribute(
 			    &res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
 			    &splitk, sizeof splitk, &sz);
-			if (splitk <= 1)
+			plain[i] = splitk <= 1;
+			if (plain[i] && skip-- == 0)
 				pick = i;
 		}
-		/* none without split-K: the heuristic's candidates with
-		 * split-K turned off, the first that cuBLASLt accepts */
+		/* none without split-K (or MOOR_GEMM_PICK past them): the
+		 * heuristic's other candidates with split-K turned off, the
+		 * first that cuBLASLt accepts */
 		for (int i = 0; i < nres && pick < 0; i++) {
-			if (res[i].state != CUBLAS_STATUS_SUCCESS)
+			if (res[i].state != CUBLAS_STATUS_SUCCESS || plain[i])
 				continue;
 			int one = 1;
 			uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
@@ -203,12 +218,14 @@ static int algo_get(kern_ctx *c, int wdt, int N, int K, int T, int ldb,
 			    chk.workspaceSize > wsmax)
 				continue;
 			res[i].workspaceSize = chk.workspaceSize;
-			pick = i;
+			if (skip-- == 0)
+				pick = i;
 		}
 		if (pick < 0) {
 			moor_err("cublasLt: no algorithm without split-K for "
-				 "[%d x %d] x %d rows (%d candidates)",
-				 N, K, bucket, nres);
+				 "[%d x %d] x %d rows (%d candidates, MOOR_GEMM_PICK "
+				 "%d)",
+				 N, K, bucket, nres, want);
 			rc = MOOR_EUNSUP;
 			goto out;
 		}
@@ -219,6 +236,7 @@ static int algo_get(kern_ctx *c, int wdt, int N, int K, int T, int ldb,
 		a->ldx = ldb;
 		a->ldy = ldy;
 		a->wdt = wdt;
+		a->pick = want;
 		a->algo = res[pick].algo;
 		a->ws = res[pick].workspaceSize;
 		*out = a;

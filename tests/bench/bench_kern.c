@@ -2,7 +2,7 @@
  * (SPEC-qwen35.md), each against its line in GPU-BUDGET.md.
  *
  *   bench_kern [--backend cuda] [--reps N]
- *              [--only attention|delta|decode|elem|sample|mm|gemv|rows]
+ *              [--only attention|delta|decode|elem|sample|mm|gemv|rows|picks]
  *
  * Prints one table: prefill attention (a 1,024-row chunk at several
  * positions, and with --only attention the 4,096-row forwards that end a
@@ -11,10 +11,11 @@
  * (one layer's 1,024-token chunk), the sampler and logprobs at the 248,320
  * vocabulary (ms a call, its sync and download included: a decode step pays
  * them whole), the decode GEMVs (one row: GB/s of the weight read) and prefill
- * GEMMs (1,024 rows: TFLOP/s). Inputs are fill_random values (the bits do not
- * matter to the times). Each figure is the mean of N synced runs after one
- * warm-up. Exits 0 with a line saying why when the backend is not built or no
- * device answers. */
+ * GEMMs (1,024 rows: TFLOP/s); --only picks times cuBLASLt's candidates
+ * for the prefill GEMMs side by side (gemm_picks). Inputs are fill_random
+ * values (the bits do not matter to the times). Each figure is the mean of N
+ * synced runs after one warm-up. Exits 0 with a line saying why when the
+ * backend is not built or no device answers. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,57 @@ static double attn_flop(int rows, int64_t pos0)
 	       ((double)rows * pos0 + (double)rows * (rows + 1) / 2);
 }
 
+/* A product shape of the 27B's (bench_kern's mm rows). */
+typedef struct {
+	const char *name;
+	int N, K;
+} mm_shape;
+
+/* --only picks: each prefill product of rows rows (a forward of 4,096)
+ * with the 1,024-row bucket's algorithm, as the model runs it, for
+ * MOOR_GEMM_PICK = 0 (the default) to 7: the heuristic's candidates side
+ * by side, TFLOP/s, "-" past the last one it may take. */
+static void gemm_picks(const mm_shape *mm, size_t n, int rows, int kmax)
+{
+	float *x = dev((size_t)rows * kmax * 4, KERN_F32, -1, 1);
+	float *y = dev((size_t)rows * 2 * kmax * 4, KERN_F32, 0, 0);
+	printf("\n| picks | shape | MOOR_GEMM_PICK 0 (default) .. 7: "
+	       "TFLOP/s at %d rows, 1,024 rows' algorithm |\n|---|---|---|\n",
+	       rows);
+	setenv("MOOR_GEMM_BUCKET_MAX", "1024", 1);
+	for (size_t i = 0; i < n; i++) {
+		int N = mm[i].N, K = mm[i].K;
+		void *W = dev((size_t)N * K * 2, KERN_BF16, -0.02f, 0.02f);
+		char line[256] = "";
+		for (int p = 0; p < 8; p++) {
+			char v[8];
+			snprintf(v, sizeof v, "%d", p);
+			setenv("MOOR_GEMM_PICK", v, 1);
+			/* a first call picks (or finds no candidate) */
+			int rc = o->matmul(q, y, N, x, K, W, KERN_BF16, rows, N,
+					   K, KERN_ACT_BF16);
+			if (!rc)
+				rc = o->sync(q);
+			double ms = 0;
+			if (!rc)
+				TIME(ms, o->matmul(q, y, N, x, K, W, KERN_BF16,
+						   rows, N, K, KERN_ACT_BF16));
+			size_t l = strlen(line);
+			if (rc)
+				snprintf(line + l, sizeof line - l, " -");
+			else
+				snprintf(line + l, sizeof line - l, " %.0f",
+					 2.0 * rows * N * K / ms / 1e9);
+		}
+		printf("| picks | %s %dx%d |%s |\n", mm[i].name, N, K, line);
+		o->free(cx, W);
+	}
+	unsetenv("MOOR_GEMM_PICK");
+	unsetenv("MOOR_GEMM_BUCKET_MAX");
+	o->free(cx, x);
+	o->free(cx, y);
+}
+
 int main(int argc, char **argv)
 {
 	const char *be = "cuda", *only = "";
@@ -141,7 +193,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "usage: bench_kern [--backend NAME] "
 					"[--reps N] [--only "
 					"attention|delta|decode|elem|sample|mm|"
-					"gemv|rows]\n");
+					"gemv|rows|picks]\n");
 			return 2;
 		}
 	}
@@ -169,7 +221,8 @@ int main(int argc, char **argv)
 	/* --only rows: products of 4 T rows (the stage holds them);
 	 * --only attention adds chunks of 4 T rows, a prefill forward's */
 	const int rows_mode = !strcmp(only, "rows");
-	const int big = rows_mode || !strcmp(only, "attention");
+	const int picks_mode = !strcmp(only, "picks");
+	const int big = rows_mode || picks_mode || !strcmp(only, "attention");
 	kern_limits lim = {.rows = big ? 4 * T : T,
 			   .width = I,
 			   .window = maxpos,
@@ -443,17 +496,22 @@ int main(int argc, char **argv)
 	}
 
 	/* GEMVs and GEMMs at the 27B's projections */
-	struct {
-		const char *name;
-		int N, K;
-	} mm[] = {
-	    {"MLP gate+up", 2 * I, H}, {"MLP down", H, I},
-	    {"GDN in_proj (fused)", 16480, H}, {"GDN out", H, 6144},
-	    {"attn q+gate", 12288, H}, {"attn k", 1024, H},
-	    {"attn o", H, 6144}, {"lm_head", 248320, H},
+	mm_shape mm[] = {
+	    {"MLP gate+up", 2 * I, H},
+	    {"MLP down", H, I},
+	    {"GDN in_proj (fused)", 16480, H},
+	    {"GDN out", H, 6144},
+	    {"attn q+gate", 12288, H},
+	    {"attn k", 1024, H},
+	    {"attn o", H, 6144},
+	    {"lm_head", 248320, H},
 	};
 	float *x = dev((size_t)T * I * 4, KERN_F32, -1, 1);
 	float *y = dev((size_t)T * 248320 * 4, KERN_F32, 0, 0);
+	if (picks_mode) {
+		gemm_picks(mm, sizeof mm / sizeof mm[0] - 1, 4 * T, I);
+		goto done;
+	}
 	if (!want(only, "mm") && !want(only, "gemv") && !rows_mode)
 		goto done;
 	for (size_t i = 0; i < sizeof mm / sizeof mm[0] && !rows_mode; i++) {
