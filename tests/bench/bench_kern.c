@@ -264,7 +264,7 @@ int main(int argc, char **argv)
 	 * 128k prefill, in one call and in pieces of T rows (the model's
 	 * calls: a piece ends on each grid line) */
 	int64_t fpos[] = {32768 - 4 * T, maxpos - 4 * T};
-	for (size_t i = 0; i < 2 && big && wg; i++)
+	for (size_t i = 0; i < 2 && big && wg && want(only, "attention"); i++)
 		for (int piece = 4 * T; piece >= T; piece -= 3 * T) {
 			double ms;
 			TIME(ms,
