@@ -15,7 +15,8 @@ extern const kern_ops *const kern_cuda_entry;
  * test_kern_backends, which the PTX ISA does not promise: the order an
  * MMA adds its products in); MOOR_GEMM_BUCKET_MAX, another algorithm for
  * longer products, and MOOR_GEMM_PICK, another for every product (the
- * heuristic's next candidates, for a benchmark); MOOR_DEC_MMA and MOOR_DEC_MT,
+ * heuristic's candidates in turn, for a benchmark; set, it also turns
+ * gemm.cu's measured table off); MOOR_DEC_MMA and MOOR_DEC_MT,
  * the split attention's kernel and partition, which run decode and also a
  * prefill call of up to KCU_SPLIT_ROWS rows (a short turn, a prompt's tail past
  * its last grid line), so they are not decode-only switches. */

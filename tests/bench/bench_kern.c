@@ -136,13 +136,14 @@ typedef struct {
 
 /* --only picks: each prefill product of rows rows (a forward of 4,096)
  * with the 1,024-row bucket's algorithm, as the model runs it, for
- * MOOR_GEMM_PICK = 0 (the default) to 7: the heuristic's candidates side
+ * MOOR_GEMM_PICK = 0 (the heuristic's first) to 7: its candidates side
  * by side, TFLOP/s, "-" past the last one it may take. */
 static void gemm_picks(const mm_shape *mm, size_t n, int rows, int kmax)
 {
 	float *x = dev((size_t)rows * kmax * 4, KERN_F32, -1, 1);
 	float *y = dev((size_t)rows * 2 * kmax * 4, KERN_F32, 0, 0);
-	printf("\n| picks | shape | MOOR_GEMM_PICK 0 (default) .. 7: "
+	printf("\n| picks | shape | MOOR_GEMM_PICK 0 (the heuristic's first) "
+	       ".. 7: "
 	       "TFLOP/s at %d rows, 1,024 rows' algorithm |\n|---|---|---|\n",
 	       rows);
 	setenv("MOOR_GEMM_BUCKET_MAX", "1024", 1);
