@@ -1,7 +1,7 @@
 /* bench_kern: the device backend's ops one at a time at the 27B's shapes
  * (SPEC-qwen35.md), each against its line in GPU-BUDGET.md.
  *
- *   bench_kern [--backend cuda] [--reps N]
+ *   bench_kern [--backend cuda] [--reps N] [--rows N (--only picks)]
  *              [--only attention|delta|decode|elem|sample|mm|gemv|rows|picks]
  *
  * Prints one table: prefill attention (a 1,024-row chunk at several
@@ -134,18 +134,20 @@ typedef struct {
 	int N, K;
 } mm_shape;
 
-/* --only picks: each prefill product of rows rows (a forward of 4,096)
- * with the 1,024-row bucket's algorithm, as the model runs it, for
- * MOOR_GEMM_PICK = 0 (the heuristic's first) to 7: its candidates side
- * by side, TFLOP/s, "-" past the last one it may take. */
+/* --only picks: each prefill product of rows rows (--rows; 4,096 by
+ * default, a forward, on the 1,024-row bucket's algorithm as the model
+ * runs it) for MOOR_GEMM_PICK = 0 (the heuristic's first) to 7: its
+ * candidates side by side, "-" past the last one it may take. TFLOP/s,
+ * or below 512 rows (a follow-up turn's products, which read the
+ * weights) GB/s of the weights. */
 static void gemm_picks(const mm_shape *mm, size_t n, int rows, int kmax)
 {
+	const int wide = rows > 512;
 	float *x = dev((size_t)rows * kmax * 4, KERN_F32, -1, 1);
 	float *y = dev((size_t)rows * 2 * kmax * 4, KERN_F32, 0, 0);
 	printf("\n| picks | shape | MOOR_GEMM_PICK 0 (the heuristic's first) "
-	       ".. 7: "
-	       "TFLOP/s at %d rows, 1,024 rows' algorithm |\n|---|---|---|\n",
-	       rows);
+	       ".. 7: %s at %d rows |\n|---|---|---|\n",
+	       wide ? "TFLOP/s" : "GB/s of the weights", rows);
 	setenv("MOOR_GEMM_BUCKET_MAX", "1024", 1);
 	for (size_t i = 0; i < n; i++) {
 		int N = mm[i].N, K = mm[i].K;
@@ -169,7 +171,8 @@ static void gemm_picks(const mm_shape *mm, size_t n, int rows, int kmax)
 				snprintf(line + l, sizeof line - l, " -");
 			else
 				snprintf(line + l, sizeof line - l, " %.0f",
-					 2.0 * rows * N * K / ms / 1e9);
+					 wide ? 2.0 * rows * N * K / ms / 1e9
+					      : 2.0 * N * K / ms / 1e6);
 		}
 		printf("| picks | %s %dx%d |%s |\n", mm[i].name, N, K, line);
 		o->free(cx, W);
@@ -183,16 +186,19 @@ static void gemm_picks(const mm_shape *mm, size_t n, int rows, int kmax)
 int main(int argc, char **argv)
 {
 	const char *be = "cuda", *only = "";
+	int picks_rows = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--backend") && i + 1 < argc)
 			be = argv[++i];
 		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			reps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--rows") && i + 1 < argc)
+			picks_rows = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
 			only = argv[++i];
 		else {
 			fprintf(stderr, "usage: bench_kern [--backend NAME] "
-					"[--reps N] [--only "
+					"[--reps N] [--rows N] [--only "
 					"attention|delta|decode|elem|sample|mm|"
 					"gemv|rows|picks]\n");
 			return 2;
@@ -510,7 +516,10 @@ int main(int argc, char **argv)
 	float *x = dev((size_t)T * I * 4, KERN_F32, -1, 1);
 	float *y = dev((size_t)T * 248320 * 4, KERN_F32, 0, 0);
 	if (picks_mode) {
-		gemm_picks(mm, sizeof mm / sizeof mm[0] - 1, 4 * T, I);
+		gemm_picks(mm, sizeof mm / sizeof mm[0] - 1,
+			   picks_rows > 0 && picks_rows <= 4 * T ? picks_rows
+								 : 4 * T,
+			   I);
 		goto done;
 	}
 	if (!want(only, "mm") && !want(only, "gemv") && !rows_mode)
