@@ -139,7 +139,10 @@ typedef struct {
  * runs it) for MOOR_GEMM_PICK = 0 (the heuristic's first) to 7: its
  * candidates side by side, "-" past the last one it may take. TFLOP/s,
  * or below 512 rows (a follow-up turn's products, which read the
- * weights) GB/s of the weights. */
+ * weights) GB/s of the weights; "*" after a figure when its first rows
+ * differ from the same rows' products of 64 and of 256 rows on those
+ * buckets' first candidates (a prefill's rows must keep their bits
+ * whatever the forward that computes them: gemm.cu's buckets). */
 static void gemm_picks(const mm_shape *mm, size_t n, int rows, int kmax)
 {
 	const int wide = rows > 512;
@@ -153,6 +156,24 @@ static void gemm_picks(const mm_shape *mm, size_t n, int rows, int kmax)
 		int N = mm[i].N, K = mm[i].K;
 		void *W = dev((size_t)N * K * 2, KERN_BF16, -0.02f, 0.02f);
 		char line[256] = "";
+		/* the first 64 rows on the 64- and 256-row buckets' first
+		 * candidates */
+		const size_t rb = (size_t)64 * N * 4;
+		float *ref[2] = {malloc(rb), malloc(rb)}, *got = malloc(rb);
+		setenv("MOOR_GEMM_PICK", "0", 1);
+		for (int b = 0; b < 2; b++) {
+			int rc = o->matmul(q, y, N, x, K, W, KERN_BF16,
+					   b ? 256 : 64, N, K, KERN_ACT_BF16);
+			if (!rc && ref[b])
+				rc = o->download(q, ref[b], y, rb);
+			if (!rc)
+				rc = o->sync(q);
+			if (rc) {
+				fprintf(stderr, "bench_kern: picks: %s\n",
+					moor_strerror(rc));
+				exit(1);
+			}
+		}
 		for (int p = 0; p < 8; p++) {
 			char v[8];
 			snprintf(v, sizeof v, "%d", p);
@@ -162,6 +183,11 @@ static void gemm_picks(const mm_shape *mm, size_t n, int rows, int kmax)
 					   K, KERN_ACT_BF16);
 			if (!rc)
 				rc = o->sync(q);
+			int same = 0;
+			if (!rc && ref[0] && ref[1] && got &&
+			    !o->download(q, got, y, rb) && !o->sync(q))
+				same = !memcmp(got, ref[0], rb) &&
+				       !memcmp(got, ref[1], rb);
 			double ms = 0;
 			if (!rc)
 				TIME(ms, o->matmul(q, y, N, x, K, W, KERN_BF16,
@@ -170,11 +196,15 @@ static void gemm_picks(const mm_shape *mm, size_t n, int rows, int kmax)
 			if (rc)
 				snprintf(line + l, sizeof line - l, " -");
 			else
-				snprintf(line + l, sizeof line - l, " %.0f",
+				snprintf(line + l, sizeof line - l, " %.0f%s",
 					 wide ? 2.0 * rows * N * K / ms / 1e9
-					      : 2.0 * N * K / ms / 1e6);
+					      : 2.0 * N * K / ms / 1e6,
+					 same ? "" : "*");
 		}
 		printf("| picks | %s %dx%d |%s |\n", mm[i].name, N, K, line);
+		free(ref[0]);
+		free(ref[1]);
+		free(got);
 		o->free(cx, W);
 	}
 	unsetenv("MOOR_GEMM_PICK");
