@@ -147,7 +147,13 @@ static int bucket_cap(const kern_ctx *c)
  * bench_gpu on an H100 the same day, twice each: 3.88 and 3.89 s at 32k
  * against 3.93 and 3.92 with MOOR_GEMM_PICK=0, 19.84 and 19.83 s at 128k
  * against 20.02 twice; the GPU suite and run_golden27.sh passed with it.
- * Another version or device takes the heuristic's first. */
+ * A prefill row must keep its bits whatever the forward that computes it
+ * (a forward of 200 rows runs the 256-row bucket's algorithm, one of 4,096
+ * the 1,024-row bucket's): every candidate 0 to 7 of every prefill
+ * product gave the first rows the bits of the 64- and 256-row buckets'
+ * first candidates (bench_kern --only picks at 100, 1,024 and 4,096 rows,
+ * H100, the same day: no split-K, one order over K). Another version or
+ * device takes the heuristic's first. */
 static const struct {
 	int cc, lt, N, K, bucket, pick;
 } gemm_tuned[] = {
