@@ -160,11 +160,15 @@ static void gemm_picks(const mm_shape *mm, size_t n, int rows, int kmax)
 		 * candidates */
 		const size_t rb = (size_t)64 * N * 4;
 		float *ref[2] = {malloc(rb), malloc(rb)}, *got = malloc(rb);
+		if (!ref[0] || !ref[1] || !got) {
+			fprintf(stderr, "bench_kern: picks: out of memory\n");
+			exit(1);
+		}
 		setenv("MOOR_GEMM_PICK", "0", 1);
 		for (int b = 0; b < 2; b++) {
 			int rc = o->matmul(q, y, N, x, K, W, KERN_BF16,
 					   b ? 256 : 64, N, K, KERN_ACT_BF16);
-			if (!rc && ref[b])
+			if (!rc)
 				rc = o->download(q, ref[b], y, rb);
 			if (!rc)
 				rc = o->sync(q);
@@ -182,12 +186,11 @@ static void gemm_picks(const mm_shape *mm, size_t n, int rows, int kmax)
 			int rc = o->matmul(q, y, N, x, K, W, KERN_BF16, rows, N,
 					   K, KERN_ACT_BF16);
 			if (!rc)
+				rc = o->download(q, got, y, rb);
+			if (!rc)
 				rc = o->sync(q);
-			int same = 0;
-			if (!rc && ref[0] && ref[1] && got &&
-			    !o->download(q, got, y, rb) && !o->sync(q))
-				same = !memcmp(got, ref[0], rb) &&
-				       !memcmp(got, ref[1], rb);
+			const int same = !rc && !memcmp(got, ref[0], rb) &&
+					 !memcmp(got, ref[1], rb);
 			double ms = 0;
 			if (!rc)
 				TIME(ms, o->matmul(q, y, N, x, K, W, KERN_BF16,
@@ -284,7 +287,8 @@ int main(int argc, char **argv)
 	 * k_flash_wg (wgmma; MOOR_ATTN_WG picks it), same inputs */
 	int64_t pos[] = {0, 7168, 31744, 64512, 130048};
 	const int wg = strstr(desc, "cc 9.0,") != NULL;
-	for (size_t i = 0; i < 5 && want(only, "attention"); i++)
+	for (size_t i = 0;
+	     i < sizeof pos / sizeof pos[0] && want(only, "attention"); i++)
 		for (int k = 0; k < 1 + wg; k++) {
 			static const char *mode[] = {"0", "1"};
 			static const char *name[] = {"k_flash", "k_flash_wg"};
