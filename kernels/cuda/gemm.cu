@@ -11,10 +11,11 @@
  * product (CUBLAS_COMPUTE_32F, no TF32: the fp32 golden bar is 1e-4).
  *
  * Determinism: one algorithm per (N, K, row bucket, layout, dtype), taken
- * from cuBLASLt's heuristic once and kept in the context; split-K
- * algorithms are never taken (their reduction order is not fixed), so the
- * same call gives the same bits every time, in every process on the same
- * device and library. Row buckets are powers of two: T in (b/2, b] runs
+ * from cuBLASLt's heuristic once (its first candidate, or the one
+ * gemm_tuned names for this device and library) and kept in the context;
+ * split-K algorithms are never taken (their reduction order is not fixed),
+ * so the same call gives the same bits every time, in every process on the
+ * same device and library. Row buckets are powers of two: T in (b/2, b] runs
  * the algorithm picked for b rows, up to the prefill chunk's bucket
  * (bucket_cap).
  *
