@@ -40,6 +40,10 @@
 #             GEMV's prefetch passes), MOOR_GEMV_RPW=1, 2, 4 (its rows a
 #             warp, every shape) and the decode step before this
 #             week's kernels (MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0)
+#   picks     bench_kern --only picks at 4,096, 1,024 and 100 rows (PICKS_ROWS):
+#             cuBLASLt's candidates for each prefill product side by side,
+#             what gemm.cu's gemm_tuned was measured with (a '*' marks a
+#             candidate whose rows would change their bits)
 #   gemv      bench_kern --only gemv (the decode GEMVs, GB/s) with each
 #             VAR=VALUE of GEMV_AB (default: the defaults, then
 #             MOOR_GEMV_RPW=1, 2, 4)
@@ -188,6 +192,9 @@ for p in "$@"; do
 			BENCH_LENS=8192 gpu27 PF=\$pf MOOR_GEMV_PF=\$pf | grep -E '^---|^ +[0-9]+ [|]'; done; \
 			for r in 1 2 4; do BENCH_LENS=8192 gpu27 RPW=\$r MOOR_GEMV_RPW=\$r | grep -E '^---|^ +[0-9]+ [|]'; done; \
 			BENCH_LENS=8192 gpu27 before MOOR_PDL=0 MOOR_DEC_MMA=0 MOOR_DEC_FUSE=0 | grep -E '^---|^ +[0-9]+ [|]'" ;;
+	picks)
+		phase picks ${PICKS_LIMIT:-240} "for r in ${PICKS_ROWS:-4096 1024 100}; do \
+			$B/tests/bench/bench_kern --only picks --rows \$r | grep -E '^[|] picks|rror|skipped'; done" ;;
 	gemv)
 		phase gemv ${GEMV_LIMIT:-120} "for v in ${GEMV_AB:-MOOR_GEMV_PF=2 MOOR_GEMV_RPW=1 MOOR_GEMV_RPW=2 MOOR_GEMV_RPW=4}; do \
 			echo \"--- \$v\"; env \$v $B/tests/bench/bench_kern --only gemv | grep '^| matmul'; done" ;;
