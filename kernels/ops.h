@@ -328,7 +328,11 @@ typedef struct kern_ops {
 	 * pos0+t (transformers' eager path rounds the product and the scaled
 	 * score to the model dtype), softmax in fp32 (max subtracted, sum in
 	 * order j = 0..), p_j rounded when act is BF16, out = rnd(sum_j p_j
-	 * v_j) in order j = 0.. */
+	 * v_j) in order j = 0.. A row's bits do not depend on the rows called
+	 * with it outside its piece: the rows between two lines of
+	 * kern_limits.chunk (positions that are multiples of it), so that
+	 * one call of a forward equals a call a piece (a device backend that
+	 * cuts a row's keys into segments cuts them by its piece). */
 	int (*attention)(kern_queue *q, float *out, const float *qv, int ldq,
 			 const void *K, const void *V, int kvdt, int T,
 			 int64_t pos0, int Hq, int Hkv, int D, float scale,

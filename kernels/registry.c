@@ -19,13 +19,16 @@ extern const kern_ops *const kern_cuda_entry;
  * gemm.cu's measured table off); MOOR_DEC_MMA and MOOR_DEC_MT,
  * the split attention's kernel and partition, which run decode and also a
  * prefill call of up to KCU_SPLIT_ROWS rows (a short turn, a prompt's tail past
- * its last grid line), so they are not decode-only switches. */
+ * its last grid line), so they are not decode-only switches;
+ * MOOR_ATTN_SEGS, how many segments prefill attention cuts a piece's keys
+ * into (attn.cu). */
 const char *const kern_bits_env[] = {"MOOR_NORM_V4",
 				     "MOOR_ATTN_WG",
 				     "MOOR_GEMM_BUCKET_MAX",
 				     "MOOR_GEMM_PICK",
 				     "MOOR_DEC_MMA",
 				     "MOOR_DEC_MT",
+				     "MOOR_ATTN_SEGS",
 				     NULL};
 
 const kern_ops *kern_backend(const char *name)

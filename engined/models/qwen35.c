@@ -979,9 +979,10 @@ static int sections_ready(eng_model *m)
 }
 
 /* Rows of the piece of a forward at position at (left rows to go): up to
- * the next grid line. The conv, the delta rule and attention run a piece
- * at a time, so that a forward of several chunks runs them on exactly the
- * rows and positions a chunk a forward does. */
+ * the next grid line. The conv and the delta rule run a piece at a time,
+ * so that a forward of several chunks runs them on exactly the rows and
+ * positions a chunk a forward does (attention cuts its own pieces at the
+ * lines of kern_limits.chunk, the grid). */
 static int piece_rows(const eng_model *m, int64_t at, int left)
 {
 	int64_t g = m->lay.grid, next = (at / g + 1) * g;
@@ -1161,13 +1162,11 @@ static int attn_layer(eng_model *m, const layer_w *l, eng_seq *s, int T,
 		CK(o->kv_write(q, s->view[l->view_V], m->kvdt, pos0, v, kd, T,
 			       kd));
 	}
-	for (int off = 0, n; off < T; off += n) { /* a piece at a time */
-		n = piece_rows(m, pos0 + off, T - off);
-		CK(o->attention(q, out + (size_t)off * qd, qo + (size_t)off * qd,
-				qd, s->view[l->view_K], s->view[l->view_V],
-				m->kvdt, n, pos0 + off, Hq, Hkv, D,
-				1.0f / sqrtf((float)D), act));
-	}
+	/* one call: a backend that cuts keys into segments does so a piece
+	 * at a time (ops.h) */
+	CK(o->attention(q, out, qo, qd, s->view[l->view_K], s->view[l->view_V],
+			m->kvdt, T, pos0, Hq, Hkv, D, 1.0f / sqrtf((float)D),
+			act));
 	PROBE(m, "att", li, out, T, qd, qd);
 	CK(o->sigmoid_mul(q, out, out, go, (size_t)T * qd, act));
 	PROBE(m, "gated", li, out, T, qd, qd);

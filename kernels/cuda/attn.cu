@@ -9,10 +9,11 @@
  * (rnd(rnd(q.k) * scale)); the softmax is online (a row's max and sum
  * carried across tiles, the sum over the 4 lanes of a row in a fixed
  * butterfly, e^x by ex2.approx), p is rounded to bf16 for the P.V product,
- * and the row is divided by its sum at the end. A long chunk's keys are
- * cut into up to FL_NSEG segments (a rule of T, pos0 and Hq) whose
- * partials k_fcombine adds in order. That is the flash order of
- * operations, not the CPU backend's (which normalises p before P.V): the
+ * and the row is divided by its sum at the end. A call's rows are cut
+ * in pieces at the lines of kern_limits.chunk (kcu_pieces), and a long
+ * piece's keys into up to FL_NSEG segments (a rule of the piece's rows,
+ * its keys and Hq) whose partials k_fcombine adds in order. That is the
+ * flash order of operations, not the CPU backend's (which normalises p before P.V): the
  * two agree within the tolerance the kernel test writes beside the case.
  * Measured on the H200 at the 27B's shapes (bench_kern): 189 TFLOP/s of
  * causal products for a 1,024-row chunk at 128k keys.
@@ -1238,17 +1239,26 @@ __global__ void __launch_bounds__(FL_THREADS, 2)
 	}
 }
 
-/* grid (Hq, T), D / 2 threads (two dims each): a row's segments, the
- * weights e^(m_s - M) and their sums in order s = 0, 1, ... */
-__global__ void k_fcombine(float *out, const float *part, int nseg,
-			   int64_t seg, const int64_t *dpos, int64_t padd,
-			   int Hq, int D)
+/* grid (Hq, T), D / 2 threads (two dims each): a row's segments (those
+ * of its piece of pc), the weights e^(m_s - M) and their sums in order
+ * s = 0, 1, ... */
+__global__ void k_fcombine(float *out, const float *part,
+			   const __grid_constant__ kcu_pieces pc,
+			   const int64_t *dpos, int64_t padd, int Hq, int D)
 {
 	kcu_pdl_enter();
 	const int h = blockIdx.x, t = blockIdx.y, d = 2 * threadIdx.x;
+	int pi = 0;
+	while (pi + 1 < pc.n && pc.row0[pi + 1] <= t)
+		pi++;
+	const int nseg = pc.nseg[pi];
+	if (nseg <= 1)
+		return; /* the piece's rows were written whole */
+	const int64_t seg = pc.seg[pi];
 	const int64_t len = kcu_pos(dpos, padd) + t + 1;
 	const int ns = (int)((len + seg - 1) / seg);
-	const float *p = part + ((size_t)t * Hq + h) * nseg * (D + 2);
+	const float *p = part + pc.part[pi] +
+			 ((size_t)(t - pc.row0[pi]) * Hq + h) * nseg * (D + 2);
 	float M = -INFINITY;
 	for (int s = 0; s < ns; s++)
 		M = fmaxf(M, p[(size_t)s * (D + 2)]);
@@ -1265,20 +1275,45 @@ __global__ void k_fcombine(float *out, const float *part, int nseg,
 	y[1] = kcu_bf16r(o1 / L);
 }
 
-/* Segments: about FL_TARGET blocks in a launch, each segment FL_SEG_MIN
- * keys at least, at most FL_NSEG; one segment under graph capture
- * (positions on the device). A rule of (T, pos0, Hq) only, so a chunk's
- * bits do not depend on the chip's SM count. A 1,024-row chunk of 24 heads
- * makes 2,304 blocks: 8.7 waves of two blocks an SM on 132 SMs (FL_TARGET
- * 1,024 made 1,152: 4.4 waves, the last one's idle share 13%). */
+/* Segments: about FL_TARGET blocks of 64 rows in a piece's launch, each
+ * segment FL_SEG_MIN keys at least, at most FL_NSEG; one segment under
+ * graph capture (positions on the device). A rule of (T, keys, Hq) and
+ * the scratch's size only, so a piece's bits depend neither on the chip's
+ * SM count nor on the pieces launched with it. */
 #define FL_TARGET 2048
 #define FL_SEG_MIN 1024
 #define FL_NSEG 8
 
-/* Prefill attention runs on a chunk at most (kern_limits.chunk): the
- * partials of that many rows. (nseg above is cut to what they hold, so
- * the buffer's size is part of the bits: a forward of several chunks
- * runs attention a chunk at a time, with the chunk's partials.) */
+/* MOOR_ATTN_SEGS=N: FL_TARGET's value (read at each call; it is part of
+ * the bits, kern_bits_env) */
+static int fl_target(void)
+{
+	long v = kcu_env_int("MOOR_ATTN_SEGS", FL_TARGET);
+	return v > 0 && v <= 1 << 20 ? (int)v : FL_TARGET;
+}
+
+int kcu_flash_segs(const kern_queue *q, int T, int64_t keys, int Hq, int D,
+		   int64_t *seg)
+{
+	const int nrb = (T + 63) / 64;
+	int nseg = (fl_target() + nrb * Hq - 1) / (nrb * Hq);
+	if (nseg > FL_NSEG)
+		nseg = FL_NSEG;
+	if (nseg > keys / FL_SEG_MIN)
+		nseg = (int)(keys / FL_SEG_MIN);
+	if (nseg < 1 || q->capturing ||
+	    (size_t)T * Hq * nseg * (D + 2) * sizeof(float) >
+		q->ctx->att_part_bytes)
+		nseg = 1;
+	int64_t s = (keys + nseg - 1) / nseg;
+	*seg = (s + 63) / 64 * 64;
+	return nseg;
+}
+
+/* Prefill attention runs on a piece at most (kern_limits.chunk) a
+ * segment rule: the partials of that many rows at FL_NSEG. (nseg above
+ * is cut to what they hold, so the buffer's size is part of the bits;
+ * k_flash_wg launches as many pieces at once as the buffer holds.) */
 static size_t flash_part_bytes(const kern_limits *lim)
 {
 	int rows = lim->chunk > 0 && lim->chunk < lim->rows ? lim->chunk
@@ -1289,6 +1324,7 @@ static size_t flash_part_bytes(const kern_limits *lim)
 	       (size_t)(lim->head_dim + 2) * sizeof(float);
 }
 
+/* One piece of T rows on k_flash */
 template <int D>
 static int run_flash(kern_queue *q, float *out, const float *qv, int ldq,
 		     const void *K, const void *V, int T, int64_t pos0, int Hq,
@@ -1307,37 +1343,75 @@ static int run_flash(kern_queue *q, float *out, const float *qv, int ldq,
 		set = 1;
 	}
 	const int nrb = (T + FL_BR - 1) / FL_BR;
-	const int64_t keys = pos0 + T;
-	int nseg = (FL_TARGET + nrb * Hq - 1) / (nrb * Hq);
-	if (nseg > FL_NSEG)
-		nseg = FL_NSEG;
-	if (nseg > keys / FL_SEG_MIN)
-		nseg = (int)(keys / FL_SEG_MIN);
-	if (nseg < 1 || q->capturing ||
-	    (size_t)T * Hq * nseg * (D + 2) * sizeof(float) > c->att_part_bytes)
-		nseg = 1;
-	int64_t seg = (keys + nseg - 1) / nseg;
-	seg = (seg + FL_BC - 1) / FL_BC * FL_BC;
-	if (nseg == 1)
-		seg = (keys + FL_BC - 1) / FL_BC * FL_BC;
+	kcu_pieces pc = {};
+	pc.n = 1;
+	pc.row0[1] = T;
+	pc.nseg[0] = kcu_flash_segs(q, T, pos0 + T, Hq, D, &pc.seg[0]);
 	int e2;
 	const bool p2 = frexpf(scale, &e2) == 0.5f;
 	auto kf = p2 ? k_flash<D, true> : k_flash<D, false>;
-	kcu_go(q, kf, dim3(nrb, Hq, nseg), FL_THREADS, shm, out, c->att_part,
-	       nseg, seg, qv, ldq, (const bf16 *)K, (const bf16 *)V, T,
-	       kcu_dpos(q), kcu_padd(q, pos0), Hq, Hkv, scale);
+	kcu_go(q, kf, dim3(nrb, Hq, pc.nseg[0]), FL_THREADS, shm, out,
+	       c->att_part, pc.nseg[0], pc.seg[0], qv, ldq, (const bf16 *)K,
+	       (const bf16 *)V, T, kcu_dpos(q), kcu_padd(q, pos0), Hq, Hkv,
+	       scale);
 	KCU_LAUNCHED(c);
-	return nseg > 1 ? kcu_flash_combine(q, out, nseg, seg, T, pos0, Hq, D)
-			: 0;
+	return pc.nseg[0] > 1 ? kcu_flash_combine(q, out, &pc, pos0, Hq, D) : 0;
 }
 
-int kcu_flash_combine(kern_queue *q, float *out, int nseg, int64_t seg, int T,
+int kcu_flash_combine(kern_queue *q, float *out, const kcu_pieces *pc,
 		      int64_t pos0, int Hq, int D)
 {
-	kcu_go(q, k_fcombine, dim3(Hq, T), D / 2, 0, out, q->ctx->att_part,
-	       nseg, seg, kcu_dpos(q), kcu_padd(q, pos0), Hq, D);
+	kcu_go(q, k_fcombine, dim3(Hq, pc->row0[pc->n]), D / 2, 0, out,
+	       q->ctx->att_part, *pc, kcu_dpos(q), kcu_padd(q, pos0), Hq, D);
 	KCU_LAUNCHED(q->ctx);
 	return 0;
+}
+
+/* One piece (rows that do not cross a line of kern_limits.chunk) on
+ * k_flash or the split kernels */
+static int attention_piece(kern_queue *q, float *out, const float *qv,
+			   int ldq, const void *K, const void *V, int kvdt,
+			   int T, int64_t pos0, int Hq, int Hkv, int D,
+			   float scale, int act, int tc)
+{
+	if (tc && T > KCU_SPLIT_ROWS && D == 256)
+		return run_flash<256>(q, out, qv, ldq, K, V, T, pos0, Hq, Hkv, scale);
+	if (tc && T > KCU_SPLIT_ROWS && D == 128)
+		return run_flash<128>(q, out, qv, ldq, K, V, T, pos0, Hq, Hkv, scale);
+	if (tc && T > KCU_SPLIT_ROWS && D == 64)
+		return run_flash<64>(q, out, qv, ldq, K, V, T, pos0, Hq, Hkv, scale);
+	return run_split(q, out, qv, ldq, K, V, kvdt, T, pos0, Hq, Hkv, D, scale,
+			 act);
+}
+
+/* k_flash_wg over the pieces gathered in pc (rows from row 0 of the call
+ * at pos0), or, where the driver gives no tensor map for them (the same
+ * answer for the same rows every time), k_flash a piece at a time */
+static int flush_wg(kern_queue *q, kcu_pieces *pc, float *out,
+		    const float *qv, int ldq, const void *K, const void *V,
+		    int64_t pos0, int Hq, int Hkv, int D, float scale)
+{
+	if (!pc->n)
+		return 0;
+	const int r0 = pc->row0[0];
+	kcu_pieces rel = *pc;
+	for (int i = 0; i <= rel.n; i++)
+		rel.row0[i] -= r0;
+	int rc = kcu_attention_wg(q, out + (size_t)r0 * Hq * D,
+				  qv + (size_t)r0 * ldq, ldq, K, V, &rel,
+				  pos0 + r0, Hq, Hkv, scale);
+	if (rc == MOOR_EUNSUP) {
+		rc = 0;
+		for (int i = 0; i < pc->n && !rc; i++) {
+			const int a = pc->row0[i], n = pc->row0[i + 1] - a;
+			rc = attention_piece(q, out + (size_t)a * Hq * D,
+					     qv + (size_t)a * ldq, ldq, K, V,
+					     KERN_BF16, n, pos0 + a, Hq, Hkv, D,
+					     scale, KERN_ACT_BF16, 1);
+		}
+	}
+	pc->n = 0;
+	return rc;
 }
 
 int kcu_attention(kern_queue *q, float *out, const float *qv, int ldq,
@@ -1351,26 +1425,56 @@ int kcu_attention(kern_queue *q, float *out, const float *qv, int ldq,
 	if (T == 0)
 		return 0;
 	kcu_use(q->ctx);
-	/* the tensor-core kernel: bf16 rows and KV, 16-byte aligned q rows */
-	int tc = kvdt == KERN_BF16 && act == KERN_ACT_BF16 &&
-		 T > KCU_SPLIT_ROWS && ldq % 4 == 0 &&
-		 ((uintptr_t)qv & 15) == 0 && ((uintptr_t)K & 15) == 0 &&
-		 ((uintptr_t)V & 15) == 0;
-	if (tc && !q->capturing && kcu_attn_wg_wanted(q->ctx, D)) {
-		int rc = kcu_attention_wg(q, out, qv, ldq, K, V, T, pos0, Hq,
-					  Hkv, scale);
-		/* MOOR_EUNSUP: no tensor map for these rows (the driver's
-		 * encoder missing or refusing them, the same answer for the
-		 * same chunk every time): k_flash runs them */
-		if (rc != MOOR_EUNSUP)
-			return rc;
+	kern_ctx *c = q->ctx;
+	/* the tensor-core kernels: bf16 rows and KV, 16-byte aligned q rows */
+	const int tc = kvdt == KERN_BF16 && act == KERN_ACT_BF16 &&
+		       ldq % 4 == 0 && ((uintptr_t)qv & 15) == 0 &&
+		       ((uintptr_t)K & 15) == 0 && ((uintptr_t)V & 15) == 0;
+	const int wg = tc && !q->capturing && kcu_attn_wg_wanted(c, D);
+	/* pieces where segments can be: the flash kernels' rows, positions
+	 * on the host (the split kernels' rows do not depend on the call) */
+	const int64_t ch =
+	    tc && !q->capturing && c->lim.chunk > 0 ? c->lim.chunk : 0;
+	const size_t cap = c->att_part_bytes / sizeof(float);
+	kcu_pieces pc;
+	pc.n = 0;
+	size_t used = 0;
+	int rc = 0;
+	for (int off = 0, n; off < T && !rc; off += n) {
+		const int64_t at = pos0 + off;
+		n = T - off;
+		if (ch && (at / ch + 1) * ch - at < n)
+			n = (int)((at / ch + 1) * ch - at);
+		if (!wg || n <= KCU_SPLIT_ROWS) {
+			rc = flush_wg(q, &pc, out, qv, ldq, K, V, pos0, Hq,
+				      Hkv, D, scale);
+			if (!rc)
+				rc = attention_piece(
+				    q, out + (size_t)off * Hq * D,
+				    qv + (size_t)off * ldq, ldq, K, V, kvdt, n,
+				    at, Hq, Hkv, D, scale, act, tc);
+			continue;
+		}
+		int64_t seg;
+		const int ns = kcu_flash_segs(q, n, at + n, Hq, D, &seg);
+		const size_t need = ns > 1 ? (size_t)n * Hq * ns * (D + 2) : 0;
+		if (pc.n == KCU_PIECES || used + need > cap) {
+			rc = flush_wg(q, &pc, out, qv, ldq, K, V, pos0, Hq,
+				      Hkv, D, scale);
+			used = 0;
+			if (rc)
+				break;
+		}
+		const int i = pc.n++;
+		pc.row0[i] = off;
+		pc.row0[i + 1] = off + n;
+		pc.nseg[i] = ns;
+		pc.seg[i] = seg;
+		pc.part[i] = (int64_t)used;
+		used += need;
 	}
-	if (tc && D == 256)
-		return run_flash<256>(q, out, qv, ldq, K, V, T, pos0, Hq, Hkv, scale);
-	if (tc && D == 128)
-		return run_flash<128>(q, out, qv, ldq, K, V, T, pos0, Hq, Hkv, scale);
-	if (tc && D == 64)
-		return run_flash<64>(q, out, qv, ldq, K, V, T, pos0, Hq, Hkv, scale);
-	return run_split(q, out, qv, ldq, K, V, kvdt, T, pos0, Hq, Hkv, D, scale,
-			 act);
+	if (!rc)
+		rc = flush_wg(q, &pc, out, qv, ldq, K, V, pos0, Hq, Hkv, D,
+			      scale);
+	return rc;
 }

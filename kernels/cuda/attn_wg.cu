@@ -40,8 +40,12 @@
  * S = Q K_j is issued, then O += P_{j-1} V_{j-1}; the softmax of tile j
  * runs while the P V product is in flight, and O is rescaled after it
  * lands. The arithmetic is the unpipelined order's: o_j = o_{j-1} c_j +
- * P_j V_j. Keys are cut into segments by k_flash's rule (a rule of T, pos0
- * and Hq), combined in order by k_flash's k_fcombine (kcu_flash_combine).
+ * P_j V_j. Keys are cut into segments by k_flash's rule, a piece at a
+ * time (kcu_flash_segs), and combined in order by k_flash's k_fcombine
+ * (kcu_flash_combine). One launch runs a call's pieces (kcu_pieces: up
+ * to the lines of kern_limits.chunk), each block in one piece, so that
+ * a forward of several chunks is one launch and one combine where it was
+ * a launch and a combine a chunk, and every row keeps its bits.
  *
  * wgmma and the kernel body are built for the sm_90a target only; the
  * compute_90 PTX that later chips JIT holds an empty kernel, and the host
@@ -401,17 +405,20 @@ static __device__ inline void wg_rescale(float *o, float ca, float cb)
 		}
 }
 
-/* grid (ceil(T / WG_BM), Hq, nseg), WG_THREADS threads, WG_SMEM bytes of
- * dynamic shared memory. tmK, tmV: [pos0 + T][Hkv][D] bf16 (keys past
- * the call's read as zeros). Writes what k_flash writes: the normalised
- * rows when nseg == 1, else each segment's max, sum and unnormalised
- * output into part[(t Hq + h) nseg + s][D + 2]. */
+/* grid (pc.blk0[pc.n], Hq, the pieces' most segments), WG_THREADS
+ * threads, WG_SMEM bytes of dynamic shared memory: a piece's rows in
+ * blocks of WG_BM from its first row. tmK, tmV: [pos0 + T][Hkv][D] bf16
+ * (keys past the call's read as zeros). Writes for each piece what
+ * k_flash writes for it alone: the normalised rows when it has one
+ * segment, else each segment's max, sum and unnormalised output into
+ * part[pc.part[p] + ((t - row0) Hq + h) nseg + s][D + 2]. */
 template <bool P2>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     k_flash_wg(const __grid_constant__ CUtensorMap tmK,
-	       const __grid_constant__ CUtensorMap tmV, float *out, float *part,
-	       int nseg, int64_t seg, const float *qv, int ldq, int T,
-	       int64_t pos0, int Hq, int Hkv, float scale)
+	       const __grid_constant__ CUtensorMap tmV, float *out,
+	       float *part_all, const __grid_constant__ kcu_pieces pc,
+	       const float *qv, int ldq, int64_t pos0, int Hq, int Hkv,
+	       float scale)
 {
 	extern __shared__ unsigned char wg_raw[];
 	const uint32_t raw = smem_u32(wg_raw);
@@ -425,9 +432,18 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 #define EMPTYK(st) (sB + 32u + 8u * (st))
 #define EMPTYV(st) (sB + 48u + 8u * (st))
 	/* the heaviest tiles (the last rows) start first */
-	const int t0 = (int)(gridDim.x - 1 - blockIdx.x) * WG_BM,
-		  h = blockIdx.y;
-	const int sg = blockIdx.z, kh = h / (Hq / Hkv);
+	const int xb = (int)(gridDim.x - 1 - blockIdx.x), h = blockIdx.y;
+	int pi = 0;
+	while (pi + 1 < pc.n && pc.blk0[pi + 1] <= xb)
+		pi++;
+	const int nseg = pc.nseg[pi], sg = blockIdx.z, kh = h / (Hq / Hkv);
+	if (sg >= nseg)
+		return;
+	const int64_t seg = pc.seg[pi];
+	/* the piece's rows: r0 .. T - 1 of the call */
+	const int r0 = pc.row0[pi], T = pc.row0[pi + 1];
+	float *part = part_all + pc.part[pi];
+	const int t0 = r0 + (xb - pc.blk0[pi]) * WG_BM;
 	const int64_t kend = pos0 + (t0 + WG_BM < T ? t0 + WG_BM : T);
 	const int64_t k0 = (int64_t)sg * seg;
 	if (k0 >= kend)
@@ -615,8 +631,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 			const int r = half ? rb : ra;
 			if (r >= T)
 				continue;
-			float *pp = part + (((size_t)r * Hq + h) * nseg + sg) *
-					       (WG_D + 2);
+			float *pp =
+			    part + (((size_t)(r - r0) * Hq + h) * nseg + sg) *
+				       (WG_D + 2);
 			if (tq == 0) {
 				pp[0] = half ? mb : ma;
 				pp[1] = half ? lb : la;
@@ -652,21 +669,16 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 template <bool P2>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     k_flash_wg(const __grid_constant__ CUtensorMap tmK,
-	       const __grid_constant__ CUtensorMap tmV, float *out, float *part,
-	       int nseg, int64_t seg, const float *qv, int ldq, int T,
-	       int64_t pos0, int Hq, int Hkv, float scale)
+	       const __grid_constant__ CUtensorMap tmV, float *out,
+	       float *part_all, const __grid_constant__ kcu_pieces pc,
+	       const float *qv, int ldq, int64_t pos0, int Hq, int Hkv,
+	       float scale)
 {
 }
 
 #endif /* WG_ARCH */
 
 /* ---- the host side ---- */
-
-/* k_flash's segment rule (attn.cu: FL_TARGET, FL_SEG_MIN, FL_NSEG, counted
- * in blocks of 64 rows), so both kernels cut a call's keys alike. */
-#define WG_TARGET 2048
-#define WG_SEG_MIN 1024
-#define WG_NSEG 8
 
 static PFN_cuTensorMapEncodeTiled_v12000 wg_encode;
 
@@ -729,12 +741,15 @@ int kcu_attn_wg_wanted(const kern_ctx *c, int D)
 }
 
 int kcu_attention_wg(kern_queue *q, float *out, const float *qv, int ldq,
-		     const void *K, const void *V, int T, int64_t pos0, int Hq,
-		     int Hkv, float scale)
+		     const void *K, const void *V, const kcu_pieces *pc,
+		     int64_t pos0, int Hq, int Hkv, float scale)
 {
 	kern_ctx *c = q->ctx;
-	if (q->capturing || T <= 0 || ldq % 4 || ((uintptr_t)qv & 15) ||
-	    ((uintptr_t)K & 15) || ((uintptr_t)V & 15))
+	if (q->capturing || pc->n <= 0 || pc->n > KCU_PIECES || ldq % 4 ||
+	    ((uintptr_t)qv & 15) || ((uintptr_t)K & 15) || ((uintptr_t)V & 15))
+		return MOOR_ERANGE;
+	const int T = pc->row0[pc->n];
+	if (T <= 0)
 		return MOOR_ERANGE;
 	int rc = wg_encode_fn();
 	if (rc)
@@ -745,8 +760,8 @@ int kcu_attention_wg(kern_queue *q, float *out, const float *qv, int ldq,
 	    (rc = wg_map(&mv, V, keys, Hkv)))
 		return rc;
 	typedef void (*wg_kernel)(CUtensorMap, CUtensorMap, float *, float *,
-				  int, int64_t, const float *, int, int,
-				  int64_t, int, int, float);
+				  kcu_pieces, const float *, int, int64_t, int,
+				  int, float);
 	static const wg_kernel ks[2] = {k_flash_wg<false>, k_flash_wg<true>};
 	static int set;
 	if (!set) {
@@ -757,28 +772,23 @@ int kcu_attention_wg(kern_queue *q, float *out, const float *qv, int ldq,
 				   WG_SMEM));
 		set = 1;
 	}
-	const int nrb64 = (T + 63) / 64;
-	int nseg = (WG_TARGET + nrb64 * Hq - 1) / (nrb64 * Hq);
-	if (nseg > WG_NSEG)
-		nseg = WG_NSEG;
-	if (nseg > keys / WG_SEG_MIN)
-		nseg = (int)(keys / WG_SEG_MIN);
-	if (nseg < 1 || (size_t)T * Hq * nseg * (WG_D + 2) * sizeof(float) >
-			    c->att_part_bytes)
-		nseg = 1;
-	int64_t seg = (keys + nseg - 1) / nseg;
-	seg = (seg + WG_BC - 1) / WG_BC * WG_BC;
-	if (nseg == 1)
-		seg = (keys + WG_BC - 1) / WG_BC * WG_BC;
+	/* each piece's row blocks from its first row; the most segments */
+	kcu_pieces p = *pc;
+	int nseg = 1, comb = 0;
+	p.blk0[0] = 0;
+	for (int i = 0; i < p.n; i++) {
+		p.blk0[i + 1] =
+		    p.blk0[i] + (p.row0[i + 1] - p.row0[i] + WG_BM - 1) / WG_BM;
+		if (p.nseg[i] > nseg)
+			nseg = p.nseg[i];
+		comb |= p.nseg[i] > 1;
+	}
 	int e2;
 	const bool p2 = frexpf(scale, &e2) == 0.5f;
 	const wg_kernel kf = ks[p2];
-	kf<<<dim3((T + WG_BM - 1) / WG_BM, Hq, nseg), WG_THREADS, WG_SMEM,
-	     q->s>>>(mk, mv, out, c->att_part, nseg, seg, qv, ldq, T, pos0, Hq,
-		     Hkv, scale);
+	kf<<<dim3(p.blk0[p.n], Hq, nseg), WG_THREADS, WG_SMEM, q->s>>>(
+	    mk, mv, out, c->att_part, p, qv, ldq, pos0, Hq, Hkv, scale);
 	KCU_LAUNCHED(c);
 	/* the segments in order: k_flash's combine (attn.cu) */
-	return nseg > 1
-		   ? kcu_flash_combine(q, out, nseg, seg, T, pos0, Hq, WG_D)
-		   : 0;
+	return comb ? kcu_flash_combine(q, out, &p, pos0, Hq, WG_D) : 0;
 }

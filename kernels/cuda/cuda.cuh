@@ -474,9 +474,32 @@ int kcu_delta_recurrent(kern_queue *q, float *o, float *S, const float *qq,
 #define KCU_SPLIT_BATCH 4  /* rows of one split launch (the scratch's rows) */
 #define KCU_GROUP_MAX 16
 size_t kcu_att_part_bytes(const kern_limits *lim);
-/* k_flash's segments of a call (part = the context's att_part [T][Hq]
- * [nseg][D + 2]) added in order into out [T, Hq, D]: k_flash_wg's too. */
-int kcu_flash_combine(kern_queue *q, float *out, int nseg, int64_t seg, int T,
+/* Prefill attention's pieces. kcu_attention cuts a call's rows at the
+ * lines of kern_limits.chunk (absolute positions: the model's grid) and
+ * gives each piece its own segments of keys (kcu_flash_segs, a rule of
+ * the piece's rows, its last key, Hq and the scratch's size), so that a
+ * row has the same bits in one call of a forward as in a call a piece.
+ * k_flash_wg runs up to KCU_PIECES pieces in one launch; k_flash one. */
+#define KCU_PIECES 16
+typedef struct kcu_pieces {
+	int n;
+	int row0[KCU_PIECES + 1]; /* piece p: the call's rows row0[p] ..
+				   * row0[p + 1] - 1 */
+	int blk0[KCU_PIECES + 1]; /* its first row block of the launch */
+	int nseg[KCU_PIECES];	  /* its segments (1: rows written whole) */
+	int64_t seg[KCU_PIECES];  /* keys a segment, a multiple of 64 */
+	int64_t part[KCU_PIECES]; /* its partials [rows][Hq][nseg][D + 2]:
+				   * floats into the context's att_part */
+} kcu_pieces;
+/* The segments of a piece of T rows whose last key is keys - 1 (and *seg,
+ * keys a segment): 1 under graph capture or when the partials would not
+ * fit the context's att_part. */
+int kcu_flash_segs(const kern_queue *q, int T, int64_t keys, int Hq, int D,
+		   int64_t *seg);
+/* The segments of pc's pieces (rows 0 .. row0[n] - 1 of a call at pos0)
+ * added in order into out [T, Hq, D]; pieces of one segment are skipped
+ * (their rows were written whole). k_flash's and k_flash_wg's. */
+int kcu_flash_combine(kern_queue *q, float *out, const kcu_pieces *pc,
 		      int64_t pos0, int Hq, int D);
 int kcu_attention(kern_queue *q, float *out, const float *qv, int ldq,
 		  const void *K, const void *V, int kvdt, int T, int64_t pos0,
@@ -486,8 +509,8 @@ int kcu_attention(kern_queue *q, float *out, const float *qv, int ldq,
  * taken by kcu_attention where kcu_attn_wg_wanted says so. */
 int kcu_attn_wg_wanted(const kern_ctx *c, int D);
 int kcu_attention_wg(kern_queue *q, float *out, const float *qv, int ldq,
-		     const void *K, const void *V, int T, int64_t pos0, int Hq,
-		     int Hkv, float scale);
+		     const void *K, const void *V, const kcu_pieces *pc,
+		     int64_t pos0, int Hq, int Hkv, float scale);
 
 /* sample.cu */
 int kcu_sample_reserve(kern_ctx *c, int V);

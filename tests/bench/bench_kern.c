@@ -263,7 +263,10 @@ int main(int argc, char **argv)
 	const int rows_mode = !strcmp(only, "rows");
 	const int picks_mode = !strcmp(only, "picks");
 	const int big = rows_mode || picks_mode || !strcmp(only, "attention");
+	/* --only attention: the model's chunk, so that a call of 4 T rows
+	 * is cut in pieces of T as a forward's is (ops.h attention) */
 	kern_limits lim = {.rows = big ? 4 * T : T,
+			   .chunk = !strcmp(only, "attention") ? T : 0,
 			   .width = I,
 			   .window = maxpos,
 			   .q_heads = Hq,
@@ -302,8 +305,9 @@ int main(int argc, char **argv)
 			       attn_flop(T, pos[i]) / ms / 1e9);
 		}
 	/* --only attention: the last 4 T-row forward of a 32k and of a
-	 * 128k prefill, in one call and in pieces of T rows (the model's
-	 * calls: a piece ends on each grid line) */
+	 * 128k prefill, in one call (the model's: the backend cuts it on
+	 * each grid line and launches the pieces together) and in a call a
+	 * piece; the same bits */
 	int64_t fpos[] = {32768 - 4 * T, maxpos - 4 * T};
 	for (size_t i = 0; i < 2 && big && wg && want(only, "attention"); i++)
 		for (int piece = 4 * T; piece >= T; piece -= 3 * T) {

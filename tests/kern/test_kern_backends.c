@@ -867,6 +867,88 @@ static void attn_dev(float *host, float *dO, const float *dq, const void *dK,
 	       nm, wg, unset, n);
 }
 
+/* ---- attention in pieces: one call against a call a piece ---- */
+
+/* With kern_limits.chunk set, the backend cuts a call's rows at the lines
+ * of chunk and each piece's keys into segments by the piece alone (ops.h
+ * attention), so one call of a forward equals, bit for bit, calls of its
+ * pieces: on k_flash_wg (several pieces a launch, as many as the scratch
+ * holds: two at a time here) and on k_flash, from a line and from between
+ * lines (a first piece of 14 rows takes the split kernels), at short and
+ * long keys. Run last: the chunk stays reserved. */
+static void case_attention_pieces(const char *desc)
+{
+	const int Hq = 24, Hkv = 4, D = 256, ch = 512, Tmax = 2048;
+	const int64_t L = 40960;
+	kern_limits lim = {.rows = 1024,
+			   .chunk = ch,
+			   .window = 8192,
+			   .q_heads = Hq,
+			   .head_dim = D};
+	ASSERT(gpu.o->reserve(gpu.c, &lim) == 0, "pieces: reserve");
+	size_t nkv = (size_t)L * Hkv * D, rw = (size_t)Hq * D, nq = Tmax * rw;
+	void *K, *V;
+	free(kt_weights(nkv, KERN_BF16, -2, 2, &K));
+	free(kt_weights(nkv, KERN_BF16, -1, 1, &V));
+	float *qv = rnd(nq, -1, 1);
+	for (size_t i = 0; i < nq; i++)
+		qv[i] = moor_round_bf16(qv[i]);
+	void *dK = up(&gpu, K, nkv * 2), *dV = up(&gpu, V, nkv * 2);
+	float *dq = up(&gpu, qv, nq * 4), *dO = zz(&gpu, nq * 4);
+	float *a = malloc(nq * 4), *b = malloc(nq * 4);
+	const int wg_ok = strstr(desc, "cc 9.0,") != NULL;
+	static const struct {
+		int T;
+		int64_t pos0;
+	} cs[] = {{2048, 0}, {2048, 31744}, {1500, 1010}, {1100, 38000}};
+	for (int m = 0; m < 2; m++) {
+		const char *wg = m ? "0" : "1";
+		if (m == 0 && !wg_ok) {
+			printf("  attention pieces on k_flash_wg: skipped: the "
+			       "device is not cc 9.0\n");
+			continue;
+		}
+		for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+			const int T = cs[i].T;
+			const int64_t p0 = cs[i].pos0;
+			char nm[96];
+			snprintf(nm, sizeof nm, "pieces T=%d pos=%lld one call",
+				 T, (long long)p0);
+			attn_dev(a, dO, dq, dK, dV, T, p0, Hq, Hkv, D, wg, nm);
+			int np = 0;
+			for (int off = 0, n; off < T; off += n, np++) {
+				const int64_t at = p0 + off;
+				n = (int)((at / ch + 1) * ch - at);
+				if (n > T - off)
+					n = T - off;
+				snprintf(nm, sizeof nm,
+					 "pieces T=%d pos=%lld piece at %lld",
+					 T, (long long)p0, (long long)at);
+				attn_dev(b + off * rw, dO, dq + off * rw, dK,
+					 dV, n, at, Hq, Hkv, D, wg, nm);
+			}
+			const int same = !memcmp(a, b, (size_t)T * rw * 4);
+			printf("  attention MOOR_ATTN_WG=%s T=%d at %lld: one "
+			       "call against %d pieces of lines %d apart: %s\n",
+			       wg, T, (long long)p0, np, ch,
+			       same ? "the same bits" : "DIFFER");
+			ASSERT(same,
+			       "attention MOOR_ATTN_WG=%s T=%d pos=%lld: one "
+			       "call differs from its pieces",
+			       wg, T, (long long)p0);
+		}
+	}
+	gpu.o->free(gpu.c, dK);
+	gpu.o->free(gpu.c, dV);
+	gpu.o->free(gpu.c, dq);
+	gpu.o->free(gpu.c, dO);
+	free(K);
+	free(V);
+	free(qv);
+	free(a);
+	free(b);
+}
+
 /* Where outputs differ, by place: the row within its 128-row block in
  * groups of 16 (a warp's rows; 0-3 the first warpgroup) and the dim in
  * groups of 32 (a 64-wide chunk of the swizzled tiles is two groups): a
@@ -1681,6 +1763,7 @@ int main(void)
 	case_greedy();
 	/* last: a fault there (a new kernel) leaves the other cases' results */
 	case_attention_wg(d);
+	case_attention_pieces(d);
 	cpu.o->destroy(cpu.c);
 	gpu.o->destroy(gpu.c);
 	return kt_done("test_kern_backends");
