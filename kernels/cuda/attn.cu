@@ -1448,6 +1448,7 @@ int kcu_attention(kern_queue *q, float *out, const float *qv, int ldq,
 		if (!wg || n <= KCU_SPLIT_ROWS) {
 			rc = flush_wg(q, &pc, out, qv, ldq, K, V, pos0, Hq,
 				      Hkv, D, scale);
+			used = 0;
 			if (!rc)
 				rc = attention_piece(
 				    q, out + (size_t)off * Hq * D,
