@@ -1310,10 +1310,10 @@ int kcu_flash_segs(const kern_queue *q, int T, int64_t keys, int Hq, int D,
 	return nseg;
 }
 
-/* Prefill attention runs on a piece at most (kern_limits.chunk) a
- * segment rule: the partials of that many rows at FL_NSEG. (nseg above
- * is cut to what they hold, so the buffer's size is part of the bits;
- * k_flash_wg launches as many pieces at once as the buffer holds.) */
+/* The partials' scratch: a piece's rows at most (kern_limits.chunk) at
+ * FL_NSEG segments. (nseg above is cut to what it holds, so its size is
+ * part of the bits; k_flash_wg launches as many pieces at once as it
+ * holds.) */
 static size_t flash_part_bytes(const kern_limits *lim)
 {
 	int rows = lim->chunk > 0 && lim->chunk < lim->rows ? lim->chunk

@@ -506,7 +506,10 @@ int kcu_attention(kern_queue *q, float *out, const float *qv, int ldq,
 		  int Hq, int Hkv, int D, float scale, int act);
 
 /* attn_wg.cu: prefill attention on wgmma (sm_90, head dim 256, bf16),
- * taken by kcu_attention where kcu_attn_wg_wanted says so. */
+ * taken by kcu_attention where kcu_attn_wg_wanted says so: pc's pieces
+ * (n, row0 from 0, nseg, seg, part; blk0 it fills) of a call at pos0 in
+ * one launch, then their combine. MOOR_EUNSUP: the driver gave no tensor
+ * map for these keys (k_flash runs them). */
 int kcu_attn_wg_wanted(const kern_ctx *c, int D);
 int kcu_attention_wg(kern_queue *q, float *out, const float *qv, int ldq,
 		     const void *K, const void *V, const kcu_pieces *pc,
