@@ -22,6 +22,9 @@
 #   gpuab     bench_gpu at 8k and 32k: the defaults, then once with each
 #             VAR=VALUE of GPU_AB (space-separated)
 #   gpulong   bench_gpu at 1k, 8k, 32k, 64k and 128k (the issue's table)
+#   segs      prefill attention's segments a piece (MOOR_ATTN_SEGS): bench_kern
+#             --only attention, then bench_gpu at 32k and 128k, with each of
+#             SEGS_AB (default "2048 1024 512"; 2048 is attn.cu's FL_TARGET)
 #   pipe      MOOR_GDN_PIPE (the delta rule in pieces on two streams):
 #             test_kern_backends (its case_gdn_rt_wide compares the
 #             pieces by memcmp), bench_kern's delta row with pieces of 8,
@@ -162,6 +165,12 @@ for p in "$@"; do
 	gpuab)
 		phase gpuab ${GPU_LIMIT:-180} "$(declare -f gpu27); B=$B; gpu27 default; \
 			for e in \${GPU_AB:-}; do gpu27 \$e \$e; done" ;;
+	segs)
+		phase segs ${SEGS_LIMIT:-480} "$(declare -f gpu27); B=$B; \
+			for s in ${SEGS_AB:-2048 1024 512}; do echo \"--- MOOR_ATTN_SEGS=\$s\"; \
+			MOOR_ATTN_SEGS=\$s $B/tests/bench/bench_kern --only attention | grep k_flash_wg; done; \
+			for s in ${SEGS_AB:-2048 1024 512}; do BENCH_LENS=32768,131072 BENCH_DECODE=4 \
+			gpu27 MOOR_ATTN_SEGS=\$s MOOR_ATTN_SEGS=\$s; done" ;;
 	gpulong)
 		phase gpulong 580 "$(declare -f gpu27); B=$B; BENCH_LENS=1024,8192,32768,65536,131072 gpu27 long" ;;
 	pipe)
