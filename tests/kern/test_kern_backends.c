@@ -872,13 +872,18 @@ static void attn_dev(float *host, float *dO, const float *dq, const void *dK,
 /* With kern_limits.chunk set, the backend cuts a call's rows at the lines
  * of chunk and each piece's keys into segments by the piece alone (ops.h
  * attention), so one call of a forward equals, bit for bit, calls of its
- * pieces: on k_flash_wg (several pieces a launch, as many as the scratch
- * holds: two at a time here) and on k_flash, from a line and from between
- * lines (a first piece of 14 rows takes the split kernels), at short and
- * long keys. Run last: the chunk stays reserved. */
+ * pieces: on k_flash (a launch a piece) and on k_flash_wg, which launches
+ * pieces together as far as the partials' scratch and KCU_PIECES allow.
+ * The cases: from a line and from between lines (a first piece of 14
+ * rows takes the split kernels), at short and long keys; 3,000 rows at
+ * 34,000 need more partials (8 segments a piece) than the scratch holds
+ * (case_split_long's reserve left it about 464 MB: four pieces of 512
+ * rows), so two launches; 8,704 rows of one segment a piece
+ * (MOOR_ATTN_SEGS=1) are 17 pieces, more than KCU_PIECES. Run last: the
+ * chunk stays reserved. */
 static void case_attention_pieces(const char *desc)
 {
-	const int Hq = 24, Hkv = 4, D = 256, ch = 512, Tmax = 2048;
+	const int Hq = 24, Hkv = 4, D = 256, ch = 512, Tmax = 8704;
 	const int64_t L = 40960;
 	kern_limits lim = {.rows = 1024,
 			   .chunk = ch,
@@ -900,7 +905,9 @@ static void case_attention_pieces(const char *desc)
 	static const struct {
 		int T;
 		int64_t pos0;
-	} cs[] = {{2048, 0}, {2048, 31744}, {1500, 1010}, {1100, 38000}};
+		const char *segs; /* MOOR_ATTN_SEGS, or unset */
+	} cs[] = {{2048, 0, NULL},     {2048, 31744, NULL}, {1500, 1010, NULL},
+		  {1100, 38000, NULL}, {3000, 34000, NULL}, {8704, 0, "1"}};
 	for (int m = 0; m < 2; m++) {
 		const char *wg = m ? "0" : "1";
 		if (m == 0 && !wg_ok) {
@@ -912,6 +919,8 @@ static void case_attention_pieces(const char *desc)
 			const int T = cs[i].T;
 			const int64_t p0 = cs[i].pos0;
 			char nm[96];
+			if (cs[i].segs)
+				setenv("MOOR_ATTN_SEGS", cs[i].segs, 1);
 			snprintf(nm, sizeof nm, "pieces T=%d pos=%lld one call",
 				 T, (long long)p0);
 			attn_dev(a, dO, dq, dK, dV, T, p0, Hq, Hkv, D, wg, nm);
@@ -927,11 +936,14 @@ static void case_attention_pieces(const char *desc)
 				attn_dev(b + off * rw, dO, dq + off * rw, dK,
 					 dV, n, at, Hq, Hkv, D, wg, nm);
 			}
+			unsetenv("MOOR_ATTN_SEGS");
 			const int same = !memcmp(a, b, (size_t)T * rw * 4);
-			printf("  attention MOOR_ATTN_WG=%s T=%d at %lld: one "
-			       "call against %d pieces of lines %d apart: %s\n",
-			       wg, T, (long long)p0, np, ch,
-			       same ? "the same bits" : "DIFFER");
+			printf(
+			    "  attention MOOR_ATTN_WG=%s T=%d at %lld%s: one "
+			    "call against %d pieces of lines %d apart: %s\n",
+			    wg, T, (long long)p0,
+			    cs[i].segs ? " (MOOR_ATTN_SEGS=1)" : "", np, ch,
+			    same ? "the same bits" : "DIFFER");
 			ASSERT(same,
 			       "attention MOOR_ATTN_WG=%s T=%d pos=%lld: one "
 			       "call differs from its pieces",
