@@ -29,6 +29,7 @@ const char *const kern_bits_env[] = {"MOOR_NORM_V4",
 				     "MOOR_DEC_MMA",
 				     "MOOR_DEC_MT",
 				     "MOOR_ATTN_SEGS",
+				     "MOOR_GDN_TC",
 				     NULL};
 
 const kern_ops *kern_backend(const char *name)

@@ -1133,6 +1133,218 @@ static int gdn_cl_on(const kern_ctx *cx)
 	return cx->prop.major >= 9 && kcu_env_flag("MOOR_GDN_CL", 1);
 }
 
+/* ---- the state pass on tensor cores (MOOR_GDN_TC=1) ---- */
+
+/* 3xTF32 (CUTLASS's name for it): x = hi + lo, each a tf32 (cvt.rna: 11
+ * bits of significand), and a product of two such splits summed as lo hi
+ * + hi lo + hi hi, each an mma.m16n8k8 with fp32 accumulation; the lo lo
+ * term (2^-22 of the product) is dropped. So fp32 operands keep about
+ * fp32's precision on the tensor cores, in another order of sums than
+ * the SIMT kernels: other bits, one order per shape. */
+static __device__ inline uint32_t tf32_of(float x)
+{
+	uint32_t r;
+	asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+	return r;
+}
+template <int N>
+static __device__ inline void tf32_split(const float (&x)[N], uint32_t (&hi)[N],
+					 uint32_t (&lo)[N])
+{
+#pragma unroll
+	for (int i = 0; i < N; i++) {
+		hi[i] = tf32_of(x[i]);
+		lo[i] = tf32_of(x[i] - __uint_as_float(hi[i]));
+	}
+}
+static __device__ inline void mma1688(float (&c)[4], const uint32_t (&a)[4],
+				      const uint32_t (&b)[2])
+{
+	asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+		       "r"(b[1]));
+}
+/* c += a b, a and b split (3xTF32) */
+static __device__ inline void mma3x(float (&c)[4], const uint32_t (&ah)[4],
+				    const uint32_t (&al)[4],
+				    const uint32_t (&bh)[2],
+				    const uint32_t (&bl)[2])
+{
+	mma1688(c, al, bh);
+	mma1688(c, ah, bl);
+	mma1688(c, ah, bh);
+}
+
+/* k_hstate_tc: the state pass of dk 128 (k_hstate_rt<128>'s work and
+ * workspace: it writes each sub-chunk's starting state and V' where
+ * k_out4 reads them) in 3xTF32 on mma.sync. One block of 8 warps a (value
+ * head, 32 value columns): 192 blocks for the 27B, two an SM. A
+ * fragment's lanes are g = lane / 4 and t = lane % 4 (PTX's groupID and
+ * threadID_in_group):
+ *   V' = U - W S   M = 64 tokens, N = 32, K = 128: warp w takes rows
+ *                  16 (w % 4) .. + 15 and columns 16 (w / 4) .. + 15 (two
+ *                  n-tiles), A = W by rows, B = the state;
+ *   S <- e^(G_last) S + (k e^(G_last - G))^T V'   M = 128 state rows,
+ *                  N = 32, K = the sub-chunk's tokens (rounded up to 8;
+ *                  rows past n are zeros in k and in V'): warp w takes
+ *                  state rows 16 w .. + 15, every column (four n-tiles),
+ *                  its accumulators starting from e^(G_last) S; A = k e^(G_last
+ *                  - G) by columns (its transpose), B = V'.
+ * Shared rows are padded so that every fragment's 32 loads hit 32 banks:
+ * W [C][128 + 4] (lanes g rows apart, t columns), k [C][128 + 8] and U
+ * then V' and the state [.][32 + 8] (lanes t rows apart, g columns). 97
+ * KB. W of the next sub-chunk is copied under the update, as in
+ * k_hstate_rt. */
+#define TC_NT 256
+#define TC_PW (128 + 4)
+#define TC_PK (128 + 8)
+#define TC_PV (RT_SW + 8)
+
+static size_t hstate_tc_smem(void)
+{
+	return ((size_t)C * TC_PW + (size_t)C * TC_PK + (size_t)C * TC_PV +
+		(size_t)128 * TC_PV) *
+	       sizeof(float);
+}
+
+static __global__ void __launch_bounds__(TC_NT, 2)
+    k_hstate_tc(float *S, float *ws, int T, int Hv, int dv)
+{
+	kcu_pdl_enter();
+	constexpr int DK = 128, Q4 = RT_SW / 4;
+	extern __shared__ __align__(16) float tsm[];
+	float *sW = tsm;	     /* [C][TC_PW] W */
+	float *sK = sW + C * TC_PW;  /* [C][TC_PK] k e^(G_last - G) */
+	float *sU = sK + C * TC_PK;  /* [C][TC_PV] U, then V' */
+	float *sS = sU + C * TC_PV;  /* [DK][TC_PV] the state */
+	const int h = blockIdx.x, s0 = blockIdx.y * RT_SW;
+	const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2,
+		  t = tid & 3;
+	const int wm = (warp & 3) * 16, wn = (warp >> 2) * 16, um = warp * 16;
+	float *Sh = S + (size_t)h * DK * dv;
+	const size_t uf = unit_floats(DK, dv);
+	const size_t oU = off_U(DK), oG = off_G(DK, dv), oK = off_K(DK, dv),
+		     oS = off_S(DK, dv);
+
+	for (int e = tid; e < DK * RT_SW; e += TC_NT)
+		sS[(e / RT_SW) * TC_PV + e % RT_SW] =
+		    Sh[(size_t)(e / RT_SW) * dv + s0 + e % RT_SW];
+	hs_rows(sW, ws + (size_t)h * uf, DK, TC_PW);
+	cp_commit();
+	__syncthreads(); /* the state in (k_hstate_rt's first barrier) */
+	const int nch = (T + C - 1) / C;
+	for (int c = 0; c < nch; c++) {
+		const int n = T - c * C < C ? T - c * C : C;
+		float *u = ws + ((size_t)c * Hv + h) * uf;
+		const float gl = u[oG + n - 1];
+		hs_rows(sK, u + oK, DK, TC_PK);
+		for (int e = tid; e < C * Q4; e += TC_NT) {
+			int r = e / Q4, p = (e % Q4) * 4;
+			cp16(sU + r * TC_PV + p, u + oU + (size_t)r * dv + s0 + p,
+			     1);
+		}
+		cp_commit();
+		/* the state this sub-chunk starts from, for k_out4 */
+		for (int e = tid; e < DK * Q4; e += TC_NT) {
+			int d = e / Q4, p = (e % Q4) * 4;
+			*(float4 *)(u + oS + (size_t)d * dv + s0 + p) =
+			    *(const float4 *)(sS + d * TC_PV + p);
+		}
+		cp_wait<1>();
+		__syncthreads(); /* W in */
+		/* W S: rows wm + g (+ 8), columns wn + 8 i + 2 t (+ 1) */
+		float acc[2][4] = {};
+#pragma unroll 4
+		for (int d = 0; d < DK; d += 8) {
+			const float *w0 = sW + (wm + g) * TC_PW + d + t;
+			const float a[4] = {w0[0], w0[8 * TC_PW], w0[4],
+					    w0[8 * TC_PW + 4]};
+			uint32_t ah[4], al[4];
+			tf32_split(a, ah, al);
+#pragma unroll
+			for (int i = 0; i < 2; i++) {
+				const float *s = sS + (d + t) * TC_PV + wn + 8 * i + g;
+				const float b[2] = {s[0], s[4 * TC_PV]};
+				uint32_t bh[2], bl[2];
+				tf32_split(b, bh, bl);
+				mma3x(acc[i], ah, al, bh, bl);
+			}
+		}
+		cp_wait<0>();
+		__syncthreads(); /* k and U in; W read */
+		if (c + 1 < nch)
+			hs_rows(sW, u + (size_t)Hv * uf, DK, TC_PW);
+		cp_commit();
+		/* V' = U - W S (zeros past n) */
+#pragma unroll
+		for (int i = 0; i < 2; i++)
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const int r = wm + g + 8 * hf, col = wn + 8 * i + 2 * t;
+				float2 *su = (float2 *)(sU + r * TC_PV + col);
+				float2 v = make_float2(0.0f, 0.0f);
+				if (r < n) {
+					const float2 uv = *su;
+					v = make_float2(uv.x - acc[i][2 * hf],
+							uv.y - acc[i][2 * hf + 1]);
+					*(float2 *)(u + oU + (size_t)r * dv + s0 +
+						    col) = v;
+				}
+				*su = v;
+			}
+		__syncthreads(); /* V' whole */
+		/* S <- e^(G_last) S + (k e^(G_last - G))^T V': rows um + g
+		 * (+ 8), columns 8 i + 2 t (+ 1) */
+		const float egl = expf(gl);
+		float st[4][4];
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const float2 sv = *(const float2 *)(sS +
+					(um + g + 8 * hf) * TC_PV + 8 * i + 2 * t);
+				st[i][2 * hf] = sv.x * egl;
+				st[i][2 * hf + 1] = sv.y * egl;
+			}
+		const int jn = (n + 7) & ~7;
+		for (int j = 0; j < jn; j += 8) {
+			const float *k0 = sK + (j + t) * TC_PK + um + g;
+			const float a[4] = {k0[0], k0[8], k0[4 * TC_PK],
+					    k0[4 * TC_PK + 8]};
+			uint32_t ah[4], al[4];
+			tf32_split(a, ah, al);
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const float *v0 = sU + (j + t) * TC_PV + 8 * i + g;
+				const float b[2] = {v0[0], v0[4 * TC_PV]};
+				uint32_t bh[2], bl[2];
+				tf32_split(b, bh, bl);
+				mma3x(st[i], ah, al, bh, bl);
+			}
+		}
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++)
+				*(float2 *)(sS + (um + g + 8 * hf) * TC_PV + 8 * i +
+					    2 * t) =
+				    make_float2(st[i][2 * hf], st[i][2 * hf + 1]);
+		__syncthreads(); /* the state updated; k and V' read */
+	}
+	cp_wait<0>();
+	for (int e = tid; e < DK * RT_SW; e += TC_NT)
+		Sh[(size_t)(e / RT_SW) * dv + s0 + e % RT_SW] =
+		    sS[(e / RT_SW) * TC_PV + e % RT_SW];
+}
+
+/* k_hstate_tc for the state pass at dk 128 (where k_hstate_cl or
+ * k_hstate_rt<128> would run) with MOOR_GDN_TC=1 (opt-in until measured;
+ * read at each call, so that one process can compare). Other bits than
+ * the SIMT kernels': it is in kern_bits_env. */
+static int gdn_tc_on(void) { return kcu_env_flag("MOOR_GDN_TC", 0); }
+
 /* O for a sub-chunk's rows and OC value columns: 256 threads, a thread
  * (tx = tid % (OC / 4), ty = tid / (OC / 4)) holds columns 4 tx .. 4 tx +
  * 3 of rows ty + TY a. */
@@ -1554,6 +1766,10 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_cl_smem()));
 		KCU(cx, cudaFuncSetAttribute(
+			    k_hstate_tc,
+			    cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)hstate_tc_smem()));
+		KCU(cx, cudaFuncSetAttribute(
 			    k_hstate_rt<64>,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_rt_smem(64)));
@@ -1582,7 +1798,7 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 	}
 	const int per = gdn_pipe();
 	if (per && per < nch && !q->capturing && gdn_rt_on(dk, dv) &&
-	    dk == 128 && dv == 128 && hstate_nt() == 256)
+	    dk == 128 && dv == 128 && hstate_nt() == 256 && !gdn_tc_on())
 		return delta_pieces(q, o, S, qq, k, ldqk, v, ldv, g, beta, T,
 				    Hk, Hv, dk, dv, (float *)ws, act, per);
 	if (gdn_rt_on(dk, dv) && dk == 128 && dv == 128)
@@ -1604,6 +1820,9 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			kcu_go(q, k_hstate<SL16>, dim3(Hv, dv / SL16), 16 * SL16,
 			       hstate_smem(dk, SL16), S, (float *)ws, T, Hv, dk,
 			       dv);
+		else if (dk == 128 && gdn_tc_on())
+			kcu_go(q, k_hstate_tc, rg, TC_NT, hstate_tc_smem(), S,
+			       (float *)ws, T, Hv, dv);
 		else if (dk == 128 && gdn_cl_on(cx))
 			kcu_go(q, k_hstate_cl, dim3(Hv, dv / RT_SW, 2), CL_NT,
 			       hstate_cl_smem(), S, (float *)ws, T, Hv, dv);

@@ -548,6 +548,93 @@ static void case_gdn_rt_wide(void)
 	free(S0);
 }
 
+/* The state pass on tensor cores (MOOR_GDN_TC=1, k_hstate_tc: 3xTF32, so
+ * other bits than the SIMT kernels') at the 27B's shapes: against the CPU
+ * backend within case_gdn's tolerance (two heads' worth of the 27B's
+ * head sizes, 200 tokens: a short last sub-chunk), then 2,120 tokens of
+ * 48 heads against the default kernels within the same tolerance, and,
+ * by memcmp, itself in calls of 1,024, 1,024 and 72 tokens (the state
+ * carried between calls) against one call, and a second run against the
+ * first. */
+static void case_gdn_tc(void)
+{
+	setenv("MOOR_GDN_TC", "1", 1);
+	printf("  MOOR_GDN_TC=1:\n");
+	case_gdn();
+	const int Hk = 16, Hv = 48, dk = 128, dv = 128, T = 2120;
+	const int Ts[] = {1024, 1024, 72};
+	int ldqk = Hk * dk, ldv = Hv * dv;
+	size_t nq = (size_t)T * ldqk, nv = (size_t)T * ldv,
+	       ns = (size_t)Hv * dk * dv, ng = (size_t)T * Hv;
+	float *qq = rnd(nq, -1, 1), *k = rnd(nq, -1, 1), *v = rnd(nv, -1, 1);
+	float *g = rnd(ng, -0.3f, -0.01f), *beta = rnd(ng, 0.1f, 0.9f);
+	float *S0 = rnd(ns, -0.1f, 0.1f);
+	float *dq = up(&gpu, qq, nq * 4), *dk_ = up(&gpu, k, nq * 4),
+	      *dv_ = up(&gpu, v, nv * 4), *dg = up(&gpu, g, ng * 4),
+	      *db = up(&gpu, beta, ng * 4);
+	gpu.o->l2norm(gpu.q, dq, ldqk, T, Hk, dk, 1e-6f, 1.0f / sqrtf(dk),
+		      KERN_ACT_F32);
+	gpu.o->l2norm(gpu.q, dk_, ldqk, T, Hk, dk, 1e-6f, 1.0f, KERN_ACT_F32);
+	size_t wsb = gpu.o->delta_ws_bytes(gpu.c, T, Hv, dk, dv);
+	void *ws = zz(&gpu, wsb);
+	/* r = 0: the defaults; 1: MOOR_GDN_TC=1 in one call; 2: the same in
+	 * three calls; 3: one call again */
+	float *ho[4], *hS[4];
+	for (int r = 0; r < 4; r++) {
+		if (r)
+			setenv("MOOR_GDN_TC", "1", 1);
+		else
+			unsetenv("MOOR_GDN_TC");
+		float *dS = up(&gpu, S0, ns * 4), *dO = zz(&gpu, nv * 4);
+		for (int i = 0, t0 = 0; i < (r == 2 ? 3 : 1); t0 += Ts[i++]) {
+			int n = r == 2 ? Ts[i] : T;
+			size_t a = (size_t)t0;
+			int rc = gpu.o->delta_chunked(
+			    gpu.q, dO + a * ldv, dS, dq + a * ldqk,
+			    dk_ + a * ldqk, ldqk, dv_ + a * ldv, ldv,
+			    dg + a * Hv, db + a * Hv, n, Hk, Hv, dk, dv, ws,
+			    KERN_ACT_F32);
+			ASSERT(rc == 0, "delta_chunked: %s", moor_strerror(rc));
+		}
+		ho[r] = malloc(nv * 4);
+		hS[r] = malloc(ns * 4);
+		ASSERT(ho[r] && hS[r], "out of memory");
+		down(&gpu, ho[r], dO, nv * 4);
+		down(&gpu, hS[r], dS, ns * 4);
+		gpu.o->free(gpu.c, dS);
+		gpu.o->free(gpu.c, dO);
+	}
+	unsetenv("MOOR_GDN_TC");
+	/* the tolerance of case_gdn: another order of fp32 sums (3xTF32
+	 * keeps about fp32's precision) over a contracting recurrence */
+	close_all("delta tc o (48 heads)", ho[1], ho[0], nv, 1e-4, 1e-3);
+	close_all("delta tc S (48 heads)", hS[1], hS[0], ns, 1e-4, 1e-3);
+	ASSERT(!memcmp(ho[2], ho[1], nv * 4) && !memcmp(hS[2], hS[1], ns * 4),
+	       "MOOR_GDN_TC=1 in calls of 1,024, 1,024 and 72 tokens differs "
+	       "from one call");
+	ASSERT(!memcmp(ho[3], ho[1], nv * 4) && !memcmp(hS[3], hS[1], ns * 4),
+	       "MOOR_GDN_TC=1 differs from itself run to run");
+	printf("  %-28s calls of 1,024, 1,024, 72 and a second run: "
+	       "bit-exact\n",
+	       "delta tc");
+	for (int r = 0; r < 4; r++) {
+		free(ho[r]);
+		free(hS[r]);
+	}
+	gpu.o->free(gpu.c, ws);
+	gpu.o->free(gpu.c, dq);
+	gpu.o->free(gpu.c, dk_);
+	gpu.o->free(gpu.c, dv_);
+	gpu.o->free(gpu.c, dg);
+	gpu.o->free(gpu.c, db);
+	free(qq);
+	free(k);
+	free(v);
+	free(g);
+	free(beta);
+	free(S0);
+}
+
 /* ---- attention: both kernels, and a graph ---- */
 
 static void one_attn(bk *b, float *out, const float *qv, const void *K,
@@ -1776,6 +1863,7 @@ int main(void)
 	/* last: a fault there (a new kernel) leaves the other cases' results */
 	case_attention_wg(d);
 	case_attention_pieces(d);
+	case_gdn_tc();
 	cpu.o->destroy(cpu.c);
 	gpu.o->destroy(gpu.c);
 	return kt_done("test_kern_backends");
