@@ -1339,11 +1339,16 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 		    sS[(e / RT_SW) * TC_PV + e % RT_SW];
 }
 
-/* k_hstate_tc for the state pass at dk 128 (where k_hstate_cl or
- * k_hstate_rt<128> would run) with MOOR_GDN_TC=1 (opt-in until measured;
- * read at each call, so that one process can compare). Other bits than
- * the SIMT kernels': it is in kern_bits_env. */
-static int gdn_tc_on(void) { return kcu_env_flag("MOOR_GDN_TC", 0); }
+/* MOOR_GDN_TC (opt-in until measured; read at each call, so that one
+ * process can compare): 1 takes the tensor-core kernels of the chunked
+ * rule at dk 128 (k_hstate_tc where k_hstate_cl or k_hstate_rt<128> would
+ * run, k_out_tc where k_out4 would), 2 the state pass's alone. Other bits
+ * than the SIMT kernels': it is in kern_bits_env. */
+static int gdn_tc_on(void)
+{
+	long v = kcu_env_int("MOOR_GDN_TC", 0);
+	return v == 1 || v == 2 ? (int)v : 0;
+}
 
 /* O for a sub-chunk's rows and OC value columns: 256 threads, a thread
  * (tx = tid % (OC / 4), ty = tid / (OC / 4)) holds columns 4 tx .. 4 tx +
@@ -1533,6 +1538,111 @@ static size_t out4_smem(int dk)
 	return ((size_t)C * I16_PK(dk) + (size_t)dk * 64 + (size_t)C * O4_PA +
 		(size_t)C * 64) *
 	       sizeof(float);
+}
+
+/* k_out_tc: k_out4's output, O = (q e^G) S + Am V' (rounded when act is
+ * BF16), in 3xTF32 on mma.sync, the two products into one accumulator
+ * (S's first): other bits than k_out4's. One block of 8 warps a
+ * (sub-chunk, value head, 64 value columns), as k_out4; warp w takes rows
+ * 16 (w % 4) .. + 15 and columns 32 (w / 4) .. + 31 (four n-tiles). Am
+ * is lower triangular (zeros above its diagonal and past n, as intra
+ * writes it), so a warp's Am V' stops at the k-step of its last row.
+ * Shared rows padded for conflict-free fragments: q e^G [C][dk + 4] and
+ * Am [C][C + 4] (A, by rows), S [dk][64 + 8] and V' [C][64 + 8] (B). 106
+ * KB at dk 128. With k_hstate_tc (MOOR_GDN_TC=1, dk 128, dv % 64 == 0). */
+#define OT_PA (C + 4)
+#define OT_PV (64 + 8)
+
+static size_t out_tc_smem(int dk)
+{
+	return ((size_t)C * (dk + 4) + (size_t)dk * OT_PV + (size_t)C * OT_PA +
+		(size_t)C * OT_PV) *
+	       sizeof(float);
+}
+
+static __global__ void __launch_bounds__(256, 2)
+    k_out_tc(float *o, const float *ws, int T, int Hv, int dv, int act)
+{
+	kcu_pdl_enter();
+	constexpr int DK = 128, PQ = DK + 4, OC = 64, Q4 = OC / 4;
+	extern __shared__ __align__(16) float otm[];
+	float *sQ = otm;	    /* [C][PQ] q e^G */
+	float *sS = sQ + C * PQ;    /* [DK][OT_PV] */
+	float *sA = sS + DK * OT_PV; /* [C][OT_PA] Am */
+	float *sV = sA + C * OT_PA; /* [C][OT_PV] V' */
+	const int c = blockIdx.x, h = blockIdx.y, s0 = blockIdx.z * OC;
+	const int t0 = c * C, n = T - t0 < C ? T - t0 : C;
+	const float *u = ws + ((size_t)c * Hv + h) * unit_floats(DK, dv);
+	const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2,
+		  t = tid & 3;
+	const int wm = (warp & 3) * 16, wn = (warp >> 2) * 32;
+
+	/* q e^G and S first, then Am and V', which land under Q S */
+	hs_rows(sQ, u + off_Q(DK, dv), DK, PQ);
+	for (int e = tid; e < DK * Q4; e += 256) {
+		int d = e / Q4, p = (e % Q4) * 4;
+		cp16(sS + d * OT_PV + p, u + off_S(DK, dv) + (size_t)d * dv + s0 + p,
+		     1);
+	}
+	cp_commit();
+	for (int e = tid; e < C * Q4; e += 256) {
+		int j = e / Q4, p = (e % Q4) * 4;
+		cp16(sV + j * OT_PV + p, u + off_U(DK) + (size_t)j * dv + s0 + p,
+		     j < n);
+	}
+	const float *gA = u + off_A(DK, dv);
+	for (int e = tid; e < C * (C / 4); e += 256) {
+		int i = e / (C / 4), p = (e % (C / 4)) * 4;
+		cp16(sA + i * OT_PA + p, gA + (size_t)i * C + p, 1);
+	}
+	cp_commit();
+	cp_wait<1>();
+	__syncthreads();
+
+	float acc[4][4] = {};
+#pragma unroll 2
+	for (int d = 0; d < DK; d += 8) {
+		const float *q0 = sQ + (wm + g) * PQ + d + t;
+		const float a[4] = {q0[0], q0[8 * PQ], q0[4], q0[8 * PQ + 4]};
+		uint32_t ah[4], al[4];
+		tf32_split(a, ah, al);
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const float *s = sS + (d + t) * OT_PV + wn + 8 * i + g;
+			const float b[2] = {s[0], s[4 * OT_PV]};
+			uint32_t bh[2], bl[2];
+			tf32_split(b, bh, bl);
+			mma3x(acc[i], ah, al, bh, bl);
+		}
+	}
+	cp_wait<0>();
+	__syncthreads(); /* Am and V' in */
+	for (int j = 0; j < wm + 16; j += 8) {
+		const float *a0 = sA + (wm + g) * OT_PA + j + t;
+		const float a[4] = {a0[0], a0[8 * OT_PA], a0[4], a0[8 * OT_PA + 4]};
+		uint32_t ah[4], al[4];
+		tf32_split(a, ah, al);
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const float *v0 = sV + (j + t) * OT_PV + wn + 8 * i + g;
+			const float b[2] = {v0[0], v0[4 * OT_PV]};
+			uint32_t bh[2], bl[2];
+			tf32_split(b, bh, bl);
+			mma3x(acc[i], ah, al, bh, bl);
+		}
+	}
+#pragma unroll
+	for (int hf = 0; hf < 2; hf++) {
+		const int r = wm + g + 8 * hf;
+		if (r < n) {
+			float *op = o + ((size_t)(t0 + r) * Hv + h) * dv + s0 + wn + 2 * t;
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				*(float2 *)(op + 8 * i) =
+				    make_float2(kcu_rnd(acc[i][2 * hf], act),
+						kcu_rnd(acc[i][2 * hf + 1], act));
+		}
+	}
 }
 
 static int delta_check(float *o, float *S, const float *qq, const float *k,
@@ -1766,6 +1876,9 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_cl_smem()));
 		KCU(cx, cudaFuncSetAttribute(
+			    k_out_tc, cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)out_tc_smem(DMAX)));
+		KCU(cx, cudaFuncSetAttribute(
 			    k_hstate_tc,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_tc_smem()));
@@ -1839,7 +1952,11 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			kcu_go(q, k_hstate_rt<32>, rg, 128, hstate_rt_smem(dk), S,
 			       (float *)ws, T, Hv, dv);
 		KCU_LAUNCHED(cx);
-		if (dv % 64 == 0 && gdn_rt_on(dk, dv))
+		if (dv % 64 == 0 && dk == 128 && gdn_tc_on() == 1)
+			kcu_go(q, k_out_tc, dim3(nch, Hv, dv / 64), 256,
+			       out_tc_smem(dk), o, (const float *)ws, T, Hv, dv,
+			       act);
+		else if (dv % 64 == 0 && gdn_rt_on(dk, dv))
 			kcu_go(q, k_out4, dim3(nch, Hv, dv / 64), 256,
 			       out4_smem(dk), o, (const float *)ws, T, Hv, dk, dv,
 			       act);

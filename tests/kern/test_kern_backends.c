@@ -548,8 +548,9 @@ static void case_gdn_rt_wide(void)
 	free(S0);
 }
 
-/* The state pass on tensor cores (MOOR_GDN_TC=1, k_hstate_tc: 3xTF32, so
- * other bits than the SIMT kernels') at the 27B's shapes: against the CPU
+/* The chunked rule's state pass and output on tensor cores (MOOR_GDN_TC=1,
+ * k_hstate_tc and k_out_tc: 3xTF32, so other bits than the SIMT
+ * kernels') at the 27B's shapes: against the CPU
  * backend within case_gdn's tolerance (two heads' worth of the 27B's
  * head sizes, 200 tokens: a short last sub-chunk), then 2,120 tokens of
  * 48 heads against the default kernels within the same tolerance, and,
@@ -578,11 +579,12 @@ static void case_gdn_tc(void)
 	size_t wsb = gpu.o->delta_ws_bytes(gpu.c, T, Hv, dk, dv);
 	void *ws = zz(&gpu, wsb);
 	/* r = 0: the defaults; 1: MOOR_GDN_TC=1 in one call; 2: the same in
-	 * three calls; 3: one call again */
-	float *ho[4], *hS[4];
-	for (int r = 0; r < 4; r++) {
+	 * three calls; 3: one call again; 4: MOOR_GDN_TC=2 (the state pass
+	 * alone on tensor cores) */
+	float *ho[5], *hS[5];
+	for (int r = 0; r < 5; r++) {
 		if (r)
-			setenv("MOOR_GDN_TC", "1", 1);
+			setenv("MOOR_GDN_TC", r == 4 ? "2" : "1", 1);
 		else
 			unsetenv("MOOR_GDN_TC");
 		float *dS = up(&gpu, S0, ns * 4), *dO = zz(&gpu, nv * 4);
@@ -609,6 +611,7 @@ static void case_gdn_tc(void)
 	 * keeps about fp32's precision) over a contracting recurrence */
 	close_all("delta tc o (48 heads)", ho[1], ho[0], nv, 1e-4, 1e-3);
 	close_all("delta tc S (48 heads)", hS[1], hS[0], ns, 1e-4, 1e-3);
+	close_all("delta tc=2 o (48 heads)", ho[4], ho[0], nv, 1e-4, 1e-3);
 	ASSERT(!memcmp(ho[2], ho[1], nv * 4) && !memcmp(hS[2], hS[1], ns * 4),
 	       "MOOR_GDN_TC=1 in calls of 1,024, 1,024 and 72 tokens differs "
 	       "from one call");
@@ -617,7 +620,7 @@ static void case_gdn_tc(void)
 	printf("  %-28s calls of 1,024, 1,024, 72 and a second run: "
 	       "bit-exact\n",
 	       "delta tc");
-	for (int r = 0; r < 4; r++) {
+	for (int r = 0; r < 5; r++) {
 		free(ho[r]);
 		free(hS[r]);
 	}
