@@ -45,8 +45,10 @@
 
 /* One (sub-chunk, head) unit of the workspace, in floats: W [C][dk],
  * U [C][dv] (V' after k_hstate), Am [C][C], G [C], q e^G [C][dk],
- * k e^(G_last - G) [C][dk] (rows past the sub-chunk zero), and the state
- * entering the sub-chunk [dk][dv] (k_hstate writes it, k_out reads it).
+ * k e^(G_last - G) [C][dk] (rows past the sub-chunk zero; left unwritten
+ * at MOOR_GDN_TC=1, whose kernels make them from q, k and G), and the
+ * state entering the sub-chunk [dk][dv] (k_hstate writes it, k_out reads
+ * it).
  * Every part starts on a multiple of 4 floats when dk does. */
 static __host__ __device__ size_t unit_floats(int dk, int dv)
 {
@@ -309,7 +311,9 @@ static __global__ void __launch_bounds__(INTRA_THREADS)
  * that can lie on or below the diagonal summed; dk = dv = 128 a compile-
  * time constant (k_intra_rt<128>), and the writes in float4s. ncu on the
  * H100 (a 1,024-token chunk of the 27B's heads, test_kern_backends
- * holding every value to k_intra's by memcmp): 117 us against 163. */
+ * holding every value to k_intra's by memcmp): 117 us against 163.
+ * wqk = 0 leaves q e^G and k e^(G_last - G) out of the workspace (the
+ * tensor-core kernels of MOOR_GDN_TC=1 make their own). */
 /* component e (a constant once unrolled) of v */
 static __device__ inline float f4at(const float4 &v, int e)
 {
@@ -364,7 +368,7 @@ template <int DKV>
 static __global__ void __launch_bounds__(INTRA_THREADS, 2)
     k_intra_rt(float *ws, const float *q, const float *k, int ldqk,
 	       const float *v, int ldv, const float *g, const float *beta,
-	       int T, int Hk, int Hv, int dk, int dv)
+	       int T, int Hk, int Hv, int dk, int dv, int wqk)
 {
 	kcu_pdl_enter();
 	if (DKV)
@@ -466,7 +470,7 @@ static __global__ void __launch_bounds__(INTRA_THREADS, 2)
 	/* float4s of 4 values of a row (dk % 4 == 0), each value's
 	 * arithmetic as k_intra's */
 	const int d4 = dk / 4;
-	for (int e = tid; e < C * d4; e += nt) {
+	for (int e = tid; e < (wqk ? C * d4 : 0); e += nt) {
 		int i = e / d4, d = (e - i * d4) * 4;
 		float4 oq = make_float4(0.0f, 0.0f, 0.0f, 0.0f), ok = oq;
 		if (i < n) {
@@ -1179,7 +1183,11 @@ static __device__ inline void mma3x(float (&c)[4], const uint32_t (&ah)[4],
 
 /* k_hstate_tc: the state pass of dk 128 (k_hstate_rt<128>'s work and
  * workspace: it writes each sub-chunk's starting state and V' where
- * k_out4 reads them) in 3xTF32 on mma.sync. One block of 8 warps a (value
+ * k_out4 reads them) in 3xTF32 on mma.sync. It makes k e^(G_last - G)
+ * from k's rows and G as it loads them (intra's products, the same bits)
+ * instead of reading the workspace's copy, which intra leaves out at
+ * MOOR_GDN_TC=1 (32 KB a unit written, then read by four blocks a head:
+ * 25 MB of the 27B's 1,024-token chunk-layer). One block of 8 warps a (value
  * head, 32 value columns): 192 blocks for the 27B, two an SM. A
  * fragment's lanes are g = lane / 4 and t = lane % 4 (PTX's groupID and
  * threadID_in_group):
@@ -1210,7 +1218,8 @@ static size_t hstate_tc_smem(void)
 }
 
 static __global__ void __launch_bounds__(TC_NT, 2)
-    k_hstate_tc(float *S, float *ws, int T, int Hv, int dv)
+    k_hstate_tc(float *S, float *ws, const float *k, int ldqk, int T, int Hk,
+		int Hv, int dv)
 {
 	kcu_pdl_enter();
 	constexpr int DK = 128, Q4 = RT_SW / 4;
@@ -1224,9 +1233,9 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 		  t = tid & 3;
 	const int wm = (warp & 3) * 16, wn = (warp >> 2) * 16, um = warp * 16;
 	float *Sh = S + (size_t)h * DK * dv;
+	const float *kh = k + (size_t)(h / (Hv / Hk)) * DK;
 	const size_t uf = unit_floats(DK, dv);
-	const size_t oU = off_U(DK), oG = off_G(DK, dv), oK = off_K(DK, dv),
-		     oS = off_S(DK, dv);
+	const size_t oU = off_U(DK), oG = off_G(DK, dv), oS = off_S(DK, dv);
 
 	for (int e = tid; e < DK * RT_SW; e += TC_NT)
 		sS[(e / RT_SW) * TC_PV + e % RT_SW] =
@@ -1239,7 +1248,14 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 		const int n = T - c * C < C ? T - c * C : C;
 		float *u = ws + ((size_t)c * Hv + h) * uf;
 		const float gl = u[oG + n - 1];
-		hs_rows(sK, u + oK, DK, TC_PK);
+		/* k's rows of the sub-chunk (zeros past n), made k e^(G_last -
+		 * G) below */
+		const float *kc = kh + (size_t)c * C * ldqk;
+		for (int e = tid; e < C * (DK / 4); e += TC_NT) {
+			int j = e / (DK / 4), p = (e % (DK / 4)) * 4;
+			cp16(sK + j * TC_PK + p, kc + (size_t)(j < n ? j : 0) * ldqk + p,
+			     j < n);
+		}
 		for (int e = tid; e < C * Q4; e += TC_NT) {
 			int r = e / Q4, p = (e % Q4) * 4;
 			cp16(sU + r * TC_PV + p, u + oU + (size_t)r * dv + s0 + p,
@@ -1277,6 +1293,15 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 		if (c + 1 < nch)
 			hs_rows(sW, u + (size_t)Hv * uf, DK, TC_PW);
 		cp_commit();
+		/* k e^(G_last - G), each value's product as intra's (the same
+		 * expf of the same G), so the same bits as the workspace's */
+		for (int e = tid; e < C * (DK / 4); e += TC_NT) {
+			int j = e / (DK / 4), p = (e % (DK / 4)) * 4;
+			const float ek = j < n ? expf(gl - u[oG + j]) : 0.0f;
+			float4 *kp = (float4 *)(sK + j * TC_PK + p);
+			const float4 a = *kp;
+			*kp = make_float4(a.x * ek, a.y * ek, a.z * ek, a.w * ek);
+		}
 		/* V' = U - W S (zeros past n) */
 #pragma unroll
 		for (int i = 0; i < 2; i++)
@@ -1294,7 +1319,7 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 				}
 				*su = v;
 			}
-		__syncthreads(); /* V' whole */
+		__syncthreads(); /* V' and k e^(G_last - G) whole */
 		/* S <- e^(G_last) S + (k e^(G_last - G))^T V': rows um + g
 		 * (+ 8), columns 8 i + 2 t (+ 1) */
 		const float egl = expf(gl);
@@ -1543,7 +1568,8 @@ static size_t out4_smem(int dk)
 /* k_out_tc: k_out4's output, O = (q e^G) S + Am V' (rounded when act is
  * BF16), in 3xTF32 on mma.sync, the two products into one accumulator
  * (S's first): other bits than k_out4's. One block of 8 warps a
- * (sub-chunk, value head, 64 value columns), as k_out4; warp w takes rows
+ * (sub-chunk, value head, 64 value columns), as k_out4, making q e^G from
+ * q's rows and G as k_hstate_tc makes k e^(G_last - G); warp w takes rows
  * 16 (w % 4) .. + 15 and columns 32 (w / 4) .. + 31 (four n-tiles). Am
  * is lower triangular (zeros above its diagonal and past n, as intra
  * writes it), so a warp's Am V' stops at the k-step of its last row.
@@ -1561,7 +1587,8 @@ static size_t out_tc_smem(int dk)
 }
 
 static __global__ void __launch_bounds__(256, 2)
-    k_out_tc(float *o, const float *ws, int T, int Hv, int dv, int act)
+    k_out_tc(float *o, const float *ws, const float *q, int ldqk, int T,
+	     int Hk, int Hv, int dv, int act)
 {
 	kcu_pdl_enter();
 	constexpr int DK = 128, PQ = DK + 4, OC = 64, Q4 = OC / 4;
@@ -1577,8 +1604,14 @@ static __global__ void __launch_bounds__(256, 2)
 		  t = tid & 3;
 	const int wm = (warp & 3) * 16, wn = (warp >> 2) * 32;
 
-	/* q e^G and S first, then Am and V', which land under Q S */
-	hs_rows(sQ, u + off_Q(DK, dv), DK, PQ);
+	/* q (zeros past n) and S first, then Am and V', which land under
+	 * Q S */
+	const float *qc = q + (size_t)t0 * ldqk + (size_t)(h / (Hv / Hk)) * DK;
+	for (int e = tid; e < C * (DK / 4); e += 256) {
+		int i = e / (DK / 4), p = (e % (DK / 4)) * 4;
+		cp16(sQ + i * PQ + p, qc + (size_t)(i < n ? i : 0) * ldqk + p,
+		     i < n);
+	}
 	for (int e = tid; e < DK * Q4; e += 256) {
 		int d = e / Q4, p = (e % Q4) * 4;
 		cp16(sS + d * OT_PV + p, u + off_S(DK, dv) + (size_t)d * dv + s0 + p,
@@ -1597,6 +1630,17 @@ static __global__ void __launch_bounds__(256, 2)
 	}
 	cp_commit();
 	cp_wait<1>();
+	__syncthreads();
+	/* q e^G, each value's product as intra's (the same expf of the same
+	 * G), so the same bits as the workspace's */
+	const float *gG = u + off_G(DK, dv);
+	for (int e = tid; e < C * (DK / 4); e += 256) {
+		int i = e / (DK / 4), p = (e % (DK / 4)) * 4;
+		const float eq = i < n ? expf(gG[i]) : 0.0f;
+		float4 *qp = (float4 *)(sQ + i * PQ + p);
+		const float4 a = *qp;
+		*qp = make_float4(a.x * eq, a.y * eq, a.z * eq, a.w * eq);
+	}
 	__syncthreads();
 
 	float acc[4][4] = {};
@@ -1808,7 +1852,7 @@ static int delta_pieces(kern_queue *q, float *o, float *S, const float *qq,
 		       ws + (size_t)(t0 / C) * Hv * uf, qq + (size_t)t0 * ldqk,
 		       k + (size_t)t0 * ldqk, ldqk, v + (size_t)t0 * ldv, ldv,
 		       g + (size_t)t0 * Hv, beta + (size_t)t0 * Hv, tp, Hk, Hv,
-		       dk, dv);
+		       dk, dv, 1);
 		KCU_LAUNCHED(cx);
 		KCU(cx, cudaEventRecord(evi[p], lq.s));
 	}
@@ -1909,19 +1953,28 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    (int)out_smem(DMAX, 16)));
 		attr_set = 1;
 	}
+	/* the tensor-core kernels (MOOR_GDN_TC) where the register-tile ones
+	 * run at dk 128, q and k in 16-byte rows; at 1 intra leaves q e^G
+	 * and k e^(G_last - G) out of the workspace, which k_hstate_tc and
+	 * k_out_tc make from q, k and G where they load them */
+	const int tc = gdn_rt_on(dk, dv) && dk == 128 && dv % 64 == 0 &&
+			       ldqk % 4 == 0 &&
+			       !(((uintptr_t)qq | (uintptr_t)k) & 15)
+			   ? gdn_tc_on()
+			   : 0;
 	const int per = gdn_pipe();
 	if (per && per < nch && !q->capturing && gdn_rt_on(dk, dv) &&
-	    dk == 128 && dv == 128 && hstate_nt() == 256 && !gdn_tc_on())
+	    dk == 128 && dv == 128 && hstate_nt() == 256 && !tc)
 		return delta_pieces(q, o, S, qq, k, ldqk, v, ldv, g, beta, T,
 				    Hk, Hv, dk, dv, (float *)ws, act, per);
 	if (gdn_rt_on(dk, dv) && dk == 128 && dv == 128)
 		kcu_go(q, k_intra_rt<128>, dim3(nch, Hv), INTRA_THREADS,
 		       intra_rt_smem(dk, dv), (float *)ws, qq, k, ldqk, v, ldv,
-		       g, beta, T, Hk, Hv, dk, dv);
+		       g, beta, T, Hk, Hv, dk, dv, tc != 1);
 	else if (gdn_rt_on(dk, dv))
 		kcu_go(q, k_intra_rt<0>, dim3(nch, Hv), INTRA_THREADS,
 		       intra_rt_smem(dk, dv), (float *)ws, qq, k, ldqk, v, ldv,
-		       g, beta, T, Hk, Hv, dk, dv);
+		       g, beta, T, Hk, Hv, dk, dv, tc != 1);
 	else
 		kcu_go(q, k_intra, dim3(nch, Hv), INTRA_THREADS, sm1,
 		       (float *)ws, qq, k, ldqk, v, ldv, g, beta, T, Hk, Hv, dk,
@@ -1933,9 +1986,9 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			kcu_go(q, k_hstate<SL16>, dim3(Hv, dv / SL16), 16 * SL16,
 			       hstate_smem(dk, SL16), S, (float *)ws, T, Hv, dk,
 			       dv);
-		else if (dk == 128 && gdn_tc_on())
+		else if (tc)
 			kcu_go(q, k_hstate_tc, rg, TC_NT, hstate_tc_smem(), S,
-			       (float *)ws, T, Hv, dv);
+			       (float *)ws, k, ldqk, T, Hk, Hv, dv);
 		else if (dk == 128 && gdn_cl_on(cx))
 			kcu_go(q, k_hstate_cl, dim3(Hv, dv / RT_SW, 2), CL_NT,
 			       hstate_cl_smem(), S, (float *)ws, T, Hv, dv);
@@ -1952,10 +2005,10 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			kcu_go(q, k_hstate_rt<32>, rg, 128, hstate_rt_smem(dk), S,
 			       (float *)ws, T, Hv, dv);
 		KCU_LAUNCHED(cx);
-		if (dv % 64 == 0 && dk == 128 && gdn_tc_on() == 1)
+		if (tc == 1)
 			kcu_go(q, k_out_tc, dim3(nch, Hv, dv / 64), 256,
-			       out_tc_smem(dk), o, (const float *)ws, T, Hv, dv,
-			       act);
+			       out_tc_smem(dk), o, (const float *)ws, qq, ldqk,
+			       T, Hk, Hv, dv, act);
 		else if (dv % 64 == 0 && gdn_rt_on(dk, dv))
 			kcu_go(q, k_out4, dim3(nch, Hv, dv / 64), 256,
 			       out4_smem(dk), o, (const float *)ws, T, Hv, dk, dv,

@@ -553,7 +553,9 @@ static void case_gdn_rt_wide(void)
  * kernels') at the 27B's shapes: against the CPU
  * backend within case_gdn's tolerance (two heads' worth of the 27B's
  * head sizes, 200 tokens: a short last sub-chunk), then 2,120 tokens of
- * 48 heads against the default kernels within the same tolerance, and,
+ * 48 heads against the default kernels within the same tolerance (the
+ * workspace NaNs before each run: what the tensor-core kernels read is
+ * what intra wrote), and,
  * by memcmp, itself in calls of 1,024, 1,024 and 72 tokens (the state
  * carried between calls) against one call, and a second run against the
  * first. */
@@ -577,7 +579,11 @@ static void case_gdn_tc(void)
 		      KERN_ACT_F32);
 	gpu.o->l2norm(gpu.q, dk_, ldqk, T, Hk, dk, 1e-6f, 1.0f, KERN_ACT_F32);
 	size_t wsb = gpu.o->delta_ws_bytes(gpu.c, T, Hv, dk, dv);
-	void *ws = zz(&gpu, wsb);
+	/* each run's workspace starts as NaNs: at MOOR_GDN_TC=1 intra leaves
+	 * q e^G and k e^(G_last - G) out of it, and nothing may read them */
+	unsigned char *nan = malloc(wsb);
+	ASSERT(nan, "out of memory");
+	memset(nan, 0xff, wsb);
 	/* r = 0: the defaults; 1: MOOR_GDN_TC=1 in one call; 2: the same in
 	 * three calls; 3: one call again; 4: MOOR_GDN_TC=2 (the state pass
 	 * alone on tensor cores) */
@@ -588,6 +594,7 @@ static void case_gdn_tc(void)
 		else
 			unsetenv("MOOR_GDN_TC");
 		float *dS = up(&gpu, S0, ns * 4), *dO = zz(&gpu, nv * 4);
+		void *ws = up(&gpu, nan, wsb);
 		for (int i = 0, t0 = 0; i < (r == 2 ? 3 : 1); t0 += Ts[i++]) {
 			int n = r == 2 ? Ts[i] : T;
 			size_t a = (size_t)t0;
@@ -605,7 +612,9 @@ static void case_gdn_tc(void)
 		down(&gpu, hS[r], dS, ns * 4);
 		gpu.o->free(gpu.c, dS);
 		gpu.o->free(gpu.c, dO);
+		gpu.o->free(gpu.c, ws);
 	}
+	free(nan);
 	unsetenv("MOOR_GDN_TC");
 	/* the tolerance of case_gdn: another order of fp32 sums (3xTF32
 	 * keeps about fp32's precision) over a contracting recurrence */
@@ -624,7 +633,6 @@ static void case_gdn_tc(void)
 		free(ho[r]);
 		free(hS[r]);
 	}
-	gpu.o->free(gpu.c, ws);
 	gpu.o->free(gpu.c, dq);
 	gpu.o->free(gpu.c, dk_);
 	gpu.o->free(gpu.c, dv_);
