@@ -1366,8 +1366,9 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 
 /* MOOR_GDN_TC (opt-in until measured; read at each call, so that one
  * process can compare): 1 takes the tensor-core kernels of the chunked
- * rule at dk 128 (k_hstate_tc where k_hstate_cl or k_hstate_rt<128> would
- * run, k_out_tc where k_out4 would), 2 the state pass's alone. Other bits
+ * rule at dk 128 (k_intra_tc where k_intra_rt<128> would run, k_hstate_tc
+ * where k_hstate_cl or k_hstate_rt<128> would, k_out_tc where k_out4
+ * would), 2 the state pass's alone. Other bits
  * than the SIMT kernels': it is in kern_bits_env. */
 static int gdn_tc_on(void)
 {
@@ -1689,6 +1690,219 @@ static __global__ void __launch_bounds__(256, 2)
 	}
 }
 
+/* k_intra_tc: intra at dk = dv = 128 for MOOR_GDN_TC=1, its products in
+ * 3xTF32 on mma.sync (the tf32 helpers below k_hstate_cl), and W and U as
+ * X (beta e^G K) and X (beta V) with X = (I + A)^-1 made once (64 columns
+ * of the substitution instead of W's and U's 256). Other bits than
+ * k_intra_rt's. It writes W, U, Am and G (q e^G and k e^(G_last - G) are
+ * made where they are read, by k_hstate_tc and k_out_tc). One block of 8
+ * warps a (sub-chunk, value head), two an SM; a fragment's lanes are g =
+ * lane / 4, t = lane % 4:
+ *   products   warp w: k k^T (w < 4) or q k^T, rows 16 (w % 4) .. + 15,
+ *              the n-tiles on or below the diagonal; A_ij = (beta_i k_i .
+ *              k_j) e^(G_i - G_j) (j < i) into shared memory by columns,
+ *              Am_ij = (q_i . k_j) e^(G_i - G_j) (j <= i) to the
+ *              workspace; zeros above and past n;
+ *   X          64 threads, a column of X each in registers, right-looking
+ *              as intra_subst_rl (the others wait);
+ *   W, U       warp w: W (w < 4) or U, rows 16 (w % 4) .. + 15, all 16
+ *              n-tiles, over the k-steps up to its last row (X is lower
+ *              triangular).
+ * Shared: k and q [C][128 + 4] for the products (A and B both by rows),
+ * then beta e^G k in q's place and beta v in k's [C][128 + 8] (B of W and
+ * U), A by columns then X by rows [C][C + 4]; 88 KB. */
+#define IT_P1 (128 + 4)
+#define IT_P2 (128 + 8)
+#define IT_PX (C + 4)
+
+static size_t intra_tc_smem(void)
+{
+	return ((size_t)2 * C * IT_P2 + (size_t)C * IT_PX + 3 * C) *
+	       sizeof(float);
+}
+
+static __global__ void __launch_bounds__(256, 2)
+    k_intra_tc(float *ws, const float *q, const float *k, int ldqk,
+	       const float *v, int ldv, const float *g, const float *beta,
+	       int T, int Hk, int Hv)
+{
+	kcu_pdl_enter();
+	constexpr int DK = 128, DV = 128, Q4 = DK / 4;
+	extern __shared__ __align__(16) float ism[];
+	float *sk = ism;	     /* k [C][IT_P1], then beta v [C][IT_P2] */
+	float *sq = sk + C * IT_P2;  /* q [C][IT_P1], then beta e^G k [C][IT_P2] */
+	float *sX = sq + C * IT_P2;  /* A by columns, then X by rows [C][IT_PX] */
+	float *sG = sX + C * IT_PX;  /* [C] */
+	float *sb = sG + C;	     /* [C] beta */
+	float *sEq = sb + C;	     /* [C] e^G */
+	const int c = blockIdx.x, h = blockIdx.y, t0 = c * C;
+	const int n = T - t0 < C ? T - t0 : C;
+	const int tid = threadIdx.x, warp = tid >> 5, gl = (tid & 31) >> 2,
+		  tl = tid & 3;
+	const int mt = warp & 3, pr = warp >> 2, m0 = 16 * mt;
+	float *u = ws + ((size_t)c * Hv + h) * unit_floats(DK, DV);
+
+	const size_t kq = (size_t)t0 * ldqk + (size_t)(h / (Hv / Hk)) * DK;
+	for (int e = tid; e < C * Q4; e += 256) {
+		int i = e / Q4, p = (e % Q4) * 4;
+		size_t off = kq + (size_t)(i < n ? i : 0) * ldqk + p;
+		cp16(sk + i * IT_P1 + p, k + off, i < n);
+		cp16(sq + i * IT_P1 + p, q + off, i < n);
+	}
+	cp_commit();
+	for (int i = tid; i < C; i += 256) {
+		size_t t = (size_t)(t0 + i);
+		sG[i] = i < n ? g[t * Hv + h] : 0.0f;
+		sb[i] = i < n ? beta[t * Hv + h] : 0.0f;
+	}
+	__syncthreads();
+	if (tid == 0) {
+		/* the cumulative sum in fp64, rounded per row (k_intra_rt's) */
+		double cum = 0.0;
+		for (int i = 0; i < n; i++) {
+			cum += sG[i];
+			sG[i] = (float)cum;
+		}
+	}
+	__syncthreads();
+	for (int i = tid; i < C; i += 256) {
+		sEq[i] = i < n ? expf(sG[i]) : 0.0f;
+		u[off_G(DK, DV) + i] = i < n ? sG[i] : 0.0f;
+	}
+	cp_wait<0>();
+	__syncthreads(); /* k, q and e^G in */
+
+	/* the products, 4 n-tiles at a time: n-tiles 0 .. 2 mt + 1 hold the
+	 * lower triangle, the rest are zeros */
+	float *Am = u + off_A(DK, DV);
+	for (int j0 = 0; j0 < 8; j0 += 4) {
+		const float *sa = pr ? sq : sk;
+		const int nn = 2 * mt + 2;
+		float acc[4][4] = {};
+		for (int d = 0; d < (j0 < nn ? DK : 0); d += 8) {
+			const float *a0 = sa + (m0 + gl) * IT_P1 + d + tl;
+			const float a[4] = {a0[0], a0[8 * IT_P1], a0[4],
+					    a0[8 * IT_P1 + 4]};
+			uint32_t ah[4], al[4];
+			tf32_split(a, ah, al);
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				if (j0 + j < nn) {
+					const float *b0 = sk +
+							  (8 * (j0 + j) + gl) * IT_P1 +
+							  d + tl;
+					const float b[2] = {b0[0], b0[4]};
+					uint32_t bh[2], bl[2];
+					tf32_split(b, bh, bl);
+					mma3x(acc[j], ah, al, bh, bl);
+				}
+		}
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const int i = m0 + gl + 8 * (e >> 1),
+					  jj = 8 * (j0 + j) + 2 * tl + (e & 1);
+				float x = 0.0f;
+				if (j0 + j < nn && i < n && jj <= i) {
+					const float dm = expf(sG[i] - sG[jj]);
+					x = pr ? acc[j][e] * dm
+					       : jj < i ? (sb[i] * acc[j][e]) * dm
+							: 0.0f;
+				}
+				if (pr)
+					Am[i * C + jj] = x;
+				else
+					sX[jj * IT_PX + i] = x;
+			}
+	}
+	__syncthreads(); /* k and q read; A whole */
+	/* beta e^G k in q's place (k_intra_rt's W before the substitution) */
+	for (int e = tid; e < C * Q4; e += 256) {
+		int i = e / Q4, p = (e % Q4) * 4;
+		const float4 a = *(const float4 *)(sk + i * IT_P1 + p);
+		const float bb = sb[i], eq = sEq[i];
+		*(float4 *)(sq + i * IT_P2 + p) =
+		    make_float4((a.x * bb) * eq, (a.y * bb) * eq,
+				(a.z * bb) * eq, (a.w * bb) * eq);
+	}
+	__syncthreads(); /* k read: v goes in its place */
+	const float *vc = v + (size_t)t0 * ldv + (size_t)h * DV;
+	for (int e = tid; e < C * (DV / 4); e += 256) {
+		int i = e / (DV / 4), p = (e % (DV / 4)) * 4;
+		cp16(sk + i * IT_P2 + p, vc + (size_t)(i < n ? i : 0) * ldv + p,
+		     i < n);
+	}
+	cp_commit();
+	/* X = (I + A)^-1: column tid of X from e_tid, right-looking */
+	float xr[C];
+	if (tid < C) {
+#pragma unroll
+		for (int i = 0; i < C; i++)
+			xr[i] = i == tid ? 1.0f : 0.0f;
+#pragma unroll
+		for (int j = 0; j < C - 1; j++) {
+			const float xj = xr[j];
+#pragma unroll
+			for (int i4 = (j + 1) & ~3; i4 < C; i4 += 4) {
+				const float4 a =
+				    *(const float4 *)(sX + j * IT_PX + i4);
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					if (i4 + e > j)
+						xr[i4 + e] -= f4at(a, e) * xj;
+			}
+		}
+	}
+	__syncthreads(); /* A read */
+	if (tid < C)
+#pragma unroll
+		for (int i = 0; i < C; i++)
+			sX[i * IT_PX + tid] = xr[i];
+	cp_wait<0>();
+	__syncthreads(); /* X whole, v in */
+	/* beta v (intra_bv's products) */
+	for (int e = tid; e < C * (DV / 4); e += 256) {
+		int i = e / (DV / 4), p = (e % (DV / 4)) * 4;
+		float4 *vp = (float4 *)(sk + i * IT_P2 + p);
+		const float4 a = *vp;
+		const float bb = sb[i];
+		*vp = make_float4(a.x * bb, a.y * bb, a.z * bb, a.w * bb);
+	}
+	__syncthreads();
+	/* W = X (beta e^G k) (w < 4), U = X (beta v): rows m0 + gl (+ 8),
+	 * columns 8 i + 2 tl (+ 1); rows past n are zeros (X's rows there
+	 * are e_i, and k's and v's rows zeros) */
+	for (int half = 0; half < 2; half++) { /* 8 n-tiles at a time */
+		const float *sB = (pr ? sk : sq) + 64 * half;
+		float acc[8][4] = {};
+		for (int j = 0; j < m0 + 16; j += 8) {
+			const float *x0 = sX + (m0 + gl) * IT_PX + j + tl;
+			const float a[4] = {x0[0], x0[8 * IT_PX], x0[4],
+					    x0[8 * IT_PX + 4]};
+			uint32_t ah[4], al[4];
+			tf32_split(a, ah, al);
+#pragma unroll
+			for (int i = 0; i < 8; i++) {
+				const float *b0 = sB + (j + tl) * IT_P2 + 8 * i + gl;
+				const float b[2] = {b0[0], b0[4 * IT_P2]};
+				uint32_t bh[2], bl[2];
+				tf32_split(b, bh, bl);
+				mma3x(acc[i], ah, al, bh, bl);
+			}
+		}
+		float *dst = u + (pr ? off_U(DK) : 0) + 64 * half;
+#pragma unroll
+		for (int hf = 0; hf < 2; hf++) {
+			const int r = m0 + gl + 8 * hf;
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				*(float2 *)(dst + (size_t)r * 128 + 8 * i + 2 * tl) =
+				    make_float2(acc[i][2 * hf], acc[i][2 * hf + 1]);
+		}
+	}
+}
+
 static int delta_check(float *o, float *S, const float *qq, const float *k,
 		       int ldqk, const float *v, int ldv, const float *g,
 		       const float *beta, int T, int Hk, int Hv, int dk, int dv,
@@ -1920,6 +2134,10 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_cl_smem()));
 		KCU(cx, cudaFuncSetAttribute(
+			    k_intra_tc,
+			    cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)intra_tc_smem()));
+		KCU(cx, cudaFuncSetAttribute(
 			    k_out_tc, cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)out_tc_smem(DMAX)));
 		KCU(cx, cudaFuncSetAttribute(
@@ -1958,8 +2176,9 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 	 * and k e^(G_last - G) out of the workspace, which k_hstate_tc and
 	 * k_out_tc make from q, k and G where they load them */
 	const int tc = gdn_rt_on(dk, dv) && dk == 128 && dv % 64 == 0 &&
-			       ldqk % 4 == 0 &&
-			       !(((uintptr_t)qq | (uintptr_t)k) & 15)
+			       ldqk % 4 == 0 && ldv % 4 == 0 &&
+			       !(((uintptr_t)qq | (uintptr_t)k | (uintptr_t)v) &
+				 15)
 			   ? gdn_tc_on()
 			   : 0;
 	const int per = gdn_pipe();
@@ -1967,7 +2186,10 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 	    dk == 128 && dv == 128 && hstate_nt() == 256 && !tc)
 		return delta_pieces(q, o, S, qq, k, ldqk, v, ldv, g, beta, T,
 				    Hk, Hv, dk, dv, (float *)ws, act, per);
-	if (gdn_rt_on(dk, dv) && dk == 128 && dv == 128)
+	if (tc == 1 && dv == 128)
+		kcu_go(q, k_intra_tc, dim3(nch, Hv), 256, intra_tc_smem(),
+		       (float *)ws, qq, k, ldqk, v, ldv, g, beta, T, Hk, Hv);
+	else if (gdn_rt_on(dk, dv) && dk == 128 && dv == 128)
 		kcu_go(q, k_intra_rt<128>, dim3(nch, Hv), INTRA_THREADS,
 		       intra_rt_smem(dk, dv), (float *)ws, qq, k, ldqk, v, ldv,
 		       g, beta, T, Hk, Hv, dk, dv, tc != 1);
