@@ -1,0 +1,595 @@
+/* gdn_tc.cuh: the chunked delta rule's tensor-core kernels at dk 128
+ * (MOOR_GDN_TC, gdn.cu): k_intra_tc, k_hstate_tc and k_out_tc, 3xTF32 on
+ * mma.sync, on gdn_ws.cuh. Included by gdn.cu, and by the host emulation
+ * (tests/kern/test_gdn_tc_emu.cc, KCU_HOST_EMU), which supplies tf32_of,
+ * mma1688, the cp.async calls, kcu_pdl_enter, kcu_rnd and __syncthreads
+ * and runs a block as 256 threads: so CI checks the kernels' indexing and
+ * arithmetic against the SPEC without a GPU. */
+#ifndef MOOR_GDN_TC_CUH
+#define MOOR_GDN_TC_CUH
+
+#include "gdn_ws.cuh"
+
+/* 3xTF32 (CUTLASS's name for it): x = hi + lo, each a tf32 (cvt.rna: 11
+ * bits of significand), and a product of two such splits summed as lo hi
+ * + hi lo + hi hi, each an mma.m16n8k8 with fp32 accumulation; the lo lo
+ * term (2^-22 of the product) is dropped. So fp32 operands keep about
+ * fp32's precision on the tensor cores, in another order of sums than
+ * the SIMT kernels: other bits, one order per shape. */
+#ifndef KCU_HOST_EMU
+static __device__ inline uint32_t tf32_of(float x)
+{
+	uint32_t r;
+	asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+	return r;
+}
+#endif
+template <int N>
+static __device__ inline void tf32_split(const float (&x)[N], uint32_t (&hi)[N],
+					 uint32_t (&lo)[N])
+{
+#pragma unroll
+	for (int i = 0; i < N; i++) {
+		hi[i] = tf32_of(x[i]);
+		lo[i] = tf32_of(x[i] - __uint_as_float(hi[i]));
+	}
+}
+#ifndef KCU_HOST_EMU
+static __device__ inline void mma1688(float (&c)[4], const uint32_t (&a)[4],
+				      const uint32_t (&b)[2])
+{
+	asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+		       "r"(b[1]));
+}
+#endif
+/* c += a b, a and b split (3xTF32) */
+static __device__ inline void mma3x(float (&c)[4], const uint32_t (&ah)[4],
+				    const uint32_t (&al)[4],
+				    const uint32_t (&bh)[2],
+				    const uint32_t (&bl)[2])
+{
+	mma1688(c, al, bh);
+	mma1688(c, ah, bl);
+	mma1688(c, ah, bh);
+}
+
+/* k_hstate_tc: the state pass of dk 128 (k_hstate_rt<128>'s work and
+ * workspace: it writes each sub-chunk's starting state and V' where
+ * k_out4 reads them) in 3xTF32 on mma.sync. It makes k e^(G_last - G)
+ * from k's rows and G as it loads them (intra's products, the same bits)
+ * instead of reading the workspace's copy, which intra leaves out at
+ * MOOR_GDN_TC=1 (32 KB a unit written, then read by four blocks a head:
+ * 25 MB of the 27B's 1,024-token chunk-layer). One block of 8 warps a (value
+ * head, 32 value columns): 192 blocks for the 27B, two an SM. A
+ * fragment's lanes are g = lane / 4 and t = lane % 4 (PTX's groupID and
+ * threadID_in_group):
+ *   V' = U - W S   M = 64 tokens, N = 32, K = 128: warp w takes rows
+ *                  16 (w % 4) .. + 15 and columns 16 (w / 4) .. + 15 (two
+ *                  n-tiles), A = W by rows, B = the state;
+ *   S <- e^(G_last) S + (k e^(G_last - G))^T V'   M = 128 state rows,
+ *                  N = 32, K = the sub-chunk's tokens (rounded up to 8;
+ *                  rows past n are zeros in k and in V'): warp w takes
+ *                  state rows 16 w .. + 15, every column (four n-tiles),
+ *                  its accumulators starting from e^(G_last) S; A = k e^(G_last
+ *                  - G) by columns (its transpose), B = V'.
+ * Shared rows are padded so that every fragment's 32 loads hit 32 banks:
+ * W [C][128 + 4] (lanes g rows apart, t columns), k [C][128 + 8] and U
+ * then V' and the state [.][32 + 8] (lanes t rows apart, g columns). 97
+ * KB. W of the next sub-chunk is copied under the update, as in
+ * k_hstate_rt. */
+#define TC_NT 256
+#define TC_PW (128 + 4)
+#define TC_PK (128 + 8)
+#define TC_SW 32 /* value columns a block */
+#define TC_PV (TC_SW + 8)
+
+static size_t hstate_tc_smem(void)
+{
+	return ((size_t)C * TC_PW + (size_t)C * TC_PK + (size_t)C * TC_PV +
+		(size_t)128 * TC_PV) *
+	       sizeof(float);
+}
+
+static __global__ void __launch_bounds__(TC_NT, 2)
+    k_hstate_tc(float *S, float *ws, const float *k, int ldqk, int T, int Hk,
+		int Hv, int dv)
+{
+	kcu_pdl_enter();
+	constexpr int DK = 128, Q4 = TC_SW / 4;
+	extern __shared__ __align__(16) float tsm[];
+	float *sW = tsm;	    /* [C][TC_PW] W */
+	float *sK = sW + C * TC_PW; /* [C][TC_PK] k e^(G_last - G) */
+	float *sU = sK + C * TC_PK; /* [C][TC_PV] U, then V' */
+	float *sS = sU + C * TC_PV; /* [DK][TC_PV] the state */
+	const int h = blockIdx.x, s0 = blockIdx.y * TC_SW;
+	const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2,
+		  t = tid & 3;
+	const int wm = (warp & 3) * 16, wn = (warp >> 2) * 16, um = warp * 16;
+	float *Sh = S + (size_t)h * DK * dv;
+	const float *kh = k + (size_t)(h / (Hv / Hk)) * DK;
+	const size_t uf = unit_floats(DK, dv);
+	const size_t oU = off_U(DK), oG = off_G(DK, dv), oS = off_S(DK, dv);
+
+	for (int e = tid; e < DK * TC_SW; e += TC_NT)
+		sS[(e / TC_SW) * TC_PV + e % TC_SW] =
+		    Sh[(size_t)(e / TC_SW) * dv + s0 + e % TC_SW];
+	hs_rows(sW, ws + (size_t)h * uf, DK, TC_PW);
+	cp_commit();
+	__syncthreads(); /* the state in (k_hstate_rt's first barrier) */
+	const int nch = (T + C - 1) / C;
+	for (int c = 0; c < nch; c++) {
+		const int n = T - c * C < C ? T - c * C : C;
+		float *u = ws + ((size_t)c * Hv + h) * uf;
+		const float gl = u[oG + n - 1];
+		/* k's rows of the sub-chunk (zeros past n), made k e^(G_last -
+		 * G) below */
+		const float *kc = kh + (size_t)c * C * ldqk;
+		for (int e = tid; e < C * (DK / 4); e += TC_NT) {
+			int j = e / (DK / 4), p = (e % (DK / 4)) * 4;
+			cp16(sK + j * TC_PK + p,
+			     kc + (size_t)(j < n ? j : 0) * ldqk + p, j < n);
+		}
+		for (int e = tid; e < C * Q4; e += TC_NT) {
+			int r = e / Q4, p = (e % Q4) * 4;
+			cp16(sU + r * TC_PV + p,
+			     u + oU + (size_t)r * dv + s0 + p, 1);
+		}
+		cp_commit();
+		/* the state this sub-chunk starts from, for k_out4 */
+		for (int e = tid; e < DK * Q4; e += TC_NT) {
+			int d = e / Q4, p = (e % Q4) * 4;
+			*(float4 *)(u + oS + (size_t)d * dv + s0 + p) =
+			    *(const float4 *)(sS + d * TC_PV + p);
+		}
+		cp_wait<1>();
+		__syncthreads(); /* W in */
+		/* W S: rows wm + g (+ 8), columns wn + 8 i + 2 t (+ 1) */
+		float acc[2][4] = {};
+#pragma unroll 4
+		for (int d = 0; d < DK; d += 8) {
+			const float *w0 = sW + (wm + g) * TC_PW + d + t;
+			const float a[4] = {w0[0], w0[8 * TC_PW], w0[4],
+					    w0[8 * TC_PW + 4]};
+			uint32_t ah[4], al[4];
+			tf32_split(a, ah, al);
+#pragma unroll
+			for (int i = 0; i < 2; i++) {
+				const float *s =
+				    sS + (d + t) * TC_PV + wn + 8 * i + g;
+				const float b[2] = {s[0], s[4 * TC_PV]};
+				uint32_t bh[2], bl[2];
+				tf32_split(b, bh, bl);
+				mma3x(acc[i], ah, al, bh, bl);
+			}
+		}
+		cp_wait<0>();
+		__syncthreads(); /* k and U in; W read */
+		if (c + 1 < nch)
+			hs_rows(sW, u + (size_t)Hv * uf, DK, TC_PW);
+		cp_commit();
+		/* k e^(G_last - G), each value's product as intra's (the same
+		 * expf of the same G), so the same bits as the workspace's */
+		for (int e = tid; e < C * (DK / 4); e += TC_NT) {
+			int j = e / (DK / 4), p = (e % (DK / 4)) * 4;
+			const float ek = j < n ? expf(gl - u[oG + j]) : 0.0f;
+			float4 *kp = (float4 *)(sK + j * TC_PK + p);
+			const float4 a = *kp;
+			*kp =
+			    make_float4(a.x * ek, a.y * ek, a.z * ek, a.w * ek);
+		}
+		/* V' = U - W S (zeros past n) */
+#pragma unroll
+		for (int i = 0; i < 2; i++)
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const int r = wm + g + 8 * hf,
+					  col = wn + 8 * i + 2 * t;
+				float2 *su = (float2 *)(sU + r * TC_PV + col);
+				float2 v = make_float2(0.0f, 0.0f);
+				if (r < n) {
+					const float2 uv = *su;
+					v = make_float2(uv.x - acc[i][2 * hf],
+							uv.y -
+							    acc[i][2 * hf + 1]);
+					*(float2 *)(u + oU + (size_t)r * dv +
+						    s0 + col) = v;
+				}
+				*su = v;
+			}
+		__syncthreads(); /* V' and k e^(G_last - G) whole */
+		/* S <- e^(G_last) S + (k e^(G_last - G))^T V': rows um + g
+		 * (+ 8), columns 8 i + 2 t (+ 1) */
+		const float egl = expf(gl);
+		float st[4][4];
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const float2 sv = *(
+				    const float2 *)(sS +
+						    (um + g + 8 * hf) * TC_PV +
+						    8 * i + 2 * t);
+				st[i][2 * hf] = sv.x * egl;
+				st[i][2 * hf + 1] = sv.y * egl;
+			}
+		const int jn = (n + 7) & ~7;
+		for (int j = 0; j < jn; j += 8) {
+			const float *k0 = sK + (j + t) * TC_PK + um + g;
+			const float a[4] = {k0[0], k0[8], k0[4 * TC_PK],
+					    k0[4 * TC_PK + 8]};
+			uint32_t ah[4], al[4];
+			tf32_split(a, ah, al);
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const float *v0 =
+				    sU + (j + t) * TC_PV + 8 * i + g;
+				const float b[2] = {v0[0], v0[4 * TC_PV]};
+				uint32_t bh[2], bl[2];
+				tf32_split(b, bh, bl);
+				mma3x(st[i], ah, al, bh, bl);
+			}
+		}
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++)
+				*(float2 *)(sS + (um + g + 8 * hf) * TC_PV +
+					    8 * i + 2 * t) =
+				    make_float2(st[i][2 * hf],
+						st[i][2 * hf + 1]);
+		__syncthreads(); /* the state updated; k and V' read */
+	}
+	cp_wait<0>();
+	for (int e = tid; e < DK * TC_SW; e += TC_NT)
+		Sh[(size_t)(e / TC_SW) * dv + s0 + e % TC_SW] =
+		    sS[(e / TC_SW) * TC_PV + e % TC_SW];
+}
+
+/* k_out_tc: k_out4's output, O = (q e^G) S + Am V' (rounded when act is
+ * BF16), in 3xTF32 on mma.sync, the two products into one accumulator
+ * (S's first): other bits than k_out4's. One block of 8 warps a
+ * (sub-chunk, value head, 64 value columns), as k_out4, making q e^G from
+ * q's rows and G as k_hstate_tc makes k e^(G_last - G); warp w takes rows
+ * 16 (w % 4) .. + 15 and columns 32 (w / 4) .. + 31 (four n-tiles). Am
+ * is lower triangular (zeros above its diagonal and past n, as intra
+ * writes it), so a warp's Am V' stops at the k-step of its last row.
+ * Shared rows padded for conflict-free fragments: q e^G [C][dk + 4] and
+ * Am [C][C + 4] (A, by rows), S [dk][64 + 8] and V' [C][64 + 8] (B). 106
+ * KB at dk 128. With k_hstate_tc (MOOR_GDN_TC=1, dk 128, dv % 64 == 0). */
+#define OT_PA (C + 4)
+#define OT_PV (64 + 8)
+
+static size_t out_tc_smem(int dk)
+{
+	return ((size_t)C * (dk + 4) + (size_t)dk * OT_PV + (size_t)C * OT_PA +
+		(size_t)C * OT_PV) *
+	       sizeof(float);
+}
+
+static __global__ void __launch_bounds__(256, 2)
+    k_out_tc(float *o, const float *ws, const float *q, int ldqk, int T, int Hk,
+	     int Hv, int dv, int act)
+{
+	kcu_pdl_enter();
+	constexpr int DK = 128, PQ = DK + 4, OC = 64, Q4 = OC / 4;
+	extern __shared__ __align__(16) float otm[];
+	float *sQ = otm;	     /* [C][PQ] q e^G */
+	float *sS = sQ + C * PQ;     /* [DK][OT_PV] */
+	float *sA = sS + DK * OT_PV; /* [C][OT_PA] Am */
+	float *sV = sA + C * OT_PA;  /* [C][OT_PV] V' */
+	const int c = blockIdx.x, h = blockIdx.y, s0 = blockIdx.z * OC;
+	const int t0 = c * C, n = T - t0 < C ? T - t0 : C;
+	const float *u = ws + ((size_t)c * Hv + h) * unit_floats(DK, dv);
+	const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2,
+		  t = tid & 3;
+	const int wm = (warp & 3) * 16, wn = (warp >> 2) * 32;
+
+	/* q (zeros past n) and S first, then Am and V', which land under
+	 * Q S */
+	const float *qc = q + (size_t)t0 * ldqk + (size_t)(h / (Hv / Hk)) * DK;
+	for (int e = tid; e < C * (DK / 4); e += 256) {
+		int i = e / (DK / 4), p = (e % (DK / 4)) * 4;
+		cp16(sQ + i * PQ + p, qc + (size_t)(i < n ? i : 0) * ldqk + p,
+		     i < n);
+	}
+	for (int e = tid; e < DK * Q4; e += 256) {
+		int d = e / Q4, p = (e % Q4) * 4;
+		cp16(sS + d * OT_PV + p,
+		     u + off_S(DK, dv) + (size_t)d * dv + s0 + p, 1);
+	}
+	cp_commit();
+	for (int e = tid; e < C * Q4; e += 256) {
+		int j = e / Q4, p = (e % Q4) * 4;
+		cp16(sV + j * OT_PV + p,
+		     u + off_U(DK) + (size_t)j * dv + s0 + p, j < n);
+	}
+	const float *gA = u + off_A(DK, dv);
+	for (int e = tid; e < C * (C / 4); e += 256) {
+		int i = e / (C / 4), p = (e % (C / 4)) * 4;
+		cp16(sA + i * OT_PA + p, gA + (size_t)i * C + p, 1);
+	}
+	cp_commit();
+	cp_wait<1>();
+	__syncthreads();
+	/* q e^G, each value's product as intra's (the same expf of the same
+	 * G), so the same bits as the workspace's */
+	const float *gG = u + off_G(DK, dv);
+	for (int e = tid; e < C * (DK / 4); e += 256) {
+		int i = e / (DK / 4), p = (e % (DK / 4)) * 4;
+		const float eq = i < n ? expf(gG[i]) : 0.0f;
+		float4 *qp = (float4 *)(sQ + i * PQ + p);
+		const float4 a = *qp;
+		*qp = make_float4(a.x * eq, a.y * eq, a.z * eq, a.w * eq);
+	}
+	__syncthreads();
+
+	float acc[4][4] = {};
+#pragma unroll 2
+	for (int d = 0; d < DK; d += 8) {
+		const float *q0 = sQ + (wm + g) * PQ + d + t;
+		const float a[4] = {q0[0], q0[8 * PQ], q0[4], q0[8 * PQ + 4]};
+		uint32_t ah[4], al[4];
+		tf32_split(a, ah, al);
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const float *s = sS + (d + t) * OT_PV + wn + 8 * i + g;
+			const float b[2] = {s[0], s[4 * OT_PV]};
+			uint32_t bh[2], bl[2];
+			tf32_split(b, bh, bl);
+			mma3x(acc[i], ah, al, bh, bl);
+		}
+	}
+	cp_wait<0>();
+	__syncthreads(); /* Am and V' in */
+	for (int j = 0; j < wm + 16; j += 8) {
+		const float *a0 = sA + (wm + g) * OT_PA + j + t;
+		const float a[4] = {a0[0], a0[8 * OT_PA], a0[4],
+				    a0[8 * OT_PA + 4]};
+		uint32_t ah[4], al[4];
+		tf32_split(a, ah, al);
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const float *v0 = sV + (j + t) * OT_PV + wn + 8 * i + g;
+			const float b[2] = {v0[0], v0[4 * OT_PV]};
+			uint32_t bh[2], bl[2];
+			tf32_split(b, bh, bl);
+			mma3x(acc[i], ah, al, bh, bl);
+		}
+	}
+#pragma unroll
+	for (int hf = 0; hf < 2; hf++) {
+		const int r = wm + g + 8 * hf;
+		if (r < n) {
+			float *op = o + ((size_t)(t0 + r) * Hv + h) * dv + s0 +
+				    wn + 2 * t;
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				*(float2 *)(op + 8 * i) = make_float2(
+				    kcu_rnd(acc[i][2 * hf], act),
+				    kcu_rnd(acc[i][2 * hf + 1], act));
+		}
+	}
+}
+
+/* k_intra_tc: intra at dk = dv = 128 for MOOR_GDN_TC=1, its products in
+ * 3xTF32 on mma.sync (the tf32 helpers above), and W and U as
+ * X (beta e^G K) and X (beta V) with X = (I + A)^-1 made once (64 columns
+ * of the substitution instead of W's and U's 256). Other bits than
+ * k_intra_rt's. It writes W, U, Am and G (q e^G and k e^(G_last - G) are
+ * made where they are read, by k_hstate_tc and k_out_tc). One block of 8
+ * warps a (sub-chunk, value head), two an SM; a fragment's lanes are g =
+ * lane / 4, t = lane % 4:
+ *   products   warp w: k k^T (w < 4) or q k^T, rows 16 (w % 4) .. + 15,
+ *              the n-tiles on or below the diagonal; A_ij = (beta_i k_i .
+ *              k_j) e^(G_i - G_j) (j < i) into shared memory by columns,
+ *              Am_ij = (q_i . k_j) e^(G_i - G_j) (j <= i) to the
+ *              workspace; zeros above and past n;
+ *   X          64 threads, a column of X each in registers, right-looking
+ *              as intra_subst_rl (the others wait);
+ *   W, U       warp w: W (w < 4) or U, rows 16 (w % 4) .. + 15, all 16
+ *              n-tiles, over the k-steps up to its last row (X is lower
+ *              triangular).
+ * Shared: k and q [C][128 + 4] for the products (A and B both by rows),
+ * then beta e^G k in q's place and beta v in k's [C][128 + 8] (B of W and
+ * U), A by columns then X by rows [C][C + 4]; 88 KB. */
+#define IT_P1 (128 + 4)
+#define IT_P2 (128 + 8)
+#define IT_PX (C + 4)
+
+static size_t intra_tc_smem(void)
+{
+	return ((size_t)2 * C * IT_P2 + (size_t)C * IT_PX + 3 * C) *
+	       sizeof(float);
+}
+
+static __global__ void __launch_bounds__(256, 2)
+    k_intra_tc(float *ws, const float *q, const float *k, int ldqk,
+	       const float *v, int ldv, const float *g, const float *beta,
+	       int T, int Hk, int Hv)
+{
+	kcu_pdl_enter();
+	constexpr int DK = 128, DV = 128, Q4 = DK / 4;
+	extern __shared__ __align__(16) float ism[];
+	float *sk = ism; /* k [C][IT_P1], then beta v [C][IT_P2] */
+	float *sq =
+	    sk + C * IT_P2; /* q [C][IT_P1], then beta e^G k [C][IT_P2] */
+	float *sX =
+	    sq + C * IT_P2; /* A by columns, then X by rows [C][IT_PX] */
+	float *sG = sX + C * IT_PX; /* [C] */
+	float *sb = sG + C;	    /* [C] beta */
+	float *sEq = sb + C;	    /* [C] e^G */
+	const int c = blockIdx.x, h = blockIdx.y, t0 = c * C;
+	const int n = T - t0 < C ? T - t0 : C;
+	const int tid = threadIdx.x, warp = tid >> 5, gl = (tid & 31) >> 2,
+		  tl = tid & 3;
+	const int mt = warp & 3, pr = warp >> 2, m0 = 16 * mt;
+	float *u = ws + ((size_t)c * Hv + h) * unit_floats(DK, DV);
+
+	const size_t kq = (size_t)t0 * ldqk + (size_t)(h / (Hv / Hk)) * DK;
+	for (int e = tid; e < C * Q4; e += 256) {
+		int i = e / Q4, p = (e % Q4) * 4;
+		size_t off = kq + (size_t)(i < n ? i : 0) * ldqk + p;
+		cp16(sk + i * IT_P1 + p, k + off, i < n);
+		cp16(sq + i * IT_P1 + p, q + off, i < n);
+	}
+	cp_commit();
+	for (int i = tid; i < C; i += 256) {
+		size_t t = (size_t)(t0 + i);
+		sG[i] = i < n ? g[t * Hv + h] : 0.0f;
+		sb[i] = i < n ? beta[t * Hv + h] : 0.0f;
+	}
+	__syncthreads();
+	if (tid == 0) {
+		/* the cumulative sum in fp64, rounded per row (k_intra_rt's) */
+		double cum = 0.0;
+		for (int i = 0; i < n; i++) {
+			cum += sG[i];
+			sG[i] = (float)cum;
+		}
+	}
+	__syncthreads();
+	for (int i = tid; i < C; i += 256) {
+		sEq[i] = i < n ? expf(sG[i]) : 0.0f;
+		u[off_G(DK, DV) + i] = i < n ? sG[i] : 0.0f;
+	}
+	cp_wait<0>();
+	__syncthreads(); /* k, q and e^G in */
+
+	/* the products, 4 n-tiles at a time: n-tiles 0 .. 2 mt + 1 hold the
+	 * lower triangle, the rest are zeros */
+	float *Am = u + off_A(DK, DV);
+	for (int j0 = 0; j0 < 8; j0 += 4) {
+		const float *sa = pr ? sq : sk;
+		const int nn = 2 * mt + 2;
+		float acc[4][4] = {};
+		for (int d = 0; d < (j0 < nn ? DK : 0); d += 8) {
+			const float *a0 = sa + (m0 + gl) * IT_P1 + d + tl;
+			const float a[4] = {a0[0], a0[8 * IT_P1], a0[4],
+					    a0[8 * IT_P1 + 4]};
+			uint32_t ah[4], al[4];
+			tf32_split(a, ah, al);
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				if (j0 + j < nn) {
+					const float *b0 =
+					    sk + (8 * (j0 + j) + gl) * IT_P1 +
+					    d + tl;
+					const float b[2] = {b0[0], b0[4]};
+					uint32_t bh[2], bl[2];
+					tf32_split(b, bh, bl);
+					mma3x(acc[j], ah, al, bh, bl);
+				}
+		}
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const int i = m0 + gl + 8 * (e >> 1),
+					  jj = 8 * (j0 + j) + 2 * tl + (e & 1);
+				float x = 0.0f;
+				if (j0 + j < nn && i < n && jj <= i) {
+					const float dm = expf(sG[i] - sG[jj]);
+					x = pr	     ? acc[j][e] * dm
+					    : jj < i ? (sb[i] * acc[j][e]) * dm
+						     : 0.0f;
+				}
+				if (pr)
+					Am[i * C + jj] = x;
+				else
+					sX[jj * IT_PX + i] = x;
+			}
+	}
+	__syncthreads(); /* k and q read; A whole */
+	/* beta e^G k in q's place (k_intra_rt's W before the substitution) */
+	for (int e = tid; e < C * Q4; e += 256) {
+		int i = e / Q4, p = (e % Q4) * 4;
+		const float4 a = *(const float4 *)(sk + i * IT_P1 + p);
+		const float bb = sb[i], eq = sEq[i];
+		*(float4 *)(sq + i * IT_P2 + p) =
+		    make_float4((a.x * bb) * eq, (a.y * bb) * eq,
+				(a.z * bb) * eq, (a.w * bb) * eq);
+	}
+	__syncthreads(); /* k read: v goes in its place */
+	const float *vc = v + (size_t)t0 * ldv + (size_t)h * DV;
+	for (int e = tid; e < C * (DV / 4); e += 256) {
+		int i = e / (DV / 4), p = (e % (DV / 4)) * 4;
+		cp16(sk + i * IT_P2 + p, vc + (size_t)(i < n ? i : 0) * ldv + p,
+		     i < n);
+	}
+	cp_commit();
+	/* X = (I + A)^-1: column tid of X from e_tid, right-looking */
+	float xr[C];
+	if (tid < C) {
+#pragma unroll
+		for (int i = 0; i < C; i++)
+			xr[i] = i == tid ? 1.0f : 0.0f;
+#pragma unroll
+		for (int j = 0; j < C - 1; j++) {
+			const float xj = xr[j];
+#pragma unroll
+			for (int i4 = (j + 1) & ~3; i4 < C; i4 += 4) {
+				const float4 a =
+				    *(const float4 *)(sX + j * IT_PX + i4);
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					if (i4 + e > j)
+						xr[i4 + e] -= f4at(a, e) * xj;
+			}
+		}
+	}
+	__syncthreads(); /* A read */
+	if (tid < C)
+#pragma unroll
+		for (int i = 0; i < C; i++)
+			sX[i * IT_PX + tid] = xr[i];
+	cp_wait<0>();
+	__syncthreads(); /* X whole, v in */
+	/* beta v (intra_bv's products) */
+	for (int e = tid; e < C * (DV / 4); e += 256) {
+		int i = e / (DV / 4), p = (e % (DV / 4)) * 4;
+		float4 *vp = (float4 *)(sk + i * IT_P2 + p);
+		const float4 a = *vp;
+		const float bb = sb[i];
+		*vp = make_float4(a.x * bb, a.y * bb, a.z * bb, a.w * bb);
+	}
+	__syncthreads();
+	/* W = X (beta e^G k) (w < 4), U = X (beta v): rows m0 + gl (+ 8),
+	 * columns 8 i + 2 tl (+ 1); rows past n are zeros (X's rows there
+	 * are e_i, and k's and v's rows zeros) */
+	for (int half = 0; half < 2; half++) { /* 8 n-tiles at a time */
+		const float *sB = (pr ? sk : sq) + 64 * half;
+		float acc[8][4] = {};
+		for (int j = 0; j < m0 + 16; j += 8) {
+			const float *x0 = sX + (m0 + gl) * IT_PX + j + tl;
+			const float a[4] = {x0[0], x0[8 * IT_PX], x0[4],
+					    x0[8 * IT_PX + 4]};
+			uint32_t ah[4], al[4];
+			tf32_split(a, ah, al);
+#pragma unroll
+			for (int i = 0; i < 8; i++) {
+				const float *b0 =
+				    sB + (j + tl) * IT_P2 + 8 * i + gl;
+				const float b[2] = {b0[0], b0[4 * IT_P2]};
+				uint32_t bh[2], bl[2];
+				tf32_split(b, bh, bl);
+				mma3x(acc[i], ah, al, bh, bl);
+			}
+		}
+		float *dst = u + (pr ? off_U(DK) : 0) + 64 * half;
+#pragma unroll
+		for (int hf = 0; hf < 2; hf++) {
+			const int r = m0 + gl + 8 * hf;
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				*(float2 *)(dst + (size_t)r * 128 + 8 * i +
+					    2 * tl) =
+				    make_float2(acc[i][2 * hf],
+						acc[i][2 * hf + 1]);
+		}
+	}
+}
+
+#endif
