@@ -1279,8 +1279,13 @@ __global__ void k_fcombine(float *out, const float *part,
  * segment FL_SEG_MIN keys at least, at most FL_NSEG; one segment under
  * graph capture (positions on the device). A rule of (T, keys, Hq) and
  * the scratch's size only, so a piece's bits depend neither on the chip's
- * SM count nor on the pieces launched with it. */
-#define FL_TARGET 2048
+ * SM count nor on the pieces launched with it. 1,024 since a forward's
+ * pieces share one launch (2,048 before: a 1,024-row piece in 6 segments
+ * at 32k keys, 3 now; on an H100, 2026-12-07, bench_kern's 4,096-row
+ * forward at 126,976 keys 21.28 ms against 21.90, bench_gpu's prefill
+ * 3.88 s against 3.93 at 32k and 19.83 against 20.07 at 128k; 512
+ * measured within the runs' noise of 1,024: 3.91 and 19.94 s). */
+#define FL_TARGET 1024
 #define FL_SEG_MIN 1024
 #define FL_NSEG 8
 

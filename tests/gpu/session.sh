@@ -24,7 +24,7 @@
 #   gpulong   bench_gpu at 1k, 8k, 32k, 64k and 128k (the table)
 #   segs      prefill attention's segments a piece (MOOR_ATTN_SEGS): bench_kern
 #             --only attention, then bench_gpu at 32k and 128k, with each of
-#             SEGS_AB (default "2048 1024 512"; 2048 is attn.cu's FL_TARGET)
+#             SEGS_AB (default "2048 1024 512"; 1024 is attn.cu's FL_TARGET)
 #   tc        the delta rule's state pass and output on tensor cores
 #             (MOOR_GDN_TC=1; 2: the state pass alone): bench_kern's delta
 #             row, then bench_gpu at 32k and 128k, each against
