@@ -197,21 +197,7 @@ static __global__ void __launch_bounds__(INTRA_THREADS)
 			sq[i * PK + d] = q[t * ldqk + (size_t)kh * dk + d];
 		}
 	}
-	for (int i = tid; i < C; i += nt) {
-		size_t t = (size_t)(t0 + i);
-		sG[i] = i < n ? g[t * Hv + h] : 0.0f;
-		sb[i] = i < n ? beta[t * Hv + h] : 0.0f;
-	}
-	__syncthreads();
-	if (tid == 0) {
-		/* the cumulative sum in fp64, rounded per row (as the CPU) */
-		double cum = 0.0;
-		for (int i = 0; i < n; i++) {
-			cum += sG[i];
-			sG[i] = (float)cum;
-		}
-	}
-	__syncthreads();
+	intra_gates(sG, sb, g, beta, t0, n, h, Hv);
 	float *Am = ws + ((size_t)c * Hv + h) * unit_floats(dk, dv) +
 		    (size_t)C * dk + (size_t)C * dv;
 	{
@@ -308,19 +294,7 @@ static __device__ inline void intra_subst_rl(float *sW, float *sU,
 #pragma unroll
 		for (int i = 0; i < C; i++)
 			xr[i] = X[i * w];
-#pragma unroll
-		for (int j = 0; j < C - 1; j++) {
-			const float xj = xr[j];
-#pragma unroll
-			for (int i4 = (j + 1) & ~3; i4 < C; i4 += 4) {
-				const float4 a =
-				    *(const float4 *)(sAt + j * AT_P + i4);
-#pragma unroll
-				for (int e = 0; e < 4; e++)
-					if (i4 + e > j)
-						xr[i4 + e] -= f4at(a, e) * xj;
-			}
-		}
+		subst_col(xr, sAt, AT_P);
 #pragma unroll
 		for (int i = 0; i < C; i++)
 			X[i * w] = xr[i];
@@ -371,21 +345,7 @@ static __global__ void __launch_bounds__(INTRA_THREADS, 2)
 		*(float4 *)(sk + i * PK + d) = a;
 		*(float4 *)(sq + i * PK + d) = b;
 	}
-	for (int i = tid; i < C; i += nt) {
-		size_t t = (size_t)(t0 + i);
-		sG[i] = i < n ? g[t * Hv + h] : 0.0f;
-		sb[i] = i < n ? beta[t * Hv + h] : 0.0f;
-	}
-	__syncthreads();
-	if (tid == 0) {
-		/* the cumulative sum in fp64, rounded per row (as the CPU) */
-		double cum = 0.0;
-		for (int i = 0; i < n; i++) {
-			cum += sG[i];
-			sG[i] = (float)cum;
-		}
-	}
-	__syncthreads();
+	intra_gates(sG, sb, g, beta, t0, n, h, Hv);
 	/* the rows' exponentials once (k_intra takes each where it is used:
 	 * the same expf of the same values) */
 	for (int i = tid; i < C; i += nt) {

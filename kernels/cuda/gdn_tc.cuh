@@ -70,6 +70,58 @@ static __device__ inline void mma3x(float (&c)[4], const uint32_t (&ah)[4],
 	mma1688(c, ah, bh);
 }
 
+/* The split fragments of mma.m16n8k8 (tf32) for lane (g, t) = (lane / 4,
+ * lane % 4), after PTX's layout: A (16 x 8) [g][t], [g + 8][t], [g][t +
+ * 4], [g + 8][t + 4]; B (8 x 8) [t][g], [t + 4][g]. a points at the
+ * tile's [0][0], [m][k] at a[m * ld + k] (a[k * ld + m] where AT: a tile
+ * of a transpose); b likewise, [k][n] at b[k * ld + n] (b[n * ld + k]
+ * where BT). */
+template <bool AT>
+static __device__ inline void frag_a(uint32_t (&hi)[4], uint32_t (&lo)[4],
+				     const float *a, int ld, int g, int t)
+{
+	float x[4];
+	if constexpr (AT) {
+		x[0] = a[t * ld + g], x[1] = a[t * ld + g + 8];
+		x[2] = a[(t + 4) * ld + g], x[3] = a[(t + 4) * ld + g + 8];
+	} else {
+		x[0] = a[g * ld + t], x[1] = a[(g + 8) * ld + t];
+		x[2] = a[g * ld + t + 4], x[3] = a[(g + 8) * ld + t + 4];
+	}
+	tf32_split(x, hi, lo);
+}
+template <bool BT>
+static __device__ inline void frag_b(uint32_t (&hi)[2], uint32_t (&lo)[2],
+				     const float *b, int ld, int g, int t)
+{
+	float x[2];
+	if constexpr (BT)
+		x[0] = b[g * ld + t], x[1] = b[g * ld + t + 4];
+	else
+		x[0] = b[t * ld + g], x[1] = b[(t + 4) * ld + g];
+	tf32_split(x, hi, lo);
+}
+
+/* One k-step of 8 of a warp's 16-row strip: acc[i] += A B_i for the n-tiles
+ * i < nt (of NT), A's tile at a, B_i's 8 columns on from b (frag_a's and
+ * frag_b's layouts), in 3xTF32 */
+template <int NT, bool AT = false, bool BT = false>
+static __device__ inline void mma_step(float (&acc)[NT][4], const float *a,
+				       int lda, const float *b, int ldb, int g,
+				       int t, int nt = NT)
+{
+	uint32_t ah[4], al[4];
+	frag_a<AT>(ah, al, a, lda, g, t);
+#pragma unroll
+	for (int i = 0; i < NT; i++)
+		if (i < nt) {
+			uint32_t bh[2], bl[2];
+			frag_b<BT>(bh, bl, b + (BT ? 8 * i * ldb : 8 * i), ldb, g,
+				   t);
+			mma3x(acc[i], ah, al, bh, bl);
+		}
+}
+
 /* k_hstate_tc: the state pass of dk 128 (k_hstate_rt<128>'s work and
  * workspace: it writes each sub-chunk's starting state and V' where
  * k_out4 reads them) in 3xTF32 on mma.sync. It makes k e^(G_last - G)
@@ -163,22 +215,9 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 		/* W S: rows wm + g (+ 8), columns wn + 8 i + 2 t (+ 1) */
 		float acc[2][4] = {};
 #pragma unroll 4
-		for (int d = 0; d < DK; d += 8) {
-			const float *w0 = sW + (wm + g) * TC_PW + d + t;
-			const float a[4] = {w0[0], w0[8 * TC_PW], w0[4],
-					    w0[8 * TC_PW + 4]};
-			uint32_t ah[4], al[4];
-			tf32_split(a, ah, al);
-#pragma unroll
-			for (int i = 0; i < 2; i++) {
-				const float *s =
-				    sS + (d + t) * TC_PV + wn + 8 * i + g;
-				const float b[2] = {s[0], s[4 * TC_PV]};
-				uint32_t bh[2], bl[2];
-				tf32_split(b, bh, bl);
-				mma3x(acc[i], ah, al, bh, bl);
-			}
-		}
+		for (int d = 0; d < DK; d += 8)
+			mma_step<2>(acc, sW + wm * TC_PW + d, TC_PW,
+				    sS + d * TC_PV + wn, TC_PV, g, t);
 		cp_wait<0>();
 		__syncthreads(); /* k and U in; W read */
 		if (c + 1 < nch)
@@ -230,22 +269,9 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 				st[i][2 * hf + 1] = sv.y * egl;
 			}
 		const int jn = (n + 7) & ~7;
-		for (int j = 0; j < jn; j += 8) {
-			const float *k0 = sK + (j + t) * TC_PK + um + g;
-			const float a[4] = {k0[0], k0[8], k0[4 * TC_PK],
-					    k0[4 * TC_PK + 8]};
-			uint32_t ah[4], al[4];
-			tf32_split(a, ah, al);
-#pragma unroll
-			for (int i = 0; i < 4; i++) {
-				const float *v0 =
-				    sU + (j + t) * TC_PV + 8 * i + g;
-				const float b[2] = {v0[0], v0[4 * TC_PV]};
-				uint32_t bh[2], bl[2];
-				tf32_split(b, bh, bl);
-				mma3x(st[i], ah, al, bh, bl);
-			}
-		}
+		for (int j = 0; j < jn; j += 8)
+			mma_step<4, true>(st, sK + j * TC_PK + um, TC_PK,
+					  sU + j * TC_PV, TC_PV, g, t);
 #pragma unroll
 		for (int i = 0; i < 4; i++)
 #pragma unroll
@@ -342,37 +368,14 @@ static __global__ void __launch_bounds__(256, 2)
 
 	float acc[4][4] = {};
 #pragma unroll 2
-	for (int d = 0; d < DK; d += 8) {
-		const float *q0 = sQ + (wm + g) * PQ + d + t;
-		const float a[4] = {q0[0], q0[8 * PQ], q0[4], q0[8 * PQ + 4]};
-		uint32_t ah[4], al[4];
-		tf32_split(a, ah, al);
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const float *s = sS + (d + t) * OT_PV + wn + 8 * i + g;
-			const float b[2] = {s[0], s[4 * OT_PV]};
-			uint32_t bh[2], bl[2];
-			tf32_split(b, bh, bl);
-			mma3x(acc[i], ah, al, bh, bl);
-		}
-	}
+	for (int d = 0; d < DK; d += 8)
+		mma_step<4>(acc, sQ + wm * PQ + d, PQ, sS + d * OT_PV + wn, OT_PV,
+			    g, t);
 	cp_wait<0>();
 	__syncthreads(); /* Am and V' in */
-	for (int j = 0; j < wm + 16; j += 8) {
-		const float *a0 = sA + (wm + g) * OT_PA + j + t;
-		const float a[4] = {a0[0], a0[8 * OT_PA], a0[4],
-				    a0[8 * OT_PA + 4]};
-		uint32_t ah[4], al[4];
-		tf32_split(a, ah, al);
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const float *v0 = sV + (j + t) * OT_PV + wn + 8 * i + g;
-			const float b[2] = {v0[0], v0[4 * OT_PV]};
-			uint32_t bh[2], bl[2];
-			tf32_split(b, bh, bl);
-			mma3x(acc[i], ah, al, bh, bl);
-		}
-	}
+	for (int j = 0; j < wm + 16; j += 8)
+		mma_step<4>(acc, sA + wm * OT_PA + j, OT_PA, sV + j * OT_PV + wn,
+			    OT_PV, g, t);
 #pragma unroll
 	for (int hf = 0; hf < 2; hf++) {
 		const int r = wm + g + 8 * hf;
@@ -450,21 +453,7 @@ static __global__ void __launch_bounds__(256, 2)
 		cp16(sq + i * IT_P1 + p, q + off, i < n);
 	}
 	cp_commit();
-	for (int i = tid; i < C; i += 256) {
-		size_t t = (size_t)(t0 + i);
-		sG[i] = i < n ? g[t * Hv + h] : 0.0f;
-		sb[i] = i < n ? beta[t * Hv + h] : 0.0f;
-	}
-	__syncthreads();
-	if (tid == 0) {
-		/* the cumulative sum in fp64, rounded per row (k_intra_rt's) */
-		double cum = 0.0;
-		for (int i = 0; i < n; i++) {
-			cum += sG[i];
-			sG[i] = (float)cum;
-		}
-	}
-	__syncthreads();
+	intra_gates(sG, sb, g, beta, t0, n, h, Hv);
 	for (int i = tid; i < C; i += 256) {
 		sEq[i] = i < n ? expf(sG[i]) : 0.0f;
 		u[off_G(DK, DV) + i] = i < n ? sG[i] : 0.0f;
@@ -479,24 +468,10 @@ static __global__ void __launch_bounds__(256, 2)
 		const float *sa = pr ? sq : sk;
 		const int nn = 2 * mt + 2;
 		float acc[4][4] = {};
-		for (int d = 0; d < (j0 < nn ? DK : 0); d += 8) {
-			const float *a0 = sa + (m0 + gl) * IT_P1 + d + tl;
-			const float a[4] = {a0[0], a0[8 * IT_P1], a0[4],
-					    a0[8 * IT_P1 + 4]};
-			uint32_t ah[4], al[4];
-			tf32_split(a, ah, al);
-#pragma unroll
-			for (int j = 0; j < 4; j++)
-				if (j0 + j < nn) {
-					const float *b0 =
-					    sk + (8 * (j0 + j) + gl) * IT_P1 +
-					    d + tl;
-					const float b[2] = {b0[0], b0[4]};
-					uint32_t bh[2], bl[2];
-					tf32_split(b, bh, bl);
-					mma3x(acc[j], ah, al, bh, bl);
-				}
-		}
+		for (int d = 0; d < (j0 < nn ? DK : 0); d += 8)
+			mma_step<4, false, true>(acc, sa + m0 * IT_P1 + d, IT_P1,
+						 sk + 8 * j0 * IT_P1 + d, IT_P1,
+						 gl, tl, nn - j0);
 #pragma unroll
 		for (int j = 0; j < 4; j++)
 #pragma unroll
@@ -540,19 +515,7 @@ static __global__ void __launch_bounds__(256, 2)
 #pragma unroll
 		for (int i = 0; i < C; i++)
 			xr[i] = i == tid ? 1.0f : 0.0f;
-#pragma unroll
-		for (int j = 0; j < C - 1; j++) {
-			const float xj = xr[j];
-#pragma unroll
-			for (int i4 = (j + 1) & ~3; i4 < C; i4 += 4) {
-				const float4 a =
-				    *(const float4 *)(sX + j * IT_PX + i4);
-#pragma unroll
-				for (int e = 0; e < 4; e++)
-					if (i4 + e > j)
-						xr[i4 + e] -= f4at(a, e) * xj;
-			}
-		}
+		subst_col(xr, sX, IT_PX);
 	}
 	__syncthreads(); /* A read */
 	if (tid < C)
@@ -576,22 +539,9 @@ static __global__ void __launch_bounds__(256, 2)
 	for (int half = 0; half < 2; half++) { /* 8 n-tiles at a time */
 		const float *sB = (pr ? sk : sq) + 64 * half;
 		float acc[8][4] = {};
-		for (int j = 0; j < m0 + 16; j += 8) {
-			const float *x0 = sX + (m0 + gl) * IT_PX + j + tl;
-			const float a[4] = {x0[0], x0[8 * IT_PX], x0[4],
-					    x0[8 * IT_PX + 4]};
-			uint32_t ah[4], al[4];
-			tf32_split(a, ah, al);
-#pragma unroll
-			for (int i = 0; i < 8; i++) {
-				const float *b0 =
-				    sB + (j + tl) * IT_P2 + 8 * i + gl;
-				const float b[2] = {b0[0], b0[4 * IT_P2]};
-				uint32_t bh[2], bl[2];
-				tf32_split(b, bh, bl);
-				mma3x(acc[i], ah, al, bh, bl);
-			}
-		}
+		for (int j = 0; j < m0 + 16; j += 8)
+			mma_step<8>(acc, sX + m0 * IT_PX + j, IT_PX,
+				    sB + j * IT_P2, IT_P2, gl, tl);
 		float *dst = u + (pr ? off_U(DK) : 0) + 64 * half;
 #pragma unroll
 		for (int hf = 0; hf < 2; hf++) {

@@ -67,4 +67,49 @@ static __device__ inline void hs_rows(float *dst, const float *src, int dk,
 	}
 }
 
+/* intra's gates of a sub-chunk into shared memory: sG = G (the cumulative
+ * sum of g, in fp64 rounded per row, as the CPU does) and sb = beta, zeros
+ * past n; every thread of the block calls it (two barriers) */
+static __device__ inline void intra_gates(float *sG, float *sb,
+					  const float *g, const float *beta,
+					  int t0, int n, int h, int Hv)
+{
+	for (int i = threadIdx.x; i < C; i += blockDim.x) {
+		size_t t = (size_t)(t0 + i);
+		sG[i] = i < n ? g[t * Hv + h] : 0.0f;
+		sb[i] = i < n ? beta[t * Hv + h] : 0.0f;
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		double cum = 0.0;
+		for (int i = 0; i < n; i++) {
+			cum += sG[i];
+			sG[i] = (float)cum;
+		}
+	}
+	__syncthreads();
+}
+
+/* The right-looking forward substitution x <- (I + A)^-1 x of one column
+ * in registers, A strictly lower triangular and kept by columns in shared
+ * memory (column j's C rows at sAt + j pa, pa a multiple of 4): once row
+ * j of x is final it is taken off every row below it, x_i -= A_ij x_j,
+ * the column of A read in float4s (gdn.cu's intra_subst_rl says why) */
+static __device__ inline void subst_col(float (&xr)[C], const float *sAt,
+					int pa)
+{
+#pragma unroll
+	for (int j = 0; j < C - 1; j++) {
+		const float xj = xr[j];
+#pragma unroll
+		for (int i4 = (j + 1) & ~3; i4 < C; i4 += 4) {
+			const float4 a = *(const float4 *)(sAt + j * pa + i4);
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				if (i4 + e > j)
+					xr[i4 + e] -= f4at(a, e) * xj;
+		}
+	}
+}
+
 #endif

@@ -443,6 +443,52 @@ static void case_gdn_rt(void)
 	}
 }
 
+/* The delta rule's inputs at the 27B's head counts (16 key heads, 48 value
+ * heads of 128) for T tokens, random, on the device: q and k l2-normalised
+ * as the model feeds them, and the host's S0 (the state entering). */
+typedef struct {
+	int T, Hk, Hv, dk, dv, ldqk, ldv;
+	size_t nq, nv, ns, ng;
+	float *S0;			 /* host */
+	float *dq, *dk_, *dv_, *dg, *db; /* device */
+} gdn_in;
+
+static gdn_in gdn_inputs(int T)
+{
+	gdn_in in = {.T = T, .Hk = 16, .Hv = 48, .dk = 128, .dv = 128};
+	in.ldqk = in.Hk * in.dk, in.ldv = in.Hv * in.dv;
+	in.nq = (size_t)T * in.ldqk, in.nv = (size_t)T * in.ldv;
+	in.ns = (size_t)in.Hv * in.dk * in.dv, in.ng = (size_t)T * in.Hv;
+	float *qq = rnd(in.nq, -1, 1), *k = rnd(in.nq, -1, 1),
+	      *v = rnd(in.nv, -1, 1);
+	float *g = rnd(in.ng, -0.3f, -0.01f), *beta = rnd(in.ng, 0.1f, 0.9f);
+	in.S0 = rnd(in.ns, -0.1f, 0.1f);
+	in.dq = up(&gpu, qq, in.nq * 4), in.dk_ = up(&gpu, k, in.nq * 4);
+	in.dv_ = up(&gpu, v, in.nv * 4), in.dg = up(&gpu, g, in.ng * 4);
+	in.db = up(&gpu, beta, in.ng * 4);
+	gpu.o->l2norm(gpu.q, in.dq, in.ldqk, T, in.Hk, in.dk, 1e-6f,
+		      1.0f / sqrtf(in.dk), KERN_ACT_F32);
+	gpu.o->l2norm(gpu.q, in.dk_, in.ldqk, T, in.Hk, in.dk, 1e-6f, 1.0f,
+		      KERN_ACT_F32);
+	gpu.o->sync(gpu.q); /* the uploads' sources are freed here */
+	free(qq);
+	free(k);
+	free(v);
+	free(g);
+	free(beta);
+	return in;
+}
+
+static void gdn_inputs_free(gdn_in *in)
+{
+	gpu.o->free(gpu.c, in->dq);
+	gpu.o->free(gpu.c, in->dk_);
+	gpu.o->free(gpu.c, in->dv_);
+	gpu.o->free(gpu.c, in->dg);
+	gpu.o->free(gpu.c, in->db);
+	free(in->S0);
+}
+
 /* The same at the 27B's shapes as the engine runs them: 16 key heads, 48
  * value heads of 128, three calls that carry the state (1,024, 1,024 and
  * 72 tokens: a short last sub-chunk) through one workspace that is never
@@ -454,20 +500,14 @@ static void case_gdn_rt(void)
  * prefills on the H100) and passed case_gdn_rt's four heads. */
 static void case_gdn_rt_wide(void)
 {
-	const int Hk = 16, Hv = 48, dk = 128, dv = 128, Tmax = 1024;
+	const int Tmax = 1024;
 	const int Ts[] = {1024, 1024, 72};
-	int ldqk = Hk * dk, ldv = Hv * dv;
-	size_t nq = (size_t)Tmax * ldqk, nv = (size_t)Tmax * ldv,
-	       ns = (size_t)Hv * dk * dv, ng = (size_t)Tmax * Hv;
-	float *qq = rnd(nq, -1, 1), *k = rnd(nq, -1, 1), *v = rnd(nv, -1, 1);
-	float *g = rnd(ng, -0.3f, -0.01f), *beta = rnd(ng, 0.1f, 0.9f);
-	float *S0 = rnd(ns, -0.1f, 0.1f);
-	float *dq = up(&gpu, qq, nq * 4), *dk_ = up(&gpu, k, nq * 4),
-	      *dv_ = up(&gpu, v, nv * 4), *dg = up(&gpu, g, ng * 4),
-	      *db = up(&gpu, beta, ng * 4);
-	gpu.o->l2norm(gpu.q, dq, ldqk, Tmax, Hk, dk, 1e-6f, 1.0f / sqrtf(dk),
-		      KERN_ACT_F32);
-	gpu.o->l2norm(gpu.q, dk_, ldqk, Tmax, Hk, dk, 1e-6f, 1.0f, KERN_ACT_F32);
+	gdn_in in = gdn_inputs(Tmax);
+	const int Hk = in.Hk, Hv = in.Hv, dk = in.dk, dv = in.dv;
+	const int ldqk = in.ldqk, ldv = in.ldv;
+	const size_t nv = in.nv, ns = in.ns;
+	float *S0 = in.S0, *dq = in.dq, *dk_ = in.dk_, *dv_ = in.dv_,
+	      *dg = in.dg, *db = in.db;
 	size_t wsb = gpu.o->delta_ws_bytes(gpu.c, Tmax, Hv, dk, dv);
 	void *ws = zz(&gpu, wsb);
 	float *ho = malloc(3 * nv * 4), *hS = malloc(3 * ns * 4);
@@ -535,17 +575,7 @@ static void case_gdn_rt_wide(void)
 	free(ro);
 	free(rS);
 	gpu.o->free(gpu.c, ws);
-	gpu.o->free(gpu.c, dq);
-	gpu.o->free(gpu.c, dk_);
-	gpu.o->free(gpu.c, dv_);
-	gpu.o->free(gpu.c, dg);
-	gpu.o->free(gpu.c, db);
-	free(qq);
-	free(k);
-	free(v);
-	free(g);
-	free(beta);
-	free(S0);
+	gdn_inputs_free(&in);
 }
 
 /* The chunked rule's state pass and output on tensor cores (MOOR_GDN_TC=1,
@@ -564,20 +594,14 @@ static void case_gdn_tc(void)
 	setenv("MOOR_GDN_TC", "1", 1);
 	printf("  MOOR_GDN_TC=1:\n");
 	case_gdn();
-	const int Hk = 16, Hv = 48, dk = 128, dv = 128, T = 2120;
+	const int T = 2120;
 	const int Ts[] = {1024, 1024, 72};
-	int ldqk = Hk * dk, ldv = Hv * dv;
-	size_t nq = (size_t)T * ldqk, nv = (size_t)T * ldv,
-	       ns = (size_t)Hv * dk * dv, ng = (size_t)T * Hv;
-	float *qq = rnd(nq, -1, 1), *k = rnd(nq, -1, 1), *v = rnd(nv, -1, 1);
-	float *g = rnd(ng, -0.3f, -0.01f), *beta = rnd(ng, 0.1f, 0.9f);
-	float *S0 = rnd(ns, -0.1f, 0.1f);
-	float *dq = up(&gpu, qq, nq * 4), *dk_ = up(&gpu, k, nq * 4),
-	      *dv_ = up(&gpu, v, nv * 4), *dg = up(&gpu, g, ng * 4),
-	      *db = up(&gpu, beta, ng * 4);
-	gpu.o->l2norm(gpu.q, dq, ldqk, T, Hk, dk, 1e-6f, 1.0f / sqrtf(dk),
-		      KERN_ACT_F32);
-	gpu.o->l2norm(gpu.q, dk_, ldqk, T, Hk, dk, 1e-6f, 1.0f, KERN_ACT_F32);
+	gdn_in in = gdn_inputs(T);
+	const int Hk = in.Hk, Hv = in.Hv, dk = in.dk, dv = in.dv;
+	const int ldqk = in.ldqk, ldv = in.ldv;
+	const size_t nv = in.nv, ns = in.ns;
+	float *S0 = in.S0, *dq = in.dq, *dk_ = in.dk_, *dv_ = in.dv_,
+	      *dg = in.dg, *db = in.db;
 	size_t wsb = gpu.o->delta_ws_bytes(gpu.c, T, Hv, dk, dv);
 	/* each run's workspace starts as NaNs: at MOOR_GDN_TC=1 intra leaves
 	 * q e^G and k e^(G_last - G) out of it, and nothing may read them */
@@ -633,17 +657,7 @@ static void case_gdn_tc(void)
 		free(ho[r]);
 		free(hS[r]);
 	}
-	gpu.o->free(gpu.c, dq);
-	gpu.o->free(gpu.c, dk_);
-	gpu.o->free(gpu.c, dv_);
-	gpu.o->free(gpu.c, dg);
-	gpu.o->free(gpu.c, db);
-	free(qq);
-	free(k);
-	free(v);
-	free(g);
-	free(beta);
-	free(S0);
+	gdn_inputs_free(&in);
 }
 
 /* ---- attention: both kernels, and a graph ---- */
