@@ -170,6 +170,24 @@ static double rnd(void)
 	return (double)rand() / RAND_MAX * 2 - 1;
 }
 
+// how many of got[0, n) lie outside case_gdn's tolerance of ref (the
+// first few named on stderr); *worst the largest |got - ref|
+static int outside(const char *what, const float *got, const double *ref,
+		   size_t n, double *worst)
+{
+	int bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		const double d = fabs(got[i] - ref[i]);
+		if (!(d <= 1e-4 + 1e-3 * fabs(ref[i])) && bad++ < 5)
+			fprintf(stderr,
+				"  %s[%zu]: %.9g, the recurrent form %.9g\n",
+				what, i, got[i], ref[i]);
+		if (!(d <= *worst))
+			*worst = d;
+	}
+	return bad;
+}
+
 // one case: returns the number of values outside the tolerance
 static int one(int T, int Hk, int Hv)
 {
@@ -260,26 +278,9 @@ static int one(int T, int Hk, int Hv)
 	// 3xTF32 keeps about fp32's precision: case_gdn's tolerance (another
 	// order of fp32 sums over a contracting recurrence), which a wrong
 	// fragment index misses by orders of magnitude
-	int bad = 0;
 	double wo = 0, wS = 0;
-	for (size_t i = 0; i < o.size(); i++) {
-		const double d = fabs(o[i] - orf[i]);
-		if (!(d <= 1e-4 + 1e-3 * fabs(orf[i])) && bad++ < 5)
-			fprintf(stderr,
-				"  o[%zu]: %.9g, the recurrent form %.9g\n", i,
-				o[i], orf[i]);
-		if (!(d <= wo))
-			wo = d;
-	}
-	for (size_t i = 0; i < S.size(); i++) {
-		const double d = fabs(S[i] - Sr[i]);
-		if (!(d <= 1e-4 + 1e-3 * fabs(Sr[i])) && bad++ < 5)
-			fprintf(stderr,
-				"  S[%zu]: %.9g, the recurrent form %.9g\n", i,
-				S[i], Sr[i]);
-		if (!(d <= wS))
-			wS = d;
-	}
+	const int bad = outside("o", o.data(), orf.data(), o.size(), &wo) +
+			outside("S", S.data(), Sr.data(), S.size(), &wS);
 	printf("  T %d, %d key heads, %d value heads: max |o - ref| %.3g, max "
 	       "|S - ref| %.3g%s\n",
 	       T, Hk, Hv, wo, wS, bad ? ": FAIL" : "");
