@@ -1365,8 +1365,10 @@ static int piece(int p, int per, int T, int *t0)
 	return T - *t0 < per * C ? T - *t0 : per * C;
 }
 
-/* kcu_delta_chunked's default kernels (k_intra_rt<128>, k_hstate_rt<128,
- * 256>, k_out4) in pieces of `per` sub-chunks (MOOR_GDN_PIPE), on two
+/* kcu_delta_chunked's kernels at dk = dv = 128 (k_intra_rt<128>,
+ * k_hstate_rt<128, 256> and k_out4; at MOOR_GDN_TC=tc, gdn_tc.cuh's where
+ * kcu_delta_chunked takes them) in pieces of `per` sub-chunks
+ * (MOOR_GDN_PIPE), on two
  * streams forked from q's and joined back to it, ordered by events:
  *   hi (the highest priority): [intra 0] state 0, [intra 1] state 1, ...
  *   lo (the lowest): intra 0, intra 1, ..., [state 0] out 0, [state 1]
@@ -1376,7 +1378,8 @@ static int piece(int p, int per, int T, int *t0)
 static int delta_pieces(kern_queue *q, float *o, float *S, const float *qq,
 			const float *k, int ldqk, const float *v, int ldv,
 			const float *g, const float *beta, int T, int Hk,
-			int Hv, int dk, int dv, float *ws, int act, int per)
+			int Hv, int dk, int dv, float *ws, int act, int per,
+			int tc)
 {
 	kern_ctx *cx = q->ctx;
 	const int nch = (T + C - 1) / C;
@@ -1411,31 +1414,48 @@ static int delta_pieces(kern_queue *q, float *o, float *S, const float *qq,
 	KCU(cx, cudaStreamWaitEvent(hq.s, fork, 0));
 	for (int p = 0; p < np; p++) {
 		int t0, tp = piece(p, per, T, &t0);
-		kcu_go(&lq, k_intra_rt<128>, dim3((tp + C - 1) / C, Hv),
-		       INTRA_THREADS, intra_rt_smem(dk, dv),
-		       ws + (size_t)(t0 / C) * Hv * uf, qq + (size_t)t0 * ldqk,
-		       k + (size_t)t0 * ldqk, ldqk, v + (size_t)t0 * ldv, ldv,
-		       g + (size_t)t0 * Hv, beta + (size_t)t0 * Hv, tp, Hk, Hv,
-		       dk, dv, 1);
+		float *wp = ws + (size_t)(t0 / C) * Hv * uf;
+		const float *qp = qq + (size_t)t0 * ldqk,
+			    *kp = k + (size_t)t0 * ldqk, *vp = v + (size_t)t0 * ldv,
+			    *gp = g + (size_t)t0 * Hv, *bp = beta + (size_t)t0 * Hv;
+		if (tc == 1)
+			kcu_go(&lq, k_intra_tc, dim3((tp + C - 1) / C, Hv), 256,
+			       intra_tc_smem(), wp, qp, kp, ldqk, vp, ldv, gp,
+			       bp, tp, Hk, Hv);
+		else
+			kcu_go(&lq, k_intra_rt<128>, dim3((tp + C - 1) / C, Hv),
+			       INTRA_THREADS, intra_rt_smem(dk, dv), wp, qp, kp,
+			       ldqk, vp, ldv, gp, bp, tp, Hk, Hv, dk, dv, 1);
 		KCU_LAUNCHED(cx);
 		KCU(cx, cudaEventRecord(evi[p], lq.s));
 	}
 	for (int p = 0; p < np; p++) {
 		int t0, tp = piece(p, per, T, &t0);
 		KCU(cx, cudaStreamWaitEvent(hq.s, evi[p], 0));
-		kcu_go(&hq, k_hstate_rt<128, 256>, dim3(Hv, dv / RT_SW), 256,
-		       hstate_rt_smem(dk), S, ws + (size_t)(t0 / C) * Hv * uf, tp,
-		       Hv, dv);
+		if (tc)
+			kcu_go(&hq, k_hstate_tc, dim3(Hv, dv / TC_SW), TC_NT,
+			       hstate_tc_smem(), S,
+			       ws + (size_t)(t0 / C) * Hv * uf,
+			       k + (size_t)t0 * ldqk, ldqk, tp, Hk, Hv, dv);
+		else
+			kcu_go(&hq, k_hstate_rt<128, 256>, dim3(Hv, dv / RT_SW),
+			       256, hstate_rt_smem(dk), S,
+			       ws + (size_t)(t0 / C) * Hv * uf, tp, Hv, dv);
 		KCU_LAUNCHED(cx);
 		KCU(cx, cudaEventRecord(evh[p], hq.s));
 	}
 	for (int p = 0; p < np; p++) {
 		int t0, tp = piece(p, per, T, &t0);
 		KCU(cx, cudaStreamWaitEvent(lq.s, evh[p], 0));
-		kcu_go(&lq, k_out4, dim3((tp + C - 1) / C, Hv, dv / 64), 256,
-		       out4_smem(dk), o + (size_t)t0 * Hv * dv,
-		       (const float *)ws + (size_t)(t0 / C) * Hv * uf, tp, Hv, dk,
-		       dv, act);
+		const float *wp = ws + (size_t)(t0 / C) * Hv * uf;
+		if (tc == 1)
+			kcu_go(&lq, k_out_tc, dim3((tp + C - 1) / C, Hv, dv / 64),
+			       256, out_tc_smem(dk), o + (size_t)t0 * Hv * dv, wp,
+			       qq + (size_t)t0 * ldqk, ldqk, tp, Hk, Hv, dv, act);
+		else
+			kcu_go(&lq, k_out4, dim3((tp + C - 1) / C, Hv, dv / 64),
+			       256, out4_smem(dk), o + (size_t)t0 * Hv * dv, wp,
+			       tp, Hv, dk, dv, act);
 		KCU_LAUNCHED(cx);
 	}
 	/* lo's last output waited for hi's last state pass */
@@ -1533,9 +1553,9 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			   : 0;
 	const int per = gdn_pipe();
 	if (per && per < nch && !q->capturing && gdn_rt_on(dk, dv) &&
-	    dk == 128 && dv == 128 && hstate_nt() == 256 && !tc)
+	    dk == 128 && dv == 128 && (tc || hstate_nt() == 256))
 		return delta_pieces(q, o, S, qq, k, ldqk, v, ldv, g, beta, T,
-				    Hk, Hv, dk, dv, (float *)ws, act, per);
+				    Hk, Hv, dk, dv, (float *)ws, act, per, tc);
 	if (tc == 1 && dv == 128)
 		kcu_go(q, k_intra_tc, dim3(nch, Hv), 256, intra_tc_smem(),
 		       (float *)ws, qq, k, ldqk, v, ldv, g, beta, T, Hk, Hv);

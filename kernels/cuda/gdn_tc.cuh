@@ -124,38 +124,48 @@ static __device__ inline void mma_step(float (&acc)[NT][4], const float *a,
 
 /* k_hstate_tc: the state pass of dk 128 (k_hstate_rt<128>'s work and
  * workspace: it writes each sub-chunk's starting state and V' where
- * k_out4 reads them) in 3xTF32 on mma.sync. It makes k e^(G_last - G)
- * from k's rows and G as it loads them (intra's products, the same bits)
- * instead of reading the workspace's copy, which intra leaves out at
- * MOOR_GDN_TC=1 (32 KB a unit written, then read by four blocks a head:
- * 25 MB of the 27B's 1,024-token chunk-layer). One block of 8 warps a (value
- * head, 32 value columns): 192 blocks for the 27B, two an SM. A
+ * k_out4 and k_out_tc read them) in 3xTF32 on mma.sync, from k's rows as
+ * they are (intra leaves k e^(G_last - G) out of the workspace at
+ * MOOR_GDN_TC=1): the update takes k^T V'' with V'' = e^(G_last - G) V'
+ * instead, the same sum in exact arithmetic. One block of 8 warps a
+ * (value head, 32 value columns): 192 blocks for the 27B, two an SM. A
  * fragment's lanes are g = lane / 4 and t = lane % 4 (PTX's groupID and
  * threadID_in_group):
  *   V' = U - W S   M = 64 tokens, N = 32, K = 128: warp w takes rows
  *                  16 (w % 4) .. + 15 and columns 16 (w / 4) .. + 15 (two
- *                  n-tiles), A = W by rows, B = the state;
- *   S <- e^(G_last) S + (k e^(G_last - G))^T V'   M = 128 state rows,
- *                  N = 32, K = the sub-chunk's tokens (rounded up to 8;
- *                  rows past n are zeros in k and in V'): warp w takes
- *                  state rows 16 w .. + 15, every column (four n-tiles),
- *                  its accumulators starting from e^(G_last) S; A = k e^(G_last
- *                  - G) by columns (its transpose), B = V'.
- * Shared rows are padded so that every fragment's 32 loads hit 32 banks:
- * W [C][128 + 4] (lanes g rows apart, t columns), k [C][128 + 8] and U
- * then V' and the state [.][32 + 8] (lanes t rows apart, g columns). 97
- * KB. W of the next sub-chunk is copied under the update, as in
- * k_hstate_rt. */
+ *                  n-tiles), A = W by rows, B = the state (fp32 in
+ *                  shared memory, split where a fragment is loaded); U
+ *                  and e^(G_last - G) of the lane's rows come straight
+ *                  from global memory into registers, and V'' goes to
+ *                  shared memory split once (tf32 hi and lo side by side);
+ *   S <- e^(G_last) S + k^T V''   M = 128 state rows, N = 32, K = the
+ *                  sub-chunk's tokens (rounded up to 8; rows past n are
+ *                  zeros in k and in V''): warp w takes state rows 16 w ..
+ *                  + 15, every column (four n-tiles), A = k by columns
+ *                  (its transpose), B = V'' as split. The warp's rows of S
+ *                  stay in its accumulators from sub-chunk to sub-chunk;
+ *                  they go to shared memory (for the next W S) and to the
+ *                  unit (for the output) once a sub-chunk.
+ * Shared rows are padded so that every fragment's loads hit distinct
+ * banks: W [C][128 + 4] (lanes g rows apart, t columns), k [C][128 + 8]
+ * and the state [128][32 + 8] (lanes t rows apart, g columns), V'' [C][32
+ * + 4] of 8-byte pairs. 105 KB. W of the next sub-chunk is copied under
+ * the update, k of this one under W S. Three barriers a sub-chunk. The
+ * rewrite of 2026-12-07's k_hstate_tc (185 us a 1,024-token chunk of the
+ * 27B's heads on an H100, ncu), which split S and V' again in every warp
+ * that read them and kept S in shared memory only: about 2,300
+ * instructions a warp a sub-chunk. */
 #define TC_NT 256
 #define TC_PW (128 + 4)
 #define TC_PK (128 + 8)
 #define TC_SW 32 /* value columns a block */
 #define TC_PV (TC_SW + 8)
+#define TC_PP (TC_SW + 4) /* V'' pairs a row */
 
 static size_t hstate_tc_smem(void)
 {
-	return ((size_t)C * TC_PW + (size_t)C * TC_PK + (size_t)C * TC_PV +
-		(size_t)128 * TC_PV) *
+	return ((size_t)C * TC_PW + (size_t)C * TC_PK + (size_t)128 * TC_PV +
+		(size_t)C * TC_PP * 2) *
 	       sizeof(float);
 }
 
@@ -164,130 +174,147 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 		int Hv, int dv)
 {
 	kcu_pdl_enter();
-	constexpr int DK = 128, Q4 = TC_SW / 4;
+	constexpr int DK = 128;
 	extern __shared__ __align__(16) float tsm[];
 	float *sW = tsm;	    /* [C][TC_PW] W */
-	float *sK = sW + C * TC_PW; /* [C][TC_PK] k e^(G_last - G) */
-	float *sU = sK + C * TC_PK; /* [C][TC_PV] U, then V' */
-	float *sS = sU + C * TC_PV; /* [DK][TC_PV] the state */
+	float *sK = sW + C * TC_PW; /* [C][TC_PK] k */
+	float *sS = sK + C * TC_PK; /* [DK][TC_PV] the state */
+	/* [C][TC_PP] V'' as (hi, lo) tf32 pairs */
+	uint32_t *sV = (uint32_t *)(sS + DK * TC_PV);
 	const int h = blockIdx.x, s0 = blockIdx.y * TC_SW;
 	const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2,
 		  t = tid & 3;
 	const int wm = (warp & 3) * 16, wn = (warp >> 2) * 16, um = warp * 16;
-	float *Sh = S + (size_t)h * DK * dv;
+	float *Sh = S + (size_t)h * DK * dv + s0;
 	const float *kh = k + (size_t)(h / (Hv / Hk)) * DK;
 	const size_t uf = unit_floats(DK, dv);
 	const size_t oU = off_U(DK), oG = off_G(DK, dv), oS = off_S(DK, dv);
 
-	for (int e = tid; e < DK * TC_SW; e += TC_NT)
-		sS[(e / TC_SW) * TC_PV + e % TC_SW] =
-		    Sh[(size_t)(e / TC_SW) * dv + s0 + e % TC_SW];
+	/* the warp's rows of the state: um + g (+ 8), columns 8 i + 2 t (+ 1) */
+	float st[4][4];
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+#pragma unroll
+		for (int hf = 0; hf < 2; hf++) {
+			const float2 x = *(const float2 *)(Sh +
+							   (size_t)(um + g +
+								    8 * hf) *
+							       dv +
+							   8 * i + 2 * t);
+			st[i][2 * hf] = x.x, st[i][2 * hf + 1] = x.y;
+		}
 	hs_rows(sW, ws + (size_t)h * uf, DK, TC_PW);
 	cp_commit();
-	__syncthreads(); /* the state in (k_hstate_rt's first barrier) */
 	const int nch = (T + C - 1) / C;
 	for (int c = 0; c < nch; c++) {
 		const int n = T - c * C < C ? T - c * C : C;
 		float *u = ws + ((size_t)c * Hv + h) * uf;
-		const float gl = u[oG + n - 1];
-		/* k's rows of the sub-chunk (zeros past n), made k e^(G_last -
-		 * G) below */
+		/* the state this sub-chunk starts from: for W S, and for the
+		 * output in the unit */
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const int r = um + g + 8 * hf, col = 8 * i + 2 * t;
+				const float2 x =
+				    make_float2(st[i][2 * hf], st[i][2 * hf + 1]);
+				*(float2 *)(sS + r * TC_PV + col) = x;
+				*(float2 *)(u + oS + (size_t)r * dv + s0 + col) =
+				    x;
+			}
+		cp_wait<0>();
+		__syncthreads(); /* W and the state in; k and V'' read */
+		/* k's rows of the sub-chunk (zeros past n) */
 		const float *kc = kh + (size_t)c * C * ldqk;
 		for (int e = tid; e < C * (DK / 4); e += TC_NT) {
 			int j = e / (DK / 4), p = (e % (DK / 4)) * 4;
 			cp16(sK + j * TC_PK + p,
 			     kc + (size_t)(j < n ? j : 0) * ldqk + p, j < n);
 		}
-		for (int e = tid; e < C * Q4; e += TC_NT) {
-			int r = e / Q4, p = (e % Q4) * 4;
-			cp16(sU + r * TC_PV + p,
-			     u + oU + (size_t)r * dv + s0 + p, 1);
-		}
 		cp_commit();
-		/* the state this sub-chunk starts from, for k_out4 */
-		for (int e = tid; e < DK * Q4; e += TC_NT) {
-			int d = e / Q4, p = (e % Q4) * 4;
-			*(float4 *)(u + oS + (size_t)d * dv + s0 + p) =
-			    *(const float4 *)(sS + d * TC_PV + p);
+		/* U and e^(G_last - G) of this lane's rows of V' */
+		const float gl = u[oG + n - 1];
+		float2 uv[2][2];
+		float er[2];
+#pragma unroll
+		for (int hf = 0; hf < 2; hf++) {
+			const int r = wm + g + 8 * hf;
+			er[hf] = r < n ? expf(gl - u[oG + r]) : 0.0f;
+#pragma unroll
+			for (int i = 0; i < 2; i++)
+				uv[i][hf] =
+				    r < n ? *(const float2 *)(u + oU +
+							      (size_t)r * dv +
+							      s0 + wn + 8 * i +
+							      2 * t)
+					  : make_float2(0.0f, 0.0f);
 		}
-		cp_wait<1>();
-		__syncthreads(); /* W in */
 		/* W S: rows wm + g (+ 8), columns wn + 8 i + 2 t (+ 1) */
 		float acc[2][4] = {};
 #pragma unroll 4
 		for (int d = 0; d < DK; d += 8)
 			mma_step<2>(acc, sW + wm * TC_PW + d, TC_PW,
 				    sS + d * TC_PV + wn, TC_PV, g, t);
-		cp_wait<0>();
-		__syncthreads(); /* k and U in; W read */
-		if (c + 1 < nch)
-			hs_rows(sW, u + (size_t)Hv * uf, DK, TC_PW);
-		cp_commit();
-		/* k e^(G_last - G), each value's product as intra's (the same
-		 * expf of the same G), so the same bits as the workspace's */
-		for (int e = tid; e < C * (DK / 4); e += TC_NT) {
-			int j = e / (DK / 4), p = (e % (DK / 4)) * 4;
-			const float ek = j < n ? expf(gl - u[oG + j]) : 0.0f;
-			float4 *kp = (float4 *)(sK + j * TC_PK + p);
-			const float4 a = *kp;
-			*kp =
-			    make_float4(a.x * ek, a.y * ek, a.z * ek, a.w * ek);
-		}
-		/* V' = U - W S (zeros past n) */
+		/* V' = U - W S to the unit (zeros past n), V'' split */
 #pragma unroll
 		for (int i = 0; i < 2; i++)
 #pragma unroll
 			for (int hf = 0; hf < 2; hf++) {
 				const int r = wm + g + 8 * hf,
 					  col = wn + 8 * i + 2 * t;
-				float2 *su = (float2 *)(sU + r * TC_PV + col);
-				float2 v = make_float2(0.0f, 0.0f);
+				float x[2] = {0.0f, 0.0f};
 				if (r < n) {
-					const float2 uv = *su;
-					v = make_float2(uv.x - acc[i][2 * hf],
-							uv.y -
-							    acc[i][2 * hf + 1]);
+					const float2 v = make_float2(
+					    uv[i][hf].x - acc[i][2 * hf],
+					    uv[i][hf].y - acc[i][2 * hf + 1]);
 					*(float2 *)(u + oU + (size_t)r * dv +
 						    s0 + col) = v;
+					x[0] = v.x * er[hf], x[1] = v.y * er[hf];
 				}
-				*su = v;
+				uint32_t hi[2], lo[2];
+				tf32_split(x, hi, lo);
+				*(uint4 *)(sV + 2 * (r * TC_PP + col)) =
+				    make_uint4(hi[0], lo[0], hi[1], lo[1]);
 			}
-		__syncthreads(); /* V' and k e^(G_last - G) whole */
-		/* S <- e^(G_last) S + (k e^(G_last - G))^T V': rows um + g
-		 * (+ 8), columns 8 i + 2 t (+ 1) */
 		const float egl = expf(gl);
-		float st[4][4];
 #pragma unroll
 		for (int i = 0; i < 4; i++)
 #pragma unroll
-			for (int hf = 0; hf < 2; hf++) {
-				const float2 sv = *(
-				    const float2 *)(sS +
-						    (um + g + 8 * hf) * TC_PV +
-						    8 * i + 2 * t);
-				st[i][2 * hf] = sv.x * egl;
-				st[i][2 * hf + 1] = sv.y * egl;
-			}
+			for (int e = 0; e < 4; e++)
+				st[i][e] *= egl;
+		cp_wait<0>();
+		__syncthreads(); /* k and V'' whole; W read */
+		if (c + 1 < nch)
+			hs_rows(sW, u + (size_t)Hv * uf, DK, TC_PW);
+		cp_commit();
+		/* S <- e^(G_last) S + k^T V'' */
 		const int jn = (n + 7) & ~7;
-		for (int j = 0; j < jn; j += 8)
-			mma_step<4, true>(st, sK + j * TC_PK + um, TC_PK,
-					  sU + j * TC_PV, TC_PV, g, t);
+		for (int j = 0; j < jn; j += 8) {
+			uint32_t ah[4], al[4];
+			frag_a<true>(ah, al, sK + j * TC_PK + um, TC_PK, g, t);
 #pragma unroll
-		for (int i = 0; i < 4; i++)
-#pragma unroll
-			for (int hf = 0; hf < 2; hf++)
-				*(float2 *)(sS + (um + g + 8 * hf) * TC_PV +
-					    8 * i + 2 * t) =
-				    make_float2(st[i][2 * hf],
-						st[i][2 * hf + 1]);
-		__syncthreads(); /* the state updated; k and V' read */
+			for (int i = 0; i < 4; i++) {
+				const uint2 p0 = *(const uint2 *)(sV +
+								  2 * ((j + t) * TC_PP +
+								       8 * i + g));
+				const uint2 p1 =
+				    *(const uint2 *)(sV +
+						     2 * ((j + t + 4) * TC_PP +
+							  8 * i + g));
+				const uint32_t bh[2] = {p0.x, p1.x},
+					       bl[2] = {p0.y, p1.y};
+				mma3x(st[i], ah, al, bh, bl);
+			}
+		}
 	}
-	cp_wait<0>();
-	for (int e = tid; e < DK * TC_SW; e += TC_NT)
-		Sh[(size_t)(e / TC_SW) * dv + s0 + e % TC_SW] =
-		    sS[(e / TC_SW) * TC_PV + e % TC_SW];
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+#pragma unroll
+		for (int hf = 0; hf < 2; hf++)
+			*(float2 *)(Sh + (size_t)(um + g + 8 * hf) * dv + 8 * i +
+				    2 * t) =
+			    make_float2(st[i][2 * hf], st[i][2 * hf + 1]);
 }
-
 /* k_out_tc: k_out4's output, O = (q e^G) S + Am V' (rounded when act is
  * BF16), in 3xTF32 on mma.sync, the two products into one accumulator
  * (S's first): other bits than k_out4's. One block of 8 warps a

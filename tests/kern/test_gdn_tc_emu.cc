@@ -48,6 +48,16 @@ static inline float2 make_float2(float a, float b)
 {
 	return {a, b};
 }
+struct uint2 {
+	uint32_t x, y;
+};
+struct uint4 {
+	uint32_t x, y, z, w;
+};
+static inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d)
+{
+	return {a, b, c, d};
+}
 struct uint3 {
 	unsigned x, y, z;
 };

@@ -587,8 +587,9 @@ static void case_gdn_rt_wide(void)
  * workspace NaNs before each run: what the tensor-core kernels read is
  * what intra wrote), and,
  * by memcmp, itself in calls of 1,024, 1,024 and 72 tokens (the state
- * carried between calls) against one call, and a second run against the
- * first. */
+ * carried between calls) against one call, a second run against the
+ * first, and in pieces of 8 sub-chunks on two streams (MOOR_GDN_PIPE=8)
+ * against one launch each. */
 static void case_gdn_tc(void)
 {
 	setenv("MOOR_GDN_TC", "1", 1);
@@ -610,13 +611,15 @@ static void case_gdn_tc(void)
 	memset(nan, 0xff, wsb);
 	/* r = 0: the defaults; 1: MOOR_GDN_TC=1 in one call; 2: the same in
 	 * three calls; 3: one call again; 4: MOOR_GDN_TC=2 (the state pass
-	 * alone on tensor cores) */
-	float *ho[5], *hS[5];
-	for (int r = 0; r < 5; r++) {
+	 * alone on tensor cores); 5: MOOR_GDN_TC=1 in pieces */
+	float *ho[6], *hS[6];
+	for (int r = 0; r < 6; r++) {
 		if (r)
 			setenv("MOOR_GDN_TC", r == 4 ? "2" : "1", 1);
 		else
 			unsetenv("MOOR_GDN_TC");
+		if (r == 5)
+			setenv("MOOR_GDN_PIPE", "8", 1);
 		float *dS = up(&gpu, S0, ns * 4), *dO = zz(&gpu, nv * 4);
 		void *ws = up(&gpu, nan, wsb);
 		for (int i = 0, t0 = 0; i < (r == 2 ? 3 : 1); t0 += Ts[i++]) {
@@ -640,6 +643,7 @@ static void case_gdn_tc(void)
 	}
 	free(nan);
 	unsetenv("MOOR_GDN_TC");
+	unsetenv("MOOR_GDN_PIPE");
 	/* the tolerance of case_gdn: another order of fp32 sums (3xTF32
 	 * keeps about fp32's precision) over a contracting recurrence */
 	close_all("delta tc o (48 heads)", ho[1], ho[0], nv, 1e-4, 1e-3);
@@ -650,10 +654,13 @@ static void case_gdn_tc(void)
 	       "from one call");
 	ASSERT(!memcmp(ho[3], ho[1], nv * 4) && !memcmp(hS[3], hS[1], ns * 4),
 	       "MOOR_GDN_TC=1 differs from itself run to run");
-	printf("  %-28s calls of 1,024, 1,024, 72 and a second run: "
+	ASSERT(!memcmp(ho[5], ho[1], nv * 4) && !memcmp(hS[5], hS[1], ns * 4),
+	       "MOOR_GDN_TC=1 in pieces (MOOR_GDN_PIPE=8) differs from one "
+	       "launch each");
+	printf("  %-28s calls of 1,024, 1,024, 72, a second run and pieces: "
 	       "bit-exact\n",
 	       "delta tc");
-	for (int r = 0; r < 5; r++) {
+	for (int r = 0; r < 6; r++) {
 		free(ho[r]);
 		free(hS[r]);
 	}
