@@ -1050,15 +1050,23 @@ static int gdn_cl_on(const kern_ctx *cx)
 }
 
 /* MOOR_GDN_TC (opt-in until measured; read at each call, so that one
- * process can compare): 1 takes the tensor-core kernels of the chunked
- * rule at dk 128 (k_intra_tc where k_intra_rt<128> would run, k_hstate_tc
- * where k_hstate_cl or k_hstate_rt<128> would, k_out_tc where k_out4
- * would), 2 the state pass's alone. Other bits
- * than the SIMT kernels': it is in kern_bits_env. */
+ * process can compare) takes gdn_tc.cuh's tensor-core kernels of the
+ * chunked rule at dk 128: 1 k_intra_tc (where k_intra_rt<128> would run)
+ * and k_chunk_tc (the state pass and the output in one kernel); 2 the
+ * state pass's alone (k_hstate_tc where k_hstate_cl or k_hstate_rt<128>
+ * would run); 3 k_intra_tc, k_hstate_tc and k_out_tc (where k_out4
+ * would). Other bits than the SIMT kernels' (and 1's than 3's): it is in
+ * kern_bits_env. */
 static int gdn_tc_on(void)
 {
 	long v = kcu_env_int("MOOR_GDN_TC", 0);
-	return v == 1 || v == 2 ? (int)v : 0;
+	return v >= 1 && v <= 3 ? (int)v : 0;
+}
+
+/* at MOOR_GDN_TC=tc: intra on tensor cores (k_intra_tc) */
+static int tc_intra(int tc, int dv)
+{
+	return (tc == 1 || tc == 3) && dv == 128;
 }
 
 /* O for a sub-chunk's rows and OC value columns: 256 threads, a thread
@@ -1418,7 +1426,7 @@ static int delta_pieces(kern_queue *q, float *o, float *S, const float *qq,
 		const float *qp = qq + (size_t)t0 * ldqk,
 			    *kp = k + (size_t)t0 * ldqk, *vp = v + (size_t)t0 * ldv,
 			    *gp = g + (size_t)t0 * Hv, *bp = beta + (size_t)t0 * Hv;
-		if (tc == 1)
+		if (tc_intra(tc, dv))
 			kcu_go(&lq, k_intra_tc, dim3((tp + C - 1) / C, Hv), 256,
 			       intra_tc_smem(), wp, qp, kp, ldqk, vp, ldv, gp,
 			       bp, tp, Hk, Hv);
@@ -1432,7 +1440,13 @@ static int delta_pieces(kern_queue *q, float *o, float *S, const float *qq,
 	for (int p = 0; p < np; p++) {
 		int t0, tp = piece(p, per, T, &t0);
 		KCU(cx, cudaStreamWaitEvent(hq.s, evi[p], 0));
-		if (tc)
+		if (tc == 1)
+			kcu_go(&hq, k_chunk_tc, dim3(Hv, dv / CT_OC), 256,
+			       chunk_tc_smem(), o + (size_t)t0 * Hv * dv, S,
+			       (const float *)ws + (size_t)(t0 / C) * Hv * uf,
+			       qq + (size_t)t0 * ldqk, k + (size_t)t0 * ldqk,
+			       ldqk, tp, Hk, Hv, dv, act);
+		else if (tc)
 			kcu_go(&hq, k_hstate_tc, dim3(Hv, dv / TC_SW), TC_NT,
 			       hstate_tc_smem(), S,
 			       ws + (size_t)(t0 / C) * Hv * uf,
@@ -1448,7 +1462,9 @@ static int delta_pieces(kern_queue *q, float *o, float *S, const float *qq,
 		int t0, tp = piece(p, per, T, &t0);
 		KCU(cx, cudaStreamWaitEvent(lq.s, evh[p], 0));
 		const float *wp = ws + (size_t)(t0 / C) * Hv * uf;
-		if (tc == 1)
+		if (tc == 1) /* k_chunk_tc wrote it */
+			continue;
+		if (tc == 3)
 			kcu_go(&lq, k_out_tc, dim3((tp + C - 1) / C, Hv, dv / 64),
 			       256, out_tc_smem(dk), o + (size_t)t0 * Hv * dv, wp,
 			       qq + (size_t)t0 * ldqk, ldqk, tp, Hk, Hv, dv, act);
@@ -1515,6 +1531,10 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_tc_smem()));
 		KCU(cx, cudaFuncSetAttribute(
+			    k_chunk_tc,
+			    cudaFuncAttributeMaxDynamicSharedMemorySize,
+			    (int)chunk_tc_smem()));
+		KCU(cx, cudaFuncSetAttribute(
 			    k_hstate_rt<64>,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_rt_smem(64)));
@@ -1542,9 +1562,10 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 		attr_set = 1;
 	}
 	/* the tensor-core kernels (MOOR_GDN_TC) where the register-tile ones
-	 * run at dk 128, q and k in 16-byte rows; at 1 intra leaves q e^G
-	 * and k e^(G_last - G) out of the workspace, which k_hstate_tc and
-	 * k_out_tc make from q, k and G where they load them */
+	 * run at dk 128, q and k in 16-byte rows; at 1 and 3 intra leaves
+	 * q e^G and k e^(G_last - G) out of the workspace, which the
+	 * tensor-core kernels after it make from q, k and G where they load
+	 * them */
 	const int tc = gdn_rt_on(dk, dv) && dk == 128 && dv % 64 == 0 &&
 			       ldqk % 4 == 0 && ldv % 4 == 0 &&
 			       !(((uintptr_t)qq | (uintptr_t)k | (uintptr_t)v) &
@@ -1556,17 +1577,17 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 	    dk == 128 && dv == 128 && (tc || hstate_nt() == 256))
 		return delta_pieces(q, o, S, qq, k, ldqk, v, ldv, g, beta, T,
 				    Hk, Hv, dk, dv, (float *)ws, act, per, tc);
-	if (tc == 1 && dv == 128)
+	if (tc_intra(tc, dv))
 		kcu_go(q, k_intra_tc, dim3(nch, Hv), 256, intra_tc_smem(),
 		       (float *)ws, qq, k, ldqk, v, ldv, g, beta, T, Hk, Hv);
 	else if (gdn_rt_on(dk, dv) && dk == 128 && dv == 128)
 		kcu_go(q, k_intra_rt<128>, dim3(nch, Hv), INTRA_THREADS,
 		       intra_rt_smem(dk, dv), (float *)ws, qq, k, ldqk, v, ldv,
-		       g, beta, T, Hk, Hv, dk, dv, tc != 1);
+		       g, beta, T, Hk, Hv, dk, dv, !tc || tc == 2);
 	else if (gdn_rt_on(dk, dv))
 		kcu_go(q, k_intra_rt<0>, dim3(nch, Hv), INTRA_THREADS,
 		       intra_rt_smem(dk, dv), (float *)ws, qq, k, ldqk, v, ldv,
-		       g, beta, T, Hk, Hv, dk, dv, tc != 1);
+		       g, beta, T, Hk, Hv, dk, dv, !tc || tc == 2);
 	else
 		kcu_go(q, k_intra, dim3(nch, Hv), INTRA_THREADS, sm1,
 		       (float *)ws, qq, k, ldqk, v, ldv, g, beta, T, Hk, Hv, dk,
@@ -1578,9 +1599,16 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			kcu_go(q, k_hstate<SL16>, dim3(Hv, dv / SL16), 16 * SL16,
 			       hstate_smem(dk, SL16), S, (float *)ws, T, Hv, dk,
 			       dv);
-		else if (tc)
-			kcu_go(q, k_hstate_tc, dim3(Hv, dv / TC_SW), TC_NT, hstate_tc_smem(), S,
-			       (float *)ws, k, ldqk, T, Hk, Hv, dv);
+		else if (tc == 1) { /* the output too */
+			kcu_go(q, k_chunk_tc, dim3(Hv, dv / CT_OC), 256,
+			       chunk_tc_smem(), o, S, (const float *)ws, qq, k,
+			       ldqk, T, Hk, Hv, dv, act);
+			KCU_LAUNCHED(cx);
+			return 0;
+		} else if (tc)
+			kcu_go(q, k_hstate_tc, dim3(Hv, dv / TC_SW), TC_NT,
+			       hstate_tc_smem(), S, (float *)ws, k, ldqk, T, Hk,
+			       Hv, dv);
 		else if (dk == 128 && gdn_cl_on(cx))
 			kcu_go(q, k_hstate_cl, dim3(Hv, dv / RT_SW, 2), CL_NT,
 			       hstate_cl_smem(), S, (float *)ws, T, Hv, dv);
@@ -1597,7 +1625,7 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			kcu_go(q, k_hstate_rt<32>, rg, 128, hstate_rt_smem(dk), S,
 			       (float *)ws, T, Hv, dv);
 		KCU_LAUNCHED(cx);
-		if (tc == 1)
+		if (tc == 3)
 			kcu_go(q, k_out_tc, dim3(nch, Hv, dv / 64), 256,
 			       out_tc_smem(dk), o, (const float *)ws, qq, ldqk,
 			       T, Hk, Hv, dv, act);

@@ -418,6 +418,267 @@ static __global__ void __launch_bounds__(256, 2)
 	}
 }
 
+/* k_chunk_tc: the state pass and the output in one kernel at dk 128
+ * (MOOR_GDN_TC=1), 3xTF32 on mma.sync: for each sub-chunk in order, from
+ * intra's W, U, Am and G and from q and k as they are,
+ *   phase 1   [W; q e^G] S: M = 128 (W's 64 rows, then q's), N = 64 value
+ *             columns, K = 128: warp w takes rows 16 w .. + 15 (W's for w
+ *             < 4, q's for the rest, each value times e^G as it is
+ *             loaded), every column (eight n-tiles); the W warps make V'
+ *             = U - W S (U straight from the unit into registers) into
+ *             shared memory, split (tf32 hi and lo side by side), and
+ *             the q warps keep their part of O;
+ *   phase 2   the q warps: O += Am V' (K up to their last row: Am is
+ *             lower triangular), rounded when act is BF16, to o;
+ *   update    S <- e^(G_last) S + (k e^(G_last - G))^T V': warp w takes
+ *             state rows 16 w .. + 15, every column; k's values are
+ *             scaled by e^(G_last - G) as they are loaded. A warp's rows
+ *             of S stay in its accumulators from sub-chunk to sub-chunk
+ *             and go to shared memory split, once a sub-chunk, as phase
+ *             1's B.
+ * So neither V' nor the sub-chunks' states go through the workspace (the
+ * 64 KB of S a unit that k_hstate_tc writes and k_out_tc reads), and
+ * every B fragment is split once. One block of 8 warps a (value head, 64
+ * value columns), one an SM (219 KB of shared memory: W and q [C][128 +
+ * 4], k [C][128 + 8], Am [C][C + 4], e^(G_last - G) [C]; the state
+ * [128][64 + 4] and V' [C][64 + 4] as 8-byte pairs; each fragment's
+ * loads on distinct banks): 96 blocks for the 27B. k and Am are copied
+ * under phase 1, W and q of the next sub-chunk under phase 2 and the
+ * update. Two barriers a sub-chunk. */
+#define CT_PA (128 + 4)
+#define CT_PK (128 + 8)
+#define CT_PM (C + 4)
+#define CT_OC 64	     /* value columns a block */
+#define CT_PP (CT_OC + 4) /* pairs a row of the state and of V' */
+
+static size_t chunk_tc_smem(void)
+{
+	return ((size_t)2 * C * CT_PA + (size_t)C * CT_PK + (size_t)C * CT_PM +
+		C + 2 * ((size_t)128 * CT_PP + (size_t)C * CT_PP)) *
+	       sizeof(float);
+}
+
+/* W's rows of the unit at wu and q's rows t0 .. t0 + n - 1 (zeros past n)
+ * into sW and sQ */
+static __device__ inline void chunk_wq(float *sW, float *sQ, const float *wu,
+				       const float *qh, int ldqk, int t0,
+				       int n)
+{
+	for (int e = threadIdx.x; e < C * 32; e += 256) {
+		const int j = e >> 5, p = (e & 31) * 4;
+		cp16(sW + j * CT_PA + p, wu + (size_t)j * 128 + p, 1);
+		cp16(sQ + j * CT_PA + p,
+		     qh + (size_t)(t0 + (j < n ? j : 0)) * ldqk + p, j < n);
+	}
+}
+
+/* the split pairs of B (8 x 8, [k][n] at pairs (j + k) PP + n0 + n) for
+ * lane (g, t) */
+static __device__ inline void pair_b(uint32_t (&hi)[2], uint32_t (&lo)[2],
+				     const uint32_t *s, int j, int n0, int g,
+				     int t)
+{
+	const uint2 p0 = *(const uint2 *)(s + 2 * ((j + t) * CT_PP + n0 + g));
+	const uint2 p1 =
+	    *(const uint2 *)(s + 2 * ((j + t + 4) * CT_PP + n0 + g));
+	hi[0] = p0.x, hi[1] = p1.x, lo[0] = p0.y, lo[1] = p1.y;
+}
+
+/* the pairs (hi, lo) of x and y at s + 2 i (i even: one 16-byte store) */
+static __device__ inline void pair_st(uint32_t *s, int i, float x, float y)
+{
+	const float v[2] = {x, y};
+	uint32_t hi[2], lo[2];
+	tf32_split(v, hi, lo);
+	*(uint4 *)(s + 2 * i) = make_uint4(hi[0], lo[0], hi[1], lo[1]);
+}
+
+static __global__ void __launch_bounds__(256, 1)
+    k_chunk_tc(float *o, float *S, const float *ws, const float *q,
+	       const float *k, int ldqk, int T, int Hk, int Hv, int dv,
+	       int act)
+{
+	kcu_pdl_enter();
+	constexpr int DK = 128;
+	extern __shared__ __align__(16) float fsm[];
+	float *sW = fsm;	    /* [C][CT_PA] W */
+	float *sQ = sW + C * CT_PA; /* [C][CT_PA] q */
+	float *sK = sQ + C * CT_PA; /* [C][CT_PK] k */
+	float *sA = sK + C * CT_PK; /* [C][CT_PM] Am */
+	float *sE = sA + C * CT_PM; /* [C] e^(G_last - G) */
+	uint32_t *sS = (uint32_t *)(sE + C); /* [DK][CT_PP] the state, split */
+	uint32_t *sV = sS + 2 * DK * CT_PP;  /* [C][CT_PP] V', split */
+	const int h = blockIdx.x, s0 = blockIdx.y * CT_OC;
+	const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2,
+		  t = tid & 3;
+	const bool isq = warp >= 4;
+	const int m0 = (warp & 3) * 16, um = warp * 16;
+	float *Sh = S + (size_t)h * DK * dv + s0;
+	const float *qh = q + (size_t)(h / (Hv / Hk)) * DK,
+		    *kh = k + (size_t)(h / (Hv / Hk)) * DK;
+	const size_t uf = unit_floats(DK, dv);
+	const size_t oU = off_U(DK), oA = off_A(DK, dv), oG = off_G(DK, dv);
+
+	/* the warp's rows of the state: um + g (+ 8), columns 8 i + 2 t (+ 1) */
+	float st[8][4];
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+#pragma unroll
+		for (int hf = 0; hf < 2; hf++) {
+			const float2 x = *(const float2 *)(Sh +
+							   (size_t)(um + g +
+								    8 * hf) *
+							       dv +
+							   8 * i + 2 * t);
+			st[i][2 * hf] = x.x, st[i][2 * hf + 1] = x.y;
+		}
+	chunk_wq(sW, sQ, ws + (size_t)h * uf, qh, ldqk, 0, T < C ? T : C);
+	cp_commit();
+	const int nch = (T + C - 1) / C;
+	for (int c = 0; c < nch; c++) {
+		const int t0 = c * C, n = T - t0 < C ? T - t0 : C;
+		const float *u = ws + ((size_t)c * Hv + h) * uf;
+		/* the state this sub-chunk starts from, split, for phase 1 */
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++)
+				pair_st(sS, (um + g + 8 * hf) * CT_PP + 8 * i + 2 * t,
+					st[i][2 * hf], st[i][2 * hf + 1]);
+		cp_wait<0>();
+		__syncthreads(); /* W, q and S in; k, Am, V' and sE read */
+		for (int e = tid; e < C * 32; e += 256) {
+			const int j = e >> 5, p = (e & 31) * 4;
+			cp16(sK + j * CT_PK + p,
+			     kh + (size_t)(t0 + (j < n ? j : 0)) * ldqk + p,
+			     j < n);
+		}
+		for (int e = tid; e < C * (C / 4); e += 256) {
+			const int i = e / (C / 4), p = (e % (C / 4)) * 4;
+			cp16(sA + i * CT_PM + p, u + oA + (size_t)i * C + p, 1);
+		}
+		cp_commit();
+		const float gl = u[oG + n - 1];
+		if (tid < C)
+			sE[tid] = tid < n ? expf(gl - u[oG + tid]) : 0.0f;
+		/* this lane's rows m0 + g (+ 8): e^G (q's warps) or U (W's) */
+		float ef[2];
+		float2 uv[8][2];
+#pragma unroll
+		for (int hf = 0; hf < 2; hf++) {
+			const int r = m0 + g + 8 * hf;
+			ef[hf] = isq && r < n ? expf(u[oG + r]) : 0.0f;
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				uv[i][hf] = !isq && r < n
+						? *(const float2 *)(u + oU +
+								    (size_t)r * dv +
+								    s0 + 8 * i + 2 * t)
+						: make_float2(0.0f, 0.0f);
+		}
+		/* phase 1: rows m0 + g (+ 8) of W S or of (q e^G) S, columns
+		 * 8 i + 2 t (+ 1) */
+		float acc[8][4] = {};
+		const float *sa = (isq ? sQ : sW) + m0 * CT_PA;
+#pragma unroll 2
+		for (int d = 0; d < DK; d += 8) {
+			float x[4] = {sa[g * CT_PA + d + t],
+				      sa[(g + 8) * CT_PA + d + t],
+				      sa[g * CT_PA + d + t + 4],
+				      sa[(g + 8) * CT_PA + d + t + 4]};
+			if (isq)
+				x[0] *= ef[0], x[1] *= ef[1], x[2] *= ef[0],
+				    x[3] *= ef[1];
+			uint32_t ah[4], al[4];
+			tf32_split(x, ah, al);
+#pragma unroll
+			for (int i = 0; i < 8; i++) {
+				uint32_t bh[2], bl[2];
+				pair_b(bh, bl, sS, d, 8 * i, g, t);
+				mma3x(acc[i], ah, al, bh, bl);
+			}
+		}
+		if (!isq) /* V' = U - W S (zeros past n), split */
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+#pragma unroll
+				for (int hf = 0; hf < 2; hf++) {
+					const int r = m0 + g + 8 * hf;
+					const bool in = r < n;
+					pair_st(sV, r * CT_PP + 8 * i + 2 * t,
+						in ? uv[i][hf].x - acc[i][2 * hf]
+						   : 0.0f,
+						in ? uv[i][hf].y -
+							 acc[i][2 * hf + 1]
+						   : 0.0f);
+				}
+		cp_wait<0>();
+		__syncthreads(); /* V' whole, k and Am in; W and q read */
+		if (c + 1 < nch)
+			chunk_wq(sW, sQ, u + (size_t)Hv * uf, qh, ldqk, t0 + C,
+				 T - t0 - C < C ? T - t0 - C : C);
+		cp_commit();
+		if (isq) { /* phase 2: O += Am V', to o */
+			for (int j = 0; j < m0 + 16; j += 8) {
+				uint32_t ah[4], al[4];
+				frag_a<false>(ah, al, sA + m0 * CT_PM + j, CT_PM,
+					      g, t);
+#pragma unroll
+				for (int i = 0; i < 8; i++) {
+					uint32_t bh[2], bl[2];
+					pair_b(bh, bl, sV, j, 8 * i, g, t);
+					mma3x(acc[i], ah, al, bh, bl);
+				}
+			}
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const int r = m0 + g + 8 * hf;
+				if (r < n) {
+					float *op = o +
+						    ((size_t)(t0 + r) * Hv + h) * dv +
+						    s0 + 2 * t;
+#pragma unroll
+					for (int i = 0; i < 8; i++)
+						*(float2 *)(op + 8 * i) = make_float2(
+						    kcu_rnd(acc[i][2 * hf], act),
+						    kcu_rnd(acc[i][2 * hf + 1], act));
+				}
+			}
+		}
+		/* the update: S <- e^(G_last) S + (k e^(G_last - G))^T V' */
+		const float egl = expf(gl);
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				st[i][e] *= egl;
+		const int jn = (n + 7) & ~7;
+		for (int j = 0; j < jn; j += 8) {
+			const float e0 = sE[j + t], e1 = sE[j + t + 4];
+			const float x[4] = {sK[(j + t) * CT_PK + um + g] * e0,
+					    sK[(j + t) * CT_PK + um + g + 8] * e0,
+					    sK[(j + t + 4) * CT_PK + um + g] * e1,
+					    sK[(j + t + 4) * CT_PK + um + g + 8] *
+						e1};
+			uint32_t ah[4], al[4];
+			tf32_split(x, ah, al);
+#pragma unroll
+			for (int i = 0; i < 8; i++) {
+				uint32_t bh[2], bl[2];
+				pair_b(bh, bl, sV, j, 8 * i, g, t);
+				mma3x(st[i], ah, al, bh, bl);
+			}
+		}
+	}
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+#pragma unroll
+		for (int hf = 0; hf < 2; hf++)
+			*(float2 *)(Sh + (size_t)(um + g + 8 * hf) * dv + 8 * i +
+				    2 * t) =
+			    make_float2(st[i][2 * hf], st[i][2 * hf + 1]);
+}
+
 /* k_intra_tc: intra at dk = dv = 128 for MOOR_GDN_TC=1, its products in
  * 3xTF32 on mma.sync (the tf32 helpers above), and W and U as
  * X (beta e^G K) and X (beta V) with X = (I + A)^-1 made once (64 columns

@@ -141,7 +141,7 @@ static inline void mma1688(float (&c)[4], const uint32_t (&a)[4],
 	}
 }
 // the kernels' shared memory (each names its own; they run one at a time)
-static float tsm[40000], otm[40000], ism[40000];
+static float tsm[40000], otm[40000], ism[40000], fsm[57000];
 
 #include "cuda/gdn_tc.cuh" /* and gdn_ws.cuh */
 
@@ -157,6 +157,8 @@ static void run_grid(uint3 grid, const std::function<void()> &body)
 				for (float *m : {tsm, otm, ism})
 					for (int i = 0; i < 40000; i++)
 						m[i] = NAN;
+				for (float &x : fsm)
+					x = NAN;
 				std::barrier<> bar(256);
 				g_bar = &bar;
 				for (int w = 0; w < 8; w++)
@@ -262,38 +264,63 @@ static int one(int T, int Hk, int Hv)
 		}
 	}
 
-	// the kernels as gdn.cu launches them at MOOR_GDN_TC=1, on a
-	// workspace of NaNs, each in the shared memory it asks for
+	// the kernels as gdn.cu launches them, on a workspace of NaNs, each
+	// in the shared memory it asks for: fused 0, intra, the state pass
+	// and the output (MOOR_GDN_TC=3); fused 1, intra and k_chunk_tc
+	// (MOOR_GDN_TC=1)
 	if (hstate_tc_smem() > sizeof tsm || out_tc_smem(dk) > sizeof otm ||
-	    intra_tc_smem() > sizeof ism) {
+	    intra_tc_smem() > sizeof ism || chunk_tc_smem() > sizeof fsm) {
 		fprintf(stderr, "a kernel asks for more shared memory than the "
 				"emulation has\n");
 		return 1;
 	}
-	const int nch = (T + C - 1) / C;
-	std::vector<float> ws((size_t)nch * Hv * unit_floats(dk, dv), NAN),
-	    S(S0), o((size_t)T * ldv, NAN);
-	float *pws = ws.data(), *pS = S.data(), *po = o.data();
-	const float *pq = q.data(), *pk = k.data(), *pv = v.data(),
-		    *pg = g.data(), *pb = beta.data();
-	run_grid({(unsigned)nch, (unsigned)Hv, 1}, [&] {
-		k_intra_tc(pws, pq, pk, ldqk, pv, ldv, pg, pb, T, Hk, Hv);
-	});
-	run_grid({(unsigned)Hv, (unsigned)(dv / TC_SW), 1},
-		 [&] { k_hstate_tc(pS, pws, pk, ldqk, T, Hk, Hv, dv); });
-	run_grid({(unsigned)nch, (unsigned)Hv, (unsigned)(dv / 64)}, [&] {
-		k_out_tc(po, pws, pq, ldqk, T, Hk, Hv, dv, KERN_ACT_F32);
-	});
+	int bad = 0;
+	for (int fused = 0; fused < 2; fused++) {
+		const int nch = (T + C - 1) / C;
+		std::vector<float> ws((size_t)nch * Hv * unit_floats(dk, dv),
+				      NAN),
+		    S(S0), o((size_t)T * ldv, NAN);
+		float *pws = ws.data(), *pS = S.data(), *po = o.data();
+		const float *pq = q.data(), *pk = k.data(), *pv = v.data(),
+			    *pg = g.data(), *pb = beta.data();
+		run_grid({(unsigned)nch, (unsigned)Hv, 1}, [&] {
+			k_intra_tc(pws, pq, pk, ldqk, pv, ldv, pg, pb, T, Hk,
+				   Hv);
+		});
+		if (fused) {
+			run_grid(
+			    {(unsigned)Hv, (unsigned)(dv / CT_OC), 1}, [&] {
+				    k_chunk_tc(po, pS, pws, pq, pk, ldqk, T, Hk,
+					       Hv, dv, KERN_ACT_F32);
+			    });
+		} else {
+			run_grid({(unsigned)Hv, (unsigned)(dv / TC_SW), 1},
+				 [&] {
+					 k_hstate_tc(pS, pws, pk, ldqk, T, Hk,
+						     Hv, dv);
+				 });
+			run_grid(
+			    {(unsigned)nch, (unsigned)Hv, (unsigned)(dv / 64)},
+			    [&] {
+				    k_out_tc(po, pws, pq, ldqk, T, Hk, Hv, dv,
+					     KERN_ACT_F32);
+			    });
+		}
 
-	// 3xTF32 keeps about fp32's precision: case_gdn's tolerance (another
-	// order of fp32 sums over a contracting recurrence), which a wrong
-	// fragment index misses by orders of magnitude
-	double wo = 0, wS = 0;
-	const int bad = outside("o", o.data(), orf.data(), o.size(), &wo) +
-			outside("S", S.data(), Sr.data(), S.size(), &wS);
-	printf("  T %d, %d key heads, %d value heads: max |o - ref| %.3g, max "
-	       "|S - ref| %.3g%s\n",
-	       T, Hk, Hv, wo, wS, bad ? ": FAIL" : "");
+		// 3xTF32 keeps about fp32's precision: case_gdn's tolerance
+		// (another order of fp32 sums over a contracting recurrence),
+		// which a wrong fragment index misses by orders of magnitude
+		double wo = 0, wS = 0;
+		const int b =
+		    outside("o", o.data(), orf.data(), o.size(), &wo) +
+		    outside("S", S.data(), Sr.data(), S.size(), &wS);
+		printf(
+		    "  %s, T %d, %d key heads, %d value heads: max |o - ref| "
+		    "%.3g, max |S - ref| %.3g%s\n",
+		    fused ? "k_chunk_tc" : "k_hstate_tc + k_out_tc", T, Hk, Hv,
+		    wo, wS, b ? ": FAIL" : "");
+		bad += b;
+	}
 	return bad;
 }
 

@@ -578,9 +578,9 @@ static void case_gdn_rt_wide(void)
 	gdn_inputs_free(&in);
 }
 
-/* The chunked rule's state pass and output on tensor cores (MOOR_GDN_TC=1,
- * k_hstate_tc and k_out_tc: 3xTF32, so other bits than the SIMT
- * kernels') at the 27B's shapes: against the CPU
+/* The chunked rule on tensor cores (MOOR_GDN_TC=1: k_intra_tc and
+ * k_chunk_tc, the state pass and the output in one kernel; 3xTF32, so
+ * other bits than the SIMT kernels') at the 27B's shapes: against the CPU
  * backend within case_gdn's tolerance (two heads' worth of the 27B's
  * head sizes, 200 tokens: a short last sub-chunk), then 2,120 tokens of
  * 48 heads against the default kernels within the same tolerance (the
@@ -611,15 +611,23 @@ static void case_gdn_tc(void)
 	memset(nan, 0xff, wsb);
 	/* r = 0: the defaults; 1: MOOR_GDN_TC=1 in one call; 2: the same in
 	 * three calls; 3: one call again; 4: MOOR_GDN_TC=2 (the state pass
-	 * alone on tensor cores); 5: MOOR_GDN_TC=1 in pieces */
-	float *ho[6], *hS[6];
-	for (int r = 0; r < 6; r++) {
+	 * alone on tensor cores); 5: MOOR_GDN_TC=1 in pieces; 6:
+	 * MOOR_GDN_TC=3 (intra, the state pass and the output in three
+	 * tensor-core kernels) */
+	float *ho[7], *hS[7];
+	for (int r = 0; r < 7; r++) {
 		if (r)
-			setenv("MOOR_GDN_TC", r == 4 ? "2" : "1", 1);
+			setenv("MOOR_GDN_TC",
+			       r == 4	? "2"
+			       : r == 6 ? "3"
+					: "1",
+			       1);
 		else
 			unsetenv("MOOR_GDN_TC");
 		if (r == 5)
 			setenv("MOOR_GDN_PIPE", "8", 1);
+		else
+			unsetenv("MOOR_GDN_PIPE");
 		float *dS = up(&gpu, S0, ns * 4), *dO = zz(&gpu, nv * 4);
 		void *ws = up(&gpu, nan, wsb);
 		for (int i = 0, t0 = 0; i < (r == 2 ? 3 : 1); t0 += Ts[i++]) {
@@ -649,6 +657,8 @@ static void case_gdn_tc(void)
 	close_all("delta tc o (48 heads)", ho[1], ho[0], nv, 1e-4, 1e-3);
 	close_all("delta tc S (48 heads)", hS[1], hS[0], ns, 1e-4, 1e-3);
 	close_all("delta tc=2 o (48 heads)", ho[4], ho[0], nv, 1e-4, 1e-3);
+	close_all("delta tc=3 o (48 heads)", ho[6], ho[0], nv, 1e-4, 1e-3);
+	close_all("delta tc=3 S (48 heads)", hS[6], hS[0], ns, 1e-4, 1e-3);
 	ASSERT(!memcmp(ho[2], ho[1], nv * 4) && !memcmp(hS[2], hS[1], ns * 4),
 	       "MOOR_GDN_TC=1 in calls of 1,024, 1,024 and 72 tokens differs "
 	       "from one call");
@@ -660,7 +670,7 @@ static void case_gdn_tc(void)
 	printf("  %-28s calls of 1,024, 1,024, 72, a second run and pieces: "
 	       "bit-exact\n",
 	       "delta tc");
-	for (int r = 0; r < 6; r++) {
+	for (int r = 0; r < 7; r++) {
 		free(ho[r]);
 		free(hS[r]);
 	}
