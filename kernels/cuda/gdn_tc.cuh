@@ -684,19 +684,23 @@ static __global__ void __launch_bounds__(256, 1)
  * X (beta e^G K) and X (beta V) with X = (I + A)^-1 made once (64 columns
  * of the substitution instead of W's and U's 256). Other bits than
  * k_intra_rt's. It writes W, U, Am and G (q e^G and k e^(G_last - G) are
- * made where they are read, by k_hstate_tc and k_out_tc). One block of 8
- * warps a (sub-chunk, value head), two an SM; a fragment's lanes are g =
- * lane / 4, t = lane % 4:
- *   products   warp w: k k^T (w < 4) or q k^T, rows 16 (w % 4) .. + 15,
- *              the n-tiles on or below the diagonal; A_ij = (beta_i k_i .
- *              k_j) e^(G_i - G_j) (j < i) into shared memory by columns,
- *              Am_ij = (q_i . k_j) e^(G_i - G_j) (j <= i) to the
- *              workspace; zeros above and past n;
+ * made where they are read, by k_chunk_tc, k_hstate_tc and k_out_tc).
+ * One block of 8 warps a (sub-chunk, value head), two an SM; a
+ * fragment's lanes are g = lane / 4, t = lane % 4:
+ *   products   warps 0-3 k k^T, 4-7 q k^T: the tiles on or below the
+ *              diagonal (20 of 64) five a warp, in runs of one m-tile's
+ *              n-tiles; A_ij = (beta_i k_i . k_j) e^(G_i - G_j) (j < i)
+ *              into shared memory by columns, Am_ij = (q_i . k_j) e^(G_i
+ *              - G_j) (j <= i) to the workspace; zeros above and past n;
  *   X          64 threads, a column of X each in registers, right-looking
  *              as intra_subst_rl (the others wait);
- *   W, U       warp w: W (w < 4) or U, rows 16 (w % 4) .. + 15, all 16
- *              n-tiles, over the k-steps up to its last row (X is lower
- *              triangular).
+ *   W, U       warps 0-3 W, 4-7 U: warp w takes n-tiles 4 (w % 4) .. + 3
+ *              of every m-tile, each m-tile over the k-steps up to its
+ *              last row (X is lower triangular), so the warps' shares
+ *              are even.
+ * Both shares were a warp an m-tile at first (the last m-tile's
+ * warp four times the first's work); the sums are the same, so are the
+ * bits.
  * Shared: k and q [C][128 + 4] for the products (A and B both by rows),
  * then beta e^G k in q's place and beta v in k's [C][128 + 8] (B of W and
  * U), A by columns then X by rows [C][C + 4]; 88 KB. */
@@ -749,25 +753,35 @@ static __global__ void __launch_bounds__(256, 2)
 	cp_wait<0>();
 	__syncthreads(); /* k, q and e^G in */
 
-	/* the products, 4 n-tiles at a time: n-tiles 0 .. 2 mt + 1 hold the
-	 * lower triangle, the rest are zeros */
+	/* the products: the lower triangle's tiles (n-tiles 0 .. 2 mt + 1 of
+	 * m-tile mt, 20 a product) in even shares, five tiles a warp in one
+	 * or two runs of one m-tile's n-tiles (m-tile, first, count); then
+	 * each warp's zeros above the triangle in m-tile mt */
 	float *Am = u + off_A(DK, DV);
-	for (int j0 = 0; j0 < 8; j0 += 4) {
-		const float *sa = pr ? sq : sk;
-		const int nn = 2 * mt + 2;
-		float acc[4][4] = {};
-		for (int d = 0; d < (j0 < nn ? DK : 0); d += 8)
-			mma_step<4, false, true>(acc, sa + m0 * IT_P1 + d, IT_P1,
-						 sk + 8 * j0 * IT_P1 + d, IT_P1,
-						 gl, tl, nn - j0);
+	const float *sa = pr ? sq : sk;
+	for (int run = 0; run < 2; run++) {
+		const int odd = mt & 1;
+		const int rm = run ? (mt == 1 ? 0 : 1) : (mt < 2 ? 3 : 2),
+			  r0 = run ? 0 : (odd ? 5 : 0),
+			  rn = run ? (odd ? (mt == 1 ? 2 : 4) : 0)
+				   : (odd ? (mt == 1 ? 3 : 1) : 5);
+		if (!rn)
+			continue;
+		float acc[5][4] = {};
+		for (int d = 0; d < DK; d += 8)
+			mma_step<5, false, true>(acc, sa + 16 * rm * IT_P1 + d,
+						 IT_P1, sk + 8 * r0 * IT_P1 + d,
+						 IT_P1, gl, tl, rn);
 #pragma unroll
-		for (int j = 0; j < 4; j++)
+		for (int j = 0; j < 5; j++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
-				const int i = m0 + gl + 8 * (e >> 1),
-					  jj = 8 * (j0 + j) + 2 * tl + (e & 1);
+				const int i = 16 * rm + gl + 8 * (e >> 1),
+					  jj = 8 * (r0 + j) + 2 * tl + (e & 1);
+				if (j >= rn)
+					continue;
 				float x = 0.0f;
-				if (j0 + j < nn && i < n && jj <= i) {
+				if (i < n && jj <= i) {
 					const float dm = expf(sG[i] - sG[jj]);
 					x = pr	     ? acc[j][e] * dm
 					    : jj < i ? (sb[i] * acc[j][e]) * dm
@@ -779,6 +793,16 @@ static __global__ void __launch_bounds__(256, 2)
 					sX[jj * IT_PX + i] = x;
 			}
 	}
+	for (int j = 2 * mt + 2; j < 8; j++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const int i = m0 + gl + 8 * (e >> 1),
+				  jj = 8 * j + 2 * tl + (e & 1);
+			if (pr)
+				Am[i * C + jj] = 0.0f;
+			else
+				sX[jj * IT_PX + i] = 0.0f;
+		}
 	__syncthreads(); /* k and q read; A whole */
 	/* beta e^G k in q's place (k_intra_rt's W before the substitution) */
 	for (int e = tid; e < C * Q4; e += 256) {
@@ -824,23 +848,42 @@ static __global__ void __launch_bounds__(256, 2)
 	/* W = X (beta e^G k) (w < 4), U = X (beta v): rows m0 + gl (+ 8),
 	 * columns 8 i + 2 tl (+ 1); rows past n are zeros (X's rows there
 	 * are e_i, and k's and v's rows zeros) */
-	for (int half = 0; half < 2; half++) { /* 8 n-tiles at a time */
-		const float *sB = (pr ? sk : sq) + 64 * half;
-		float acc[8][4] = {};
-		for (int j = 0; j < m0 + 16; j += 8)
-			mma_step<8>(acc, sX + m0 * IT_PX + j, IT_PX,
-				    sB + j * IT_P2, IT_P2, gl, tl);
-		float *dst = u + (pr ? off_U(DK) : 0) + 64 * half;
+	{ /* warp w: n-tiles 4 (w % 4) .. + 3 of every m-tile */
+		const int c0 = 32 * mt;
+		const float *sB = (pr ? sk : sq) + c0;
+		float acc[4][4][4] = {};
 #pragma unroll
-		for (int hf = 0; hf < 2; hf++) {
-			const int r = m0 + gl + 8 * hf;
+		for (int kk = 0; kk < 8; kk++) {
+			uint32_t bh[4][2], bl[4][2];
 #pragma unroll
-			for (int i = 0; i < 8; i++)
-				*(float2 *)(dst + (size_t)r * 128 + 8 * i +
-					    2 * tl) =
-				    make_float2(acc[i][2 * hf],
-						acc[i][2 * hf + 1]);
+			for (int ni = 0; ni < 4; ni++)
+				frag_b<false>(bh[ni], bl[ni],
+					      sB + 8 * kk * IT_P2 + 8 * ni, IT_P2,
+					      gl, tl);
+			/* m-tile m takes k-steps 0 .. 2 m + 1 */
+#pragma unroll
+			for (int m = kk / 2; m < 4; m++) {
+				uint32_t ah[4], al[4];
+				frag_a<false>(ah, al, sX + 16 * m * IT_PX + 8 * kk,
+					      IT_PX, gl, tl);
+#pragma unroll
+				for (int ni = 0; ni < 4; ni++)
+					mma3x(acc[m][ni], ah, al, bh[ni], bl[ni]);
+			}
 		}
+		float *dst = u + (pr ? off_U(DK) : 0) + c0;
+#pragma unroll
+		for (int m = 0; m < 4; m++)
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const int r = 16 * m + gl + 8 * hf;
+#pragma unroll
+				for (int ni = 0; ni < 4; ni++)
+					*(float2 *)(dst + (size_t)r * 128 + 8 * ni +
+						    2 * tl) =
+					    make_float2(acc[m][ni][2 * hf],
+							acc[m][ni][2 * hf + 1]);
+			}
 	}
 }
 
