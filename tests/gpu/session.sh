@@ -25,10 +25,11 @@
 #   segs      prefill attention's segments a piece (MOOR_ATTN_SEGS): bench_kern
 #             --only attention, then bench_gpu at 32k and 128k, with each of
 #             SEGS_AB (default "2048 1024 512"; 1024 is attn.cu's FL_TARGET)
-#   tc        the delta rule's state pass and output on tensor cores
-#             (MOOR_GDN_TC=1; 2: the state pass alone): bench_kern's delta
-#             row, then bench_gpu at 32k and 128k, each against
-#             MOOR_GDN_TC=0
+#   tc        the delta rule on tensor cores (MOOR_GDN_TC=1: intra and
+#             k_chunk_tc; 2: the state pass alone; 3: intra, the state
+#             pass and the output; 1 in pieces of 8 sub-chunks):
+#             bench_kern's delta row, then bench_gpu at 32k and 128k,
+#             each against MOOR_GDN_TC=0
 #   pipe      MOOR_GDN_PIPE (the delta rule in pieces on two streams):
 #             test_kern_backends (its case_gdn_rt_wide compares the
 #             pieces by memcmp), bench_kern's delta row with pieces of 8,
@@ -176,8 +177,9 @@ for p in "$@"; do
 			for s in ${SEGS_AB:-2048 1024 512}; do BENCH_LENS=32768,131072 BENCH_DECODE=4 \
 			gpu27 MOOR_ATTN_SEGS=\$s MOOR_ATTN_SEGS=\$s; done" ;;
 	tc)
-		phase tc ${TC_LIMIT:-300} "$(declare -f gpu27); B=$B; for e in MOOR_GDN_TC=0 MOOR_GDN_TC=1 MOOR_GDN_TC=2; do \
-			echo \"--- \$e\"; env \$e $B/tests/bench/bench_kern --only delta | grep delta_chunked; done; \
+		phase tc ${TC_LIMIT:-300} "$(declare -f gpu27); B=$B; for e in MOOR_GDN_TC=0 MOOR_GDN_TC=1 MOOR_GDN_TC=2 \
+			MOOR_GDN_TC=3 MOOR_GDN_TC=1,MOOR_GDN_PIPE=8; do \
+			echo \"--- \$e\"; env \${e//,/ } $B/tests/bench/bench_kern --only delta | grep delta_chunked; done; \
 			for e in MOOR_GDN_TC=0 MOOR_GDN_TC=1; do BENCH_LENS=32768,131072 BENCH_DECODE=4 \
 			gpu27 \$e \$e; done" ;;
 	gpulong)
