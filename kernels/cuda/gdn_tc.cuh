@@ -1,24 +1,26 @@
 /* gdn_tc.cuh: the chunked delta rule's tensor-core kernels at dk 128
- * (MOOR_GDN_TC, gdn.cu): k_intra_tc, k_hstate_tc and k_out_tc, 3xTF32 on
- * mma.sync, on gdn_ws.cuh. Included by gdn.cu, and by the host emulation
- * (tests/kern/test_gdn_tc_emu.cc, KCU_HOST_EMU), which supplies tf32_of,
- * mma1688, the cp.async calls, kcu_pdl_enter, kcu_rnd and __syncthreads
- * and runs a block as 256 threads: so CI checks the kernels' indexing and
- * arithmetic against the SPEC without a GPU.
+ * (MOOR_GDN_TC, gdn.cu), 3xTF32 on mma.sync, on gdn_ws.cuh: k_intra_tc;
+ * k_chunk_tc, the state pass and the output in one kernel
+ * (MOOR_GDN_TC=1); k_hstate_tc and k_out_tc, the same two apart (2: the
+ * state pass alone; 3: both). Included by gdn.cu, and by the host
+ * emulation (tests/kern/test_gdn_tc_emu.cc, KCU_HOST_EMU), which supplies
+ * tf32_of, mma1688, the cp.async calls, kcu_pdl_enter, kcu_rnd and
+ * __syncthreads and runs a block as 256 threads: so CI checks the
+ * kernels' indexing and arithmetic against the SPEC without a GPU.
  *
- * Measured on an H100 (2026-12-07, ncu, a 1,024-token chunk of the 27B's
- * 48 heads): k_intra_tc 126 us, k_hstate_tc 185, k_out_tc 87, against
- * k_intra_rt's 117, k_hstate_cl's 170 and k_out4's 100: so they are
- * opt-in. Neither memory nor the tensor cores bound them but instruction
- * issue: every fragment splits its fp32 values into hi and lo again (a
- * cvt, a subtraction and a cvt each), and a warp's A fragment serves two
- * to four n-tiles. k_hstate_tc issued 0.57 instructions a scheduler a
- * cycle with 2.9 warps active, about 2,300 a warp a sub-chunk, on 96 SMs
- * (192 blocks, two an SM); k_intra_tc waited at barriers for 31% of its
- * cycles (the inverse's 64 threads, the unbalanced triangle's warps) at
- * 25% occupancy (registers and shared memory). Next: split each operand
- * once into shared memory (hi and lo as tf32), larger warp tiles, and
- * the state pass on all SMs. */
+ * The first versions, measured on an H100 (2026-12-07, ncu, a 1,024-token
+ * chunk of the 27B's 48 heads): k_intra_tc 126 us, k_hstate_tc 185,
+ * k_out_tc 87, against k_intra_rt's 117, k_hstate_cl's 170 and k_out4's
+ * 100. Neither memory nor the tensor cores bound them but instruction
+ * issue: every fragment split its fp32 values into hi and lo again (a
+ * cvt, a subtraction and a cvt each) in every warp that read it, and
+ * k_hstate_tc kept the state in shared memory only (about 2,300
+ * instructions a warp a sub-chunk, 0.57 issued a scheduler a cycle, on
+ * 96 SMs); k_intra_tc waited at barriers for 31% of its cycles (the
+ * inverse's 64 threads, and warps of unequal shares). So k_hstate_tc now
+ * keeps the state in its warps' accumulators and splits V' once,
+ * k_chunk_tc does the same with the output's products beside W S on the
+ * same split state, and k_intra_tc's warps have even shares. */
 #ifndef MOOR_GDN_TC_CUH
 #define MOOR_GDN_TC_CUH
 
