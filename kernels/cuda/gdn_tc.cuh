@@ -124,6 +124,33 @@ static __device__ inline void mma_step(float (&acc)[NT][4], const float *a,
 		}
 }
 
+/* An accumulator tile of NT n-tiles (rows g, g + 8; columns 8 i + 2 t, + 1)
+ * from or to memory, its [0][0] at p, rows ld apart */
+template <int NT>
+static __device__ inline void acc_ld(float (&a)[NT][4], const float *p,
+				     size_t ld, int g, int t)
+{
+#pragma unroll
+	for (int i = 0; i < NT; i++)
+#pragma unroll
+		for (int hf = 0; hf < 2; hf++) {
+			const float2 x = *(const float2 *)(p + (g + 8 * hf) * ld +
+							   8 * i + 2 * t);
+			a[i][2 * hf] = x.x, a[i][2 * hf + 1] = x.y;
+		}
+}
+template <int NT>
+static __device__ inline void acc_st(const float (&a)[NT][4], float *p,
+				     size_t ld, int g, int t)
+{
+#pragma unroll
+	for (int i = 0; i < NT; i++)
+#pragma unroll
+		for (int hf = 0; hf < 2; hf++)
+			*(float2 *)(p + (g + 8 * hf) * ld + 8 * i + 2 * t) =
+			    make_float2(a[i][2 * hf], a[i][2 * hf + 1]);
+}
+
 /* k_hstate_tc: the state pass of dk 128 (k_hstate_rt<128>'s work and
  * workspace: it writes each sub-chunk's starting state and V' where
  * k_out4 and k_out_tc read them) in 3xTF32 on mma.sync, from k's rows as
@@ -194,17 +221,7 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 
 	/* the warp's rows of the state: um + g (+ 8), columns 8 i + 2 t (+ 1) */
 	float st[4][4];
-#pragma unroll
-	for (int i = 0; i < 4; i++)
-#pragma unroll
-		for (int hf = 0; hf < 2; hf++) {
-			const float2 x = *(const float2 *)(Sh +
-							   (size_t)(um + g +
-								    8 * hf) *
-							       dv +
-							   8 * i + 2 * t);
-			st[i][2 * hf] = x.x, st[i][2 * hf + 1] = x.y;
-		}
+	acc_ld(st, Sh + (size_t)um * dv, dv, g, t);
 	hs_rows(sW, ws + (size_t)h * uf, DK, TC_PW);
 	cp_commit();
 	const int nch = (T + C - 1) / C;
@@ -213,17 +230,8 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 		float *u = ws + ((size_t)c * Hv + h) * uf;
 		/* the state this sub-chunk starts from: for W S, and for the
 		 * output in the unit */
-#pragma unroll
-		for (int i = 0; i < 4; i++)
-#pragma unroll
-			for (int hf = 0; hf < 2; hf++) {
-				const int r = um + g + 8 * hf, col = 8 * i + 2 * t;
-				const float2 x =
-				    make_float2(st[i][2 * hf], st[i][2 * hf + 1]);
-				*(float2 *)(sS + r * TC_PV + col) = x;
-				*(float2 *)(u + oS + (size_t)r * dv + s0 + col) =
-				    x;
-			}
+		acc_st(st, sS + um * TC_PV, TC_PV, g, t);
+		acc_st(st, u + oS + (size_t)um * dv + s0, dv, g, t);
 		cp_wait<0>();
 		__syncthreads(); /* W and the state in; k and V'' read */
 		/* k's rows of the sub-chunk (zeros past n) */
@@ -309,13 +317,7 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 			}
 		}
 	}
-#pragma unroll
-	for (int i = 0; i < 4; i++)
-#pragma unroll
-		for (int hf = 0; hf < 2; hf++)
-			*(float2 *)(Sh + (size_t)(um + g + 8 * hf) * dv + 8 * i +
-				    2 * t) =
-			    make_float2(st[i][2 * hf], st[i][2 * hf + 1]);
+	acc_st(st, Sh + (size_t)um * dv, dv, g, t);
 }
 /* k_out_tc: k_out4's output, O = (q e^G) S + Am V' (rounded when act is
  * BF16), in 3xTF32 on mma.sync, the two products into one accumulator
@@ -523,17 +525,7 @@ static __global__ void __launch_bounds__(256, 1)
 
 	/* the warp's rows of the state: um + g (+ 8), columns 8 i + 2 t (+ 1) */
 	float st[8][4];
-#pragma unroll
-	for (int i = 0; i < 8; i++)
-#pragma unroll
-		for (int hf = 0; hf < 2; hf++) {
-			const float2 x = *(const float2 *)(Sh +
-							   (size_t)(um + g +
-								    8 * hf) *
-							       dv +
-							   8 * i + 2 * t);
-			st[i][2 * hf] = x.x, st[i][2 * hf + 1] = x.y;
-		}
+	acc_ld(st, Sh + (size_t)um * dv, dv, g, t);
 	chunk_wq(sW, sQ, ws + (size_t)h * uf, qh, ldqk, 0, T < C ? T : C);
 	cp_commit();
 	const int nch = (T + C - 1) / C;
@@ -672,13 +664,7 @@ static __global__ void __launch_bounds__(256, 1)
 			}
 		}
 	}
-#pragma unroll
-	for (int i = 0; i < 8; i++)
-#pragma unroll
-		for (int hf = 0; hf < 2; hf++)
-			*(float2 *)(Sh + (size_t)(um + g + 8 * hf) * dv + 8 * i +
-				    2 * t) =
-			    make_float2(st[i][2 * hf], st[i][2 * hf + 1]);
+	acc_st(st, Sh + (size_t)um * dv, dv, g, t);
 }
 
 /* k_intra_tc: intra at dk = dv = 128 for MOOR_GDN_TC=1, its products in
