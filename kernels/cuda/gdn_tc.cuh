@@ -151,6 +151,26 @@ static __device__ inline void acc_st(const float (&a)[NT][4], float *p,
 			    make_float2(a[i][2 * hf], a[i][2 * hf + 1]);
 }
 
+/* Split values as (hi, lo) pairs of tf32 in shared memory, 8 bytes a
+ * value: pair_st stores x and y at pairs i and i + 1 (i even: one 16-byte
+ * store); pair_b loads lane (g, t)'s B fragment (8 x 8, [k][n] at pair (j
+ * + k) pp + n0 + n) */
+static __device__ inline void pair_st(uint32_t *s, int i, float x, float y)
+{
+	const float v[2] = {x, y};
+	uint32_t hi[2], lo[2];
+	tf32_split(v, hi, lo);
+	*(uint4 *)(s + 2 * i) = make_uint4(hi[0], lo[0], hi[1], lo[1]);
+}
+static __device__ inline void pair_b(uint32_t (&hi)[2], uint32_t (&lo)[2],
+				     const uint32_t *s, int pp, int j, int n0,
+				     int g, int t)
+{
+	const uint2 p0 = *(const uint2 *)(s + 2 * ((j + t) * pp + n0 + g));
+	const uint2 p1 = *(const uint2 *)(s + 2 * ((j + t + 4) * pp + n0 + g));
+	hi[0] = p0.x, hi[1] = p1.x, lo[0] = p0.y, lo[1] = p1.y;
+}
+
 /* k_hstate_tc: the state pass of dk 128 (k_hstate_rt<128>'s work and
  * workspace: it writes each sub-chunk's starting state and V' where
  * k_out4 and k_out_tc read them) in 3xTF32 on mma.sync, from k's rows as
@@ -281,10 +301,7 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 						    s0 + col) = v;
 					x[0] = v.x * er[hf], x[1] = v.y * er[hf];
 				}
-				uint32_t hi[2], lo[2];
-				tf32_split(x, hi, lo);
-				*(uint4 *)(sV + 2 * (r * TC_PP + col)) =
-				    make_uint4(hi[0], lo[0], hi[1], lo[1]);
+				pair_st(sV, r * TC_PP + col, x[0], x[1]);
 			}
 		const float egl = expf(gl);
 #pragma unroll
@@ -304,15 +321,8 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 			frag_a<true>(ah, al, sK + j * TC_PK + um, TC_PK, g, t);
 #pragma unroll
 			for (int i = 0; i < 4; i++) {
-				const uint2 p0 = *(const uint2 *)(sV +
-								  2 * ((j + t) * TC_PP +
-								       8 * i + g));
-				const uint2 p1 =
-				    *(const uint2 *)(sV +
-						     2 * ((j + t + 4) * TC_PP +
-							  8 * i + g));
-				const uint32_t bh[2] = {p0.x, p1.x},
-					       bl[2] = {p0.y, p1.y};
+				uint32_t bh[2], bl[2];
+				pair_b(bh, bl, sV, TC_PP, j, 8 * i, g, t);
 				mma3x(st[i], ah, al, bh, bl);
 			}
 		}
@@ -329,7 +339,7 @@ static __global__ void __launch_bounds__(TC_NT, 2)
  * writes it), so a warp's Am V' stops at the k-step of its last row.
  * Shared rows padded for conflict-free fragments: q e^G [C][dk + 4] and
  * Am [C][C + 4] (A, by rows), S [dk][64 + 8] and V' [C][64 + 8] (B). 106
- * KB at dk 128. With k_hstate_tc (MOOR_GDN_TC=1, dk 128, dv % 64 == 0). */
+ * KB at dk 128. With k_hstate_tc (MOOR_GDN_TC=3, dk 128, dv % 64 == 0). */
 #define OT_PA (C + 4)
 #define OT_PV (64 + 8)
 
@@ -476,27 +486,6 @@ static __device__ inline void chunk_wq(float *sW, float *sQ, const float *wu,
 	}
 }
 
-/* the split pairs of B (8 x 8, [k][n] at pairs (j + k) PP + n0 + n) for
- * lane (g, t) */
-static __device__ inline void pair_b(uint32_t (&hi)[2], uint32_t (&lo)[2],
-				     const uint32_t *s, int j, int n0, int g,
-				     int t)
-{
-	const uint2 p0 = *(const uint2 *)(s + 2 * ((j + t) * CT_PP + n0 + g));
-	const uint2 p1 =
-	    *(const uint2 *)(s + 2 * ((j + t + 4) * CT_PP + n0 + g));
-	hi[0] = p0.x, hi[1] = p1.x, lo[0] = p0.y, lo[1] = p1.y;
-}
-
-/* the pairs (hi, lo) of x and y at s + 2 i (i even: one 16-byte store) */
-static __device__ inline void pair_st(uint32_t *s, int i, float x, float y)
-{
-	const float v[2] = {x, y};
-	uint32_t hi[2], lo[2];
-	tf32_split(v, hi, lo);
-	*(uint4 *)(s + 2 * i) = make_uint4(hi[0], lo[0], hi[1], lo[1]);
-}
-
 static __global__ void __launch_bounds__(256, 1)
     k_chunk_tc(float *o, float *S, const float *ws, const float *q,
 	       const float *k, int ldqk, int T, int Hk, int Hv, int dv,
@@ -588,7 +577,7 @@ static __global__ void __launch_bounds__(256, 1)
 #pragma unroll
 			for (int i = 0; i < 8; i++) {
 				uint32_t bh[2], bl[2];
-				pair_b(bh, bl, sS, d, 8 * i, g, t);
+				pair_b(bh, bl, sS, CT_PP, d, 8 * i, g, t);
 				mma3x(acc[i], ah, al, bh, bl);
 			}
 		}
@@ -620,7 +609,7 @@ static __global__ void __launch_bounds__(256, 1)
 #pragma unroll
 				for (int i = 0; i < 8; i++) {
 					uint32_t bh[2], bl[2];
-					pair_b(bh, bl, sV, j, 8 * i, g, t);
+					pair_b(bh, bl, sV, CT_PP, j, 8 * i, g, t);
 					mma3x(acc[i], ah, al, bh, bl);
 				}
 			}
@@ -659,7 +648,7 @@ static __global__ void __launch_bounds__(256, 1)
 #pragma unroll
 			for (int i = 0; i < 8; i++) {
 				uint32_t bh[2], bl[2];
-				pair_b(bh, bl, sV, j, 8 * i, g, t);
+				pair_b(bh, bl, sV, CT_PP, j, 8 * i, g, t);
 				mma3x(st[i], ah, al, bh, bl);
 			}
 		}
