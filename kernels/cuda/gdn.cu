@@ -1063,6 +1063,13 @@ static int gdn_tc_on(void)
 	return v >= 1 && v <= 3 ? (int)v : 0;
 }
 
+/* whether the device gives a block k_chunk_tc's shared memory (sm_90's
+ * 227 KB do; where not, MOOR_GDN_TC=1 runs as 3) */
+static int tc_fits(const kern_ctx *cx)
+{
+	return cx->prop.sharedMemPerBlockOptin >= chunk_tc_smem();
+}
+
 /* at MOOR_GDN_TC=tc: intra on tensor cores (k_intra_tc) */
 static int tc_intra(int tc, int dv)
 {
@@ -1530,10 +1537,11 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    k_hstate_tc,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_tc_smem()));
-		KCU(cx, cudaFuncSetAttribute(
-			    k_chunk_tc,
-			    cudaFuncAttributeMaxDynamicSharedMemorySize,
-			    (int)chunk_tc_smem()));
+		if (tc_fits(cx)) /* 219 KB */
+			KCU(cx, cudaFuncSetAttribute(
+				    k_chunk_tc,
+				    cudaFuncAttributeMaxDynamicSharedMemorySize,
+				    (int)chunk_tc_smem()));
 		KCU(cx, cudaFuncSetAttribute(
 			    k_hstate_rt<64>,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1566,12 +1574,14 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 	 * q e^G and k e^(G_last - G) out of the workspace, which the
 	 * tensor-core kernels after it make from q, k and G where they load
 	 * them */
-	const int tc = gdn_rt_on(dk, dv) && dk == 128 && dv % 64 == 0 &&
+	int tc = gdn_rt_on(dk, dv) && dk == 128 && dv % 64 == 0 &&
 			       ldqk % 4 == 0 && ldv % 4 == 0 &&
 			       !(((uintptr_t)qq | (uintptr_t)k | (uintptr_t)v) &
 				 15)
 			   ? gdn_tc_on()
 			   : 0;
+	if (tc == 1 && !tc_fits(cx))
+		tc = 3;
 	const int per = gdn_pipe();
 	if (per && per < nch && !q->capturing && gdn_rt_on(dk, dv) &&
 	    dk == 128 && dv == 128 && (tc || hstate_nt() == 256))
