@@ -1063,8 +1063,9 @@ static int gdn_tc_on(void)
 	return v >= 1 && v <= 3 ? (int)v : 0;
 }
 
-/* whether the device gives a block k_chunk_tc's shared memory (sm_90's
- * 227 KB do; where not, MOOR_GDN_TC=1 runs as 3) */
+/* whether the device gives a block the tensor-core kernels' shared
+ * memory (k_chunk_tc's 219 KB: sm_90's 227 do); where not, MOOR_GDN_TC
+ * is taken as 0 and their attributes are not set */
 static int tc_fits(const kern_ctx *cx)
 {
 	return cx->prop.sharedMemPerBlockOptin >= chunk_tc_smem();
@@ -1526,22 +1527,24 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    k_hstate_cl,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_cl_smem()));
-		KCU(cx, cudaFuncSetAttribute(
-			    k_intra_tc,
-			    cudaFuncAttributeMaxDynamicSharedMemorySize,
-			    (int)intra_tc_smem()));
-		KCU(cx, cudaFuncSetAttribute(
-			    k_out_tc, cudaFuncAttributeMaxDynamicSharedMemorySize,
-			    (int)out_tc_smem(DMAX)));
-		KCU(cx, cudaFuncSetAttribute(
-			    k_hstate_tc,
-			    cudaFuncAttributeMaxDynamicSharedMemorySize,
-			    (int)hstate_tc_smem()));
-		if (tc_fits(cx)) /* 219 KB */
+		if (tc_fits(cx)) { /* up to 219 KB */
+			KCU(cx, cudaFuncSetAttribute(
+				    k_intra_tc,
+				    cudaFuncAttributeMaxDynamicSharedMemorySize,
+				    (int)intra_tc_smem()));
+			KCU(cx, cudaFuncSetAttribute(
+				    k_out_tc,
+				    cudaFuncAttributeMaxDynamicSharedMemorySize,
+				    (int)out_tc_smem(DMAX)));
+			KCU(cx, cudaFuncSetAttribute(
+				    k_hstate_tc,
+				    cudaFuncAttributeMaxDynamicSharedMemorySize,
+				    (int)hstate_tc_smem()));
 			KCU(cx, cudaFuncSetAttribute(
 				    k_chunk_tc,
 				    cudaFuncAttributeMaxDynamicSharedMemorySize,
 				    (int)chunk_tc_smem()));
+		}
 		KCU(cx, cudaFuncSetAttribute(
 			    k_hstate_rt<64>,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1574,14 +1577,12 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 	 * q e^G and k e^(G_last - G) out of the workspace, which the
 	 * tensor-core kernels after it make from q, k and G where they load
 	 * them */
-	int tc = gdn_rt_on(dk, dv) && dk == 128 && dv % 64 == 0 &&
-			       ldqk % 4 == 0 && ldv % 4 == 0 &&
-			       !(((uintptr_t)qq | (uintptr_t)k | (uintptr_t)v) &
-				 15)
-			   ? gdn_tc_on()
-			   : 0;
-	if (tc == 1 && !tc_fits(cx))
-		tc = 3;
+	const int tc =
+	    tc_fits(cx) && gdn_rt_on(dk, dv) && dk == 128 && dv % 64 == 0 &&
+		    ldqk % 4 == 0 && ldv % 4 == 0 &&
+		    !(((uintptr_t)qq | (uintptr_t)k | (uintptr_t)v) & 15)
+		? gdn_tc_on()
+		: 0;
 	const int per = gdn_pipe();
 	if (per && per < nch && !q->capturing && gdn_rt_on(dk, dv) &&
 	    dk == 128 && dv == 128 && (tc || hstate_nt() == 256))
