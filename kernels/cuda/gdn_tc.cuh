@@ -171,6 +171,23 @@ static __device__ inline void pair_b(uint32_t (&hi)[2], uint32_t (&lo)[2],
 	hi[0] = p0.x, hi[1] = p1.x, lo[0] = p0.y, lo[1] = p1.y;
 }
 
+/* acc[i] += A B_i for n-tiles i < NT, A split (ah, al), B_i lane (g, t)'s
+ * pairs from s at k-row j and columns 8 i on (pair_b) */
+template <int NT>
+static __device__ inline void mma_pairs(float (&acc)[NT][4],
+					const uint32_t (&ah)[4],
+					const uint32_t (&al)[4],
+					const uint32_t *s, int pp, int j, int g,
+					int t)
+{
+#pragma unroll
+	for (int i = 0; i < NT; i++) {
+		uint32_t bh[2], bl[2];
+		pair_b(bh, bl, s, pp, j, 8 * i, g, t);
+		mma3x(acc[i], ah, al, bh, bl);
+	}
+}
+
 /* k_hstate_tc: the state pass of dk 128 (k_hstate_rt<128>'s work and
  * workspace: it writes each sub-chunk's starting state and V' where
  * k_out4 and k_out_tc read them) in 3xTF32 on mma.sync, from k's rows as
@@ -319,12 +336,7 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 		for (int j = 0; j < jn; j += 8) {
 			uint32_t ah[4], al[4];
 			frag_a<true>(ah, al, sK + j * TC_PK + um, TC_PK, g, t);
-#pragma unroll
-			for (int i = 0; i < 4; i++) {
-				uint32_t bh[2], bl[2];
-				pair_b(bh, bl, sV, TC_PP, j, 8 * i, g, t);
-				mma3x(st[i], ah, al, bh, bl);
-			}
+			mma_pairs(st, ah, al, sV, TC_PP, j, g, t);
 		}
 	}
 	acc_st(st, Sh + (size_t)um * dv, dv, g, t);
@@ -574,12 +586,7 @@ static __global__ void __launch_bounds__(256, 1)
 				    x[3] *= ef[1];
 			uint32_t ah[4], al[4];
 			tf32_split(x, ah, al);
-#pragma unroll
-			for (int i = 0; i < 8; i++) {
-				uint32_t bh[2], bl[2];
-				pair_b(bh, bl, sS, CT_PP, d, 8 * i, g, t);
-				mma3x(acc[i], ah, al, bh, bl);
-			}
+			mma_pairs(acc, ah, al, sS, CT_PP, d, g, t);
 		}
 		if (!isq) /* V' = U - W S (zeros past n), split */
 #pragma unroll
@@ -606,12 +613,7 @@ static __global__ void __launch_bounds__(256, 1)
 				uint32_t ah[4], al[4];
 				frag_a<false>(ah, al, sA + m0 * CT_PM + j, CT_PM,
 					      g, t);
-#pragma unroll
-				for (int i = 0; i < 8; i++) {
-					uint32_t bh[2], bl[2];
-					pair_b(bh, bl, sV, CT_PP, j, 8 * i, g, t);
-					mma3x(acc[i], ah, al, bh, bl);
-				}
+				mma_pairs(acc, ah, al, sV, CT_PP, j, g, t);
 			}
 #pragma unroll
 			for (int hf = 0; hf < 2; hf++) {
@@ -645,12 +647,7 @@ static __global__ void __launch_bounds__(256, 1)
 						e1};
 			uint32_t ah[4], al[4];
 			tf32_split(x, ah, al);
-#pragma unroll
-			for (int i = 0; i < 8; i++) {
-				uint32_t bh[2], bl[2];
-				pair_b(bh, bl, sV, CT_PP, j, 8 * i, g, t);
-				mma3x(st[i], ah, al, bh, bl);
-			}
+			mma_pairs(st, ah, al, sV, CT_PP, j, g, t);
 		}
 	}
 	acc_st(st, Sh + (size_t)um * dv, dv, g, t);
