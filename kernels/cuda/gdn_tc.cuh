@@ -6,7 +6,9 @@
  * emulation (tests/kern/test_gdn_tc_emu.cc, KCU_HOST_EMU), which supplies
  * tf32_of, mma1688, the cp.async calls, kcu_pdl_enter, kcu_rnd and
  * __syncthreads and runs a block as 256 threads: so CI checks the
- * kernels' indexing and arithmetic against the SPEC without a GPU.
+ * kernels' indexing and arithmetic against the SPEC without a GPU, and
+ * their barriers and cp.async waits (the threads in two orders, copies
+ * landing at issue and at their wait, the same bits).
  *
  * The first versions, measured on an H100 (2026-12-07, ncu, a 1,024-token
  * chunk of the 27B's 48 heads): k_intra_tc 126 us, k_hstate_tc 185,

@@ -1,25 +1,29 @@
 // test_gdn_tc_emu: the chunked delta rule's tensor-core kernels
 // (kernels/cuda/gdn_tc.cuh: k_intra_tc, k_hstate_tc, k_out_tc, taken at
 // MOOR_GDN_TC=1) emulated on the host, against SPEC 5.5's recurrent form
-// in double precision. A block runs as 256 threads with a barrier for
-// __syncthreads; mma.m16n8k8's tf32 product is emulated per PTX's
-// fragment layout (an A value's lane and register from its row and
-// column, B's and the accumulators' likewise), so a wrong index in a
-// kernel shows here without a GPU. What it cannot show: cp.async's timing
-// (copies land at once here), bank conflicts, speed. test_kern_backends'
+// in double precision. A block runs as 256 fibers (one thread of the
+// process, switched at barriers) with a barrier for __syncthreads;
+// mma.m16n8k8's tf32 product is emulated per PTX's fragment layout (an A
+// value's lane and register from its row and column, B's and the
+// accumulators' likewise), so a wrong index in a kernel shows here
+// without a GPU. Each case runs twice: the fibers in thread order with
+// every cp.async landing as it is issued, then in reverse order with
+// every copy landing only at the cp.async.wait_group that covers it; the
+// two must agree bit for bit, so a missing barrier or wait (a read
+// before the data is there, a copy over data still being read) shows
+// too. What it cannot show: bank conflicts, speed. test_kern_backends'
 // case_gdn_tc runs the same kernels on the device.
 //
 // Cases: the 27B's head size (dk = dv = 128), 136 tokens (two sub-chunks
 // and a short third), one key head for two value heads, then two key
 // heads for four value heads at 70 tokens (another key head's rows).
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
-#include <thread>
 #include <vector>
 
 #define KCU_HOST_EMU 1
@@ -61,26 +65,169 @@ static inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d)
 struct uint3 {
 	unsigned x, y, z;
 };
-static thread_local uint3 threadIdx;
-static uint3 blockIdx, blockDim;
-static std::barrier<> *g_bar;	  // the block's __syncthreads
-static std::barrier<> *g_wbar[8]; // a warp's, for mma.sync
-#define __syncthreads() g_bar->arrive_and_wait()
+static uint3 threadIdx, blockIdx, blockDim;
+
+// ---- a block's threads as fibers ----
+// Fiber i is thread i. One runs at a time until it waits at a barrier,
+// then the next one that can run does (i + 1, i + 2, ..., or downwards
+// in reverse order); the last to arrive at a barrier makes its waiters
+// runnable and goes on. threadIdx is the running fiber's.
+enum { NT = 256, FIBER_STACK = 128 << 10 };
+static std::vector<char> g_stacks((size_t)NT *FIBER_STACK);
+static int g_cur, g_ready[NT], g_nended, g_reverse;
+static const std::function<void()> *g_body;
+static void fiber_main(int i);
+#if defined(__x86_64__)
+// A switch of the callee-saved registers and the stack pointer: a
+// fiber switches at every mma (its warp's lanes trade fragments), and
+// swapcontext's signal mask system calls made the test 5 times slower.
+extern "C" void emu_switch(void **save_sp, void *to_sp);
+asm(".text\n"
+    ".globl emu_switch\n"
+    ".type emu_switch, @function\n"
+    "emu_switch:\n"
+    "	pushq %rbp\n	pushq %rbx\n	pushq %r12\n"
+    "	pushq %r13\n	pushq %r14\n	pushq %r15\n"
+    "	movq %rsp, (%rdi)\n"
+    "	movq %rsi, %rsp\n"
+    "	popq %r15\n	popq %r14\n	popq %r13\n"
+    "	popq %r12\n	popq %rbx\n	popq %rbp\n"
+    "	ret\n");
+static void *g_sp[NT], *g_main_sp;
+static void fiber_entry(void)
+{
+	fiber_main(g_cur);
+}
+// fiber i's stack as emu_switch leaves a stack: six registers, then
+// fiber_entry as the return address, 16-byte aligned as after a call
+static void fiber_make(int i)
+{
+	uintptr_t top = (uintptr_t)&g_stacks[(size_t)(i + 1) * FIBER_STACK];
+	void **sp = (void **)(top & ~(uintptr_t)15);
+	*--sp = nullptr;
+	*--sp = (void *)fiber_entry;
+	for (int r = 0; r < 6; r++)
+		*--sp = nullptr;
+	g_sp[i] = sp;
+}
+static void fiber_swap(int from, int to)
+{
+	emu_switch(&g_sp[from], g_sp[to]);
+}
+static void fiber_start(int i)
+{
+	emu_switch(&g_main_sp, g_sp[i]);
+}
+static void fiber_exit(int i)
+{
+	emu_switch(&g_sp[i], g_main_sp);
+}
+#else
+#include <ucontext.h>
+static ucontext_t g_main, g_fib[NT];
+static void fiber_make(int i)
+{
+	getcontext(&g_fib[i]);
+	g_fib[i].uc_stack.ss_sp = &g_stacks[(size_t)i * FIBER_STACK];
+	g_fib[i].uc_stack.ss_size = FIBER_STACK;
+	g_fib[i].uc_link = nullptr;
+	makecontext(&g_fib[i], (void (*)())fiber_main, 1, i);
+}
+static void fiber_swap(int from, int to)
+{
+	swapcontext(&g_fib[from], &g_fib[to]);
+}
+static void fiber_start(int i)
+{
+	swapcontext(&g_main, &g_fib[i]);
+}
+static void fiber_exit(int i)
+{
+	swapcontext(&g_fib[i], &g_main);
+}
+#endif
+
+// leave the running fiber (not ready: waiting or ended) for the next
+// ready one
+static void fiber_yield(void)
+{
+	const int me = g_cur;
+	int to = me;
+	do
+		to = (to + (g_reverse ? NT - 1 : 1)) % NT;
+	while (!g_ready[to] && to != me);
+	if (to == me) {
+		fprintf(stderr, "every thread waits: a barrier no thread "
+				"completes\n");
+		abort();
+	}
+	g_cur = to;
+	threadIdx = {(unsigned)to, 0, 0};
+	fiber_swap(me, to);
+	g_cur = me;
+	threadIdx = {(unsigned)me, 0, 0};
+}
+struct ebar {
+	int n, count, waiter[NT];
+};
+static void bar_wait(ebar &b)
+{
+	if (b.count + 1 == b.n) {
+		for (int i = 0; i < b.count; i++)
+			g_ready[b.waiter[i]] = 1;
+		b.count = 0;
+		return;
+	}
+	b.waiter[b.count++] = g_cur;
+	g_ready[g_cur] = 0;
+	fiber_yield();
+}
+static ebar g_bar;     // the block's __syncthreads
+static ebar g_wbar[8]; // a warp's, for mma.sync
+#define __syncthreads() bar_wait(g_bar)
 static inline void kcu_pdl_enter(void)
 {
 }
+
+// cp.async: with g_late, a copy's 16 bytes are read at issue and land
+// at the cp.async.wait_group that covers its group (or at the thread's
+// end), the latest the hardware may land them; else at issue, the
+// earliest
+struct pend {
+	void *dst;
+	unsigned char b[16];
+};
+static int g_late;
+static std::vector<pend> g_open[NT];
+static std::deque<std::vector<pend>> g_groups[NT];
+static void land(std::vector<pend> &g)
+{
+	for (const pend &p : g)
+		memcpy(p.dst, p.b, 16);
+	g.clear();
+}
 static inline void cp16(void *d, const void *s, int ok)
 {
+	pend p = {d, {0}};
 	if (ok)
-		memcpy(d, s, 16);
+		memcpy(p.b, s, 16);
+	if (g_late)
+		g_open[g_cur].push_back(p);
 	else
-		memset(d, 0, 16);
+		memcpy(d, p.b, 16);
 }
 static inline void cp_commit(void)
 {
+	g_groups[g_cur].push_back(std::move(g_open[g_cur]));
+	g_open[g_cur].clear();
 }
 template <int N> static inline void cp_wait(void)
 {
+	std::deque<std::vector<pend>> &q = g_groups[g_cur];
+	while (q.size() > N) {
+		land(q.front());
+		q.pop_front();
+	}
 }
 static inline float __uint_as_float(uint32_t u)
 {
@@ -115,7 +262,7 @@ struct stage {
 	uint32_t a[32][4], b[32][2];
 };
 static stage g_stage[8][2];
-static thread_local int t_turn;
+static int g_turn[NT];
 static inline float tf32v(uint32_t u)
 {
 	return __uint_as_float(u & 0xffffe000);
@@ -124,11 +271,11 @@ static inline void mma1688(float (&c)[4], const uint32_t (&a)[4],
 			   const uint32_t (&b)[2])
 {
 	const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-	stage &st = g_stage[w][t_turn];
-	t_turn ^= 1;
+	stage &st = g_stage[w][g_turn[g_cur]];
+	g_turn[g_cur] ^= 1;
 	memcpy(st.a[l], a, sizeof a);
 	memcpy(st.b[l], b, sizeof b);
-	g_wbar[w]->arrive_and_wait();
+	bar_wait(g_wbar[w]);
 	const int g = l >> 2, t = l & 3;
 	for (int e = 0; e < 4; e++) {
 		const int m = g + 8 * (e >> 1), n = 2 * t + (e & 1);
@@ -145,11 +292,27 @@ static float tsm[40000], otm[40000], ism[40000], fsm[57000];
 
 #include "cuda/gdn_tc.cuh" /* and gdn_ws.cuh */
 
-// a grid, block by block, each block's threads at once; shared memory NaN
-// at each block's start
+static void fiber_main(int i)
+{
+	g_turn[i] = 0;
+	(*g_body)();
+	for (auto &g : g_groups[i])
+		land(g);
+	g_groups[i].clear();
+	land(g_open[i]);
+	g_ready[i] = 0;
+	if (++g_nended == NT)
+		fiber_exit(i);
+	else
+		fiber_yield(); // never returns here
+}
+
+// a grid, block by block, each block's threads as fibers; shared memory
+// NaN at each block's start
 static void run_grid(uint3 grid, const std::function<void()> &body)
 {
-	blockDim = {256, 1, 1};
+	blockDim = {NT, 1, 1};
+	g_body = &body;
 	for (unsigned z = 0; z < grid.z; z++)
 		for (unsigned y = 0; y < grid.y; y++)
 			for (unsigned x = 0; x < grid.x; x++) {
@@ -159,21 +322,19 @@ static void run_grid(uint3 grid, const std::function<void()> &body)
 						m[i] = NAN;
 				for (float &x : fsm)
 					x = NAN;
-				std::barrier<> bar(256);
-				g_bar = &bar;
-				for (int w = 0; w < 8; w++)
-					g_wbar[w] = new std::barrier<>(32);
-				std::vector<std::thread> th;
-				for (unsigned t = 0; t < 256; t++)
-					th.emplace_back([t, &body] {
-						threadIdx = {t, 0, 0};
-						t_turn = 0;
-						body();
-					});
-				for (auto &t : th)
-					t.join();
-				for (int w = 0; w < 8; w++)
-					delete g_wbar[w];
+				g_bar.n = NT;
+				g_bar.count = 0;
+				for (ebar &b : g_wbar)
+					b.n = 32, b.count = 0;
+				g_nended = 0;
+				for (int i = 0; i < NT; i++) {
+					g_ready[i] = 1;
+					fiber_make(i);
+				}
+				const int first = g_reverse ? NT - 1 : 0;
+				g_cur = first;
+				threadIdx = {(unsigned)first, 0, 0};
+				fiber_start(first);
 			}
 }
 
@@ -277,49 +438,76 @@ static int one(int T, int Hk, int Hv)
 	int bad = 0;
 	for (int fused = 0; fused < 2; fused++) {
 		const int nch = (T + C - 1) / C;
-		std::vector<float> ws((size_t)nch * Hv * unit_floats(dk, dv),
-				      NAN),
-		    S(S0), o((size_t)T * ldv, NAN);
-		float *pws = ws.data(), *pS = S.data(), *po = o.data();
-		const float *pq = q.data(), *pk = k.data(), *pv = v.data(),
-			    *pg = g.data(), *pb = beta.data();
-		run_grid({(unsigned)nch, (unsigned)Hv, 1}, [&] {
-			k_intra_tc(pws, pq, pk, ldqk, pv, ldv, pg, pb, T, Hk,
-				   Hv);
-		});
-		if (fused) {
-			run_grid(
-			    {(unsigned)Hv, (unsigned)(dv / CT_OC), 1}, [&] {
-				    k_chunk_tc(po, pS, pws, pq, pk, ldqk, T, Hk,
-					       Hv, dv, KERN_ACT_F32);
-			    });
-		} else {
-			run_grid({(unsigned)Hv, (unsigned)(dv / TC_SW), 1},
-				 [&] {
-					 k_hstate_tc(pS, pws, pk, ldqk, T, Hk,
-						     Hv, dv);
-				 });
-			run_grid(
-			    {(unsigned)nch, (unsigned)Hv, (unsigned)(dv / 64)},
-			    [&] {
-				    k_out_tc(po, pws, pq, ldqk, T, Hk, Hv, dv,
-					     KERN_ACT_F32);
-			    });
+		std::vector<float> first[2];
+		for (int late = 0; late < 2; late++) {
+			// 0: in thread order, copies landing at issue; 1:
+			// in reverse, landing at their wait
+			g_late = g_reverse = late;
+			std::vector<float> ws(
+			    (size_t)nch * Hv * unit_floats(dk, dv), NAN),
+			    S(S0), o((size_t)T * ldv, NAN);
+			float *pws = ws.data(), *pS = S.data(), *po = o.data();
+			const float *pq = q.data(), *pk = k.data(),
+				    *pv = v.data(), *pg = g.data(),
+				    *pb = beta.data();
+			run_grid({(unsigned)nch, (unsigned)Hv, 1}, [&] {
+				k_intra_tc(pws, pq, pk, ldqk, pv, ldv, pg, pb,
+					   T, Hk, Hv);
+			});
+			if (fused) {
+				run_grid(
+				    {(unsigned)Hv, (unsigned)(dv / CT_OC), 1},
+				    [&] {
+					    k_chunk_tc(po, pS, pws, pq, pk,
+						       ldqk, T, Hk, Hv, dv,
+						       KERN_ACT_F32);
+				    });
+			} else {
+				run_grid(
+				    {(unsigned)Hv, (unsigned)(dv / TC_SW), 1},
+				    [&] {
+					    k_hstate_tc(pS, pws, pk, ldqk, T,
+							Hk, Hv, dv);
+				    });
+				run_grid({(unsigned)nch, (unsigned)Hv,
+					  (unsigned)(dv / 64)},
+					 [&] {
+						 k_out_tc(po, pws, pq, ldqk, T,
+							  Hk, Hv, dv,
+							  KERN_ACT_F32);
+					 });
+			}
+			if (!late) {
+				first[0] = o;
+				first[1] = S;
+				continue;
+			}
+			const char *name =
+			    fused ? "k_chunk_tc" : "k_hstate_tc + k_out_tc";
+			// the same sums in the same order: the same bits
+			if (memcmp(o.data(), first[0].data(),
+				   o.size() * sizeof(float)) ||
+			    memcmp(S.data(), first[1].data(),
+				   S.size() * sizeof(float))) {
+				printf("  %s, T %d: in reverse order with late "
+				       "copies, o or S differs from the first "
+				       "run: FAIL\n",
+				       name, T);
+				bad++;
+			}
+			// 3xTF32 keeps about fp32's precision: case_gdn's
+			// tolerance (another order of fp32 sums over a
+			// contracting recurrence), which a wrong fragment
+			// index misses by orders of magnitude
+			double wo = 0, wS = 0;
+			const int b =
+			    outside("o", o.data(), orf.data(), o.size(), &wo) +
+			    outside("S", S.data(), Sr.data(), S.size(), &wS);
+			printf("  %s, T %d, %d key heads, %d value heads: "
+			       "max |o - ref| %.3g, max |S - ref| %.3g%s\n",
+			       name, T, Hk, Hv, wo, wS, b ? ": FAIL" : "");
+			bad += b;
 		}
-
-		// 3xTF32 keeps about fp32's precision: case_gdn's tolerance
-		// (another order of fp32 sums over a contracting recurrence),
-		// which a wrong fragment index misses by orders of magnitude
-		double wo = 0, wS = 0;
-		const int b =
-		    outside("o", o.data(), orf.data(), o.size(), &wo) +
-		    outside("S", S.data(), Sr.data(), S.size(), &wS);
-		printf(
-		    "  %s, T %d, %d key heads, %d value heads: max |o - ref| "
-		    "%.3g, max |S - ref| %.3g%s\n",
-		    fused ? "k_chunk_tc" : "k_hstate_tc + k_out_tc", T, Hk, Hv,
-		    wo, wS, b ? ": FAIL" : "");
-		bad += b;
 	}
 	return bad;
 }
