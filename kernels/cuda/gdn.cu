@@ -23,8 +23,10 @@
  *   k_inter does state and out in one pass for shapes the 16-column path
  *   does not take (a product each thread, the same order of sums).
  *
- * MOOR_GDN_TC=1 takes gdn_tc.cuh's tensor-core kernels of the three at
- * dk 128 instead (3xTF32; the workspace's layout is gdn_ws.cuh's).
+ * At dk 128, on a device that gives a block 219 KB of shared memory,
+ * gdn_tc.cuh's tensor-core kernels run instead (3xTF32; the workspace's
+ * layout is gdn_ws.cuh's): k_intra_tc, then k_chunk_tc, state and out
+ * in one kernel (MOOR_GDN_TC, below; 0 keeps the kernels above).
  *
  * Recurrent (decode): one block per (value head, 32-column slice), a
  * thread holds 16 rows of one column of the state in registers; the sums
@@ -1049,17 +1051,21 @@ static int gdn_cl_on(const kern_ctx *cx)
 	return cx->prop.major >= 9 && kcu_env_flag("MOOR_GDN_CL", 1);
 }
 
-/* MOOR_GDN_TC (opt-in until measured; read at each call, so that one
- * process can compare) takes gdn_tc.cuh's tensor-core kernels of the
- * chunked rule at dk 128: 1 k_intra_tc (where k_intra_rt<128> would run)
- * and k_chunk_tc (the state pass and the output in one kernel); 2 the
- * state pass's alone (k_hstate_tc where k_hstate_cl or k_hstate_rt<128>
- * would run); 3 k_intra_tc, k_hstate_tc and k_out_tc (where k_out4
- * would). Other bits than the SIMT kernels' (and 1's than 3's): it is in
- * kern_bits_env. */
+/* MOOR_GDN_TC (read at each call, so that one process can compare)
+ * picks gdn_tc.cuh's tensor-core kernels of the chunked rule at dk 128:
+ * 1, the default, k_intra_tc (where k_intra_rt<128> would run) and
+ * k_chunk_tc (the state pass and the output in one kernel); 2 the state
+ * pass's alone (k_hstate_tc where k_hstate_cl or k_hstate_rt<128> would
+ * run); 3 k_intra_tc, k_hstate_tc and k_out_tc (where k_out4 would); 0
+ * none. Other bits than the SIMT kernels' (and 1's than 3's): it is in
+ * kern_bits_env. Measured on an H100 (2026-12-07): bench_kern's
+ * delta_chunked 0.306 ms a 1,024-token chunk of the 27B's heads at 1
+ * against 0.376 at 0 (2 0.364, 3 0.363); bench_gpu's prefill 3.79 s
+ * against 3.91 at 32k, 19.54 against 20.02 at 128k; golden27 in the
+ * same floors. */
 static int gdn_tc_on(void)
 {
-	long v = kcu_env_int("MOOR_GDN_TC", 0);
+	long v = kcu_env_int("MOOR_GDN_TC", 1);
 	return v >= 1 && v <= 3 ? (int)v : 0;
 }
 

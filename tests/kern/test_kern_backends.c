@@ -347,15 +347,17 @@ static void case_gdn(void)
 	close_all("delta_recurrent S", S[1][1], S[0][1], ns, 1e-4, 1e-3);
 }
 
-/* The chunked delta rule's default kernels (k_intra_rt in half the shared
- * memory, the state pass and output in register tiles: k_hstate_rt,
- * k_out4) against k_intra, k_hstate and k_out (MOOR_GDN_RT=0), on the
- * device, bit for bit: o, the final state and the workspace (the states
- * each sub-chunk starts from, V'), at the head sizes it takes, with a
- * short last sub-chunk (T = 200). */
+/* The chunked delta rule's SIMT kernels (MOOR_GDN_TC=0; the defaults at
+ * dk below 128: k_intra_rt in half the shared memory, the state pass and
+ * output in register tiles: k_hstate_rt, k_out4) against k_intra,
+ * k_hstate and k_out (MOOR_GDN_RT=0), on the device, bit for bit: o, the
+ * final state and the workspace (the states each sub-chunk starts from,
+ * V'), at the head sizes it takes, with a short last sub-chunk (T =
+ * 200). */
 static void case_gdn_rt(void)
 {
 	const int T = 200, dks[] = {128, 64, 32};
+	setenv("MOOR_GDN_TC", "0", 1);
 	for (int di = 0; di < 3; di++) {
 		int dk = dks[di], dv = dk, Hk = 2, Hv = 4;
 		int ldqk = Hk * dk, ldv = Hv * dv;
@@ -441,6 +443,7 @@ static void case_gdn_rt(void)
 		free(beta);
 		free(S0);
 	}
+	unsetenv("MOOR_GDN_TC");
 }
 
 /* The delta rule's inputs at the 27B's head counts (16 key heads, 48 value
@@ -489,8 +492,8 @@ static void gdn_inputs_free(gdn_in *in)
 	free(in->S0);
 }
 
-/* The same at the 27B's shapes as the engine runs them: 16 key heads, 48
- * value heads of 128, three calls that carry the state (1,024, 1,024 and
+/* The same (MOOR_GDN_TC=0) at the 27B's shapes as the engine runs them:
+ * 16 key heads, 48 value heads of 128, three calls that carry the state (1,024, 1,024 and
  * 72 tokens: a short last sub-chunk) through one workspace that is never
  * cleared, o and the state after each call by memcmp against
  * MOOR_GDN_RT=0's, twice over; the default kernels in pieces on two
@@ -519,6 +522,7 @@ static void case_gdn_rt_wide(void)
 	/* 6: MOOR_GDN_CL=0 (k_hstate_rt where the default takes
 	 * k_hstate_cl) */
 	static const char *pieces[] = {NULL, NULL, NULL, "4", "3", "1", NULL};
+	setenv("MOOR_GDN_TC", "0", 1);
 	for (int rep = 0; rep < 2; rep++)
 		for (int r = 0; r < 7; r++) {
 			setenv("MOOR_GDN_RT", r ? "1" : "0", 1);
@@ -567,6 +571,7 @@ static void case_gdn_rt_wide(void)
 	unsetenv("MOOR_HSTATE_NT");
 	unsetenv("MOOR_GDN_PIPE");
 	unsetenv("MOOR_GDN_CL");
+	unsetenv("MOOR_GDN_TC");
 	printf("  %-28s bit-exact against MOOR_GDN_RT=0 (48 heads, 3 calls; "
 	       "MOOR_HSTATE_NT=128, MOOR_GDN_PIPE=4, 3, 1, MOOR_GDN_CL=0)\n",
 	       "delta at the 27B's shapes");
@@ -578,12 +583,13 @@ static void case_gdn_rt_wide(void)
 	gdn_inputs_free(&in);
 }
 
-/* The chunked rule on tensor cores (MOOR_GDN_TC=1: k_intra_tc and
- * k_chunk_tc, the state pass and the output in one kernel; 3xTF32, so
- * other bits than the SIMT kernels') at the 27B's shapes: against the CPU
- * backend within case_gdn's tolerance (two heads' worth of the 27B's
- * head sizes, 200 tokens: a short last sub-chunk), then 2,120 tokens of
- * 48 heads against the default kernels within the same tolerance (the
+/* The chunked rule on tensor cores (MOOR_GDN_TC=1, the default at dk
+ * 128: k_intra_tc and k_chunk_tc, the state pass and the output in one
+ * kernel; 3xTF32, so other bits than the SIMT kernels') at the 27B's
+ * shapes. case_gdn holds the default to the CPU backend; here the SIMT
+ * kernels (MOOR_GDN_TC=0) get case_gdn's check too, then 2,120 tokens of
+ * 48 heads hold the tensor-core settings to the SIMT kernels within the
+ * same tolerance (the
  * workspace NaNs before each run: what the tensor-core kernels read is
  * what intra wrote), and,
  * by memcmp, itself in calls of 1,024, 1,024 and 72 tokens (the state
@@ -592,8 +598,8 @@ static void case_gdn_rt_wide(void)
  * against one launch each. */
 static void case_gdn_tc(void)
 {
-	setenv("MOOR_GDN_TC", "1", 1);
-	printf("  MOOR_GDN_TC=1:\n");
+	setenv("MOOR_GDN_TC", "0", 1);
+	printf("  MOOR_GDN_TC=0:\n");
 	case_gdn();
 	const int T = 2120;
 	const int Ts[] = {1024, 1024, 72};
@@ -609,21 +615,19 @@ static void case_gdn_tc(void)
 	unsigned char *nan = malloc(wsb);
 	ASSERT(nan, "out of memory");
 	memset(nan, 0xff, wsb);
-	/* r = 0: the defaults; 1: MOOR_GDN_TC=1 in one call; 2: the same in
+	/* r = 0: MOOR_GDN_TC=0; 1: MOOR_GDN_TC=1 in one call; 2: the same in
 	 * three calls; 3: one call again; 4: MOOR_GDN_TC=2 (the state pass
 	 * alone on tensor cores); 5: MOOR_GDN_TC=1 in pieces; 6:
 	 * MOOR_GDN_TC=3 (intra, the state pass and the output in three
 	 * tensor-core kernels) */
 	float *ho[7], *hS[7];
 	for (int r = 0; r < 7; r++) {
-		if (r)
-			setenv("MOOR_GDN_TC",
-			       r == 4	? "2"
-			       : r == 6 ? "3"
-					: "1",
-			       1);
-		else
-			unsetenv("MOOR_GDN_TC");
+		setenv("MOOR_GDN_TC",
+		       r == 0	? "0"
+		       : r == 4 ? "2"
+		       : r == 6 ? "3"
+				: "1",
+		       1);
 		if (r == 5)
 			setenv("MOOR_GDN_PIPE", "8", 1);
 		else
