@@ -4,7 +4,7 @@
  * (MOOR_GDN_TC=1); k_hstate_tc and k_out_tc, the same two apart (2: the
  * state pass alone; 3: both). Included by gdn.cu, and by the host
  * emulation (tests/kern/test_gdn_tc_emu.cc, KCU_HOST_EMU), which supplies
- * tf32_of, mma1688, the cp.async calls, kcu_pdl_enter, kcu_rnd and
+ * mma1688, the cp.async calls, kcu_pdl_enter, kcu_rnd and
  * __syncthreads and runs a block as 256 threads: so CI checks the
  * kernels' indexing and arithmetic against the SPEC without a GPU, and
  * their barriers and cp.async waits (the threads in two orders, copies
@@ -40,14 +40,18 @@
  * term (2^-22 of the product) is dropped. So fp32 operands keep about
  * fp32's precision on the tensor cores, in another order of sums than
  * the SIMT kernels: other bits, one order per shape. */
-#ifndef KCU_HOST_EMU
+/* tf32 of x, rounded to nearest with ties away from zero: the bits of
+ * cvt.rna.tf32.f32 for every finite x (half of the last kept bit added
+ * to the magnitude's bits, a carry into the exponent included, then the
+ * 13 low bits cut). Two instructions where ptxas makes cvt.rna four (its
+ * guard for inf and NaN: ncu counted the splits' FSETP and SEL at 18% of
+ * k_intra_tc's instructions). Only a NaN whose payload lies in the 13 low
+ * bits differs: it becomes inf here, but the lo part x - hi is then NaN,
+ * so the product is NaN either way. */
 static __device__ inline uint32_t tf32_of(float x)
 {
-	uint32_t r;
-	asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-	return r;
+	return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
 }
-#endif
 template <int N>
 static __device__ inline void tf32_split(const float (&x)[N], uint32_t (&hi)[N],
 					 uint32_t (&lo)[N])

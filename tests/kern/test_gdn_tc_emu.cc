@@ -229,6 +229,12 @@ template <int N> static inline void cp_wait(void)
 		q.pop_front();
 	}
 }
+static inline uint32_t __float_as_uint(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, 4);
+	return u;
+}
 static inline float __uint_as_float(uint32_t u)
 {
 	float f;
@@ -239,16 +245,6 @@ static inline float kcu_rnd(float x, int act)
 {
 	(void)act; // the cases run act = F32
 	return x;
-}
-// cvt.rna.tf32.f32: 10 bits of fraction, the rest rounded half away from
-// zero (the magnitude's bits: adding half of the last kept bit)
-static inline uint32_t tf32_of(float x)
-{
-	uint32_t u;
-	memcpy(&u, &x, 4);
-	if ((u & 0x7f800000) != 0x7f800000)
-		u += 0x1000;
-	return u & 0xffffe000;
 }
 // mma.sync.m16n8k8.row.col.f32.tf32.tf32.f32, D = A B + C, the tensor core
 // reading 19 bits of each operand. Lane l = 4 g + t (g = l / 4, t = l % 4)
@@ -503,9 +499,19 @@ static int one(int T, int Hk, int Hv)
 			const int b =
 			    outside("o", o.data(), orf.data(), o.size(), &wo) +
 			    outside("S", S.data(), Sr.data(), S.size(), &wS);
+			// a hash of o's and S's bits, to tell a refactor that
+			// keeps them from one that does not
+			uint64_t hsh = 1469598103934665603ull;
+			for (const std::vector<float> *x : {&o, &S})
+				for (float f : *x) {
+					hsh ^= __float_as_uint(f);
+					hsh *= 1099511628211ull;
+				}
 			printf("  %s, T %d, %d key heads, %d value heads: "
-			       "max |o - ref| %.3g, max |S - ref| %.3g%s\n",
-			       name, T, Hk, Hv, wo, wS, b ? ": FAIL" : "");
+			       "max |o - ref| %.3g, max |S - ref| %.3g, bits "
+			       "%016llx%s\n",
+			       name, T, Hk, Hv, wo, wS, (unsigned long long)hsh,
+			       b ? ": FAIL" : "");
 			bad += b;
 		}
 	}
