@@ -23,7 +23,7 @@
  *   k_inter does state and out in one pass for shapes the 16-column path
  *   does not take (a product each thread, the same order of sums).
  *
- * At dk 128, on a device that gives a block 219 KB of shared memory,
+ * At dk 128, on a device that gives a block 213 KB of shared memory,
  * gdn_tc.cuh's tensor-core kernels run instead (3xTF32; the workspace's
  * layout is gdn_ws.cuh's): k_intra_tc, then k_chunk_tc, state and out
  * in one kernel (MOOR_GDN_TC, below; 0 keeps the kernels above).
@@ -1070,7 +1070,7 @@ static int gdn_tc_on(void)
 }
 
 /* whether the device gives a block the tensor-core kernels' shared
- * memory (k_chunk_tc's 219 KB: sm_90's 227 do); where not, MOOR_GDN_TC
+ * memory (k_chunk_tc's 213 KB: sm_90's 227 do); where not, MOOR_GDN_TC
  * is taken as 0 and their attributes are not set */
 static int tc_fits(const kern_ctx *cx)
 {
@@ -1533,7 +1533,7 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			    k_hstate_cl,
 			    cudaFuncAttributeMaxDynamicSharedMemorySize,
 			    (int)hstate_cl_smem()));
-		if (tc_fits(cx)) { /* up to 219 KB */
+		if (tc_fits(cx)) { /* up to 213 KB */
 			KCU(cx, cudaFuncSetAttribute(
 				    k_intra_tc,
 				    cudaFuncAttributeMaxDynamicSharedMemorySize,

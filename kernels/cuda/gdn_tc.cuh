@@ -163,39 +163,85 @@ static __device__ inline void acc_st(const float (&a)[NT][4], float *p,
 			    make_float2(a[i][2 * hf], a[i][2 * hf + 1]);
 }
 
-/* Split values as (hi, lo) pairs of tf32 in shared memory, 8 bytes a
- * value: pair_st stores x and y at pairs i and i + 1 (i even: one 16-byte
- * store); pair_b loads lane (g, t)'s B fragment (8 x 8, [k][n] at pair (j
- * + k) pp + n0 + n) */
-static __device__ inline void pair_st(uint32_t *s, int i, float x, float y)
+/* Split B operands in shared memory as quads. mma.m16n8k8's B fragment
+ * gives lane (g, t) k-slots t and t + 4 of column g; an accumulator tile
+ * gives it rows g and g + 8. So k-step j takes the k (rows of B, columns
+ * of A) kq(j, t) in slot t and kq(j, t) + 8 in slot t + 4: the 16 k of
+ * each pair of k-steps in another order, which the A fragment follows.
+ * Rows r and r + 8 of B (r % 16 < 8) then share a quad per column, {hi_r,
+ * hi_r+8, lo_r, lo_r+8}: one 16-byte store from the warp that holds them
+ * as accumulator rows, one 16-byte load a B fragment (pairs of 8 bytes
+ * took two loads and four register moves: ncu counted IMAD.MOV at a
+ * third of k_chunk_tc's instructions). Quad row 8 (r / 16) + r % 8 (=
+ * 4 j + t), qp quads a row (a multiple of 8), column n at n ^ qsw(quad
+ * row % 4): the loads' and the stores' 8-lane phases each meet 8
+ * distinct 16-byte bank groups (test_gdn_tc_emu checks it). */
+static __device__ inline int kq(int j, int t)
+{
+	return 16 * (j >> 1) + 4 * (j & 1) + t;
+}
+static __device__ inline int qsw(int s)
+{
+	return 2 * s + (s & 1);
+}
+/* lane (g, t)'s quad (in quads from the start) of its B fragment in
+ * k-step 0, columns 0 .. 7: k-step j's columns 8 i .. on are 4 j qp + 8
+ * i quads on */
+static __device__ inline int quad_lane_b(int qp, int g, int t)
+{
+	return t * qp + (g ^ qsw(t));
+}
+/* lane (g, t)'s quad of its store of rows g and g + 8, column 2 t + e:
+ * of rows 16 b + g and + 8, column 8 i + 2 t + e, 8 b qp + 8 i quads on */
+static __device__ inline int quad_lane_st(int qp, int g, int t, int e)
+{
+	return g * qp + ((2 * t + e) ^ qsw(g & 3));
+}
+/* x and y (rows r and r + 8 of a column), split, into the quad at q */
+static __device__ inline void quad_st(uint32_t *q, float x, float y)
 {
 	const float v[2] = {x, y};
 	uint32_t hi[2], lo[2];
 	tf32_split(v, hi, lo);
-	*(uint4 *)(s + 2 * i) = make_uint4(hi[0], lo[0], hi[1], lo[1]);
+	*(uint4 *)q = make_uint4(hi[0], hi[1], lo[0], lo[1]);
 }
-static __device__ inline void pair_b(uint32_t (&hi)[2], uint32_t (&lo)[2],
-				     const uint32_t *s, int pp, int j, int n0,
-				     int g, int t)
+/* lane (g, t)'s A fragment of k-step j in kq's order: A [m][k] at a[m ld
+ * + k], or at a[k ld + m] where AT (a transpose); where e, each value
+ * times e[k] */
+template <bool AT>
+static __device__ inline void frag_aq(uint32_t (&hi)[4], uint32_t (&lo)[4],
+				      const float *a, int ld, int j, int g,
+				      int t, const float *e = nullptr)
 {
-	const uint2 p0 = *(const uint2 *)(s + 2 * ((j + t) * pp + n0 + g));
-	const uint2 p1 = *(const uint2 *)(s + 2 * ((j + t + 4) * pp + n0 + g));
-	hi[0] = p0.x, hi[1] = p1.x, lo[0] = p0.y, lo[1] = p1.y;
+	const int k0 = kq(j, t), k1 = k0 + 8;
+	float x[4];
+	if constexpr (AT) {
+		x[0] = a[k0 * ld + g], x[1] = a[k0 * ld + g + 8];
+		x[2] = a[k1 * ld + g], x[3] = a[k1 * ld + g + 8];
+	} else {
+		x[0] = a[g * ld + k0], x[1] = a[(g + 8) * ld + k0];
+		x[2] = a[g * ld + k1], x[3] = a[(g + 8) * ld + k1];
+	}
+	if (e) {
+		const float e0 = e[k0], e1 = e[k1];
+		x[0] *= e0, x[1] *= e0, x[2] *= e1, x[3] *= e1;
+	}
+	tf32_split(x, hi, lo);
 }
 
-/* acc[i] += A B_i for n-tiles i < NT, A split (ah, al), B_i lane (g, t)'s
- * pairs from s at k-row j and columns 8 i on (pair_b) */
+/* acc[i] += A B_i for n-tiles i < NT, A split (ah, al), B_i's fragment
+ * from the quad at q + 32 i (q: the lane's quad of the k-step's
+ * first n-tile, quad_lane_b) */
 template <int NT>
-static __device__ inline void mma_pairs(float (&acc)[NT][4],
+static __device__ inline void mma_quads(float (&acc)[NT][4],
 					const uint32_t (&ah)[4],
 					const uint32_t (&al)[4],
-					const uint32_t *s, int pp, int j, int g,
-					int t)
+					const uint32_t *q)
 {
 #pragma unroll
 	for (int i = 0; i < NT; i++) {
-		uint32_t bh[2], bl[2];
-		pair_b(bh, bl, s, pp, j, 8 * i, g, t);
+		const uint4 b = *(const uint4 *)(q + 32 * i);
+		const uint32_t bh[2] = {b.x, b.y}, bl[2] = {b.z, b.w};
 		mma3x(acc[i], ah, al, bh, bl);
 	}
 }
@@ -226,8 +272,8 @@ static __device__ inline void mma_pairs(float (&acc)[NT][4],
  *                  unit (for the output) once a sub-chunk.
  * Shared rows are padded so that every fragment's loads hit distinct
  * banks: W [C][128 + 4] (lanes g rows apart, t columns), k [C][128 + 8]
- * and the state [128][32 + 8] (lanes t rows apart, g columns), V'' [C][32
- * + 4] of 8-byte pairs. 105 KB. W of the next sub-chunk is copied under
+ * and the state [128][32 + 8] (lanes t rows apart, g columns), V'' as
+ * split quads (quad_st), the update's k in kq's order. 105 KB. W of the next sub-chunk is copied under
  * the update, k of this one under W S. Three barriers a sub-chunk. The
  * rewrite of 2026-12-07's k_hstate_tc (185 us a 1,024-token chunk of the
  * 27B's heads on an H100, ncu), which split S and V' again in every warp
@@ -238,12 +284,12 @@ static __device__ inline void mma_pairs(float (&acc)[NT][4],
 #define TC_PK (128 + 8)
 #define TC_SW 32 /* value columns a block */
 #define TC_PV (TC_SW + 8)
-#define TC_PP (TC_SW + 4) /* V'' pairs a row */
+#define TC_QP TC_SW /* V'' quads a row */
 
 static size_t hstate_tc_smem(void)
 {
 	return ((size_t)C * TC_PW + (size_t)C * TC_PK + (size_t)128 * TC_PV +
-		(size_t)C * TC_PP * 2) *
+		(size_t)C * TC_QP * 2) *
 	       sizeof(float);
 }
 
@@ -257,12 +303,15 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 	float *sW = tsm;	    /* [C][TC_PW] W */
 	float *sK = sW + C * TC_PW; /* [C][TC_PK] k */
 	float *sS = sK + C * TC_PK; /* [DK][TC_PV] the state */
-	/* [C][TC_PP] V'' as (hi, lo) tf32 pairs */
+	/* V'' as quads (quad_st), C / 2 rows of TC_QP */
 	uint32_t *sV = (uint32_t *)(sS + DK * TC_PV);
 	const int h = blockIdx.x, s0 = blockIdx.y * TC_SW;
 	const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2,
 		  t = tid & 3;
 	const int wm = (warp & 3) * 16, wn = (warp >> 2) * 16, um = warp * 16;
+	const int qb = quad_lane_b(TC_QP, g, t),
+		  qs0 = quad_lane_st(TC_QP, g, t, 0),
+		  qs1 = quad_lane_st(TC_QP, g, t, 1);
 	float *Sh = S + (size_t)h * DK * dv + s0;
 	const float *kh = k + (size_t)(h / (Hv / Hk)) * DK;
 	const size_t uf = unit_floats(DK, dv);
@@ -314,24 +363,29 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 		for (int d = 0; d < DK; d += 8)
 			mma_step<2>(acc, sW + wm * TC_PW + d, TC_PW,
 				    sS + d * TC_PV + wn, TC_PV, g, t);
-		/* V' = U - W S to the unit (zeros past n), V'' split */
+		/* V' = U - W S to the unit (zeros past n), V'' split: rows
+		 * wm + g and wm + g + 8 a quad a column */
 #pragma unroll
-		for (int i = 0; i < 2; i++)
+		for (int i = 0; i < 2; i++) {
+			const int col = wn + 8 * i + 2 * t;
+			float x[2][2] = {};
 #pragma unroll
 			for (int hf = 0; hf < 2; hf++) {
-				const int r = wm + g + 8 * hf,
-					  col = wn + 8 * i + 2 * t;
-				float x[2] = {0.0f, 0.0f};
+				const int r = wm + g + 8 * hf;
 				if (r < n) {
 					const float2 v = make_float2(
 					    uv[i][hf].x - acc[i][2 * hf],
 					    uv[i][hf].y - acc[i][2 * hf + 1]);
 					*(float2 *)(u + oU + (size_t)r * dv +
 						    s0 + col) = v;
-					x[0] = v.x * er[hf], x[1] = v.y * er[hf];
+					x[hf][0] = v.x * er[hf];
+					x[hf][1] = v.y * er[hf];
 				}
-				pair_st(sV, r * TC_PP + col, x[0], x[1]);
 			}
+			uint32_t *qv = sV + 4 * ((wm / 2) * TC_QP + wn + 8 * i);
+			quad_st(qv + 4 * qs0, x[0][0], x[1][0]);
+			quad_st(qv + 4 * qs1, x[0][1], x[1][1]);
+		}
 		const float egl = expf(gl);
 #pragma unroll
 		for (int i = 0; i < 4; i++)
@@ -343,12 +397,14 @@ static __global__ void __launch_bounds__(TC_NT, 2)
 		if (c + 1 < nch)
 			hs_rows(sW, u + (size_t)Hv * uf, DK, TC_PW);
 		cp_commit();
-		/* S <- e^(G_last) S + k^T V'' */
-		const int jn = (n + 7) & ~7;
-		for (int j = 0; j < jn; j += 8) {
+		/* S <- e^(G_last) S + k^T V'': the k-steps of the 16-token
+		 * blocks that hold the sub-chunk's tokens (k and V'' are
+		 * zeros past n) */
+		const int js = ((n + 15) >> 4) * 2;
+		for (int j = 0; j < js; j++) {
 			uint32_t ah[4], al[4];
-			frag_a<true>(ah, al, sK + j * TC_PK + um, TC_PK, g, t);
-			mma_pairs(st, ah, al, sV, TC_PP, j, g, t);
+			frag_aq<true>(ah, al, sK + um, TC_PK, j, g, t);
+			mma_quads(st, ah, al, sV + 4 * (qb + 4 * TC_QP * j));
 		}
 	}
 	acc_st(st, Sh + (size_t)um * dv, dv, g, t);
@@ -477,22 +533,22 @@ static __global__ void __launch_bounds__(256, 2)
  * So neither V' nor the sub-chunks' states go through the workspace (the
  * 64 KB of S a unit that k_hstate_tc writes and k_out_tc reads), and
  * every B fragment is split once. One block of 8 warps a (value head, 64
- * value columns), one an SM (219 KB of shared memory: W and q [C][128 +
- * 4], k [C][128 + 8], Am [C][C + 4], e^(G_last - G) [C]; the state
- * [128][64 + 4] and V' [C][64 + 4] as 8-byte pairs; each fragment's
- * loads on distinct banks): 96 blocks for the 27B. k and Am are copied
+ * value columns), one an SM (213 KB of shared memory: W and q [C][128 +
+ * 4], k [C][128 + 8], Am [C][C + 4], e^(G_last - G) [C]; the state and
+ * V' as split quads (quad_st), the products' k in kq's order; each
+ * fragment's loads on distinct banks): 96 blocks for the 27B. k and Am are copied
  * under phase 1, W and q of the next sub-chunk under phase 2 and the
  * update. Two barriers a sub-chunk. */
 #define CT_PA (128 + 4)
 #define CT_PK (128 + 8)
 #define CT_PM (C + 4)
 #define CT_OC 64	     /* value columns a block */
-#define CT_PP (CT_OC + 4) /* pairs a row of the state and of V' */
+#define CT_QP CT_OC /* quads a row of the state and of V' */
 
 static size_t chunk_tc_smem(void)
 {
 	return ((size_t)2 * C * CT_PA + (size_t)C * CT_PK + (size_t)C * CT_PM +
-		C + 2 * ((size_t)128 * CT_PP + (size_t)C * CT_PP)) *
+		C + 2 * ((size_t)128 * CT_QP + (size_t)C * CT_QP)) *
 	       sizeof(float);
 }
 
@@ -523,13 +579,18 @@ static __global__ void __launch_bounds__(256, 1)
 	float *sK = sQ + C * CT_PA; /* [C][CT_PK] k */
 	float *sA = sK + C * CT_PK; /* [C][CT_PM] Am */
 	float *sE = sA + C * CT_PM; /* [C] e^(G_last - G) */
-	uint32_t *sS = (uint32_t *)(sE + C); /* [DK][CT_PP] the state, split */
-	uint32_t *sV = sS + 2 * DK * CT_PP;  /* [C][CT_PP] V', split */
+	/* the state and V' split, as quads (quad_st): DK / 2 and C / 2 rows
+	 * of CT_QP */
+	uint32_t *sS = (uint32_t *)(sE + C);
+	uint32_t *sV = sS + 2 * DK * CT_QP;
 	const int h = blockIdx.x, s0 = blockIdx.y * CT_OC;
 	const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2,
 		  t = tid & 3;
 	const bool isq = warp >= 4;
 	const int m0 = (warp & 3) * 16, um = warp * 16;
+	const int qb = quad_lane_b(CT_QP, g, t),
+		  qs[2] = {quad_lane_st(CT_QP, g, t, 0),
+			   quad_lane_st(CT_QP, g, t, 1)};
 	float *Sh = S + (size_t)h * DK * dv + s0;
 	const float *qh = q + (size_t)(h / (Hv / Hk)) * DK,
 		    *kh = k + (size_t)(h / (Hv / Hk)) * DK;
@@ -549,9 +610,9 @@ static __global__ void __launch_bounds__(256, 1)
 #pragma unroll
 		for (int i = 0; i < 8; i++)
 #pragma unroll
-			for (int hf = 0; hf < 2; hf++)
-				pair_st(sS, (um + g + 8 * hf) * CT_PP + 8 * i + 2 * t,
-					st[i][2 * hf], st[i][2 * hf + 1]);
+			for (int e = 0; e < 2; e++)
+				quad_st(sS + 4 * (qs[e] + (um / 2) * CT_QP + 8 * i),
+					st[i][e], st[i][2 + e]);
 		cp_wait<0>();
 		__syncthreads(); /* W, q and S in; k, Am, V' and sE read */
 		for (int e = tid; e < C * 32; e += 256) {
@@ -588,31 +649,35 @@ static __global__ void __launch_bounds__(256, 1)
 		float acc[8][4] = {};
 		const float *sa = (isq ? sQ : sW) + m0 * CT_PA;
 #pragma unroll 2
-		for (int d = 0; d < DK; d += 8) {
-			float x[4] = {sa[g * CT_PA + d + t],
-				      sa[(g + 8) * CT_PA + d + t],
-				      sa[g * CT_PA + d + t + 4],
-				      sa[(g + 8) * CT_PA + d + t + 4]};
+		for (int j = 0; j < DK / 8; j++) {
+			const int k0 = kq(j, t), k1 = k0 + 8;
+			float x[4] = {sa[g * CT_PA + k0], sa[(g + 8) * CT_PA + k0],
+				      sa[g * CT_PA + k1],
+				      sa[(g + 8) * CT_PA + k1]};
 			if (isq)
 				x[0] *= ef[0], x[1] *= ef[1], x[2] *= ef[0],
 				    x[3] *= ef[1];
 			uint32_t ah[4], al[4];
 			tf32_split(x, ah, al);
-			mma_pairs(acc, ah, al, sS, CT_PP, d, g, t);
+			mma_quads(acc, ah, al, sS + 4 * (qb + 4 * CT_QP * j));
 		}
 		if (!isq) /* V' = U - W S (zeros past n), split */
 #pragma unroll
 			for (int i = 0; i < 8; i++)
 #pragma unroll
-				for (int hf = 0; hf < 2; hf++) {
-					const int r = m0 + g + 8 * hf;
-					const bool in = r < n;
-					pair_st(sV, r * CT_PP + 8 * i + 2 * t,
-						in ? uv[i][hf].x - acc[i][2 * hf]
-						   : 0.0f,
-						in ? uv[i][hf].y -
-							 acc[i][2 * hf + 1]
-						   : 0.0f);
+				for (int e = 0; e < 2; e++) {
+					float x[2];
+#pragma unroll
+					for (int hf = 0; hf < 2; hf++) {
+						const float uu =
+						    e ? uv[i][hf].y : uv[i][hf].x;
+						x[hf] = m0 + g + 8 * hf < n
+							    ? uu - acc[i][2 * hf + e]
+							    : 0.0f;
+					}
+					quad_st(sV + 4 * (qs[e] + (m0 / 2) * CT_QP +
+							  8 * i),
+						x[0], x[1]);
 				}
 		cp_wait<0>();
 		__syncthreads(); /* V' whole, k and Am in; W and q read */
@@ -621,11 +686,12 @@ static __global__ void __launch_bounds__(256, 1)
 				 T - t0 - C < C ? T - t0 - C : C);
 		cp_commit();
 		if (isq) { /* phase 2: O += Am V', to o */
-			for (int j = 0; j < m0 + 16; j += 8) {
+			for (int j = 0; j < m0 / 8 + 2; j++) {
 				uint32_t ah[4], al[4];
-				frag_a<false>(ah, al, sA + m0 * CT_PM + j, CT_PM,
-					      g, t);
-				mma_pairs(acc, ah, al, sV, CT_PP, j, g, t);
+				frag_aq<false>(ah, al, sA + m0 * CT_PM, CT_PM, j,
+					       g, t);
+				mma_quads(acc, ah, al,
+					  sV + 4 * (qb + 4 * CT_QP * j));
 			}
 #pragma unroll
 			for (int hf = 0; hf < 2; hf++) {
@@ -649,17 +715,13 @@ static __global__ void __launch_bounds__(256, 1)
 #pragma unroll
 			for (int e = 0; e < 4; e++)
 				st[i][e] *= egl;
-		const int jn = (n + 7) & ~7;
-		for (int j = 0; j < jn; j += 8) {
-			const float e0 = sE[j + t], e1 = sE[j + t + 4];
-			const float x[4] = {sK[(j + t) * CT_PK + um + g] * e0,
-					    sK[(j + t) * CT_PK + um + g + 8] * e0,
-					    sK[(j + t + 4) * CT_PK + um + g] * e1,
-					    sK[(j + t + 4) * CT_PK + um + g + 8] *
-						e1};
+		/* the k-steps of the 16-token blocks that hold the
+		 * sub-chunk's tokens (k, sE and V' are zeros past n) */
+		const int js = ((n + 15) >> 4) * 2;
+		for (int j = 0; j < js; j++) {
 			uint32_t ah[4], al[4];
-			tf32_split(x, ah, al);
-			mma_pairs(st, ah, al, sV, CT_PP, j, g, t);
+			frag_aq<true>(ah, al, sK + um, CT_PK, j, g, t, sE);
+			mma_quads(st, ah, al, sV + 4 * (qb + 4 * CT_QP * j));
 		}
 	}
 	acc_st(st, Sh + (size_t)um * dv, dv, g, t);

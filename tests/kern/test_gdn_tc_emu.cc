@@ -518,10 +518,74 @@ static int one(int T, int Hk, int Hv)
 	return bad;
 }
 
+// the split quads' layout (gdn_tc.cuh, quad_lane_b and quad_lane_st) at
+// the kernels' row widths: each 8-lane phase of a warp's 16-byte loads
+// (a B fragment) and stores (rows g and g + 8 of an accumulator tile)
+// meets 8 distinct 16-byte bank groups, so neither is serialised; and
+// the stores of a 16-row block cover its quads once each, where the
+// loads find them
+static int quads(void)
+{
+	int bad = 0;
+	for (int qp : {TC_QP, CT_QP}) {
+		std::vector<int> owner((size_t)8 * qp, -1);
+		for (int ph = 0; ph < 4; ph++)
+			for (int e = -1; e < 2; e++) { // -1: the loads
+				unsigned seen = 0;
+				for (int l = 8 * ph; l < 8 * ph + 8; l++) {
+					const int g = l >> 2, t = l & 3;
+					const int q = e < 0 ? quad_lane_b(qp, g, t)
+							    : quad_lane_st(qp, g, t, e);
+					seen |= 1u << (q % 8);
+				}
+				if (seen != 0xff) {
+					printf("  quads, %d a row: lanes %d..%d's "
+					       "%s share a bank group: FAIL\n",
+					       qp, 8 * ph, 8 * ph + 7,
+					       e < 0 ? "loads" : "stores");
+					bad++;
+				}
+			}
+		// a block of 16 rows: n-tile i, lane (g, t), column 2 t + e;
+		// the quad of rows r and r + 8, r = g, column 8 i + 2 t + e
+		for (int i = 0; i < qp / 8; i++)
+			for (int l = 0; l < 32; l++)
+				for (int e = 0; e < 2; e++) {
+					const int g = l >> 2, t = l & 3;
+					int &o = owner[quad_lane_st(qp, g, t, e) +
+						       8 * i];
+					bad += o != -1;
+					o = g * qp + 8 * i + 2 * t + e;
+				}
+		// the loads of k-steps 0 and 1 (kq: rows t + 4 j, j < 2) find
+		// row kq(j, t)'s quad of column 8 i + g
+		for (int j = 0; j < 2; j++)
+			for (int i = 0; i < qp / 8; i++)
+				for (int l = 0; l < 32; l++) {
+					const int g = l >> 2, t = l & 3;
+					const int r = kq(j, t);
+					const int want = (r % 8) * qp + 8 * i + g;
+					if (owner[quad_lane_b(qp, g, t) +
+						  4 * qp * j + 8 * i] != want) {
+						printf("  quads, %d a row: k-step "
+						       "%d, lane %d finds another "
+						       "row's quad: FAIL\n",
+						       qp, j, l);
+						bad++;
+						break;
+					}
+				}
+	}
+	printf("  quads: loads and stores on distinct bank groups, each "
+	       "where the other looks%s\n",
+	       bad ? ": FAIL" : "");
+	return bad;
+}
+
 int main(void)
 {
 	srand(5);
-	int bad = one(136, 1, 2) + one(70, 2, 4);
+	int bad = quads() + one(136, 1, 2) + one(70, 2, 4);
 	printf("test_gdn_tc_emu: %s\n", bad ? "FAIL" : "ok");
 	return bad ? 1 : 0;
 }
