@@ -548,16 +548,19 @@ static __global__ void __launch_bounds__(256, 2)
 static size_t chunk_tc_smem(void)
 {
 	return ((size_t)2 * C * CT_PA + (size_t)C * CT_PK + (size_t)C * CT_PM +
-		C + 2 * ((size_t)128 * CT_QP + (size_t)C * CT_QP)) *
+		2 * C + 2 * ((size_t)128 * CT_QP + (size_t)C * CT_QP)) *
 	       sizeof(float);
 }
 
-/* W's rows of the unit at wu and q's rows t0 .. t0 + n - 1 (zeros past n)
- * into sW and sQ */
-static __device__ inline void chunk_wq(float *sW, float *sQ, const float *wu,
+/* W's rows and G of the unit at wu (G at wu + og) and q's rows t0 .. t0 +
+ * n - 1 (zeros past n) into sW, sG and sQ */
+static __device__ inline void chunk_wq(float *sW, float *sG, float *sQ,
+				       const float *wu, size_t og,
 				       const float *qh, int ldqk, int t0,
 				       int n)
 {
+	if (threadIdx.x < C / 4)
+		cp16(sG + 4 * threadIdx.x, wu + og + 4 * threadIdx.x, 1);
 	for (int e = threadIdx.x; e < C * 32; e += 256) {
 		const int j = e >> 5, p = (e & 31) * 4;
 		cp16(sW + j * CT_PA + p, wu + (size_t)j * 128 + p, 1);
@@ -579,9 +582,10 @@ static __global__ void __launch_bounds__(256, 1)
 	float *sK = sQ + C * CT_PA; /* [C][CT_PK] k */
 	float *sA = sK + C * CT_PK; /* [C][CT_PM] Am */
 	float *sE = sA + C * CT_PM; /* [C] e^(G_last - G) */
+	float *sG = sE + C;	    /* [C] G */
 	/* the state and V' split, as quads (quad_st): DK / 2 and C / 2 rows
 	 * of CT_QP */
-	uint32_t *sS = (uint32_t *)(sE + C);
+	uint32_t *sS = (uint32_t *)(sG + C);
 	uint32_t *sV = sS + 2 * DK * CT_QP;
 	const int h = blockIdx.x, s0 = blockIdx.y * CT_OC;
 	const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2,
@@ -600,7 +604,8 @@ static __global__ void __launch_bounds__(256, 1)
 	/* the warp's rows of the state: um + g (+ 8), columns 8 i + 2 t (+ 1) */
 	float st[8][4];
 	acc_ld(st, Sh + (size_t)um * dv, dv, g, t);
-	chunk_wq(sW, sQ, ws + (size_t)h * uf, qh, ldqk, 0, T < C ? T : C);
+	chunk_wq(sW, sG, sQ, ws + (size_t)h * uf, oG, qh, ldqk, 0,
+		 T < C ? T : C);
 	cp_commit();
 	const int nch = (T + C - 1) / C;
 	for (int c = 0; c < nch; c++) {
@@ -626,16 +631,16 @@ static __global__ void __launch_bounds__(256, 1)
 			cp16(sA + i * CT_PM + p, u + oA + (size_t)i * C + p, 1);
 		}
 		cp_commit();
-		const float gl = u[oG + n - 1];
+		const float gl = sG[n - 1];
 		if (tid < C)
-			sE[tid] = tid < n ? expf(gl - u[oG + tid]) : 0.0f;
+			sE[tid] = tid < n ? expf(gl - sG[tid]) : 0.0f;
 		/* this lane's rows m0 + g (+ 8): e^G (q's warps) or U (W's) */
 		float ef[2];
 		float2 uv[8][2];
 #pragma unroll
 		for (int hf = 0; hf < 2; hf++) {
 			const int r = m0 + g + 8 * hf;
-			ef[hf] = isq && r < n ? expf(u[oG + r]) : 0.0f;
+			ef[hf] = isq && r < n ? expf(sG[r]) : 0.0f;
 #pragma unroll
 			for (int i = 0; i < 8; i++)
 				uv[i][hf] = !isq && r < n
@@ -682,7 +687,8 @@ static __global__ void __launch_bounds__(256, 1)
 		cp_wait<0>();
 		__syncthreads(); /* V' whole, k and Am in; W and q read */
 		if (c + 1 < nch)
-			chunk_wq(sW, sQ, u + (size_t)Hv * uf, qh, ldqk, t0 + C,
+			chunk_wq(sW, sG, sQ, u + (size_t)Hv * uf, oG, qh, ldqk,
+				 t0 + C,
 				 T - t0 - C < C ? T - t0 - C : C);
 		cp_commit();
 		if (isq) { /* phase 2: O += Am V', to o */
