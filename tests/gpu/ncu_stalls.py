@@ -2,7 +2,8 @@
 """tests/gpu/ncu_stalls.py PAGE.csv [FROM TO]...: where one kernel's warps
 wait, from ncu's per-instruction page (`ncu -i REPORT --page source --csv
 --print-source sass`, which session.sh's dsrc phase writes): the stall
-reasons' shares of the samples, the samples by opcode, the twelve
+reasons' shares of the samples, the samples by opcode, the executed
+instructions by opcode (IMAD.MOV, a register move, apart), the twelve
 instructions with the most, and the share of each FROM..TO range of
 instruction indices. `ncu_stalls.py -l PAGE.csv` lists every instruction
 with its index, samples and executions, to find those ranges (a loop's
@@ -38,17 +39,26 @@ def main(argv):
                 if v and v != '-':
                     stalls[h[6:]] += int(v)
     ops = collections.Counter()
+    mix = collections.Counter()  # instructions executed (warp-level)
+    ex = ix['Instructions Executed']
     for n, s in enumerate(src):
         words = s.split()
         if words and words[0].startswith('@'):
             words = words[1:]
-        ops[words[0].split('.')[0] if words else '?'] += smp[n]
+        op = words[0] if words else '?'
+        # IMAD.MOV is a register move: told apart from the arithmetic
+        op = 'IMAD.MOV' if op.startswith('IMAD.MOV') else op.split('.')[0]
+        ops[op] += smp[n]
+        mix[op] += int(data[n][ex] or 0)
     print(rows[0][1] if len(rows[0]) > 1 else path)
     print('samples', total)
     print('stalls:', ', '.join('%s %.0f%%' % (k, 100 * v / total)
                                for k, v in stalls.most_common(8)))
     print('opcodes:', ', '.join('%s %.0f%%' % (k, 100 * v / total)
                                 for k, v in ops.most_common(10)))
+    nex = sum(mix.values()) or 1
+    print('executed %d:' % nex, ', '.join('%s %.0f%%' % (k, 100 * v / nex)
+                                          for k, v in mix.most_common(10)))
     for n in sorted(range(len(data)), key=lambda i: -smp[i])[:12]:
         print('  %5d %6d  %s' % (n, smp[n], src[n][:70]))
     args = argv[2:]

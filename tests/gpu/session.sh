@@ -63,11 +63,12 @@
 #             --only delta: intra, state pass, output): MOOR_GDN_RT=0,
 #             the defaults (or each VAR=VALUE of DPROF_ENVS); and the
 #             detail of intra and the state pass
-#   dsrc      ncu's full set on the delta rule's intra, state pass and output
-#             (bench_kern --only delta): its per-instruction pages (SASS,
-#             stall samples) and details in $OUT/dsrc.tgz (one file: a
-#             call brings back only so many; tests/gpu/ncu_stalls.py
-#             reads a page)
+#   dsrc      ncu's full set on the delta rule's kernels (DSRC_KERNELS,
+#             default k_intra_tc k_chunk_tc; bench_kern --only delta): their
+#             per-instruction pages (SASS, stall samples, executions), their
+#             details and gdn.cu's SASS (cuobjdump) in $OUT/dsrc.tgz (one
+#             file: a call brings back only so many;
+#             tests/gpu/ncu_stalls.py reads a page)
 #   eprof     bench_kern --only elem (the prefill's conv, 4-tap and
 #             generic, and add + norm at the 27B's width), then ncu's
 #             detail of the conv kernels
@@ -241,14 +242,16 @@ for p in "$@"; do
 			>$OUT/dprof-detail-\${e//=/-}.txt 2>&1; done" ;;
 	dsrc)
 		phase dsrc ${DSRC_LIMIT:-150} "NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); \
-			for kn in k_intra_rt k_hstate_rt k_out4; do rm -f /tmp/dsrc-\$kn.ncu-rep; \
-			\$NCU --clock-control none --set full -k regex:\$kn -c 1 -o /tmp/dsrc-\$kn \
+			CUOBJ=\$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | tail -1); \
+			rm -rf /tmp/dsrc && mkdir -p /tmp/dsrc && \
+			for kn in ${DSRC_KERNELS:-k_intra_tc k_chunk_tc}; do \
+			\$NCU --clock-control none --set full -k regex:\$kn -c 1 -o /tmp/dsrc/\$kn \
 			$B/tests/bench/bench_kern --only delta --reps 1 >/dev/null 2>&1; \
-			\$NCU -i /tmp/dsrc-\$kn.ncu-rep --page source --csv --print-source sass >/tmp/dsrc-\$kn.csv 2>&1; \
-			\$NCU -i /tmp/dsrc-\$kn.ncu-rep --page details >/tmp/dsrc-\$kn-details.txt 2>&1; \
-			wc -l /tmp/dsrc-\$kn.csv; done; tar czf \$OUT/dsrc.tgz -C /tmp dsrc-k_intra_rt.csv \
-			dsrc-k_hstate_rt.csv dsrc-k_out4.csv dsrc-k_intra_rt-details.txt dsrc-k_hstate_rt-details.txt \
-			dsrc-k_out4-details.txt" ;;
+			\$NCU -i /tmp/dsrc/\$kn.ncu-rep --page source --csv --print-source sass >/tmp/dsrc/\$kn.csv 2>&1; \
+			\$NCU -i /tmp/dsrc/\$kn.ncu-rep --page details >/tmp/dsrc/\$kn-details.txt 2>&1; \
+			rm -f /tmp/dsrc/\$kn.ncu-rep; wc -l /tmp/dsrc/\$kn.csv; done; \
+			\$CUOBJ -sass $B/kernels/cuda/libmoor_kern_cuda.a.p/gdn.cu.o >/tmp/dsrc/gdn.sass 2>&1; \
+			tar czf \$OUT/dsrc.tgz -C /tmp dsrc" ;;
 	trained)
 		phase trained ${TRAINED_LIMIT:-330} "python3 tests/golden/train_tiny.py /dev/shm/moor-trained \
 			--minutes ${TRAIN_MIN:-3} --device cuda && mkdir -p /dev/shm/moor-bs && \
