@@ -273,12 +273,12 @@ static __device__ inline void mma_quads(float (&acc)[NT][4],
  * Shared rows are padded so that every fragment's loads hit distinct
  * banks: W [C][128 + 4] (lanes g rows apart, t columns), k [C][128 + 8]
  * and the state [128][32 + 8] (lanes t rows apart, g columns), V'' as
- * split quads (quad_st), the update's k in kq's order. 105 KB. W of the next sub-chunk is copied under
- * the update, k of this one under W S. Three barriers a sub-chunk. The
- * rewrite of 2026-12-07's k_hstate_tc (185 us a 1,024-token chunk of the
- * 27B's heads on an H100, ncu), which split S and V' again in every warp
- * that read them and kept S in shared memory only: about 2,300
- * instructions a warp a sub-chunk. */
+ * split quads (quad_st), the update's k in kq's order. 105 KB. W of the
+ * next sub-chunk is copied under the update, k of this one under W S.
+ * Three barriers a sub-chunk. The rewrite of 2026-12-07's k_hstate_tc
+ * (185 us a 1,024-token chunk of the 27B's heads on an H100, ncu), which
+ * split S and V' again in every warp that read them and kept S in shared
+ * memory only: about 2,300 instructions a warp a sub-chunk. */
 #define TC_NT 256
 #define TC_PW (128 + 4)
 #define TC_PK (128 + 8)
@@ -536,9 +536,9 @@ static __global__ void __launch_bounds__(256, 2)
  * value columns), one an SM (213 KB of shared memory: W and q [C][128 +
  * 4], k [C][128 + 8], Am [C][C + 4], e^(G_last - G) [C]; the state and
  * V' as split quads (quad_st), the products' k in kq's order; each
- * fragment's loads on distinct banks): 96 blocks for the 27B. k and Am are copied
- * under phase 1, W and q of the next sub-chunk under phase 2 and the
- * update. Two barriers a sub-chunk. */
+ * fragment's loads on distinct banks): 96 blocks for the 27B. k and Am
+ * are copied under phase 1, W, q and G of the next sub-chunk under phase
+ * 2 and the update. Two barriers a sub-chunk. */
 #define CT_PA (128 + 4)
 #define CT_PK (128 + 8)
 #define CT_PM (C + 4)
