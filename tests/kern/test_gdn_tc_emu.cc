@@ -1,8 +1,8 @@
 // test_gdn_tc_emu: the chunked delta rule's tensor-core kernels
-// (kernels/cuda/gdn_tc.cuh: k_intra_tc, k_hstate_tc, k_out_tc, taken at
-// MOOR_GDN_TC=1) emulated on the host, against SPEC 5.5's recurrent form
-// in double precision. A block runs as 256 fibers (one thread of the
-// process, switched at barriers) with a barrier for __syncthreads;
+// (kernels/cuda/gdn_tc.cuh: k_intra_tc, k_chunk_tc, k_hstate_tc and
+// k_out_tc, MOOR_GDN_TC=1 and 3) emulated on the host, against SPEC 5.5's
+// recurrent form in double precision. A block runs as 256 fibers (one thread of
+// the process, switched at barriers) with a barrier for __syncthreads;
 // mma.m16n8k8's tf32 product is emulated per PTX's fragment layout (an A
 // value's lane and register from its row and column, B's and the
 // accumulators' likewise), so a wrong index in a kernel shows here
@@ -11,8 +11,9 @@
 // every copy landing only at the cp.async.wait_group that covers it; the
 // two must agree bit for bit, so a missing barrier or wait (a read
 // before the data is there, a copy over data still being read) shows
-// too. What it cannot show: bank conflicts, speed. test_kern_backends'
-// case_gdn_tc runs the same kernels on the device.
+// too. Bank conflicts it checks only for the split quads' layout
+// (quads(), from gdn_tc.cuh's own lane offsets); speed not at all.
+// test_kern_backends' case_gdn_tc runs the same kernels on the device.
 //
 // Cases: the 27B's head size (dk = dv = 128), 136 tokens (two sub-chunks
 // and a short third), one key head for two value heads, then two key
@@ -52,9 +53,6 @@ static inline float2 make_float2(float a, float b)
 {
 	return {a, b};
 }
-struct uint2 {
-	uint32_t x, y;
-};
 struct uint4 {
 	uint32_t x, y, z, w;
 };
