@@ -87,21 +87,13 @@ static __device__ inline void mma3x(float (&c)[4], const uint32_t (&ah)[4],
 /* The split fragments of mma.m16n8k8 (tf32) for lane (g, t) = (lane / 4,
  * lane % 4), after PTX's layout: A (16 x 8) [g][t], [g + 8][t], [g][t +
  * 4], [g + 8][t + 4]; B (8 x 8) [t][g], [t + 4][g]. a points at the
- * tile's [0][0], [m][k] at a[m * ld + k] (a[k * ld + m] where AT: a tile
- * of a transpose); b likewise, [k][n] at b[k * ld + n] (b[n * ld + k]
- * where BT). */
-template <bool AT>
+ * tile's [0][0], [m][k] at a[m * ld + k]; b likewise, [k][n] at b[k *
+ * ld + n] (b[n * ld + k] where BT). A transposed A is frag_aq's. */
 static __device__ inline void frag_a(uint32_t (&hi)[4], uint32_t (&lo)[4],
 				     const float *a, int ld, int g, int t)
 {
-	float x[4];
-	if constexpr (AT) {
-		x[0] = a[t * ld + g], x[1] = a[t * ld + g + 8];
-		x[2] = a[(t + 4) * ld + g], x[3] = a[(t + 4) * ld + g + 8];
-	} else {
-		x[0] = a[g * ld + t], x[1] = a[(g + 8) * ld + t];
-		x[2] = a[g * ld + t + 4], x[3] = a[(g + 8) * ld + t + 4];
-	}
+	float x[4] = {a[g * ld + t], a[(g + 8) * ld + t], a[g * ld + t + 4],
+		      a[(g + 8) * ld + t + 4]};
 	tf32_split(x, hi, lo);
 }
 template <bool BT>
@@ -119,13 +111,13 @@ static __device__ inline void frag_b(uint32_t (&hi)[2], uint32_t (&lo)[2],
 /* One k-step of 8 of a warp's 16-row strip: acc[i] += A B_i for the n-tiles
  * i < nt (of NT), A's tile at a, B_i's 8 columns on from b (frag_a's and
  * frag_b's layouts), in 3xTF32 */
-template <int NT, bool AT = false, bool BT = false>
+template <int NT, bool BT = false>
 static __device__ inline void mma_step(float (&acc)[NT][4], const float *a,
 				       int lda, const float *b, int ldb, int g,
 				       int t, int nt = NT)
 {
 	uint32_t ah[4], al[4];
-	frag_a<AT>(ah, al, a, lda, g, t);
+	frag_a(ah, al, a, lda, g, t);
 #pragma unroll
 	for (int i = 0; i < NT; i++)
 		if (i < nt) {
@@ -823,7 +815,7 @@ static __global__ void __launch_bounds__(256, 2)
 			continue;
 		float acc[5][4] = {};
 		for (int d = 0; d < DK; d += 8)
-			mma_step<5, false, true>(acc, sa + 16 * rm * IT_P1 + d,
+			mma_step<5, true>(acc, sa + 16 * rm * IT_P1 + d,
 						 IT_P1, sk + 8 * r0 * IT_P1 + d,
 						 IT_P1, gl, tl, rn);
 #pragma unroll
@@ -918,7 +910,7 @@ static __global__ void __launch_bounds__(256, 2)
 #pragma unroll
 			for (int m = kk / 2; m < 4; m++) {
 				uint32_t ah[4], al[4];
-				frag_a<false>(ah, al, sX + 16 * m * IT_PX + 8 * kk,
+				frag_a(ah, al, sX + 16 * m * IT_PX + 8 * kk,
 					      IT_PX, gl, tl);
 #pragma unroll
 				for (int ni = 0; ni < 4; ni++)
