@@ -1069,6 +1069,31 @@ static int gdn_tc_on(void)
 	return v >= 1 && v <= 3 ? (int)v : 0;
 }
 
+/* MOOR_GDN_CT_WARPS (read at each call): k_chunk_tc's warps a block, 8
+ * (the default: a warp a row tile, its every column) or 16 (a warp a row
+ * tile's half: twice the warps to hide the products' latency, each A
+ * fragment loaded and split by two warps). The same tiles and sums, so
+ * the same bits. */
+static int ct_warps(void)
+{
+	return kcu_env_int("MOOR_GDN_CT_WARPS", 8) == 16 ? 16 : 8;
+}
+
+/* k_chunk_tc of T tokens on q (its workspace at ws, q and k at its first
+ * token) */
+static void chunk_tc_go(const kern_queue *q, float *o, float *S, const float *ws,
+			const float *qq, const float *k, int ldqk, int T,
+			int Hk, int Hv, int dv, int act)
+{
+	const dim3 grid(Hv, dv / CT_OC);
+	if (ct_warps() == 16)
+		kcu_go(q, k_chunk_tc<16>, grid, 512, chunk_tc_smem(), o, S, ws,
+		       qq, k, ldqk, T, Hk, Hv, dv, act);
+	else
+		kcu_go(q, k_chunk_tc<8>, grid, 256, chunk_tc_smem(), o, S, ws,
+		       qq, k, ldqk, T, Hk, Hv, dv, act);
+}
+
 /* whether the device gives a block the tensor-core kernels' shared
  * memory (k_chunk_tc's 213 KB: sm_90's 227 do); where not, MOOR_GDN_TC
  * is taken as 0 and their attributes are not set */
@@ -1455,11 +1480,10 @@ static int delta_pieces(kern_queue *q, float *o, float *S, const float *qq,
 		int t0, tp = piece(p, per, T, &t0);
 		KCU(cx, cudaStreamWaitEvent(hq.s, evi[p], 0));
 		if (tc == 1)
-			kcu_go(&hq, k_chunk_tc, dim3(Hv, dv / CT_OC), 256,
-			       chunk_tc_smem(), o + (size_t)t0 * Hv * dv, S,
-			       (const float *)ws + (size_t)(t0 / C) * Hv * uf,
-			       qq + (size_t)t0 * ldqk, k + (size_t)t0 * ldqk,
-			       ldqk, tp, Hk, Hv, dv, act);
+			chunk_tc_go(&hq, o + (size_t)t0 * Hv * dv, S,
+				    (const float *)ws + (size_t)(t0 / C) * Hv * uf,
+				    qq + (size_t)t0 * ldqk, k + (size_t)t0 * ldqk,
+				    ldqk, tp, Hk, Hv, dv, act);
 		else if (tc)
 			kcu_go(&hq, k_hstate_tc, dim3(Hv, dv / TC_SW), TC_NT,
 			       hstate_tc_smem(), S,
@@ -1547,7 +1571,11 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 				    cudaFuncAttributeMaxDynamicSharedMemorySize,
 				    (int)hstate_tc_smem()));
 			KCU(cx, cudaFuncSetAttribute(
-				    k_chunk_tc,
+				    k_chunk_tc<8>,
+				    cudaFuncAttributeMaxDynamicSharedMemorySize,
+				    (int)chunk_tc_smem()));
+			KCU(cx, cudaFuncSetAttribute(
+				    k_chunk_tc<16>,
 				    cudaFuncAttributeMaxDynamicSharedMemorySize,
 				    (int)chunk_tc_smem()));
 		}
@@ -1617,9 +1645,8 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 			       hstate_smem(dk, SL16), S, (float *)ws, T, Hv, dk,
 			       dv);
 		else if (tc == 1) { /* the output too */
-			kcu_go(q, k_chunk_tc, dim3(Hv, dv / CT_OC), 256,
-			       chunk_tc_smem(), o, S, (const float *)ws, qq, k,
-			       ldqk, T, Hk, Hv, dv, act);
+			chunk_tc_go(q, o, S, (const float *)ws, qq, k, ldqk, T,
+				    Hk, Hv, dv, act);
 			KCU_LAUNCHED(cx);
 			return 0;
 		} else if (tc)

@@ -546,6 +546,7 @@ static size_t chunk_tc_smem(void)
 
 /* W's rows and G of the unit at wu (G at wu + og) and q's rows t0 .. t0 +
  * n - 1 (zeros past n) into sW, sG and sQ */
+template <int NTH>
 static __device__ inline void chunk_wq(float *sW, float *sG, float *sQ,
 				       const float *wu, size_t og,
 				       const float *qh, int ldqk, int t0,
@@ -553,7 +554,7 @@ static __device__ inline void chunk_wq(float *sW, float *sG, float *sQ,
 {
 	if (threadIdx.x < C / 4)
 		cp16(sG + 4 * threadIdx.x, wu + og + 4 * threadIdx.x, 1);
-	for (int e = threadIdx.x; e < C * 32; e += 256) {
+	for (int e = threadIdx.x; e < C * 32; e += NTH) {
 		const int j = e >> 5, p = (e & 31) * 4;
 		cp16(sW + j * CT_PA + p, wu + (size_t)j * 128 + p, 1);
 		cp16(sQ + j * CT_PA + p,
@@ -561,11 +562,15 @@ static __device__ inline void chunk_wq(float *sW, float *sG, float *sQ,
 	}
 }
 
-static __global__ void __launch_bounds__(256, 1)
+template <int NW>
+static __global__ void __launch_bounds__(32 * NW, 1)
     k_chunk_tc(float *o, float *S, const float *ws, const float *q,
 	       const float *k, int ldqk, int T, int Hk, int Hv, int dv,
 	       int act)
 {
+	static_assert(NW == 8 || NW == 16, "8 or 16 warps");
+	/* n-tiles a warp: its row tile's columns, or half of them */
+	constexpr int NTH = 32 * NW, NTL = CT_OC / 8 / (NW / 8);
 	kcu_pdl_enter();
 	constexpr int DK = 128;
 	extern __shared__ __align__(16) float fsm[];
@@ -582,21 +587,25 @@ static __global__ void __launch_bounds__(256, 1)
 	const int h = blockIdx.x, s0 = blockIdx.y * CT_OC;
 	const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2,
 		  t = tid & 3;
-	const bool isq = warp >= 4;
-	const int m0 = (warp & 3) * 16, um = warp * 16;
+	/* the warp's row tile rt (W's for rt < 4, q's after; rows 16 rt of
+	 * the state) and its n-tiles' first column c0 (quad cq) */
+	const int rt = warp & 7, c0 = (warp >> 3) * NTL * 8, cq = c0;
+	const bool isq = rt >= 4;
+	const int m0 = (rt & 3) * 16, um = rt * 16;
 	const int qb = quad_lane_b(CT_QP, g, t),
 		  qs[2] = {quad_lane_st(CT_QP, g, t, 0),
 			   quad_lane_st(CT_QP, g, t, 1)};
-	float *Sh = S + (size_t)h * DK * dv + s0;
+	float *Sh = S + (size_t)h * DK * dv + s0 + c0;
 	const float *qh = q + (size_t)(h / (Hv / Hk)) * DK,
 		    *kh = k + (size_t)(h / (Hv / Hk)) * DK;
 	const size_t uf = unit_floats(DK, dv);
 	const size_t oU = off_U(DK), oA = off_A(DK, dv), oG = off_G(DK, dv);
 
-	/* the warp's rows of the state: um + g (+ 8), columns 8 i + 2 t (+ 1) */
-	float st[8][4];
+	/* the warp's rows of the state: um + g (+ 8), columns c0 + 8 i + 2 t
+	 * (+ 1) */
+	float st[NTL][4];
 	acc_ld(st, Sh + (size_t)um * dv, dv, g, t);
-	chunk_wq(sW, sG, sQ, ws + (size_t)h * uf, oG, qh, ldqk, 0,
+	chunk_wq<NTH>(sW, sG, sQ, ws + (size_t)h * uf, oG, qh, ldqk, 0,
 		 T < C ? T : C);
 	cp_commit();
 	const int nch = (T + C - 1) / C;
@@ -605,20 +614,21 @@ static __global__ void __launch_bounds__(256, 1)
 		const float *u = ws + ((size_t)c * Hv + h) * uf;
 		/* the state this sub-chunk starts from, split, for phase 1 */
 #pragma unroll
-		for (int i = 0; i < 8; i++)
+		for (int i = 0; i < NTL; i++)
 #pragma unroll
 			for (int e = 0; e < 2; e++)
-				quad_st(sS + 4 * (qs[e] + (um / 2) * CT_QP + 8 * i),
+				quad_st(sS + 4 * (qs[e] + (um / 2) * CT_QP + cq +
+						  8 * i),
 					st[i][e], st[i][2 + e]);
 		cp_wait<0>();
 		__syncthreads(); /* W, q and S in; k, Am, V' and sE read */
-		for (int e = tid; e < C * 32; e += 256) {
+		for (int e = tid; e < C * 32; e += NTH) {
 			const int j = e >> 5, p = (e & 31) * 4;
 			cp16(sK + j * CT_PK + p,
 			     kh + (size_t)(t0 + (j < n ? j : 0)) * ldqk + p,
 			     j < n);
 		}
-		for (int e = tid; e < C * (C / 4); e += 256) {
+		for (int e = tid; e < C * (C / 4); e += NTH) {
 			const int i = e / (C / 4), p = (e % (C / 4)) * 4;
 			cp16(sA + i * CT_PM + p, u + oA + (size_t)i * C + p, 1);
 		}
@@ -628,22 +638,23 @@ static __global__ void __launch_bounds__(256, 1)
 			sE[tid] = tid < n ? expf(gl - sG[tid]) : 0.0f;
 		/* this lane's rows m0 + g (+ 8): e^G (q's warps) or U (W's) */
 		float ef[2];
-		float2 uv[8][2];
+		float2 uv[NTL][2];
 #pragma unroll
 		for (int hf = 0; hf < 2; hf++) {
 			const int r = m0 + g + 8 * hf;
 			ef[hf] = isq && r < n ? expf(sG[r]) : 0.0f;
 #pragma unroll
-			for (int i = 0; i < 8; i++)
+			for (int i = 0; i < NTL; i++)
 				uv[i][hf] = !isq && r < n
 						? *(const float2 *)(u + oU +
 								    (size_t)r * dv +
-								    s0 + 8 * i + 2 * t)
+								    s0 + c0 + 8 * i +
+								    2 * t)
 						: make_float2(0.0f, 0.0f);
 		}
 		/* phase 1: rows m0 + g (+ 8) of W S or of (q e^G) S, columns
-		 * 8 i + 2 t (+ 1) */
-		float acc[8][4] = {};
+		 * c0 + 8 i + 2 t (+ 1) */
+		float acc[NTL][4] = {};
 		const float *sa = (isq ? sQ : sW) + m0 * CT_PA;
 #pragma unroll 2
 		for (int j = 0; j < DK / 8; j++) {
@@ -656,11 +667,12 @@ static __global__ void __launch_bounds__(256, 1)
 				    x[3] *= ef[1];
 			uint32_t ah[4], al[4];
 			tf32_split(x, ah, al);
-			mma_quads(acc, ah, al, sS + 4 * (qb + 4 * CT_QP * j));
+			mma_quads(acc, ah, al,
+				  sS + 4 * (qb + 4 * CT_QP * j + cq));
 		}
 		if (!isq) /* V' = U - W S (zeros past n), split */
 #pragma unroll
-			for (int i = 0; i < 8; i++)
+			for (int i = 0; i < NTL; i++)
 #pragma unroll
 				for (int e = 0; e < 2; e++) {
 					float x[2];
@@ -673,13 +685,14 @@ static __global__ void __launch_bounds__(256, 1)
 							    : 0.0f;
 					}
 					quad_st(sV + 4 * (qs[e] + (m0 / 2) * CT_QP +
-							  8 * i),
+							  cq + 8 * i),
 						x[0], x[1]);
 				}
 		cp_wait<0>();
 		__syncthreads(); /* V' whole, k and Am in; W and q read */
 		if (c + 1 < nch)
-			chunk_wq(sW, sG, sQ, u + (size_t)Hv * uf, oG, qh, ldqk,
+			chunk_wq<NTH>(sW, sG, sQ, u + (size_t)Hv * uf, oG, qh,
+				      ldqk,
 				 t0 + C,
 				 T - t0 - C < C ? T - t0 - C : C);
 		cp_commit();
@@ -689,7 +702,7 @@ static __global__ void __launch_bounds__(256, 1)
 				frag_aq<false>(ah, al, sA + m0 * CT_PM, CT_PM, j,
 					       g, t);
 				mma_quads(acc, ah, al,
-					  sV + 4 * (qb + 4 * CT_QP * j));
+					  sV + 4 * (qb + 4 * CT_QP * j + cq));
 			}
 #pragma unroll
 			for (int hf = 0; hf < 2; hf++) {
@@ -697,9 +710,9 @@ static __global__ void __launch_bounds__(256, 1)
 				if (r < n) {
 					float *op = o +
 						    ((size_t)(t0 + r) * Hv + h) * dv +
-						    s0 + 2 * t;
+						    s0 + c0 + 2 * t;
 #pragma unroll
-					for (int i = 0; i < 8; i++)
+					for (int i = 0; i < NTL; i++)
 						*(float2 *)(op + 8 * i) = make_float2(
 						    kcu_rnd(acc[i][2 * hf], act),
 						    kcu_rnd(acc[i][2 * hf + 1], act));
@@ -709,7 +722,7 @@ static __global__ void __launch_bounds__(256, 1)
 		/* the update: S <- e^(G_last) S + (k e^(G_last - G))^T V' */
 		const float egl = expf(gl);
 #pragma unroll
-		for (int i = 0; i < 8; i++)
+		for (int i = 0; i < NTL; i++)
 #pragma unroll
 			for (int e = 0; e < 4; e++)
 				st[i][e] *= egl;
@@ -719,7 +732,8 @@ static __global__ void __launch_bounds__(256, 1)
 		for (int j = 0; j < js; j++) {
 			uint32_t ah[4], al[4];
 			frag_aq<true>(ah, al, sK + um, CT_PK, j, g, t, sE);
-			mma_quads(st, ah, al, sV + 4 * (qb + 4 * CT_QP * j));
+			mma_quads(st, ah, al,
+				  sV + 4 * (qb + 4 * CT_QP * j + cq));
 		}
 	}
 	acc_st(st, Sh + (size_t)um * dv, dv, g, t);
