@@ -1069,29 +1069,24 @@ static int gdn_tc_on(void)
 	return v >= 1 && v <= 3 ? (int)v : 0;
 }
 
-/* MOOR_GDN_CT_WARPS (read at each call): k_chunk_tc's warps a block, 8
- * (the default: a warp a row tile, its every column) or 16 (a warp a row
- * tile's half: twice the warps to hide the products' latency, each A
- * fragment loaded and split by two warps). The same tiles and sums, so
- * the same bits. */
-static int ct_warps(void)
+/* MOOR_GDN_CT (read at each call): 1, the default, k_chunk_tc's
+ * warps (a warp a row tile, its every column); 2 k_chunk_tc2's (a warp
+ * half the columns of two row tiles). The same tiles and sums, so the
+ * same bits. */
+static int gdn_ct(void)
 {
-	return kcu_env_int("MOOR_GDN_CT_WARPS", 8) == 16 ? 16 : 8;
+	return kcu_env_int("MOOR_GDN_CT", 1) == 2 ? 2 : 1;
 }
 
-/* k_chunk_tc of T tokens on q (its workspace at ws, q and k at its first
- * token) */
-static void chunk_tc_go(const kern_queue *q, float *o, float *S, const float *ws,
-			const float *qq, const float *k, int ldqk, int T,
-			int Hk, int Hv, int dv, int act)
+/* k_chunk_tc or k_chunk_tc2 (gdn_ct) of T tokens on q: its workspace
+ * at ws, q and k at its first token */
+static void chunk_tc_go(const kern_queue *q, float *o, float *S,
+			const float *ws, const float *qq, const float *k,
+			int ldqk, int T, int Hk, int Hv, int dv, int act)
 {
-	const dim3 grid(Hv, dv / CT_OC);
-	if (ct_warps() == 16)
-		kcu_go(q, k_chunk_tc<16>, grid, 512, chunk_tc_smem(), o, S, ws,
-		       qq, k, ldqk, T, Hk, Hv, dv, act);
-	else
-		kcu_go(q, k_chunk_tc<8>, grid, 256, chunk_tc_smem(), o, S, ws,
-		       qq, k, ldqk, T, Hk, Hv, dv, act);
+	kcu_go(q, gdn_ct() == 2 ? k_chunk_tc2 : k_chunk_tc,
+	       dim3(Hv, dv / CT_OC), 256, chunk_tc_smem(), o, S, ws, qq, k,
+	       ldqk, T, Hk, Hv, dv, act);
 }
 
 /* whether the device gives a block the tensor-core kernels' shared
@@ -1571,11 +1566,11 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 				    cudaFuncAttributeMaxDynamicSharedMemorySize,
 				    (int)hstate_tc_smem()));
 			KCU(cx, cudaFuncSetAttribute(
-				    k_chunk_tc<8>,
+				    k_chunk_tc,
 				    cudaFuncAttributeMaxDynamicSharedMemorySize,
 				    (int)chunk_tc_smem()));
 			KCU(cx, cudaFuncSetAttribute(
-				    k_chunk_tc<16>,
+				    k_chunk_tc2,
 				    cudaFuncAttributeMaxDynamicSharedMemorySize,
 				    (int)chunk_tc_smem()));
 		}

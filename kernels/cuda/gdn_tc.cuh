@@ -546,7 +546,6 @@ static size_t chunk_tc_smem(void)
 
 /* W's rows and G of the unit at wu (G at wu + og) and q's rows t0 .. t0 +
  * n - 1 (zeros past n) into sW, sG and sQ */
-template <int NTH>
 static __device__ inline void chunk_wq(float *sW, float *sG, float *sQ,
 				       const float *wu, size_t og,
 				       const float *qh, int ldqk, int t0,
@@ -554,7 +553,7 @@ static __device__ inline void chunk_wq(float *sW, float *sG, float *sQ,
 {
 	if (threadIdx.x < C / 4)
 		cp16(sG + 4 * threadIdx.x, wu + og + 4 * threadIdx.x, 1);
-	for (int e = threadIdx.x; e < C * 32; e += NTH) {
+	for (int e = threadIdx.x; e < C * 32; e += 256) {
 		const int j = e >> 5, p = (e & 31) * 4;
 		cp16(sW + j * CT_PA + p, wu + (size_t)j * 128 + p, 1);
 		cp16(sQ + j * CT_PA + p,
@@ -562,15 +561,11 @@ static __device__ inline void chunk_wq(float *sW, float *sG, float *sQ,
 	}
 }
 
-template <int NW>
-static __global__ void __launch_bounds__(32 * NW, 1)
+static __global__ void __launch_bounds__(256, 1)
     k_chunk_tc(float *o, float *S, const float *ws, const float *q,
 	       const float *k, int ldqk, int T, int Hk, int Hv, int dv,
 	       int act)
 {
-	static_assert(NW == 8 || NW == 16, "8 or 16 warps");
-	/* n-tiles a warp: its row tile's columns, or half of them */
-	constexpr int NTH = 32 * NW, NTL = CT_OC / 8 / (NW / 8);
 	kcu_pdl_enter();
 	constexpr int DK = 128;
 	extern __shared__ __align__(16) float fsm[];
@@ -587,25 +582,21 @@ static __global__ void __launch_bounds__(32 * NW, 1)
 	const int h = blockIdx.x, s0 = blockIdx.y * CT_OC;
 	const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2,
 		  t = tid & 3;
-	/* the warp's row tile rt (W's for rt < 4, q's after; rows 16 rt of
-	 * the state) and its n-tiles' first column c0 (quad cq) */
-	const int rt = warp & 7, c0 = (warp >> 3) * NTL * 8, cq = c0;
-	const bool isq = rt >= 4;
-	const int m0 = (rt & 3) * 16, um = rt * 16;
+	const bool isq = warp >= 4;
+	const int m0 = (warp & 3) * 16, um = warp * 16;
 	const int qb = quad_lane_b(CT_QP, g, t),
 		  qs[2] = {quad_lane_st(CT_QP, g, t, 0),
 			   quad_lane_st(CT_QP, g, t, 1)};
-	float *Sh = S + (size_t)h * DK * dv + s0 + c0;
+	float *Sh = S + (size_t)h * DK * dv + s0;
 	const float *qh = q + (size_t)(h / (Hv / Hk)) * DK,
 		    *kh = k + (size_t)(h / (Hv / Hk)) * DK;
 	const size_t uf = unit_floats(DK, dv);
 	const size_t oU = off_U(DK), oA = off_A(DK, dv), oG = off_G(DK, dv);
 
-	/* the warp's rows of the state: um + g (+ 8), columns c0 + 8 i + 2 t
-	 * (+ 1) */
-	float st[NTL][4];
+	/* the warp's rows of the state: um + g (+ 8), columns 8 i + 2 t (+ 1) */
+	float st[8][4];
 	acc_ld(st, Sh + (size_t)um * dv, dv, g, t);
-	chunk_wq<NTH>(sW, sG, sQ, ws + (size_t)h * uf, oG, qh, ldqk, 0,
+	chunk_wq(sW, sG, sQ, ws + (size_t)h * uf, oG, qh, ldqk, 0,
 		 T < C ? T : C);
 	cp_commit();
 	const int nch = (T + C - 1) / C;
@@ -614,21 +605,20 @@ static __global__ void __launch_bounds__(32 * NW, 1)
 		const float *u = ws + ((size_t)c * Hv + h) * uf;
 		/* the state this sub-chunk starts from, split, for phase 1 */
 #pragma unroll
-		for (int i = 0; i < NTL; i++)
+		for (int i = 0; i < 8; i++)
 #pragma unroll
 			for (int e = 0; e < 2; e++)
-				quad_st(sS + 4 * (qs[e] + (um / 2) * CT_QP + cq +
-						  8 * i),
+				quad_st(sS + 4 * (qs[e] + (um / 2) * CT_QP + 8 * i),
 					st[i][e], st[i][2 + e]);
 		cp_wait<0>();
 		__syncthreads(); /* W, q and S in; k, Am, V' and sE read */
-		for (int e = tid; e < C * 32; e += NTH) {
+		for (int e = tid; e < C * 32; e += 256) {
 			const int j = e >> 5, p = (e & 31) * 4;
 			cp16(sK + j * CT_PK + p,
 			     kh + (size_t)(t0 + (j < n ? j : 0)) * ldqk + p,
 			     j < n);
 		}
-		for (int e = tid; e < C * (C / 4); e += NTH) {
+		for (int e = tid; e < C * (C / 4); e += 256) {
 			const int i = e / (C / 4), p = (e % (C / 4)) * 4;
 			cp16(sA + i * CT_PM + p, u + oA + (size_t)i * C + p, 1);
 		}
@@ -638,23 +628,22 @@ static __global__ void __launch_bounds__(32 * NW, 1)
 			sE[tid] = tid < n ? expf(gl - sG[tid]) : 0.0f;
 		/* this lane's rows m0 + g (+ 8): e^G (q's warps) or U (W's) */
 		float ef[2];
-		float2 uv[NTL][2];
+		float2 uv[8][2];
 #pragma unroll
 		for (int hf = 0; hf < 2; hf++) {
 			const int r = m0 + g + 8 * hf;
 			ef[hf] = isq && r < n ? expf(sG[r]) : 0.0f;
 #pragma unroll
-			for (int i = 0; i < NTL; i++)
+			for (int i = 0; i < 8; i++)
 				uv[i][hf] = !isq && r < n
 						? *(const float2 *)(u + oU +
 								    (size_t)r * dv +
-								    s0 + c0 + 8 * i +
-								    2 * t)
+								    s0 + 8 * i + 2 * t)
 						: make_float2(0.0f, 0.0f);
 		}
 		/* phase 1: rows m0 + g (+ 8) of W S or of (q e^G) S, columns
-		 * c0 + 8 i + 2 t (+ 1) */
-		float acc[NTL][4] = {};
+		 * 8 i + 2 t (+ 1) */
+		float acc[8][4] = {};
 		const float *sa = (isq ? sQ : sW) + m0 * CT_PA;
 #pragma unroll 2
 		for (int j = 0; j < DK / 8; j++) {
@@ -667,12 +656,11 @@ static __global__ void __launch_bounds__(32 * NW, 1)
 				    x[3] *= ef[1];
 			uint32_t ah[4], al[4];
 			tf32_split(x, ah, al);
-			mma_quads(acc, ah, al,
-				  sS + 4 * (qb + 4 * CT_QP * j + cq));
+			mma_quads(acc, ah, al, sS + 4 * (qb + 4 * CT_QP * j));
 		}
 		if (!isq) /* V' = U - W S (zeros past n), split */
 #pragma unroll
-			for (int i = 0; i < NTL; i++)
+			for (int i = 0; i < 8; i++)
 #pragma unroll
 				for (int e = 0; e < 2; e++) {
 					float x[2];
@@ -685,14 +673,13 @@ static __global__ void __launch_bounds__(32 * NW, 1)
 							    : 0.0f;
 					}
 					quad_st(sV + 4 * (qs[e] + (m0 / 2) * CT_QP +
-							  cq + 8 * i),
+							  8 * i),
 						x[0], x[1]);
 				}
 		cp_wait<0>();
 		__syncthreads(); /* V' whole, k and Am in; W and q read */
 		if (c + 1 < nch)
-			chunk_wq<NTH>(sW, sG, sQ, u + (size_t)Hv * uf, oG, qh,
-				      ldqk,
+			chunk_wq(sW, sG, sQ, u + (size_t)Hv * uf, oG, qh, ldqk,
 				 t0 + C,
 				 T - t0 - C < C ? T - t0 - C : C);
 		cp_commit();
@@ -702,7 +689,7 @@ static __global__ void __launch_bounds__(32 * NW, 1)
 				frag_aq<false>(ah, al, sA + m0 * CT_PM, CT_PM, j,
 					       g, t);
 				mma_quads(acc, ah, al,
-					  sV + 4 * (qb + 4 * CT_QP * j + cq));
+					  sV + 4 * (qb + 4 * CT_QP * j));
 			}
 #pragma unroll
 			for (int hf = 0; hf < 2; hf++) {
@@ -710,9 +697,9 @@ static __global__ void __launch_bounds__(32 * NW, 1)
 				if (r < n) {
 					float *op = o +
 						    ((size_t)(t0 + r) * Hv + h) * dv +
-						    s0 + c0 + 2 * t;
+						    s0 + 2 * t;
 #pragma unroll
-					for (int i = 0; i < NTL; i++)
+					for (int i = 0; i < 8; i++)
 						*(float2 *)(op + 8 * i) = make_float2(
 						    kcu_rnd(acc[i][2 * hf], act),
 						    kcu_rnd(acc[i][2 * hf + 1], act));
@@ -722,7 +709,7 @@ static __global__ void __launch_bounds__(32 * NW, 1)
 		/* the update: S <- e^(G_last) S + (k e^(G_last - G))^T V' */
 		const float egl = expf(gl);
 #pragma unroll
-		for (int i = 0; i < NTL; i++)
+		for (int i = 0; i < 8; i++)
 #pragma unroll
 			for (int e = 0; e < 4; e++)
 				st[i][e] *= egl;
@@ -732,11 +719,210 @@ static __global__ void __launch_bounds__(32 * NW, 1)
 		for (int j = 0; j < js; j++) {
 			uint32_t ah[4], al[4];
 			frag_aq<true>(ah, al, sK + um, CT_PK, j, g, t, sE);
-			mma_quads(st, ah, al,
-				  sV + 4 * (qb + 4 * CT_QP * j + cq));
+			mma_quads(st, ah, al, sV + 4 * (qb + 4 * CT_QP * j));
 		}
 	}
 	acc_st(st, Sh + (size_t)um * dv, dv, g, t);
+}
+
+/* k_chunk_tc2: k_chunk_tc's work and sums in other warps' shares
+ * (MOOR_GDN_CT=2): warp w = 4 hf + p takes the value columns 32 hf ..
+ * + 31 (four n-tiles) of two row tiles in each product, so that each B
+ * fragment it loads serves two A fragments (k_chunk_tc's warps load all
+ * of B for one: shared memory's wavefronts were 58% of its cycles on an
+ * H100, its tensor pipe 42%), and phase 2 is every warp's:
+ *   phase 1   W's rows 16 p and q's rows 16 mq, mq = p (hf 0) or 3 - p
+ *             (hf 1): the two warps of a scheduler (p and p + 4) then
+ *             share phase 2's ten k-steps evenly;
+ *   phase 2   q's rows 16 mq, O += Am V';
+ *   update    state rows 16 p and 16 (p + 4).
+ * Each accumulator tile's sum runs over the same k-steps in the same
+ * order as in k_chunk_tc: the same bits (test_gdn_tc_emu compares them). */
+static __global__ void __launch_bounds__(256, 1)
+    k_chunk_tc2(float *o, float *S, const float *ws, const float *q,
+		const float *k, int ldqk, int T, int Hk, int Hv, int dv,
+		int act)
+{
+	kcu_pdl_enter();
+	constexpr int DK = 128;
+	extern __shared__ __align__(16) float fsm[];
+	float *sW = fsm;	    /* [C][CT_PA] W */
+	float *sQ = sW + C * CT_PA; /* [C][CT_PA] q */
+	float *sK = sQ + C * CT_PA; /* [C][CT_PK] k */
+	float *sA = sK + C * CT_PK; /* [C][CT_PM] Am */
+	float *sE = sA + C * CT_PM; /* [C] e^(G_last - G) */
+	float *sG = sE + C;	    /* [C] G */
+	uint32_t *sS = (uint32_t *)(sG + C);
+	uint32_t *sV = sS + 2 * DK * CT_QP;
+	const int h = blockIdx.x, s0 = blockIdx.y * CT_OC;
+	const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2,
+		  t = tid & 3;
+	const int p = warp & 3, hf = warp >> 2, c0 = 32 * hf, cq = c0;
+	const int mw = 16 * p, mq = 16 * (hf ? 3 - p : p);
+	const int qb = quad_lane_b(CT_QP, g, t),
+		  qs[2] = {quad_lane_st(CT_QP, g, t, 0),
+			   quad_lane_st(CT_QP, g, t, 1)};
+	float *Sh = S + (size_t)h * DK * dv + s0 + c0;
+	const float *qh = q + (size_t)(h / (Hv / Hk)) * DK,
+		    *kh = k + (size_t)(h / (Hv / Hk)) * DK;
+	const size_t uf = unit_floats(DK, dv);
+	const size_t oU = off_U(DK), oA = off_A(DK, dv), oG = off_G(DK, dv);
+
+	/* the warp's state: rows 16 (p + 4 r) + g (+ 8), columns c0 + 8 i
+	 * + 2 t (+ 1) */
+	float st[2][4][4];
+#pragma unroll
+	for (int r = 0; r < 2; r++)
+		acc_ld(st[r], Sh + (size_t)(mw + 64 * r) * dv, dv, g, t);
+	chunk_wq(sW, sG, sQ, ws + (size_t)h * uf, oG, qh, ldqk, 0,
+		      T < C ? T : C);
+	cp_commit();
+	const int nch = (T + C - 1) / C;
+	for (int c = 0; c < nch; c++) {
+		const int t0 = c * C, n = T - t0 < C ? T - t0 : C;
+		const float *u = ws + ((size_t)c * Hv + h) * uf;
+#pragma unroll
+		for (int r = 0; r < 2; r++)
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+#pragma unroll
+				for (int e = 0; e < 2; e++)
+					quad_st(sS + 4 * (qs[e] +
+							  ((mw + 64 * r) / 2) * CT_QP +
+							  cq + 8 * i),
+						st[r][i][e], st[r][i][2 + e]);
+		cp_wait<0>();
+		__syncthreads(); /* W, q and S in; k, Am, V' and sE read */
+		for (int e = tid; e < C * 32; e += 256) {
+			const int j = e >> 5, pp = (e & 31) * 4;
+			cp16(sK + j * CT_PK + pp,
+			     kh + (size_t)(t0 + (j < n ? j : 0)) * ldqk + pp,
+			     j < n);
+		}
+		for (int e = tid; e < C * (C / 4); e += 256) {
+			const int i = e / (C / 4), pp = (e % (C / 4)) * 4;
+			cp16(sA + i * CT_PM + pp, u + oA + (size_t)i * C + pp, 1);
+		}
+		cp_commit();
+		const float gl = sG[n - 1];
+		if (tid < C)
+			sE[tid] = tid < n ? expf(gl - sG[tid]) : 0.0f;
+		/* e^G of q's rows mq + g (+ 8); U of W's rows mw + g (+ 8) */
+		float ef[2];
+		float2 uv[4][2];
+#pragma unroll
+		for (int r = 0; r < 2; r++) {
+			const int rq = mq + g + 8 * r, rw = mw + g + 8 * r;
+			ef[r] = rq < n ? expf(sG[rq]) : 0.0f;
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				uv[i][r] = rw < n ? *(const float2 *)(u + oU +
+								       (size_t)rw * dv +
+								       s0 + c0 + 8 * i +
+								       2 * t)
+						  : make_float2(0.0f, 0.0f);
+		}
+		/* phase 1: W S (aw) and (q e^G) S (aq), the warp's rows and
+		 * columns */
+		float aw[4][4] = {}, aq[4][4] = {};
+		const float *pw = sW + mw * CT_PA, *pq = sQ + mq * CT_PA;
+#pragma unroll 2
+		for (int j = 0; j < DK / 8; j++) {
+			const int k0 = kq(j, t), k1 = k0 + 8;
+			float xw[4] = {pw[g * CT_PA + k0], pw[(g + 8) * CT_PA + k0],
+				       pw[g * CT_PA + k1],
+				       pw[(g + 8) * CT_PA + k1]};
+			float xq[4] = {pq[g * CT_PA + k0] * ef[0],
+				       pq[(g + 8) * CT_PA + k0] * ef[1],
+				       pq[g * CT_PA + k1] * ef[0],
+				       pq[(g + 8) * CT_PA + k1] * ef[1]};
+			uint32_t wh[4], wl[4], qhi[4], qlo[4];
+			tf32_split(xw, wh, wl);
+			tf32_split(xq, qhi, qlo);
+			const uint32_t *b = sS + 4 * (qb + 4 * CT_QP * j + cq);
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const uint4 bb = *(const uint4 *)(b + 32 * i);
+				const uint32_t bh[2] = {bb.x, bb.y},
+					       bl[2] = {bb.z, bb.w};
+				mma3x(aw[i], wh, wl, bh, bl);
+				mma3x(aq[i], qhi, qlo, bh, bl);
+			}
+		}
+		/* V' = U - W S (zeros past n), split */
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				float x[2];
+#pragma unroll
+				for (int r = 0; r < 2; r++) {
+					const float uu = e ? uv[i][r].y : uv[i][r].x;
+					x[r] = mw + g + 8 * r < n
+						   ? uu - aw[i][2 * r + e]
+						   : 0.0f;
+				}
+				quad_st(sV + 4 * (qs[e] + (mw / 2) * CT_QP + cq +
+						  8 * i),
+					x[0], x[1]);
+			}
+		cp_wait<0>();
+		__syncthreads(); /* V' whole, k and Am in; W and q read */
+		if (c + 1 < nch)
+			chunk_wq(sW, sG, sQ, u + (size_t)Hv * uf, oG, qh,
+				      ldqk, t0 + C,
+				      T - t0 - C < C ? T - t0 - C : C);
+		cp_commit();
+		/* phase 2: O += Am V', to o */
+		for (int j = 0; j < mq / 8 + 2; j++) {
+			uint32_t ah[4], al[4];
+			frag_aq<false>(ah, al, sA + mq * CT_PM, CT_PM, j, g, t);
+			mma_quads(aq, ah, al, sV + 4 * (qb + 4 * CT_QP * j + cq));
+		}
+#pragma unroll
+		for (int r = 0; r < 2; r++) {
+			const int rq = mq + g + 8 * r;
+			if (rq < n) {
+				float *op = o + ((size_t)(t0 + rq) * Hv + h) * dv +
+					    s0 + c0 + 2 * t;
+#pragma unroll
+				for (int i = 0; i < 4; i++)
+					*(float2 *)(op + 8 * i) =
+					    make_float2(kcu_rnd(aq[i][2 * r], act),
+							kcu_rnd(aq[i][2 * r + 1], act));
+			}
+		}
+		/* the update: S <- e^(G_last) S + (k e^(G_last - G))^T V' */
+		const float egl = expf(gl);
+#pragma unroll
+		for (int r = 0; r < 2; r++)
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					st[r][i][e] *= egl;
+		const int js = ((n + 15) >> 4) * 2;
+		for (int j = 0; j < js; j++) {
+			uint32_t ah[2][4], al[2][4];
+#pragma unroll
+			for (int r = 0; r < 2; r++)
+				frag_aq<true>(ah[r], al[r], sK + mw + 64 * r, CT_PK,
+					      j, g, t, sE);
+			const uint32_t *b = sV + 4 * (qb + 4 * CT_QP * j + cq);
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const uint4 bb = *(const uint4 *)(b + 32 * i);
+				const uint32_t bh[2] = {bb.x, bb.y},
+					       bl[2] = {bb.z, bb.w};
+#pragma unroll
+				for (int r = 0; r < 2; r++)
+					mma3x(st[r][i], ah[r], al[r], bh, bl);
+			}
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < 2; r++)
+		acc_st(st[r], Sh + (size_t)(mw + 64 * r) * dv, dv, g, t);
 }
 
 /* k_intra_tc: intra at dk = dv = 128 for MOOR_GDN_TC=1, its products in

@@ -70,9 +70,7 @@ static uint3 threadIdx, blockIdx, blockDim;
 // then the next one that can run does (i + 1, i + 2, ..., or downwards
 // in reverse order); the last to arrive at a barrier makes its waiters
 // runnable and goes on. threadIdx is the running fiber's.
-// NT: the most threads a block has; g_nt: this block's
-enum { NT = 512, FIBER_STACK = 128 << 10 };
-static int g_nt = 256;
+enum { NT = 256, FIBER_STACK = 128 << 10 };
 static std::vector<char> g_stacks((size_t)NT *FIBER_STACK);
 static int g_cur, g_ready[NT], g_nended, g_reverse;
 static const std::function<void()> *g_body;
@@ -102,7 +100,8 @@ static void fiber_entry(void)
 // fiber_entry as the return address, 16-byte aligned as after a call
 static void fiber_make(int i)
 {
-	uintptr_t top = (uintptr_t)&g_stacks[(size_t)(i + 1) * FIBER_STACK];
+	uintptr_t top =
+	    (uintptr_t)(g_stacks.data() + (size_t)(i + 1) * FIBER_STACK);
 	void **sp = (void **)(top & ~(uintptr_t)15);
 	*--sp = nullptr;
 	*--sp = (void *)fiber_entry;
@@ -154,7 +153,7 @@ static void fiber_yield(void)
 	const int me = g_cur;
 	int to = me;
 	do
-		to = (to + (g_reverse ? g_nt - 1 : 1)) % g_nt;
+		to = (to + (g_reverse ? NT - 1 : 1)) % NT;
 	while (!g_ready[to] && to != me);
 	if (to == me) {
 		fprintf(stderr, "every thread waits: a barrier no thread "
@@ -183,7 +182,7 @@ static void bar_wait(ebar &b)
 	fiber_yield();
 }
 static ebar g_bar;     // the block's __syncthreads
-static ebar g_wbar[NT / 32]; // a warp's, for mma.sync
+static ebar g_wbar[8]; // a warp's, for mma.sync
 #define __syncthreads() bar_wait(g_bar)
 static inline void kcu_pdl_enter(void)
 {
@@ -257,7 +256,7 @@ static inline float kcu_rnd(float x, int act)
 struct stage {
 	uint32_t a[32][4], b[32][2];
 };
-static stage g_stage[NT / 32][2];
+static stage g_stage[8][2];
 static int g_turn[NT];
 static inline float tf32v(uint32_t u)
 {
@@ -297,7 +296,7 @@ static void fiber_main(int i)
 	g_groups[i].clear();
 	land(g_open[i]);
 	g_ready[i] = 0;
-	if (++g_nended == g_nt)
+	if (++g_nended == NT)
 		fiber_exit(i);
 	else
 		fiber_yield(); // never returns here
@@ -305,11 +304,9 @@ static void fiber_main(int i)
 
 // a grid, block by block, each block's threads as fibers; shared memory
 // NaN at each block's start
-static void run_grid(uint3 grid, const std::function<void()> &body,
-		     int nt = 256)
+static void run_grid(uint3 grid, const std::function<void()> &body)
 {
-	g_nt = nt;
-	blockDim = {(unsigned)nt, 1, 1};
+	blockDim = {NT, 1, 1};
 	g_body = &body;
 	for (unsigned z = 0; z < grid.z; z++)
 		for (unsigned y = 0; y < grid.y; y++)
@@ -320,16 +317,16 @@ static void run_grid(uint3 grid, const std::function<void()> &body,
 						m[i] = NAN;
 				for (float &x : fsm)
 					x = NAN;
-				g_bar.n = nt;
+				g_bar.n = NT;
 				g_bar.count = 0;
 				for (ebar &b : g_wbar)
 					b.n = 32, b.count = 0;
 				g_nended = 0;
-				for (int i = 0; i < nt; i++) {
+				for (int i = 0; i < NT; i++) {
 					g_ready[i] = 1;
 					fiber_make(i);
 				}
-				const int first = g_reverse ? nt - 1 : 0;
+				const int first = g_reverse ? NT - 1 : 0;
 				g_cur = first;
 				threadIdx = {(unsigned)first, 0, 0};
 				fiber_start(first);
@@ -426,8 +423,8 @@ static int one(int T, int Hk, int Hv)
 	// the kernels as gdn.cu launches them, on a workspace of NaNs, each
 	// in the shared memory it asks for: fused 0, intra, the state pass
 	// and the output (MOOR_GDN_TC=3); fused 1, intra and k_chunk_tc
-	// (MOOR_GDN_TC=1); fused 2, k_chunk_tc of 16 warps
-	// (MOOR_GDN_CT_WARPS=16), which must give fused 1's bits
+	// (MOOR_GDN_TC=1); fused 2, intra and k_chunk_tc2 (MOOR_GDN_CT=2),
+	// which must give fused 1's bits
 	if (hstate_tc_smem() > sizeof tsm || out_tc_smem(dk) > sizeof otm ||
 	    intra_tc_smem() > sizeof ism || chunk_tc_smem() > sizeof fsm) {
 		fprintf(stderr, "a kernel asks for more shared memory than the "
@@ -435,7 +432,7 @@ static int one(int T, int Hk, int Hv)
 		return 1;
 	}
 	int bad = 0;
-	std::vector<float> eight[2]; // o and S of k_chunk_tc<8>
+	std::vector<float> one_ct[2]; // o and S of k_chunk_tc
 	for (int fused = 0; fused < 3; fused++) {
 		const int nch = (T + C - 1) / C;
 		std::vector<float> first[2];
@@ -455,25 +452,14 @@ static int one(int T, int Hk, int Hv)
 					   T, Hk, Hv);
 			});
 			if (fused) {
-				const uint3 grid = {(unsigned)Hv,
-						    (unsigned)(dv / CT_OC), 1};
-				if (fused == 1)
-					run_grid(grid, [&] {
-						k_chunk_tc<8>(po, pS, pws, pq,
-							      pk, ldqk, T, Hk,
-							      Hv, dv,
-							      KERN_ACT_F32);
-					});
-				else
-					run_grid(
-					    grid,
-					    [&] {
-						    k_chunk_tc<16>(
-							po, pS, pws, pq, pk,
-							ldqk, T, Hk, Hv, dv,
-							KERN_ACT_F32);
-					    },
-					    512);
+				run_grid(
+				    {(unsigned)Hv, (unsigned)(dv / CT_OC), 1},
+				    [&] {
+					    (fused == 1 ? k_chunk_tc
+							: k_chunk_tc2)(
+						po, pS, pws, pq, pk, ldqk, T,
+						Hk, Hv, dv, KERN_ACT_F32);
+				    });
 			} else {
 				run_grid(
 				    {(unsigned)Hv, (unsigned)(dv / TC_SW), 1},
@@ -494,19 +480,19 @@ static int one(int T, int Hk, int Hv)
 				first[1] = S;
 				continue;
 			}
-			const char *name = fused == 2 ? "k_chunk_tc<16>"
+			const char *name = fused == 2 ? "k_chunk_tc2"
 					   : fused == 1
-					       ? "k_chunk_tc<8>"
+					       ? "k_chunk_tc"
 					       : "k_hstate_tc + k_out_tc";
 			if (fused == 1)
-				eight[0] = o, eight[1] = S;
-			// the same tiles and sums in 16 warps as in 8
-			if (fused == 2 && (memcmp(o.data(), eight[0].data(),
+				one_ct[0] = o, one_ct[1] = S;
+			// the same tiles and sums as k_chunk_tc's
+			if (fused == 2 && (memcmp(o.data(), one_ct[0].data(),
 						  o.size() * sizeof(float)) ||
-					   memcmp(S.data(), eight[1].data(),
+					   memcmp(S.data(), one_ct[1].data(),
 						  S.size() * sizeof(float)))) {
 				printf("  %s, T %d: o or S differs from "
-				       "k_chunk_tc<8>'s: FAIL\n",
+				       "k_chunk_tc's: FAIL\n",
 				       name, T);
 				bad++;
 			}
