@@ -619,9 +619,10 @@ static void case_gdn_tc(void)
 	 * three calls; 3: one call again; 4: MOOR_GDN_TC=2 (the state pass
 	 * alone on tensor cores); 5: MOOR_GDN_TC=1 in pieces; 6:
 	 * MOOR_GDN_TC=3 (intra, the state pass and the output in three
-	 * tensor-core kernels) */
-	float *ho[7], *hS[7];
-	for (int r = 0; r < 7; r++) {
+	 * tensor-core kernels); 7: MOOR_GDN_TC=1 on k_chunk_tc2's warps
+	 * (MOOR_GDN_CT=2) */
+	float *ho[8], *hS[8];
+	for (int r = 0; r < 8; r++) {
 		setenv("MOOR_GDN_TC",
 		       r == 0	? "0"
 		       : r == 4 ? "2"
@@ -632,6 +633,10 @@ static void case_gdn_tc(void)
 			setenv("MOOR_GDN_PIPE", "8", 1);
 		else
 			unsetenv("MOOR_GDN_PIPE");
+		if (r == 7)
+			setenv("MOOR_GDN_CT", "2", 1);
+		else
+			unsetenv("MOOR_GDN_CT");
 		float *dS = up(&gpu, S0, ns * 4), *dO = zz(&gpu, nv * 4);
 		void *ws = up(&gpu, nan, wsb);
 		for (int i = 0, t0 = 0; i < (r == 2 ? 3 : 1); t0 += Ts[i++]) {
@@ -656,6 +661,7 @@ static void case_gdn_tc(void)
 	free(nan);
 	unsetenv("MOOR_GDN_TC");
 	unsetenv("MOOR_GDN_PIPE");
+	unsetenv("MOOR_GDN_CT");
 	/* the tolerance of case_gdn: another order of fp32 sums (3xTF32
 	 * keeps about fp32's precision) over a contracting recurrence */
 	close_all("delta tc o (48 heads)", ho[1], ho[0], nv, 1e-4, 1e-3);
@@ -671,10 +677,12 @@ static void case_gdn_tc(void)
 	ASSERT(!memcmp(ho[5], ho[1], nv * 4) && !memcmp(hS[5], hS[1], ns * 4),
 	       "MOOR_GDN_TC=1 in pieces (MOOR_GDN_PIPE=8) differs from one "
 	       "launch each");
-	printf("  %-28s calls of 1,024, 1,024, 72, a second run and pieces: "
-	       "bit-exact\n",
+	ASSERT(!memcmp(ho[7], ho[1], nv * 4) && !memcmp(hS[7], hS[1], ns * 4),
+	       "MOOR_GDN_CT=2 (k_chunk_tc2) differs from k_chunk_tc");
+	printf("  %-28s calls of 1,024, 1,024, 72, a second run, pieces and "
+	       "k_chunk_tc2: bit-exact\n",
 	       "delta tc");
-	for (int r = 0; r < 7; r++) {
+	for (int r = 0; r < 8; r++) {
 		free(ho[r]);
 		free(hS[r]);
 	}
