@@ -28,7 +28,12 @@
  * SIMT kernels' 0.376, so MOOR_GDN_TC=1 became the default. k_chunk_tc
  * is latency-bound: one block of 8 warps an SM (its registers and
  * shared memory), 0.57 warps eligible a scheduler a cycle, the tensor
- * pipe 26% busy, 96 of 132 SMs. */
+ * pipe 26% busy, 96 of 132 SMs. After the quads and the tf32 split in
+ * two instructions (H100, 2026-12-08): k_intra_tc 104 us, k_chunk_tc
+ * 163 (its executed instructions 36% fewer; its 96 SMs' shared memory
+ * wavefronts 58% of their cycles, tensor pipe 42%), delta_chunked 0.258
+ * ms. k_chunk_tc in 16 warps (a warp a row tile's half, 124 registers)
+ * took 164 us: not latency then. */
 #ifndef MOOR_GDN_TC_CUH
 #define MOOR_GDN_TC_CUH
 
