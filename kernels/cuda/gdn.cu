@@ -1090,6 +1090,30 @@ static void chunk_tc_go(const kern_queue *q, float *o, float *S,
 	       ldqk, T, Hk, Hv, dv, act);
 }
 
+/* MOOR_GDN_IT (read at each call): 1, the default, k_intra_tc; 2
+ * k_intra_tc2 (k split once, as quads). The same sums, so the same
+ * bits. */
+static int gdn_it(void)
+{
+	return kcu_env_int("MOOR_GDN_IT", 1) == 2 ? 2 : 1;
+}
+
+/* k_intra_tc or k_intra_tc2 (gdn_it) of T tokens on q, each argument at
+ * its first token */
+static void intra_tc_go(const kern_queue *q, float *ws, const float *qq,
+			const float *k, int ldqk, const float *v, int ldv,
+			const float *g, const float *beta, int T, int Hk,
+			int Hv)
+{
+	const dim3 grid((T + C - 1) / C, Hv);
+	if (gdn_it() == 2)
+		kcu_go(q, k_intra_tc2, grid, 256, intra_tc2_smem(), ws, qq, k,
+		       ldqk, v, ldv, g, beta, T, Hk, Hv);
+	else
+		kcu_go(q, k_intra_tc, grid, 256, intra_tc_smem(), ws, qq, k,
+		       ldqk, v, ldv, g, beta, T, Hk, Hv);
+}
+
 /* whether the device gives a block the tensor-core kernels' shared
  * memory (k_chunk_tc's 213 KB: sm_90's 227 do); where not, MOOR_GDN_TC
  * is taken as 0 and their attributes are not set */
@@ -1462,9 +1486,8 @@ static int delta_pieces(kern_queue *q, float *o, float *S, const float *qq,
 			    *kp = k + (size_t)t0 * ldqk, *vp = v + (size_t)t0 * ldv,
 			    *gp = g + (size_t)t0 * Hv, *bp = beta + (size_t)t0 * Hv;
 		if (tc_intra(tc, dv))
-			kcu_go(&lq, k_intra_tc, dim3((tp + C - 1) / C, Hv), 256,
-			       intra_tc_smem(), wp, qp, kp, ldqk, vp, ldv, gp,
-			       bp, tp, Hk, Hv);
+			intra_tc_go(&lq, wp, qp, kp, ldqk, vp, ldv, gp, bp, tp,
+				    Hk, Hv);
 		else
 			kcu_go(&lq, k_intra_rt<128>, dim3((tp + C - 1) / C, Hv),
 			       INTRA_THREADS, intra_rt_smem(dk, dv), wp, qp, kp,
@@ -1559,6 +1582,10 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 				    cudaFuncAttributeMaxDynamicSharedMemorySize,
 				    (int)intra_tc_smem()));
 			KCU(cx, cudaFuncSetAttribute(
+				    k_intra_tc2,
+				    cudaFuncAttributeMaxDynamicSharedMemorySize,
+				    (int)intra_tc2_smem()));
+			KCU(cx, cudaFuncSetAttribute(
 				    k_out_tc,
 				    cudaFuncAttributeMaxDynamicSharedMemorySize,
 				    (int)out_tc_smem(DMAX)));
@@ -1619,8 +1646,8 @@ int kcu_delta_chunked(kern_queue *q, float *o, float *S, const float *qq,
 		return delta_pieces(q, o, S, qq, k, ldqk, v, ldv, g, beta, T,
 				    Hk, Hv, dk, dv, (float *)ws, act, per, tc);
 	if (tc_intra(tc, dv))
-		kcu_go(q, k_intra_tc, dim3(nch, Hv), 256, intra_tc_smem(),
-		       (float *)ws, qq, k, ldqk, v, ldv, g, beta, T, Hk, Hv);
+		intra_tc_go(q, (float *)ws, qq, k, ldqk, v, ldv, g, beta, T,
+			    Hk, Hv);
 	else if (gdn_rt_on(dk, dv) && dk == 128 && dv == 128)
 		kcu_go(q, k_intra_rt<128>, dim3(nch, Hv), INTRA_THREADS,
 		       intra_rt_smem(dk, dv), (float *)ws, qq, k, ldqk, v, ldv,

@@ -1138,4 +1138,266 @@ static __global__ void __launch_bounds__(256, 2)
 	}
 }
 
+
+/* k_intra_tc2: k_intra_tc's work and sums (MOOR_GDN_IT=2), k split
+ * once: its rows go into shared memory as split quads {hi_(r,d),
+ * hi_(r,d+4), lo_(r,d), lo_(r,d+4)} (d = 8 j + t, k-step j, lane t),
+ * the B fragment of both products and the A fragment of k k^T each one
+ * 16-byte load, no split in the products (k_intra_tc split k's values
+ * again in every warp that read them: the products were 39% of its
+ * stall samples and half its instructions, H100, 2026-12-07). The
+ * products' accumulators stay in registers until the quads and q are
+ * read; then k is copied again, as it is, for beta e^G k (made in
+ * place), v where q was, A into shared memory. Shared: k's quads [C][64
+ * quads] (64 KB; then beta e^G k [C][128 + 8] and A / X [C][C + 4] in
+ * that room), q [C][128 + 4] then beta v [C][128 + 8]; 98 KB, two
+ * blocks an SM. The same splits, products and sums: the same bits.
+ * ptxas (13.0, sm_90a) spills 13 registers (52 bytes) at its 128:
+ * without the substitution or without W and U it fits (119), and
+ * k_intra_tc, with the same two, takes 123; where it spills is for the
+ * device's SASS to say (session.sh dsrc). */
+static size_t intra_tc2_smem(void)
+{
+	return ((size_t)C * 256 + (size_t)C * IT_P2 + 3 * C) * sizeof(float);
+}
+
+/* the quad of k's row i, k-step j, lane t (in quads from the start): a
+ * row's 64 quads in k-step order, lane t's of k-step j at 4 j + t, the
+ * odd rows' at it ^ 4, so that a fragment's 8-lane phases (rows g and g
+ * + 1, lanes t) meet 8 distinct 16-byte bank groups */
+static __device__ inline int it_quad(int i, int j, int t)
+{
+	return i * 64 + ((4 * j + t) ^ (4 * (i & 1)));
+}
+
+/* k_intra_tc2's run of the products: acc[i] += (q or k) k^T, m-tile rm
+ * (q's rows where pr), n-tiles r0 + i, i < rn (of NT) */
+template <int NT>
+static __device__ inline void intra2_run(float (&acc)[NT][4],
+					 const uint32_t *sKq, const float *sq,
+					 int rm, int r0, int rn, int pr, int gl,
+					 int tl)
+{
+	if (!rn)
+		return;
+	for (int j = 0; j < 128 / 8; j++) {
+		uint32_t ah[4], al[4];
+		if (pr) {
+			frag_a(ah, al, sq + 16 * rm * IT_P1 + 8 * j, IT_P1, gl,
+			       tl);
+		} else {
+			const uint4 x0 = *(const uint4 *)(sKq +
+							   4 * it_quad(16 * rm + gl, j, tl)),
+				    x1 = *(const uint4 *)(sKq +
+							   4 * it_quad(16 * rm + gl + 8, j,
+								       tl));
+			ah[0] = x0.x, ah[1] = x1.x, ah[2] = x0.y, ah[3] = x1.y;
+			al[0] = x0.z, al[1] = x1.z, al[2] = x0.w, al[3] = x1.w;
+		}
+#pragma unroll
+		for (int i = 0; i < NT; i++)
+			if (i < rn) {
+				const uint4 b = *(const uint4 *)(sKq +
+								  4 * it_quad(8 * (r0 + i) + gl, j,
+									      tl));
+				const uint32_t bh[2] = {b.x, b.y},
+					       bl[2] = {b.z, b.w};
+				mma3x(acc[i], ah, al, bh, bl);
+			}
+	}
+}
+/* a run's tiles out: A_ij = (beta_i k_i . k_j) e^(G_i - G_j) (j < i)
+ * into shared memory by columns, Am_ij = (q_i . k_j) e^(G_i - G_j) (j <=
+ * i) to the workspace (where pr); zeros above and past n */
+template <int NT>
+static __device__ inline void intra2_put(const float (&acc)[NT][4], float *Am,
+					 float *sX, const float *sG,
+					 const float *sb, int rm, int r0, int rn,
+					 int pr, int n, int gl, int tl)
+{
+#pragma unroll
+	for (int j = 0; j < NT; j++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const int i = 16 * rm + gl + 8 * (e >> 1),
+				  jj = 8 * (r0 + j) + 2 * tl + (e & 1);
+			if (j >= rn)
+				continue;
+			float x = 0.0f;
+			if (i < n && jj <= i) {
+				const float dm = expf(sG[i] - sG[jj]);
+				x = pr	     ? acc[j][e] * dm
+				    : jj < i ? (sb[i] * acc[j][e]) * dm
+					     : 0.0f;
+			}
+			if (pr)
+				Am[i * C + jj] = x;
+			else
+				sX[jj * IT_PX + i] = x;
+		}
+}
+
+static __global__ void __launch_bounds__(256, 2)
+    k_intra_tc2(float *ws, const float *q, const float *k, int ldqk,
+		const float *v, int ldv, const float *g, const float *beta,
+		int T, int Hk, int Hv)
+{
+	kcu_pdl_enter();
+	constexpr int DK = 128, DV = 128, Q4 = DK / 4;
+	extern __shared__ __align__(16) float ism[];
+	uint32_t *sKq = (uint32_t *)ism; /* k split, it_quad */
+	float *sk = ism;		 /* then beta e^G k [C][IT_P2] */
+	float *sX = sk + C * IT_P2;	 /* then A by columns, X by rows */
+	float *sq = ism + C * 256;	 /* q [C][IT_P1], then beta v [C][IT_P2] */
+	float *sG = sq + C * IT_P2;	 /* [C] */
+	float *sb = sG + C;		 /* [C] beta */
+	float *sEq = sb + C;		 /* [C] e^G */
+	const int c = blockIdx.x, h = blockIdx.y, t0 = c * C;
+	const int n = T - t0 < C ? T - t0 : C;
+	const int tid = threadIdx.x, warp = tid >> 5, gl = (tid & 31) >> 2,
+		  tl = tid & 3;
+	const int mt = warp & 3, pr = warp >> 2, m0 = 16 * mt;
+	float *u = ws + ((size_t)c * Hv + h) * unit_floats(DK, DV);
+
+	const size_t kq0 = (size_t)t0 * ldqk + (size_t)(h / (Hv / Hk)) * DK;
+	for (int e = tid; e < C * Q4; e += 256) {
+		int i = e / Q4, p = (e % Q4) * 4;
+		cp16(sq + i * IT_P1 + p, q + kq0 + (size_t)(i < n ? i : 0) * ldqk + p,
+		     i < n);
+	}
+	cp_commit();
+	/* k's quads: thread e takes row e / 16's k-step e % 16 (zeros past
+	 * n) */
+	for (int e = tid; e < C * 16; e += 256) {
+		const int i = e >> 4, j = e & 15;
+		float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+		if (i < n) {
+			const float4 *src =
+			    (const float4 *)(k + kq0 + (size_t)i * ldqk + 8 * j);
+			a = src[0];
+			b = src[1];
+		}
+		const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+		for (int tt = 0; tt < 4; tt++) {
+			const float y[2] = {x[tt], x[tt + 4]};
+			uint32_t hi[2], lo[2];
+			tf32_split(y, hi, lo);
+			*(uint4 *)(sKq + 4 * it_quad(i, j, tt)) =
+			    make_uint4(hi[0], hi[1], lo[0], lo[1]);
+		}
+	}
+	intra_gates(sG, sb, g, beta, t0, n, h, Hv);
+	for (int i = tid; i < C; i += 256) {
+		sEq[i] = i < n ? expf(sG[i]) : 0.0f;
+		u[off_G(DK, DV) + i] = i < n ? sG[i] : 0.0f;
+	}
+	cp_wait<0>();
+	__syncthreads(); /* k's quads, q and e^G in */
+
+	/* the products: k_intra_tc's runs (m-tile rm, n-tiles r0 .. r0 + rn
+	 * - 1; a second run of four at most), their accumulators kept until
+	 * the quads and q are read */
+	const int odd = mt & 1;
+	const int rms[2] = {mt < 2 ? 3 : 2, mt == 1 ? 0 : 1},
+		  r0s[2] = {odd ? 5 : 0, 0},
+		  rns[2] = {odd ? (mt == 1 ? 3 : 1) : 5,
+			    odd ? (mt == 1 ? 2 : 4) : 0};
+	float acc0[5][4] = {}, acc1[4][4] = {};
+	intra2_run(acc0, sKq, sq, rms[0], r0s[0], rns[0], pr, gl, tl);
+	intra2_run(acc1, sKq, sq, rms[1], r0s[1], rns[1], pr, gl, tl);
+	__syncthreads(); /* k's quads and q read */
+	/* k again, as it is, and v where q was */
+	const float *vc = v + (size_t)t0 * ldv + (size_t)h * DV;
+	for (int e = tid; e < C * Q4; e += 256) {
+		int i = e / Q4, p = (e % Q4) * 4;
+		cp16(sk + i * IT_P2 + p, k + kq0 + (size_t)(i < n ? i : 0) * ldqk + p,
+		     i < n);
+		cp16(sq + i * IT_P2 + p, vc + (size_t)(i < n ? i : 0) * ldv + p,
+		     i < n);
+	}
+	cp_commit();
+	/* A_ij = (beta_i k_i . k_j) e^(G_i - G_j) (j < i) into shared memory
+	 * by columns, Am_ij = (q_i . k_j) e^(G_i - G_j) (j <= i) to the
+	 * workspace; zeros above and past n */
+	float *Am = u + off_A(DK, DV);
+	intra2_put(acc0, Am, sX, sG, sb, rms[0], r0s[0], rns[0], pr, n, gl,
+		   tl);
+	intra2_put(acc1, Am, sX, sG, sb, rms[1], r0s[1], rns[1], pr, n, gl,
+		   tl);
+	for (int j = 2 * mt + 2; j < 8; j++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const int i = m0 + gl + 8 * (e >> 1),
+				  jj = 8 * j + 2 * tl + (e & 1);
+			if (pr)
+				Am[i * C + jj] = 0.0f;
+			else
+				sX[jj * IT_PX + i] = 0.0f;
+		}
+	cp_wait<0>();
+	__syncthreads(); /* A whole; k and v in */
+	/* beta e^G k and beta v, in place */
+	for (int e = tid; e < C * Q4; e += 256) {
+		int i = e / Q4, p = (e % Q4) * 4;
+		float4 *kp = (float4 *)(sk + i * IT_P2 + p),
+		       *vp = (float4 *)(sq + i * IT_P2 + p);
+		const float4 a = *kp, w = *vp;
+		const float bb = sb[i], eq = sEq[i];
+		*kp = make_float4((a.x * bb) * eq, (a.y * bb) * eq,
+				  (a.z * bb) * eq, (a.w * bb) * eq);
+		*vp = make_float4(w.x * bb, w.y * bb, w.z * bb, w.w * bb);
+	}
+	/* X = (I + A)^-1: column tid of X from e_tid, right-looking */
+	float xr[C];
+	if (tid < C) {
+#pragma unroll
+		for (int i = 0; i < C; i++)
+			xr[i] = i == tid ? 1.0f : 0.0f;
+		subst_col(xr, sX, IT_PX);
+	}
+	__syncthreads(); /* A read; beta e^G k and beta v made */
+	if (tid < C)
+#pragma unroll
+		for (int i = 0; i < C; i++)
+			sX[i * IT_PX + tid] = xr[i];
+	__syncthreads(); /* X whole */
+	/* W = X (beta e^G k) (w < 4), U = X (beta v), as k_intra_tc */
+	{
+		const int c0 = 32 * mt;
+		const float *sB = (pr ? sq : sk) + c0;
+		float wu[4][4][4] = {};
+#pragma unroll
+		for (int kk = 0; kk < 8; kk++) {
+			uint32_t bh[4][2], bl[4][2];
+#pragma unroll
+			for (int ni = 0; ni < 4; ni++)
+				frag_b<false>(bh[ni], bl[ni],
+					      sB + 8 * kk * IT_P2 + 8 * ni, IT_P2,
+					      gl, tl);
+#pragma unroll
+			for (int m = kk / 2; m < 4; m++) {
+				uint32_t ah[4], al[4];
+				frag_a(ah, al, sX + 16 * m * IT_PX + 8 * kk,
+				       IT_PX, gl, tl);
+#pragma unroll
+				for (int ni = 0; ni < 4; ni++)
+					mma3x(wu[m][ni], ah, al, bh[ni], bl[ni]);
+			}
+		}
+		float *dst = u + (pr ? off_U(DK) : 0) + c0;
+#pragma unroll
+		for (int m = 0; m < 4; m++)
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const int r = 16 * m + gl + 8 * hf;
+#pragma unroll
+				for (int ni = 0; ni < 4; ni++)
+					*(float2 *)(dst + (size_t)r * 128 + 8 * ni +
+						    2 * tl) =
+					    make_float2(wu[m][ni][2 * hf],
+							wu[m][ni][2 * hf + 1]);
+			}
+	}
+}
 #endif

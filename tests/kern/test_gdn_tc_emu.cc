@@ -72,7 +72,7 @@ static uint3 threadIdx, blockIdx, blockDim;
 // runnable and goes on. threadIdx is the running fiber's.
 enum { NT = 256, FIBER_STACK = 128 << 10 };
 static std::vector<char> g_stacks((size_t)NT *FIBER_STACK);
-static int g_cur, g_ready[NT], g_nended, g_reverse;
+static int g_cur, g_ready[NT], g_nended, g_reverse, g_greedy;
 static const std::function<void()> *g_body;
 static void fiber_main(int i);
 #if defined(__x86_64__)
@@ -150,11 +150,17 @@ static void fiber_exit(int i)
 // ready one
 static void fiber_yield(void)
 {
-	const int me = g_cur;
+	const int me = g_cur, w0 = me & ~31;
 	int to = me;
-	do
-		to = (to + (g_reverse ? NT - 1 : 1)) % NT;
-	while (!g_ready[to] && to != me);
+	for (int i = 1; g_greedy && i < 32; i++)
+		if (g_ready[w0 + (me - w0 + i) % 32]) {
+			to = w0 + (me - w0 + i) % 32;
+			break;
+		}
+	if (to == me)
+		do
+			to = (to + (g_reverse ? NT - 1 : 1)) % NT;
+		while (!g_ready[to] && to != me);
 	if (to == me) {
 		fprintf(stderr, "every thread waits: a barrier no thread "
 				"completes\n");
@@ -423,10 +429,11 @@ static int one(int T, int Hk, int Hv)
 	// the kernels as gdn.cu launches them, on a workspace of NaNs, each
 	// in the shared memory it asks for: fused 0, intra, the state pass
 	// and the output (MOOR_GDN_TC=3); fused 1, intra and k_chunk_tc
-	// (MOOR_GDN_TC=1); fused 2, intra and k_chunk_tc2 (MOOR_GDN_CT=2),
-	// which must give fused 1's bits
+	// (MOOR_GDN_TC=1); fused 2, k_intra_tc2 and k_chunk_tc2
+	// (MOOR_GDN_IT=2 MOOR_GDN_CT=2), which must give fused 1's bits
 	if (hstate_tc_smem() > sizeof tsm || out_tc_smem(dk) > sizeof otm ||
-	    intra_tc_smem() > sizeof ism || chunk_tc_smem() > sizeof fsm) {
+	    intra_tc_smem() > sizeof ism || intra_tc2_smem() > sizeof ism ||
+	    chunk_tc_smem() > sizeof fsm) {
 		fprintf(stderr, "a kernel asks for more shared memory than the "
 				"emulation has\n");
 		return 1;
@@ -436,10 +443,14 @@ static int one(int T, int Hk, int Hv)
 	for (int fused = 0; fused < 3; fused++) {
 		const int nch = (T + C - 1) / C;
 		std::vector<float> first[2];
-		for (int late = 0; late < 2; late++) {
+		for (int mode = 0; mode < 3; mode++) {
 			// 0: in thread order, copies landing at issue; 1:
-			// in reverse, landing at their wait
-			g_late = g_reverse = late;
+			// in reverse, landing at their wait; 2: in thread
+			// order, a warp running on as long as one of its
+			// threads can (so a warp done early writes where
+			// the others have yet to read: a missing barrier)
+			g_late = g_reverse = mode == 1;
+			g_greedy = mode == 2;
 			std::vector<float> ws(
 			    (size_t)nch * Hv * unit_floats(dk, dv), NAN),
 			    S(S0), o((size_t)T * ldv, NAN);
@@ -448,8 +459,9 @@ static int one(int T, int Hk, int Hv)
 				    *pv = v.data(), *pg = g.data(),
 				    *pb = beta.data();
 			run_grid({(unsigned)nch, (unsigned)Hv, 1}, [&] {
-				k_intra_tc(pws, pq, pk, ldqk, pv, ldv, pg, pb,
-					   T, Hk, Hv);
+				(fused == 2 ? k_intra_tc2 : k_intra_tc)(
+				    pws, pq, pk, ldqk, pv, ldv, pg, pb, T, Hk,
+				    Hv);
 			});
 			if (fused) {
 				run_grid(
@@ -475,15 +487,31 @@ static int one(int T, int Hk, int Hv)
 							  KERN_ACT_F32);
 					 });
 			}
-			if (!late) {
+			if (!mode) {
 				first[0] = o;
 				first[1] = S;
 				continue;
 			}
-			const char *name = fused == 2 ? "k_chunk_tc2"
-					   : fused == 1
-					       ? "k_chunk_tc"
-					       : "k_hstate_tc + k_out_tc";
+			const char *name =
+			    fused == 2	 ? "k_intra_tc2 + k_chunk_tc2"
+			    : fused == 1 ? "k_chunk_tc"
+					 : "k_hstate_tc + k_out_tc";
+			// the same sums in the same order: the same bits
+			if (memcmp(o.data(), first[0].data(),
+				   o.size() * sizeof(float)) ||
+			    memcmp(S.data(), first[1].data(),
+				   S.size() * sizeof(float))) {
+				printf(
+				    "  %s, T %d: %s, o or S differs from the "
+				    "first run: FAIL\n",
+				    name, T,
+				    mode == 1 ? "in reverse order with late "
+						"copies"
+					      : "a warp at a time");
+				bad++;
+			}
+			if (mode == 1)
+				continue;
 			if (fused == 1)
 				one_ct[0] = o, one_ct[1] = S;
 			// the same tiles and sums as k_chunk_tc's
@@ -492,18 +520,7 @@ static int one(int T, int Hk, int Hv)
 					   memcmp(S.data(), one_ct[1].data(),
 						  S.size() * sizeof(float)))) {
 				printf("  %s, T %d: o or S differs from "
-				       "k_chunk_tc's: FAIL\n",
-				       name, T);
-				bad++;
-			}
-			// the same sums in the same order: the same bits
-			if (memcmp(o.data(), first[0].data(),
-				   o.size() * sizeof(float)) ||
-			    memcmp(S.data(), first[1].data(),
-				   S.size() * sizeof(float))) {
-				printf("  %s, T %d: in reverse order with late "
-				       "copies, o or S differs from the first "
-				       "run: FAIL\n",
+				       "k_intra_tc + k_chunk_tc's: FAIL\n",
 				       name, T);
 				bad++;
 			}
