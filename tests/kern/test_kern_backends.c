@@ -619,8 +619,8 @@ static void case_gdn_tc(void)
 	 * three calls; 3: one call again; 4: MOOR_GDN_TC=2 (the state pass
 	 * alone on tensor cores); 5: MOOR_GDN_TC=1 in pieces; 6:
 	 * MOOR_GDN_TC=3 (intra, the state pass and the output in three
-	 * tensor-core kernels); 7: MOOR_GDN_TC=1 on k_chunk_tc2's warps
-	 * (MOOR_GDN_CT=2) */
+	 * tensor-core kernels); 7: MOOR_GDN_TC=1 with k_intra_tc2 and
+	 * k_chunk_tc2 (MOOR_GDN_IT=2 MOOR_GDN_CT=2: the same sums) */
 	float *ho[8], *hS[8];
 	for (int r = 0; r < 8; r++) {
 		setenv("MOOR_GDN_TC",
@@ -633,10 +633,13 @@ static void case_gdn_tc(void)
 			setenv("MOOR_GDN_PIPE", "8", 1);
 		else
 			unsetenv("MOOR_GDN_PIPE");
-		if (r == 7)
+		if (r == 7) {
 			setenv("MOOR_GDN_CT", "2", 1);
-		else
+			setenv("MOOR_GDN_IT", "2", 1);
+		} else {
 			unsetenv("MOOR_GDN_CT");
+			unsetenv("MOOR_GDN_IT");
+		}
 		float *dS = up(&gpu, S0, ns * 4), *dO = zz(&gpu, nv * 4);
 		void *ws = up(&gpu, nan, wsb);
 		for (int i = 0, t0 = 0; i < (r == 2 ? 3 : 1); t0 += Ts[i++]) {
@@ -662,6 +665,7 @@ static void case_gdn_tc(void)
 	unsetenv("MOOR_GDN_TC");
 	unsetenv("MOOR_GDN_PIPE");
 	unsetenv("MOOR_GDN_CT");
+	unsetenv("MOOR_GDN_IT");
 	/* the tolerance of case_gdn: another order of fp32 sums (3xTF32
 	 * keeps about fp32's precision) over a contracting recurrence */
 	close_all("delta tc o (48 heads)", ho[1], ho[0], nv, 1e-4, 1e-3);
@@ -678,9 +682,10 @@ static void case_gdn_tc(void)
 	       "MOOR_GDN_TC=1 in pieces (MOOR_GDN_PIPE=8) differs from one "
 	       "launch each");
 	ASSERT(!memcmp(ho[7], ho[1], nv * 4) && !memcmp(hS[7], hS[1], ns * 4),
-	       "MOOR_GDN_CT=2 (k_chunk_tc2) differs from k_chunk_tc");
-	printf("  %-28s calls of 1,024, 1,024, 72, a second run, pieces and "
-	       "k_chunk_tc2: bit-exact\n",
+	       "MOOR_GDN_IT=2 MOOR_GDN_CT=2 (k_intra_tc2, k_chunk_tc2) "
+	       "differs from k_intra_tc and k_chunk_tc");
+	printf("  %-28s calls of 1,024, 1,024, 72, a second run, pieces, "
+	       "k_intra_tc2 and k_chunk_tc2: bit-exact\n",
 	       "delta tc");
 	for (int r = 0; r < 8; r++) {
 		free(ho[r]);
