@@ -30,6 +30,12 @@
 #             pass and the output; 1 in pieces of 8 sub-chunks):
 #             bench_kern's delta row, then bench_gpu at 32k and 128k,
 #             each against MOOR_GDN_TC=0
+#   ct        the delta kernels' variants of the same bits (MOOR_GDN_IT=2:
+#             k_intra_tc2; MOOR_GDN_CT=2: k_chunk_tc2): test_kern_backends
+#             and test_gdn_tc_emu, bench_kern's delta row for each pair
+#             (the defaults first and last), ncu's times of each kernel
+#             at the defaults and at both 2, then bench_gpu at 32k and
+#             128k, the defaults against both 2
 #   pipe      MOOR_GDN_PIPE (the delta rule in pieces on two streams):
 #             test_kern_backends (its case_gdn_rt_wide compares the
 #             pieces by memcmp), bench_kern's delta row with pieces of 8,
@@ -183,6 +189,20 @@ for p in "$@"; do
 			echo \"--- \$e\"; env \${e//,/ } $B/tests/bench/bench_kern --only delta | grep delta_chunked; done; \
 			for e in MOOR_GDN_TC=0 MOOR_GDN_TC=1; do BENCH_LENS=32768,131072 BENCH_DECODE=4 \
 			gpu27 \$e \$e; done" ;;
+	ct)
+		phase ct ${CT_LIMIT:-300} "$(declare -f gpu27); B=$B; \
+			meson test -C $B test_kern_backends test_gdn_tc_emu --print-errorlogs | grep -E '^ *[0-9]+/[0-9]+ '; \
+			grep -E 'delta tc|FAIL|differ' $B/meson-logs/testlog.txt | head -5; \
+			for e in MOOR_GDN_IT=1,MOOR_GDN_CT=1 MOOR_GDN_IT=2,MOOR_GDN_CT=1 MOOR_GDN_IT=1,MOOR_GDN_CT=2 \
+			MOOR_GDN_IT=2,MOOR_GDN_CT=2 MOOR_GDN_IT=1,MOOR_GDN_CT=1; do \
+			echo \"--- \$e\"; env \${e//,/ } $B/tests/bench/bench_kern --only delta | grep delta_chunked; done; \
+			NCU=\$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1); \
+			for e in MOOR_GDN_IT=1,MOOR_GDN_CT=1 MOOR_GDN_IT=2,MOOR_GDN_CT=2; do echo \"--- ncu \$e\"; \
+			env \${e//,/ } \$NCU --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+			$B/tests/bench/bench_kern --only delta --reps 2 >/tmp/ct-ncu.csv 2>&1; \
+			python3 tests/gpu/ncu_sum.py /tmp/ct-ncu.csv | head -4; done; \
+			for e in MOOR_GDN_CT=1 MOOR_GDN_IT=2,MOOR_GDN_CT=2; do \
+			BENCH_LENS=32768,131072 BENCH_DECODE=2 gpu27 \$e \${e//,/ }; done" ;;
 	gpulong)
 		phase gpulong 580 "$(declare -f gpu27); B=$B; BENCH_LENS=1024,8192,32768,65536,131072 gpu27 long" ;;
 	pipe)
