@@ -609,6 +609,29 @@ static int quads(void)
 					}
 				}
 	}
+	// k_intra_tc2's quads of k (it_quad): a fragment's loads, rows 8 b +
+	// g (and + 8), k-step j, lane t, meet 8 distinct bank groups a phase;
+	// and every (row, k-step, lane) has a quad of its own
+	std::vector<int> seenq((size_t)C * 64, 0);
+	for (int b = 0; b < C / 8; b++)
+		for (int j = 0; j < 16; j++)
+			for (int ph = 0; ph < 4; ph++) {
+				unsigned grp = 0;
+				for (int l = 8 * ph; l < 8 * ph + 8; l++) {
+					const int q =
+					    it_quad(8 * b + (l >> 2), j, l & 3);
+					grp |= 1u << (q % 8);
+					seenq[q]++;
+				}
+				if (grp != 0xff && bad++ < 3)
+					printf(
+					    "  it_quad: rows %d.., k-step %d, "
+					    "lanes "
+					    "%d..%d share a bank group: FAIL\n",
+					    8 * b, j, 8 * ph, 8 * ph + 7);
+			}
+	for (int x : seenq)
+		bad += x != 1;
 	printf("  quads: loads and stores on distinct bank groups, each "
 	       "where the other looks%s\n",
 	       bad ? ": FAIL" : "");
