@@ -965,6 +965,47 @@ static size_t intra_tc_smem(void)
 	       sizeof(float);
 }
 
+/* k_intra_tc's and k_intra_tc2's last products: W = X (beta e^G k) or
+ * U = X (beta v), the warp's columns (n-tiles 4 (w % 4) .. + 3, B at sB,
+ * [C][IT_P2]) of every m-tile, each m-tile over the k-steps up to its
+ * last row (X, [C][IT_PX] at sX, is lower triangular), to dst (rows 128
+ * apart); rows past n are zeros (X's rows there are e_i, and k's and
+ * v's rows zeros) */
+static __device__ inline void intra_tc_wu(const float *sB, const float *sX,
+					  float *dst, int gl, int tl)
+{
+	float acc[4][4][4] = {};
+#pragma unroll
+	for (int kk = 0; kk < 8; kk++) {
+		uint32_t bh[4][2], bl[4][2];
+#pragma unroll
+		for (int ni = 0; ni < 4; ni++)
+			frag_b<false>(bh[ni], bl[ni], sB + 8 * kk * IT_P2 + 8 * ni,
+				      IT_P2, gl, tl);
+		/* m-tile m takes k-steps 0 .. 2 m + 1 */
+#pragma unroll
+		for (int m = kk / 2; m < 4; m++) {
+			uint32_t ah[4], al[4];
+			frag_a(ah, al, sX + 16 * m * IT_PX + 8 * kk, IT_PX, gl,
+			       tl);
+#pragma unroll
+			for (int ni = 0; ni < 4; ni++)
+				mma3x(acc[m][ni], ah, al, bh[ni], bl[ni]);
+		}
+	}
+#pragma unroll
+	for (int m = 0; m < 4; m++)
+#pragma unroll
+		for (int hf = 0; hf < 2; hf++) {
+			const int r = 16 * m + gl + 8 * hf;
+#pragma unroll
+			for (int ni = 0; ni < 4; ni++)
+				*(float2 *)(dst + (size_t)r * 128 + 8 * ni + 2 * tl) =
+				    make_float2(acc[m][ni][2 * hf],
+						acc[m][ni][2 * hf + 1]);
+		}
+}
+
 static __global__ void __launch_bounds__(256, 2)
     k_intra_tc(float *ws, const float *q, const float *k, int ldqk,
 	       const float *v, int ldv, const float *g, const float *beta,
@@ -1096,46 +1137,9 @@ static __global__ void __launch_bounds__(256, 2)
 		*vp = make_float4(a.x * bb, a.y * bb, a.z * bb, a.w * bb);
 	}
 	__syncthreads();
-	/* W = X (beta e^G k) (w < 4), U = X (beta v): rows m0 + gl (+ 8),
-	 * columns 8 i + 2 tl (+ 1); rows past n are zeros (X's rows there
-	 * are e_i, and k's and v's rows zeros) */
-	{ /* warp w: n-tiles 4 (w % 4) .. + 3 of every m-tile */
-		const int c0 = 32 * mt;
-		const float *sB = (pr ? sk : sq) + c0;
-		float acc[4][4][4] = {};
-#pragma unroll
-		for (int kk = 0; kk < 8; kk++) {
-			uint32_t bh[4][2], bl[4][2];
-#pragma unroll
-			for (int ni = 0; ni < 4; ni++)
-				frag_b<false>(bh[ni], bl[ni],
-					      sB + 8 * kk * IT_P2 + 8 * ni, IT_P2,
-					      gl, tl);
-			/* m-tile m takes k-steps 0 .. 2 m + 1 */
-#pragma unroll
-			for (int m = kk / 2; m < 4; m++) {
-				uint32_t ah[4], al[4];
-				frag_a(ah, al, sX + 16 * m * IT_PX + 8 * kk,
-					      IT_PX, gl, tl);
-#pragma unroll
-				for (int ni = 0; ni < 4; ni++)
-					mma3x(acc[m][ni], ah, al, bh[ni], bl[ni]);
-			}
-		}
-		float *dst = u + (pr ? off_U(DK) : 0) + c0;
-#pragma unroll
-		for (int m = 0; m < 4; m++)
-#pragma unroll
-			for (int hf = 0; hf < 2; hf++) {
-				const int r = 16 * m + gl + 8 * hf;
-#pragma unroll
-				for (int ni = 0; ni < 4; ni++)
-					*(float2 *)(dst + (size_t)r * 128 + 8 * ni +
-						    2 * tl) =
-					    make_float2(acc[m][ni][2 * hf],
-							acc[m][ni][2 * hf + 1]);
-			}
-	}
+	/* W = X (beta e^G k) (w < 4), U = X (beta v) */
+	intra_tc_wu((pr ? sk : sq) + 32 * mt, sX,
+		    u + (pr ? off_U(DK) : 0) + 32 * mt, gl, tl);
 }
 
 
@@ -1362,42 +1366,8 @@ static __global__ void __launch_bounds__(256, 2)
 		for (int i = 0; i < C; i++)
 			sX[i * IT_PX + tid] = xr[i];
 	__syncthreads(); /* X whole */
-	/* W = X (beta e^G k) (w < 4), U = X (beta v), as k_intra_tc */
-	{
-		const int c0 = 32 * mt;
-		const float *sB = (pr ? sq : sk) + c0;
-		float wu[4][4][4] = {};
-#pragma unroll
-		for (int kk = 0; kk < 8; kk++) {
-			uint32_t bh[4][2], bl[4][2];
-#pragma unroll
-			for (int ni = 0; ni < 4; ni++)
-				frag_b<false>(bh[ni], bl[ni],
-					      sB + 8 * kk * IT_P2 + 8 * ni, IT_P2,
-					      gl, tl);
-#pragma unroll
-			for (int m = kk / 2; m < 4; m++) {
-				uint32_t ah[4], al[4];
-				frag_a(ah, al, sX + 16 * m * IT_PX + 8 * kk,
-				       IT_PX, gl, tl);
-#pragma unroll
-				for (int ni = 0; ni < 4; ni++)
-					mma3x(wu[m][ni], ah, al, bh[ni], bl[ni]);
-			}
-		}
-		float *dst = u + (pr ? off_U(DK) : 0) + c0;
-#pragma unroll
-		for (int m = 0; m < 4; m++)
-#pragma unroll
-			for (int hf = 0; hf < 2; hf++) {
-				const int r = 16 * m + gl + 8 * hf;
-#pragma unroll
-				for (int ni = 0; ni < 4; ni++)
-					*(float2 *)(dst + (size_t)r * 128 + 8 * ni +
-						    2 * tl) =
-					    make_float2(wu[m][ni][2 * hf],
-							wu[m][ni][2 * hf + 1]);
-			}
-	}
+	/* W = X (beta e^G k) (w < 4), U = X (beta v) */
+	intra_tc_wu((pr ? sq : sk) + 32 * mt, sX,
+		    u + (pr ? off_U(DK) : 0) + 32 * mt, gl, tl);
 }
 #endif
