@@ -566,6 +566,29 @@ static __device__ inline void chunk_wq(float *sW, float *sG, float *sQ,
 	}
 }
 
+/* k's rows t0 .. t0 + n - 1 (zeros past n) and Am (at am) into sK and
+ * sA, committed; e^(G_last - G) into sE from G in sG; returns G_last */
+static __device__ inline float chunk_ka(float *sK, float *sA, float *sE,
+					const float *sG, const float *kh,
+					const float *am, int ldqk, int t0, int n)
+{
+	const int tid = threadIdx.x;
+	for (int e = tid; e < C * 32; e += 256) {
+		const int j = e >> 5, p = (e & 31) * 4;
+		cp16(sK + j * CT_PK + p,
+		     kh + (size_t)(t0 + (j < n ? j : 0)) * ldqk + p, j < n);
+	}
+	for (int e = tid; e < C * (C / 4); e += 256) {
+		const int i = e / (C / 4), p = (e % (C / 4)) * 4;
+		cp16(sA + i * CT_PM + p, am + (size_t)i * C + p, 1);
+	}
+	cp_commit();
+	const float gl = sG[n - 1];
+	if (tid < C)
+		sE[tid] = tid < n ? expf(gl - sG[tid]) : 0.0f;
+	return gl;
+}
+
 static __global__ void __launch_bounds__(256, 1)
     k_chunk_tc(float *o, float *S, const float *ws, const float *q,
 	       const float *k, int ldqk, int T, int Hk, int Hv, int dv,
@@ -617,20 +640,7 @@ static __global__ void __launch_bounds__(256, 1)
 					st[i][e], st[i][2 + e]);
 		cp_wait<0>();
 		__syncthreads(); /* W, q and S in; k, Am, V' and sE read */
-		for (int e = tid; e < C * 32; e += 256) {
-			const int j = e >> 5, p = (e & 31) * 4;
-			cp16(sK + j * CT_PK + p,
-			     kh + (size_t)(t0 + (j < n ? j : 0)) * ldqk + p,
-			     j < n);
-		}
-		for (int e = tid; e < C * (C / 4); e += 256) {
-			const int i = e / (C / 4), p = (e % (C / 4)) * 4;
-			cp16(sA + i * CT_PM + p, u + oA + (size_t)i * C + p, 1);
-		}
-		cp_commit();
-		const float gl = sG[n - 1];
-		if (tid < C)
-			sE[tid] = tid < n ? expf(gl - sG[tid]) : 0.0f;
+		const float gl = chunk_ka(sK, sA, sE, sG, kh, u + oA, ldqk, t0, n);
 		/* this lane's rows m0 + g (+ 8): e^G (q's warps) or U (W's) */
 		float ef[2];
 		float2 uv[8][2];
@@ -798,20 +808,7 @@ static __global__ void __launch_bounds__(256, 1)
 						st[r][i][e], st[r][i][2 + e]);
 		cp_wait<0>();
 		__syncthreads(); /* W, q and S in; k, Am, V' and sE read */
-		for (int e = tid; e < C * 32; e += 256) {
-			const int j = e >> 5, pp = (e & 31) * 4;
-			cp16(sK + j * CT_PK + pp,
-			     kh + (size_t)(t0 + (j < n ? j : 0)) * ldqk + pp,
-			     j < n);
-		}
-		for (int e = tid; e < C * (C / 4); e += 256) {
-			const int i = e / (C / 4), pp = (e % (C / 4)) * 4;
-			cp16(sA + i * CT_PM + pp, u + oA + (size_t)i * C + pp, 1);
-		}
-		cp_commit();
-		const float gl = sG[n - 1];
-		if (tid < C)
-			sE[tid] = tid < n ? expf(gl - sG[tid]) : 0.0f;
+		const float gl = chunk_ka(sK, sA, sE, sG, kh, u + oA, ldqk, t0, n);
 		/* e^G of q's rows mq + g (+ 8); U of W's rows mw + g (+ 8) */
 		float ef[2];
 		float2 uv[4][2];
