@@ -2,13 +2,16 @@
  * (MOOR_GDN_TC, gdn.cu), 3xTF32 on mma.sync, on gdn_ws.cuh: k_intra_tc;
  * k_chunk_tc, the state pass and the output in one kernel
  * (MOOR_GDN_TC=1); k_hstate_tc and k_out_tc, the same two apart (2: the
- * state pass alone; 3: both). Included by gdn.cu, and by the host
- * emulation (tests/kern/test_gdn_tc_emu.cc, KCU_HOST_EMU), which supplies
- * mma1688, the cp.async calls, kcu_pdl_enter, kcu_rnd and
- * __syncthreads and runs a block as 256 threads: so CI checks the
- * kernels' indexing and arithmetic against the SPEC without a GPU, and
- * their barriers and cp.async waits (the threads in two orders, copies
- * landing at issue and at their wait, the same bits).
+ * state pass alone; 3: both); k_intra_tc2 and k_chunk_tc2, the same sums
+ * as k_intra_tc's and k_chunk_tc's in other shares (MOOR_GDN_IT=2,
+ * MOOR_GDN_CT=2; opt-in until a GPU has measured them). Included by
+ * gdn.cu, and by the host emulation (tests/kern/test_gdn_tc_emu.cc,
+ * KCU_HOST_EMU), which supplies mma1688, the cp.async calls,
+ * kcu_pdl_enter, kcu_rnd and __syncthreads and runs a block as 256
+ * threads: so CI checks the kernels' indexing and arithmetic against the
+ * SPEC without a GPU, and their barriers and cp.async waits (the threads
+ * in three orders, copies landing at issue and at their wait, the same
+ * bits).
  *
  * The first versions, measured on an H100 (2026-12-07, ncu, a 1,024-token
  * chunk of the 27B's 48 heads): k_intra_tc 126 us, k_hstate_tc 185,
