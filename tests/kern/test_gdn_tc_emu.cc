@@ -1,18 +1,22 @@
 // test_gdn_tc_emu: the chunked delta rule's tensor-core kernels
 // (kernels/cuda/gdn_tc.cuh: k_intra_tc, k_chunk_tc, k_hstate_tc and
-// k_out_tc, MOOR_GDN_TC=1 and 3) emulated on the host, against SPEC 5.5's
-// recurrent form in double precision. A block runs as 256 fibers (one thread of
-// the process, switched at barriers) with a barrier for __syncthreads;
-// mma.m16n8k8's tf32 product is emulated per PTX's fragment layout (an A
-// value's lane and register from its row and column, B's and the
+// k_out_tc, MOOR_GDN_TC=1 and 3; k_intra_tc2 and k_chunk_tc2, which must
+// give k_intra_tc's and k_chunk_tc's bits) emulated on the host, against
+// SPEC 5.5's recurrent form in double precision. A block runs as 256 fibers
+// (one thread of the process, switched at barriers) with a barrier for
+// __syncthreads; mma.m16n8k8's tf32 product is emulated per PTX's fragment
+// layout (an A value's lane and register from its row and column, B's and the
 // accumulators' likewise), so a wrong index in a kernel shows here
-// without a GPU. Each case runs twice: the fibers in thread order with
-// every cp.async landing as it is issued, then in reverse order with
-// every copy landing only at the cp.async.wait_group that covers it; the
-// two must agree bit for bit, so a missing barrier or wait (a read
-// before the data is there, a copy over data still being read) shows
-// too. Bank conflicts it checks only for the split quads' layout
-// (quads(), from gdn_tc.cuh's own lane offsets); speed not at all.
+// without a GPU. Each case runs three times: the fibers in thread order
+// with every cp.async landing as it is issued; in reverse order with
+// every copy landing only at the cp.async.wait_group that covers it; in
+// thread order with a warp running on as long as one of its threads can
+// (a warp done early then writes where the others have yet to read).
+// The three must agree bit for bit, so a missing barrier or wait (a read
+// before the data is there, a copy or a store over data still being
+// read) shows too. Bank conflicts it checks only for the split quads'
+// layouts (quads(), from gdn_tc.cuh's own lane offsets); speed not at
+// all.
 // test_kern_backends' case_gdn_tc runs the same kernels on the device.
 //
 // Cases: the 27B's head size (dk = dv = 128), 136 tokens (two sub-chunks
