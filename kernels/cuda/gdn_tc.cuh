@@ -1154,7 +1154,7 @@ static __global__ void __launch_bounds__(256, 2)
  * read; then k is copied again, as it is, for beta e^G k (made in
  * place), v where q was, A into shared memory. Shared: k's quads [C][64
  * quads] (64 KB; then beta e^G k [C][128 + 8] and A / X [C][C + 4] in
- * that room), q [C][128 + 4] then beta v [C][128 + 8]; 98 KB, two
+ * that room), q [C][128 + 4] then beta v [C][128 + 8]; 99 KB, two
  * blocks an SM. The same splits, products and sums: the same bits.
  * ptxas (13.0, sm_90a) spills 13 registers (52 bytes) at its 128:
  * without the substitution or without W and U it fits (119), and
