@@ -552,6 +552,15 @@ static size_t chunk_tc_smem(void)
 	       sizeof(float);
 }
 
+/* k_chunk_tc's and k_chunk_tc2's shared memory (chunk_tc_smem's sum):
+ * sW, sQ [C][CT_PA] W and q; sK [C][CT_PK] k; sA [C][CT_PM] Am; sE [C]
+ * e^(G_last - G); sG [C] G; sS and sV the state and V' split, as quads
+ * (quad_st): 128 / 2 and C / 2 rows of CT_QP */
+#define CT_CARVE(base)                                                        \
+	float *sW = (base), *sQ = sW + C * CT_PA, *sK = sQ + C * CT_PA,     \
+	      *sA = sK + C * CT_PK, *sE = sA + C * CT_PM, *sG = sE + C;      \
+	uint32_t *sS = (uint32_t *)(sG + C), *sV = sS + 2 * 128 * CT_QP
+
 /* W's rows and G of the unit at wu (G at wu + og) and q's rows t0 .. t0 +
  * n - 1 (zeros past n) into sW, sG and sQ */
 static __device__ inline void chunk_wq(float *sW, float *sG, float *sQ,
@@ -600,16 +609,7 @@ static __global__ void __launch_bounds__(256, 1)
 	kcu_pdl_enter();
 	constexpr int DK = 128;
 	extern __shared__ __align__(16) float fsm[];
-	float *sW = fsm;	    /* [C][CT_PA] W */
-	float *sQ = sW + C * CT_PA; /* [C][CT_PA] q */
-	float *sK = sQ + C * CT_PA; /* [C][CT_PK] k */
-	float *sA = sK + C * CT_PK; /* [C][CT_PM] Am */
-	float *sE = sA + C * CT_PM; /* [C] e^(G_last - G) */
-	float *sG = sE + C;	    /* [C] G */
-	/* the state and V' split, as quads (quad_st): DK / 2 and C / 2 rows
-	 * of CT_QP */
-	uint32_t *sS = (uint32_t *)(sG + C);
-	uint32_t *sV = sS + 2 * DK * CT_QP;
+	CT_CARVE(fsm);
 	const int h = blockIdx.x, s0 = blockIdx.y * CT_OC;
 	const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2,
 		  t = tid & 3;
@@ -764,18 +764,13 @@ static __global__ void __launch_bounds__(256, 1)
 	kcu_pdl_enter();
 	constexpr int DK = 128;
 	extern __shared__ __align__(16) float fsm[];
-	float *sW = fsm;	    /* [C][CT_PA] W */
-	float *sQ = sW + C * CT_PA; /* [C][CT_PA] q */
-	float *sK = sQ + C * CT_PA; /* [C][CT_PK] k */
-	float *sA = sK + C * CT_PK; /* [C][CT_PM] Am */
-	float *sE = sA + C * CT_PM; /* [C] e^(G_last - G) */
-	float *sG = sE + C;	    /* [C] G */
-	uint32_t *sS = (uint32_t *)(sG + C);
-	uint32_t *sV = sS + 2 * DK * CT_QP;
+	CT_CARVE(fsm);
 	const int h = blockIdx.x, s0 = blockIdx.y * CT_OC;
 	const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2,
 		  t = tid & 3;
-	const int p = warp & 3, hf = warp >> 2, c0 = 32 * hf, cq = c0;
+	/* c0: the warp's first value column, and its first quad in a row
+	 * of sS and sV */
+	const int p = warp & 3, hf = warp >> 2, c0 = 32 * hf;
 	const int mw = 16 * p, mq = 16 * (hf ? 3 - p : p);
 	const int qb = quad_lane_b(CT_QP, g, t),
 		  qs[2] = {quad_lane_st(CT_QP, g, t, 0),
@@ -807,7 +802,7 @@ static __global__ void __launch_bounds__(256, 1)
 				for (int e = 0; e < 2; e++)
 					quad_st(sS + 4 * (qs[e] +
 							  ((mw + 64 * r) / 2) * CT_QP +
-							  cq + 8 * i),
+							  c0 + 8 * i),
 						st[r][i][e], st[r][i][2 + e]);
 		cp_wait<0>();
 		__syncthreads(); /* W, q and S in; k, Am, V' and sE read */
@@ -844,7 +839,7 @@ static __global__ void __launch_bounds__(256, 1)
 			uint32_t wh[4], wl[4], qhi[4], qlo[4];
 			tf32_split(xw, wh, wl);
 			tf32_split(xq, qhi, qlo);
-			const uint32_t *b = sS + 4 * (qb + 4 * CT_QP * j + cq);
+			const uint32_t *b = sS + 4 * (qb + 4 * CT_QP * j + c0);
 #pragma unroll
 			for (int i = 0; i < 4; i++) {
 				const uint4 bb = *(const uint4 *)(b + 32 * i);
@@ -867,7 +862,7 @@ static __global__ void __launch_bounds__(256, 1)
 						   ? uu - aw[i][2 * r + e]
 						   : 0.0f;
 				}
-				quad_st(sV + 4 * (qs[e] + (mw / 2) * CT_QP + cq +
+				quad_st(sV + 4 * (qs[e] + (mw / 2) * CT_QP + c0 +
 						  8 * i),
 					x[0], x[1]);
 			}
@@ -882,7 +877,7 @@ static __global__ void __launch_bounds__(256, 1)
 		for (int j = 0; j < mq / 8 + 2; j++) {
 			uint32_t ah[4], al[4];
 			frag_aq<false>(ah, al, sA + mq * CT_PM, CT_PM, j, g, t);
-			mma_quads(aq, ah, al, sV + 4 * (qb + 4 * CT_QP * j + cq));
+			mma_quads(aq, ah, al, sV + 4 * (qb + 4 * CT_QP * j + c0));
 		}
 #pragma unroll
 		for (int r = 0; r < 2; r++) {
@@ -913,7 +908,7 @@ static __global__ void __launch_bounds__(256, 1)
 			for (int r = 0; r < 2; r++)
 				frag_aq<true>(ah[r], al[r], sK + mw + 64 * r, CT_PK,
 					      j, g, t, sE);
-			const uint32_t *b = sV + 4 * (qb + 4 * CT_QP * j + cq);
+			const uint32_t *b = sV + 4 * (qb + 4 * CT_QP * j + c0);
 #pragma unroll
 			for (int i = 0; i < 4; i++) {
 				const uint4 bb = *(const uint4 *)(b + 32 * i);
@@ -1006,6 +1001,65 @@ static __device__ inline void intra_tc_wu(const float *sB, const float *sX,
 		}
 }
 
+/* the products' shares: m-tile mt's warps take five of the lower
+ * triangle's 20 tiles (n-tiles 0 .. 2 m + 1 of m-tile m) in one or two
+ * runs of one m-tile's n-tiles, run r: m-tile rm, n-tiles r0 .. r0 + rn
+ * - 1 (rn 0: none; a second run has four at most) */
+static __device__ inline void intra_tc_share(int mt, int r, int &rm, int &r0,
+					     int &rn)
+{
+	const int odd = mt & 1;
+	rm = r ? (mt == 1 ? 0 : 1) : (mt < 2 ? 3 : 2);
+	r0 = r ? 0 : (odd ? 5 : 0);
+	rn = r ? (odd ? (mt == 1 ? 2 : 4) : 0) : (odd ? (mt == 1 ? 3 : 1) : 5);
+}
+/* k_intra_tc's and k_intra_tc2's run of tiles out: A_ij = (beta_i k_i . k_j) e^(G_i - G_j) (j < i)
+ * into shared memory by columns, Am_ij = (q_i . k_j) e^(G_i - G_j) (j <=
+ * i) to the workspace (where pr); zeros above and past n */
+template <int NT>
+static __device__ inline void intra_tc_put(const float (&acc)[NT][4], float *Am,
+					 float *sX, const float *sG,
+					 const float *sb, int rm, int r0, int rn,
+					 int pr, int n, int gl, int tl)
+{
+#pragma unroll
+	for (int j = 0; j < NT; j++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const int i = 16 * rm + gl + 8 * (e >> 1),
+				  jj = 8 * (r0 + j) + 2 * tl + (e & 1);
+			if (j >= rn)
+				continue;
+			float x = 0.0f;
+			if (i < n && jj <= i) {
+				const float dm = expf(sG[i] - sG[jj]);
+				x = pr	     ? acc[j][e] * dm
+				    : jj < i ? (sb[i] * acc[j][e]) * dm
+					     : 0.0f;
+			}
+			if (pr)
+				Am[i * C + jj] = x;
+			else
+				sX[jj * IT_PX + i] = x;
+		}
+}
+/* the zeros above the triangle in m-tile mt (n-tiles 2 mt + 2 ..), to
+ * Am where pr, else to A by columns in sX */
+static __device__ inline void intra_tc_zeros(float *Am, float *sX, int mt,
+					     int pr, int gl, int tl)
+{
+	for (int j = 2 * mt + 2; j < 8; j++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const int i = 16 * mt + gl + 8 * (e >> 1),
+				  jj = 8 * j + 2 * tl + (e & 1);
+			if (pr)
+				Am[i * C + jj] = 0.0f;
+			else
+				sX[jj * IT_PX + i] = 0.0f;
+		}
+}
+
 static __global__ void __launch_bounds__(256, 2)
     k_intra_tc(float *ws, const float *q, const float *k, int ldqk,
 	       const float *v, int ldv, const float *g, const float *beta,
@@ -1026,7 +1080,7 @@ static __global__ void __launch_bounds__(256, 2)
 	const int n = T - t0 < C ? T - t0 : C;
 	const int tid = threadIdx.x, warp = tid >> 5, gl = (tid & 31) >> 2,
 		  tl = tid & 3;
-	const int mt = warp & 3, pr = warp >> 2, m0 = 16 * mt;
+	const int mt = warp & 3, pr = warp >> 2;
 	float *u = ws + ((size_t)c * Hv + h) * unit_floats(DK, DV);
 
 	const size_t kq = (size_t)t0 * ldqk + (size_t)(h / (Hv / Hk)) * DK;
@@ -1052,11 +1106,8 @@ static __global__ void __launch_bounds__(256, 2)
 	float *Am = u + off_A(DK, DV);
 	const float *sa = pr ? sq : sk;
 	for (int run = 0; run < 2; run++) {
-		const int odd = mt & 1;
-		const int rm = run ? (mt == 1 ? 0 : 1) : (mt < 2 ? 3 : 2),
-			  r0 = run ? 0 : (odd ? 5 : 0),
-			  rn = run ? (odd ? (mt == 1 ? 2 : 4) : 0)
-				   : (odd ? (mt == 1 ? 3 : 1) : 5);
+		int rm, r0, rn;
+		intra_tc_share(mt, run, rm, r0, rn);
 		if (!rn)
 			continue;
 		float acc[5][4] = {};
@@ -1064,37 +1115,9 @@ static __global__ void __launch_bounds__(256, 2)
 			mma_step<5, true>(acc, sa + 16 * rm * IT_P1 + d,
 						 IT_P1, sk + 8 * r0 * IT_P1 + d,
 						 IT_P1, gl, tl, rn);
-#pragma unroll
-		for (int j = 0; j < 5; j++)
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				const int i = 16 * rm + gl + 8 * (e >> 1),
-					  jj = 8 * (r0 + j) + 2 * tl + (e & 1);
-				if (j >= rn)
-					continue;
-				float x = 0.0f;
-				if (i < n && jj <= i) {
-					const float dm = expf(sG[i] - sG[jj]);
-					x = pr	     ? acc[j][e] * dm
-					    : jj < i ? (sb[i] * acc[j][e]) * dm
-						     : 0.0f;
-				}
-				if (pr)
-					Am[i * C + jj] = x;
-				else
-					sX[jj * IT_PX + i] = x;
-			}
+		intra_tc_put(acc, Am, sX, sG, sb, rm, r0, rn, pr, n, gl, tl);
 	}
-	for (int j = 2 * mt + 2; j < 8; j++)
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			const int i = m0 + gl + 8 * (e >> 1),
-				  jj = 8 * j + 2 * tl + (e & 1);
-			if (pr)
-				Am[i * C + jj] = 0.0f;
-			else
-				sX[jj * IT_PX + i] = 0.0f;
-		}
+	intra_tc_zeros(Am, sX, mt, pr, gl, tl);
 	__syncthreads(); /* k and q read; A whole */
 	/* beta e^G k in q's place (k_intra_rt's W before the substitution) */
 	for (int e = tid; e < C * Q4; e += 256) {
@@ -1210,36 +1233,6 @@ static __device__ inline void intra2_run(float (&acc)[NT][4],
 			}
 	}
 }
-/* a run's tiles out: A_ij = (beta_i k_i . k_j) e^(G_i - G_j) (j < i)
- * into shared memory by columns, Am_ij = (q_i . k_j) e^(G_i - G_j) (j <=
- * i) to the workspace (where pr); zeros above and past n */
-template <int NT>
-static __device__ inline void intra2_put(const float (&acc)[NT][4], float *Am,
-					 float *sX, const float *sG,
-					 const float *sb, int rm, int r0, int rn,
-					 int pr, int n, int gl, int tl)
-{
-#pragma unroll
-	for (int j = 0; j < NT; j++)
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			const int i = 16 * rm + gl + 8 * (e >> 1),
-				  jj = 8 * (r0 + j) + 2 * tl + (e & 1);
-			if (j >= rn)
-				continue;
-			float x = 0.0f;
-			if (i < n && jj <= i) {
-				const float dm = expf(sG[i] - sG[jj]);
-				x = pr	     ? acc[j][e] * dm
-				    : jj < i ? (sb[i] * acc[j][e]) * dm
-					     : 0.0f;
-			}
-			if (pr)
-				Am[i * C + jj] = x;
-			else
-				sX[jj * IT_PX + i] = x;
-		}
-}
 
 static __global__ void __launch_bounds__(256, 2)
     k_intra_tc2(float *ws, const float *q, const float *k, int ldqk,
@@ -1260,7 +1253,7 @@ static __global__ void __launch_bounds__(256, 2)
 	const int n = T - t0 < C ? T - t0 : C;
 	const int tid = threadIdx.x, warp = tid >> 5, gl = (tid & 31) >> 2,
 		  tl = tid & 3;
-	const int mt = warp & 3, pr = warp >> 2, m0 = 16 * mt;
+	const int mt = warp & 3, pr = warp >> 2;
 	float *u = ws + ((size_t)c * Hv + h) * unit_floats(DK, DV);
 
 	const size_t kq0 = (size_t)t0 * ldqk + (size_t)(h / (Hv / Hk)) * DK;
@@ -1302,11 +1295,9 @@ static __global__ void __launch_bounds__(256, 2)
 	/* the products: k_intra_tc's runs (m-tile rm, n-tiles r0 .. r0 + rn
 	 * - 1; a second run of four at most), their accumulators kept until
 	 * the quads and q are read */
-	const int odd = mt & 1;
-	const int rms[2] = {mt < 2 ? 3 : 2, mt == 1 ? 0 : 1},
-		  r0s[2] = {odd ? 5 : 0, 0},
-		  rns[2] = {odd ? (mt == 1 ? 3 : 1) : 5,
-			    odd ? (mt == 1 ? 2 : 4) : 0};
+	int rms[2], r0s[2], rns[2];
+	for (int r = 0; r < 2; r++)
+		intra_tc_share(mt, r, rms[r], r0s[r], rns[r]);
 	float acc0[5][4] = {}, acc1[4][4] = {};
 	intra2_run(acc0, sKq, sq, rms[0], r0s[0], rns[0], pr, gl, tl);
 	intra2_run(acc1, sKq, sq, rms[1], r0s[1], rns[1], pr, gl, tl);
@@ -1325,20 +1316,11 @@ static __global__ void __launch_bounds__(256, 2)
 	 * by columns, Am_ij = (q_i . k_j) e^(G_i - G_j) (j <= i) to the
 	 * workspace; zeros above and past n */
 	float *Am = u + off_A(DK, DV);
-	intra2_put(acc0, Am, sX, sG, sb, rms[0], r0s[0], rns[0], pr, n, gl,
+	intra_tc_put(acc0, Am, sX, sG, sb, rms[0], r0s[0], rns[0], pr, n, gl,
 		   tl);
-	intra2_put(acc1, Am, sX, sG, sb, rms[1], r0s[1], rns[1], pr, n, gl,
+	intra_tc_put(acc1, Am, sX, sG, sb, rms[1], r0s[1], rns[1], pr, n, gl,
 		   tl);
-	for (int j = 2 * mt + 2; j < 8; j++)
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			const int i = m0 + gl + 8 * (e >> 1),
-				  jj = 8 * j + 2 * tl + (e & 1);
-			if (pr)
-				Am[i * C + jj] = 0.0f;
-			else
-				sX[jj * IT_PX + i] = 0.0f;
-		}
+	intra_tc_zeros(Am, sX, mt, pr, gl, tl);
 	cp_wait<0>();
 	__syncthreads(); /* A whole; k and v in */
 	/* beta e^G k and beta v, in place */
