@@ -156,11 +156,9 @@ static void fiber_yield(void)
 {
 	const int me = g_cur, w0 = me & ~31;
 	int to = me;
-	for (int i = 1; g_greedy && i < 32; i++)
-		if (g_ready[w0 + (me - w0 + i) % 32]) {
+	for (int i = 1; g_greedy && i < 32 && to == me; i++)
+		if (g_ready[w0 + (me - w0 + i) % 32])
 			to = w0 + (me - w0 + i) % 32;
-			break;
-		}
 	if (to == me)
 		do
 			to = (to + (g_reverse ? NT - 1 : 1)) % NT;
